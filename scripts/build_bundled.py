@@ -1,0 +1,18 @@
+"""Regenerate the bundled splits in src/coinflip/_data from the package's own seeded generator.
+
+`python scripts/build_bundled.py`; tests/test_generate.py checks the shipped files match.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coinflip.generate import BUNDLED_SEED, build_bundled, write_jsonl
+
+OUT = Path(__file__).resolve().parents[1] / "src" / "coinflip" / "_data"
+
+if __name__ == "__main__":
+    for split, rows in build_bundled(BUNDLED_SEED).items():
+        with (OUT / f"{split}.jsonl").open("w", encoding="utf-8") as handle:
+            write_jsonl(iter(rows), handle)
+        print(f"{split}: {len(rows)} rows")

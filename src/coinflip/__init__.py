@@ -1,0 +1,39 @@
+"""coinflip: fast, trustworthy CoinFlip evaluation of language models.
+
+    from coinflip import run_task, TaskConfig
+    report = run_task(TaskConfig(model="oracle", datasets=["coin_flip"], limit=10))
+
+Names are imported on first use so that `import coinflip` stays instant.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["TaskConfig", "extract_answer", "run_task", "rescore", "generate_file", "load_dataset", "__version__"]
+
+_LAZY = {
+    "TaskConfig": "config",
+    "run_task": "runner",
+    "rescore": "runner",
+    "extract_answer": "extract",
+    "generate_file": "generate",
+    "load_dataset": "data",
+}
+
+if TYPE_CHECKING:
+    from .config import TaskConfig
+    from .data import load_dataset
+    from .extract import extract_answer
+    from .generate import generate_file
+    from .runner import rescore, run_task
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'coinflip' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{module}", __name__), name)

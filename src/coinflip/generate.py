@@ -1,0 +1,137 @@
+"""Seeded CoinFlip question generator: fresh, uncontaminated sets of any length, streamed to disk."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, TextIO
+
+from .errors import ConfigError
+
+OPENING = "Q: A coin is heads up."
+CLOSING = "  Is the coin still heads up?"
+FLIPS = " {} flips the coin."
+KEEPS = " {} does not flip the coin."
+
+
+@lru_cache(maxsize=1)
+def names() -> tuple[str, ...]:
+    """First names shipped with the package (built from Faker's locales by scripts/make_names.py)."""
+    text = files("coinflip").joinpath("_data/names.txt").read_text(encoding="utf-8")
+    return tuple(text.split())
+
+
+@dataclass(frozen=True)
+class PeopleRange:
+    low: int
+    high: int
+
+    @classmethod
+    def parse(cls, value: str | int) -> PeopleRange:
+        """`6` or `2-12`; every question gets a uniform draw from the range."""
+        text = str(value).strip()
+        low_s, sep, high_s = text.partition("-")
+        try:
+            low = int(low_s)
+            high = int(high_s) if sep else low
+        except ValueError:
+            raise ConfigError(f"--people must be a number or a range like 2-12, got {text!r}") from None
+        if not 1 <= low <= high:
+            raise ConfigError(f"--people range must satisfy 1 <= low <= high, got {text!r}")
+        if high > len(names()):
+            raise ConfigError(f"--people can be at most {len(names())} (distinct names per question)")
+        return cls(low, high)
+
+    def __str__(self) -> str:
+        return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
+
+
+def _chunk(rng: Any, size: int, count: int, people: PeopleRange) -> tuple[list[list[int]], list[int], list[int]]:
+    """Draw `count` questions at once: name codes (index, plus `size` when the person keeps), lengths, flips."""
+    import numpy as np
+
+    high = people.high
+    ks = rng.integers(people.low, high + 1, count)
+    idx = rng.integers(0, size, (count, high))
+    while high > 1:  # redraw rows that name someone twice
+        ordered = np.sort(idx, axis=1)
+        bad = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+        redraw = int(bad.sum())
+        if not redraw:
+            break
+        idx[bad] = rng.integers(0, size, (redraw, high))
+    bits = rng.integers(0, 2, (count, high))
+    flips = (bits * (np.arange(high) < ks[:, None])).sum(axis=1)
+    return (idx + size * (1 - bits)).tolist(), ks.tolist(), flips.tolist()
+
+
+def iter_questions(
+    people: PeopleRange, count: int, seed: int, chunk: int = 50_000
+) -> Iterator[tuple[str, str]]:
+    """Yield (question, answer) pairs; the answer is YES exactly when the number of flips is even.
+
+    Random draws are vectorised per chunk (numpy), so a million questions take seconds and
+    memory stays flat however many are asked for.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    pool = names()
+    fragments = [FLIPS.format(n) for n in pool] + [KEEPS.format(n) for n in pool]
+    join = "".join
+    left = count
+    while left > 0:
+        codes, ks, flips = _chunk(rng, len(pool), min(chunk, left), people)
+        left -= len(ks)
+        for row, k, f in zip(codes, ks, flips):
+            yield OPENING + join([fragments[c] for c in row[:k]]) + CLOSING, "NO" if f & 1 else "YES"
+
+
+def write_jsonl(rows: Iterator[tuple[str, str]], out: TextIO, chunk: int = 8192) -> int:
+    """Stream rows as JSON lines; names hold no quote, backslash or control character, so no escaping."""
+    written = 0
+    buffer: list[str] = []
+    for question, answer in rows:
+        buffer.append(f'{{"question": "{question}", "answer": "{answer}"}}\n')
+        if len(buffer) >= chunk:
+            out.writelines(buffer)
+            written += len(buffer)
+            buffer.clear()
+    out.writelines(buffer)
+    return written + len(buffer)
+
+
+def generate_file(path: Path, people: PeopleRange, count: int, seed: int) -> int:
+    if count < 1:
+        raise ConfigError(f"--count must be at least 1, got {count}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8", buffering=1 << 20) as out:
+            return write_jsonl(iter_questions(people, count, seed), out)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+
+
+BUNDLED_SEED = 20240501
+
+
+def build_bundled(seed: int = BUNDLED_SEED) -> dict[str, list[tuple[str, str]]]:
+    """The shipped splits, shaped like the official set; no question appears twice across them."""
+    seen: set[str] = set()
+    rng = random.Random(seed)
+
+    def take(people: int, count: int) -> list[tuple[str, str]]:
+        rows: list[tuple[str, str]] = []
+        while len(rows) < count:
+            for row in iter_questions(PeopleRange(people, people), count - len(rows), rng.getrandbits(32)):
+                if row[0] not in seen:
+                    seen.add(row[0])
+                    rows.append(row)
+        return rows
+
+    test = take(4, 2000) + take(2, 1333)
+    return {"test": test, "validation": take(2, 1333)}

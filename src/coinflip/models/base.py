@@ -1,0 +1,39 @@
+"""What every model backend takes and gives back, whether it is a server, a baseline or llama.cpp."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Request:
+    """One prompt to send; `question` lets the baselines solve it without a model."""
+
+    id: int
+    prompt: str
+    question: str
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Reply:
+    """A model's answer, or the error that stood in for it after the last retry."""
+
+    text: str | None
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    latency_s: float = 0.0
+    attempts: int = 1
+    error: str | None = None
+
+
+class Model(Protocol):
+    """A backend: async so that many requests can be in flight at once."""
+
+    name: str
+
+    async def complete(self, request: Request) -> Reply: ...
+
+    async def aclose(self) -> None: ...

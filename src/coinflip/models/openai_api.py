@@ -1,0 +1,167 @@
+"""OpenAI-compatible chat completions over aiohttp: many requests in flight, retried with care.
+
+Retries (exponential backoff with jitter, honouring Retry-After) on 429, 5xx, timeouts, dropped
+connections, malformed bodies and empty choices. 400/401/403/404 are never retried: a bad key,
+model name or URL stops the run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from ..errors import FatalAPIError
+from .base import Reply, Request
+
+FATAL_STATUS = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found"}
+BACKOFF_BASE = 0.25
+BACKOFF_CAP = 8.0
+
+
+class RetryableError(Exception):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def chat_url(url: str) -> str:
+    """Accept a base URL (…/v1), a server root, or the full …/chat/completions endpoint."""
+    url = url.rstrip("/")
+    if url.endswith("/chat/completions"):
+        return url
+    path = urlsplit(url).path
+    return url + ("/v1/chat/completions" if path in ("", "/") else "/chat/completions")
+
+
+def redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret and len(secret) >= 4 else text
+
+
+class OpenAIChat:
+    """One model behind one or more replicas; each request goes to the replica with fewest in flight."""
+
+    def __init__(
+        self,
+        model: str,
+        urls: list[str],
+        api_key: str | None = None,
+        generation: dict[str, Any] | None = None,
+        timeout: float = 120.0,
+        retries: int = 5,
+        concurrency: int = 32,
+        backoff_base: float = BACKOFF_BASE,
+    ) -> None:
+        self.name = model
+        self.urls = [chat_url(u) for u in urls]
+        self.inflight = dict.fromkeys(self.urls, 0)
+        self.api_key = api_key
+        self.generation = dict(generation or {})
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.retries = retries
+        self.backoff_base = backoff_base
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._session = aiohttp.ClientSession(
+            headers=headers,
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60),
+            json_serialize=json.dumps,
+        )
+
+    def _body(self, request: Request) -> bytes:
+        body: dict[str, Any] = {"model": self.name, "messages": request.messages}
+        extra = self.generation.get("extra_body") or {}
+        body.update({k: v for k, v in self.generation.items() if k != "extra_body"})
+        body.update(extra)
+        return json.dumps(body).encode()
+
+    async def complete(self, request: Request) -> Reply:
+        body = self._body(request)
+        start = time.perf_counter()
+        last_error = ""
+        for attempt in range(1, self.retries + 2):
+            url = min(self.urls, key=self.inflight.__getitem__)
+            self.inflight[url] += 1
+            try:
+                reply = await self._post(url, body)
+                reply.latency_s = time.perf_counter() - start
+                reply.attempts = attempt
+                return reply
+            except RetryableError as exc:
+                last_error, wait = str(exc), exc.retry_after
+            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+                last_error, wait = f"{type(exc).__name__}: {exc}".rstrip(": "), None
+            finally:
+                self.inflight[url] -= 1
+            if attempt <= self.retries:
+                await asyncio.sleep(self._delay(attempt, wait))
+        return Reply(
+            text=None,
+            latency_s=time.perf_counter() - start,
+            attempts=self.retries + 1,
+            error=redact(last_error, self.api_key)[:500],
+        )
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        backoff = min(BACKOFF_CAP, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+        return max(backoff, retry_after) if retry_after is not None else backoff
+
+    async def _post(self, url: str, body: bytes) -> Reply:
+        async with self._session.post(url, data=body, timeout=self.timeout) as resp:
+            raw = await resp.read()
+            status = resp.status
+            retry_after = _retry_after(resp.headers.get("Retry-After"))
+        if status in FATAL_STATUS:
+            detail = redact(_error_detail(raw), self.api_key)
+            raise FatalAPIError(
+                f"{url} answered {status} {FATAL_STATUS[status]}{': ' + detail if detail else ''}"
+                " - check --api-key, --model and --api-url"
+            )
+        if status != 200:
+            raise RetryableError(f"HTTP {status}", retry_after)
+        return _parse(raw)
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return min(max(float(value), 0.0), 60.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _error_detail(raw: bytes) -> str:
+    try:
+        data = json.loads(raw)
+        err = data.get("error", data) if isinstance(data, dict) else data
+        message = err.get("message") if isinstance(err, dict) else err
+        return " ".join(str(message).split())[:200]
+    except (ValueError, AttributeError):
+        return " ".join(raw.decode("utf-8", "replace").split())[:200]
+
+
+def _parse(raw: bytes) -> Reply:
+    try:
+        data = json.loads(raw)
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise RetryableError("malformed response body (no choices[0].message)") from None
+    if not isinstance(message, dict):
+        raise RetryableError("malformed response body (message is not an object)")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    return Reply(
+        text=message.get("content") or "",
+        reasoning=reasoning if isinstance(reasoning, str) else None,
+        finish_reason=choice.get("finish_reason"),
+        usage=usage,
+    )

@@ -1,0 +1,207 @@
+"""The runner: the one place that knows the order of the stages.
+
+dataset -> prompts -> model -> (predictions on disk) -> extract -> score -> report
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import prompts
+from .config import TaskConfig
+from .data import Dataset, Record, apply_limit, load_dataset
+from .errors import ConfigError, DataError, RunIncomplete
+from .models import Reply, Request, open_model, serve_local
+from .predict import run_requests
+from .progress import Progress
+from .report import build_report, print_summary, write_report
+from .rundir import PredictionWriter, RunDir, load_saved_config, read_predictions, write_jsonl
+
+log = logging.getLogger("coinflip")
+FINGERPRINT_KEYS = ("model", "few_shot_num", "few_shot_seed", "system_prompt", "generation_config")
+
+
+def run_task(task_cfg: TaskConfig | dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Evaluate a model on CoinFlip and return the report (EvalScope's `run_task`, same call)."""
+    config = as_config(task_cfg, kwargs)
+    dataset = load_dataset(config.split, config.dataset_path, config.dataset_hub)
+    records = apply_limit(dataset.records, config.limit)
+    requests = build_requests(records, config, few_shot_pool(config))
+    fingerprint = make_fingerprint(config, dataset)
+    run = open_run(config, fingerprint, len(requests))
+    handler = _attach_log(run.log)
+    try:
+        log.info("run %s: %d samples, model %s", run.root, len(requests), config.model)
+        generate(config, run, requests, records)
+        return finish(run, config.metric_compat)
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+
+
+def as_config(task_cfg: TaskConfig | dict[str, Any] | None, kwargs: dict[str, Any]) -> TaskConfig:
+    if isinstance(task_cfg, TaskConfig):
+        return task_cfg
+    values = {**(task_cfg or {}), **kwargs}
+    unknown = sorted(set(values) - set(TaskConfig.field_names()))
+    if unknown:
+        raise ConfigError(f"unknown TaskConfig field(s) {unknown}; known: {', '.join(TaskConfig.field_names())}")
+    if "model" not in values:
+        raise ConfigError("TaskConfig needs model=...")
+    return TaskConfig(**values)
+
+
+def few_shot_pool(config: TaskConfig) -> list[Record]:
+    if config.few_shot_num == 0:
+        return []
+    if config.dataset_path and not Path(config.dataset_path).is_dir():
+        raise ConfigError(
+            "few-shot examples come from a validation split: give --dataset-path a directory holding "
+            "test.* and validation.*, or use --few-shot-num 0"
+        )
+    pool = load_dataset("validation", config.dataset_path, config.dataset_hub).records
+    if len(pool) <= config.few_shot_num:
+        raise ConfigError(f"few_shot_num {config.few_shot_num} needs more than {len(pool)} validation rows")
+    return list(pool)
+
+
+def build_requests(records: Sequence[Record], config: TaskConfig, pool: Sequence[Record]) -> list[Request]:
+    candidates = prompts.choose_examples(pool, config.few_shot_num, config.few_shot_seed)
+    out = []
+    for record in records:
+        examples = prompts.examples_for(record.question, candidates, config.few_shot_num)
+        prompt = prompts.build_prompt(record.question, examples)
+        out.append(Request(record.id, prompt, record.question, prompts.to_messages(prompt, config.system_prompt)))
+    return out
+
+
+def make_fingerprint(config: TaskConfig, dataset: Dataset) -> dict[str, Any]:
+    """What must match for saved predictions to be reused (the data, prompts, model, generation)."""
+    settings = {k: getattr(config, k) for k in FINGERPRINT_KEYS}
+    return {"dataset": dataset.source, **settings}
+
+
+def open_run(config: TaskConfig, fingerprint: dict[str, Any], samples: int) -> RunDir:
+    if not config.use_cache:
+        run = RunDir.create(Path(config.work_dir).expanduser(), config.model)
+        run.save_config(config.redacted(), fingerprint, samples)
+        return run
+    root = Path(config.use_cache).expanduser()
+    previous = load_saved_config(root)
+    saved = previous["fingerprint"]
+    differences = [
+        f"{key}: saved {saved.get(key)!r}, now {fingerprint.get(key)!r}"
+        for key in fingerprint
+        if _comparable(saved.get(key)) != _comparable(fingerprint.get(key))
+    ]
+    if differences:
+        raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
+    run = RunDir.open(root)
+    run.save_config(previous["config"], saved, samples)
+    return run
+
+
+def _comparable(value: Any) -> Any:
+    """Dataset sources compare by content and split, not by row count (a new --limit may differ)."""
+    if isinstance(value, dict) and "sha256" in value:
+        return (value.get("sha256"), value.get("split"))
+    return value
+
+
+def generate(config: TaskConfig, run: RunDir, requests: list[Request], records: Sequence[Record]) -> None:
+    done = read_predictions(run.predictions, repair=True)
+    pending = [r for r in requests if r.id not in done or done[r.id].get("error") is not None]
+    log.info("%d of %d samples already done; sending %d", len(requests) - len(pending), len(requests), len(pending))
+    if not pending:
+        return
+    by_id = {r.id: r for r in records}
+    writer = PredictionWriter(run.predictions)
+    progress = Progress(len(pending), f"coin_flip {config.model}", config.progress)
+    started = time.perf_counter()
+
+    def on_reply(request: Request, reply: Reply) -> None:
+        writer.write(prediction_row(request, by_id[request.id], reply))
+        if reply.error:
+            log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
+        progress.advance()
+
+    try:
+        with serve_local(config, run.server_log) as urls:
+            asyncio.run(_send(config, urls, pending, on_reply))
+    except KeyboardInterrupt:
+        raise RunIncomplete(
+            f"interrupted: {progress.done} new predictions kept in {run.root}; "
+            f"resume with --use-cache {run.root}"
+        ) from None
+    finally:
+        progress.close()
+        writer.close()
+        log.info("sent %d requests in %.2f s", progress.done, time.perf_counter() - started)
+
+
+async def _send(config: TaskConfig, urls: list[str] | None, pending: list[Request], on_reply: Any) -> None:
+    async with open_model(config, urls) as model:
+        await run_requests(model, pending, config.eval_batch_size, on_reply)
+
+
+def prediction_row(request: Request, record: Record, reply: Reply) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "target": record.answer,
+        "people": record.people,
+        "flips": record.flips,
+        "question": record.question,
+        "prompt": request.prompt,
+        "reply": reply.text,
+        "reasoning": reply.reasoning,
+        "finish_reason": reply.finish_reason,
+        "usage": reply.usage,
+        "latency_s": round(reply.latency_s, 6),
+        "attempts": reply.attempts,
+        "error": reply.error,
+    }
+
+
+def finish(run: RunDir, compat: str, show: bool = True) -> dict[str, Any]:
+    """Compact predictions, then write reviews and reports from them alone (also used by rescore)."""
+    saved = load_saved_config(run.root)
+    found = read_predictions(run.predictions)
+    wanted = range(int(saved.get("samples") or len(found)))  # limits take a prefix, so ids are 0..n-1
+    predictions = [found[i] for i in wanted if i in found]
+    if not predictions:
+        raise DataError(f"{run.predictions}: no predictions to score")
+    write_jsonl(run.predictions, [found[i] for i in sorted(found)])
+    report, reviews = build_report(saved, run.root.name, predictions, compat, len(wanted))
+    write_jsonl(run.reviews, reviews)
+    write_report(run.report_json, report)
+    if saved["config"].get("html_report", True):
+        from .html_report import write_html
+
+        write_html(run.report_html, report, predictions, reviews)
+    if show:
+        print_summary(report, run.root)
+    return report
+
+
+def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = True) -> dict[str, Any]:
+    """Recompute reviews and reports from saved predictions, calling no model."""
+    run = RunDir.open(run_dir)
+    saved = load_saved_config(run.root)
+    compat = metric_compat or saved["config"].get("metric_compat", "coinflip")
+    if compat not in ("coinflip", "evalscope"):
+        raise ConfigError(f"--metric-compat must be coinflip or evalscope, got {compat!r}")
+    return finish(run, compat, show)
+
+
+def _attach_log(path: Path) -> logging.Handler:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    return handler
