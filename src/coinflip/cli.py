@@ -131,9 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: every user-fixable problem ends as one line on stderr and exit code 2."""
     try:
         app.main(args=argv, prog_name="coinflip", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelp as exc:
-        click.echo(exc.ctx.get_help() if exc.ctx else "", err=False)
     except click.UsageError as exc:
+        if type(exc).__name__.startswith("NoArgsIsHelp") and exc.ctx is not None:  # bare `coinflip`
+            click.echo(exc.ctx.get_help())
+            return
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
         sys.exit(2)

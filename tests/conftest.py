@@ -1,0 +1,53 @@
+"""Shared fixtures: the real fake server, the CLI as a subprocess, and the shared data files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coinflip.testing.server import FakeOpenAIServer
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+SKRISHNA = SHARED / "data" / "coin_flip_validation_skrishna.json"
+SEED_EN = SHARED / "seeds" / "coin_flip_en.txt"
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `coinflip ARGS` in a fresh process, as a user would."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    for key in ("OPENAI_API_KEY", "COINFLIP_API_KEY"):
+        if env is None or key not in env:
+            full_env.pop(key, None)
+    return subprocess.run(
+        [sys.executable, "-m", "coinflip.cli", *args], cwd=cwd, env=full_env,
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def only_run_dir(work_dir: Path) -> Path:
+    runs = [p for p in work_dir.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer("mixed") as srv:
+        yield srv
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("OPENAI_API_KEY", "COINFLIP_API_KEY"):
+        monkeypatch.delenv(key, raising=False)

@@ -1,0 +1,148 @@
+"""Dataset stage: loaders for every format and field naming, bundled splits, malformed input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from coinflip.data import bundled_dir, dataset_stats, load_dataset, load_file, load_split, rows_sha256
+from coinflip.errors import DataError
+from coinflip.prompts import ZERO_SHOT_TEMPLATE, build_prompt
+
+from .conftest import SKRISHNA, run_cli
+
+Q2 = "Q: A coin is heads up. ana flips the coin. bo does not flip the coin.  Is the coin still heads up?"
+
+
+def test_every_shared_validation_row_loads_and_prompts_from_the_stripped_question() -> None:
+    raw = json.loads(SKRISHNA.read_text(encoding="utf-8"))
+    records = load_file(SKRISHNA)
+    assert len(records) == len(raw) == 1333
+    for row, record in zip(raw, records):
+        assert record.question == row["inputs"].strip()
+        assert record.answer == row["targets"].strip().upper()
+        assert build_prompt(record.question) == ZERO_SHOT_TEMPLATE.replace("{question}", row["inputs"].strip())
+        assert record.people == 2
+        assert (record.flips % 2 == 0) == (record.answer == "YES")
+
+
+def test_bundled_test_split_matches_the_official_statistics() -> None:
+    stats = dataset_stats(load_split(bundled_dir(), "test"), ZERO_SHOT_TEMPLATE)
+    assert stats["rows"] == 3333
+    assert stats["people"] == {2: 1333, 4: 2000}
+    lengths = stats["prompt_length"]
+    assert abs(lengths["mean"] - 500.15) <= 2
+    assert abs(lengths["min"] - 453) <= 3
+    assert abs(lengths["max"] - 551) <= 6
+    assert 20 <= lengths["std"] <= 36
+    assert 0.45 <= stats["yes_share"] <= 0.55
+
+
+def test_bundled_splits_are_shaped_like_the_official_set() -> None:
+    test = load_split(bundled_dir(), "test")
+    validation = load_split(bundled_dir(), "validation")
+    assert [r.people for r in test[:2000]] == [4] * 2000
+    assert [r.people for r in test[2000:]] == [2] * 1333
+    assert len(validation) == 1333 and {r.people for r in validation} == {2}
+    questions = [r.question for r in test] + [r.question for r in validation]
+    assert len(set(questions)) == len(questions)
+
+
+def test_stats_command_prints_bundled_and_file_statistics(tmp_path: Path) -> None:
+    result = run_cli("stats", "--json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert stats["test"]["rows"] == 3333 and stats["validation"]["rows"] == 1333
+    assert abs(stats["test"]["prompt_length"]["mean"] - 500.15) <= 2
+    text = run_cli("stats", str(SKRISHNA))
+    assert text.returncode == 0 and "1333 rows" in text.stdout and "prompt length" in text.stdout
+
+
+def _write_all_formats(tmp_path: Path) -> dict[str, Path]:
+    rows = [{"question": Q2, "answer": "no"}, {"question": " " + Q2.replace("ana flips", "ana does not flip") + " ", "answer": "Yes"}]
+    paths = {}
+    paths["json"] = tmp_path / "a.json"
+    paths["json"].write_text(json.dumps(rows))
+    paths["examples"] = tmp_path / "b.json"
+    paths["examples"].write_text(json.dumps({"examples": [{"inputs": r["question"], "targets": r["answer"]} for r in rows]}))
+    paths["jsonl"] = tmp_path / "c.jsonl"
+    paths["jsonl"].write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    paths["csv"] = tmp_path / "d.csv"
+    with paths["csv"].open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["question", "answer"])
+        writer.writeheader()
+        writer.writerows(rows)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths["parquet"] = tmp_path / "e.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), paths["parquet"])
+    return paths
+
+
+def test_every_format_and_field_naming_loads_the_same_rows(tmp_path: Path) -> None:
+    loaded = {name: load_file(path) for name, path in _write_all_formats(tmp_path).items()}
+    reference = loaded["json"]
+    assert [r.answer for r in reference] == ["NO", "YES"]
+    assert reference[1].question.startswith("Q:") and reference[1].question.endswith("?")
+    for name, records in loaded.items():
+        assert records == reference, name
+
+
+def test_directory_with_test_and_validation(tmp_path: Path) -> None:
+    (tmp_path / "test.jsonl").write_text(json.dumps({"question": Q2, "answer": "NO"}) + "\n")
+    (tmp_path / "validation.json").write_text(json.dumps([{"inputs": Q2, "targets": "no"}] * 3))
+    data = load_dataset("test", tmp_path)
+    assert len(data) == 1 and data.source["source"] == "file"
+    assert data.source["sha256"] == rows_sha256(data.records)
+    assert len(load_dataset("validation", tmp_path)) == 3
+
+
+MALFORMED = [
+    ("bad.json", '[{"question": "Q: x?", "answer": "YES"},', "invalid JSON"),
+    ("bad.jsonl", '{"question": "Q: x?", "answer": "YES"}\n{"question": \n', "row 2: invalid JSON"),
+    ("missing.jsonl", '{"question": "Q: x?"}\n', "missing field 'answer' or 'targets'"),
+    ("noq.jsonl", '{"answer": "YES"}\n', "missing field 'question' or 'inputs'"),
+    ("maybe.jsonl", '{"question": "Q: x?", "answer": "maybe"}\n', "answer must be yes or no"),
+    ("empty_q.jsonl", '{"question": "   ", "answer": "YES"}\n', "empty or missing question"),
+    ("null_q.json", '[{"question": null, "answer": "NO"}]', "empty or missing question"),
+    ("scalar.json", '{"foo": 1}', "expected a JSON list"),
+    ("notobj.json", '["just a string"]', "expected an object"),
+    ("rows.txt", "hello", "unknown format .txt"),
+    ("empty.jsonl", "", "no rows"),
+    ("empty.csv", "", "empty CSV file"),
+    ("badcsv.csv", "question,label\nQ: x?,YES\n", "missing field 'answer' or 'targets'"),
+    ("notparquet.parquet", "this is not parquet", "not a readable Parquet file"),
+    ("latin1.jsonl", b'{"question": "Q: \xe9?", "answer": "YES"}\n', "not UTF-8"),
+    ("number.jsonl", '{"question": "Q: x?", "answer": 1}\n', "answer must be yes or no"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "message"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_input_gives_one_line_and_exit_2(tmp_path: Path, name: str, content: str | bytes, message: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    result = run_cli("eval", "--model", "oracle", "--dataset-path", str(path), "--work-dir", str(tmp_path / "out"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0] and name in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("path", ["/nonexistent/file.jsonl", "/"])
+def test_unreadable_paths_give_one_line(tmp_path: Path, path: str) -> None:
+    result = run_cli("stats", path if path != "/" else str(tmp_path))
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_load_file_raises_data_error_with_row_number(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps({"question": Q2, "answer": "YES"}) + "\n" + json.dumps({"question": Q2, "answer": "heads"}) + "\n")
+    with pytest.raises(DataError, match=r"x.jsonl: row 2: answer must be yes or no"):
+        load_file(path)

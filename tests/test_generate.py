@@ -1,0 +1,89 @@
+"""Question generator: deterministic, correct answers, names from the shipped list, bundled files reproducible."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from coinflip.data import bundled_dir, load_file
+from coinflip.errors import ConfigError
+from coinflip.generate import BUNDLED_SEED, PeopleRange, build_bundled, iter_questions, names
+
+from .conftest import SKRISHNA, read_jsonl, run_cli
+
+SHAPE = re.compile(r"^Q: A coin is heads up\.(?: (\S+) (?:flips|does not flip) the coin\.)+  Is the coin still heads up\?$")
+
+
+def _people(question: str) -> list[str]:
+    return re.findall(r" (\S+) (?:flips|does not flip) the coin\.", question)
+
+
+def test_questions_have_the_exact_shape_and_parity_answer() -> None:
+    for question, answer in iter_questions(PeopleRange(2, 12), 2000, seed=3):
+        assert SHAPE.match(question), question
+        who = _people(question)
+        assert 2 <= len(who) <= 12 and len(set(who)) == len(who)
+        flips = question.count(" flips the coin.")
+        assert answer == ("YES" if flips % 2 == 0 else "NO")
+
+
+def test_same_seed_same_questions_other_seed_different() -> None:
+    a = list(iter_questions(PeopleRange(6, 6), 300, seed=7))
+    assert a == list(iter_questions(PeopleRange(6, 6), 300, seed=7))
+    assert a != list(iter_questions(PeopleRange(6, 6), 300, seed=8))
+
+
+def test_flip_probability_is_one_half_and_range_is_covered() -> None:
+    rows = list(iter_questions(PeopleRange(2, 5), 4000, seed=1))
+    counts = [len(_people(q)) for q, _ in rows]
+    assert set(counts) == {2, 3, 4, 5}
+    flips = sum(q.count(" flips the coin.") for q, _ in rows)
+    assert abs(flips / sum(counts) - 0.5) < 0.02
+
+
+def test_names_are_lowercase_varied_and_not_from_the_shared_file() -> None:
+    pool = names()
+    assert len(pool) > 5000
+    assert all(n == n.lower() and '"' not in n and "\\" not in n for n in pool)
+    assert any("-" in n for n in pool) and any(not n.isascii() for n in pool)
+    assert 6.5 <= statistics.fmean(len(n) for n in pool) <= 7.3
+    shared = {w for r in load_file(SKRISHNA) for w in _people(r.question)}
+    assert len(shared & set(pool)) < len(shared)  # overlap only where common names coincide
+
+
+def test_shipped_bundled_files_are_what_the_generator_makes() -> None:
+    built = build_bundled(BUNDLED_SEED)
+    for split in ("test", "validation"):
+        shipped = read_jsonl(bundled_dir() / f"{split}.jsonl")
+        assert [(r["question"], r["answer"]) for r in shipped] == built[split]
+
+
+def test_generate_command_streams_a_file(tmp_path: Path) -> None:
+    out = tmp_path / "set.jsonl"
+    result = run_cli("generate", "--people", "3-9", "--count", "500", "--seed", "11", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(out)
+    assert len(rows) == 500
+    assert {len(_people(r["question"])) for r in rows} <= set(range(3, 10))
+    again = tmp_path / "again.jsonl"
+    run_cli("generate", "--people", "3-9", "--count", "500", "--seed", "11", "--out", str(again))
+    assert again.read_bytes() == out.read_bytes()
+    assert len(load_file(out)) == 500  # the loader accepts what the generator writes
+    json.loads(out.read_text().splitlines()[0])
+
+
+@pytest.mark.parametrize("bad", ["0", "5-2", "x", "2-", "-3"])
+def test_bad_people_range_is_a_config_error(bad: str) -> None:
+    with pytest.raises(ConfigError):
+        PeopleRange.parse(bad)
+
+
+def test_generate_help_reads_well() -> None:
+    result = run_cli("generate", "--help")
+    assert result.returncode == 0
+    for word in ("--people", "--count", "--seed", "--out", "2-12"):
+        assert word in result.stdout

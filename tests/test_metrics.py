@@ -1,0 +1,67 @@
+"""The five metrics in both arithmetics, on a hand-computed confusion matrix with invalid answers and errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from coinflip.metrics import METRICS, Outcome, compute, wilson
+
+
+def _outcomes() -> list[Outcome]:
+    o = [Outcome("YES", "YES", people=2)] * 4 + [Outcome("YES", "NO", people=2)] * 2
+    o += [Outcome("YES", None, people=4), Outcome("YES", None, error=True, people=4)]
+    o += [Outcome("NO", "NO", people=4)] * 5 + [Outcome("NO", "YES", people=2)] * 3 + [Outcome("NO", None, people=2)]
+    return o
+
+
+def test_coinflip_arithmetic_counts_every_failure() -> None:
+    r = compute(_outcomes(), "coinflip")
+    m, c = r["metrics"], r["counts"]
+    assert (c["tp"], c["fn"], c["tn"], c["fp"], c["invalid"], c["errors"], c["samples"]) == (4, 2, 5, 3, 2, 1, 17)
+    assert m["accuracy"] == pytest.approx(9 / 17)
+    assert m["yes_ratio"] == pytest.approx(7 / 17)
+    assert m["precision"] == pytest.approx(4 / 7)
+    assert m["recall"] == pytest.approx(4 / 8)  # the invalid and the errored YES targets are misses
+    assert m["f1_score"] == pytest.approx(8 / 15)
+    assert c["invalid_rate"] == pytest.approx(2 / 17)
+    assert r["metric_compat"] == "coinflip" and r["primary"] == "f1_score"
+    assert list(m) == list(METRICS) and list(m)[0] == "f1_score"
+
+
+def test_evalscope_arithmetic_leaves_unparsed_out() -> None:
+    r = compute(_outcomes(), "evalscope")
+    m = r["metrics"]
+    assert m["accuracy"] == pytest.approx(9 / 17)
+    assert m["yes_ratio"] == pytest.approx(7 / 17)
+    assert m["precision"] == pytest.approx(4 / 7)
+    assert m["recall"] == pytest.approx(4 / 6)
+    assert m["f1_score"] == pytest.approx(8 / 13)
+    assert r["metric_compat"] == "evalscope"
+
+
+def test_accuracy_by_people() -> None:
+    by = compute(_outcomes())["by_people"]
+    assert by["2"]["samples"] == 10 and by["2"]["correct"] == 4
+    assert by["4"]["samples"] == 7 and by["4"]["correct"] == 5
+
+
+def test_undefined_ratios_are_zero() -> None:
+    r = compute([Outcome("NO", "NO")] * 3)
+    assert r["metrics"]["precision"] == 0 and r["metrics"]["recall"] == 0 and r["metrics"]["f1_score"] == 0
+    assert r["metrics"]["accuracy"] == 1
+
+
+@pytest.mark.parametrize(("k", "n", "lo", "hi"), [(0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (81, 263, 0.2553, 0.3662)])
+def test_wilson_matches_published_values(k: int, n: int, lo: float, hi: float) -> None:
+    got = wilson(k, n)
+    assert got[0] == pytest.approx(lo, abs=5e-4) and got[1] == pytest.approx(hi, abs=5e-4)
+
+
+def test_bootstrap_is_seeded_and_brackets_the_estimate() -> None:
+    outcomes = _outcomes() * 50
+    a, b = compute(outcomes, seed=1), compute(outcomes, seed=1)
+    assert a["intervals"] == b["intervals"]
+    assert compute(outcomes, seed=2)["intervals"]["f1_score"] != a["intervals"]["f1_score"]
+    for name in ("precision", "recall", "f1_score", "accuracy", "yes_ratio"):
+        lo, hi = a["intervals"][name]
+        assert lo <= a["metrics"][name] <= hi and hi - lo < 0.2

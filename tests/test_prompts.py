@@ -1,0 +1,77 @@
+"""Prompt stage: the specification's templates byte for byte, and correct worked examples."""
+
+from __future__ import annotations
+
+import pytest
+
+from coinflip.config import TaskConfig
+from coinflip.data import bundled_dir, load_split
+from coinflip.extract import extract_answer
+from coinflip.prompts import FEW_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE, build_prompt, reasoning, to_messages
+from coinflip.runner import build_requests, few_shot_pool
+
+from .conftest import SEED_EN
+
+
+def _seed_section(start: str, end: str) -> str:
+    text = SEED_EN.read_text(encoding="utf-8")
+    i = text.index(start) + len(start)
+    return text[i : text.index(end, i)]
+
+
+def test_templates_are_the_specifications() -> None:
+    # The rendered page drops the 0-shot template's leading newline, which the sample example shows.
+    assert ZERO_SHOT_TEMPLATE == "\n" + _seed_section("Prompt Template:\n\n", "Few-shot Template")
+    assert FEW_SHOT_TEMPLATE == _seed_section("Few-shot Template\n", "\nUsage#")
+
+
+def test_bundled_test_prompt_is_the_template_with_the_question() -> None:
+    record = load_split(bundled_dir(), "test")[0]
+    spec = "\n" + _seed_section("Prompt Template:\n\n", "Few-shot Template")
+    assert build_prompt(record.question) == spec.replace("{question}", record.question)
+    assert build_prompt(record.question).startswith("\nSolve the following coin flip problem")
+
+
+def test_three_shot_prompt_holds_three_correct_worked_examples() -> None:
+    config = TaskConfig(model="oracle", few_shot_num=3)
+    test = load_split(bundled_dir(), "test")[:5]
+    requests = build_requests(test, config, few_shot_pool(config))
+    prompt = requests[0].prompt
+    assert prompt.startswith("Here are some examples of how to solve similar problems:\n\n")
+    examples = prompt.split("\n\n\nSolve the following")[0].split("Q: A coin")[1:]
+    assert len(examples) == 3
+    validation = {r.question: r.answer for r in load_split(bundled_dir(), "validation")}
+    for block in examples:
+        question = "Q: A coin" + block.split("\n\nReasoning:\n")[0]
+        worked = block.split("\n\nReasoning:\n")[1].strip()
+        assert worked.splitlines()[-1] == f"ANSWER: {validation[question]}"
+        assert extract_answer(worked) == validation[question]
+        assert len(worked.splitlines()) == question.count("the coin.") + 3  # start, one per person, verdict, answer
+    assert all(r.prompt.split("\n\n\nSolve")[0] == requests[0].prompt.split("\n\n\nSolve")[0] for r in requests)
+
+
+def test_reasoning_tracks_state_person_by_person() -> None:
+    q = "Q: A coin is heads up. ana flips the coin. bo does not flip the coin. cy flips the coin.  Is the coin still heads up?"
+    lines = reasoning(q).splitlines()
+    assert lines[1] == "ana flips the coin, so it is now tails up."
+    assert lines[2] == "bo does not flip the coin, so it stays tails up."
+    assert lines[3] == "cy flips the coin, so it is now heads up."
+    assert lines[-1] == "ANSWER: YES"
+
+
+def test_a_question_is_never_among_its_own_examples() -> None:
+    config = TaskConfig(model="oracle", few_shot_num=4, split="validation")
+    pool = few_shot_pool(config)
+    requests = build_requests(pool, config, pool)
+    for request in requests:
+        head = request.prompt.split("\n\n\nSolve the following")[0]
+        assert head.count("Q: A coin") == 4
+        assert request.question not in head
+
+
+@pytest.mark.parametrize("system", [None, "You are careful."])
+def test_messages_carry_the_same_text(system: str | None) -> None:
+    prompt = build_prompt("Q: A coin is heads up.  Is the coin still heads up?")
+    messages = to_messages(prompt, system)
+    assert messages[-1] == {"role": "user", "content": prompt}
+    assert len(messages) == (2 if system else 1)
