@@ -1,0 +1,309 @@
+"""End to end against a real OpenAI-compatible HTTP server on 127.0.0.1 (no mocked client)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coinflip.data import bundled_dir, load_split
+from coinflip.testing.server import FakeOpenAIServer, Policy
+
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+
+def expected_metrics(limit: int, policy: Policy) -> dict[str, float]:
+    """Count the confusion matrix by hand from what the server is known to answer."""
+    tp = fp = tn = yes_targets = 0
+    records = load_split(bundled_dir(), "test")[:limit]
+    for r in records:
+        got = policy.expected(r.question)
+        yes_targets += r.answer == "YES"
+        tp += got == "YES" and r.answer == "YES"
+        fp += got == "YES" and r.answer == "NO"
+        tn += got == "NO" and r.answer == "NO"
+    precision = tp / (tp + fp)
+    recall = tp / yes_targets
+    return {
+        "accuracy": (tp + tn) / limit,
+        "precision": precision,
+        "recall": recall,
+        "f1_score": 2 * precision * recall / (precision + recall),
+        "yes_ratio": (tp + fp) / limit,
+    }
+
+
+def test_specification_cli_call(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    result = run_cli(
+        "eval", "--model", "YOUR_MODEL", "--api-url", server.url, "--api-key", "EMPTY_TOKEN",
+        "--datasets", "coin_flip", "--limit", "10", "--work-dir", str(tmp_path), cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    report = json.loads((run / "reports" / "YOUR_MODEL" / "coin_flip.json").read_text())
+    assert report["counts"]["samples"] == 10
+    assert report["metrics"] == pytest.approx(expected_metrics(10, Policy("mixed")))
+    assert "f1_score" in result.stdout and "yes_ratio" in result.stdout
+    assert result.stdout.index("f1_score") < result.stdout.index("accuracy")
+
+
+def test_specification_python_call(server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    from coinflip import run_task
+    from coinflip.config import TaskConfig
+
+    task_cfg = TaskConfig(
+        model="YOUR_MODEL",
+        api_url=server.url,
+        api_key="EMPTY_TOKEN",
+        datasets=["coin_flip"],
+        limit=10,
+    )
+    report = run_task(task_cfg=task_cfg)
+    assert report["metrics"] == pytest.approx(expected_metrics(10, Policy("mixed")))
+    assert (tmp_path / "outputs").is_dir()
+    import coinflip
+
+    assert coinflip.TaskConfig is TaskConfig
+
+
+def test_larger_run_matches_known_answers_and_records_usage(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    result = run_cli("eval", "--model", "m", "--api-url", server.url, "--limit", "400", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert report["metrics"] == pytest.approx(expected_metrics(400, Policy("mixed")))
+    assert report["counts"]["invalid"] > 0  # the mixed policy answers "maybe" sometimes
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert [r["id"] for r in rows] == list(range(400))
+    assert all(r["usage"]["completion_tokens"] > 0 and r["latency_s"] > 0 and r["finish_reason"] == "stop" for r in rows)
+    assert all(r["reasoning"].startswith("Scratch work") for r in rows)  # recorded, never scored
+    assert (run / "configs/task_config.yaml").is_file() and (run / "logs/eval_log.log").is_file()
+    assert (run / "reviews/m/coin_flip.jsonl").is_file() and (run / "reports/m/coin_flip.html").is_file()
+
+
+def test_flaky_server_gives_the_same_metrics_as_a_clean_one(tmp_path: Path) -> None:
+    with FakeOpenAIServer("mixed") as clean:
+        ok = run_cli("eval", "--model", "m", "--api-url", clean.url, "--limit", "300", "--work-dir", str(tmp_path / "clean"))
+    with FakeOpenAIServer("mixed", fail_rate=0.3, stall=5.0, seed=3) as flaky:
+        bad = run_cli(
+            "eval", "--model", "m", "--api-url", flaky.url, "--limit", "300", "--timeout", "1",
+            "--retries", "12", "--work-dir", str(tmp_path / "flaky"),
+        )
+        faults = dict(flaky.state.faults)
+    assert ok.returncode == 0 and bad.returncode == 0, bad.stderr
+    assert set(faults) == {"429", "500", "stall", "drop", "malformed", "empty"}
+    assert sum(faults.values()) > 60
+    clean_report = json.loads((only_run_dir(tmp_path / "clean") / "reports/m/coin_flip.json").read_text())
+    flaky_report = json.loads((only_run_dir(tmp_path / "flaky") / "reports/m/coin_flip.json").read_text())
+    assert flaky_report["metrics"] == clean_report["metrics"]
+    assert flaky_report["counts"] == clean_report["counts"]
+    attempts = [r["attempts"] for r in read_jsonl(only_run_dir(tmp_path / "flaky") / "predictions/m/coin_flip.jsonl")]
+    assert max(attempts) > 1
+
+
+def test_bad_key_stops_at_once_without_retrying(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct", api_key="right-key") as srv:
+        start = time.monotonic()
+        result = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--api-key", "wrong-key", "--eval-batch-size", "1",
+            "--retries", "5", "--work-dir", str(tmp_path),
+        )
+        elapsed = time.monotonic() - start
+        sent = len(srv.state.auth_headers)
+    assert result.returncode == 2
+    assert elapsed < 10
+    assert sent == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "401" in lines[0] and "--api-key" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_model_is_a_clear_error(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct", models=("real-model",)) as srv:
+        result = run_cli("eval", "--model", "typo-model", "--api-url", srv.url, "--work-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "404" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_api_key_never_reaches_a_file_or_log(tmp_path: Path) -> None:
+    secret = "sk-live-TOPSECRET-1234567890"
+    with FakeOpenAIServer("mixed", api_key=secret) as srv:
+        flag = run_cli("eval", "--model", "m", "--api-url", srv.url, "--api-key", secret, "--limit", "20", "--work-dir", str(tmp_path / "a"))
+        env = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "20", "--work-dir", str(tmp_path / "b"),
+                      env={"OPENAI_API_KEY": secret})
+        assert srv.state.auth_headers.count(f"Bearer {secret}") == 40
+    with FakeOpenAIServer("mixed", api_key="other") as srv:  # a server that rejects it must not echo it either
+        rejected = run_cli("eval", "--model", "m", "--api-url", srv.url, "--api-key", secret, "--work-dir", str(tmp_path / "c"))
+    assert flag.returncode == 0 and env.returncode == 0 and rejected.returncode == 2
+    for result in (flag, env, rejected):
+        assert secret not in result.stdout + result.stderr
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) >= 10
+    for path in files:
+        assert secret.encode() not in path.read_bytes(), path
+    config = (only_run_dir(tmp_path / "a") / "configs/task_config.yaml").read_text()
+    assert "api_key: '***'" in config
+
+
+def test_replicas_share_the_load(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct", latency=0.02) as a, FakeOpenAIServer("correct", latency=0.02) as b:
+        result = run_cli("eval", "--model", "m", "--api-url", a.url, "--api-url", b.url, "--limit", "200", "--work-dir", str(tmp_path))
+        counts = sum(a.state.requests.values()), sum(b.state.requests.values())
+    assert result.returncode == 0, result.stderr
+    assert sum(counts) == 200 and min(counts) >= 60
+
+
+@pytest.mark.parametrize(("model", "expect"), [
+    ("oracle", {"accuracy": 1.0, "precision": 1.0, "recall": 1.0, "f1_score": 1.0}),
+    ("always-yes", {"recall": 1.0, "yes_ratio": 1.0}),
+    ("always-no", {"recall": 0.0, "yes_ratio": 0.0, "f1_score": 0.0}),
+])
+def test_baselines(tmp_path: Path, model: str, expect: dict[str, float]) -> None:
+    result = run_cli("eval", "--model", model, "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    report = json.loads((only_run_dir(tmp_path) / f"reports/{model}/coin_flip.json").read_text())
+    assert report["counts"]["samples"] == 3333
+    for name, value in expect.items():
+        assert report["metrics"][name] == value, name
+    if model == "oracle":
+        assert report["metrics"]["yes_ratio"] == pytest.approx(report["counts"]["target_yes"] / 3333)
+
+
+def test_random_baseline_is_seeded_and_near_one_half(tmp_path: Path) -> None:
+    a = run_cli("eval", "--model", "random", "--seed", "5", "--work-dir", str(tmp_path / "a"))
+    b = run_cli("eval", "--model", "random", "--seed", "5", "--work-dir", str(tmp_path / "b"))
+    ra = json.loads((only_run_dir(tmp_path / "a") / "reports/random/coin_flip.json").read_text())
+    rb = json.loads((only_run_dir(tmp_path / "b") / "reports/random/coin_flip.json").read_text())
+    assert a.returncode == b.returncode == 0
+    assert ra["metrics"] == rb["metrics"] and abs(ra["metrics"]["accuracy"] - 0.5) < 0.05
+
+
+def test_model_names_are_made_safe_for_paths(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    result = run_cli("eval", "--model", "org/Model:7b", "--api-url", server.url, "--limit", "3", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert (only_run_dir(tmp_path) / "predictions/org_Model_7b/coin_flip.jsonl").is_file()
+
+
+def test_samples_without_reply_are_errors_and_resume_asks_only_for_them(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct", fail_rate=1.0, seed=1) as broken:
+        broken.state.stall = 0.01
+        result = run_cli("eval", "--model", "m", "--api-url", broken.url, "--limit", "5", "--retries", "1", "--timeout", "0.5",
+                         "--work-dir", str(tmp_path))
+    assert result.returncode == 1
+    run = only_run_dir(tmp_path)
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert report["counts"]["errors"] == 5 and not report["complete"] and report["warnings"]
+    assert "INCOMPLETE" in result.stdout
+    with FakeOpenAIServer("correct") as good:
+        again = run_cli("eval", "--model", "m", "--api-url", good.url, "--limit", "8", "--use-cache", str(run), "--work-dir", str(tmp_path))
+        asked = sum(good.state.requests.values())
+    assert again.returncode == 0, again.stderr
+    assert asked == 8  # the 5 errors and the 3 never run
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert report["complete"] and report["counts"]["errors"] == 0 and report["counts"]["samples"] == 8
+    assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 8
+
+
+def test_use_cache_refuses_a_different_run(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    first = run_cli("eval", "--model", "m", "--api-url", server.url, "--limit", "3", "--work-dir", str(tmp_path))
+    assert first.returncode == 0
+    run = only_run_dir(tmp_path)
+    result = run_cli("eval", "--model", "other", "--api-url", server.url, "--limit", "3", "--few-shot-num", "2",
+                     "--generation-config", "temperature=0.5", "--use-cache", str(run))
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1
+    for word in ("model", "few_shot_num", "generation_config"):
+        assert word in line
+
+
+def _spawn(args: list[str]) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
+    return subprocess.Popen([sys.executable, "-m", "coinflip.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _lines(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    data = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in data[: data.rfind("\n") + 1].splitlines()]
+
+
+def _comparable(rows: list[dict]) -> list[tuple]:
+    return sorted((r["id"], r["target"], r["prompt"], r["reply"], r["error"]) for r in rows)
+
+
+def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    limit = 240
+    rng = random.Random(1234)
+    with FakeOpenAIServer("mixed", latency=0.03) as srv:
+        base = ["eval", "--model", "m", "--api-url", srv.url, "--limit", str(limit), "--eval-batch-size", "8"]
+        reference = run_cli(*base, "--work-dir", str(tmp_path / "ref"))
+        assert reference.returncode == 0
+        ref_rows = read_jsonl(only_run_dir(tmp_path / "ref") / "predictions/m/coin_flip.jsonl")
+        work = tmp_path / "killed"
+        proc = _spawn([*base, "--work-dir", str(work)])
+        time.sleep(rng.uniform(1.0, 2.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        run = only_run_dir(work)
+        predictions = run / "predictions/m/coin_flip.jsonl"
+        for _ in range(3):
+            time.sleep(0.3)  # let requests that were in flight at the kill reach the server
+            done = {r["question"] for r in _lines(predictions)}
+            before = dict(srv.state.requests)
+            proc = _spawn([*base, "--use-cache", str(run)])
+            time.sleep(rng.uniform(0.5, 1.5))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            for question in done:
+                assert srv.state.requests[question] == before[question], "a finished sample was asked again"
+        time.sleep(0.3)
+        done = {r["question"] for r in _lines(predictions)}
+        before = dict(srv.state.requests)
+        final = run_cli(*base, "--use-cache", str(run))
+        assert final.returncode == 0, final.stderr
+        for question in done:
+            assert srv.state.requests[question] == before[question]
+    rows = read_jsonl(predictions)
+    assert len(rows) == limit
+    assert _comparable(rows) == _comparable(ref_rows)
+    ref_report = json.loads((only_run_dir(tmp_path / "ref") / "reports/m/coin_flip.json").read_text())
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert report["metrics"] == ref_report["metrics"]
+
+
+def test_half_written_last_line_is_tolerated(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    first = run_cli("eval", "--model", "m", "--api-url", server.url, "--limit", "6", "--work-dir", str(tmp_path))
+    assert first.returncode == 0
+    run = only_run_dir(tmp_path)
+    predictions = run / "predictions/m/coin_flip.jsonl"
+    lines = predictions.read_text().splitlines(keepends=True)
+    predictions.write_text("".join(lines[:4]) + lines[4][: len(lines[4]) // 2])
+    again = run_cli("eval", "--model", "m", "--api-url", server.url, "--limit", "6", "--use-cache", str(run))
+    assert again.returncode == 0, again.stderr
+    rows = read_jsonl(predictions)
+    assert [r["id"] for r in rows] == list(range(6))
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct", latency=0.05) as srv:
+        proc = _spawn(["eval", "--model", "m", "--api-url", srv.url, "--eval-batch-size", "4", "--work-dir", str(tmp_path)])
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert "Traceback" not in err
+    assert "--use-cache" in err
+    run = only_run_dir(tmp_path)
+    kept = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert 0 < len(kept) < 3333
