@@ -24,6 +24,7 @@ def test_coinflip_arithmetic_counts_every_failure() -> None:
     assert m["recall"] == pytest.approx(4 / 8)  # the invalid and the errored YES targets are misses
     assert m["f1_score"] == pytest.approx(8 / 15)
     assert c["invalid_rate"] == pytest.approx(2 / 17)
+    assert (c["invalid_on_yes"], c["errors_on_yes"], c["invalid_on_no"], c["errors_on_no"]) == (1, 1, 1, 0)
     assert r["metric_compat"] == "coinflip" and r["primary"] == "f1_score"
     assert list(m) == list(METRICS) and list(m)[0] == "f1_score"
 

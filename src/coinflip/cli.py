@@ -127,6 +127,80 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
     do_rescore(run_dir, metric_compat)
 
 
+@app.command("compare")
+@click.argument("run_dirs", nargs=-1, required=True)
+@click.option("--force", is_flag=True, help="Compare runs on different data, pairing only the samples they share.")
+@click.option("--out", default="./outputs/compare", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder for compare.md, compare.html and compare.json.")
+def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path) -> None:
+    """Leaderboard of runs on the same data, with paired McNemar tests between each pair."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from .compare import compare, to_html, to_markdown
+    from .metrics import METRICS
+
+    result = compare(list(run_dirs), force)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.md").write_text(to_markdown(result), encoding="utf-8")
+    (out / "compare.html").write_text(to_html(result), encoding="utf-8")
+    (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    console = Console()
+    board = Table(title="CoinFlip leaderboard", title_justify="left")
+    for column in ("rank", "model", *METRICS, "invalid"):
+        board.add_column(column)
+    for row in result["leaderboard"]:
+        board.add_row(str(row["rank"]), row["model"], *(f"{row[m]:.4f}" for m in METRICS), f"{row['invalid_rate']:.1%}")
+    console.print(board)
+    tests = Table(title="Paired McNemar tests (shared samples)", title_justify="left")
+    for column in ("A", "B", "shared", "only A right", "only B right", "chi2", "p", "p exact"):
+        tests.add_column(column)
+    for p in result["pairs"]:
+        tests.add_row(p["a"], p["b"], str(p["shared"]), str(p["only_a"]), str(p["only_b"]),
+                      f"{p['chi2']:.4f}", f"{p['p_value']:.4g}", f"{p['p_exact']:.4g}")
+    console.print(tests)
+    if not result["same_data"]:
+        console.print("[yellow]warning:[/] runs used different data; only shared samples were paired")
+    console.print(f"written: {out / 'compare.md'}, {out / 'compare.html'}")
+
+
+@app.command("sweep")
+@click.option("--model", required=True, help="Model name, a baseline, or smollm2.")
+@click.option("--api-url", multiple=True, help="OpenAI-compatible base URL; repeat for replicas.")
+@click.option("--api-key", default=None, help="API key; defaults to $COINFLIP_API_KEY or $OPENAI_API_KEY.")
+@click.option("--people", default="2-16", show_default=True, help="Range of people per question, one point per length.")
+@click.option("--count", default=200, show_default=True, type=int, help="Questions per length.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Generator seed (the length is added to it).")
+@click.option("--eval-batch-size", default=32, show_default=True, type=int, help="Requests in flight at once.")
+@click.option("--generation-config", default=None, help="JSON or key=value pairs.")
+@click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds per request attempt.")
+@click.option("--retries", default=5, show_default=True, type=int, help="Retries per request.")
+@click.option("--system-prompt", default=None, help="Optional system message.")
+@click.option("--model-path", default=None, type=click.Path(dir_okay=False), help="Serve this local GGUF file with llama.cpp.")
+@click.option("--work-dir", default="./outputs", show_default=True, help="Where the sweep folder is created.")
+def sweep_command(people: str, count: int, seed: int, work_dir: str, **opts: Any) -> None:
+    """Accuracy against the number of people: where state tracking breaks.
+
+    Generates a fresh set per length, evaluates each, and writes sweep.json, sweep.md and an
+    HTML chart with 95% intervals.
+    """
+    from .config import TaskConfig
+    from .generate import PeopleRange
+    from .sweep import sweep
+
+    opts["api_url"] = list(opts["api_url"]) or None
+    TaskConfig(**opts)  # validate once, before generating anything
+    result = sweep(opts, PeopleRange.parse(people), count, seed, Path(work_dir))
+    click.echo(f"{'people':>6}  {'accuracy':>8}  95% interval   invalid")
+    for p in result["points"]:
+        lo, hi = p["interval"]
+        click.echo(f"{p['people']:>6}  {p['accuracy']:>8.4f}  {lo:.3f}-{hi:.3f}  {p['invalid_rate']:>7.1%}")
+    click.echo(f"written: {result['directory']}/sweep.html")
+    if not all(p["complete"] for p in result["points"]):
+        sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every user-fixable problem ends as one line on stderr and exit code 2."""
     try:

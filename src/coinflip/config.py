@@ -48,6 +48,7 @@ class TaskConfig:
     model_path: str | None = None
     html_report: bool = True
     progress: bool | None = None
+    quiet: bool = False
 
     def __post_init__(self) -> None:
         self.datasets = _check_datasets(self.datasets)

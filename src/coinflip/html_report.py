@@ -9,6 +9,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from .charts import bars, histogram
 from .metrics import METRICS
 
 MAX_ROWS = 5000  # wrong, invalid and errored samples first; the JSONL files hold every sample
@@ -45,45 +46,6 @@ def _pct(x: float) -> str:
     return f"{x:.3f}"
 
 
-def _bars(points: list[tuple[str, float, float, float]], height: int = 180, color: str = "#3558d6") -> str:
-    """Vertical bars with interval whiskers; values in [0, 1]."""
-    width = max(320, 46 * len(points) + 50)
-    inner = height - 40
-    slot = (width - 50) / max(1, len(points))
-    parts = [f'<svg width="{width}" height="{height}" role="img">']
-    for tick in (0, 0.5, 1):
-        y = 10 + inner * (1 - tick)
-        parts.append(f'<line x1="40" x2="{width}" y1="{y}" y2="{y}" stroke="#e2e5ea"/><text x="8" y="{y + 4}">{tick:.1f}</text>')
-    for i, (label, value, lo, hi) in enumerate(points):
-        x = 45 + i * slot
-        y = 10 + inner * (1 - value)
-        parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{slot * 0.6:.1f}" height="{inner * value:.1f}" fill="{color}"><title>{escape(label)}: {value:.3f}</title></rect>')
-        cx = x + slot * 0.3
-        parts.append(f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{10 + inner * (1 - hi):.1f}" y2="{10 + inner * (1 - lo):.1f}" stroke="#222"/>')
-        parts.append(f'<text x="{x:.1f}" y="{height - 12}">{escape(label)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _histogram(values: list[float], label: str, bins: int = 20) -> str:
-    if not values:
-        return f"<p class='meta'>no {escape(label)} recorded</p>"
-    lo, hi = min(values), max(values)
-    step = (hi - lo) / bins or 1.0
-    counts = [0] * bins
-    for v in values:
-        counts[min(bins - 1, int((v - lo) / step))] += 1
-    top = max(counts)
-    width, height = 340, 150
-    bar = (width - 20) / bins
-    parts = [f'<svg width="{width}" height="{height}" role="img">']
-    for i, c in enumerate(counts):
-        h = (height - 35) * c / top
-        parts.append(f'<rect x="{10 + i * bar:.1f}" y="{height - 25 - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" fill="#6b8afd"><title>{c}</title></rect>')
-    parts.append(f'<text x="10" y="{height - 8}">{lo:.3g}</text><text x="{width - 60}" y="{height - 8}">{hi:.3g} {escape(label)}</text></svg>')
-    return "".join(parts)
-
-
 def _cards(report: dict[str, Any]) -> str:
     out = []
     for name in METRICS:
@@ -97,8 +59,8 @@ def _cards(report: dict[str, Any]) -> str:
 def _confusion(c: dict[str, Any]) -> str:
     return (
         '<table class="cm"><tr><th></th><th>pred YES</th><th>pred NO</th><th>invalid</th><th>error</th></tr>'
-        f'<tr><th>target YES</th><td>{c["tp"]}</td><td>{c["fn"]}</td><td colspan="2">{c["invalid_on_yes"]} (invalid + error)</td></tr>'
-        f'<tr><th>target NO</th><td>{c["fp"]}</td><td>{c["tn"]}</td><td colspan="2">{c["invalid_on_no"]} (invalid + error)</td></tr></table>'
+        f'<tr><th>target YES</th><td>{c["tp"]}</td><td>{c["fn"]}</td><td>{c["invalid_on_yes"]}</td><td>{c["errors_on_yes"]}</td></tr>'
+        f'<tr><th>target NO</th><td>{c["fp"]}</td><td>{c["tn"]}</td><td>{c["invalid_on_no"]}</td><td>{c["errors_on_no"]}</td></tr></table>'
         f'<p class="meta">invalid answers {c["invalid"]} ({c["invalid_rate"]:.1%}), errors {c["errors"]}</p>'
     )
 
@@ -128,7 +90,7 @@ def render(report: dict[str, Any], predictions: list[dict[str, Any]], reviews: l
     people = [(f"{k}p", v["accuracy"], *v["interval"]) for k, v in report["by_people"].items()]
     true_yes = c["target_yes"] / c["samples"] if c["samples"] else 0.0
     lo, hi = report["intervals"]["yes_ratio"]
-    yes_chart = _bars([("yes_ratio", report["metrics"]["yes_ratio"], lo, hi), ("true YES", true_yes, true_yes, true_yes)], color="#8a63d2")
+    yes_chart = bars([("yes_ratio", report["metrics"]["yes_ratio"], lo, hi), ("true YES", true_yes, true_yes, true_yes)], color="#8a63d2")
     latency = [p.get("latency_s") or 0.0 for p in predictions if p.get("error") is None]
     tokens = [float((p.get("usage") or {}).get("completion_tokens")) for p in predictions if (p.get("usage") or {}).get("completion_tokens") is not None]
     rows, shown = _rows(predictions, reviews)
@@ -141,10 +103,10 @@ arithmetic {escape(report['metric_compat'])} | extraction {escape(report['extrac
 {warnings}{_cards(report)}
 <div class="grid">
 <div class="panel"><h2>Confusion matrix</h2>{_confusion(c)}</div>
-<div class="panel" id="by-people"><h2>Accuracy by number of people</h2>{_bars(people)}</div>
+<div class="panel" id="by-people"><h2>Accuracy by number of people</h2>{bars(people)}</div>
 <div class="panel"><h2>yes_ratio against the true YES share</h2>{yes_chart}</div>
-<div class="panel"><h2>Latency (s)</h2>{_histogram(latency, "s")}</div>
-<div class="panel"><h2>Completion tokens</h2>{_histogram(tokens, "tokens")}</div>
+<div class="panel"><h2>Latency (s)</h2>{histogram(latency, "s")}</div>
+<div class="panel"><h2>Completion tokens</h2>{histogram(tokens, "tokens")}</div>
 </div>
 <h2>Samples</h2>
 <div class="filters"><button class="on" data-f="all">all</button><button data-f="notok">not correct</button><button data-f="wrong">wrong</button><button data-f="invalid">invalid</button><button data-f="error">errored</button>

@@ -70,17 +70,19 @@ def compute(outcomes: Iterable[Outcome], compat: str = "coinflip", seed: int = 0
 
     counts = dict.fromkeys(_CATEGORIES, 0)
     by_people: dict[int, list[int]] = {}
-    errors = total = 0
+    errors = dict.fromkeys(("YES", "NO"), 0)
+    total = 0
     for o in outcomes:
         total += 1
         counts[(o.target, o.prediction)] += 1
-        errors += o.error
+        errors[o.target] += o.error
         cell = by_people.setdefault(o.people, [0, 0])
         cell[0] += 1
         cell[1] += o.prediction == o.target
     correct = counts[("YES", "YES")] + counts[("NO", "NO")]
     yes = counts[("YES", "YES")] + counts[("NO", "YES")]
-    invalid = counts[("YES", None)] + counts[("NO", None)] - errors
+    invalid_on = {t: counts[(t, None)] - errors[t] for t in ("YES", "NO")}
+    invalid = sum(invalid_on.values())
     precision, recall, f1 = (float(x) for x in _from_counts(counts, compat))
     values = {
         "f1_score": f1,
@@ -108,10 +110,12 @@ def compute(outcomes: Iterable[Outcome], compat: str = "coinflip", seed: int = 0
             "fn": counts[("YES", "NO")],
             "invalid": invalid,
             "invalid_rate": _ratio(invalid, total),
-            "errors": errors,
+            "errors": errors["YES"] + errors["NO"],
             "target_yes": sum(counts[("YES", p)] for p in ("YES", "NO", None)),
-            "invalid_on_yes": counts[("YES", None)],
-            "invalid_on_no": counts[("NO", None)],
+            "invalid_on_yes": invalid_on["YES"],
+            "invalid_on_no": invalid_on["NO"],
+            "errors_on_yes": errors["YES"],
+            "errors_on_no": errors["NO"],
         },
         "by_people": {
             str(k): {"samples": n, "correct": ok, "accuracy": _ratio(ok, n), "interval": list(wilson(ok, n))}

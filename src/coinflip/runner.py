@@ -38,7 +38,7 @@ def run_task(task_cfg: TaskConfig | dict[str, Any] | None = None, **kwargs: Any)
     try:
         log.info("run %s: %d samples, model %s", run.root, len(requests), config.model)
         generate(config, run, requests, records)
-        return finish(run, config.metric_compat)
+        return finish(run, config.metric_compat, show=not config.quiet)
     finally:
         log.removeHandler(handler)
         handler.close()
@@ -121,7 +121,7 @@ def generate(config: TaskConfig, run: RunDir, requests: list[Request], records: 
         return
     by_id = {r.id: r for r in records}
     writer = PredictionWriter(run.predictions)
-    progress = Progress(len(pending), f"coin_flip {config.model}", config.progress)
+    progress = Progress(len(pending), f"coin_flip {config.model}", False if config.quiet else config.progress)
     started = time.perf_counter()
 
     def on_reply(request: Request, reply: Reply) -> None:

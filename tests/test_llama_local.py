@@ -1,0 +1,85 @@
+"""A real model end to end: SmolLM2-135M through llama.cpp's OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+pytest.importorskip("llama_cpp", reason="install coinflip[local]; .ci/run does")
+pytestmark = pytest.mark.llama
+
+
+def llama_processes() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"llama_cpp.server" in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def test_smollm2_replies_are_real_parsed_and_scored(tmp_path: Path) -> None:
+    result = run_cli(
+        "eval", "--model", "smollm2", "--limit", "6", "--generation-config", "max_tokens=96,temperature=0",
+        "--work-dir", str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    rows = read_jsonl(run / "predictions/smollm2/coin_flip.jsonl")
+    assert len(rows) == 6
+    assert all(r["error"] is None and isinstance(r["reply"], str) and r["reply"].strip() for r in rows)
+    assert len({r["reply"] for r in rows}) > 1  # the model's own text, not a canned reply
+    assert all(r["usage"]["completion_tokens"] > 0 and r["usage"]["prompt_tokens"] > 100 for r in rows)
+    assert all(r["latency_s"] > 0 for r in rows)
+    report = json.loads((run / "reports/smollm2/coin_flip.json").read_text())
+    counts = report["counts"]
+    assert counts["samples"] == 6 and counts["errors"] == 0
+    assert counts["invalid"] + counts["tp"] + counts["fp"] + counts["tn"] + counts["fn"] == 6
+    assert "f1_score" in result.stdout
+    assert llama_processes() == []
+
+
+def test_no_server_left_after_a_failure(tmp_path: Path) -> None:
+    bogus = tmp_path / "broken.gguf"
+    bogus.write_bytes(b"GGUF not really a model")
+    result = run_cli("eval", "--model", "mine", "--model-path", str(bogus), "--limit", "2", "--work-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "llama.cpp server exited" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert llama_processes() == []
+
+
+def test_no_server_left_after_ctrl_c(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coinflip.cli", "eval", "--model", "smollm2", "--limit", "40", "--work-dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    deadline = time.monotonic() + 120
+    predictions = None
+    while time.monotonic() < deadline:  # wait until the server answers and a reply has landed
+        runs = [p for p in tmp_path.iterdir() if p.is_dir()] if tmp_path.exists() else []
+        if runs:
+            predictions = runs[0] / "predictions/smollm2/coin_flip.jsonl"
+            if predictions.exists() and predictions.stat().st_size > 0:
+                break
+        time.sleep(0.2)
+    assert llama_processes(), "the server should be running mid-run"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in err
+    time.sleep(0.5)
+    assert llama_processes() == []
+    assert predictions is not None and read_jsonl(predictions)

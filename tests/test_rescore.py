@@ -1,0 +1,62 @@
+"""Re-scoring recomputes reviews and reports from saved predictions alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+
+def _run(tmp_path: Path) -> Path:
+    with FakeOpenAIServer("mixed") as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "60", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    return only_run_dir(tmp_path)
+
+
+def test_rescore_reproduces_the_report_exactly(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    report = run / "reports/m/coin_flip.json"
+    reviews = run / "reviews/m/coin_flip.jsonl"
+    before, before_reviews = report.read_bytes(), reviews.read_bytes()
+    report.unlink()
+    reviews.unlink()
+    result = run_cli("rescore", str(run))  # no server is running now
+    assert result.returncode == 0, result.stderr
+    assert report.read_bytes() == before
+    assert reviews.read_bytes() == before_reviews
+
+
+def test_editing_a_saved_reply_changes_the_report_as_it_should(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    predictions = run / "predictions/m/coin_flip.jsonl"
+    old = json.loads((run / "reports/m/coin_flip.json").read_text())
+    rows = read_jsonl(predictions)
+    reviews = {r["id"]: r for r in read_jsonl(run / "reviews/m/coin_flip.jsonl")}
+    victim = next(r for r in rows if reviews[r["id"]]["invalid"])  # an invalid answer becomes a correct one
+    victim["reply"] = f"Fixed by hand.\nANSWER: {victim['target']}"
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_cli("rescore", str(run)).returncode == 0
+    new = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert new["counts"]["invalid"] == old["counts"]["invalid"] - 1
+    assert new["counts"]["correct"] == old["counts"]["correct"] + 1
+    assert abs(new["metrics"]["accuracy"] - (old["metrics"]["accuracy"] + 1 / 60)) < 1e-12
+
+
+def test_rescore_with_the_other_arithmetic(tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    old = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert run_cli("rescore", str(run), "--metric-compat", "evalscope").returncode == 0
+    new = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert new["metric_compat"] == "evalscope" and old["metric_compat"] == "coinflip"
+    assert new["metrics"]["accuracy"] == old["metrics"]["accuracy"]
+    assert new["metrics"]["recall"] > old["metrics"]["recall"]  # invalid YES answers no longer count as misses
+
+
+def test_rescore_of_a_non_run_directory_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("rescore", str(tmp_path))
+    assert result.returncode == 2 and "not a coinflip run directory" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
