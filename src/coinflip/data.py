@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -38,13 +38,35 @@ class Record:
 
 @dataclass(frozen=True)
 class Dataset:
-    """Loaded rows plus where they came from; `source` goes into every report."""
+    """Validated rows plus where they came from; `source` goes into every report.
 
-    records: tuple[Record, ...]
-    source: dict[str, Any] = field(default_factory=dict)
+    Line-based files (JSONL, CSV) are validated in one streaming pass and read again when
+    iterated, so a run over a million generated questions holds none of them in memory.
+    """
+
+    source: dict[str, Any]
+    count: int
+    rows: tuple[Record, ...] | None = None
+    path: Path | None = None
+
+    def __iter__(self) -> Iterator[Record]:
+        rows: Iterable[Record] = self.rows if self.rows is not None else _stream(self.path)  # type: ignore[arg-type]
+        for record, _ in zip(rows, range(self.count)):
+            yield record
 
     def __len__(self) -> int:
-        return len(self.records)
+        return self.count
+
+    @property
+    def records(self) -> tuple[Record, ...]:
+        return tuple(self)
+
+    def take(self, limit: int | float | None) -> Dataset:
+        """The first `limit` rows (a count, or a fraction of the set)."""
+        if limit is None:
+            return self
+        count = max(1, round(self.count * limit)) if isinstance(limit, float) else int(limit)
+        return replace(self, count=min(count, self.count))
 
 
 def make_record(index: int, question: Any, answer: Any, where: str) -> Record:
@@ -74,16 +96,12 @@ def _pick(row: dict[str, Any], keys: Sequence[str], where: str) -> Any:
     raise DataError(f"{where}: missing field {' or '.join(repr(k) for k in keys)}")
 
 
-def _records(rows: Iterable[Any], path: Path) -> list[Record]:
-    out: list[Record] = []
+def _iter_records(rows: Iterable[Any], path: Path) -> Iterator[Record]:
     for number, row in enumerate(rows, 1):
         where = f"{path}: row {number}"
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected an object with question/answer, got {type(row).__name__}")
-        out.append(make_record(number - 1, _pick(row, QUESTION_KEYS, where), _pick(row, ANSWER_KEYS, where), where))
-    if not out:
-        raise DataError(f"{path}: no rows")
-    return out
+        yield make_record(number - 1, _pick(row, QUESTION_KEYS, where), _pick(row, ANSWER_KEYS, where), where)
 
 
 def _read_json(path: Path) -> Iterable[Any]:
@@ -131,22 +149,33 @@ def _read_parquet(path: Path) -> list[Any]:
 READERS = {".json": _read_json, ".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
 
 
-def load_file(path: str | Path) -> list[Record]:
-    """Read one file of rows; the format follows the file's extension."""
-    path = Path(path)
-    reader = READERS.get(path.suffix.lower())
-    if reader is None:
+def _checked(path: Path) -> Path:
+    if path.suffix.lower() not in READERS:
         raise DataError(f"{path}: unknown format {path.suffix or '(none)'}; use one of {', '.join(FORMATS)}")
     if not path.is_file():
         raise DataError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    return path
+
+
+def _stream(path: Path) -> Iterator[Record]:
+    """Records of one file, read lazily; errors name the file and row."""
     try:
-        return _records(reader(path), path)
+        yield from _iter_records(READERS[path.suffix.lower()](path), path)
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
     except PermissionError:
         raise DataError(f"{path}: permission denied") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def load_file(path: str | Path) -> list[Record]:
+    """Read one file of rows; the format follows the file's extension."""
+    path = _checked(Path(path))
+    records = list(_stream(path))
+    if not records:
+        raise DataError(f"{path}: no rows")
+    return records
 
 
 def split_file(directory: Path, split: str) -> Path:
@@ -162,16 +191,32 @@ def split_file(directory: Path, split: str) -> Path:
     return found[0]
 
 
+def split_files(path: Path, split: str) -> list[Path]:
+    """A file is the split itself; a directory holds test.* (or Parquet shards test-0000x-of-0000n)."""
+    if not path.is_dir():
+        return [_checked(path)]
+    shards = sorted(path.rglob(f"{split}-*.parquet"))
+    return shards if len(shards) > 1 else [split_file(path, split)]
+
+
 def load_split(path: str | Path, split: str) -> list[Record]:
-    """A file is the split itself; a directory holds test.* and validation.*."""
-    path = Path(path)
-    if path.is_dir():
-        shards = sorted(path.rglob(f"{split}-*.parquet"))
-        if len(shards) > 1:
-            rows = [r for shard in shards for r in load_file(shard)]
-            return [Record(i, r.question, r.answer, r.people, r.flips) for i, r in enumerate(rows)]
-        return load_file(split_file(path, split))
-    return load_file(path)
+    rows = [r for f in split_files(Path(path), split) for r in load_file(f)]
+    return [replace(r, id=i) for i, r in enumerate(rows)]
+
+
+def open_split(path: Path, split: str) -> tuple[Dataset, str]:
+    """Validate a split; keep it on disk when it can be streamed, else in memory. Returns it and its sha256."""
+    files_ = split_files(path, split)
+    if len(files_) == 1 and files_[0].suffix.lower() in (".jsonl", ".csv"):
+        digest, count = hashlib.sha256(), 0
+        for record in _stream(files_[0]):
+            digest.update(f"{record.question}\t{record.answer}\n".encode())
+            count += 1
+        if not count:
+            raise DataError(f"{files_[0]}: no rows")
+        return Dataset({}, count, path=files_[0]), digest.hexdigest()
+    records = tuple(load_split(path, split))
+    return Dataset({}, len(records), rows=records), rows_sha256(records)
 
 
 def bundled_dir() -> Path:
@@ -183,26 +228,19 @@ def load_dataset(
 ) -> Dataset:
     """Load one split from the bundled data, a local path, or a hub's local cache."""
     if path is not None:
-        records = load_split(path, split)
-        source = {"source": "file", "path": str(Path(path).resolve())}
+        where = Path(path)
+        source = {"source": "file", "path": str(where.resolve())}
     elif hub == "bundled":
-        records = load_split(bundled_dir(), split)
+        where = bundled_dir()
         source = {"source": "bundled", "path": f"coinflip/_data/{split}.jsonl"}
     else:
         from .hub import DATASET_ID, fetch
 
         hub_id = dataset_id or DATASET_ID
-        records = load_split(fetch(hub, hub_id), split)
+        where = fetch(hub, hub_id)
         source = {"source": hub, "id": hub_id}
-    source.update(split=split, rows=len(records), sha256=rows_sha256(records))
-    return Dataset(tuple(records), source)
-
-
-def apply_limit(records: Sequence[Record], limit: int | float | None) -> Sequence[Record]:
-    if limit is None:
-        return records
-    count = max(1, round(len(records) * limit)) if isinstance(limit, float) else int(limit)
-    return records[:count]
+    dataset, sha = open_split(where, split)
+    return replace(dataset, source={**source, "split": split, "rows": dataset.count, "sha256": sha})
 
 
 def dataset_stats(records: Sequence[Record], template: str) -> dict[str, Any]:

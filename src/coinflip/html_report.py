@@ -12,7 +12,7 @@ from typing import Any
 from .charts import bars, histogram
 from .metrics import METRICS
 
-MAX_ROWS = 5000  # wrong, invalid and errored samples first; the JSONL files hold every sample
+MAX_ROWS = 3333  # the official test split; failures first beyond that; the JSONL files hold every sample
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -65,11 +65,9 @@ def _confusion(c: dict[str, Any]) -> str:
     )
 
 
-def _rows(predictions: list[dict[str, Any]], reviews: list[dict[str, Any]]) -> tuple[str, int]:
-    pairs = list(zip(predictions, reviews))
-    pairs.sort(key=lambda pr: (pr[1]["correct"], pr[1]["id"]))
+def _rows(samples: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     out = []
-    for p, r in pairs[:MAX_ROWS]:
+    for p, r in sorted(samples, key=lambda pr: (pr[1]["correct"], pr[1]["id"])):
         kind = "error" if r["error"] else "invalid" if r["invalid"] else "correct" if r["correct"] else "wrong"
         classes = f"s {kind}" + ("" if r["correct"] else " notok")
         mark = {"correct": "ok", "wrong": "bad", "invalid": "inv", "error": "bad"}[kind]
@@ -80,10 +78,11 @@ def _rows(predictions: list[dict[str, Any]], reviews: list[dict[str, Any]]) -> t
             f'<td><pre>{escape(reply or "")}</pre></td><td>{escape(str(r["extracted"]))}</td><td>{r["target"]}</td>'
             f'<td class="{mark}">{kind}</td></tr>'
         )
-    return "".join(out), min(len(pairs), MAX_ROWS)
+    return "".join(out)
 
 
-def render(report: dict[str, Any], predictions: list[dict[str, Any]], reviews: list[dict[str, Any]]) -> str:
+def render(report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any) -> str:
+    """`samples`: (prediction, review) pairs to list; `latency` and `tokens`: values for the histograms."""
     data = report["dataset"]
     c = report["counts"]
     warnings = "".join(f'<div class="warn"><b>INCOMPLETE:</b> {escape(w)}</div>' for w in report["warnings"])
@@ -91,9 +90,7 @@ def render(report: dict[str, Any], predictions: list[dict[str, Any]], reviews: l
     true_yes = c["target_yes"] / c["samples"] if c["samples"] else 0.0
     lo, hi = report["intervals"]["yes_ratio"]
     yes_chart = bars([("yes_ratio", report["metrics"]["yes_ratio"], lo, hi), ("true YES", true_yes, true_yes, true_yes)], color="#8a63d2")
-    latency = [p.get("latency_s") or 0.0 for p in predictions if p.get("error") is None]
-    tokens = [float((p.get("usage") or {}).get("completion_tokens")) for p in predictions if (p.get("usage") or {}).get("completion_tokens") is not None]
-    rows, shown = _rows(predictions, reviews)
+    rows, shown = _rows(samples), len(samples)
     source = escape(str(data.get("id") or data.get("path") or data.get("source")))
     return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>coin_flip - {escape(report['model'])}</title><style>{STYLE}</style></head><body><main>
@@ -105,8 +102,8 @@ arithmetic {escape(report['metric_compat'])} | extraction {escape(report['extrac
 <div class="panel"><h2>Confusion matrix</h2>{_confusion(c)}</div>
 <div class="panel" id="by-people"><h2>Accuracy by number of people</h2>{bars(people)}</div>
 <div class="panel"><h2>yes_ratio against the true YES share</h2>{yes_chart}</div>
-<div class="panel"><h2>Latency (s)</h2>{histogram(latency, "s")}</div>
-<div class="panel"><h2>Completion tokens</h2>{histogram(tokens, "tokens")}</div>
+<div class="panel"><h2>Latency (s)</h2>{histogram(list(latency), "s")}</div>
+<div class="panel"><h2>Completion tokens</h2>{histogram(list(tokens), "tokens")}</div>
 </div>
 <h2>Samples</h2>
 <div class="filters"><button class="on" data-f="all">all</button><button data-f="notok">not correct</button><button data-f="wrong">wrong</button><button data-f="invalid">invalid</button><button data-f="error">errored</button>
@@ -117,6 +114,6 @@ arithmetic {escape(report['metric_compat'])} | extraction {escape(report['extrac
 """
 
 
-def write_html(path: Path, report: dict[str, Any], predictions: list[dict[str, Any]], reviews: list[dict[str, Any]]) -> None:
+def write_html(path: Path, report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(report, predictions, reviews), encoding="utf-8")
+    path.write_text(render(report, samples, latency, tokens), encoding="utf-8")

@@ -64,64 +64,78 @@ def _from_counts(c: dict[tuple[str, str | None], Any], compat: str) -> tuple[Any
     return _prf(tp, fp, recall_den)
 
 
-def compute(outcomes: Iterable[Outcome], compat: str = "coinflip", seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
-    """All numbers of a report, from per-sample outcomes; deterministic for a seed."""
-    import numpy as np
+class Tally:
+    """Running counts: metrics for any number of samples in constant memory."""
 
-    counts = dict.fromkeys(_CATEGORIES, 0)
-    by_people: dict[int, list[int]] = {}
-    errors = dict.fromkeys(("YES", "NO"), 0)
-    total = 0
-    for o in outcomes:
-        total += 1
-        counts[(o.target, o.prediction)] += 1
-        errors[o.target] += o.error
-        cell = by_people.setdefault(o.people, [0, 0])
+    def __init__(self) -> None:
+        self.cells = dict.fromkeys(_CATEGORIES, 0)
+        self.errors = dict.fromkeys(("YES", "NO"), 0)
+        self.by_people: dict[int, list[int]] = {}
+        self.total = 0
+
+    def add(self, o: Outcome) -> None:
+        self.total += 1
+        self.cells[(o.target, o.prediction)] += 1
+        self.errors[o.target] += o.error
+        cell = self.by_people.setdefault(o.people, [0, 0])
         cell[0] += 1
         cell[1] += o.prediction == o.target
-    correct = counts[("YES", "YES")] + counts[("NO", "NO")]
-    yes = counts[("YES", "YES")] + counts[("NO", "YES")]
-    invalid_on = {t: counts[(t, None)] - errors[t] for t in ("YES", "NO")}
-    invalid = sum(invalid_on.values())
-    precision, recall, f1 = (float(x) for x in _from_counts(counts, compat))
-    values = {
-        "f1_score": f1,
-        "accuracy": _ratio(correct, total),
-        "precision": precision,
-        "recall": recall,
-        "yes_ratio": _ratio(yes, total),
-    }
-    intervals = {
-        "accuracy": wilson(correct, total),
-        "yes_ratio": wilson(yes, total),
-        **_bootstrap(counts, total, compat, seed, resamples, np),
-    }
-    return {
-        "metric_compat": compat,
-        "primary": PRIMARY,
-        "metrics": values,
-        "intervals": {k: [round(lo, 6), round(hi, 6)] for k, (lo, hi) in intervals.items()},
-        "counts": {
-            "samples": total,
-            "correct": correct,
-            "tp": counts[("YES", "YES")],
-            "fp": counts[("NO", "YES")],
-            "tn": counts[("NO", "NO")],
-            "fn": counts[("YES", "NO")],
-            "invalid": invalid,
-            "invalid_rate": _ratio(invalid, total),
-            "errors": errors["YES"] + errors["NO"],
-            "target_yes": sum(counts[("YES", p)] for p in ("YES", "NO", None)),
-            "invalid_on_yes": invalid_on["YES"],
-            "invalid_on_no": invalid_on["NO"],
-            "errors_on_yes": errors["YES"],
-            "errors_on_no": errors["NO"],
-        },
-        "by_people": {
-            str(k): {"samples": n, "correct": ok, "accuracy": _ratio(ok, n), "interval": list(wilson(ok, n))}
-            for k, (n, ok) in sorted(by_people.items())
-        },
-    }
+
+    def result(self, compat: str = "coinflip", seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
+        """All numbers of a report; deterministic for a seed."""
+        import numpy as np
+
+        counts, total = self.cells, self.total
+        correct = counts[("YES", "YES")] + counts[("NO", "NO")]
+        yes = counts[("YES", "YES")] + counts[("NO", "YES")]
+        invalid_on = {t: counts[(t, None)] - self.errors[t] for t in ("YES", "NO")}
+        invalid = sum(invalid_on.values())
+        precision, recall, f1 = (float(x) for x in _from_counts(counts, compat))
+        values = {
+            "f1_score": f1,
+            "accuracy": _ratio(correct, total),
+            "precision": precision,
+            "recall": recall,
+            "yes_ratio": _ratio(yes, total),
+        }
+        intervals = {
+            "accuracy": wilson(correct, total),
+            "yes_ratio": wilson(yes, total),
+            **_bootstrap(counts, total, compat, seed, resamples, np),
+        }
+        return {
+            "metric_compat": compat,
+            "primary": PRIMARY,
+            "metrics": values,
+            "intervals": {k: [round(lo, 6), round(hi, 6)] for k, (lo, hi) in intervals.items()},
+            "counts": {
+                "samples": total,
+                "correct": correct,
+                "tp": counts[("YES", "YES")],
+                "fp": counts[("NO", "YES")],
+                "tn": counts[("NO", "NO")],
+                "fn": counts[("YES", "NO")],
+                "invalid": invalid,
+                "invalid_rate": _ratio(invalid, total),
+                "errors": self.errors["YES"] + self.errors["NO"],
+                "target_yes": sum(counts[("YES", p)] for p in ("YES", "NO", None)),
+                "invalid_on_yes": invalid_on["YES"],
+                "invalid_on_no": invalid_on["NO"],
+                "errors_on_yes": self.errors["YES"],
+                "errors_on_no": self.errors["NO"],
+            },
+            "by_people": {
+                str(k): {"samples": n, "correct": ok, "accuracy": _ratio(ok, n), "interval": list(wilson(ok, n))}
+                for k, (n, ok) in sorted(self.by_people.items())
+            },
+        }
+
+
+def compute(outcomes: Iterable[Outcome], compat: str = "coinflip", seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
+    tally = Tally()
+    for o in outcomes:
+        tally.add(o)
+    return tally.result(compat, seed, resamples)
 
 
 def _bootstrap(counts: dict[tuple[str, str | None], int], total: int, compat: str, seed: int, resamples: int, np: Any) -> dict[str, tuple[float, float]]:

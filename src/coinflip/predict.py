@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from .models.base import Model, Reply, Request
 
+T = TypeVar("T")
+
 
 async def run_requests(
-    model: Model, requests: Iterable[Request], concurrency: int, on_reply: Callable[[Request, Reply], None]
+    model: Model, work: Iterable[tuple[T, Request]], concurrency: int, on_reply: Callable[[T, Request, Reply], None]
 ) -> None:
-    pending = iter(requests)
+    """`work` pairs each request with whatever the caller needs back (its record) and is read lazily."""
+    pending = iter(work)
 
     async def worker() -> None:
-        for request in pending:
-            on_reply(request, await model.complete(request))
+        for item, request in pending:
+            on_reply(item, request, await model.complete(request))
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
     try:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .config import BENCHMARK
 from .extract import extract_answer
-from .metrics import METRICS, Outcome, compute
+from .metrics import METRICS, Outcome, Tally
 
 EXTRACTION = "coinflip.extract_answer/1"
 
@@ -29,7 +30,7 @@ def review(prediction: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _quantiles(values: list[float]) -> dict[str, float]:
+def _quantiles(values: Sequence[float]) -> dict[str, float]:
     if not values:
         return {}
     ordered = sorted(values)
@@ -40,57 +41,86 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     return {"mean": round(sum(ordered) / len(ordered), 6), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": ordered[-1]}
 
 
-def usage_stats(predictions: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    latency: list[float] = []
-    completion: list[float] = []
-    prompt_tokens = 0
-    for p in predictions:
+class Usage:
+    """Latency and token distributions, in compact arrays rather than rows."""
+
+    def __init__(self) -> None:
+        self.latency = array("d")
+        self.completion = array("d")
+        self.prompt_tokens = 0
+
+    def add(self, p: dict[str, Any]) -> None:
         if p.get("error") is None:
-            latency.append(p.get("latency_s") or 0.0)
+            self.latency.append(p.get("latency_s") or 0.0)
         usage = p.get("usage") or {}
-        prompt_tokens += usage.get("prompt_tokens") or 0
+        self.prompt_tokens += usage.get("prompt_tokens") or 0
         if usage.get("completion_tokens") is not None:
-            completion.append(float(usage["completion_tokens"]))
-    return {
-        "latency_s": _quantiles(latency),
-        "completion_tokens": _quantiles(completion),
-        "prompt_tokens_total": prompt_tokens,
-        "completion_tokens_total": int(sum(completion)),
-    }
+            self.completion.append(float(usage["completion_tokens"]))
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "latency_s": _quantiles(self.latency),
+            "completion_tokens": _quantiles(self.completion),
+            "prompt_tokens_total": self.prompt_tokens,
+            "completion_tokens_total": int(sum(self.completion)),
+        }
+
+
+class Showcase:
+    """The samples the HTML page lists: every failure first, then correct ones, up to a cap."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.failed: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self.passed: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def add(self, prediction: dict[str, Any], review: dict[str, Any]) -> None:
+        bucket = self.passed if review["correct"] else self.failed
+        if len(bucket) < self.cap:
+            bucket.append((prediction, review))
+
+    def rows(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        return self.failed + self.passed[: max(0, self.cap - len(self.failed))]
 
 
 def build_report(
-    saved: dict[str, Any], run_name: str, predictions: list[dict[str, Any]], compat: str, expected: int
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The report and reviews of a run, computed only from its saved config and predictions."""
+    saved: dict[str, Any], run_name: str, predictions: Iterable[dict[str, Any]], compat: str,
+    reviews_out: TextIO, showcase: Showcase, usage: Usage,
+) -> dict[str, Any]:
+    """The report of a run, computed only from its saved config and predictions, in one pass.
+
+    Reviews are written to `reviews_out` as they are made; nothing grows with the run's size
+    but a few numbers per sample.
+    """
     config, fingerprint = saved["config"], saved["fingerprint"]
-    reviews = [review(p) for p in predictions]
-    scores = compute(
-        (Outcome(r["target"], r["extracted"], r["error"], r["people"]) for r in reviews),
-        compat=compat, seed=int(config.get("seed", 0)),
-    )
+    tally = Tally()
+    for prediction in predictions:
+        r = review(prediction)
+        reviews_out.write(json.dumps(r) + "\n")
+        tally.add(Outcome(r["target"], r["extracted"], r["error"], r["people"]))
+        usage.add(prediction)
+        showcase.add(prediction, r)
+    scores = tally.result(compat, seed=int(config.get("seed", 0)))
     errors = scores["counts"]["errors"]
-    missing = expected - len(predictions)
-    complete = errors == 0 and missing == 0
+    missing = int(saved.get("samples") or tally.total) - tally.total
     warnings = []
     if errors:
         warnings.append(f"{errors} sample(s) got no reply after retries and are scored wrong; resume to retry them")
     if missing > 0:
         warnings.append(f"{missing} sample(s) were never run; resume to run them")
-    report = {
+    return {
         "benchmark": BENCHMARK,
         "model": config["model"],
         "run": run_name,
-        "complete": complete,
+        "complete": errors == 0 and missing <= 0,
         "warnings": warnings,
         **scores,
         "dataset": fingerprint["dataset"],
         "few_shot_num": config.get("few_shot_num", 0),
         "generation_config": config.get("generation_config", {}),
         "extraction": EXTRACTION,
-        "usage": usage_stats(predictions),
+        "usage": usage.result(),
     }
-    return report, reviews
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from .config import BENCHMARK, safe_name
 from .errors import ConfigError
 
 CONFIG_FILE = "configs/task_config.yaml"
+_OWN_LINE = re.compile(rb'^\{"id": (\d+), .*\}\n$', re.S)
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,8 @@ class RunDir:
         import yaml
 
         data = {"config": config, "fingerprint": fingerprint, "samples": samples}
-        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        text = yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True)
         _atomic_write(self.config_file, text)
 
 
@@ -92,7 +96,7 @@ def load_saved_config(root: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{root} is not a coinflip run directory (no {CONFIG_FILE})")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError:
         raise ConfigError(f"{path}: not valid YAML") from None
     if not isinstance(data, dict) or "config" not in data or "fingerprint" not in data:
@@ -100,24 +104,85 @@ def load_saved_config(root: Path) -> dict[str, Any]:
     return data
 
 
-def read_predictions(path: Path, repair: bool = False) -> dict[int, dict[str, Any]]:
-    """Predictions by sample id; a later line for an id wins unless it is an error and the earlier is not."""
+@dataclass
+class PredictionIndex:
+    """Where the line that counts for each sample starts: `offset` for a reply, `~offset` for an error.
+
+    Plain ints keep it small: a million samples cost tens of MB, and no row is held.
+    """
+
+    where: dict[int, int]
+    lines: int
+
+    def ok(self, key: int) -> bool:
+        return self.where.get(key, -1) >= 0
+
+
+def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
+    """One pass over the file. A later line for an id wins unless it is an error and the earlier
+    one is not; `repair` cuts a half-written last line (a crash mid-write) before appending."""
+    where: dict[int, int] = {}
+    lines = 0
+    if not path.exists():
+        return PredictionIndex(where, 0)
+    with path.open("r+b" if repair else "rb") as handle:
+        offset = 0
+        for line in handle:
+            if not line.endswith(b"\n"):
+                if repair:
+                    handle.truncate(offset)
+                break
+            lines += 1
+            found = _OWN_LINE.match(line)  # fast path for lines this module wrote: id first, error last
+            if found and line.endswith(b'"error": null}\n'):
+                key, ok = int(found[1]), True
+            else:
+                try:
+                    row = json.loads(line)
+                    key, ok = int(row["id"]), row.get("error") is None
+                except (ValueError, KeyError, TypeError):
+                    offset += len(line)
+                    continue
+            old = where.get(key)
+            if old is None or ok or old < 0:
+                where[key] = offset if ok else ~offset
+            offset += len(line)
+    return PredictionIndex(where, lines)
+
+
+def compact_predictions(path: Path) -> PredictionIndex:
+    """Rewrite the file as one line per sample in id order, streamed line by line."""
+    index = index_predictions(path)
+    offsets = [index.where[k] for k in sorted(index.where)]
+    offsets = [o if o >= 0 else ~o for o in offsets]
+    if index.lines != len(offsets) or any(a > b for a, b in zip(offsets, offsets[1:])):
+        tmp = path.with_name(path.name + ".tmp")
+        with path.open("rb") as src, tmp.open("wb") as dst:
+            for offset in offsets:
+                src.seek(offset)
+                dst.write(src.readline())
+        os.replace(tmp, path)
+        index = index_predictions(path)
+    return index
+
+
+def iter_predictions(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.endswith("\n"):
+                yield json.loads(line)
+
+
+def read_predictions(path: Path) -> dict[int, dict[str, Any]]:
+    """All counting predictions in memory, by id (for small jobs such as compare)."""
     if not path.exists():
         return {}
-    data = path.read_bytes()
-    complete = data[: data.rfind(b"\n") + 1]
-    if repair and len(complete) != len(data):  # a crash left half a line: cut it before appending
-        with path.open("r+b") as handle:
-            handle.truncate(len(complete))
+    index = index_predictions(path)
     found: dict[int, dict[str, Any]] = {}
-    for line in complete.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        old = found.get(row.get("id"))
-        if old is None or row.get("error") is None or old.get("error") is not None:
-            found[row["id"]] = row
+    with path.open("rb") as handle:
+        for key, offset in index.where.items():
+            handle.seek(offset if offset >= 0 else ~offset)
+            found[key] = json.loads(handle.readline())
     return found
 
 

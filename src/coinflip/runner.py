@@ -6,21 +6,24 @@ dataset -> prompts -> model -> (predictions on disk) -> extract -> score -> repo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import prompts
 from .config import TaskConfig
-from .data import Dataset, Record, apply_limit, load_dataset
+from .data import Dataset, Record, load_dataset
 from .errors import ConfigError, DataError, RunIncomplete
 from .models import Reply, Request, open_model, serve_local
 from .predict import run_requests
 from .progress import Progress
-from .report import build_report, print_summary, write_report
-from .rundir import PredictionWriter, RunDir, load_saved_config, read_predictions, write_jsonl
+from .html_report import MAX_ROWS, write_html
+from .report import Showcase, Usage, build_report, print_summary, write_report
+from .rundir import PredictionWriter, RunDir, compact_predictions, index_predictions, iter_predictions, load_saved_config
 
 log = logging.getLogger("coinflip")
 FINGERPRINT_KEYS = ("model", "few_shot_num", "few_shot_seed", "system_prompt", "generation_config")
@@ -30,14 +33,13 @@ def run_task(task_cfg: TaskConfig | dict[str, Any] | None = None, **kwargs: Any)
     """Evaluate a model on CoinFlip and return the report (EvalScope's `run_task`, same call)."""
     config = as_config(task_cfg, kwargs)
     dataset = load_dataset(config.split, config.dataset_path, config.dataset_hub)
-    records = apply_limit(dataset.records, config.limit)
-    requests = build_requests(records, config, few_shot_pool(config))
-    fingerprint = make_fingerprint(config, dataset)
-    run = open_run(config, fingerprint, len(requests))
+    selected = dataset.take(config.limit)
+    builder = RequestBuilder(config, few_shot_pool(config))
+    run = open_run(config, make_fingerprint(config, dataset), len(selected))
     handler = _attach_log(run.log)
     try:
-        log.info("run %s: %d samples, model %s", run.root, len(requests), config.model)
-        generate(config, run, requests, records)
+        log.info("run %s: %d samples, model %s", run.root, len(selected), config.model)
+        generate(config, run, selected, builder)
         return finish(run, config.metric_compat, show=not config.quiet)
     finally:
         log.removeHandler(handler)
@@ -70,14 +72,23 @@ def few_shot_pool(config: TaskConfig) -> list[Record]:
     return list(pool)
 
 
-def build_requests(records: Sequence[Record], config: TaskConfig, pool: Sequence[Record]) -> list[Request]:
-    candidates = prompts.choose_examples(pool, config.few_shot_num, config.few_shot_seed)
-    out = []
-    for record in records:
-        examples = prompts.examples_for(record.question, candidates, config.few_shot_num)
+class RequestBuilder:
+    """Turns records into prompts: few-shot candidates are drawn once, so every question sees the same ones."""
+
+    def __init__(self, config: TaskConfig, pool: Sequence[Record]) -> None:
+        self.count = config.few_shot_num
+        self.system_prompt = config.system_prompt
+        self.candidates = prompts.choose_examples(pool, config.few_shot_num, config.few_shot_seed)
+
+    def __call__(self, record: Record) -> Request:
+        examples = prompts.examples_for(record.question, self.candidates, self.count)
         prompt = prompts.build_prompt(record.question, examples)
-        out.append(Request(record.id, prompt, record.question, prompts.to_messages(prompt, config.system_prompt)))
-    return out
+        return Request(record.id, prompt, record.question, prompts.to_messages(prompt, self.system_prompt))
+
+
+def build_requests(records: Iterable[Record], config: TaskConfig, pool: Sequence[Record]) -> list[Request]:
+    builder = RequestBuilder(config, pool)
+    return [builder(r) for r in records]
 
 
 def make_fingerprint(config: TaskConfig, dataset: Dataset) -> dict[str, Any]:
@@ -113,26 +124,28 @@ def _comparable(value: Any) -> Any:
     return value
 
 
-def generate(config: TaskConfig, run: RunDir, requests: list[Request], records: Sequence[Record]) -> None:
-    done = read_predictions(run.predictions, repair=True)
-    pending = [r for r in requests if r.id not in done or done[r.id].get("error") is not None]
-    log.info("%d of %d samples already done; sending %d", len(requests) - len(pending), len(requests), len(pending))
-    if not pending:
+def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestBuilder) -> None:
+    """Send what has no reply yet; each reply is appended to the predictions file as it lands."""
+    index = index_predictions(run.predictions, repair=True)
+    todo = len(selected) - sum(1 for k in index.where if k < len(selected) and index.ok(k))
+    log.info("%d of %d samples already done; sending %d", len(selected) - todo, len(selected), todo)
+    if not todo:
         return
-    by_id = {r.id: r for r in records}
+    work = ((record, build(record)) for record in selected if not index.ok(record.id))
     writer = PredictionWriter(run.predictions)
-    progress = Progress(len(pending), f"coin_flip {config.model}", False if config.quiet else config.progress)
+    progress = Progress(todo, f"coin_flip {config.model}", False if config.quiet else config.progress)
     started = time.perf_counter()
 
-    def on_reply(request: Request, reply: Reply) -> None:
-        writer.write(prediction_row(request, by_id[request.id], reply))
+    def on_reply(record: Record, request: Request, reply: Reply) -> None:
+        writer.write(prediction_row(request, record, reply))
         if reply.error:
             log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
         progress.advance()
 
+    threading.Thread(target=_prewarm, daemon=True).start()
     try:
         with serve_local(config, run.server_log) as urls:
-            asyncio.run(_send(config, urls, pending, on_reply))
+            asyncio.run(_send(config, urls, work, on_reply))
     except KeyboardInterrupt:
         raise RunIncomplete(
             f"interrupted: {progress.done} new predictions kept in {run.root}; "
@@ -144,7 +157,15 @@ def generate(config: TaskConfig, run: RunDir, requests: list[Request], records: 
         log.info("sent %d requests in %.2f s", progress.done, time.perf_counter() - started)
 
 
-async def _send(config: TaskConfig, urls: list[str] | None, pending: list[Request], on_reply: Any) -> None:
+def _prewarm() -> None:
+    """Import what scoring needs while requests are in flight, off the critical path."""
+    with contextlib.suppress(ImportError):
+        import numpy  # noqa: F401
+        import rich.console  # noqa: F401
+        import rich.table  # noqa: F401
+
+
+async def _send(config: TaskConfig, urls: list[str] | None, pending: Iterable[tuple[Record, Request]], on_reply: Any) -> None:
     async with open_model(config, urls) as model:
         await run_requests(model, pending, config.eval_batch_size, on_reply)
 
@@ -170,19 +191,17 @@ def prediction_row(request: Request, record: Record, reply: Reply) -> dict[str, 
 def finish(run: RunDir, compat: str, show: bool = True) -> dict[str, Any]:
     """Compact predictions, then write reviews and reports from them alone (also used by rescore)."""
     saved = load_saved_config(run.root)
-    found = read_predictions(run.predictions)
-    wanted = range(int(saved.get("samples") or len(found)))  # limits take a prefix, so ids are 0..n-1
-    predictions = [found[i] for i in wanted if i in found]
-    if not predictions:
+    expected = int(saved.get("samples") or 0)
+    if not compact_predictions(run.predictions).where:
         raise DataError(f"{run.predictions}: no predictions to score")
-    write_jsonl(run.predictions, [found[i] for i in sorted(found)])
-    report, reviews = build_report(saved, run.root.name, predictions, compat, len(wanted))
-    write_jsonl(run.reviews, reviews)
+    rows = (p for p in iter_predictions(run.predictions) if not expected or p["id"] < expected)
+    showcase, usage = Showcase(MAX_ROWS), Usage()
+    run.reviews.parent.mkdir(parents=True, exist_ok=True)
+    with run.reviews.open("w", encoding="utf-8") as reviews:
+        report = build_report(saved, run.root.name, rows, compat, reviews, showcase, usage)
     write_report(run.report_json, report)
     if saved["config"].get("html_report", True):
-        from .html_report import write_html
-
-        write_html(run.report_html, report, predictions, reviews)
+        write_html(run.report_html, report, showcase.rows(), usage.latency, usage.completion)
     if show:
         print_summary(report, run.root)
     return report

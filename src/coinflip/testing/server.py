@@ -23,7 +23,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
 
 _QUESTION = re.compile(r"Q: A coin is heads up\..*?Is the coin still heads up\?", re.S)
 MIXED = ("right",) * 6 + ("wrong", "wrong", "invalid", "yes")  # what `mixed` does, by question hash
@@ -77,27 +76,50 @@ class ServerState:
     rng: random.Random = field(default_factory=random.Random)
 
 
-def make_app(state: ServerState) -> web.Application:
-    state.rng.seed(state.seed)
+Response = tuple[int, bytes, dict[str, str]]
+REASONS = {200: "OK", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error", 504: "Gateway Timeout"}
 
-    async def chat(request: web.Request) -> web.StreamResponse:
-        auth = request.headers.get("Authorization", "")
+
+def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
+    return status, json.dumps(payload).encode(), headers or {}
+
+
+class Handler:
+    """The routes. Kept apart from HTTP parsing so the policy reads plainly."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        state.rng.seed(state.seed)
+
+    async def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Response | None:
+        if method == "GET" and path.endswith("/models"):
+            return _json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models or ("fake",)]})
+        if method == "GET" and path == "/stats":
+            s = self.state
+            return _json(200, {"requests": dict(s.requests), "answered": dict(s.answered), "faults": dict(s.faults)})
+        if method == "POST" and path.endswith("/chat/completions"):
+            return await self.chat(headers, body)
+        return _json(404, {"error": {"message": f"no route {method} {path}"}})
+
+    async def chat(self, headers: dict[str, str], raw: bytes) -> Response | None:
+        state = self.state
+        auth = headers.get("authorization", "")
         state.auth_headers.append(auth)
         if state.api_key is not None and auth != f"Bearer {state.api_key}":
-            return web.json_response({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}, status=401)
-        body = await request.json()
+            return _json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+        body = json.loads(raw)
         if state.models and body.get("model") not in state.models:
-            return web.json_response({"error": {"message": f"model {body.get('model')} does not exist"}}, status=404)
+            return _json(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
         prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
         question = last_question(prompt)
         state.requests[question] += 1
         if state.latency:
             await asyncio.sleep(state.latency)
         if state.fail_rate and state.rng.random() < state.fail_rate:
-            return await _fault(request, state)
+            return await self.fault()
         text = state.policy.reply(question)
         state.answered[question] += 1
-        return web.json_response({
+        return _json(200, {
             "id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"),
             "choices": [{"index": 0, "finish_reason": "stop", "message": {
                 "role": "assistant", "content": text,
@@ -106,36 +128,73 @@ def make_app(state: ServerState) -> web.Application:
             "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4, "total_tokens": (len(prompt) + len(text)) // 4},
         })
 
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in state.models or ("fake",)]})
+    async def fault(self) -> Response | None:
+        """None means: drop the connection without answering."""
+        state = self.state
+        fault = state.rng.choice(FAULTS)
+        state.faults[fault] += 1
+        if fault == "429":
+            return _json(429, {"error": {"message": "rate limited"}}, {"Retry-After": "0"})
+        if fault == "500":
+            return _json(500, {"error": {"message": "internal error"}})
+        if fault == "stall":
+            await asyncio.sleep(state.stall)
+            return _json(504, {"error": {"message": "too late"}})
+        if fault == "drop":
+            return None
+        if fault == "malformed":
+            return 200, b'{"choices": [{"message": ', {}
+        return _json(200, {"id": "x", "choices": []})
 
-    async def stats(request: web.Request) -> web.Response:
-        return web.json_response({"requests": dict(state.requests), "answered": dict(state.answered), "faults": dict(state.faults)})
 
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/stats", stats)
-    return app
+class HttpProtocol(asyncio.Protocol):
+    """Just enough HTTP/1.1 (keep-alive, Content-Length bodies) to be fast: a benchmark's server
+    must cost far less than the client it measures."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.busy: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.busy is None or self.busy.done():
+            self.busy = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        while self.transport is not None and not self.transport.is_closing():
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            lines = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
+            method, path, _ = lines[0].split(" ", 2)
+            headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+            size = int(headers.get("content-length") or 0)
+            if len(self.buffer) < end + 4 + size:
+                return
+            body = bytes(self.buffer[end + 4 : end + 4 + size])
+            del self.buffer[: end + 4 + size]
+            response = await self.handler(method, path, headers, body)
+            if response is None:
+                self.transport.close()
+                return
+            status, payload, extra = response
+            head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}", "Content-Type: application/json",
+                    f"Content-Length: {len(payload)}", *(f"{k}: {v}" for k, v in extra.items())]
+            self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
 
 
-async def _fault(request: web.Request, state: ServerState) -> web.StreamResponse:
-    fault = state.rng.choice(FAULTS)
-    state.faults[fault] += 1
-    if fault == "429":
-        return web.json_response({"error": {"message": "rate limited"}}, status=429, headers={"Retry-After": "0"})
-    if fault == "500":
-        return web.json_response({"error": {"message": "internal error"}}, status=500)
-    if fault == "stall":
-        await asyncio.sleep(state.stall)
-        return web.json_response({"error": {"message": "too late"}}, status=504)
-    if fault == "drop":
-        if request.transport is not None:
-            request.transport.close()
-        raise asyncio.CancelledError
-    if fault == "malformed":
-        return web.Response(text='{"choices": [{"message": ', content_type="application/json")
-    return web.json_response({"id": "x", "choices": []})
+async def start_server(state: ServerState, port: int = 0) -> asyncio.base_events.Server:
+    loop = asyncio.get_running_loop()
+    handler = Handler(state)
+    return await loop.create_server(lambda: HttpProtocol(handler), "127.0.0.1", port, backlog=1024)
 
 
 class FakeOpenAIServer:
@@ -146,7 +205,7 @@ class FakeOpenAIServer:
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
+        self._server: asyncio.base_events.Server | None = None
 
     @property
     def url(self) -> str:
@@ -154,24 +213,21 @@ class FakeOpenAIServer:
 
     def __enter__(self) -> FakeOpenAIServer:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        self._server = asyncio.run_coroutine_threadsafe(start_server(self.state), self._loop).result(10)
+        self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        async def stop() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
-
-    async def _start(self) -> None:
-        self._runner = web.AppRunner(make_app(self.state), handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 def serve(argv: list[str] | None = None) -> None:
@@ -183,7 +239,16 @@ def serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--api-key", default=None)
     args = parser.parse_args(argv)
     state = ServerState(Policy(args.policy), api_key=args.api_key, latency=args.latency, fail_rate=args.fail_rate)
-    web.run_app(make_app(state), host="127.0.0.1", port=args.port, access_log=None, print=None, backlog=1024)
+
+    async def main() -> None:
+        server = await start_server(state, args.port)
+        async with server:
+            await server.serve_forever()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

@@ -1,0 +1,152 @@
+"""Harness overhead, measured side by side in one run. `python benchmarks/bench.py`
+
+Starts the fake OpenAI-compatible server on 127.0.0.1 (the one the tests use), then measures
+whole processes: a bare aiohttp client (the ceiling) against a full `coinflip eval` of the
+3,333-sample test split, instant and at 200 ms latency, plus memory, start-up and generation.
+Prints each figure as measured / target; the targets are in TARGETS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+SAMPLES = 3333
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    def __init__(self, latency: float = 0.0) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [PY, "-m", "coinflip.testing.server", "--port", str(self.port), "--latency", str(latency)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(f"{self.url}/models", timeout=1).read()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("server did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of a whole child process."""
+    wrapper = (
+        "import resource,subprocess,sys,time;t=time.perf_counter();"
+        "r=subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL);"
+        "print(time.perf_counter()-t,resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024,r.returncode)"
+    )
+    out = subprocess.run([PY, "-c", wrapper, *cmd], capture_output=True, text=True, env=env, check=True).stdout.split()
+    if out[2] != "0":
+        raise RuntimeError(f"{' '.join(cmd)} exited {out[2]}")
+    return float(out[0]), float(out[1])
+
+
+def best(cmd: list[str], runs: int = 3) -> tuple[float, float]:
+    results = [timed(cmd) for _ in range(runs)]
+    return min(r[0] for r in results), max(r[1] for r in results)
+
+
+def write_prompts(path: Path) -> None:
+    from coinflip.data import bundled_dir, load_split
+    from coinflip.prompts import build_prompt
+
+    with path.open("w", encoding="utf-8") as handle:
+        for r in load_split(bundled_dir(), "test"):
+            handle.write(json.dumps({"prompt": build_prompt(r.question)}) + "\n")
+
+
+def row(name: str, measured: float, target: float, unit: str, lower_is_better: bool = True) -> str:
+    ok = measured <= target if lower_is_better else measured >= target
+    return f"{name:<58} {measured:>9.3f} {unit:<3} / {target:<7g} {'PASS' if ok else 'FAIL'}"
+
+
+class Lines(list[str]):
+    """Prints each figure as soon as it is measured."""
+
+    def append(self, line: str) -> None:
+        print(line, flush=True)
+        super().append(line)
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="coinflip-bench-"))
+    prompts = tmp / "prompts.jsonl"
+    write_prompts(prompts)
+    coinflip = [PY, "-m", "coinflip.cli", "eval", "--model", "m", "--no-html"]
+    lines = Lines()
+
+    server = Server()
+    try:
+        bare, bare_rss = best([PY, str(HERE / "bare_client.py"), f"{server.url}/chat/completions", "32", str(prompts)])
+        full, full_rss = best([*coinflip, "--api-url", server.url, "--eval-batch-size", "32", "--work-dir", str(tmp / "a")])
+        html, html_rss = best([*coinflip[:-1], "--api-url", server.url, "--eval-batch-size", "32", "--work-dir", str(tmp / "h")], 1)
+    finally:
+        server.stop()
+    lines.append(f"instant server, 32 in flight, {SAMPLES} samples: bare client {bare:.2f} s, coinflip eval {full:.2f} s"
+                 f" ({html:.2f} s with the HTML report)")
+    lines.append(row("coinflip eval / bare client (whole processes)", full / bare, 2.5, "x"))
+    lines.append(row("peak RSS of a full run (MB)", max(full_rss, html_rss), 100, "MB"))
+
+    server = Server(latency=0.2)
+    try:
+        slow, _ = best([*coinflip, "--api-url", server.url, "--eval-batch-size", "128", "--work-dir", str(tmp / "b")], 1)
+    finally:
+        server.stop()
+    ideal = SAMPLES * 0.2 / 128
+    lines.append(f"200 ms latency, 128 in flight: coinflip eval {slow:.2f} s, ideal N x latency / in-flight {ideal:.2f} s")
+    lines.append(row("coinflip eval / ideal (whole process)", slow / ideal, 1.15, "x"))
+
+    rss = {}
+    for count in (10_000, 100_000):
+        data = tmp / f"gen{count}.jsonl"
+        subprocess.run([PY, "-m", "coinflip.cli", "generate", "--count", str(count), "--out", str(data)], check=True, capture_output=True)
+        _, rss[count] = timed([PY, "-m", "coinflip.cli", "eval", "--model", "oracle", "--no-html", "--dataset-path", str(data), "--work-dir", str(tmp / "g")])
+    lines.append(f"oracle over generated sets: peak RSS {rss[10_000]:.0f} MB at 10k, {rss[100_000]:.0f} MB at 100k questions")
+    lines.append(row("peak RSS growth, 100k vs 10k questions", rss[100_000] / rss[10_000], 1.15, "x"))
+
+    script = Path(PY).parent / "coinflip"
+    helps = [timed([str(script) if script.exists() else "coinflip", "--help"])[0] for _ in range(5)]
+    lines.append(row("coinflip --help (best of 5)", min(helps), 0.3, "s"))
+    probe = "import sys,coinflip;print(sorted(m for m in ('aiohttp','numpy','rich','yaml','pyarrow','click') if m in sys.modules))"
+    loaded = subprocess.run([PY, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    lines.append(f"{'modules loaded by import coinflip':<58} {loaded} (target: [])")
+
+    gen = [timed([PY, "-m", "coinflip.cli", "generate", "--count", "1000000", "--out", str(tmp / "m.jsonl")])[0] for _ in range(2)]
+    lines.append(row("coinflip generate --count 1000000 (whole process)", min(gen), 5.0, "s"))
+
+    import aiohttp
+
+    import coinflip
+
+    print(f"\ncoinflip {coinflip.__version__}, Python {platform.python_version()}, aiohttp {aiohttp.__version__}, "
+          f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}")
+    print("\n".join(lines))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
