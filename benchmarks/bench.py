@@ -36,7 +36,8 @@ class Server:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [PY, "-m", "coinflip.testing.server", "--port", str(self.port), "--latency", str(latency)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         self.url = f"http://127.0.0.1:{self.port}/v1"
         for _ in range(200):
@@ -102,48 +103,84 @@ def main() -> None:
     server = Server()
     try:
         bare, bare_rss = best([PY, str(HERE / "bare_client.py"), f"{server.url}/chat/completions", "32", str(prompts)])
-        full, full_rss = best([*coinflip, "--api-url", server.url, "--eval-batch-size", "32", "--work-dir", str(tmp / "a")])
-        html, html_rss = best([*coinflip[:-1], "--api-url", server.url, "--eval-batch-size", "32", "--work-dir", str(tmp / "h")], 1)
+        full, full_rss = best(
+            [*coinflip, "--api-url", server.url, "--eval-batch-size", "32", "--work-dir", str(tmp / "a")]
+        )
+        html, html_rss = best(
+            [*coinflip[:-1], "--api-url", server.url, "--eval-batch-size", "32", "--work-dir", str(tmp / "h")], 1
+        )
     finally:
         server.stop()
-    lines.append(f"instant server, 32 in flight, {SAMPLES} samples: bare client {bare:.2f} s, coinflip eval {full:.2f} s"
-                 f" ({html:.2f} s with the HTML report)")
+    lines.append(
+        f"instant server, 32 in flight, {SAMPLES} samples: bare client {bare:.2f} s, coinflip eval {full:.2f} s"
+        f" ({html:.2f} s with the HTML report)"
+    )
     lines.append(row("coinflip eval / bare client (whole processes)", full / bare, 2.5, "x"))
     lines.append(row("peak RSS of a full run (MB)", max(full_rss, html_rss), 100, "MB"))
 
     server = Server(latency=0.2)
     try:
-        slow, _ = best([*coinflip, "--api-url", server.url, "--eval-batch-size", "128", "--work-dir", str(tmp / "b")], 1)
+        slow, _ = best(
+            [*coinflip, "--api-url", server.url, "--eval-batch-size", "128", "--work-dir", str(tmp / "b")], 1
+        )
     finally:
         server.stop()
     ideal = SAMPLES * 0.2 / 128
-    lines.append(f"200 ms latency, 128 in flight: coinflip eval {slow:.2f} s, ideal N x latency / in-flight {ideal:.2f} s")
+    lines.append(
+        f"200 ms latency, 128 in flight: coinflip eval {slow:.2f} s, ideal N x latency / in-flight {ideal:.2f} s"
+    )
     lines.append(row("coinflip eval / ideal (whole process)", slow / ideal, 1.15, "x"))
 
     rss = {}
     for count in (10_000, 100_000):
         data = tmp / f"gen{count}.jsonl"
-        subprocess.run([PY, "-m", "coinflip.cli", "generate", "--count", str(count), "--out", str(data)], check=True, capture_output=True)
-        _, rss[count] = timed([PY, "-m", "coinflip.cli", "eval", "--model", "oracle", "--no-html", "--dataset-path", str(data), "--work-dir", str(tmp / "g")])
-    lines.append(f"oracle over generated sets: peak RSS {rss[10_000]:.0f} MB at 10k, {rss[100_000]:.0f} MB at 100k questions")
+        subprocess.run(
+            [PY, "-m", "coinflip.cli", "generate", "--count", str(count), "--out", str(data)],
+            check=True,
+            capture_output=True,
+        )
+        _, rss[count] = timed(
+            [
+                PY,
+                "-m",
+                "coinflip.cli",
+                "eval",
+                "--model",
+                "oracle",
+                "--no-html",
+                "--dataset-path",
+                str(data),
+                "--work-dir",
+                str(tmp / "g"),
+            ]
+        )
+    lines.append(
+        f"oracle over generated sets: peak RSS {rss[10_000]:.0f} MB at 10k, {rss[100_000]:.0f} MB at 100k questions"
+    )
     lines.append(row("peak RSS growth, 100k vs 10k questions", rss[100_000] / rss[10_000], 1.15, "x"))
 
     script = Path(PY).parent / "coinflip"
     helps = [timed([str(script) if script.exists() else "coinflip", "--help"])[0] for _ in range(5)]
     lines.append(row("coinflip --help (best of 5)", min(helps), 0.3, "s"))
-    probe = "import sys,coinflip;print(sorted(m for m in ('aiohttp','numpy','rich','yaml','pyarrow','click') if m in sys.modules))"
+    heavy = "('aiohttp','numpy','rich','yaml','pyarrow','click')"
+    probe = f"import sys,coinflip;print(sorted(m for m in {heavy} if m in sys.modules))"
     loaded = subprocess.run([PY, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     lines.append(f"{'modules loaded by import coinflip':<58} {loaded} (target: [])")
 
-    gen = [timed([PY, "-m", "coinflip.cli", "generate", "--count", "1000000", "--out", str(tmp / "m.jsonl")])[0] for _ in range(2)]
+    gen = [
+        timed([PY, "-m", "coinflip.cli", "generate", "--count", "1000000", "--out", str(tmp / "m.jsonl")])[0]
+        for _ in range(2)
+    ]
     lines.append(row("coinflip generate --count 1000000 (whole process)", min(gen), 5.0, "s"))
 
     import aiohttp
 
     import coinflip
 
-    print(f"\ncoinflip {coinflip.__version__}, Python {platform.python_version()}, aiohttp {aiohttp.__version__}, "
-          f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}")
+    print(
+        f"\ncoinflip {coinflip.__version__}, Python {platform.python_version()}, aiohttp {aiohttp.__version__}, "
+        f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}"
+    )
     print("\n".join(lines))
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -19,7 +19,9 @@ MIN_LEN, MAX_LEN = 4, 14
 SHORT_LEN = 5  # names this short are thinned so the mean name length matches the official set's (~6.9)
 SHORT_SHARE = 28  # percent of short names kept, chosen by a stable hash
 ATTRS = ("first_names", "first_names_male", "first_names_female", "first_names_nonbinary")
-LATIN = re.compile(r"^[a-zà-öø-ÿāăąćčďđēėęěğīįıķļłńņňōőœřśşšţťūůűųźżžșț]+(-[a-zà-öø-ÿāăąćčďđēėęěğīįıķļłńņňōőœřśşšţťūůűųźżžșț]+)?$")
+LATIN = re.compile(
+    r"^[a-zà-öø-ÿāăąćčďđēėęěğīįıķļłńņňōőœřśşšţťūůűųźżžșț]+(-[a-zà-öø-ÿāăąćčďđēėęěğīįıķļłńņňōőœřśşšţťūůűųźżžșț]+)?$"
+)
 OUT = Path(__file__).resolve().parents[1] / "src" / "coinflip" / "_data" / "names.txt"
 
 

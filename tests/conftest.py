@@ -19,15 +19,21 @@ SKRISHNA = SHARED / "data" / "coin_flip_validation_skrishna.json"
 SEED_EN = SHARED / "seeds" / "coin_flip_en.txt"
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """Run `coinflip ARGS` in a fresh process, as a user would."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     for key in ("OPENAI_API_KEY", "COINFLIP_API_KEY"):
         if env is None or key not in env:
             full_env.pop(key, None)
     return subprocess.run(
-        [sys.executable, "-m", "coinflip.cli", *args], cwd=cwd, env=full_env,
-        capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "coinflip.cli", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

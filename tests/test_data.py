@@ -21,7 +21,7 @@ def test_every_shared_validation_row_loads_and_prompts_from_the_stripped_questio
     raw = json.loads(SKRISHNA.read_text(encoding="utf-8"))
     records = load_file(SKRISHNA)
     assert len(records) == len(raw) == 1333
-    for row, record in zip(raw, records):
+    for row, record in zip(raw, records, strict=True):
         assert record.question == row["inputs"].strip()
         assert record.answer == row["targets"].strip().upper()
         assert build_prompt(record.question) == ZERO_SHOT_TEMPLATE.replace("{question}", row["inputs"].strip())
@@ -62,12 +62,17 @@ def test_stats_command_prints_bundled_and_file_statistics(tmp_path: Path) -> Non
 
 
 def _write_all_formats(tmp_path: Path) -> dict[str, Path]:
-    rows = [{"question": Q2, "answer": "no"}, {"question": " " + Q2.replace("ana flips", "ana does not flip") + " ", "answer": "Yes"}]
+    rows = [
+        {"question": Q2, "answer": "no"},
+        {"question": " " + Q2.replace("ana flips", "ana does not flip") + " ", "answer": "Yes"},
+    ]
     paths = {}
     paths["json"] = tmp_path / "a.json"
     paths["json"].write_text(json.dumps(rows))
     paths["examples"] = tmp_path / "b.json"
-    paths["examples"].write_text(json.dumps({"examples": [{"inputs": r["question"], "targets": r["answer"]} for r in rows]}))
+    paths["examples"].write_text(
+        json.dumps({"examples": [{"inputs": r["question"], "targets": r["answer"]} for r in rows]})
+    )
     paths["jsonl"] = tmp_path / "c.jsonl"
     paths["jsonl"].write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     paths["csv"] = tmp_path / "d.csv"
@@ -122,7 +127,9 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize(("name", "content", "message"), MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_malformed_input_gives_one_line_and_exit_2(tmp_path: Path, name: str, content: str | bytes, message: str) -> None:
+def test_malformed_input_gives_one_line_and_exit_2(
+    tmp_path: Path, name: str, content: str | bytes, message: str
+) -> None:
     path = tmp_path / name
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     result = run_cli("eval", "--model", "oracle", "--dataset-path", str(path), "--work-dir", str(tmp_path / "out"))
@@ -143,6 +150,8 @@ def test_unreadable_paths_give_one_line(tmp_path: Path, path: str) -> None:
 
 def test_load_file_raises_data_error_with_row_number(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
-    path.write_text(json.dumps({"question": Q2, "answer": "YES"}) + "\n" + json.dumps({"question": Q2, "answer": "heads"}) + "\n")
+    path.write_text(
+        json.dumps({"question": Q2, "answer": "YES"}) + "\n" + json.dumps({"question": Q2, "answer": "heads"}) + "\n"
+    )
     with pytest.raises(DataError, match=r"x.jsonl: row 2: answer must be yes or no"):
         load_file(path)

@@ -42,8 +42,20 @@ def expected_metrics(limit: int, policy: Policy) -> dict[str, float]:
 
 def test_specification_cli_call(server: FakeOpenAIServer, tmp_path: Path) -> None:
     result = run_cli(
-        "eval", "--model", "YOUR_MODEL", "--api-url", server.url, "--api-key", "EMPTY_TOKEN",
-        "--datasets", "coin_flip", "--limit", "10", "--work-dir", str(tmp_path), cwd=tmp_path,
+        "eval",
+        "--model",
+        "YOUR_MODEL",
+        "--api-url",
+        server.url,
+        "--api-key",
+        "EMPTY_TOKEN",
+        "--datasets",
+        "coin_flip",
+        "--limit",
+        "10",
+        "--work-dir",
+        str(tmp_path),
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     run = only_run_dir(tmp_path)
@@ -83,7 +95,9 @@ def test_larger_run_matches_known_answers_and_records_usage(server: FakeOpenAISe
     assert report["counts"]["invalid"] > 0  # the mixed policy answers "maybe" sometimes
     rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
     assert [r["id"] for r in rows] == list(range(400))
-    assert all(r["usage"]["completion_tokens"] > 0 and r["latency_s"] > 0 and r["finish_reason"] == "stop" for r in rows)
+    assert all(
+        r["usage"]["completion_tokens"] > 0 and r["latency_s"] > 0 and r["finish_reason"] == "stop" for r in rows
+    )
     assert all(r["reasoning"].startswith("Scratch work") for r in rows)  # recorded, never scored
     assert (run / "configs/task_config.yaml").is_file() and (run / "logs/eval_log.log").is_file()
     assert (run / "reviews/m/coin_flip.jsonl").is_file() and (run / "reports/m/coin_flip.html").is_file()
@@ -91,11 +105,24 @@ def test_larger_run_matches_known_answers_and_records_usage(server: FakeOpenAISe
 
 def test_flaky_server_gives_the_same_metrics_as_a_clean_one(tmp_path: Path) -> None:
     with FakeOpenAIServer("mixed") as clean:
-        ok = run_cli("eval", "--model", "m", "--api-url", clean.url, "--limit", "300", "--work-dir", str(tmp_path / "clean"))
+        ok = run_cli(
+            "eval", "--model", "m", "--api-url", clean.url, "--limit", "300", "--work-dir", str(tmp_path / "clean")
+        )
     with FakeOpenAIServer("mixed", fail_rate=0.3, stall=5.0, seed=3) as flaky:
         bad = run_cli(
-            "eval", "--model", "m", "--api-url", flaky.url, "--limit", "300", "--timeout", "1",
-            "--retries", "12", "--work-dir", str(tmp_path / "flaky"),
+            "eval",
+            "--model",
+            "m",
+            "--api-url",
+            flaky.url,
+            "--limit",
+            "300",
+            "--timeout",
+            "1",
+            "--retries",
+            "12",
+            "--work-dir",
+            str(tmp_path / "flaky"),
         )
         faults = dict(flaky.state.faults)
     assert ok.returncode == 0 and bad.returncode == 0, bad.stderr
@@ -113,8 +140,19 @@ def test_bad_key_stops_at_once_without_retrying(tmp_path: Path) -> None:
     with FakeOpenAIServer("correct", api_key="right-key") as srv:
         start = time.monotonic()
         result = run_cli(
-            "eval", "--model", "m", "--api-url", srv.url, "--api-key", "wrong-key", "--eval-batch-size", "1",
-            "--retries", "5", "--work-dir", str(tmp_path),
+            "eval",
+            "--model",
+            "m",
+            "--api-url",
+            srv.url,
+            "--api-key",
+            "wrong-key",
+            "--eval-batch-size",
+            "1",
+            "--retries",
+            "5",
+            "--work-dir",
+            str(tmp_path),
         )
         elapsed = time.monotonic() - start
         sent = len(srv.state.auth_headers)
@@ -136,12 +174,36 @@ def test_unknown_model_is_a_clear_error(tmp_path: Path) -> None:
 def test_api_key_never_reaches_a_file_or_log(tmp_path: Path) -> None:
     secret = "sk-live-TOPSECRET-1234567890"
     with FakeOpenAIServer("mixed", api_key=secret) as srv:
-        flag = run_cli("eval", "--model", "m", "--api-url", srv.url, "--api-key", secret, "--limit", "20", "--work-dir", str(tmp_path / "a"))
-        env = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "20", "--work-dir", str(tmp_path / "b"),
-                      env={"OPENAI_API_KEY": secret})
+        flag = run_cli(
+            "eval",
+            "--model",
+            "m",
+            "--api-url",
+            srv.url,
+            "--api-key",
+            secret,
+            "--limit",
+            "20",
+            "--work-dir",
+            str(tmp_path / "a"),
+        )
+        env = run_cli(
+            "eval",
+            "--model",
+            "m",
+            "--api-url",
+            srv.url,
+            "--limit",
+            "20",
+            "--work-dir",
+            str(tmp_path / "b"),
+            env={"OPENAI_API_KEY": secret},
+        )
         assert srv.state.auth_headers.count(f"Bearer {secret}") == 40
     with FakeOpenAIServer("mixed", api_key="other") as srv:  # a server that rejects it must not echo it either
-        rejected = run_cli("eval", "--model", "m", "--api-url", srv.url, "--api-key", secret, "--work-dir", str(tmp_path / "c"))
+        rejected = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--api-key", secret, "--work-dir", str(tmp_path / "c")
+        )
     assert flag.returncode == 0 and env.returncode == 0 and rejected.returncode == 2
     for result in (flag, env, rejected):
         assert secret not in result.stdout + result.stderr
@@ -155,17 +217,32 @@ def test_api_key_never_reaches_a_file_or_log(tmp_path: Path) -> None:
 
 def test_replicas_share_the_load(tmp_path: Path) -> None:
     with FakeOpenAIServer("correct", latency=0.02) as a, FakeOpenAIServer("correct", latency=0.02) as b:
-        result = run_cli("eval", "--model", "m", "--api-url", a.url, "--api-url", b.url, "--limit", "200", "--work-dir", str(tmp_path))
+        result = run_cli(
+            "eval",
+            "--model",
+            "m",
+            "--api-url",
+            a.url,
+            "--api-url",
+            b.url,
+            "--limit",
+            "200",
+            "--work-dir",
+            str(tmp_path),
+        )
         counts = sum(a.state.requests.values()), sum(b.state.requests.values())
     assert result.returncode == 0, result.stderr
     assert sum(counts) == 200 and min(counts) >= 60
 
 
-@pytest.mark.parametrize(("model", "expect"), [
-    ("oracle", {"accuracy": 1.0, "precision": 1.0, "recall": 1.0, "f1_score": 1.0}),
-    ("always-yes", {"recall": 1.0, "yes_ratio": 1.0}),
-    ("always-no", {"recall": 0.0, "yes_ratio": 0.0, "f1_score": 0.0}),
-])
+@pytest.mark.parametrize(
+    ("model", "expect"),
+    [
+        ("oracle", {"accuracy": 1.0, "precision": 1.0, "recall": 1.0, "f1_score": 1.0}),
+        ("always-yes", {"recall": 1.0, "yes_ratio": 1.0}),
+        ("always-no", {"recall": 0.0, "yes_ratio": 0.0, "f1_score": 0.0}),
+    ],
+)
 def test_baselines(tmp_path: Path, model: str, expect: dict[str, float]) -> None:
     result = run_cli("eval", "--model", model, "--work-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -187,7 +264,9 @@ def test_random_baseline_is_seeded_and_near_one_half(tmp_path: Path) -> None:
 
 
 def test_model_names_are_made_safe_for_paths(tmp_path: Path, server: FakeOpenAIServer) -> None:
-    result = run_cli("eval", "--model", "org/Model:7b", "--api-url", server.url, "--limit", "3", "--work-dir", str(tmp_path))
+    result = run_cli(
+        "eval", "--model", "org/Model:7b", "--api-url", server.url, "--limit", "3", "--work-dir", str(tmp_path)
+    )
     assert result.returncode == 0, result.stderr
     assert (only_run_dir(tmp_path) / "predictions/org_Model_7b/coin_flip.jsonl").is_file()
 
@@ -195,15 +274,40 @@ def test_model_names_are_made_safe_for_paths(tmp_path: Path, server: FakeOpenAIS
 def test_samples_without_reply_are_errors_and_resume_asks_only_for_them(tmp_path: Path) -> None:
     with FakeOpenAIServer("correct", fail_rate=1.0, seed=1) as broken:
         broken.state.stall = 0.01
-        result = run_cli("eval", "--model", "m", "--api-url", broken.url, "--limit", "5", "--retries", "1", "--timeout", "0.5",
-                         "--work-dir", str(tmp_path))
+        result = run_cli(
+            "eval",
+            "--model",
+            "m",
+            "--api-url",
+            broken.url,
+            "--limit",
+            "5",
+            "--retries",
+            "1",
+            "--timeout",
+            "0.5",
+            "--work-dir",
+            str(tmp_path),
+        )
     assert result.returncode == 1
     run = only_run_dir(tmp_path)
     report = json.loads((run / "reports/m/coin_flip.json").read_text())
     assert report["counts"]["errors"] == 5 and not report["complete"] and report["warnings"]
     assert "INCOMPLETE" in result.stdout
     with FakeOpenAIServer("correct") as good:
-        again = run_cli("eval", "--model", "m", "--api-url", good.url, "--limit", "8", "--use-cache", str(run), "--work-dir", str(tmp_path))
+        again = run_cli(
+            "eval",
+            "--model",
+            "m",
+            "--api-url",
+            good.url,
+            "--limit",
+            "8",
+            "--use-cache",
+            str(run),
+            "--work-dir",
+            str(tmp_path),
+        )
         asked = sum(good.state.requests.values())
     assert again.returncode == 0, again.stderr
     assert asked == 8  # the 5 errors and the 3 never run
@@ -216,8 +320,21 @@ def test_use_cache_refuses_a_different_run(tmp_path: Path, server: FakeOpenAISer
     first = run_cli("eval", "--model", "m", "--api-url", server.url, "--limit", "3", "--work-dir", str(tmp_path))
     assert first.returncode == 0
     run = only_run_dir(tmp_path)
-    result = run_cli("eval", "--model", "other", "--api-url", server.url, "--limit", "3", "--few-shot-num", "2",
-                     "--generation-config", "temperature=0.5", "--use-cache", str(run))
+    result = run_cli(
+        "eval",
+        "--model",
+        "other",
+        "--api-url",
+        server.url,
+        "--limit",
+        "3",
+        "--few-shot-num",
+        "2",
+        "--generation-config",
+        "temperature=0.5",
+        "--use-cache",
+        str(run),
+    )
     assert result.returncode == 2
     line = result.stderr.strip()
     assert len(line.splitlines()) == 1
@@ -227,7 +344,13 @@ def test_use_cache_refuses_a_different_run(tmp_path: Path, server: FakeOpenAISer
 
 def _spawn(args: list[str]) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
-    return subprocess.Popen([sys.executable, "-m", "coinflip.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "coinflip.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def _lines(path: Path) -> list[dict]:
@@ -297,7 +420,9 @@ def test_half_written_last_line_is_tolerated(tmp_path: Path, server: FakeOpenAIS
 
 def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path: Path) -> None:
     with FakeOpenAIServer("correct", latency=0.05) as srv:
-        proc = _spawn(["eval", "--model", "m", "--api-url", srv.url, "--eval-batch-size", "4", "--work-dir", str(tmp_path)])
+        proc = _spawn(
+            ["eval", "--model", "m", "--api-url", srv.url, "--eval-batch-size", "4", "--work-dir", str(tmp_path)]
+        )
         time.sleep(2.5)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)

@@ -15,7 +15,9 @@ from coinflip.generate import BUNDLED_SEED, PeopleRange, build_bundled, iter_que
 
 from .conftest import SKRISHNA, read_jsonl, run_cli
 
-SHAPE = re.compile(r"^Q: A coin is heads up\.(?: (\S+) (?:flips|does not flip) the coin\.)+  Is the coin still heads up\?$")
+SHAPE = re.compile(
+    r"^Q: A coin is heads up\.(?: (\S+) (?:flips|does not flip) the coin\.)+  Is the coin still heads up\?$"
+)
 
 
 def _people(question: str) -> list[str]:

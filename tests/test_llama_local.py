@@ -33,8 +33,15 @@ def llama_processes() -> list[int]:
 
 def test_smollm2_replies_are_real_parsed_and_scored(tmp_path: Path) -> None:
     result = run_cli(
-        "eval", "--model", "smollm2", "--limit", "6", "--generation-config", "max_tokens=96,temperature=0",
-        "--work-dir", str(tmp_path),
+        "eval",
+        "--model",
+        "smollm2",
+        "--limit",
+        "6",
+        "--generation-config",
+        "max_tokens=96,temperature=0",
+        "--work-dir",
+        str(tmp_path),
     )
     assert result.returncode == 0, result.stderr
     run = only_run_dir(tmp_path)
@@ -64,8 +71,22 @@ def test_no_server_left_after_a_failure(tmp_path: Path) -> None:
 def test_no_server_left_after_ctrl_c(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coinflip.cli", "eval", "--model", "smollm2", "--limit", "40", "--work-dir", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "coinflip.cli",
+            "eval",
+            "--model",
+            "smollm2",
+            "--limit",
+            "40",
+            "--work-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     deadline = time.monotonic() + 120
     predictions = None

@@ -52,7 +52,9 @@ def test_undefined_ratios_are_zero() -> None:
     assert r["metrics"]["accuracy"] == 1
 
 
-@pytest.mark.parametrize(("k", "n", "lo", "hi"), [(0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (81, 263, 0.2553, 0.3662)])
+@pytest.mark.parametrize(
+    ("k", "n", "lo", "hi"), [(0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (81, 263, 0.2553, 0.3662)]
+)
 def test_wilson_matches_published_values(k: int, n: int, lo: float, hi: float) -> None:
     got = wilson(k, n)
     assert got[0] == pytest.approx(lo, abs=5e-4) and got[1] == pytest.approx(hi, abs=5e-4)

@@ -21,8 +21,8 @@ def _seed_section(start: str, end: str) -> str:
 
 def test_templates_are_the_specifications() -> None:
     # The rendered page drops the 0-shot template's leading newline, which the sample example shows.
-    assert ZERO_SHOT_TEMPLATE == "\n" + _seed_section("Prompt Template:\n\n", "Few-shot Template")
-    assert FEW_SHOT_TEMPLATE == _seed_section("Few-shot Template\n", "\nUsage#")
+    assert "\n" + _seed_section("Prompt Template:\n\n", "Few-shot Template") == ZERO_SHOT_TEMPLATE
+    assert _seed_section("Few-shot Template\n", "\nUsage#") == FEW_SHOT_TEMPLATE
 
 
 def test_bundled_test_prompt_is_the_template_with_the_question() -> None:
@@ -51,7 +51,10 @@ def test_three_shot_prompt_holds_three_correct_worked_examples() -> None:
 
 
 def test_reasoning_tracks_state_person_by_person() -> None:
-    q = "Q: A coin is heads up. ana flips the coin. bo does not flip the coin. cy flips the coin.  Is the coin still heads up?"
+    q = (
+        "Q: A coin is heads up. ana flips the coin. bo does not flip the coin. cy flips the coin."
+        "  Is the coin still heads up?"
+    )
     lines = reasoning(q).splitlines()
     assert lines[1] == "ana flips the coin, so it is now tails up."
     assert lines[2] == "bo does not flip the coin, so it stays tails up."

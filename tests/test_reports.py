@@ -36,8 +36,16 @@ def _edit_replies(run: Path, model: str, replies: dict[int, str]) -> None:
 
 def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM, "Debian's chromium is needed (apt-get install chromium); .ci/run installs it"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
 
 

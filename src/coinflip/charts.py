@@ -13,13 +13,19 @@ def bars(points: list[tuple[str, float, float, float]], height: int = 180, color
     parts = [f'<svg width="{width}" height="{height}" role="img">']
     for tick in (0, 0.5, 1):
         y = 10 + inner * (1 - tick)
-        parts.append(f'<line x1="40" x2="{width}" y1="{y}" y2="{y}" stroke="#e2e5ea"/><text x="8" y="{y + 4}">{tick:.1f}</text>')
+        parts.append(
+            f'<line x1="40" x2="{width}" y1="{y}" y2="{y}" stroke="#e2e5ea"/><text x="8" y="{y + 4}">{tick:.1f}</text>'
+        )
     for i, (label, value, lo, hi) in enumerate(points):
         x = 45 + i * slot
         y = 10 + inner * (1 - value)
-        parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{slot * 0.6:.1f}" height="{inner * value:.1f}" fill="{color}"><title>{escape(label)}: {value:.3f}</title></rect>')
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{slot * 0.6:.1f}" height="{inner * value:.1f}" fill="{color}"><title>{escape(label)}: {value:.3f}</title></rect>'
+        )
         cx = x + slot * 0.3
-        parts.append(f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{10 + inner * (1 - hi):.1f}" y2="{10 + inner * (1 - lo):.1f}" stroke="#222"/>')
+        parts.append(
+            f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{10 + inner * (1 - hi):.1f}" y2="{10 + inner * (1 - lo):.1f}" stroke="#222"/>'
+        )
         parts.append(f'<text x="{x:.1f}" y="{height - 12}">{escape(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -39,13 +45,18 @@ def histogram(values: list[float], label: str, bins: int = 20) -> str:
     parts = [f'<svg width="{width}" height="{height}" role="img">']
     for i, c in enumerate(counts):
         h = (height - 35) * c / top
-        parts.append(f'<rect x="{10 + i * bar:.1f}" y="{height - 25 - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" fill="#6b8afd"><title>{c}</title></rect>')
-    parts.append(f'<text x="10" y="{height - 8}">{lo:.3g}</text><text x="{width - 60}" y="{height - 8}">{hi:.3g} {escape(label)}</text></svg>')
+        parts.append(
+            f'<rect x="{10 + i * bar:.1f}" y="{height - 25 - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" fill="#6b8afd"><title>{c}</title></rect>'
+        )
+    parts.append(
+        f'<text x="10" y="{height - 8}">{lo:.3g}</text><text x="{width - 60}" y="{height - 8}">{hi:.3g} {escape(label)}</text></svg>'
+    )
     return "".join(parts)
 
 
-def line_chart(points: list[tuple[float, float, float, float]], x_label: str, y_label: str,
-               width: int = 640, height: int = 300) -> str:
+def line_chart(
+    points: list[tuple[float, float, float, float]], x_label: str, y_label: str, width: int = 640, height: int = 300
+) -> str:
     """Values in [0, 1] against x, with interval whiskers; one marker per point."""
     if not points:
         return "<p>no points</p>"
@@ -62,13 +73,17 @@ def line_chart(points: list[tuple[float, float, float, float]], x_label: str, y_
 
     parts = [f'<svg width="{width}" height="{height}" role="img" aria-label="{escape(y_label)} by {escape(x_label)}">']
     for tick in (0, 0.25, 0.5, 0.75, 1):
-        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{sy(tick):.1f}" y2="{sy(tick):.1f}" stroke="#e2e5ea"/>'
-                     f'<text x="8" y="{sy(tick) + 4:.1f}">{tick:.2f}</text>')
+        parts.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{sy(tick):.1f}" y2="{sy(tick):.1f}" stroke="#e2e5ea"/>'
+            f'<text x="8" y="{sy(tick) + 4:.1f}">{tick:.2f}</text>'
+        )
     path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y, _, _) in enumerate(points))
     parts.append(f'<path d="{path}" fill="none" stroke="#3558d6" stroke-width="2"/>')
     for x, y, lo, hi in points:
         parts.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{sy(hi):.1f}" y2="{sy(lo):.1f}" stroke="#222"/>')
-        parts.append(f'<circle class="point" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="#3558d6"><title>{x:g}: {y:.3f}</title></circle>')
+        parts.append(
+            f'<circle class="point" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="#3558d6"><title>{x:g}: {y:.3f}</title></circle>'
+        )
         parts.append(f'<text x="{sx(x) - 4:.1f}" y="{height - 25}">{x:g}</text>')
     parts.append(f'<text x="{width / 2 - 40:.0f}" y="{height - 6}">{escape(x_label)}</text></svg>')
     return "".join(parts)

@@ -28,25 +28,71 @@ def app() -> None:
 
 
 @app.command("eval")
-@click.option("--model", required=True, help="Model name sent to the server; or oracle, random, always-yes, always-no, smollm2.")
+@click.option(
+    "--model", required=True, help="Model name sent to the server; or oracle, random, always-yes, always-no, smollm2."
+)
 @click.option("--api-url", multiple=True, help="OpenAI-compatible base URL (…/v1). Repeat for replicas of one model.")
-@click.option("--api-key", default=None, help="API key; defaults to $COINFLIP_API_KEY or $OPENAI_API_KEY. Never written to disk.")
-@click.option("--datasets", multiple=True, default=["coin_flip"], show_default=True, help="Benchmark name (only coin_flip).")
+@click.option(
+    "--api-key", default=None, help="API key; defaults to $COINFLIP_API_KEY or $OPENAI_API_KEY. Never written to disk."
+)
+@click.option(
+    "--datasets", multiple=True, default=["coin_flip"], show_default=True, help="Benchmark name (only coin_flip)."
+)
 @click.option("--limit", default=None, help="Evaluate the first N samples, or a fraction such as 0.1.")
 @click.option("--eval-batch-size", default=32, show_default=True, type=int, help="Requests in flight at once.")
-@click.option("--generation-config", default=None, help='JSON or key=value pairs: temperature, max_tokens, top_p, seed, stop, extra_body.')
-@click.option("--few-shot-num", default=0, show_default=True, type=int, help="Worked examples from the validation split.")
+@click.option(
+    "--generation-config",
+    default=None,
+    help="JSON or key=value pairs: temperature, max_tokens, top_p, seed, stop, extra_body.",
+)
+@click.option(
+    "--few-shot-num", default=0, show_default=True, type=int, help="Worked examples from the validation split."
+)
 @click.option("--few-shot-seed", default=42, show_default=True, type=int, help="Seed that picks the few-shot examples.")
-@click.option("--dataset-hub", default="bundled", show_default=True, type=click.Choice(HUB_CHOICES), help="Where the data comes from; hubs are cached after the first download.")
-@click.option("--dataset-path", default=None, help="A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.")
-@click.option("--split", default="test", show_default=True, type=click.Choice(["test", "validation"]), help="Split to evaluate.")
+@click.option(
+    "--dataset-hub",
+    default="bundled",
+    show_default=True,
+    type=click.Choice(HUB_CHOICES),
+    help="Where the data comes from; hubs are cached after the first download.",
+)
+@click.option(
+    "--dataset-path",
+    default=None,
+    help="A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.",
+)
+@click.option(
+    "--split", default="test", show_default=True, type=click.Choice(["test", "validation"]), help="Split to evaluate."
+)
 @click.option("--work-dir", default="./outputs", show_default=True, help="Where run directories are created.")
-@click.option("--use-cache", default=None, metavar="RUN_DIR", help="Resume RUN_DIR: reuse its finished predictions, send only the rest.")
+@click.option(
+    "--use-cache",
+    default=None,
+    metavar="RUN_DIR",
+    help="Resume RUN_DIR: reuse its finished predictions, send only the rest.",
+)
 @click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds per request attempt.")
-@click.option("--retries", default=5, show_default=True, type=int, help="Retries per request on 429, 5xx, timeouts and broken replies.")
+@click.option(
+    "--retries",
+    default=5,
+    show_default=True,
+    type=int,
+    help="Retries per request on 429, 5xx, timeouts and broken replies.",
+)
 @click.option("--system-prompt", default=None, help="Optional system message.")
-@click.option("--metric-compat", default="coinflip", show_default=True, type=click.Choice(COMPAT_CHOICES), help="coinflip: invalid answers count as wrong; evalscope: EvalScope's arithmetic.")
-@click.option("--model-path", default=None, type=click.Path(dir_okay=False), help="Serve this local GGUF file with llama.cpp for the run.")
+@click.option(
+    "--metric-compat",
+    default="coinflip",
+    show_default=True,
+    type=click.Choice(COMPAT_CHOICES),
+    help="coinflip: invalid answers count as wrong; evalscope: EvalScope's arithmetic.",
+)
+@click.option(
+    "--model-path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Serve this local GGUF file with llama.cpp for the run.",
+)
 @click.option("--seed", default=42, show_default=True, type=int, help="Seed for the random baseline and the bootstrap.")
 @click.option("--no-html", is_flag=True, help="Skip the HTML report.")
 def eval_command(**opts: Any) -> None:
@@ -66,10 +112,17 @@ def eval_command(**opts: Any) -> None:
 
 
 @app.command()
-@click.option("--people", default="4", show_default=True, help="People per question: a number, or a range such as 2-12.")
+@click.option(
+    "--people", default="4", show_default=True, help="People per question: a number, or a range such as 2-12."
+)
 @click.option("--count", default=1000, show_default=True, type=int, help="How many questions.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Same seed, same questions.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="JSONL file to write (question, answer).")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSONL file to write (question, answer).",
+)
 def generate(people: str, count: int, seed: int, out: Path) -> None:
     """Generate a fresh CoinFlip set, streamed to disk.
 
@@ -110,7 +163,9 @@ def stats(path: str | None, split: str | None, as_json: bool) -> None:
         click.echo(f"{name}: {s['rows']} rows, YES share {s['yes_share']:.3f}")
         click.echo(f"  people: {_counts(s['people'])}")
         click.echo(f"  flips:  {_counts(s['flips'])}")
-        click.echo(f"  prompt length (0-shot): mean {p['mean']:.2f}, min {p['min']}, max {p['max']}, std {p['std']:.2f}")
+        click.echo(
+            f"  prompt length (0-shot): mean {p['mean']:.2f}, min {p['min']}, max {p['max']}, std {p['std']:.2f}"
+        )
 
 
 def _counts(counts: dict[int, int]) -> str:
@@ -119,7 +174,9 @@ def _counts(counts: dict[int, int]) -> str:
 
 @app.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--metric-compat", default=None, type=click.Choice(COMPAT_CHOICES), help="Arithmetic to use (default: the run's).")
+@click.option(
+    "--metric-compat", default=None, type=click.Choice(COMPAT_CHOICES), help="Arithmetic to use (default: the run's)."
+)
 def rescore(run_dir: str, metric_compat: str | None) -> None:
     """Recompute reviews and reports from a run's saved predictions; calls no model."""
     from .runner import rescore as do_rescore
@@ -130,7 +187,13 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
 @app.command("compare")
 @click.argument("run_dirs", nargs=-1, required=True)
 @click.option("--force", is_flag=True, help="Compare runs on different data, pairing only the samples they share.")
-@click.option("--out", default="./outputs/compare", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder for compare.md, compare.html and compare.json.")
+@click.option(
+    "--out",
+    default="./outputs/compare",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for compare.md, compare.html and compare.json.",
+)
 def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path) -> None:
     """Leaderboard of runs on the same data, with paired McNemar tests between each pair."""
     import json
@@ -157,8 +220,16 @@ def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path) -> None:
     for column in ("A", "B", "shared", "only A right", "only B right", "chi2", "p", "p exact"):
         tests.add_column(column)
     for p in result["pairs"]:
-        tests.add_row(p["a"], p["b"], str(p["shared"]), str(p["only_a"]), str(p["only_b"]),
-                      f"{p['chi2']:.4f}", f"{p['p_value']:.4g}", f"{p['p_exact']:.4g}")
+        tests.add_row(
+            p["a"],
+            p["b"],
+            str(p["shared"]),
+            str(p["only_a"]),
+            str(p["only_b"]),
+            f"{p['chi2']:.4f}",
+            f"{p['p_value']:.4g}",
+            f"{p['p_exact']:.4g}",
+        )
     console.print(tests)
     if not result["same_data"]:
         console.print("[yellow]warning:[/] runs used different data; only shared samples were paired")
@@ -177,7 +248,9 @@ def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path) -> None:
 @click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds per request attempt.")
 @click.option("--retries", default=5, show_default=True, type=int, help="Retries per request.")
 @click.option("--system-prompt", default=None, help="Optional system message.")
-@click.option("--model-path", default=None, type=click.Path(dir_okay=False), help="Serve this local GGUF file with llama.cpp.")
+@click.option(
+    "--model-path", default=None, type=click.Path(dir_okay=False), help="Serve this local GGUF file with llama.cpp."
+)
 @click.option("--work-dir", default="./outputs", show_default=True, help="Where the sweep folder is created.")
 def sweep_command(people: str, count: int, seed: int, work_dir: str, **opts: Any) -> None:
     """Accuracy against the number of people: where state tracking breaks.

@@ -44,14 +44,25 @@ def mcnemar(b: int, c: int) -> dict[str, float]:
     """b: only A right; c: only B right. Chi-square (1 df) with and without continuity correction, and exact."""
     n = b + c
     if n == 0:
-        return {"only_a": 0, "only_b": 0, "chi2": 0.0, "p_value": 1.0, "chi2_corrected": 0.0, "p_corrected": 1.0, "p_exact": 1.0}
+        return {
+            "only_a": 0,
+            "only_b": 0,
+            "chi2": 0.0,
+            "p_value": 1.0,
+            "chi2_corrected": 0.0,
+            "p_corrected": 1.0,
+            "p_exact": 1.0,
+        }
     chi2 = (b - c) ** 2 / n
     corrected = max(abs(b - c) - 1, 0) ** 2 / n
     tail = sum(math.comb(n, k) for k in range(0, min(b, c) + 1)) / 2**n
     return {
-        "only_a": b, "only_b": c,
-        "chi2": chi2, "p_value": math.erfc(math.sqrt(chi2 / 2)),
-        "chi2_corrected": corrected, "p_corrected": math.erfc(math.sqrt(corrected / 2)),
+        "only_a": b,
+        "only_b": c,
+        "chi2": chi2,
+        "p_value": math.erfc(math.sqrt(chi2 / 2)),
+        "chi2_corrected": corrected,
+        "p_corrected": math.erfc(math.sqrt(corrected / 2)),
         "p_exact": min(1.0, 2 * tail),
     }
 
@@ -62,8 +73,13 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
     runs = [load_run(p) for p in paths]
     datasets = {r.report["dataset"]["sha256"] for r in runs}
     if len(datasets) > 1 and not force:
-        detail = ", ".join(f"{r.path.name}: {r.report['dataset']['sha256'][:12]} ({r.report['counts']['samples']} samples)" for r in runs)
-        raise ConfigError(f"runs were made on different data ({detail}); pass --force to compare on the samples they share")
+        detail = ", ".join(
+            f"{r.path.name}: {r.report['dataset']['sha256'][:12]} ({r.report['counts']['samples']} samples)"
+            for r in runs
+        )
+        raise ConfigError(
+            f"runs were made on different data ({detail}); pass --force to compare on the samples they share"
+        )
     leaderboard = sorted(runs, key=lambda r: -r.report["metrics"]["f1_score"])
     pairs = []
     for a, b in combinations(leaderboard, 2):
@@ -74,9 +90,15 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
     return {
         "same_data": len(datasets) == 1,
         "leaderboard": [
-            {"rank": i + 1, "model": r.report["model"], "run": str(r.path), "samples": r.report["counts"]["samples"],
-             "invalid_rate": r.report["counts"]["invalid_rate"], "metric_compat": r.report["metric_compat"],
-             **{m: r.report["metrics"][m] for m in METRICS}}
+            {
+                "rank": i + 1,
+                "model": r.report["model"],
+                "run": str(r.path),
+                "samples": r.report["counts"]["samples"],
+                "invalid_rate": r.report["counts"]["invalid_rate"],
+                "metric_compat": r.report["metric_compat"],
+                **{m: r.report["metrics"][m] for m in METRICS},
+            }
             for i, r in enumerate(leaderboard)
         ],
         "pairs": pairs,
@@ -89,8 +111,13 @@ def to_markdown(result: dict[str, Any]) -> str:
     for row in result["leaderboard"]:
         values = " | ".join(f"{row[m]:.4f}" for m in METRICS)
         lines.append(f"| {row['rank']} | {row['model']} | {values} | {row['invalid_rate']:.1%} | {row['samples']} |")
-    lines += ["", "## Paired McNemar tests (shared samples)", "",
-              "| A | B | shared | only A right | only B right | chi2 | p | p (exact) |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Paired McNemar tests (shared samples)",
+        "",
+        "| A | B | shared | only A right | only B right | chi2 | p | p (exact) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for p in result["pairs"]:
         lines.append(
             f"| {p['a']} | {p['b']} | {p['shared']} | {p['only_a']} | {p['only_b']} | {p['chi2']:.4f} "
@@ -103,7 +130,8 @@ def to_markdown(result: dict[str, Any]) -> str:
 
 def to_html(result: dict[str, Any]) -> str:
     rows = "".join(
-        f"<tr><td>{r['rank']}</td><td>{escape(r['model'])}</td>" + "".join(f"<td>{r[m]:.4f}</td>" for m in METRICS)
+        f"<tr><td>{r['rank']}</td><td>{escape(r['model'])}</td>"
+        + "".join(f"<td>{r[m]:.4f}</td>" for m in METRICS)
         + f"<td>{r['invalid_rate']:.1%}</td><td>{r['samples']}</td></tr>"
         for r in result["leaderboard"]
     )

@@ -15,8 +15,16 @@ HUBS = ("bundled", "huggingface", "modelscope")
 METRIC_COMPATS = ("coinflip", "evalscope")
 SPLITS = ("test", "validation")
 GENERATION_KEYS = (
-    "temperature", "max_tokens", "top_p", "seed", "stop", "extra_body",
-    "presence_penalty", "frequency_penalty", "top_k", "n",
+    "temperature",
+    "max_tokens",
+    "top_p",
+    "seed",
+    "stop",
+    "extra_body",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_k",
+    "n",
 )
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 REDACTED = "***"

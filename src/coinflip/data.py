@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from importlib.resources import files
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,7 @@ class Dataset:
 
     def __iter__(self) -> Iterator[Record]:
         rows: Iterable[Record] = self.rows if self.rows is not None else _stream(self.path)  # type: ignore[arg-type]
-        for record, _ in zip(rows, range(self.count)):
-            yield record
+        yield from islice(rows, self.count)
 
     def __len__(self) -> int:
         return self.count
@@ -141,7 +141,8 @@ def _read_parquet(path: Path) -> list[Any]:
     except ImportError:
         raise DataError(f"{path}: reading Parquet needs pyarrow: pip install 'coinflip[parquet]'") from None
     try:
-        return pq.read_table(path).to_pylist()  # type: ignore[no-any-return]
+        rows: list[Any] = pq.read_table(path).to_pylist()
+        return rows
     except Exception as exc:  # pyarrow raises several unrelated types for corrupt files
         raise DataError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
 
@@ -181,7 +182,8 @@ def load_file(path: str | Path) -> list[Record]:
 def split_file(directory: Path, split: str) -> Path:
     """The file for `split` in a directory: test.jsonl, data/test-00000-of-00001.parquet, ..."""
     found = sorted(
-        p for p in directory.rglob(f"{split}*")
+        p
+        for p in directory.rglob(f"{split}*")
         if p.is_file() and p.suffix.lower() in FORMATS and re.match(rf"{split}([.-]|$)", p.name)
     )
     if not found:

@@ -41,7 +41,7 @@ def _visible(text: str) -> str | None:
     text = _THINK.sub(" ", text)
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:  # a template that opened <think> in the prompt leaves only the closing tag
-        text = text[closes[-1].end():]
+        text = text[closes[-1].end() :]
     if _THINK_OPEN.search(text):
         return None
     return text
@@ -74,4 +74,4 @@ def _yes_no(value: str) -> str | None:
         return None
     if "yes" in words and "no" in words:
         return None
-    return words[0].upper()
+    return str(words[0]).upper()

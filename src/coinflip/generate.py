@@ -69,9 +69,7 @@ def _chunk(rng: Any, size: int, count: int, people: PeopleRange) -> tuple[list[l
     return (idx + size * (1 - bits)).tolist(), ks.tolist(), flips.tolist()
 
 
-def iter_questions(
-    people: PeopleRange, count: int, seed: int, chunk: int = 50_000
-) -> Iterator[tuple[str, str]]:
+def iter_questions(people: PeopleRange, count: int, seed: int, chunk: int = 50_000) -> Iterator[tuple[str, str]]:
     """Yield (question, answer) pairs; the answer is YES exactly when the number of flips is even.
 
     Random draws are vectorised per chunk (numpy), so a million questions take seconds and
@@ -87,7 +85,7 @@ def iter_questions(
     while left > 0:
         codes, ks, flips = _chunk(rng, len(pool), min(chunk, left), people)
         left -= len(ks)
-        for row, k, f in zip(codes, ks, flips):
+        for row, k, f in zip(codes, ks, flips, strict=True):
             yield OPENING + join([fragments[c] for c in row[:k]]) + CLOSING, "NO" if f & 1 else "YES"
 
 

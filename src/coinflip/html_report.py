@@ -51,16 +51,18 @@ def _cards(report: dict[str, Any]) -> str:
     for name in METRICS:
         lo, hi = report["intervals"][name]
         cls = "card primary" if name == report["primary"] else "card"
-        out.append(f'<div class="{cls}"><small>{name}{" (primary)" if name == report["primary"] else ""}</small>'
-                   f'<b>{_pct(report["metrics"][name])}</b><small>95% {lo:.3f} - {hi:.3f}</small></div>')
+        out.append(
+            f'<div class="{cls}"><small>{name}{" (primary)" if name == report["primary"] else ""}</small>'
+            f"<b>{_pct(report['metrics'][name])}</b><small>95% {lo:.3f} - {hi:.3f}</small></div>"
+        )
     return '<div class="cards">' + "".join(out) + "</div>"
 
 
 def _confusion(c: dict[str, Any]) -> str:
     return (
         '<table class="cm"><tr><th></th><th>pred YES</th><th>pred NO</th><th>invalid</th><th>error</th></tr>'
-        f'<tr><th>target YES</th><td>{c["tp"]}</td><td>{c["fn"]}</td><td>{c["invalid_on_yes"]}</td><td>{c["errors_on_yes"]}</td></tr>'
-        f'<tr><th>target NO</th><td>{c["fp"]}</td><td>{c["tn"]}</td><td>{c["invalid_on_no"]}</td><td>{c["errors_on_no"]}</td></tr></table>'
+        f"<tr><th>target YES</th><td>{c['tp']}</td><td>{c['fn']}</td><td>{c['invalid_on_yes']}</td><td>{c['errors_on_yes']}</td></tr>"
+        f"<tr><th>target NO</th><td>{c['fp']}</td><td>{c['tn']}</td><td>{c['invalid_on_no']}</td><td>{c['errors_on_no']}</td></tr></table>"
         f'<p class="meta">invalid answers {c["invalid"]} ({c["invalid_rate"]:.1%}), errors {c["errors"]}</p>'
     )
 
@@ -74,14 +76,16 @@ def _rows(samples: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
         reply = p.get("reply") if p.get("error") is None else f"[error] {p.get('error')}"
         out.append(
             f'<tr class="{classes}"><td>{r["id"]}</td><td>{r["people"]}</td>'
-            f'<td><details><summary>{escape(p.get("question", ""))}</summary><pre>{escape(p.get("prompt", ""))}</pre></details></td>'
-            f'<td><pre>{escape(reply or "")}</pre></td><td>{escape(str(r["extracted"]))}</td><td>{r["target"]}</td>'
+            f"<td><details><summary>{escape(p.get('question', ''))}</summary><pre>{escape(p.get('prompt', ''))}</pre></details></td>"
+            f"<td><pre>{escape(reply or '')}</pre></td><td>{escape(str(r['extracted']))}</td><td>{r['target']}</td>"
             f'<td class="{mark}">{kind}</td></tr>'
         )
     return "".join(out)
 
 
-def render(report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any) -> str:
+def render(
+    report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
+) -> str:
     """`samples`: (prediction, review) pairs to list; `latency` and `tokens`: values for the histograms."""
     data = report["dataset"]
     c = report["counts"]
@@ -89,14 +93,17 @@ def render(report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str,
     people = [(f"{k}p", v["accuracy"], *v["interval"]) for k, v in report["by_people"].items()]
     true_yes = c["target_yes"] / c["samples"] if c["samples"] else 0.0
     lo, hi = report["intervals"]["yes_ratio"]
-    yes_chart = bars([("yes_ratio", report["metrics"]["yes_ratio"], lo, hi), ("true YES", true_yes, true_yes, true_yes)], color="#8a63d2")
+    yes_chart = bars(
+        [("yes_ratio", report["metrics"]["yes_ratio"], lo, hi), ("true YES", true_yes, true_yes, true_yes)],
+        color="#8a63d2",
+    )
     rows, shown = _rows(samples), len(samples)
     source = escape(str(data.get("id") or data.get("path") or data.get("source")))
     return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>coin_flip - {escape(report['model'])}</title><style>{STYLE}</style></head><body><main>
-<h1>CoinFlip - {escape(report['model'])}</h1>
-<div class="meta">run {escape(report['run'])} | data {escape(data['source'])}: {source} ({escape(data['split'])}, {data['rows']} rows, sha256 {escape(data['sha256'][:16])}) |
-arithmetic {escape(report['metric_compat'])} | extraction {escape(report['extraction'])} | few-shot {report['few_shot_num']}</div>
+<title>coin_flip - {escape(report["model"])}</title><style>{STYLE}</style></head><body><main>
+<h1>CoinFlip - {escape(report["model"])}</h1>
+<div class="meta">run {escape(report["run"])} | data {escape(data["source"])}: {source} ({escape(data["split"])}, {data["rows"]} rows, sha256 {escape(data["sha256"][:16])}) |
+arithmetic {escape(report["metric_compat"])} | extraction {escape(report["extraction"])} | few-shot {report["few_shot_num"]}</div>
 {warnings}{_cards(report)}
 <div class="grid">
 <div class="panel"><h2>Confusion matrix</h2>{_confusion(c)}</div>
@@ -107,13 +114,15 @@ arithmetic {escape(report['metric_compat'])} | extraction {escape(report['extrac
 </div>
 <h2>Samples</h2>
 <div class="filters"><button class="on" data-f="all">all</button><button data-f="notok">not correct</button><button data-f="wrong">wrong</button><button data-f="invalid">invalid</button><button data-f="error">errored</button>
-<span class="meta">showing <span id="shown">{shown}</span> of {c['samples']}</span></div>
+<span class="meta">showing <span id="shown">{shown}</span> of {c["samples"]}</span></div>
 <table class="samples"><thead><tr><th>id</th><th>people</th><th>question / prompt</th><th>reply</th><th>extracted</th><th>target</th><th>result</th></tr></thead>
 <tbody>{rows}</tbody></table>
 </main><script>{SCRIPT}</script></body></html>
 """
 
 
-def write_html(path: Path, report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any) -> None:
+def write_html(
+    path: Path, report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(report, samples, latency, tokens), encoding="utf-8")

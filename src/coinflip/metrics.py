@@ -57,11 +57,8 @@ def _prf(tp: Any, fp: Any, fn_denominator: Any) -> tuple[Any, Any, Any]:
 
 def _from_counts(c: dict[tuple[str, str | None], Any], compat: str) -> tuple[Any, Any, Any]:
     tp, fp = c[("YES", "YES")], c[("NO", "YES")]
-    if compat == "evalscope":
-        recall_den = tp + c[("YES", "NO")]
-    else:
-        recall_den = tp + c[("YES", "NO")] + c[("YES", None)]
-    return _prf(tp, fp, recall_den)
+    misses = c[("YES", "NO")] + (0 if compat == "evalscope" else c[("YES", None)])
+    return _prf(tp, fp, tp + misses)
 
 
 class Tally:
@@ -131,14 +128,18 @@ class Tally:
         }
 
 
-def compute(outcomes: Iterable[Outcome], compat: str = "coinflip", seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
+def compute(
+    outcomes: Iterable[Outcome], compat: str = "coinflip", seed: int = 0, resamples: int = 2000
+) -> dict[str, Any]:
     tally = Tally()
     for o in outcomes:
         tally.add(o)
     return tally.result(compat, seed, resamples)
 
 
-def _bootstrap(counts: dict[tuple[str, str | None], int], total: int, compat: str, seed: int, resamples: int, np: Any) -> dict[str, tuple[float, float]]:
+def _bootstrap(
+    counts: dict[tuple[str, str | None], int], total: int, compat: str, seed: int, resamples: int, np: Any
+) -> dict[str, tuple[float, float]]:
     """Percentile intervals for precision, recall and F1.
 
     Resampling samples with replacement is a multinomial draw over the six (target, prediction)

@@ -19,13 +19,25 @@ class Progress:
         self._next_line = 0.0
         if tty and total:
             from rich.progress import (
-                BarColumn, MofNCompleteColumn, Progress as Bar, TaskProgressColumn, TextColumn,
-                TimeElapsedColumn, TimeRemainingColumn,
+                BarColumn,
+                MofNCompleteColumn,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import (
+                Progress as Bar,
             )
 
             self._bar = Bar(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[rate]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
                 transient=False,
             )
             self._bar.start()
@@ -40,8 +52,9 @@ class Progress:
         elif self._plain and (elapsed >= self._next_line or self.done == self.total):
             eta = (self.total - self.done) / rate if rate else 0.0
             print(
-                f"{self.label}: {self.done}/{self.total} ({self.done / self.total:.0%}) "
-                f"{rate:.1f}/s eta {eta:.0f}s", file=sys.stderr, flush=True,
+                f"{self.label}: {self.done}/{self.total} ({self.done / self.total:.0%}) {rate:.1f}/s eta {eta:.0f}s",
+                file=sys.stderr,
+                flush=True,
             )
             self._next_line = elapsed + 5.0
 

@@ -38,7 +38,13 @@ def _quantiles(values: Sequence[float]) -> dict[str, float]:
     def q(p: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 6)
 
-    return {"mean": round(sum(ordered) / len(ordered), 6), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": ordered[-1]}
+    return {
+        "mean": round(sum(ordered) / len(ordered), 6),
+        "p50": q(0.5),
+        "p90": q(0.9),
+        "p99": q(0.99),
+        "max": ordered[-1],
+    }
 
 
 class Usage:
@@ -84,8 +90,13 @@ class Showcase:
 
 
 def build_report(
-    saved: dict[str, Any], run_name: str, predictions: Iterable[dict[str, Any]], compat: str,
-    reviews_out: TextIO, showcase: Showcase, usage: Usage,
+    saved: dict[str, Any],
+    run_name: str,
+    predictions: Iterable[dict[str, Any]],
+    compat: str,
+    reviews_out: TextIO,
+    showcase: Showcase,
+    usage: Usage,
 ) -> dict[str, Any]:
     """The report of a run, computed only from its saved config and predictions, in one pass.
 

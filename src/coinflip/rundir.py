@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any, TextIO
 
 from .config import BENCHMARK, safe_name
@@ -155,7 +156,7 @@ def compact_predictions(path: Path) -> PredictionIndex:
     index = index_predictions(path)
     offsets = [index.where[k] for k in sorted(index.where)]
     offsets = [o if o >= 0 else ~o for o in offsets]
-    if index.lines != len(offsets) or any(a > b for a, b in zip(offsets, offsets[1:])):
+    if index.lines != len(offsets) or any(a > b for a, b in pairwise(offsets)):
         tmp = path.with_name(path.name + ".tmp")
         with path.open("rb") as src, tmp.open("wb") as dst:
             for offset in offsets:

@@ -18,12 +18,19 @@ from . import prompts
 from .config import TaskConfig
 from .data import Dataset, Record, load_dataset
 from .errors import ConfigError, DataError, RunIncomplete
+from .html_report import MAX_ROWS, write_html
 from .models import Reply, Request, open_model, serve_local
 from .predict import run_requests
 from .progress import Progress
-from .html_report import MAX_ROWS, write_html
 from .report import Showcase, Usage, build_report, print_summary, write_report
-from .rundir import PredictionWriter, RunDir, compact_predictions, index_predictions, iter_predictions, load_saved_config
+from .rundir import (
+    PredictionWriter,
+    RunDir,
+    compact_predictions,
+    index_predictions,
+    iter_predictions,
+    load_saved_config,
+)
 
 log = logging.getLogger("coinflip")
 FINGERPRINT_KEYS = ("model", "few_shot_num", "few_shot_seed", "system_prompt", "generation_config")
@@ -148,8 +155,7 @@ def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestB
             asyncio.run(_send(config, urls, work, on_reply))
     except KeyboardInterrupt:
         raise RunIncomplete(
-            f"interrupted: {progress.done} new predictions kept in {run.root}; "
-            f"resume with --use-cache {run.root}"
+            f"interrupted: {progress.done} new predictions kept in {run.root}; resume with --use-cache {run.root}"
         ) from None
     finally:
         progress.close()
@@ -165,7 +171,9 @@ def _prewarm() -> None:
         import rich.table  # noqa: F401
 
 
-async def _send(config: TaskConfig, urls: list[str] | None, pending: Iterable[tuple[Record, Request]], on_reply: Any) -> None:
+async def _send(
+    config: TaskConfig, urls: list[str] | None, pending: Iterable[tuple[Record, Request]], on_reply: Any
+) -> None:
     async with open_model(config, urls) as model:
         await run_requests(model, pending, config.eval_batch_size, on_reply)
 

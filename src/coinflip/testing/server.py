@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
@@ -22,7 +23,6 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-
 
 _QUESTION = re.compile(r"Q: A coin is heads up\..*?Is the coin still heads up\?", re.S)
 MIXED = ("right",) * 6 + ("wrong", "wrong", "invalid", "yes")  # what `mixed` does, by question hash
@@ -77,7 +77,14 @@ class ServerState:
 
 
 Response = tuple[int, bytes, dict[str, str]]
-REASONS = {200: "OK", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error", 504: "Gateway Timeout"}
+REASONS = {
+    200: "OK",
+    401: "Unauthorized",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    504: "Gateway Timeout",
+}
 
 
 def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
@@ -93,7 +100,9 @@ class Handler:
 
     async def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Response | None:
         if method == "GET" and path.endswith("/models"):
-            return _json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models or ("fake",)]})
+            return _json(
+                200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models or ("fake",)]}
+            )
         if method == "GET" and path == "/stats":
             s = self.state
             return _json(200, {"requests": dict(s.requests), "answered": dict(s.answered), "faults": dict(s.faults)})
@@ -119,14 +128,31 @@ class Handler:
             return await self.fault()
         text = state.policy.reply(question)
         state.answered[question] += 1
-        return _json(200, {
-            "id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"),
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                "role": "assistant", "content": text,
-                "reasoning_content": "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES"),
-            }}],
-            "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4, "total_tokens": (len(prompt) + len(text)) // 4},
-        })
+        return _json(
+            200,
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {
+                            "role": "assistant",
+                            "content": text,
+                            "reasoning_content": "Scratch work that must never be scored. ANSWER: "
+                            + ("NO" if "YES" in text else "YES"),
+                        },
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": len(prompt) // 4,
+                    "completion_tokens": len(text) // 4,
+                    "total_tokens": (len(prompt) + len(text)) // 4,
+                },
+            },
+        )
 
     async def fault(self) -> Response | None:
         """None means: drop the connection without answering."""
@@ -183,8 +209,12 @@ class HttpProtocol(asyncio.Protocol):
                 self.transport.close()
                 return
             status, payload, extra = response
-            head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}", "Content-Type: application/json",
-                    f"Content-Length: {len(payload)}", *(f"{k}: {v}" for k, v in extra.items())]
+            head = [
+                f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}",
+                "Content-Type: application/json",
+                f"Content-Length: {len(payload)}",
+                *(f"{k}: {v}" for k, v in extra.items()),
+            ]
             self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -245,10 +275,8 @@ def serve(argv: list[str] | None = None) -> None:
         async with server:
             await server.serve_forever()
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":
