@@ -432,3 +432,33 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path: Path) -> None:
     run = only_run_dir(tmp_path)
     kept = read_jsonl(run / "predictions/m/coin_flip.jsonl")
     assert 0 < len(kept) < 3333
+
+
+def test_completions_mode_sends_the_same_text_as_one_prompt(tmp_path: Path) -> None:
+    with FakeOpenAIServer("mixed") as srv:
+        result = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--api-mode", "completions", "--system-prompt", "Be careful.",
+            "--limit", "30", "--work-dir", str(tmp_path),
+        )  # fmt: skip
+        asked = sum(srv.state.requests.values())
+    assert result.returncode == 0, result.stderr
+    assert asked == 30
+    report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
+    assert report["metrics"] == pytest.approx(expected_metrics(30, Policy("mixed")))
+
+
+@pytest.mark.parametrize(
+    ("url", "mode", "expected"),
+    [
+        ("http://h:8000/v1", "chat", "http://h:8000/v1/chat/completions"),
+        ("http://h:8000/v1/", "completions", "http://h:8000/v1/completions"),
+        ("http://h:8000", "chat", "http://h:8000/v1/chat/completions"),
+        ("http://h:8000/v1/chat/completions", "chat", "http://h:8000/v1/chat/completions"),
+        ("http://h:8000/v1/chat/completions", "completions", "http://h:8000/v1/completions"),
+        ("https://api.example.com/openai/v1", "chat", "https://api.example.com/openai/v1/chat/completions"),
+    ],
+)
+def test_endpoint_urls(url: str, mode: str, expected: str) -> None:
+    from coinflip.models.openai_api import endpoint_url
+
+    assert endpoint_url(url, mode) == expected

@@ -81,6 +81,13 @@ def app() -> None:
 )
 @click.option("--system-prompt", default=None, help="Optional system message.")
 @click.option(
+    "--api-mode",
+    default="chat",
+    show_default=True,
+    type=click.Choice(["chat", "completions"]),
+    help="chat: /chat/completions with messages; completions: /completions with the same text as one prompt.",
+)
+@click.option(
     "--metric-compat",
     default="coinflip",
     show_default=True,

@@ -14,6 +14,7 @@ BENCHMARK = "coin_flip"
 HUBS = ("bundled", "huggingface", "modelscope")
 METRIC_COMPATS = ("coinflip", "evalscope")
 SPLITS = ("test", "validation")
+API_MODES = ("chat", "completions")
 GENERATION_KEYS = (
     "temperature",
     "max_tokens",
@@ -57,6 +58,7 @@ class TaskConfig:
     html_report: bool = True
     progress: bool | None = None
     quiet: bool = False
+    api_mode: str = "chat"
 
     def __post_init__(self) -> None:
         self.datasets = _check_datasets(self.datasets)
@@ -71,6 +73,7 @@ class TaskConfig:
         _check_choice("dataset_hub", self.dataset_hub, HUBS)
         _check_choice("metric_compat", self.metric_compat, METRIC_COMPATS)
         _check_choice("split", self.split, SPLITS)
+        _check_choice("api_mode", self.api_mode, API_MODES)
         if not isinstance(self.timeout, (int, float)) or self.timeout <= 0:
             raise ConfigError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
         if not isinstance(self.model, str) or not self.model.strip():

@@ -33,7 +33,7 @@ from .rundir import (
 )
 
 log = logging.getLogger("coinflip")
-FINGERPRINT_KEYS = ("model", "few_shot_num", "few_shot_seed", "system_prompt", "generation_config")
+FINGERPRINT_KEYS = ("model", "few_shot_num", "few_shot_seed", "system_prompt", "generation_config", "api_mode")
 
 
 def run_task(task_cfg: TaskConfig | dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:

@@ -53,6 +53,7 @@ async def open_model(config: TaskConfig, urls: list[str] | None) -> AsyncIterato
             config.timeout,
             config.retries,
             config.eval_batch_size,
+            mode=config.api_mode,
         )
     try:
         yield model

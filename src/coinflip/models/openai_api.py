@@ -30,13 +30,15 @@ class RetryableError(Exception):
         self.retry_after = retry_after
 
 
-def chat_url(url: str) -> str:
-    """Accept a base URL (…/v1), a server root, or the full …/chat/completions endpoint."""
+def endpoint_url(url: str, mode: str = "chat") -> str:
+    """Accept a base URL (…/v1), a server root, or the full endpoint; `mode` is chat or completions."""
     url = url.rstrip("/")
-    if url.endswith("/chat/completions"):
-        return url
+    tail = "/chat/completions" if mode == "chat" else "/completions"
+    for known in ("/chat/completions", "/completions"):
+        if url.endswith(known):
+            return url[: -len(known)] + tail
     path = urlsplit(url).path
-    return url + ("/v1/chat/completions" if path in ("", "/") else "/chat/completions")
+    return url + ("/v1" if path in ("", "/") else "") + tail
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -56,9 +58,11 @@ class OpenAIChat:
         retries: int = 5,
         concurrency: int = 32,
         backoff_base: float = BACKOFF_BASE,
+        mode: str = "chat",
     ) -> None:
         self.name = model
-        self.urls = [chat_url(u) for u in urls]
+        self.mode = mode
+        self.urls = [endpoint_url(u, mode) for u in urls]
         self.inflight = dict.fromkeys(self.urls, 0)
         self.api_key = api_key
         self.generation = dict(generation or {})
@@ -75,7 +79,11 @@ class OpenAIChat:
         )
 
     def _body(self, request: Request) -> bytes:
-        body: dict[str, Any] = {"model": self.name, "messages": request.messages}
+        body: dict[str, Any] = {"model": self.name}
+        if self.mode == "chat":
+            body["messages"] = request.messages
+        else:  # a plain completion gets the same text: system prompt, blank line, prompt
+            body["prompt"] = "\n\n".join(m["content"] for m in request.messages)
         extra = self.generation.get("extra_body") or {}
         body.update({k: v for k, v in self.generation.items() if k != "extra_body"})
         body.update(extra)
@@ -125,7 +133,7 @@ class OpenAIChat:
             )
         if status != 200:
             raise RetryableError(f"HTTP {status}", retry_after)
-        return _parse(raw)
+        return _parse(raw, self.mode)
 
     async def aclose(self) -> None:
         await self._session.close()
@@ -148,13 +156,14 @@ def _error_detail(raw: bytes) -> str:
         return " ".join(raw.decode("utf-8", "replace").split())[:200]
 
 
-def _parse(raw: bytes) -> Reply:
+def _parse(raw: bytes, mode: str = "chat") -> Reply:
     try:
         data = json.loads(raw)
         choice = data["choices"][0]
-        message = choice["message"]
+        message = choice["message"] if mode == "chat" else {"content": choice["text"]}
     except (ValueError, KeyError, IndexError, TypeError):
-        raise RetryableError("malformed response body (no choices[0].message)") from None
+        field = "message" if mode == "chat" else "text"
+        raise RetryableError(f"malformed response body (no choices[0].{field})") from None
     if not isinstance(message, dict):
         raise RetryableError("malformed response body (message is not an object)")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else None

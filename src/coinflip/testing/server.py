@@ -106,11 +106,11 @@ class Handler:
         if method == "GET" and path == "/stats":
             s = self.state
             return _json(200, {"requests": dict(s.requests), "answered": dict(s.answered), "faults": dict(s.faults)})
-        if method == "POST" and path.endswith("/chat/completions"):
-            return await self.chat(headers, body)
+        if method == "POST" and path.endswith("/completions"):
+            return await self.chat(headers, body, chat=path.endswith("/chat/completions"))
         return _json(404, {"error": {"message": f"no route {method} {path}"}})
 
-    async def chat(self, headers: dict[str, str], raw: bytes) -> Response | None:
+    async def chat(self, headers: dict[str, str], raw: bytes, chat: bool = True) -> Response | None:
         state = self.state
         auth = headers.get("authorization", "")
         state.auth_headers.append(auth)
@@ -119,7 +119,8 @@ class Handler:
         body = json.loads(raw)
         if state.models and body.get("model") not in state.models:
             return _json(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
-        prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+        messages = body.get("messages", []) if chat else [{"content": body.get("prompt", "")}]
+        prompt = "\n".join(str(m.get("content", "")) for m in messages)
         question = last_question(prompt)
         state.requests[question] += 1
         if state.latency:
@@ -128,29 +129,25 @@ class Handler:
             return await self.fault()
         text = state.policy.reply(question)
         state.answered[question] += 1
+        usage = {
+            "prompt_tokens": len(prompt) // 4,
+            "completion_tokens": len(text) // 4,
+            "total_tokens": (len(prompt) + len(text)) // 4,
+        }
+        if not chat:
+            choice = {"index": 0, "finish_reason": "stop", "text": text}
+            return _json(200, {"id": "cmpl-fake", "object": "text_completion", "choices": [choice], "usage": usage})
+        scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
+        message = {"role": "assistant", "content": text, "reasoning_content": scratch}
+        choice = {"index": 0, "finish_reason": "stop", "message": message}
         return _json(
             200,
             {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion",
                 "model": body.get("model"),
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {
-                            "role": "assistant",
-                            "content": text,
-                            "reasoning_content": "Scratch work that must never be scored. ANSWER: "
-                            + ("NO" if "YES" in text else "YES"),
-                        },
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": len(prompt) // 4,
-                    "completion_tokens": len(text) // 4,
-                    "total_tokens": (len(prompt) + len(text)) // 4,
-                },
+                "choices": [choice],
+                "usage": usage,
             },
         )
 

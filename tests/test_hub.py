@@ -1,0 +1,88 @@
+"""Official data from a hub: downloaded once into a local cache, read from the cache afterwards.
+
+The hubs are unreachable here, so the tests lay out files exactly as the hub serves them
+(Parquet shards under data/) and check the loading code against those.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from coinflip import hub
+from coinflip.data import load_dataset
+from coinflip.errors import DataError
+from coinflip.generate import PeopleRange, iter_questions
+
+from .conftest import only_run_dir, run_cli
+
+
+def _hub_files(root: Path) -> dict[str, list[tuple[str, str]]]:
+    """The layout of extraordinarylab/coin-flip on the hub: data/<split>-00000-of-00001.parquet."""
+    splits = {
+        "test": list(iter_questions(PeopleRange(4, 4), 40, 1)),
+        "validation": list(iter_questions(PeopleRange(2, 2), 12, 2)),
+    }
+    (root / "data").mkdir(parents=True)
+    for split, rows in splits.items():
+        table = pa.Table.from_pylist([{"question": q, "answer": a} for q, a in rows])
+        pq.write_table(table, root / "data" / f"{split}-00000-of-00001.parquet")
+    (root / "README.md").write_text("---\nconfigs: ...\n---\n")
+    return splits
+
+
+def test_cached_hub_snapshot_is_used_without_network(tmp_path: Path) -> None:
+    target = tmp_path / "cache" / "huggingface" / "extraordinarylab___coin-flip"
+    splits = _hub_files(target)
+    (target / hub.MARKER).touch()
+    env = {"COINFLIP_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    result = run_cli("eval", "--model", "oracle", "--dataset-hub", "huggingface", "--few-shot-num", "2",
+                     "--work-dir", str(tmp_path / "out"), env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((only_run_dir(tmp_path / "out") / "reports/oracle/coin_flip.json").read_text())
+    assert report["dataset"]["source"] == "huggingface" and report["dataset"]["id"] == "extraordinarylab/coin-flip"
+    assert report["counts"]["samples"] == len(splits["test"]) == 40
+    assert report["metrics"]["accuracy"] == 1.0
+
+
+def test_first_use_downloads_into_the_cache_then_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COINFLIP_CACHE", str(tmp_path / "cache"))
+    calls: list[tuple[str, str]] = []
+
+    def download(name: str, dataset_id: str, into: Path) -> None:  # what the hub client leaves on disk
+        calls.append((name, dataset_id))
+        _hub_files(into)
+
+    monkeypatch.setattr(hub, "_download", download)
+    first = load_dataset("test", hub="modelscope")
+    second = load_dataset("validation", hub="modelscope")
+    assert calls == [("modelscope", "extraordinarylab/coin-flip")]
+    assert len(first) == 40 and len(second) == 12
+    assert (hub.cache_dir("modelscope", "extraordinarylab/coin-flip") / hub.MARKER).exists()
+
+
+def test_failed_download_leaves_no_half_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COINFLIP_CACHE", str(tmp_path / "cache"))
+
+    def broken(name: str, dataset_id: str, into: Path) -> None:
+        (into / "data").mkdir(parents=True)
+        (into / "data" / "test-00000-of-00001.parquet").write_bytes(b"partial")
+        raise ConnectionError("connection reset")
+
+    monkeypatch.setattr(hub, "_download", broken)
+    with pytest.raises(DataError, match="cannot download extraordinarylab/coin-flip from huggingface"):
+        load_dataset("test", hub="huggingface")
+    assert not any((tmp_path / "cache").rglob("*.parquet"))
+
+
+def test_no_network_and_no_cache_says_so_and_names_the_offline_choices(tmp_path: Path) -> None:
+    env = {"COINFLIP_CACHE": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
+    result = run_cli("eval", "--model", "oracle", "--dataset-hub", "huggingface", "--work-dir", str(tmp_path), env=env)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "not cached" in lines[0] and "bundled data" in lines[0] and "--dataset-path" in lines[0]
