@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -180,7 +179,3 @@ def safe_name(name: str) -> str:
     """A model name usable as one path component ("org/model:7b" -> "org_model_7b")."""
     cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("._")
     return cleaned or "model"
-
-
-def resolve_work_dir(config: TaskConfig) -> Path:
-    return Path(config.work_dir).expanduser()

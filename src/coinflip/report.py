@@ -139,16 +139,6 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def summary_lines(report: dict[str, Any]) -> list[str]:
-    """Plain-text summary; the rich table in the CLI shows the same rows."""
-    rows = []
-    for name in METRICS:
-        lo, hi = report["intervals"].get(name, [None, None])
-        ci = f"  [{lo:.3f}, {hi:.3f}]" if lo is not None else ""
-        rows.append(f"{name:<10} {report['metrics'][name]:.4f}{ci}")
-    return rows
-
-
 def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table

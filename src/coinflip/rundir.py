@@ -202,10 +202,6 @@ class PredictionWriter:
         self._handle.close()
 
 
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    _atomic_write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-
-
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
