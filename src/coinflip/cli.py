@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,24 +28,64 @@ def app() -> None:
     """
 
 
+def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that pick and reach a model, shared by `eval` and `sweep`."""
+    for option in reversed(MODEL_OPTIONS):
+        command = option(command)
+    return command
+
+
+MODEL_OPTIONS = [
+    click.option(
+        "--model",
+        required=True,
+        help="Model name sent to the server; or oracle, random, always-yes, always-no, smollm2.",
+    ),
+    click.option(
+        "--api-url", multiple=True, help="OpenAI-compatible base URL (…/v1). Repeat for replicas of one model."
+    ),
+    click.option(
+        "--api-key",
+        default=None,
+        help="API key; defaults to $COINFLIP_API_KEY or $OPENAI_API_KEY. Never written to disk.",
+    ),
+    click.option("--eval-batch-size", default=32, show_default=True, type=int, help="Requests in flight at once."),
+    click.option(
+        "--generation-config",
+        default=None,
+        help="JSON or key=value pairs: temperature, max_tokens, top_p, seed, stop, extra_body.",
+    ),
+    click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds per request attempt."),
+    click.option(
+        "--retries",
+        default=5,
+        show_default=True,
+        type=int,
+        help="Retries per request on 429, 5xx, timeouts and broken replies.",
+    ),
+    click.option("--system-prompt", default=None, help="Optional system message."),
+    click.option(
+        "--api-mode",
+        default="chat",
+        show_default=True,
+        type=click.Choice(["chat", "completions"]),
+        help="chat: /chat/completions with messages; completions: /completions with the same text as one prompt.",
+    ),
+    click.option(
+        "--model-path",
+        default=None,
+        type=click.Path(dir_okay=False),
+        help="Serve this local GGUF file with llama.cpp for the run.",
+    ),
+]
+
+
 @app.command("eval")
-@click.option(
-    "--model", required=True, help="Model name sent to the server; or oracle, random, always-yes, always-no, smollm2."
-)
-@click.option("--api-url", multiple=True, help="OpenAI-compatible base URL (…/v1). Repeat for replicas of one model.")
-@click.option(
-    "--api-key", default=None, help="API key; defaults to $COINFLIP_API_KEY or $OPENAI_API_KEY. Never written to disk."
-)
+@model_options
 @click.option(
     "--datasets", multiple=True, default=["coin_flip"], show_default=True, help="Benchmark name (only coin_flip)."
 )
 @click.option("--limit", default=None, help="Evaluate the first N samples, or a fraction such as 0.1.")
-@click.option("--eval-batch-size", default=32, show_default=True, type=int, help="Requests in flight at once.")
-@click.option(
-    "--generation-config",
-    default=None,
-    help="JSON or key=value pairs: temperature, max_tokens, top_p, seed, stop, extra_body.",
-)
 @click.option(
     "--few-shot-num", default=0, show_default=True, type=int, help="Worked examples from the validation split."
 )
@@ -71,34 +112,12 @@ def app() -> None:
     metavar="RUN_DIR",
     help="Resume RUN_DIR: reuse its finished predictions, send only the rest.",
 )
-@click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds per request attempt.")
-@click.option(
-    "--retries",
-    default=5,
-    show_default=True,
-    type=int,
-    help="Retries per request on 429, 5xx, timeouts and broken replies.",
-)
-@click.option("--system-prompt", default=None, help="Optional system message.")
-@click.option(
-    "--api-mode",
-    default="chat",
-    show_default=True,
-    type=click.Choice(["chat", "completions"]),
-    help="chat: /chat/completions with messages; completions: /completions with the same text as one prompt.",
-)
 @click.option(
     "--metric-compat",
     default="coinflip",
     show_default=True,
     type=click.Choice(COMPAT_CHOICES),
     help="coinflip: invalid answers count as wrong; evalscope: EvalScope's arithmetic.",
-)
-@click.option(
-    "--model-path",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="Serve this local GGUF file with llama.cpp for the run.",
 )
 @click.option("--seed", default=42, show_default=True, type=int, help="Seed for the random baseline and the bootstrap.")
 @click.option("--no-html", is_flag=True, help="Skip the HTML report.")
@@ -244,20 +263,10 @@ def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path) -> None:
 
 
 @app.command("sweep")
-@click.option("--model", required=True, help="Model name, a baseline, or smollm2.")
-@click.option("--api-url", multiple=True, help="OpenAI-compatible base URL; repeat for replicas.")
-@click.option("--api-key", default=None, help="API key; defaults to $COINFLIP_API_KEY or $OPENAI_API_KEY.")
+@model_options
 @click.option("--people", default="2-16", show_default=True, help="Range of people per question, one point per length.")
 @click.option("--count", default=200, show_default=True, type=int, help="Questions per length.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Generator seed (the length is added to it).")
-@click.option("--eval-batch-size", default=32, show_default=True, type=int, help="Requests in flight at once.")
-@click.option("--generation-config", default=None, help="JSON or key=value pairs.")
-@click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds per request attempt.")
-@click.option("--retries", default=5, show_default=True, type=int, help="Retries per request.")
-@click.option("--system-prompt", default=None, help="Optional system message.")
-@click.option(
-    "--model-path", default=None, type=click.Path(dir_okay=False), help="Serve this local GGUF file with llama.cpp."
-)
 @click.option("--work-dir", default="./outputs", show_default=True, help="Where the sweep folder is created.")
 def sweep_command(people: str, count: int, seed: int, work_dir: str, **opts: Any) -> None:
     """Accuracy against the number of people: where state tracking breaks.
