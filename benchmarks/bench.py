@@ -120,16 +120,21 @@ def main() -> None:
 
     server = Server(latency=0.2)
     try:
+        bare_slow, _ = best(
+            [PY, str(HERE / "bare_client.py"), f"{server.url}/chat/completions", "128", str(prompts)], 2
+        )
         slow, _ = best(
-            [*coinflip, "--api-url", server.url, "--eval-batch-size", "128", "--work-dir", str(tmp / "b")], 1
+            [*coinflip, "--api-url", server.url, "--eval-batch-size", "128", "--work-dir", str(tmp / "b")], 2
         )
     finally:
         server.stop()
     ideal = SAMPLES * 0.2 / 128
     lines.append(
-        f"200 ms latency, 128 in flight: coinflip eval {slow:.2f} s, ideal N x latency / in-flight {ideal:.2f} s"
+        f"200 ms latency, 128 in flight: bare client {bare_slow:.2f} s ({bare_slow / ideal:.3f} x ideal), "
+        f"coinflip eval {slow:.2f} s; ideal N x latency / in-flight {ideal:.2f} s"
     )
     lines.append(row("coinflip eval / ideal (whole process)", slow / ideal, 1.15, "x"))
+    lines.append(row("coinflip eval / bare client at 200 ms (context)", slow / bare_slow, 1.15, "x"))
 
     rss = {}
     for count in (10_000, 100_000):

@@ -121,6 +121,11 @@ MODEL_OPTIONS = [
 )
 @click.option("--seed", default=42, show_default=True, type=int, help="Seed for the random baseline and the bootstrap.")
 @click.option("--no-html", is_flag=True, help="Skip the HTML report.")
+@click.option(
+    "--dataset-args",
+    default=None,
+    help='EvalScope-style JSON, e.g. \'{"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}\'.',
+)
 def eval_command(**opts: Any) -> None:
     """Run the benchmark and write a run directory with predictions, reviews and reports.
 

@@ -26,6 +26,7 @@ GENERATION_KEYS = (
     "top_k",
     "n",
 )
+DATASET_ARGS = {"local_path": "dataset_path", "few_shot_num": "few_shot_num", "system_prompt": "system_prompt"}
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 REDACTED = "***"
 
@@ -58,9 +59,11 @@ class TaskConfig:
     progress: bool | None = None
     quiet: bool = False
     api_mode: str = "chat"
+    dataset_args: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.datasets = _check_datasets(self.datasets)
+        self._apply_dataset_args()
         self.api_url = _check_urls(self.api_url)
         if self.api_key is None:
             self.api_key = next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
@@ -79,6 +82,25 @@ class TaskConfig:
             raise ConfigError("model is empty: pass a model name, e.g. --model oracle or --model smollm2")
         if self.dataset_path and self.dataset_hub != "bundled":
             raise ConfigError("give either dataset_path or dataset_hub, not both")
+
+    def _apply_dataset_args(self) -> None:
+        """EvalScope's per-benchmark settings, e.g. {"coin_flip": {"local_path": DIR, "few_shot_num": 3}}."""
+        if self.dataset_args is None:
+            return
+        if isinstance(self.dataset_args, str):
+            try:
+                self.dataset_args = json.loads(self.dataset_args)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"dataset_args is not valid JSON: {exc.msg} at column {exc.colno}") from None
+        args = self.dataset_args.get(BENCHMARK, {}) if isinstance(self.dataset_args, dict) else None
+        if not isinstance(args, dict):
+            raise ConfigError('dataset_args must look like {"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}')
+        unknown = sorted(set(args) - set(DATASET_ARGS))
+        if unknown:
+            raise ConfigError(f"unknown dataset_args key(s) {unknown}; known: {', '.join(DATASET_ARGS)}")
+        for key, attribute in DATASET_ARGS.items():
+            if key in args:
+                setattr(self, attribute, args[key])
 
     def redacted(self) -> dict[str, Any]:
         """The config as saved to disk: the API key never leaves memory."""
