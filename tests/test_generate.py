@@ -89,3 +89,15 @@ def test_generate_help_reads_well() -> None:
     assert result.returncode == 0
     for word in ("--people", "--count", "--seed", "--out", "2-12"):
         assert word in result.stdout
+
+
+@pytest.mark.parametrize("people", ["1", "4", "2-9"])
+def test_file_writer_matches_the_question_iterator(tmp_path: Path, people: str) -> None:
+    import io
+
+    from coinflip.generate import generate_file, write_jsonl
+
+    expected = io.StringIO()
+    write_jsonl(iter_questions(PeopleRange.parse(people), 2500, 5), expected)
+    generate_file(tmp_path / "g.jsonl", PeopleRange.parse(people), 2500, 5)
+    assert (tmp_path / "g.jsonl").read_text(encoding="utf-8") == expected.getvalue()
