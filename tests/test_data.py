@@ -155,3 +155,11 @@ def test_load_file_raises_data_error_with_row_number(tmp_path: Path) -> None:
     )
     with pytest.raises(DataError, match=r"x.jsonl: row 2: answer must be yes or no"):
         load_file(path)
+
+
+def test_files_saved_with_a_byte_order_mark_load(tmp_path: Path) -> None:
+    csv_path = tmp_path / "excel.csv"
+    csv_path.write_text(f'question,answer\n"{Q2}",no\n', encoding="utf-8-sig")
+    jsonl_path = tmp_path / "bom.jsonl"
+    jsonl_path.write_text(json.dumps({"question": Q2, "answer": "NO"}) + "\n", encoding="utf-8-sig")
+    assert load_file(csv_path) == load_file(jsonl_path)

@@ -177,15 +177,15 @@ def stats(path: str | None, split: str | None, as_json: bool) -> None:
     """
     import json
 
-    from .data import bundled_dir, dataset_stats, load_file, load_split
+    from .data import bundled_dir, dataset_stats, open_split
     from .prompts import ZERO_SHOT_TEMPLATE
 
     target = Path(path) if path else bundled_dir()
     if target.is_dir():
         splits = [split] if split else ["test", "validation"]
-        results = {s: dataset_stats(load_split(target, s), ZERO_SHOT_TEMPLATE) for s in splits}
+        results = {s: dataset_stats(open_split(target, s)[0], ZERO_SHOT_TEMPLATE) for s in splits}
     else:
-        results = {str(target): dataset_stats(load_file(target), ZERO_SHOT_TEMPLATE)}
+        results = {str(target): dataset_stats(open_split(target, "test")[0], ZERO_SHOT_TEMPLATE)}
     if as_json:
         click.echo(json.dumps(results, indent=2))
         return

@@ -106,7 +106,7 @@ def _iter_records(rows: Iterable[Any], path: Path) -> Iterator[Record]:
 
 def _read_json(path: Path) -> Iterable[Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     if isinstance(data, dict) and isinstance(data.get("examples"), list):
@@ -117,7 +117,7 @@ def _read_json(path: Path) -> Iterable[Any]:
 
 
 def _read_jsonl(path: Path) -> Iterator[Any]:
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
@@ -128,7 +128,7 @@ def _read_jsonl(path: Path) -> Iterator[Any]:
 
 
 def _read_csv(path: Path) -> Iterator[Any]:
-    with path.open(encoding="utf-8", newline="") as handle:
+    with path.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.DictReader(handle)
         if not reader.fieldnames:
             raise DataError(f"{path}: empty CSV file (no header row)")
@@ -245,25 +245,33 @@ def load_dataset(
     return replace(dataset, source={**source, "split": split, "rows": dataset.count, "sha256": sha})
 
 
-def dataset_stats(records: Sequence[Record], template: str) -> dict[str, Any]:
-    """Rows, people/flips counts, YES share and 0-shot prompt lengths, as EvalScope's page lists them."""
-    import statistics
+def dataset_stats(records: Iterable[Record], template: str) -> dict[str, Any]:
+    """Rows, people/flips counts, YES share and 0-shot prompt lengths, as EvalScope's page lists them.
 
-    lengths = [len(template.format(question=r.question)) for r in records]
+    One streaming pass (Welford's mean and variance), so it works on sets of any size.
+    """
+    overhead = len(template.format(question=""))
     people: dict[int, int] = {}
     flips: dict[int, int] = {}
+    rows = yes = 0
+    mean = m2 = 0.0
+    low, high = float("inf"), 0
     for r in records:
+        rows += 1
+        yes += r.answer == "YES"
         people[r.people] = people.get(r.people, 0) + 1
         flips[r.flips] = flips.get(r.flips, 0) + 1
+        length = overhead + len(r.question)
+        low, high = min(low, length), max(high, length)
+        delta = length - mean
+        mean += delta / rows
+        m2 += delta * (length - mean)
+    if not rows:
+        raise DataError("no rows")
     return {
-        "rows": len(records),
+        "rows": rows,
         "people": dict(sorted(people.items())),
         "flips": dict(sorted(flips.items())),
-        "yes_share": sum(r.answer == "YES" for r in records) / len(records),
-        "prompt_length": {
-            "mean": round(statistics.fmean(lengths), 2),
-            "min": min(lengths),
-            "max": max(lengths),
-            "std": round(statistics.pstdev(lengths), 2),
-        },
+        "yes_share": yes / rows,
+        "prompt_length": {"mean": round(mean, 2), "min": int(low), "max": high, "std": round((m2 / rows) ** 0.5, 2)},
     }
