@@ -77,7 +77,7 @@ def _rows(samples: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
         out.append(
             f'<tr class="{classes}"><td>{r["id"]}</td><td>{r["people"]}</td>'
             f"<td><details><summary>{escape(p.get('question', ''))}</summary><pre>{escape(p.get('prompt', ''))}</pre></details></td>"
-            f"<td><pre>{escape(reply or '')}</pre></td><td>{escape(str(r['extracted']))}</td><td>{r['target']}</td>"
+            f"<td><pre>{escape(reply or '')}</pre></td><td>{escape(r['extracted'] or '—')}</td><td>{r['target']}</td>"
             f'<td class="{mark}">{kind}</td></tr>'
         )
     return "".join(out)
