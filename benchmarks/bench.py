@@ -94,6 +94,14 @@ class Lines(list[str]):
 
 
 def main() -> None:
+    import aiohttp
+
+    import coinflip
+
+    print(
+        f"coinflip {coinflip.__version__}, Python {platform.python_version()}, aiohttp {aiohttp.__version__}, "
+        f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="coinflip-bench-"))
     prompts = tmp / "prompts.jsonl"
     write_prompts(prompts)
@@ -178,15 +186,6 @@ def main() -> None:
     ]
     lines.append(row("coinflip generate --count 1000000 (whole process)", min(gen), 5.0, "s"))
 
-    import aiohttp
-
-    import coinflip
-
-    print(
-        f"\ncoinflip {coinflip.__version__}, Python {platform.python_version()}, aiohttp {aiohttp.__version__}, "
-        f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}"
-    )
-    print("\n".join(lines))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
