@@ -86,3 +86,35 @@ def test_no_network_and_no_cache_says_so_and_names_the_offline_choices(tmp_path:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr
     assert "not cached" in lines[0] and "bundled data" in lines[0] and "--dataset-path" in lines[0]
+
+
+def test_huggingface_download_through_the_real_client_then_offline(tmp_path: Path) -> None:
+    """huggingface_hub itself downloads from a local stand-in of the Hub; the second run needs no Hub."""
+    from .fake_hub import FakeHub
+
+    repo = tmp_path / "repo"
+    splits = _hub_files(repo)
+    cache = tmp_path / "cache"
+    with FakeHub(repo, "extraordinarylab/coin-flip") as fake:
+        env = {"HF_ENDPOINT": fake.url, "HF_HOME": str(tmp_path / "hf"), "COINFLIP_CACHE": str(cache)}
+        first = run_cli(
+            "eval", "--model", "oracle", "--dataset-hub", "huggingface", "--work-dir", str(tmp_path / "a"), env=env
+        )
+        hits = list(fake.hits)
+    assert first.returncode == 0, first.stderr
+    assert ("info", "/api/datasets/extraordinarylab/coin-flip/revision/main") in hits
+    assert ("GET", "data/test-00000-of-00001.parquet") in hits and (
+        "GET",
+        "data/validation-00000-of-00001.parquet",
+    ) in hits
+    assert (cache / "huggingface" / "extraordinarylab___coin-flip" / "data" / "test-00000-of-00001.parquet").is_file()
+    report = json.loads((only_run_dir(tmp_path / "a") / "reports/oracle/coin_flip.json").read_text())
+    assert report["counts"]["samples"] == len(splits["test"])
+    # the Hub is gone now: the cache answers
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"
+    second = run_cli(
+        "eval", "--model", "oracle", "--dataset-hub", "huggingface", "--work-dir", str(tmp_path / "b"), env=env
+    )
+    assert second.returncode == 0, second.stderr
+    again = json.loads((only_run_dir(tmp_path / "b") / "reports/oracle/coin_flip.json").read_text())
+    assert again["dataset"]["sha256"] == report["dataset"]["sha256"]
