@@ -101,3 +101,13 @@ def test_file_writer_matches_the_question_iterator(tmp_path: Path, people: str) 
     write_jsonl(iter_questions(PeopleRange.parse(people), 2500, 5), expected)
     generate_file(tmp_path / "g.jsonl", PeopleRange.parse(people), 2500, 5)
     assert (tmp_path / "g.jsonl").read_text(encoding="utf-8") == expected.getvalue()
+
+
+def test_manifest_describes_the_shipped_files() -> None:
+    from coinflip.data import MANIFEST, load_dataset, open_split
+
+    manifest = json.loads((bundled_dir() / MANIFEST).read_text())
+    for split in ("test", "validation"):
+        dataset, sha = open_split(bundled_dir(), split)  # a full validation pass over the shipped file
+        assert manifest[split] == {"rows": len(dataset), "sha256": sha}
+        assert load_dataset(split).source["sha256"] == sha
