@@ -8,6 +8,7 @@ Prints each figure as measured / target; the targets are in TARGETS.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -93,7 +94,23 @@ class Lines(list[str]):
         super().append(line)
 
 
+def evalscope_run(binary: str, url: str, tmp: Path) -> tuple[float, float]:
+    """EvalScope on the same server and data: a local directory with test.jsonl and validation.jsonl."""
+    from coinflip.data import bundled_dir
+
+    data = tmp / "evalscope-data"
+    data.mkdir()
+    for split in ("test", "validation"):
+        shutil.copy(bundled_dir() / f"{split}.jsonl", data / f"{split}.jsonl")
+    args = json.dumps({"coin_flip": {"local_path": str(data)}})
+    command = [binary, "eval", "--model", "m", "--api-url", url, "--api-key", "EMPTY", "--datasets", "coin_flip"]
+    return timed([*command, "--dataset-args", args, "--eval-batch-size", "32", "--work-dir", str(tmp / "es")])
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--evalscope", metavar="BIN", help="evalscope executable in its own venv, for part (c)")
+    options = parser.parse_args()
     import aiohttp
 
     import coinflip
@@ -117,6 +134,7 @@ def main() -> None:
         html, html_rss = best(
             [*coinflip[:-1], "--api-url", server.url, "--eval-batch-size", "32", "--work-dir", str(tmp / "h")], 1
         )
+        evalscope = evalscope_run(options.evalscope, server.url, tmp) if options.evalscope else None
     finally:
         server.stop()
     lines.append(
@@ -125,6 +143,11 @@ def main() -> None:
     )
     lines.append(row("coinflip eval / bare client (whole processes)", full / bare, 2.5, "x"))
     lines.append(row("peak RSS of a full run (MB)", max(full_rss, html_rss), 100, "MB"))
+    if evalscope:
+        lines.append(f"EvalScope 1.14.1, same server and data: {evalscope[0]:.2f} s, peak RSS {evalscope[1]:.0f} MB")
+        lines.append(
+            row("EvalScope / coinflip eval (whole processes)", evalscope[0] / full, 8, "x", lower_is_better=False)
+        )
 
     server = Server(latency=0.2)
     try:
