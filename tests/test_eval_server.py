@@ -462,3 +462,42 @@ def test_endpoint_urls(url: str, mode: str, expected: str) -> None:
     from coinflip.models.openai_api import endpoint_url
 
     assert endpoint_url(url, mode) == expected
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (None, None),
+        ("3", 3.0),
+        ("0.5", 0.5),
+        ("-2", 0.0),
+        ("3600", 60.0),
+        ("Wed, 21 Oct 2015 07:28:30 GMT", 30.0),
+        ("soon", None),
+    ],
+)
+def test_retry_after_header(header: str | None, expected: float | None) -> None:
+    from email.utils import parsedate_to_datetime
+
+    from coinflip.models.openai_api import retry_after
+
+    now = parsedate_to_datetime("Wed, 21 Oct 2015 07:28:00 GMT").timestamp()
+    assert retry_after(header, now=now) == expected
+
+
+def test_secrets_are_redacted_from_error_text() -> None:
+    from coinflip.models.openai_api import redact
+
+    assert redact("Incorrect API key provided: sk-abc123", "sk-abc123") == "Incorrect API key provided: ***"
+    assert redact("nothing here", None) == "nothing here"
+
+
+def test_retry_after_is_honoured(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct", throttle=["1.5"]) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "1", "--work-dir", str(tmp_path))
+        arrivals = list(srv.state.arrivals)
+    assert result.returncode == 0, result.stderr
+    assert len(arrivals) == 2
+    assert arrivals[1] - arrivals[0] >= 1.5  # the client waited as told, not its own shorter backoff
+    row = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")[0]
+    assert row["attempts"] == 2 and row["error"] is None

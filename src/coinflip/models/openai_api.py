@@ -11,6 +11,7 @@ import asyncio
 import json
 import random
 import time
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -124,7 +125,7 @@ class OpenAIChat:
         async with self._session.post(url, data=body, timeout=self.timeout) as resp:
             raw = await resp.read()
             status = resp.status
-            retry_after = _retry_after(resp.headers.get("Retry-After"))
+            wait = retry_after(resp.headers.get("Retry-After"))
         if status in FATAL_STATUS:
             detail = redact(_error_detail(raw), self.api_key)
             raise FatalAPIError(
@@ -132,18 +133,25 @@ class OpenAIChat:
                 " - check --api-key, --model and --api-url"
             )
         if status != 200:
-            raise RetryableError(f"HTTP {status}", retry_after)
+            raise RetryableError(f"HTTP {status}", wait)
         return _parse(raw, self.mode)
 
     async def aclose(self) -> None:
         await self._session.close()
 
 
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return min(max(float(value), 0.0), 60.0) if value is not None else None
-    except ValueError:
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), capped at a minute."""
+    if value is None:
         return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
+        except (TypeError, ValueError, IndexError):
+            return None
+    return min(max(seconds, 0.0), 60.0)
 
 
 def _error_detail(raw: bytes) -> str:

@@ -20,6 +20,7 @@ import json
 import random
 import re
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,8 @@ class ServerState:
     fail_rate: float = 0.0
     stall: float = 30.0
     seed: int = 0
+    throttle: list[str] = field(default_factory=list)  # Retry-After values for the first requests' 429s
+    arrivals: list[float] = field(default_factory=list)
     requests: Counter[str] = field(default_factory=Counter)
     answered: Counter[str] = field(default_factory=Counter)
     auth_headers: list[str] = field(default_factory=list)
@@ -123,6 +126,9 @@ class Handler:
         prompt = "\n".join(str(m.get("content", "")) for m in messages)
         question = last_question(prompt)
         state.requests[question] += 1
+        state.arrivals.append(time.monotonic())
+        if state.throttle:
+            return _json(429, {"error": {"message": "slow down"}}, {"Retry-After": state.throttle.pop(0)})
         if state.latency:
             await asyncio.sleep(state.latency)
         if state.fail_rate and state.rng.random() < state.fail_rate:
