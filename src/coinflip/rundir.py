@@ -154,17 +154,19 @@ def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
 def compact_predictions(path: Path) -> PredictionIndex:
     """Rewrite the file as one line per sample in id order, streamed line by line."""
     index = index_predictions(path)
-    offsets = [index.where[k] for k in sorted(index.where)]
-    offsets = [o if o >= 0 else ~o for o in offsets]
-    if index.lines != len(offsets) or any(a > b for a, b in pairwise(offsets)):
-        tmp = path.with_name(path.name + ".tmp")
-        with path.open("rb") as src, tmp.open("wb") as dst:
-            for offset in offsets:
-                src.seek(offset)
-                dst.write(src.readline())
-        os.replace(tmp, path)
-        index = index_predictions(path)
-    return index
+    keys = sorted(index.where)
+    offsets = [index.where[k] if index.where[k] >= 0 else ~index.where[k] for k in keys]
+    if index.lines == len(offsets) and all(a < b for a, b in pairwise(offsets)):
+        return index
+    tmp = path.with_name(path.name + ".tmp")
+    where: dict[int, int] = {}
+    with path.open("rb") as src, tmp.open("wb") as dst:
+        for key, offset in zip(keys, offsets, strict=True):
+            src.seek(offset)
+            where[key] = dst.tell() if index.ok(key) else ~dst.tell()
+            dst.write(src.readline())
+    os.replace(tmp, path)
+    return PredictionIndex(where, len(where))
 
 
 def iter_predictions(path: Path) -> Iterator[dict[str, Any]]:
