@@ -8,7 +8,7 @@ from coinflip.config import TaskConfig
 from coinflip.data import bundled_dir, load_split
 from coinflip.extract import extract_answer
 from coinflip.prompts import FEW_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE, build_prompt, reasoning, to_messages
-from coinflip.runner import build_requests, few_shot_pool
+from coinflip.runner import RequestBuilder, few_shot_pool
 
 from .conftest import SEED_EN
 
@@ -35,7 +35,8 @@ def test_bundled_test_prompt_is_the_template_with_the_question() -> None:
 def test_three_shot_prompt_holds_three_correct_worked_examples() -> None:
     config = TaskConfig(model="oracle", few_shot_num=3)
     test = load_split(bundled_dir(), "test")[:5]
-    requests = build_requests(test, config, few_shot_pool(config))
+    build = RequestBuilder(config, few_shot_pool(config))
+    requests = [build(r) for r in test]
     prompt = requests[0].prompt
     assert prompt.startswith("Here are some examples of how to solve similar problems:\n\n")
     examples = prompt.split("\n\n\nSolve the following")[0].split("Q: A coin")[1:]
@@ -65,7 +66,8 @@ def test_reasoning_tracks_state_person_by_person() -> None:
 def test_a_question_is_never_among_its_own_examples() -> None:
     config = TaskConfig(model="oracle", few_shot_num=4, split="validation")
     pool = few_shot_pool(config)
-    requests = build_requests(pool, config, pool)
+    build = RequestBuilder(config, pool)
+    requests = [build(r) for r in pool]
     for request in requests:
         head = request.prompt.split("\n\n\nSolve the following")[0]
         assert head.count("Q: A coin") == 4

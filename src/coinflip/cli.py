@@ -9,10 +9,8 @@ from typing import Any
 
 import click
 
+from .config import API_MODES, HUBS, METRIC_COMPATS, SPLITS
 from .errors import CoinflipError
-
-HUB_CHOICES = ["bundled", "huggingface", "modelscope"]
-COMPAT_CHOICES = ["coinflip", "evalscope"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -68,7 +66,7 @@ MODEL_OPTIONS = [
         "--api-mode",
         default="chat",
         show_default=True,
-        type=click.Choice(["chat", "completions"]),
+        type=click.Choice(API_MODES),
         help="chat: /chat/completions with messages; completions: /completions with the same text as one prompt.",
     ),
     click.option(
@@ -94,7 +92,7 @@ MODEL_OPTIONS = [
     "--dataset-hub",
     default="bundled",
     show_default=True,
-    type=click.Choice(HUB_CHOICES),
+    type=click.Choice(HUBS),
     help="Where the data comes from; hubs are cached after the first download.",
 )
 @click.option(
@@ -102,9 +100,7 @@ MODEL_OPTIONS = [
     default=None,
     help="A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.",
 )
-@click.option(
-    "--split", default="test", show_default=True, type=click.Choice(["test", "validation"]), help="Split to evaluate."
-)
+@click.option("--split", default="test", show_default=True, type=click.Choice(SPLITS), help="Split to evaluate.")
 @click.option("--work-dir", default="./outputs", show_default=True, help="Where run directories are created.")
 @click.option(
     "--use-cache",
@@ -116,7 +112,7 @@ MODEL_OPTIONS = [
     "--metric-compat",
     default="coinflip",
     show_default=True,
-    type=click.Choice(COMPAT_CHOICES),
+    type=click.Choice(METRIC_COMPATS),
     help="coinflip: invalid answers count as wrong; evalscope: EvalScope's arithmetic.",
 )
 @click.option("--seed", default=42, show_default=True, type=int, help="Seed for the random baseline and the bootstrap.")
@@ -168,7 +164,7 @@ def generate(people: str, count: int, seed: int, out: Path) -> None:
 
 @app.command()
 @click.argument("path", required=False)
-@click.option("--split", default=None, type=click.Choice(["test", "validation"]), help="Only this split.")
+@click.option("--split", default=None, type=click.Choice(SPLITS), help="Only this split.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def stats(path: str | None, split: str | None, as_json: bool) -> None:
     """Data statistics: rows, people and flips, YES share, prompt lengths.
@@ -182,7 +178,7 @@ def stats(path: str | None, split: str | None, as_json: bool) -> None:
 
     target = Path(path) if path else bundled_dir()
     if target.is_dir():
-        splits = [split] if split else ["test", "validation"]
+        splits = [split] if split else list(SPLITS)
         results = {s: dataset_stats(open_split(target, s)[0], ZERO_SHOT_TEMPLATE) for s in splits}
     else:
         results = {str(target): dataset_stats(open_split(target, "test")[0], ZERO_SHOT_TEMPLATE)}
@@ -206,7 +202,7 @@ def _counts(counts: dict[int, int]) -> str:
 @app.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option(
-    "--metric-compat", default=None, type=click.Choice(COMPAT_CHOICES), help="Arithmetic to use (default: the run's)."
+    "--metric-compat", default=None, type=click.Choice(METRIC_COMPATS), help="Arithmetic to use (default: the run's)."
 )
 def rescore(run_dir: str, metric_compat: str | None) -> None:
     """Recompute reviews and reports from a run's saved predictions; calls no model."""

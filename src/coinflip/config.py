@@ -72,10 +72,10 @@ class TaskConfig:
         _check_int("eval_batch_size", self.eval_batch_size, 1)
         _check_int("few_shot_num", self.few_shot_num, 0)
         _check_int("retries", self.retries, 0)
-        _check_choice("dataset_hub", self.dataset_hub, HUBS)
-        _check_choice("metric_compat", self.metric_compat, METRIC_COMPATS)
-        _check_choice("split", self.split, SPLITS)
-        _check_choice("api_mode", self.api_mode, API_MODES)
+        check_choice("dataset_hub", self.dataset_hub, HUBS)
+        check_choice("metric_compat", self.metric_compat, METRIC_COMPATS)
+        check_choice("split", self.split, SPLITS)
+        check_choice("api_mode", self.api_mode, API_MODES)
         if not isinstance(self.timeout, (int, float)) or self.timeout <= 0:
             raise ConfigError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
         if not isinstance(self.model, str) or not self.model.strip():
@@ -156,7 +156,7 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
         raise ConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
 
 
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import prompts
-from .config import TaskConfig
+from .config import METRIC_COMPATS, TaskConfig, check_choice
 from .data import Dataset, Record, load_dataset
 from .errors import ConfigError, DataError, RunIncomplete
 from .html_report import MAX_ROWS, write_html
@@ -91,11 +91,6 @@ class RequestBuilder:
         examples = prompts.examples_for(record.question, self.candidates, self.count)
         prompt = prompts.build_prompt(record.question, examples)
         return Request(record.id, prompt, record.question, prompts.to_messages(prompt, self.system_prompt))
-
-
-def build_requests(records: Iterable[Record], config: TaskConfig, pool: Sequence[Record]) -> list[Request]:
-    builder = RequestBuilder(config, pool)
-    return [builder(r) for r in records]
 
 
 def make_fingerprint(config: TaskConfig, dataset: Dataset) -> dict[str, Any]:
@@ -218,10 +213,8 @@ def finish(run: RunDir, compat: str, show: bool = True) -> dict[str, Any]:
 def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = True) -> dict[str, Any]:
     """Recompute reviews and reports from saved predictions, calling no model."""
     run = RunDir.open(run_dir)
-    saved = load_saved_config(run.root)
-    compat = metric_compat or saved["config"].get("metric_compat", "coinflip")
-    if compat not in ("coinflip", "evalscope"):
-        raise ConfigError(f"--metric-compat must be coinflip or evalscope, got {compat!r}")
+    compat = metric_compat or load_saved_config(run.root)["config"].get("metric_compat", "coinflip")
+    check_choice("metric_compat", compat, METRIC_COMPATS)
     return finish(run, compat, show)
 
 
