@@ -54,6 +54,20 @@ def histogram(values: list[float], label: str, bins: int = 20) -> str:
     return "".join(parts)
 
 
+PAGE_STYLE = (
+    "body{font:14px system-ui,sans-serif;margin:24px}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccd;padding:4px 8px}svg text{font-size:11px;fill:#444}"
+)
+
+
+def page(title: str, body: str) -> str:
+    """A plain self-contained page for the smaller reports (compare, sweep); `title` is escaped here."""
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        f"<style>{PAGE_STYLE}</style></head><body>{body}</body></html>\n"
+    )
+
+
 def line_chart(
     points: list[tuple[float, float, float, float]], x_label: str, y_label: str, width: int = 640, height: int = 300
 ) -> str:

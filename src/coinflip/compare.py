@@ -10,6 +10,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from .charts import page
 from .errors import ConfigError
 from .metrics import METRICS
 from .rundir import RunDir, read_predictions
@@ -141,10 +142,9 @@ def to_html(result: dict[str, Any]) -> str:
         for p in result["pairs"]
     )
     head = "".join(f"<th>{m}</th>" for m in METRICS)
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>CoinFlip comparison</title>"
-        "<style>body{font:14px system-ui,sans-serif;margin:24px}table{border-collapse:collapse}td,th{border:1px solid #ccd;padding:4px 8px}</style>"
-        f"</head><body><h1>CoinFlip comparison</h1><table><tr><th>rank</th><th>model</th>{head}<th>invalid</th><th>samples</th></tr>{rows}</table>"
+    return page(
+        "CoinFlip comparison",
+        f"<h1>CoinFlip comparison</h1><table><tr><th>rank</th><th>model</th>{head}<th>invalid</th><th>samples</th></tr>{rows}</table>"
         "<h2>Paired McNemar tests</h2><table><tr><th>A</th><th>B</th><th>shared</th><th>only A right</th><th>only B right</th>"
-        f"<th>chi2</th><th>p</th><th>p exact</th></tr>{pairs}</table></body></html>\n"
+        f"<th>chi2</th><th>p</th><th>p exact</th></tr>{pairs}</table>",
     )

@@ -9,7 +9,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from .charts import line_chart
+from .charts import line_chart, page
 from .config import TaskConfig
 from .generate import PeopleRange, generate_file
 from .runner import run_task
@@ -67,10 +67,8 @@ def to_html(result: dict[str, Any]) -> str:
         f"<td>{p['invalid_rate']:.1%}</td><td>{p['samples']}</td></tr>"
         for p in result["points"]
     )
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>CoinFlip sweep - {escape(result['model'])}</title>"
-        "<style>body{font:14px system-ui,sans-serif;margin:24px}table{border-collapse:collapse}td,th{border:1px solid #ccd;padding:4px 8px}"
-        "svg text{font-size:11px;fill:#444}</style></head><body>"
+    return page(
+        f"CoinFlip sweep - {result['model']}",
         f"<h1>Accuracy by number of people - {escape(result['model'])}</h1>{chart}"
-        f"<table><tr><th>people</th><th>accuracy</th><th>95% interval</th><th>invalid</th><th>samples</th></tr>{rows}</table></body></html>\n"
+        f"<table><tr><th>people</th><th>accuracy</th><th>95% interval</th><th>invalid</th><th>samples</th></tr>{rows}</table>",
     )
