@@ -1,6 +1,9 @@
-"""Model stage: send every pending request with N in flight and hand each reply on as it lands.
+"""Model stage: send every pending request with N in flight and hand the replies on as they land.
 
 Workers pull from one shared iterator, so a slow or retried request holds up nobody else.
+A worker sends its next request before anything is done with the reply it just got: the
+replies that land in one turn of the event loop are handed on together, right after, so
+bookkeeping (writing, progress) never sits between a reply and the next request.
 A fatal server answer (bad key, unknown model) cancels the rest and propagates at once.
 """
 
@@ -8,27 +11,58 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .models.base import Model, Reply, Request
 
 T = TypeVar("T")
+Landed = list[tuple[T, Request, Reply]]
 
 
 async def run_requests(
-    model: Model, work: Iterable[tuple[T, Request]], concurrency: int, on_reply: Callable[[T, Request, Reply], None]
+    model: Model,
+    work: Iterable[tuple[T, Request]],
+    concurrency: int,
+    on_replies: Callable[[Landed[T]], None],
 ) -> None:
-    """`work` pairs each request with whatever the caller needs back (its record) and is read lazily."""
+    """`work` pairs each request with whatever the caller needs back (its record) and is read lazily.
+
+    `on_replies` gets every reply exactly once, in batches, also when the run is cancelled.
+    """
     pending = iter(work)
+    loop = asyncio.get_running_loop()
+    landed: Landed[T] = []
+    failed: asyncio.Future[None] = loop.create_future()
+
+    def hand_on() -> None:
+        batch = landed.copy()
+        landed.clear()
+        if batch:
+            try:
+                on_replies(batch)
+            except BaseException as exc:  # e.g. disk full: stop the run rather than lose replies
+                if not failed.done():
+                    failed.set_exception(exc)
 
     async def worker() -> None:
         for item, request in pending:
-            on_reply(item, request, await model.complete(request))
+            reply = await model.complete(request)
+            if not landed:
+                loop.call_soon(hand_on)
+            landed.append((item, request, reply))
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    everything = asyncio.gather(*tasks)
+    everything.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen: we re-raise it below
     try:
-        await asyncio.gather(*tasks)
+        either: list[asyncio.Future[Any]] = [everything, failed]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not failed.done():
+            everything.result()
     finally:
-        for task in tasks:
-            task.cancel()
+        everything.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        hand_on()
+        error = failed.exception() if failed.done() else None
+    if error is not None:
+        raise error

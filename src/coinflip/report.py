@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from .config import BENCHMARK
+from .errors import DataError
 from .extract import extract_answer
 from .metrics import METRICS, Outcome, Tally
 
@@ -17,11 +19,14 @@ EXTRACTION = "coinflip.extract_answer/1"
 
 def review(prediction: dict[str, Any]) -> dict[str, Any]:
     """Score one saved prediction; never looks at a separate reasoning field."""
+    target = prediction.get("target")
+    if target not in ("YES", "NO"):
+        raise DataError(f"prediction {prediction.get('id')!r}: target must be YES or NO, got {target!r}")
     error = prediction.get("error") is not None
     extracted = None if error else extract_answer(prediction.get("reply"))
     return {
-        "id": prediction["id"],
-        "people": prediction.get("people", 0),
+        "id": int(prediction["id"]),
+        "people": max(0, int(prediction.get("people") or 0)),
         "target": prediction["target"],
         "extracted": extracted,
         "correct": extracted == prediction["target"],
@@ -73,44 +78,90 @@ class Usage:
 
 
 class Showcase:
-    """The samples the HTML page lists: every failure first, then correct ones, up to a cap."""
+    """The samples the HTML page lists: failures first, then correct ones, each in id order, up to a
+    cap. Kept as the lowest ids of each kind, so the order samples arrive in does not matter."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.failed: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        self.passed: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self._seq = 0
+        self.failed: list[tuple[int, int, dict[str, Any], dict[str, Any]]] = []
+        self.passed: list[tuple[int, int, dict[str, Any], dict[str, Any]]] = []
 
     def add(self, prediction: dict[str, Any], review: dict[str, Any]) -> None:
-        bucket = self.passed if review["correct"] else self.failed
-        if len(bucket) < self.cap:
-            bucket.append((prediction, review))
+        heap = self.passed if review["correct"] else self.failed
+        self._seq += 1
+        entry = (-int(review["id"]), self._seq, prediction, review)  # max-heap on id
+        if len(heap) < self.cap:
+            heapq.heappush(heap, entry)
+        elif entry[0] > heap[0][0]:
+            heapq.heapreplace(heap, entry)
 
     def rows(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        return self.failed + self.passed[: max(0, self.cap - len(self.failed))]
+        failed = [(p, r) for _, _, p, r in sorted(self.failed, reverse=True)]
+        passed = [(p, r) for _, _, p, r in sorted(self.passed, reverse=True)]
+        return failed + passed[: max(0, self.cap - len(failed))]
 
 
-def build_report(
-    saved: dict[str, Any],
-    run_name: str,
-    predictions: Iterable[dict[str, Any]],
-    compat: str,
-    reviews_out: TextIO,
-    showcase: Showcase,
-    usage: Usage,
-) -> dict[str, Any]:
-    """The report of a run, computed only from its saved config and predictions, in one pass.
+_EXTRACTED: tuple[str | None, ...] = (None, "YES", "NO")
 
-    Reviews are written to `reviews_out` as they are made; nothing grows with the run's size
-    but a few numbers per sample.
+
+def _pack(r: dict[str, Any]) -> int:
+    return int(((r["people"] * 2 + (r["target"] == "NO")) * 3 + _EXTRACTED.index(r["extracted"])) * 2 + r["error"])
+
+
+def _unpack(key: int, code: int) -> dict[str, Any]:
+    rest, error = divmod(code, 2)
+    rest, extracted = divmod(rest, 3)
+    people, no = divmod(rest, 2)
+    target = "NO" if no else "YES"
+    answer = _EXTRACTED[extracted]
+    return {
+        "id": key,
+        "people": people,
+        "target": target,
+        "extracted": answer,
+        "correct": answer == target,
+        "invalid": answer is None and not error,
+        "error": bool(error),
+    }
+
+
+class Scorer:
+    """What a report is made of, gathered one prediction at a time and in any order.
+
+    A live run feeds it replies as they land, so the report is ready when the last one does;
+    a rescore feeds it the saved predictions. Both give the same bytes: every part is
+    order-free, and each review is kept as two integers and written out in id order.
     """
-    config, fingerprint = saved["config"], saved["fingerprint"]
-    tally = Tally()
-    for prediction in predictions:
+
+    def __init__(self, showcase_cap: int) -> None:
+        self.tally = Tally()
+        self.usage = Usage()
+        self.showcase = Showcase(showcase_cap)
+        self.ids = array("q")
+        self.codes = array("q")
+
+    def add(self, prediction: dict[str, Any]) -> None:
         r = review(prediction)
-        reviews_out.write(json.dumps(r) + "\n")
-        tally.add(Outcome(r["target"], r["extracted"], r["error"], r["people"]))
-        usage.add(prediction)
-        showcase.add(prediction, r)
+        self.ids.append(r["id"])
+        self.codes.append(_pack(r))
+        self.tally.add(Outcome(r["target"], r["extracted"], r["error"], r["people"]))
+        self.usage.add(prediction)
+        self.showcase.add(prediction, r)
+
+    def write_reviews(self, out: TextIO) -> None:
+        import numpy as np
+
+        order = np.argsort(np.frombuffer(self.ids, dtype=np.int64), kind="stable")
+        ids, codes = self.ids, self.codes
+        for i in order.tolist():
+            out.write(json.dumps(_unpack(ids[i], codes[i])) + "\n")
+
+
+def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: str) -> dict[str, Any]:
+    """The report of a run: its saved config plus what the scorer gathered from its predictions."""
+    config, fingerprint = saved["config"], saved["fingerprint"]
+    tally = scorer.tally
     scores = tally.result(compat, seed=int(config.get("seed", 0)))
     errors = scores["counts"]["errors"]
     missing = int(saved.get("samples") or tally.total) - tally.total
@@ -130,7 +181,7 @@ def build_report(
         "few_shot_num": config.get("few_shot_num", 0),
         "generation_config": config.get("generation_config", {}),
         "extraction": EXTRACTION,
-        "usage": usage.result(),
+        "usage": scorer.usage.result(),
     }
 
 

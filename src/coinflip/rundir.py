@@ -190,7 +190,8 @@ def read_predictions(path: Path) -> dict[int, dict[str, Any]]:
 
 
 class PredictionWriter:
-    """Appends one JSON line per finished sample and flushes it to the OS at once."""
+    """Appends one JSON line per finished sample; `flush` hands them to the OS (the runner does so
+    for every batch of replies that land together, before the next turn of the event loop)."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -198,6 +199,8 @@ class PredictionWriter:
 
     def write(self, row: dict[str, Any]) -> None:
         self._handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def flush(self) -> None:
         self._handle.flush()
 
     def close(self) -> None:

@@ -6,23 +6,20 @@ dataset -> prompts -> model -> (predictions on disk) -> extract -> score -> repo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import prompts
 from .config import METRIC_COMPATS, TaskConfig, check_choice
 from .data import Dataset, Record, load_dataset
 from .errors import ConfigError, DataError, RunIncomplete
-from .html_report import MAX_ROWS, write_html
 from .models import Reply, Request, open_model, serve_local
 from .predict import run_requests
 from .progress import Progress
-from .report import Showcase, Usage, build_report, print_summary, write_report
 from .rundir import (
     PredictionWriter,
     RunDir,
@@ -31,6 +28,9 @@ from .rundir import (
     iter_predictions,
     load_saved_config,
 )
+
+if TYPE_CHECKING:
+    from .report import Scorer
 
 log = logging.getLogger("coinflip")
 FINGERPRINT_KEYS = ("model", "few_shot_num", "few_shot_seed", "system_prompt", "generation_config", "api_mode")
@@ -46,8 +46,8 @@ def run_task(task_cfg: TaskConfig | dict[str, Any] | None = None, **kwargs: Any)
     handler = _attach_log(run.log)
     try:
         log.info("run %s: %d samples, model %s", run.root, len(selected), config.model)
-        generate(config, run, selected, builder)
-        return finish(run, config.metric_compat, show=not config.quiet)
+        scorer = generate(config, run, selected, builder)
+        return finish(run, config.metric_compat, show=not config.quiet, scorer=scorer)
     finally:
         log.removeHandler(handler)
         handler.close()
@@ -126,28 +126,41 @@ def _comparable(value: Any) -> Any:
     return value
 
 
-def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestBuilder) -> None:
-    """Send what has no reply yet; each reply is appended to the predictions file as it lands."""
+def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestBuilder) -> Scorer | None:
+    """Send what has no reply yet; each reply is appended to the predictions file as it lands.
+
+    A fresh run also scores each reply as it lands and returns the scorer, so the report is
+    ready with the last reply; a resumed one returns None and is scored from the file.
+    """
     index = index_predictions(run.predictions, repair=True)
     todo = len(selected) - sum(1 for k in index.where if k < len(selected) and index.ok(k))
     log.info("%d of %d samples already done; sending %d", len(selected) - todo, len(selected), todo)
     if not todo:
-        return
+        return None
+    live = index.lines == 0
+    scorer: Scorer | None = None
     work = ((record, build(record)) for record in selected if not index.ok(record.id))
     writer = PredictionWriter(run.predictions)
     progress = Progress(todo, f"coin_flip {config.model}", False if config.quiet else config.progress)
     started = time.perf_counter()
 
-    def on_reply(record: Record, request: Request, reply: Reply) -> None:
-        writer.write(prediction_row(request, record, reply))
-        if reply.error:
-            log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
-        progress.advance()
+    def on_replies(landed: list[tuple[Record, Request, Reply]]) -> None:
+        nonlocal scorer
+        if live and scorer is None:  # imported here, once the first requests are out
+            scorer = _new_scorer()
+        for record, request, reply in landed:
+            row = prediction_row(request, record, reply)
+            writer.write(row)
+            if scorer is not None:
+                scorer.add(row)
+            if reply.error:
+                log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
+        writer.flush()
+        progress.advance(len(landed))
 
-    threading.Thread(target=_prewarm, daemon=True).start()
     try:
         with serve_local(config, run.server_log) as urls:
-            asyncio.run(_send(config, urls, work, on_reply))
+            asyncio.run(_send(config, urls, work, on_replies))
     except KeyboardInterrupt:
         raise RunIncomplete(
             f"interrupted: {progress.done} new predictions kept in {run.root}; resume with --use-cache {run.root}"
@@ -156,21 +169,41 @@ def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestB
         progress.close()
         writer.close()
         log.info("sent %d requests in %.2f s", progress.done, time.perf_counter() - started)
+    return scorer
+
+
+PREWARM_AFTER_S = 0.05
+
+
+def _new_scorer() -> Scorer:
+    from .html_report import MAX_ROWS
+    from .report import Scorer
+
+    return Scorer(MAX_ROWS)
 
 
 def _prewarm() -> None:
-    """Import what scoring needs while requests are in flight, off the critical path."""
-    with contextlib.suppress(ImportError):
-        import numpy  # noqa: F401
-        import rich.console  # noqa: F401
-        import rich.table  # noqa: F401
+    """Load what scoring and reporting need while requests are in flight, off the critical path:
+    the report modules first (the first replies are scored with them), then numpy's lazy parts
+    through one tiny scoring, then rich for the summary."""
+    from . import html_report, report  # noqa: F401
+    from .metrics import Outcome, Tally
+
+    tally = Tally()
+    tally.add(Outcome("YES", "YES"))
+    tally.result(resamples=10)
+    import rich.console  # noqa: F401
+    import rich.table  # noqa: F401
 
 
 async def _send(
-    config: TaskConfig, urls: list[str] | None, pending: Iterable[tuple[Record, Request]], on_reply: Any
+    config: TaskConfig, urls: list[str] | None, pending: Iterable[tuple[Record, Request]], on_replies: Any
 ) -> None:
     async with open_model(config, urls) as model:
-        await run_requests(model, pending, config.eval_batch_size, on_reply)
+        # imports hold the GIL: start them once the first wave of requests is on the wire
+        thread = threading.Thread(target=_prewarm, daemon=True)
+        asyncio.get_running_loop().call_later(PREWARM_AFTER_S, thread.start)
+        await run_requests(model, pending, config.eval_batch_size, on_replies)
 
 
 def prediction_row(request: Request, record: Record, reply: Reply) -> dict[str, Any]:
@@ -191,20 +224,30 @@ def prediction_row(request: Request, record: Record, reply: Reply) -> dict[str, 
     }
 
 
-def finish(run: RunDir, compat: str, show: bool = True) -> dict[str, Any]:
-    """Compact predictions, then write reviews and reports from them alone (also used by rescore)."""
+def finish(run: RunDir, compat: str, show: bool = True, scorer: Scorer | None = None) -> dict[str, Any]:
+    """Compact predictions, then write reviews and reports (also used by rescore).
+
+    Without a `scorer` from a fresh run, the saved predictions are read back and scored.
+    """
+    from .html_report import write_html
+    from .report import build_report, print_summary, write_report
+
     saved = load_saved_config(run.root)
     expected = int(saved.get("samples") or 0)
     if not compact_predictions(run.predictions).where:
         raise DataError(f"{run.predictions}: no predictions to score")
-    rows = (p for p in iter_predictions(run.predictions) if not expected or p["id"] < expected)
-    showcase, usage = Showcase(MAX_ROWS), Usage()
+    if scorer is None:
+        scorer = _new_scorer()
+        for p in iter_predictions(run.predictions):
+            if not expected or p["id"] < expected:
+                scorer.add(p)
     run.reviews.parent.mkdir(parents=True, exist_ok=True)
     with run.reviews.open("w", encoding="utf-8") as reviews:
-        report = build_report(saved, run.root.name, rows, compat, reviews, showcase, usage)
+        scorer.write_reviews(reviews)
+    report = build_report(saved, run.root.name, scorer, compat)
     write_report(run.report_json, report)
     if saved["config"].get("html_report", True):
-        write_html(run.report_html, report, showcase.rows(), usage.latency, usage.completion)
+        write_html(run.report_html, report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
     if show:
         print_summary(report, run.root)
     return report

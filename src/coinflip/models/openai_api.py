@@ -1,4 +1,4 @@
-"""OpenAI-compatible chat completions over aiohttp: many requests in flight, retried with care.
+"""OpenAI-compatible chat completions: many requests in flight, retried with care.
 
 Retries (exponential backoff with jitter, honouring Retry-After) on 429, 5xx, timeouts, dropped
 connections, malformed bodies and empty choices. 400/401/403/404 are never retried: a bad key,
@@ -11,13 +11,11 @@ import asyncio
 import json
 import random
 import time
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
-
 from ..errors import FatalAPIError
+from ._http import ConnectionPool
 from .base import Reply, Request
 
 FATAL_STATUS = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found"}
@@ -67,17 +65,12 @@ class OpenAIChat:
         self.inflight = dict.fromkeys(self.urls, 0)
         self.api_key = api_key
         self.generation = dict(generation or {})
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
         self.retries = retries
         self.backoff_base = backoff_base
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._session = aiohttp.ClientSession(
-            headers=headers,
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60),
-            json_serialize=json.dumps,
-        )
+        self._pool = ConnectionPool(headers, timeout)
 
     def _body(self, request: Request) -> bytes:
         body: dict[str, Any] = {"model": self.name}
@@ -104,7 +97,7 @@ class OpenAIChat:
                 return reply
             except RetryableError as exc:
                 last_error, wait = str(exc), exc.retry_after
-            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            except (OSError, asyncio.TimeoutError) as exc:
                 last_error, wait = f"{type(exc).__name__}: {exc}".rstrip(": "), None
             finally:
                 self.inflight[url] -= 1
@@ -122,10 +115,8 @@ class OpenAIChat:
         return float(max(backoff, retry_after)) if retry_after is not None else backoff
 
     async def _post(self, url: str, body: bytes) -> Reply:
-        async with self._session.post(url, data=body, timeout=self.timeout) as resp:
-            raw = await resp.read()
-            status = resp.status
-            wait = retry_after(resp.headers.get("Retry-After"))
+        response = await self._pool.post(url, body)
+        status, raw = response.status, response.body
         if status in FATAL_STATUS:
             detail = redact(_error_detail(raw), self.api_key)
             raise FatalAPIError(
@@ -133,11 +124,11 @@ class OpenAIChat:
                 " - check --api-key, --model and --api-url"
             )
         if status != 200:
-            raise RetryableError(f"HTTP {status}", wait)
+            raise RetryableError(f"HTTP {status}", retry_after(response.headers.get("retry-after")))
         return _parse(raw, self.mode)
 
     async def aclose(self) -> None:
-        await self._session.close()
+        await self._pool.aclose()
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -147,6 +138,8 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     try:
         seconds = float(value)
     except ValueError:
+        from email.utils import parsedate_to_datetime  # rare: most servers send seconds
+
         try:
             seconds = parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
         except (TypeError, ValueError, IndexError):

@@ -101,7 +101,9 @@ class Handler:
         self.state = state
         state.rng.seed(state.seed)
 
-    async def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Response | None:
+    async def __call__(
+        self, method: str, path: str, headers: dict[str, str], body: bytes, arrived: float = 0.0
+    ) -> Response | None:
         if method == "GET" and path.endswith("/models"):
             return _json(
                 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models or ("fake",)]}
@@ -110,10 +112,10 @@ class Handler:
             s = self.state
             return _json(200, {"requests": dict(s.requests), "answered": dict(s.answered), "faults": dict(s.faults)})
         if method == "POST" and path.endswith("/completions"):
-            return await self.chat(headers, body, chat=path.endswith("/chat/completions"))
+            return await self.chat(headers, body, arrived, chat=path.endswith("/chat/completions"))
         return _json(404, {"error": {"message": f"no route {method} {path}"}})
 
-    async def chat(self, headers: dict[str, str], raw: bytes, chat: bool = True) -> Response | None:
+    async def chat(self, headers: dict[str, str], raw: bytes, arrived: float, chat: bool = True) -> Response | None:
         state = self.state
         auth = headers.get("authorization", "")
         state.auth_headers.append(auth)
@@ -129,8 +131,8 @@ class Handler:
         state.arrivals.append(time.monotonic())
         if state.throttle:
             return _json(429, {"error": {"message": "slow down"}}, {"Retry-After": state.throttle.pop(0)})
-        if state.latency:
-            await asyncio.sleep(state.latency)
+        if state.latency:  # counted from arrival, so the server's own work is part of the latency
+            await asyncio.sleep(max(0.0, state.latency - (asyncio.get_running_loop().time() - arrived)))
         if state.fail_rate and state.rng.random() < state.fail_rate:
             return await self.fault()
         text = state.policy.reply(question)
@@ -185,12 +187,14 @@ class HttpProtocol(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.busy: asyncio.Task[None] | None = None
+        self.arrived = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
+        self.arrived = asyncio.get_running_loop().time()
         if self.busy is None or self.busy.done():
             self.busy = asyncio.ensure_future(self._drain())
 
@@ -207,7 +211,9 @@ class HttpProtocol(asyncio.Protocol):
                 return
             body = bytes(self.buffer[end + 4 : end + 4 + size])
             del self.buffer[: end + 4 + size]
-            response = await self.handler(method, path, headers, body)
+            response = await self.handler(method, path, headers, body, self.arrived)
+            if self.transport is None:  # the client hung up while we were thinking
+                return
             if response is None:
                 self.transport.close()
                 return
