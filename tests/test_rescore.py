@@ -18,16 +18,15 @@ def _run(tmp_path: Path) -> Path:
 
 
 def test_rescore_reproduces_the_report_exactly(tmp_path: Path) -> None:
+    """The live run scored replies as they landed, out of order; the rescore reads the file."""
     run = _run(tmp_path)
-    report = run / "reports/m/coin_flip.json"
-    reviews = run / "reviews/m/coin_flip.jsonl"
-    before, before_reviews = report.read_bytes(), reviews.read_bytes()
-    report.unlink()
-    reviews.unlink()
+    outputs = [run / "reports/m/coin_flip.json", run / "reports/m/coin_flip.html", run / "reviews/m/coin_flip.jsonl"]
+    before = [path.read_bytes() for path in outputs]
+    for path in outputs:
+        path.unlink()
     result = run_cli("rescore", str(run))  # no server is running now
     assert result.returncode == 0, result.stderr
-    assert report.read_bytes() == before
-    assert reviews.read_bytes() == before_reviews
+    assert [path.read_bytes() for path in outputs] == before
 
 
 def test_editing_a_saved_reply_changes_the_report_as_it_should(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coinflip.rundir import compact_predictions, index_predictions, iter_predictions
+from coinflip.rundir import PredictionWriter, compact_predictions, index_predictions, iter_predictions
 
 ROWS = [
     {"id": 2, "reply": "b", "error": None},
@@ -46,3 +46,13 @@ def test_repair_cuts_a_half_written_last_line(tmp_path: Path) -> None:
     index = index_predictions(path, repair=True)
     assert 3 not in index.where
     assert path.read_text().endswith('"error": "late"}\n')
+
+
+def test_a_reply_with_half_a_surrogate_pair_is_written_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    writer = PredictionWriter(path)
+    writer.write({"id": 0, "reply": "caf\u00e9 \ud83d ANSWER: YES", "error": None})
+    writer.write({"id": 1, "reply": "caf\u00e9", "error": None})
+    writer.close()
+    assert [r["reply"] for r in iter_predictions(path)] == ["caf\u00e9 \ud83d ANSWER: YES", "caf\u00e9"]
+    assert "café" in path.read_text(encoding="utf-8")  # plain text stays readable

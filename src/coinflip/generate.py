@@ -6,7 +6,6 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -21,7 +20,9 @@ KEEPS = " {} does not flip the coin."
 @lru_cache(maxsize=1)
 def names() -> tuple[str, ...]:
     """First names shipped with the package (built from Faker's locales by scripts/make_names.py)."""
-    text = files("coinflip").joinpath("_data/names.txt").read_text(encoding="utf-8")
+    from .data import bundled_dir
+
+    text = (bundled_dir() / "names.txt").read_text(encoding="utf-8")
     return tuple(text.split())
 
 

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 from .models.base import Model, Reply, Request
 
 T = TypeVar("T")
+RAMP = 8  # workers started per turn of the event loop
+MAX_BATCH = 256  # a model that never yields (a baseline) would otherwise pile every reply up here
 Landed = list[tuple[T, Request, Reply]]
 
 
@@ -46,21 +48,30 @@ async def run_requests(
 
     async def worker() -> None:
         for item, request in pending:
+            if failed.done():
+                return
             reply = await model.complete(request)
             if not landed:
                 loop.call_soon(hand_on)
             landed.append((item, request, reply))
+            if len(landed) >= MAX_BATCH:
+                hand_on()
 
-    tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
-    everything = asyncio.gather(*tasks)
-    everything.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen: we re-raise it below
+    tasks: list[asyncio.Task[None]] = []
     try:
+        for n in range(concurrency):  # a few per turn of the loop, so the first requests leave at once
+            tasks.append(asyncio.create_task(worker()))
+            if n % RAMP == RAMP - 1:
+                await asyncio.sleep(0)
+        everything = asyncio.gather(*tasks)
+        everything.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen: re-raised below
         either: list[asyncio.Future[Any]] = [everything, failed]
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not failed.done():
             everything.result()
     finally:
-        everything.cancel()
+        for task in tasks:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         hand_on()
         error = failed.exception() if failed.done() else None

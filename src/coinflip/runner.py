@@ -184,16 +184,18 @@ def _new_scorer() -> Scorer:
 
 def _prewarm() -> None:
     """Load what scoring and reporting need while requests are in flight, off the critical path:
-    the report modules first (the first replies are scored with them), then numpy's lazy parts
-    through one tiny scoring, then rich for the summary."""
-    from . import html_report, report  # noqa: F401
-    from .metrics import Outcome, Tally
+    one tiny report, scored and printed to nowhere, pulls in the report modules, numpy's lazy
+    parts and rich's."""
+    import io
 
-    tally = Tally()
-    tally.add(Outcome("YES", "YES"))
-    tally.result(resamples=10)
-    import rich.console  # noqa: F401
-    import rich.table  # noqa: F401
+    from rich.console import Console
+
+    from .report import build_report, print_summary
+
+    scorer = _new_scorer()
+    scorer.add({"id": 0, "target": "YES", "reply": "ANSWER: YES", "error": None})
+    saved = {"config": {"model": "-"}, "fingerprint": {"dataset": {"source": "-", "split": "-", "sha256": "-"}}}
+    print_summary(build_report(saved, "-", scorer, "coinflip"), None, Console(file=io.StringIO()))
 
 
 async def _send(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_HEAD = 64 * 1024
+FIRST_OPENINGS = 8  # connections opened at once at the start; each one that opens lets one more start
 
 
 class ProtocolError(ConnectionError):
@@ -77,6 +78,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.waiter is None:  # nothing was asked: the stream is out of step, drop it
+            self.close()
+            return
         self.received = True
         self.buffer += data
         try:
@@ -240,6 +244,7 @@ class ConnectionPool:
         self._targets: dict[str, Target] = {}
         self._idle: dict[tuple[str, int, bool], deque[_Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
+        self._opening: asyncio.Semaphore | None = None
 
     def target(self, url: str) -> Target:
         target = self._targets.get(url)
@@ -281,6 +286,17 @@ class ConnectionPool:
         return response
 
     async def _connect(self, target: Target, deadline: float) -> _Connection:
+        """Opens ramp up like TCP slow start (8, 16, 32, ...): opening 128 at once would hold every
+        first request back until the last handshake is done, and a run ends a fixed number of
+        round trips after its earliest requests start."""
+        if self._opening is None:
+            self._opening = asyncio.Semaphore(FIRST_OPENINGS)
+        async with self._opening:
+            conn = await self._open(target, deadline)
+        self._opening.release()
+        return conn
+
+    async def _open(self, target: Target, deadline: float) -> _Connection:
         loop = asyncio.get_running_loop()
         context = self._ssl_context() if target.tls else None
         opening = loop.create_connection(
