@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
+import random
+from array import array
 from pathlib import Path
 
-from coinflip.rundir import PredictionWriter, compact_predictions, index_predictions, iter_predictions
+from coinflip.rundir import (
+    PredictionWriter,
+    compact_predictions,
+    compact_written,
+    index_predictions,
+    iter_predictions,
+)
 
 ROWS = [
     {"id": 2, "reply": "b", "error": None},
@@ -56,3 +64,46 @@ def test_a_reply_with_half_a_surrogate_pair_is_written_and_read_back(tmp_path: P
     writer.close()
     assert [r["reply"] for r in iter_predictions(path)] == ["caf\u00e9 \ud83d ANSWER: YES", "caf\u00e9"]
     assert "café" in path.read_text(encoding="utf-8")  # plain text stays readable
+
+
+def _written(path: Path, ids: list[int], error_at: int | None = None) -> tuple[array, array]:
+    writer = PredictionWriter(path)
+    for key in ids:
+        writer.write({"id": key, "reply": f"r{key}" * (key % 7), "error": "late" if key == error_at else None})
+    writer.close()
+    return array("i", ids), writer.offsets
+
+
+def test_a_fresh_file_is_put_in_order_from_what_its_writer_recorded(tmp_path: Path) -> None:
+    ids = list(range(500))
+    random.Random(4).shuffle(ids)
+    path, reference = tmp_path / "p.jsonl", tmp_path / "ref.jsonl"
+    keys, offsets = _written(path, ids, error_at=7)
+    _written(reference, ids, error_at=7)
+    compact_written(path, keys, offsets)
+    compact_predictions(reference)
+    assert path.read_bytes() == reference.read_bytes()
+    assert [r["id"] for r in iter_predictions(path)] == list(range(500))
+
+
+def test_an_ordered_file_is_left_alone_and_offsets_count_from_the_end(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"")
+    keys, offsets = _written(path, [0, 1, 2])
+    before = path.read_bytes()
+    compact_written(path, keys, offsets)
+    assert path.read_bytes() == before
+    more = PredictionWriter(path)  # appending: offsets start where the file ends
+    more.write({"id": 3, "reply": "x", "error": None})
+    more.close()
+    assert more.offsets[0] == len(before)
+    with path.open("rb") as handle:
+        handle.seek(more.offsets[0])
+        assert json.loads(handle.readline())["id"] == 3
+
+
+def test_repeated_ids_fall_back_to_the_full_compaction(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    keys, offsets = _written(path, [2, 0, 2, 1])
+    compact_written(path, keys, offsets)
+    assert [r["id"] for r in iter_predictions(path)] == [0, 1, 2]

@@ -17,7 +17,7 @@ from .models.base import Model, Reply, Request
 
 T = TypeVar("T")
 RAMP = 8  # workers started per turn of the event loop
-MAX_BATCH = 256  # a model that never yields (a baseline) would otherwise pile every reply up here
+MAX_BATCH = 256  # a model that never yields (a baseline) would pile every reply up here, deaf to Ctrl-C
 Landed = list[tuple[T, Request, Reply]]
 
 
@@ -54,8 +54,9 @@ async def run_requests(
             if not landed:
                 loop.call_soon(hand_on)
             landed.append((item, request, reply))
-            if len(landed) >= MAX_BATCH:
+            if len(landed) >= MAX_BATCH:  # a model that never yields: hand on, and let the loop breathe
                 hand_on()
+                await asyncio.sleep(0)
 
     tasks: list[asyncio.Task[None]] = []
     try:

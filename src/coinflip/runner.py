@@ -9,7 +9,9 @@ import asyncio
 import logging
 import threading
 import time
+from array import array
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,7 @@ from .rundir import (
     PredictionWriter,
     RunDir,
     compact_predictions,
+    compact_written,
     index_predictions,
     iter_predictions,
     load_saved_config,
@@ -46,8 +49,8 @@ def run_task(task_cfg: TaskConfig | dict[str, Any] | None = None, **kwargs: Any)
     handler = _attach_log(run.log)
     try:
         log.info("run %s: %d samples, model %s", run.root, len(selected), config.model)
-        scorer = generate(config, run, selected, builder)
-        return finish(run, config.metric_compat, show=not config.quiet, scorer=scorer)
+        live = generate(config, run, selected, builder)
+        return finish(run, config.metric_compat, show=not config.quiet, live=live)
     finally:
         log.removeHandler(handler)
         handler.close()
@@ -126,11 +129,19 @@ def _comparable(value: Any) -> Any:
     return value
 
 
-def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestBuilder) -> Scorer | None:
+@dataclass
+class Live:
+    """What a fresh run gathered as its replies landed: their scores, and where each line went."""
+
+    scorer: Scorer  # its ids are in the order the lines were written
+    offsets: array[int]
+
+
+def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestBuilder) -> Live | None:
     """Send what has no reply yet; each reply is appended to the predictions file as it lands.
 
-    A fresh run also scores each reply as it lands and returns the scorer, so the report is
-    ready with the last reply; a resumed one returns None and is scored from the file.
+    A fresh run also scores each reply as it lands, so the report is ready with the last reply;
+    a resumed one returns None and is scored from the file.
     """
     index = index_predictions(run.predictions, repair=True)
     todo = len(selected) - sum(1 for k in index.where if k < len(selected) and index.ok(k))
@@ -169,7 +180,7 @@ def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestB
         progress.close()
         writer.close()
         log.info("sent %d requests in %.2f s", progress.done, time.perf_counter() - started)
-    return scorer
+    return Live(scorer, writer.offsets) if scorer is not None else None
 
 
 PREWARM_AFTER_S = 0.05
@@ -226,23 +237,20 @@ def prediction_row(request: Request, record: Record, reply: Reply) -> dict[str, 
     }
 
 
-def finish(run: RunDir, compat: str, show: bool = True, scorer: Scorer | None = None) -> dict[str, Any]:
+def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None) -> dict[str, Any]:
     """Compact predictions, then write reviews and reports (also used by rescore).
 
-    Without a `scorer` from a fresh run, the saved predictions are read back and scored.
+    Without `live` results from a fresh run, the saved predictions are read back and scored.
     """
     from .html_report import write_html
     from .report import build_report, print_summary, write_report
 
     saved = load_saved_config(run.root)
-    expected = int(saved.get("samples") or 0)
-    if not compact_predictions(run.predictions).where:
-        raise DataError(f"{run.predictions}: no predictions to score")
-    if scorer is None:
-        scorer = _new_scorer()
-        for p in iter_predictions(run.predictions):
-            if not expected or p["id"] < expected:
-                scorer.add(p)
+    if live is not None:
+        scorer = live.scorer
+        compact_written(run.predictions, scorer.ids, live.offsets)
+    else:
+        scorer = _score_saved(run, int(saved.get("samples") or 0))
     run.reviews.parent.mkdir(parents=True, exist_ok=True)
     with run.reviews.open("w", encoding="utf-8") as reviews:
         scorer.write_reviews(reviews)
@@ -253,6 +261,16 @@ def finish(run: RunDir, compat: str, show: bool = True, scorer: Scorer | None = 
     if show:
         print_summary(report, run.root)
     return report
+
+
+def _score_saved(run: RunDir, expected: int) -> Scorer:
+    if not compact_predictions(run.predictions).where:
+        raise DataError(f"{run.predictions}: no predictions to score")
+    scorer = _new_scorer()
+    for p in iter_predictions(run.predictions):
+        if not expected or p["id"] < expected:
+            scorer.add(p)
+    return scorer
 
 
 def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = True) -> dict[str, Any]:
