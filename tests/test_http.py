@@ -4,8 +4,11 @@ as scripted: the framings, encodings and failures that real servers and proxies 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import gzip
 import json
+import os
 import socket
 import ssl
 import threading
@@ -14,12 +17,17 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from coinflip.errors import FatalAPIError
 from coinflip.models._http import ConnectionPool, ProtocolError, Response
+from coinflip.models._proxy import Proxy, proxy_for
 from coinflip.models.base import Request
 from coinflip.models.openai_api import OpenAIChat
+
+from .conftest import run_cli
 
 
 @dataclass
@@ -245,3 +253,167 @@ def test_a_reply_with_a_lone_surrogate_is_kept_and_scored(scripted: Any) -> None
 
     reply = asyncio.run(go())
     assert reply.error is None and reply.text == "\ud83d ANSWER: YES"
+
+
+class ForwardProxy:
+    """A real proxy on 127.0.0.1: CONNECT tunnels for https, absolute-form requests for http."""
+
+    def __init__(self, answer_connect: bytes | None = None) -> None:
+        self.answer_connect = answer_connect  # e.g. a 407, instead of opening the tunnel
+        self.heads: list[str] = []
+        self.connections = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://user:p%40ss@127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        reader = client.makefile("rb")
+        with client:
+            while True:
+                head = b""
+                while not head.endswith(b"\r\n\r\n"):
+                    line = reader.readline()
+                    if not line:
+                        return
+                    head += line
+                self.heads.append(head.decode())
+                method, target, _ = head.split(b"\r\n", 1)[0].decode().split(" ")
+                if method == "CONNECT":
+                    self._tunnel(client, reader, target)
+                    return
+                self._forward(client, reader, head, target)
+
+    def _tunnel(self, client: socket.socket, reader: Any, target: str) -> None:
+        if self.answer_connect is not None:
+            client.sendall(self.answer_connect)
+            return
+        host, _, port = target.rpartition(":")
+        upstream = socket.create_connection((host, int(port)))
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        def pump(src: Any, dst: socket.socket) -> None:
+            with contextlib.suppress(OSError):
+                while data := src.read1(65536) if hasattr(src, "read1") else src.recv(65536):
+                    dst.sendall(data)
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+        pump(reader, upstream)
+
+    def _forward(self, client: socket.socket, reader: Any, head: bytes, target: str) -> None:
+        url = urlsplit(target)
+        lines = head.decode().split("\r\n")
+        kept = [f"POST {url.path} HTTP/1.1"] + [h for h in lines[1:] if h and not h.lower().startswith("proxy-")]
+        length = next(int(h.split(":")[1]) for h in lines if h.lower().startswith("content-length"))
+        body = reader.read(length)
+        with socket.create_connection((url.hostname, url.port)) as upstream:
+            upstream.sendall(("\r\n".join(kept) + "\r\n\r\n").encode() + body)
+            answer = upstream.makefile("rb")
+            response = b""
+            while not response.endswith(b"\r\n\r\n"):
+                response += answer.readline()
+            size = next(
+                int(h.split(b":")[1]) for h in response.split(b"\r\n") if h.lower().startswith(b"content-length")
+            )
+            client.sendall(response + answer.read(size))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def through(proxy: ForwardProxy, url: str, count: int = 1) -> list[Response]:
+    async def go() -> list[Response]:
+        client = ConnectionPool({"Content-Type": "application/json"}, 5.0, proxy=proxy.url)
+        try:
+            return [await client.post(url, b'{"n": %d}' % i) for i in range(count)]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def test_http_through_a_proxy_in_absolute_form_with_credentials(scripted: Any) -> None:
+    srv, proxy = scripted(Say([ok(b"one")]), Say([ok(b"two")])), ForwardProxy()
+    try:
+        assert [r.body for r in through(proxy, srv.url(), 2)] == [b"one", b"two"]
+    finally:
+        proxy.close()
+    assert proxy.connections == 1  # kept alive through the proxy
+    first = proxy.heads[0].split("\r\n")
+    assert first[0] == f"POST http://127.0.0.1:{srv.port}/v1/chat/completions HTTP/1.1"
+    assert "Proxy-Authorization: Basic " + base64.b64encode(b"user:p@ss").decode() in first
+    assert b"Proxy-Authorization" not in srv.requests[0]
+
+
+def test_https_through_a_proxy_tunnel(scripted: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    srv, proxy = scripted(Say([ok(b"secret")]), Say([ok(b"again")]), tls=server_context), ForwardProxy()
+    try:
+        assert [r.body for r in through(proxy, srv.url("https"), 2)] == [b"secret", b"again"]
+    finally:
+        proxy.close()
+    assert proxy.heads[0].startswith(f"CONNECT 127.0.0.1:{srv.port} HTTP/1.1\r\n")
+    assert "Proxy-Authorization: Basic" in proxy.heads[0] and proxy.connections == 1
+    assert srv.requests[0].startswith(b"POST /v1/chat/completions HTTP/1.1")  # the server saw origin form
+
+
+def test_a_proxy_that_wants_credentials_stops_the_run(scripted: Any) -> None:
+    proxy = ForwardProxy(answer_connect=b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+    try:
+        with pytest.raises(FatalAPIError, match="wants credentials"):
+            through(proxy, "https://127.0.0.1:9/v1/chat/completions")
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "env", "expected"),
+    [
+        ("https://api.example.com/v1", {}, None),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p:3128"}, Proxy("p", 3128)),
+        ("https://api.example.com/v1", {"https_proxy": "p2:8080", "HTTPS_PROXY": "http://p:3128"}, Proxy("p2", 8080)),
+        ("http://api.example.com/v1", {"HTTPS_PROXY": "http://p:3128"}, None),
+        ("http://api.example.com/v1", {"ALL_PROXY": "http://p:3128"}, Proxy("p", 3128)),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "example.com"}, None),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": ".example.com"}, None),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "no_proxy": "*"}, None),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "ample.com"}, Proxy("p", 80)),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "api.example.com:8443"}, Proxy("p", 80)),
+        ("http://10.1.2.3:8000/v1", {"HTTP_PROXY": "http://p", "NO_PROXY": "10.0.0.0/8"}, None),
+        ("http://127.0.0.1:8000/v1", {"HTTP_PROXY": "http://p"}, None),  # loopback never
+        ("http://localhost:8000/v1", {"HTTP_PROXY": "http://p"}, None),
+        ("http://[::1]:8000/v1", {"HTTP_PROXY": "http://p"}, None),
+        (
+            "http://h/v1",
+            {"HTTP_PROXY": "http://u:pw@p:1"},
+            Proxy("p", 1, "Basic " + base64.b64encode(b"u:pw").decode()),
+        ),
+    ],
+)
+def test_which_proxy_the_environment_names(url: str, env: dict[str, str], expected: Proxy | None) -> None:
+    assert proxy_for(url, env) == expected
+
+
+def test_an_https_proxy_url_is_one_clear_line(tmp_path: Any) -> None:
+    env = {**os.environ, "HTTPS_PROXY": "https://proxy.example:3128"}
+    result = run_cli("eval", "--model", "m", "--api-url", "https://api.example.com/v1", "--limit", "1",
+                     "--work-dir", str(tmp_path), env=env)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: proxy 'https://proxy.example:3128': give an http:// proxy URL, e.g. http://proxy.example:3128"
+    ]

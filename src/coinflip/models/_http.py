@@ -4,19 +4,25 @@ Why not aiohttp: with 128 requests in flight every reply is on the critical path
 per-request machinery (and its 0.2-0.4 s import) made the harness, not the server, what a run
 waited for. This speaks just what OpenAI-compatible servers and the proxies in front of them
 send back: Content-Length, chunked or close-delimited bodies, 1xx interim answers, keep-alive,
-TLS, and gzip/deflate from a proxy that compresses although asked not to. Connections are
-pooled per origin; a reused connection that the server had already closed is retried once on
-a fresh one, as browsers and urllib3 do.
+TLS, and gzip/deflate from a proxy that compresses although asked not to; it goes through an
+http:// proxy when the environment names one (`_proxy.py`). Connections are pooled per origin;
+a reused connection that the server had already closed is retried once on a fresh one, as
+browsers and urllib3 do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 import zlib
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from ..errors import FatalAPIError
+from ._proxy import Proxy, proxy_for
 
 MAX_HEAD = 64 * 1024
 FIRST_OPENINGS = 8  # connections opened at once at the start; each one that opens lets one more start
@@ -24,6 +30,10 @@ FIRST_OPENINGS = 8  # connections opened at once at the start; each one that ope
 
 class ProtocolError(ConnectionError):
     """The peer sent something that is not HTTP/1.x."""
+
+
+class ProxyError(ConnectionError):
+    """The proxy would not open a tunnel to the server."""
 
 
 @dataclass(frozen=True)
@@ -35,24 +45,37 @@ class Response:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a URL points and the start of every request head sent there."""
+    """Where a URL points, how to get there, and the start of every request head sent there."""
 
     host: str
     port: int
     tls: bool
     head: bytes  # request line and fixed headers, up to (not including) Content-Length
+    proxy: Proxy | None = None  # https goes through it in a CONNECT tunnel, http in absolute form
 
     @classmethod
-    def parse(cls, url: str, headers: dict[str, str]) -> Target:
+    def parse(cls, url: str, headers: dict[str, str], proxy: Proxy | None = None) -> Target:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url}")
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
-        host_header = parts.netloc.rpartition("@")[2]
+        netloc = parts.netloc.rpartition("@")[2]
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"POST {path} HTTP/1.1", f"Host: {host_header}", *(f"{k}: {v}" for k, v in headers.items())]
-        return cls(parts.hostname, port, tls, ("\r\n".join(lines) + "\r\n").encode("latin-1"))
+        lines = [f"POST {path} HTTP/1.1", f"Host: {netloc}", *(f"{k}: {v}" for k, v in headers.items())]
+        if proxy is not None and not tls:
+            lines[0] = f"POST http://{netloc}{path} HTTP/1.1"
+            if proxy.authorization:
+                lines.append(f"Proxy-Authorization: {proxy.authorization}")
+        return cls(parts.hostname, port, tls, ("\r\n".join(lines) + "\r\n").encode("latin-1"), proxy)
+
+    @property
+    def tunnel_request(self) -> bytes:
+        authority = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+        if self.proxy is not None and self.proxy.authorization:
+            lines.append(f"Proxy-Authorization: {self.proxy.authorization}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 class _Connection(asyncio.Protocol):
@@ -63,6 +86,7 @@ class _Connection(asyncio.Protocol):
         self.buffer = bytearray()
         self.waiter: asyncio.Future[Response] | None = None
         self.received = False  # any byte of the current response yet
+        self.tunnel = False  # the current request is a CONNECT: a 2xx answer has no body
         self._reset()
 
     def _reset(self) -> None:
@@ -139,7 +163,9 @@ class _Connection(asyncio.Protocol):
         connection = headers.get("connection", "").lower()
         self.status, self.headers = status, headers
         self.keep_alive = "close" not in connection and (version != "HTTP/1.0" or "keep-alive" in connection)
-        if "chunked" in headers.get("transfer-encoding", "").lower():
+        if self.tunnel and 200 <= status < 300:
+            self.mode, self.remaining = "length", 0
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
             self.mode = "chunked"
         elif "content-length" in headers:
             try:
@@ -203,10 +229,11 @@ class _Connection(asyncio.Protocol):
     def usable(self) -> bool:
         return self.transport is not None and not self.transport.is_closing() and self.keep_alive
 
-    def send(self, data: bytes) -> asyncio.Future[Response]:
+    def send(self, data: bytes, tunnel: bool = False) -> asyncio.Future[Response]:
         assert self.transport is not None
         self._reset()
         self.received = False
+        self.tunnel = tunnel
         self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         return self.waiter
@@ -235,21 +262,44 @@ def _decode(body: bytes, encoding: str) -> bytes:
     return body
 
 
+def _check_tunnel(answer: Response, target: Target) -> None:
+    if 200 <= answer.status < 300:
+        return
+    assert target.proxy is not None
+    where = f"proxy {target.proxy.host}:{target.proxy.port}"
+    if answer.status == 407:
+        raise FatalAPIError(
+            f"{where} wants credentials (407): put them in the proxy URL, http://user:password@host:port"
+        )
+    raise ProxyError(f"{where} answered {answer.status} to CONNECT {target.host}:{target.port}")
+
+
 class ConnectionPool:
     """Keep-alive connections per origin, opened on demand: as many as requests in flight."""
 
-    def __init__(self, headers: dict[str, str], timeout: float) -> None:
+    def __init__(
+        self,
+        headers: dict[str, str],
+        timeout: float,
+        proxy: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        """`proxy` sends everything through that proxy; without it, the environment's
+        HTTP(S)_PROXY and NO_PROXY decide per URL."""
         self.headers = {"Accept": "application/json", "Accept-Encoding": "identity", **headers}
         self.timeout = timeout
+        self._proxy = Proxy.parse(proxy) if proxy else None
+        self._environ = os.environ if environ is None else environ
         self._targets: dict[str, Target] = {}
-        self._idle: dict[tuple[str, int, bool], deque[_Connection]] = {}
+        self._idle: dict[tuple[str, int, bool, Proxy | None], deque[_Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
         self._opening: asyncio.Semaphore | None = None
 
     def target(self, url: str) -> Target:
         target = self._targets.get(url)
         if target is None:
-            target = self._targets[url] = Target.parse(url, self.headers)
+            proxy = self._proxy or proxy_for(url, self._environ)
+            target = self._targets[url] = Target.parse(url, self.headers, proxy)
         return target
 
     async def post(self, url: str, body: bytes) -> Response:
@@ -257,8 +307,7 @@ class ConnectionPool:
         target = self.target(url)
         data = target.head + b"Content-Length: %d\r\n\r\n" % len(body) + body
         deadline = asyncio.get_running_loop().time() + self.timeout
-        key = (target.host, target.port, target.tls)
-        idle = self._idle.setdefault(key, deque())
+        idle = self._idle.setdefault((target.host, target.port, target.tls, target.proxy), deque())
         while idle:
             conn = idle.pop()
             if not conn.usable:
@@ -298,14 +347,31 @@ class ConnectionPool:
 
     async def _open(self, target: Target, deadline: float) -> _Connection:
         loop = asyncio.get_running_loop()
-        context = self._ssl_context() if target.tls else None
-        opening = loop.create_connection(
-            _Connection, target.host, target.port, ssl=context, server_hostname=target.host if context else None
-        )
         try:
-            _, conn = await asyncio.wait_for(opening, max(0.0, deadline - loop.time()))
+            return await asyncio.wait_for(self._handshake(target), max(0.0, deadline - loop.time()))
         except asyncio.TimeoutError:
             raise TimeoutError(f"no connection to {target.host}:{target.port} within {self.timeout:g} s") from None
+
+    async def _handshake(self, target: Target) -> _Connection:
+        loop = asyncio.get_running_loop()
+        context = self._ssl_context() if target.tls else None
+        if target.proxy is None:
+            _, conn = await loop.create_connection(
+                _Connection, target.host, target.port, ssl=context, server_hostname=target.host if context else None
+            )
+            return conn
+        _, conn = await loop.create_connection(_Connection, target.proxy.host, target.proxy.port)
+        if context is None:
+            return conn
+        try:
+            answer = await conn.send(target.tunnel_request, tunnel=True)
+            _check_tunnel(answer, target)
+            assert conn.transport is not None and not conn.buffer
+            conn.transport = await loop.start_tls(conn.transport, conn, context, server_hostname=target.host)
+            conn.keep_alive = True
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _ssl_context(self) -> ssl.SSLContext:
