@@ -126,9 +126,9 @@ def ok(body: bytes, *headers: str) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
-def post_all(url: str, count: int = 1, timeout: float = 5.0) -> list[Response]:
+def post_all(url: str, count: int = 1, timeout: float = 5.0, proxy: str | None = None) -> list[Response]:
     async def go() -> list[Response]:
-        client = ConnectionPool({"Content-Type": "application/json", "Authorization": "Bearer k"}, timeout)
+        client = ConnectionPool({"Content-Type": "application/json", "Authorization": "Bearer k"}, timeout, proxy)
         try:
             return [await client.post(url, b'{"n": %d}' % i) for i in range(count)]
         finally:
@@ -331,21 +331,10 @@ class ForwardProxy:
         self.sock.close()
 
 
-def through(proxy: ForwardProxy, url: str, count: int = 1) -> list[Response]:
-    async def go() -> list[Response]:
-        client = ConnectionPool({"Content-Type": "application/json"}, 5.0, proxy=proxy.url)
-        try:
-            return [await client.post(url, b'{"n": %d}' % i) for i in range(count)]
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
-
-
 def test_http_through_a_proxy_in_absolute_form_with_credentials(scripted: Any) -> None:
     srv, proxy = scripted(Say([ok(b"one")]), Say([ok(b"two")])), ForwardProxy()
     try:
-        assert [r.body for r in through(proxy, srv.url(), 2)] == [b"one", b"two"]
+        assert [r.body for r in post_all(srv.url(), 2, proxy=proxy.url)] == [b"one", b"two"]
     finally:
         proxy.close()
     assert proxy.connections == 1  # kept alive through the proxy
@@ -364,7 +353,7 @@ def test_https_through_a_proxy_tunnel(scripted: Any, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
     srv, proxy = scripted(Say([ok(b"secret")]), Say([ok(b"again")]), tls=server_context), ForwardProxy()
     try:
-        assert [r.body for r in through(proxy, srv.url("https"), 2)] == [b"secret", b"again"]
+        assert [r.body for r in post_all(srv.url("https"), 2, proxy=proxy.url)] == [b"secret", b"again"]
     finally:
         proxy.close()
     assert proxy.heads[0].startswith(f"CONNECT 127.0.0.1:{srv.port} HTTP/1.1\r\n")
@@ -376,7 +365,7 @@ def test_a_proxy_that_wants_credentials_stops_the_run(scripted: Any) -> None:
     proxy = ForwardProxy(answer_connect=b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
     try:
         with pytest.raises(FatalAPIError, match="wants credentials"):
-            through(proxy, "https://127.0.0.1:9/v1/chat/completions")
+            post_all("https://127.0.0.1:9/v1/chat/completions", proxy=proxy.url)
     finally:
         proxy.close()
 
