@@ -117,7 +117,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evalscope", metavar="BIN", help="evalscope executable in its own venv, for part (c)")
     options = parser.parse_args()
-    import aiohttp
+    try:
+        import aiohttp  # the bare client's library, from the dev extra
+    except ImportError:
+        sys.exit("the benchmark needs the dev extra: pip install -e '.[dev]'")
 
     import coinflip
 
