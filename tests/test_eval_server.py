@@ -162,6 +162,7 @@ def test_bad_key_stops_at_once_without_retrying(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "401" in lines[0] and "--api-key" in lines[0]
     assert "Traceback" not in result.stderr
+    assert (only_run_dir(tmp_path) / "configs/task_config.yaml").is_file()  # no reply, still a run directory
 
 
 def test_unknown_model_is_a_clear_error(tmp_path: Path) -> None:

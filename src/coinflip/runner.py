@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,11 +45,11 @@ def run_task(task_cfg: TaskConfig | dict[str, Any] | None = None, **kwargs: Any)
     dataset = load_dataset(config.split, config.dataset_path, config.dataset_hub)
     selected = dataset.take(config.limit)
     builder = RequestBuilder(config, few_shot_pool(config))
-    run = open_run(config, make_fingerprint(config, dataset), len(selected))
+    run, save_config = open_run(config, make_fingerprint(config, dataset), len(selected))
     handler = _attach_log(run.log)
     try:
         log.info("run %s: %d samples, model %s", run.root, len(selected), config.model)
-        live = generate(config, run, selected, builder)
+        live = generate(config, run, selected, builder, save_config)
         return finish(run, config.metric_compat, show=not config.quiet, live=live)
     finally:
         log.removeHandler(handler)
@@ -102,11 +102,13 @@ def make_fingerprint(config: TaskConfig, dataset: Dataset) -> dict[str, Any]:
     return {"dataset": dataset.source, **settings}
 
 
-def open_run(config: TaskConfig, fingerprint: dict[str, Any], samples: int) -> RunDir:
+def open_run(config: TaskConfig, fingerprint: dict[str, Any], samples: int) -> tuple[RunDir, Callable[[], None]]:
+    """The run directory, and how to write its config. A fresh run writes it just before its
+    first prediction, off the path to the first request (PyYAML takes 25 ms to import); a
+    resumed run has read it already and writes it back at once."""
     if not config.use_cache:
         run = RunDir.create(Path(config.work_dir).expanduser(), config.model)
-        run.save_config(config.redacted(), fingerprint, samples)
-        return run
+        return run, _once(lambda: run.save_config(config.redacted(), fingerprint, samples))
     root = Path(config.use_cache).expanduser()
     previous = load_saved_config(root)
     saved = previous["fingerprint"]
@@ -119,7 +121,19 @@ def open_run(config: TaskConfig, fingerprint: dict[str, Any], samples: int) -> R
         raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
     run = RunDir.open(root)
     run.save_config(previous["config"], saved, samples)
-    return run
+    return run, lambda: None
+
+
+def _once(action: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def once() -> None:
+        nonlocal done
+        if not done:
+            action()
+            done = True
+
+    return once
 
 
 def _comparable(value: Any) -> Any:
@@ -137,8 +151,11 @@ class Live:
     offsets: array[int]
 
 
-def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestBuilder) -> Live | None:
-    """Send what has no reply yet; each reply is appended to the predictions file as it lands.
+def generate(
+    config: TaskConfig, run: RunDir, selected: Dataset, build: RequestBuilder, save_config: Callable[[], None]
+) -> Live | None:
+    """Send what has no reply yet; each reply is appended to the predictions file as it lands,
+    after the run's config (`save_config` writes it once).
 
     A fresh run also scores each reply as it lands, so the report is ready with the last reply;
     a resumed one returns None and is scored from the file.
@@ -147,6 +164,7 @@ def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestB
     todo = len(selected) - sum(1 for k in index.where if k < len(selected) and index.ok(k))
     log.info("%d of %d samples already done; sending %d", len(selected) - todo, len(selected), todo)
     if not todo:
+        save_config()
         return None
     live = index.lines == 0
     scorer: Scorer | None = None
@@ -157,6 +175,7 @@ def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestB
 
     def on_replies(landed: list[tuple[Record, Request, Reply]]) -> None:
         nonlocal scorer
+        save_config()
         if live and scorer is None:  # imported here, once the first requests are out
             scorer = _new_scorer()
         for record, request, reply in landed:
@@ -179,6 +198,7 @@ def generate(config: TaskConfig, run: RunDir, selected: Dataset, build: RequestB
     finally:
         progress.close()
         writer.close()
+        save_config()  # also when no reply ever landed
         log.info("sent %d requests in %.2f s", progress.done, time.perf_counter() - started)
     return Live(scorer, writer.offsets) if scorer is not None else None
 
@@ -194,17 +214,19 @@ def _new_scorer() -> Scorer:
 
 
 def _prewarm() -> None:
-    """Load what scoring and reporting need while requests are in flight, off the critical path:
-    one tiny report, scored and printed to nowhere, pulls in the report modules, numpy's lazy
-    parts and rich's."""
+    """Load what the first replies and the report need while requests are in flight, off the
+    critical path, most urgent first: PyYAML for the run's config, the scoring modules, then
+    one tiny report, scored and printed to nowhere, for numpy's lazy parts and rich."""
+    import yaml  # noqa: F401
+
+    scorer = _new_scorer()
+    scorer.add({"id": 0, "target": "YES", "reply": "ANSWER: YES", "error": None})
     import io
 
     from rich.console import Console
 
     from .report import build_report, print_summary
 
-    scorer = _new_scorer()
-    scorer.add({"id": 0, "target": "YES", "reply": "ANSWER: YES", "error": None})
     saved = {"config": {"model": "-"}, "fingerprint": {"dataset": {"source": "-", "split": "-", "sha256": "-"}}}
     print_summary(build_report(saved, "-", scorer, "coinflip"), None, Console(file=io.StringIO()))
 
