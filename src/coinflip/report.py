@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from .config import BENCHMARK
 from .errors import DataError
 from .extract import extract_answer
+from .html_report import MAX_ROWS
 from .metrics import METRICS, Outcome, Tally
 
 EXTRACTION = "coinflip.extract_answer/1"
@@ -140,7 +141,7 @@ class Scorer:
     outcome) and written out in id order.
     """
 
-    def __init__(self, showcase_cap: int) -> None:
+    def __init__(self, showcase_cap: int = MAX_ROWS) -> None:
         self.tally = Tally()
         self.usage = Usage()
         self.showcase = Showcase(showcase_cap)

@@ -21,6 +21,7 @@ from .data import Dataset, Record, load_dataset
 from .errors import ConfigError, DataError, RunIncomplete
 from .models import Reply, Request, open_model, serve_local
 from .predict import run_requests
+from .prewarm import PREWARM_AFTER_S, prewarm
 from .progress import Progress
 from .rundir import (
     PredictionWriter,
@@ -177,7 +178,9 @@ def generate(
         nonlocal scorer
         save_config()
         if live and scorer is None:  # imported here, once the first requests are out
-            scorer = _new_scorer()
+            from .report import Scorer
+
+            scorer = Scorer()
         for record, request, reply in landed:
             row = prediction_row(request, record, reply)
             writer.write(row)
@@ -203,40 +206,12 @@ def generate(
     return Live(scorer, writer.offsets) if scorer is not None else None
 
 
-PREWARM_AFTER_S = 0.05
-
-
-def _new_scorer() -> Scorer:
-    from .html_report import MAX_ROWS
-    from .report import Scorer
-
-    return Scorer(MAX_ROWS)
-
-
-def _prewarm() -> None:
-    """Load what the first replies and the report need while requests are in flight, off the
-    critical path, most urgent first: PyYAML for the run's config, the scoring modules, then
-    one tiny report, scored and printed to nowhere, for numpy's lazy parts and rich."""
-    import yaml  # noqa: F401
-
-    scorer = _new_scorer()
-    scorer.add({"id": 0, "target": "YES", "reply": "ANSWER: YES", "error": None})
-    import io
-
-    from rich.console import Console
-
-    from .report import build_report, print_summary
-
-    saved = {"config": {"model": "-"}, "fingerprint": {"dataset": {"source": "-", "split": "-", "sha256": "-"}}}
-    print_summary(build_report(saved, "-", scorer, "coinflip"), None, Console(file=io.StringIO()))
-
-
 async def _send(
     config: TaskConfig, urls: list[str] | None, pending: Iterable[tuple[Record, Request]], on_replies: Any
 ) -> None:
     async with open_model(config, urls) as model:
         # imports hold the GIL: start them once the first wave of requests is on the wire
-        thread = threading.Thread(target=_prewarm, daemon=True)
+        thread = threading.Thread(target=prewarm, daemon=True)
         asyncio.get_running_loop().call_later(PREWARM_AFTER_S, thread.start)
         await run_requests(model, pending, config.eval_batch_size, on_replies)
 
@@ -286,9 +261,11 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
 
 
 def _score_saved(run: RunDir, expected: int) -> Scorer:
+    from .report import Scorer
+
     if not compact_predictions(run.predictions).where:
         raise DataError(f"{run.predictions}: no predictions to score")
-    scorer = _new_scorer()
+    scorer = Scorer()
     for p in iter_predictions(run.predictions):
         if not expected or p["id"] < expected:
             scorer.add(p)
