@@ -10,7 +10,7 @@ import json
 import os
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
@@ -119,6 +119,11 @@ class PredictionIndex:
     def ok(self, key: int) -> bool:
         return self.where.get(key, -1) >= 0
 
+    def start(self, key: int) -> int:
+        """Where the line starts, reply or error."""
+        offset = self.where[key]
+        return offset if offset >= 0 else ~offset
+
 
 def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
     """One pass over the file. A later line for an id wins unless it is an error and the earlier
@@ -156,26 +161,29 @@ def compact_predictions(path: Path) -> PredictionIndex:
     """Rewrite the file as one line per sample in id order, streamed line by line."""
     index = index_predictions(path)
     keys = sorted(index.where)
-    offsets = [index.where[k] if index.where[k] >= 0 else ~index.where[k] for k in keys]
+    offsets = [index.start(k) for k in keys]
     if index.lines == len(offsets) and all(a < b for a, b in pairwise(offsets)):
         return index
-    tmp = path.with_name(path.name + ".tmp")
     where: dict[int, int] = {}
-    with path.open("rb") as src, tmp.open("wb") as dst:
-        chunk: list[bytes] = []
-        position = written = 0
+
+    def in_order(src: BinaryIO) -> Iterator[bytes]:
+        position = 0
         for key, offset in zip(keys, offsets, strict=True):
             line = _line_at(src, offset)
             where[key] = position if index.ok(key) else ~position
             position += len(line)
-            chunk.append(line)
-            if position - written > 1 << 20:  # write a megabyte at a time
-                dst.write(b"".join(chunk))
-                chunk.clear()
-                written = position
-        dst.write(b"".join(chunk))
-    os.replace(tmp, path)
+            yield line
+
+    _rewrite(path, in_order)
     return PredictionIndex(where, len(where))
+
+
+def _rewrite(path: Path, lines: Callable[[BinaryIO], Iterable[bytes]]) -> None:
+    """Replace `path` with the lines `lines` picks out of it, through a temporary file."""
+    tmp = path.with_name(path.name + ".tmp")
+    with path.open("rb") as src, tmp.open("wb", buffering=1 << 20) as dst:  # a write call per megabyte
+        dst.writelines(lines(src))
+    os.replace(tmp, path)
 
 
 def _line_at(src: BinaryIO, offset: int) -> bytes:
@@ -208,9 +216,8 @@ def read_predictions(path: Path) -> dict[int, dict[str, Any]]:
     index = index_predictions(path)
     found: dict[int, dict[str, Any]] = {}
     with path.open("rb") as handle:
-        for key, offset in index.where.items():
-            handle.seek(offset if offset >= 0 else ~offset)
-            found[key] = json.loads(handle.readline())
+        for key in index.where:
+            found[key] = json.loads(_line_at(handle, index.start(key)))
     return found
 
 
@@ -259,13 +266,14 @@ def compact_written(path: Path, ids: array[int], offsets: array[int]) -> None:
         return
     starts = np.frombuffer(offsets, dtype=np.int64)
     sizes = np.diff(starts, append=path.stat().st_size)
-    tmp = path.with_name(path.name + ".tmp")
-    with path.open("rb") as src, tmp.open("wb") as dst:
+
+    def in_order(src: BinaryIO) -> Iterator[bytes]:
         for first in range(0, len(order), 4096):  # a slice at a time keeps Python ints few
             part = order[first : first + 4096]
             for start, size in zip(starts[part].tolist(), sizes[part].tolist(), strict=True):
-                dst.write(_read_at(src, start, size))
-    os.replace(tmp, path)
+                yield _read_at(src, start, size)
+
+    _rewrite(path, in_order)
 
 
 def _read_at(src: BinaryIO, offset: int, size: int) -> bytes:

@@ -85,11 +85,11 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.waiter: asyncio.Future[Response] | None = None
-        self.received = False  # any byte of the current response yet
-        self.tunnel = False  # the current request is a CONNECT: a 2xx answer has no body
         self._reset()
 
-    def _reset(self) -> None:
+    def _reset(self, tunnel: bool = False) -> None:
+        self.received = False  # any byte of the current response yet
+        self.tunnel = tunnel  # the current request is a CONNECT: a 2xx answer has no body
         self.status = 0
         self.headers: dict[str, str] = {}
         self.mode = ""  # "", "length", "chunked", "close"
@@ -231,9 +231,7 @@ class _Connection(asyncio.Protocol):
 
     def send(self, data: bytes, tunnel: bool = False) -> asyncio.Future[Response]:
         assert self.transport is not None
-        self._reset()
-        self.received = False
-        self.tunnel = tunnel
+        self._reset(tunnel)
         self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         return self.waiter
