@@ -30,6 +30,22 @@ from coinflip.models.openai_api import OpenAIChat
 from .conftest import run_cli
 
 
+def read_head(reader: Any) -> bytes | None:
+    """A request's or response's head, through its blank line; None when the peer hung up."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        line = reader.readline()
+        if not line:
+            return None
+        head += line
+    return head
+
+
+def content_length(head: bytes) -> int:
+    lines = head.split(b"\r\n")
+    return next((int(h.split(b":")[1]) for h in lines if h.lower().startswith(b"content-length")), 0)
+
+
 @dataclass
 class Say:
     """One scripted answer: sent in `pieces` (to split it across reads), then maybe a hang-up."""
@@ -70,29 +86,13 @@ class ScriptedServer:
                     continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _read_request(self, conn: socket.socket) -> bytes | None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return None
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = next(
-            (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")),
-            0,
-        )
-        while len(body) < length:
-            body += conn.recv(65536)
-        return head + b"\r\n\r\n" + body
-
     def _serve(self, conn: socket.socket) -> None:
-        with conn:
+        with conn, conn.makefile("rb") as reader:
             while self.script:
-                request = self._read_request(conn)
-                if request is None:
+                head = read_head(reader)
+                if head is None:
                     return
-                self.requests.append(request)
+                self.requests.append(head + reader.read(content_length(head)))
                 say = self.script.pop(0)
                 if say.hang:
                     self.stop.wait(10)
@@ -276,15 +276,11 @@ class ForwardProxy:
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
-        reader = client.makefile("rb")
-        with client:
+        with client, client.makefile("rb") as reader:
             while True:
-                head = b""
-                while not head.endswith(b"\r\n\r\n"):
-                    line = reader.readline()
-                    if not line:
-                        return
-                    head += line
+                head = read_head(reader)
+                if head is None:
+                    return
                 self.heads.append(head.decode())
                 method, target, _ = head.split(b"\r\n", 1)[0].decode().split(" ")
                 if method == "CONNECT":
@@ -314,18 +310,12 @@ class ForwardProxy:
         url = urlsplit(target)
         lines = head.decode().split("\r\n")
         kept = [f"POST {url.path} HTTP/1.1"] + [h for h in lines[1:] if h and not h.lower().startswith("proxy-")]
-        length = next(int(h.split(":")[1]) for h in lines if h.lower().startswith("content-length"))
-        body = reader.read(length)
-        with socket.create_connection((url.hostname, url.port)) as upstream:
+        body = reader.read(content_length(head))
+        with socket.create_connection((url.hostname, url.port)) as upstream, upstream.makefile("rb") as answer:
             upstream.sendall(("\r\n".join(kept) + "\r\n\r\n").encode() + body)
-            answer = upstream.makefile("rb")
-            response = b""
-            while not response.endswith(b"\r\n\r\n"):
-                response += answer.readline()
-            size = next(
-                int(h.split(b":")[1]) for h in response.split(b"\r\n") if h.lower().startswith(b"content-length")
-            )
-            client.sendall(response + answer.read(size))
+            response = read_head(answer)
+            assert response is not None
+            client.sendall(response + answer.read(content_length(response)))
 
     def close(self) -> None:
         self.sock.close()
