@@ -80,7 +80,7 @@ def best(cmd: list[str], runs: int = 3) -> tuple[float, float]:
 
 def write_prompts(path: Path) -> None:
     from coinflip.data import bundled_dir, load_split
-    from coinflip.prompts import build_prompt
+    from coinflip.data.prompts import build_prompt
 
     with path.open("w", encoding="utf-8") as handle:
         for r in load_split(bundled_dir(), "test"):

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from coinflip.data import MANIFEST, open_split
-from coinflip.generate import BUNDLED_SEED, build_bundled, write_jsonl
+from coinflip.data.generate import BUNDLED_SEED, build_bundled, write_jsonl
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "coinflip" / "_data"
 

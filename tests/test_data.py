@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from coinflip.data import bundled_dir, dataset_stats, load_dataset, load_file, load_split, rows_sha256
+from coinflip.data.prompts import ZERO_SHOT_TEMPLATE, build_prompt
 from coinflip.errors import DataError
-from coinflip.prompts import ZERO_SHOT_TEMPLATE, build_prompt
 
 from .conftest import SKRISHNA, run_cli
 

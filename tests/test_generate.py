@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from coinflip.data import bundled_dir, load_file
+from coinflip.data.generate import BUNDLED_SEED, PeopleRange, build_bundled, iter_questions, names
 from coinflip.errors import ConfigError
-from coinflip.generate import BUNDLED_SEED, PeopleRange, build_bundled, iter_questions, names
 
 from .conftest import SKRISHNA, read_jsonl, run_cli
 
@@ -95,7 +95,7 @@ def test_generate_help_reads_well() -> None:
 def test_file_writer_matches_the_question_iterator(tmp_path: Path, people: str) -> None:
     import io
 
-    from coinflip.generate import generate_file, write_jsonl
+    from coinflip.data.generate import generate_file, write_jsonl
 
     expected = io.StringIO()
     write_jsonl(iter_questions(PeopleRange.parse(people), 2500, 5), expected)

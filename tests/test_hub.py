@@ -13,10 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from coinflip import hub
-from coinflip.data import load_dataset
+from coinflip.data import hub, load_dataset
+from coinflip.data.generate import PeopleRange, iter_questions
 from coinflip.errors import DataError
-from coinflip.generate import PeopleRange, iter_questions
 
 from .conftest import only_run_dir, run_cli
 

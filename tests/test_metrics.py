@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coinflip.metrics import METRICS, Outcome, compute, wilson
+from coinflip.scoring.metrics import METRICS, Outcome, compute, wilson
 
 
 def _outcomes() -> list[Outcome]:

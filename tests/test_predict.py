@@ -9,7 +9,7 @@ import pytest
 
 from coinflip.errors import FatalAPIError
 from coinflip.models.base import Reply, Request
-from coinflip.predict import MAX_BATCH, run_requests
+from coinflip.models.predict import MAX_BATCH, run_requests
 
 
 class Sleepy:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from coinflip.errors import DataError
-from coinflip.report import Scorer, build_report, review
+from coinflip.scoring.report import Scorer, build_report, review
 
 REPLIES = ["ANSWER: YES", "ANSWER: NO", "**ANSWER: maybe**", "", "no marker at all"]
 SAVED = {"config": {"model": "m", "seed": 7}, "fingerprint": {"dataset": {"source": "x"}}, "samples": 400}

@@ -17,17 +17,17 @@ _LAZY = {
     "TaskConfig": "config",
     "run_task": "runner",
     "rescore": "runner",
-    "extract_answer": "extract",
-    "generate_file": "generate",
-    "load_dataset": "data",
+    "extract_answer": "scoring.extract",
+    "generate_file": "data.generate",
+    "load_dataset": "data.load",
 }
 
 if TYPE_CHECKING:
     from .config import TaskConfig
-    from .data import load_dataset
-    from .extract import extract_answer
-    from .generate import generate_file
+    from .data.generate import generate_file
+    from .data.load import load_dataset
     from .runner import rescore, run_task
+    from .scoring.extract import extract_answer
 
 
 def __getattr__(name: str) -> Any:

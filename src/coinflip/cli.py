@@ -158,7 +158,7 @@ def generate(people: str, count: int, seed: int, out: Path) -> None:
     Each person flips with probability 0.5; the answer is YES exactly when the number of
     flips is even. Use it for uncontaminated sets and longer sequences than the official 2-4.
     """
-    from .generate import PeopleRange, generate_file
+    from .data.generate import PeopleRange, generate_file
 
     written = generate_file(out, PeopleRange.parse(people), count, seed)
     click.echo(f"wrote {written} questions ({people} people, seed {seed}) to {out}", err=True)
@@ -175,8 +175,8 @@ def stats(path: str | None, split: str | None, as_json: bool) -> None:
     """
     import json
 
-    from .data import bundled_dir, dataset_stats, open_split
-    from .prompts import ZERO_SHOT_TEMPLATE
+    from .data.load import bundled_dir, dataset_stats, open_split
+    from .data.prompts import ZERO_SHOT_TEMPLATE
 
     target = Path(path) if path else bundled_dir()
     if target.is_dir():
@@ -230,8 +230,8 @@ def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .compare import compare, to_html, to_markdown
-    from .metrics import METRICS
+    from .pages.compare import compare, to_html, to_markdown
+    from .scoring.metrics import METRICS
 
     result = compare(list(run_dirs), force)
     out.mkdir(parents=True, exist_ok=True)
@@ -278,7 +278,7 @@ def sweep_command(people: str, count: int, seed: int, work_dir: str, **opts: Any
     HTML chart with 95% intervals.
     """
     from .config import TaskConfig
-    from .generate import PeopleRange
+    from .data.generate import PeopleRange
     from .sweep import sweep
 
     opts["api_url"] = list(opts["api_url"]) or None

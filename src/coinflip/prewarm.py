@@ -15,7 +15,7 @@ def prewarm() -> None:
     and rich."""
     import yaml  # noqa: F401
 
-    from .report import Scorer, build_report, print_summary
+    from .scoring.report import Scorer, build_report, print_summary
 
     scorer = Scorer()
     scorer.add({"id": 0, "target": "YES", "reply": "ANSWER: YES", "error": None})

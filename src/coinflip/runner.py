@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import prompts
 from .config import METRIC_COMPATS, TaskConfig, check_choice
-from .data import Dataset, Record, load_dataset
+from .data import prompts
+from .data.load import Dataset, Record, load_dataset
 from .errors import ConfigError, DataError, RunIncomplete
 from .models import Reply, Request, open_model, serve_local
-from .predict import run_requests
+from .models.predict import run_requests
 from .prewarm import PREWARM_AFTER_S, prewarm
 from .progress import Progress
 from .rundir import (
@@ -34,7 +34,7 @@ from .rundir import (
 )
 
 if TYPE_CHECKING:
-    from .report import Scorer
+    from .scoring.report import Scorer
 
 log = logging.getLogger("coinflip")
 FINGERPRINT_KEYS = ("model", "few_shot_num", "few_shot_seed", "system_prompt", "generation_config", "api_mode")
@@ -178,7 +178,7 @@ def generate(
         nonlocal scorer
         save_config()
         if live and scorer is None:  # imported here, once the first requests are out
-            from .report import Scorer
+            from .scoring.report import Scorer
 
             scorer = Scorer()
         for record, request, reply in landed:
@@ -239,8 +239,8 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
 
     Without `live` results from a fresh run, the saved predictions are read back and scored.
     """
-    from .html_report import write_html
-    from .report import build_report, print_summary, write_report
+    from .pages.run_page import write_html
+    from .scoring.report import build_report, print_summary, write_report
 
     saved = load_saved_config(run.root)
     if live is not None:
@@ -261,7 +261,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
 
 
 def _score_saved(run: RunDir, expected: int) -> Scorer:
-    from .report import Scorer
+    from .scoring.report import Scorer
 
     if not compact_predictions(run.predictions).where:
         raise DataError(f"{run.predictions}: no predictions to score")

@@ -9,9 +9,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from .charts import line_chart, page
 from .config import TaskConfig
-from .generate import PeopleRange, generate_file
+from .data.generate import PeopleRange, generate_file
+from .pages.charts import line_chart, page
 from .runner import run_task
 
 

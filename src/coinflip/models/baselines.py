@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import time
 
-from ..prompts import reasoning
+from ..data.prompts import reasoning
 from .base import Reply, Request
 
 NAMES = ("oracle", "random", "always-yes", "always-no")

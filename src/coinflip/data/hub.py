@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .errors import DataError
+from ..errors import DataError
 
 DATASET_ID = "extraordinarylab/coin-flip"
 MARKER = ".coinflip-complete"

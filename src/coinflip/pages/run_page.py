@@ -9,10 +9,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from ..scoring.metrics import METRICS
 from .charts import bars, histogram
-from .metrics import METRICS
-
-MAX_ROWS = 3333  # the official test split; failures first beyond that; the JSONL files hold every sample
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}

@@ -16,7 +16,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from .errors import DataError
+from ..errors import DataError
 
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
@@ -225,7 +225,7 @@ MANIFEST = "manifest.json"  # rows and sha256 of the shipped splits, so they nee
 
 def bundled_dir() -> Path:
     """The shipped splits, beside this module (importlib.resources would cost 10 ms of start-up)."""
-    return Path(__file__).resolve().parent / "_data"
+    return Path(__file__).resolve().parent.parent / "_data"
 
 
 def load_dataset(

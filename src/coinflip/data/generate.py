@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TextIO
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 OPENING = "Q: A coin is heads up."
 CLOSING = "  Is the coin still heads up?"
@@ -20,7 +20,7 @@ KEEPS = " {} does not flip the coin."
 @lru_cache(maxsize=1)
 def names() -> tuple[str, ...]:
     """First names shipped with the package (built from Faker's locales by scripts/make_names.py)."""
-    from .data import bundled_dir
+    from .load import bundled_dir
 
     text = (bundled_dir() / "names.txt").read_text(encoding="utf-8")
     return tuple(text.split())

@@ -6,7 +6,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from .data import Record
+from .load import Record
 
 ZERO_SHOT_TEMPLATE = (
     "\nSolve the following coin flip problem step by step. The last line of your response should be of "

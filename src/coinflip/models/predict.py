@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from .models.base import Model, Reply, Request
+from .base import Model, Reply, Request
 
 T = TypeVar("T")
 RAMP = 8  # workers started per turn of the event loop

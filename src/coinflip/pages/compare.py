@@ -10,10 +10,10 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
+from ..rundir import RunDir, read_predictions
+from ..scoring.metrics import METRICS
 from .charts import page
-from .errors import ConfigError
-from .metrics import METRICS
-from .rundir import RunDir, read_predictions
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Scoring stage: extract an answer from each reply, count, and turn the counts into a report."""
