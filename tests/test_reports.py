@@ -127,5 +127,5 @@ def test_sweep_draws_one_point_per_length(tmp_path: Path, model: str, low: float
     html = (folder / "sweep.html").read_text()
     assert html.count('class="point"') == 6 and "<path" in html
     for k in range(2, 8):  # each set really has k people per question
-        rows = read_jsonl(folder / f"data/people_{k:02d}.jsonl")
+        rows = read_jsonl(folder / f"data/people_{k:02d}/test.jsonl")
         assert all(r["question"].count(" the coin.") == k for r in rows)

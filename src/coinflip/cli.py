@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .config import API_MODES, HUBS, METRIC_COMPATS, SPLITS
+from .config import METRIC_COMPATS, SPLITS, Setting, settings
 from .errors import CoinflipError
 
 
@@ -28,115 +28,62 @@ def app() -> None:
     """
 
 
-def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options that pick and reach a model, shared by `eval` and `sweep`."""
-    for option in reversed(MODEL_OPTIONS):
-        command = option(command)
-    return command
+def setting_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The command's options, derived from TaskConfig's declarations (config.settings())."""
+
+    def apply(function: Callable[..., Any]) -> Callable[..., Any]:
+        for s in reversed(settings()):
+            if s.flag and command in s.commands:
+                function = _option(s)(function)
+        return function
+
+    return apply
 
 
-MODEL_OPTIONS = [
-    click.option(
-        "--model",
-        required=True,
-        help="Model name sent to the server; or oracle, random, always-yes, always-no, smollm2.",
-    ),
-    click.option(
-        "--api-url", multiple=True, help="OpenAI-compatible base URL (…/v1). Repeat for replicas of one model."
-    ),
-    click.option(
-        "--api-key",
-        default=None,
-        help="API key; defaults to $COINFLIP_API_KEY or $OPENAI_API_KEY. Never written to disk.",
-    ),
-    click.option("--eval-batch-size", default=32, show_default=True, type=int, help="Requests in flight at once."),
-    click.option(
-        "--generation-config",
-        default=None,
-        help="JSON or key=value pairs: temperature, max_tokens, top_p, seed, stop, extra_body.",
-    ),
-    click.option("--timeout", default=120.0, show_default=True, type=float, help="Seconds per request attempt."),
-    click.option(
-        "--retries",
-        default=5,
-        show_default=True,
-        type=int,
-        help="Retries per request on 429, 5xx, timeouts and broken replies.",
-    ),
-    click.option("--system-prompt", default=None, help="Optional system message."),
-    click.option(
-        "--api-mode",
-        default="chat",
-        show_default=True,
-        type=click.Choice(API_MODES),
-        help="chat: /chat/completions with messages; completions: /completions with the same text as one prompt.",
-    ),
-    click.option(
-        "--model-path",
-        default=None,
-        type=click.Path(dir_okay=False),
-        help="Serve this local GGUF file with llama.cpp for the run.",
-    ),
-]
+def _option(s: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Every option defaults to None, so a resumed run can tell what was given from what was not."""
+    shown = s.help
+    if s.default not in (None, "", [], {}) and s.kind != "bool":
+        shown += f"  [default: {', '.join(s.default) if isinstance(s.default, list) else s.default}]"
+    kwargs: dict[str, Any] = {"default": None, "help": shown, "hidden": bool(s.unused), "metavar": s.metavar}
+    if s.kind == "choice":
+        kwargs["type"] = click.Choice(s.choices)
+        kwargs["metavar"] = None
+    elif s.kind in ("int", "float"):
+        kwargs["type"] = int if s.kind == "int" else float
+    elif s.kind == "list":
+        kwargs["multiple"] = True
+    elif s.kind == "bool":
+        kwargs["metavar"] = None
+        if "/" not in (s.flag or ""):
+            kwargs["is_flag"] = True
+    return click.option(s.flag or "", s.name, **kwargs)
+
+
+def given(opts: dict[str, Any]) -> dict[str, Any]:
+    """The options the user gave, as TaskConfig keywords."""
+    out = {}
+    for key, value in opts.items():
+        if value is None or value == ():
+            continue
+        out[key] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 @app.command("eval")
-@model_options
-@click.option(
-    "--datasets", multiple=True, default=["coin_flip"], show_default=True, help="Benchmark name (only coin_flip)."
-)
-@click.option("--limit", default=None, help="Evaluate the first N samples, or a fraction such as 0.1.")
-@click.option(
-    "--few-shot-num", default=0, show_default=True, type=int, help="Worked examples from the validation split."
-)
-@click.option("--few-shot-seed", default=42, show_default=True, type=int, help="Seed that picks the few-shot examples.")
-@click.option(
-    "--dataset-hub",
-    default="bundled",
-    show_default=True,
-    type=click.Choice(HUBS),
-    help="Where the data comes from; hubs are cached after the first download.",
-)
-@click.option(
-    "--dataset-path",
-    default=None,
-    help="A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.",
-)
-@click.option("--split", default="test", show_default=True, type=click.Choice(SPLITS), help="Split to evaluate.")
-@click.option("--work-dir", default="./outputs", show_default=True, help="Where run directories are created.")
-@click.option(
-    "--use-cache",
-    default=None,
-    metavar="RUN_DIR",
-    help="Resume RUN_DIR: reuse its finished predictions, send only the rest.",
-)
-@click.option(
-    "--metric-compat",
-    default="coinflip",
-    show_default=True,
-    type=click.Choice(METRIC_COMPATS),
-    help="coinflip: invalid answers count as wrong; evalscope: EvalScope's arithmetic.",
-)
-@click.option("--seed", default=42, show_default=True, type=int, help="Seed for the random baseline and the bootstrap.")
-@click.option("--no-html", is_flag=True, help="Skip the HTML report.")
-@click.option(
-    "--dataset-args",
-    default=None,
-    help='EvalScope-style JSON, e.g. \'{"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}\'.',
-)
+@setting_options("eval")
 def eval_command(**opts: Any) -> None:
     """Run the benchmark and write a run directory with predictions, reviews and reports.
 
+    \b
     Exit codes: 0 done, 1 incomplete (samples without a reply, or interrupted), 2 bad input.
+    `coinflip eval --use-cache RUN_DIR` alone resumes a run with its saved settings.
     """
     from .config import TaskConfig
     from .runner import run_task
 
-    opts["api_url"] = list(opts["api_url"]) or None
-    opts["datasets"] = list(opts["datasets"])
-    opts["html_report"] = not opts.pop("no_html")
-    report = run_task(TaskConfig(**opts))
-    if not report["complete"]:
+    report = run_task(TaskConfig(**given(opts)))
+    if not report["complete"] and not report.get("errors_ignored"):
         sys.exit(1)
 
 
@@ -266,24 +213,21 @@ def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path) -> None:
 
 
 @app.command("sweep")
-@model_options
+@setting_options("sweep")
 @click.option("--people", default="2-16", show_default=True, help="Range of people per question, one point per length.")
 @click.option("--count", default=200, show_default=True, type=int, help="Questions per length.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Generator seed (the length is added to it).")
-@click.option("--work-dir", default="./outputs", show_default=True, help="Where the sweep folder is created.")
-def sweep_command(people: str, count: int, seed: int, work_dir: str, **opts: Any) -> None:
+def sweep_command(people: str, count: int, **opts: Any) -> None:
     """Accuracy against the number of people: where state tracking breaks.
 
-    Generates a fresh set per length, evaluates each, and writes sweep.json, sweep.md and an
-    HTML chart with 95% intervals.
+    Generates a fresh set per length (seeded by --seed plus the length), evaluates each with the
+    same settings as `eval`, and writes sweep.json, sweep.md and an HTML chart with 95% intervals.
     """
     from .config import TaskConfig
     from .data.generate import PeopleRange
     from .sweep import sweep
 
-    opts["api_url"] = list(opts["api_url"]) or None
-    TaskConfig(**opts)  # validate once, before generating anything
-    result = sweep(opts, PeopleRange.parse(people), count, seed, Path(work_dir))
+    config = TaskConfig(**given(opts))  # validated once, before anything is generated
+    result = sweep(config, PeopleRange.parse(people), count)
     click.echo(f"{'people':>6}  {'accuracy':>8}  95% interval   invalid")
     for p in result["points"]:
         lo, hi = p["interval"]

@@ -1,106 +1,321 @@
-"""TaskConfig: every setting of a run, validated once with messages that say what to change."""
+"""TaskConfig: every setting of a run, declared once and validated once, at the edge.
+
+Each field carries its declaration (help, CLI flag, which commands take it, EvalScope's name
+for it) in its metadata; the CLI options and the README's tables are derived from these
+declarations (`settings()`), so the command line, the Python API and the docs cannot drift.
+EvalScope 1.14.1's spellings (its TaskConfig fields, `dataset_args`, `generation_config`
+keys, `eval_type` values) are mapped here, once, by `_evalscope.py`.
+"""
 
 from __future__ import annotations
 
-import json
+import functools
+import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
 
-from .errors import ConfigError
+from . import _evalscope
+from .errors import ConfigError, UnknownSettingError
 
 BENCHMARK = "coin_flip"
-HUBS = ("bundled", "huggingface", "modelscope")
+HUBS = ("bundled", "huggingface", "modelscope", "local")
 METRIC_COMPATS = ("coinflip", "evalscope")
 SPLITS = ("test", "validation")
 API_MODES = ("chat", "completions")
+LIMIT_MODES = ("stratified", "first", "random")
+PROMPT_TEMPLATES = ("default", "direct", "multiturn")
+DEFAULT_BATCH = 32
 GENERATION_KEYS = (
     "temperature",
     "max_tokens",
+    "max_completion_tokens",
     "top_p",
+    "top_k",
     "seed",
     "stop",
-    "extra_body",
+    "n",
     "presence_penalty",
     "frequency_penalty",
-    "top_k",
-    "n",
+    "repetition_penalty",
+    "logit_bias",
+    "reasoning_effort",
+    "logprobs",
+    "top_logprobs",
+    "chat_template_kwargs",
+    "extra_body",
+    "extra_headers",
+    "extra_query",
 )
-DATASET_ARGS = {"local_path": "dataset_path", "few_shot_num": "few_shot_num", "system_prompt": "system_prompt"}
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 REDACTED = "***"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one TaskConfig field shows itself: on the command line, in --help and in the docs."""
+
+    name: str
+    help: str
+    flag: str | None  # "--api-url"; a "--x/--no-x" pair for booleans; None: Python and config files only
+    commands: tuple[str, ...]  # which commands take the flag: eval, sweep
+    kind: str  # text, int, float, bool, choice, list
+    choices: tuple[str, ...]
+    metavar: str | None
+    evalscope: str  # EvalScope's spelling ("" where it has none)
+    unused: str  # for EvalScope settings accepted but not used by coin_flip: why
+    default: Any
+
+
+def _setting(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = "",
+    commands: tuple[str, ...] = ("eval", "sweep"),
+    kind: str = "",
+    choices: tuple[str, ...] = (),
+    metavar: str | None = None,
+    evalscope: str = "=",
+    unused: str = "",
+    factory: Any = None,
+    repr: bool = True,
+) -> Any:
+    meta = {
+        "help": help,
+        "flag": flag,
+        "commands": commands,
+        "kind": kind or ("choice" if choices else ""),
+        "choices": choices,
+        "metavar": metavar,
+        "evalscope": evalscope,
+        "unused": unused,
+    }
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta, repr=repr)
+    return field(default=default, metadata=meta, repr=repr)
+
+
+EVAL = ("eval",)
+UNUSED = "accepted, not used by coin_flip"
 
 
 @dataclass
 class TaskConfig:
     """One evaluation. Field names follow EvalScope's TaskConfig where they overlap."""
 
-    model: str
-    api_url: str | list[str] | None = None
-    api_key: str | None = field(default=None, repr=False)
-    datasets: list[str] = field(default_factory=lambda: [BENCHMARK])
-    limit: int | float | None = None
-    eval_batch_size: int = 32
-    generation_config: dict[str, Any] = field(default_factory=dict)
-    few_shot_num: int = 0
-    few_shot_seed: int = 42
-    dataset_hub: str = "bundled"
-    dataset_path: str | None = None
-    split: str = "test"
-    work_dir: str = "./outputs"
-    use_cache: str | None = None
-    timeout: float = 120.0
-    retries: int = 5
-    system_prompt: str | None = None
-    metric_compat: str = "coinflip"
-    seed: int = 42
-    model_path: str | None = None
-    html_report: bool = True
-    progress: bool | None = None
-    quiet: bool = False
-    api_mode: str = "chat"
-    dataset_args: dict[str, Any] | None = None
+    # the model and how to reach it
+    model: str | None = _setting(
+        None,
+        "Model name sent to the server; or a baseline (oracle, random, always-yes, always-no); or smollm2 (local).",
+        metavar="NAME",
+    )
+    model_id: str | None = _setting(None, "Name shown in reports and used in paths (default: the model name).")
+    api_url: str | list[str] | None = _setting(
+        None,
+        "OpenAI-compatible base URL (…/v1), server root, or full endpoint; repeat for replicas of one model.",
+        kind="list",
+        metavar="URL",
+    )
+    api_key: str | None = _setting(
+        None, "API key; default $COINFLIP_API_KEY or $OPENAI_API_KEY. Never written or printed.", repr=False
+    )
+    eval_type: str | None = _setting(
+        None,
+        "EvalScope's eval type: openai_api (or service, server) sends HTTP requests; mock_llm needs a baseline "
+        "model; llm_ckpt is not supported (serve the checkpoint instead).",
+        metavar="TYPE",
+    )
+    api_mode: str = _setting(
+        "chat",
+        "chat: /chat/completions with messages; completions: /completions with the same text as one prompt.",
+        choices=API_MODES,
+        evalscope="",
+    )
+    model_path: str | None = _setting(
+        None, "Serve this local GGUF file with llama.cpp for the run.", metavar="FILE.gguf", evalscope=""
+    )
+    eval_batch_size: int | None = _setting(
+        None,
+        f"Requests in flight (default {DEFAULT_BATCH}; a local llama.cpp server: its parallel slots).",
+        kind="int",
+    )
+    generation_config: dict[str, Any] = _setting(
+        None,
+        "JSON or key=value,... : temperature, max_tokens, max_completion_tokens, top_p, seed, stop, n, "
+        "reasoning_effort, logprobs, top_logprobs, chat_template_kwargs, extra_body, extra_headers, extra_query, ...",
+        factory=dict,
+        metavar="JSON|K=V,...",
+    )
+    timeout: float = _setting(120.0, "Seconds per request attempt (streaming: also the longest gap between events).")
+    retries: int = _setting(5, "Retries per request on 429, 5xx, timeouts and broken replies.")
+    stream: bool = _setting(False, "Stream replies (server-sent events); records time to first token.", kind="bool")
+    ignore_errors: bool = _setting(
+        False, "Exit 0 even when some samples got no reply (they are still counted and reported).", kind="bool"
+    )
+    system_prompt: str | None = _setting(None, "Optional system message.", metavar="TEXT")
+    prompt_template: str = _setting(
+        "default",
+        "default (the specification's, byte for byte), direct (answer without reasoning), multiturn (few-shot "
+        "examples as chat turns), or your own text with {question}.",
+        metavar="NAME|TEXT",
+    )
+    force_answer: bool = _setting(
+        False,
+        "When a reply has no valid answer, ask once more for only 'ANSWER: YES' or 'ANSWER: NO'.",
+        kind="bool",
+        evalscope="",
+    )
+    max_reply_mb: float = _setting(
+        16.0, "A reply larger than this (MB) is an error for its sample.", metavar="MB", evalscope=""
+    )
+    # the data
+    datasets: list[str] = _setting(
+        None, "Benchmark name (only coin_flip).", commands=EVAL, kind="list", factory=lambda: [BENCHMARK]
+    )
+    dataset_args: dict[str, Any] | None = _setting(
+        None,
+        'EvalScope\'s per-benchmark settings, e.g. \'{"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}\'.',
+        commands=EVAL,
+        metavar="JSON",
+    )
+    dataset_hub: str = _setting(
+        "bundled",
+        "Where the data comes from: the bundled set, a hub (cached after the first download), or local files.",
+        commands=EVAL,
+        choices=HUBS,
+    )
+    dataset_path: str | None = _setting(
+        None,
+        "A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.",
+        commands=EVAL,
+        metavar="PATH",
+        evalscope="dataset_args.coin_flip.local_path",
+    )
+    dataset_id: str = _setting(
+        "extraordinarylab/coin-flip",
+        "Dataset id on the hub.",
+        commands=EVAL,
+        metavar="ID",
+        evalscope="dataset_args.coin_flip.dataset_id",
+    )
+    dataset_dir: str | None = _setting(
+        None, "Hub cache folder (default $COINFLIP_CACHE or ~/.cache/coinflip).", commands=EVAL, metavar="DIR"
+    )
+    split: str = _setting("test", "Split to evaluate.", commands=EVAL, choices=SPLITS, evalscope="")
+    limit: int | float | None = _setting(
+        None,
+        "N questions, or a fraction such as 0.1 (0 or unset: all).",
+        commands=EVAL,
+        kind="limit",
+        metavar="N|FRACTION",
+    )
+    limit_mode: str = _setting(
+        "stratified",
+        "How --limit picks: stratified (seeded, in proportion to the number of people), first (the first N, as "
+        "EvalScope), random (seeded).",
+        commands=EVAL,
+        choices=LIMIT_MODES,
+        evalscope="dataset_args.coin_flip.shuffle",
+    )
+    repeats: int = _setting(1, "Ask each question K times (with a seed in generation_config, repeat k uses seed+k).")
+    few_shot_num: int = _setting(
+        0, "Worked examples from the validation split.", evalscope="dataset_args.coin_flip.few_shot_num"
+    )
+    few_shot_seed: int = _setting(42, "Seed that picks the few-shot examples.", evalscope="")
+    few_shot_random: bool = _setting(
+        True,
+        "Pick few-shot examples at random (seeded); --no-few-shot-random takes the first N, as EvalScope does.",
+        kind="bool",
+        evalscope="dataset_args.coin_flip.few_shot_random",
+    )
+    seed: int = _setting(42, "Seed for the subset, the random baseline and the bootstrap.")
+    # the run
+    work_dir: str = _setting("./outputs", "Where run directories are created.", metavar="DIR")
+    use_cache: str | None = _setting(
+        None,
+        "Resume RUN_DIR with its saved settings: reuse finished predictions, send only the rest.",
+        commands=EVAL,
+        metavar="RUN_DIR",
+    )
+    no_timestamp: bool = _setting(
+        False, "Write the run into --work-dir itself instead of a timestamped folder.", commands=EVAL, kind="bool"
+    )
+    metric_compat: str = _setting(
+        "coinflip",
+        "coinflip: strict answers, invalid ones count as wrong; evalscope: EvalScope 1.14.1's extraction and "
+        "arithmetic.",
+        commands=EVAL,
+        choices=METRIC_COMPATS,
+        evalscope="",
+    )
+    html_report: bool = _setting(
+        True, "Write the HTML report.", flag="--html/--no-html", commands=EVAL, kind="bool", evalscope=""
+    )
+    progress: bool | None = _setting(None, "Progress bar (default: on a terminal).", flag=None, evalscope="")
+    quiet: bool = _setting(False, "No terminal summary.", flag=None, evalscope="")
+    # EvalScope settings that are accepted but change nothing here
+    judge: dict[str, Any] | None = _setting(None, "LLM judge settings.", commands=EVAL, unused=UNUSED)
+    judge_strategy: str | None = _setting(None, "LLM judge strategy.", commands=EVAL, unused=UNUSED)
+    judge_worker_num: int | None = _setting(None, "LLM judge workers.", commands=EVAL, unused=UNUSED)
+    judge_model_args: dict[str, Any] | None = _setting(None, "LLM judge model.", commands=EVAL, unused=UNUSED)
+    analysis_report: bool = _setting(False, "LLM-written analysis.", commands=EVAL, kind="bool", unused=UNUSED)
+    collect_perf: bool = _setting(
+        True,
+        "Per-request performance.",
+        commands=EVAL,
+        kind="bool",
+        unused="always collected: latency, tokens and time to first token are in every report",
+    )
+    enable_progress_tracker: bool = _setting(False, "progress.json.", commands=EVAL, kind="bool", unused=UNUSED)
+    debug: bool = _setting(False, "Debug logging.", commands=EVAL, kind="bool", unused="see logs/eval_log.log")
+    eval_backend: str | None = _setting(None, "Evaluation backend (Native only).", commands=EVAL, unused=UNUSED)
+    model_args: dict[str, Any] | None = _setting(None, "Checkpoint loading arguments.", commands=EVAL, unused=UNUSED)
+    chat_template: str | None = _setting(
+        None, "Checkpoint chat template.", commands=EVAL, unused="the server applies its own chat template"
+    )
 
     def __post_init__(self) -> None:
+        _evalscope.apply(self)
         self.datasets = _check_datasets(self.datasets)
-        self._apply_dataset_args()
         self.api_url = _check_urls(self.api_url)
-        if self.api_key is None:
+        if self.api_key is None or self.api_key == REDACTED:
             self.api_key = next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
         self.limit = _check_limit(self.limit)
         self.generation_config = parse_generation_config(self.generation_config)
-        _check_int("eval_batch_size", self.eval_batch_size, 1)
-        _check_int("few_shot_num", self.few_shot_num, 0)
-        _check_int("retries", self.retries, 0)
-        check_choice("dataset_hub", self.dataset_hub, HUBS)
-        check_choice("metric_compat", self.metric_compat, METRIC_COMPATS)
-        check_choice("split", self.split, SPLITS)
-        check_choice("api_mode", self.api_mode, API_MODES)
-        if not isinstance(self.timeout, (int, float)) or self.timeout <= 0:
-            raise ConfigError(f"timeout must be a positive number of seconds, got {self.timeout!r}")
-        if not isinstance(self.model, str) or not self.model.strip():
+        if self.eval_batch_size is not None:
+            _check_int("eval_batch_size", self.eval_batch_size, 1)
+        for name in ("few_shot_num", "few_shot_seed", "retries", "seed"):
+            _check_int(name, getattr(self, name), 0 if name != "few_shot_seed" else -(2**63))
+        _check_int("repeats", self.repeats, 1)
+        for name, choices in (
+            ("dataset_hub", HUBS),
+            ("metric_compat", METRIC_COMPATS),
+            ("split", SPLITS),
+            ("api_mode", API_MODES),
+            ("limit_mode", LIMIT_MODES),
+        ):
+            check_choice(name, getattr(self, name), choices)
+        _check_positive("timeout", self.timeout, "seconds")
+        _check_positive("max_reply_mb", self.max_reply_mb, "megabytes")
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
             raise ConfigError("model is empty: pass a model name, e.g. --model oracle or --model smollm2")
-        if self.dataset_path and self.dataset_hub != "bundled":
+        if self.model is None and not self.use_cache:
+            raise ConfigError("give --model (or --use-cache RUN_DIR to resume a run with its saved settings)")
+        if self.dataset_path and self.dataset_hub not in ("bundled", "local"):
             raise ConfigError("give either dataset_path or dataset_hub, not both")
+        if self.dataset_hub == "local" and not self.dataset_path:
+            raise ConfigError("dataset_hub local needs dataset_path (or dataset_args.coin_flip.local_path)")
+        if not isinstance(self.prompt_template, str) or not self.prompt_template.strip():
+            raise ConfigError(
+                f"prompt_template must be one of {', '.join(PROMPT_TEMPLATES)} or a text with {{question}}"
+            )
 
-    def _apply_dataset_args(self) -> None:
-        """EvalScope's per-benchmark settings, e.g. {"coin_flip": {"local_path": DIR, "few_shot_num": 3}}."""
-        if self.dataset_args is None:
-            return
-        if isinstance(self.dataset_args, str):
-            try:
-                self.dataset_args = json.loads(self.dataset_args)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"dataset_args is not valid JSON: {exc.msg} at column {exc.colno}") from None
-        args = self.dataset_args.get(BENCHMARK, {}) if isinstance(self.dataset_args, dict) else None
-        if not isinstance(args, dict):
-            raise ConfigError('dataset_args must look like {"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}')
-        unknown = sorted(set(args) - set(DATASET_ARGS))
-        if unknown:
-            raise ConfigError(f"unknown dataset_args key(s) {unknown}; known: {', '.join(DATASET_ARGS)}")
-        for key, attribute in DATASET_ARGS.items():
-            if key in args:
-                setattr(self, attribute, args[key])
+    @property
+    def name(self) -> str:
+        """The model's name in reports and paths."""
+        return self.model_id or self.model or "model"
 
     def redacted(self) -> dict[str, Any]:
         """The config as saved to disk: the API key never leaves memory."""
@@ -109,9 +324,66 @@ class TaskConfig:
             data["api_key"] = REDACTED
         return data
 
+    def notes(self) -> list[str]:
+        """One line per EvalScope setting that was given but changes nothing here."""
+        out = list(getattr(self, "_notes", []))
+        for s in settings():
+            if s.unused and getattr(self, s.name) not in (None, False, s.default, {}, []):
+                out.append(f"{s.name}: {s.unused}")
+        return out
+
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+
+def _reject_unknown(init: Any) -> Any:
+    """Unknown keyword arguments end in one line naming the known ones, not a bare TypeError."""
+
+    @functools.wraps(init)
+    def checked(self: TaskConfig, *args: Any, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(TaskConfig.field_names()))
+        if unknown:
+            raise UnknownSettingError(
+                f"unknown TaskConfig field(s) {unknown}; known: {', '.join(TaskConfig.field_names())}"
+            )
+        init(self, *args, **kwargs)
+
+    return checked
+
+
+TaskConfig.__init__ = _reject_unknown(TaskConfig.__init__)  # type: ignore[method-assign]
+
+
+@functools.cache
+def settings() -> tuple[Setting, ...]:
+    """Every setting's declaration, in the order of TaskConfig's fields."""
+    out = []
+    for f in fields(TaskConfig):
+        m = f.metadata
+        default = f.default_factory() if callable(f.default_factory) else f.default
+        flag = m["flag"]
+        if flag == "":
+            flag = "--" + f.name.replace("_", "-")
+            if m["kind"] == "bool" and default is True:  # a default of False needs only the flag that turns it on
+                flag = f"{flag}/--no-{f.name.replace('_', '-')}"
+        evalscope = f.name if m["evalscope"] == "=" else m["evalscope"]
+        kind = m["kind"] or {bool: "bool", int: "int", float: "float"}.get(type(default), "text")
+        out.append(
+            Setting(
+                f.name,
+                m["help"],
+                flag,
+                m["commands"],
+                kind,
+                m["choices"],
+                m["metavar"],
+                evalscope,
+                m["unused"],
+                default,
+            )
+        )
+    return tuple(out)
 
 
 def _check_datasets(value: Any) -> list[str]:
@@ -127,28 +399,59 @@ def _check_urls(value: Any) -> str | list[str] | None:
         return None
     urls = [value] if isinstance(value, str) else list(value)
     for url in urls:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"api_url {url!r} is not an http(s) URL, e.g. http://127.0.0.1:8000/v1")
+        check_url(url)
     return urls[0] if len(urls) == 1 else urls
 
 
+def check_url(url: Any) -> None:
+    """An http(s) URL with a host and a valid port, and no credentials (they would be saved and printed)."""
+    example = "e.g. http://127.0.0.1:8000/v1"
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(f"api_url {_shown(url)!r} is not an http(s) URL, {example}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"api_url {_shown(url)!r} is not a valid URL ({exc}), {example}") from None
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"api_url {_shown(url)!r} carries credentials; pass the key with --api-key or $COINFLIP_API_KEY "
+            "(or a header with generation_config extra_headers)"
+        )
+    host = parts.hostname or ""
+    if not host or any(c.isspace() for c in url) or (port is not None and not 0 < port < 65536):
+        raise ConfigError(f"api_url {_shown(url)!r} has no valid host and port, {example}")
+
+
+def _shown(url: Any) -> Any:
+    """A URL fit to print: user and password removed."""
+    if not isinstance(url, str) or "@" not in url:
+        return url
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{path}"
+
+
 def _check_limit(value: Any) -> int | float | None:
-    if value is None:
-        return None
+    """None or 0: everything (EvalScope's `limit: 0`); a whole number: a count; below 1: a fraction."""
+    message = f"limit must be a count (10) or a fraction (0.1), got {value!r}"
     if isinstance(value, str):
         try:
-            value = float(value) if "." in value else int(value)
+            value = float(value) if any(c in value for c in ".eE") else int(value)
         except ValueError:
-            raise ConfigError(f"limit must be a count (10) or a fraction (0.1), got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"limit must be a count (10) or a fraction (0.1), got {value!r}")
+            raise ConfigError(message) from None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ConfigError(message)
     if isinstance(value, float):
-        if not 0 < value <= 1:
+        if value.is_integer():
+            value = int(value)
+        elif value > 1:
             raise ConfigError(f"a fractional limit must be in (0, 1], got {value}; use a whole number for a count")
-        return value
-    if value < 1:
-        raise ConfigError(f"limit must be at least 1, got {value}")
-    return value
+        else:
+            return value
+    return value or None
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -156,13 +459,20 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
         raise ConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
 
 
+def _check_positive(name: str, value: Any, unit: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a positive number of {unit}, got {value!r}")
+
+
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
-def parse_generation_config(value: Any) -> dict[str, Any]:
-    """Accept a dict, a JSON object, or `key=value,key=value` (values parsed as JSON when they can be)."""
+def parse_pairs(value: Any) -> dict[str, Any]:
+    """A dict, a JSON object, or `key=value,key=value` (values parsed as JSON when they can be)."""
+    import json
+
     if value is None or value == "":
         return {}
     if isinstance(value, str):
@@ -173,31 +483,106 @@ def parse_generation_config(value: Any) -> dict[str, Any]:
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"generation_config is not valid JSON: {exc.msg} at column {exc.colno}") from None
         else:
-            value = dict(_parse_pair(part) for part in text.split(",") if part.strip())
+            value = dict(_parse_pair(part) for part in _split_pairs(text))
     if not isinstance(value, dict):
         raise ConfigError("generation_config must be a JSON object or key=value pairs")
-    unknown = sorted(set(value) - set(GENERATION_KEYS))
-    if unknown:
-        raise ConfigError(f"unknown generation_config key(s) {unknown}; known: {', '.join(GENERATION_KEYS)}")
-    for key in ("temperature", "top_p"):
-        if key in value and not isinstance(value[key], (int, float)):
-            raise ConfigError(f"generation_config {key} must be a number, got {value[key]!r}")
-    if "max_tokens" in value and (not isinstance(value["max_tokens"], int) or value["max_tokens"] < 1):
-        raise ConfigError(f"generation_config max_tokens must be a positive integer, got {value['max_tokens']!r}")
     return dict(value)
 
 
+def parse_generation_config(raw: Any) -> dict[str, Any]:
+    """The generation settings sent with every request, checked key by key."""
+    value = parse_pairs(raw)
+    unknown = sorted(set(value) - set(GENERATION_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown generation_config key(s) {unknown}; known: {', '.join(GENERATION_KEYS)}")
+    _check_generation_values(value)
+    return value
+
+
+def _check_generation_values(value: dict[str, Any]) -> None:
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+        if key in value and (isinstance(value[key], bool) or not isinstance(value[key], (int, float))):
+            raise ConfigError(f"generation_config {key} must be a number, got {value[key]!r}")
+    for key in ("max_tokens", "max_completion_tokens", "n", "top_logprobs", "top_k", "seed"):
+        if key in value and (isinstance(value[key], bool) or not isinstance(value[key], int)):
+            raise ConfigError(f"generation_config {key} must be a whole number, got {value[key]!r}")
+    for key in ("max_tokens", "max_completion_tokens", "n"):
+        if key in value and value[key] < 1:
+            raise ConfigError(f"generation_config {key} must be at least 1, got {value[key]!r}")
+    if "stop" in value:
+        stop = value["stop"]
+        if isinstance(stop, str):
+            value["stop"] = [stop]
+        elif not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
+            raise ConfigError(f"generation_config stop must be a text or a list of texts, got {stop!r}")
+    for key in ("extra_body", "extra_query", "extra_headers", "chat_template_kwargs", "logit_bias"):
+        if key in value and not isinstance(value[key], dict):
+            raise ConfigError(f"generation_config {key} must be an object, got {value[key]!r}")
+    for key, item in value.get("extra_headers", {}).items():
+        if not isinstance(item, str) or any(c in f"{key}{item}" for c in "\r\n\0") or not key.strip():
+            raise ConfigError(f"generation_config extra_headers {key!r}: a header is a name and a one-line text")
+    bad = _non_finite(value)
+    if bad:
+        raise ConfigError(f"generation_config {bad} is not a finite number (NaN and Infinity are not JSON)")
+
+
+def _non_finite(value: Any, path: str = "") -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "value"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
+def _split_pairs(text: str) -> list[str]:
+    """`a=1,stop=["x","y"],b=2`: commas inside brackets, braces or quotes do not split."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, ""
+    for c in text:
+        if quote:
+            quote = "" if c == quote and (not current or current[-1] != "\\") else quote
+        elif c in "\"'":
+            quote = c
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(c)
+    parts.append("".join(current))
+    return [p for p in parts if p.strip()]
+
+
 def _parse_pair(part: str) -> tuple[str, Any]:
+    """`stop=\\nQ:` means a newline: backslash escapes are read as in JSON strings."""
+    import json
+
     key, sep, raw = part.partition("=")
     if not sep:
         raise ConfigError(f"generation_config item {part.strip()!r} is not key=value")
+    raw = raw.strip()
     try:
         return key.strip(), json.loads(raw)
     except json.JSONDecodeError:
-        return key.strip(), raw.strip()
+        pass
+    try:
+        return key.strip(), json.loads('"' + raw.replace('"', '\\"') + '"')
+    except json.JSONDecodeError:
+        return key.strip(), raw
 
 
 def safe_name(name: str) -> str:
-    """A model name usable as one path component ("org/model:7b" -> "org_model_7b")."""
+    """A model name usable as one path component ("org/model:7b" -> "org_model_7b"), at most 100 characters."""
     cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("._")
+    if len(cleaned) > 100:
+        import hashlib
+
+        cleaned = cleaned[:88] + "_" + hashlib.sha256(name.encode()).hexdigest()[:11]
     return cleaned or "model"

@@ -25,3 +25,21 @@ class RunIncomplete(CoinflipError):
     """Some samples never got a reply, or the run was interrupted; exit code 1."""
 
     exit_code = 1
+
+
+class UnknownSettingError(ConfigError, TypeError):
+    """A keyword TaskConfig does not have; a TypeError too, as Python's own would be."""
+
+
+class EndpointError(FatalAPIError):
+    """The endpoint itself is wrong (nothing listening, unknown host, TLS, proxy, redirect): fail in seconds."""
+
+
+class StorageError(CoinflipError):
+    """The run directory cannot be written (disk full, read-only); what finished is kept."""
+
+    exit_code = 1
+
+
+class EndpointBroken(RunIncomplete):
+    """Every request so far failed the same way after its retries: the server, not a sample, is broken."""

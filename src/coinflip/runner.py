@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import METRIC_COMPATS, TaskConfig, check_choice
+from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice
 from .data import prompts
 from .data.load import Dataset, Record, load_dataset
 from .errors import ConfigError, DataError, RunIncomplete
@@ -108,7 +108,7 @@ def open_run(config: TaskConfig, fingerprint: dict[str, Any], samples: int) -> t
     first prediction, off the path to the first request (PyYAML takes 25 ms to import); a
     resumed run has read it already and writes it back at once."""
     if not config.use_cache:
-        run = RunDir.create(Path(config.work_dir).expanduser(), config.model)
+        run = RunDir.create(Path(config.work_dir).expanduser(), config.name)
         return run, _once(lambda: run.save_config(config.redacted(), fingerprint, samples))
     root = Path(config.use_cache).expanduser()
     previous = load_saved_config(root)
@@ -171,7 +171,9 @@ def generate(
     scorer: Scorer | None = None
     work = ((record, build(record)) for record in selected if not index.ok(record.id))
     writer = PredictionWriter(run.predictions)
-    progress = Progress(todo, f"coin_flip {config.model}", False if config.quiet else config.progress)
+    progress = Progress(
+        todo, f"coin_flip {config.name}", False if config.quiet and config.progress is None else config.progress
+    )
     started = time.perf_counter()
 
     def on_replies(landed: list[tuple[Record, Request, Reply]]) -> None:
@@ -213,7 +215,7 @@ async def _send(
         # imports hold the GIL: start them once the first wave of requests is on the wire
         thread = threading.Thread(target=prewarm, daemon=True)
         asyncio.get_running_loop().call_later(PREWARM_AFTER_S, thread.start)
-        await run_requests(model, pending, config.eval_batch_size, on_replies)
+        await run_requests(model, pending, config.eval_batch_size or DEFAULT_BATCH, on_replies)
 
 
 def prediction_row(request: Request, record: Record, reply: Reply) -> dict[str, Any]:

@@ -4,6 +4,8 @@ a model's state tracking breaks."""
 from __future__ import annotations
 
 import json
+import sys
+from dataclasses import replace
 from datetime import datetime
 from html import escape
 from pathlib import Path
@@ -15,15 +17,30 @@ from .pages.charts import line_chart, page
 from .runner import run_task
 
 
-def sweep(config: dict[str, Any], people: PeopleRange, count: int, seed: int, work_dir: Path) -> dict[str, Any]:
-    root = work_dir / f"sweep_{datetime.now():%Y%m%d_%H%M%S}"
+def sweep(config: TaskConfig, people: PeopleRange, count: int) -> dict[str, Any]:
+    """One generated set per number of people (seeded by config.seed plus the length), each
+    evaluated with the same settings; few-shot examples come from a set of the same length."""
+    root = Path(config.work_dir).expanduser() / f"sweep_{datetime.now():%Y%m%d_%H%M%S}"
+    lengths = range(people.low, people.high + 1)
+    progress = sys.stderr.isatty() if config.progress is None else config.progress
     points = []
-    for k in range(people.low, people.high + 1):
-        data = root / "data" / f"people_{k:02d}.jsonl"
-        generate_file(data, PeopleRange(k, k), count, seed + k)
-        report = run_task(
-            TaskConfig(**{**config, "dataset_path": str(data), "work_dir": str(root / "runs"), "quiet": True})
+    for i, k in enumerate(lengths, 1):
+        data = root / "data" / f"people_{k:02d}"
+        generate_file(data / "test.jsonl", PeopleRange(k, k), count, config.seed + k)
+        if config.few_shot_num:
+            generate_file(
+                data / "validation.jsonl", PeopleRange(k, k), max(50, config.few_shot_num + 1), -config.seed - k
+            )
+        print(f"sweep {config.name}: {k} people ({i} of {len(lengths)})", file=sys.stderr, flush=True)
+        run = replace(
+            config,
+            dataset_path=str(data),
+            dataset_hub="bundled",
+            work_dir=str(root / "runs"),
+            quiet=True,
+            progress=progress,
         )
+        report = run_task(run)
         points.append(
             {
                 "people": k,
@@ -36,7 +53,7 @@ def sweep(config: dict[str, Any], people: PeopleRange, count: int, seed: int, wo
                 "run": report["run"],
             }
         )
-    result = {"model": config["model"], "count": count, "seed": seed, "directory": str(root), "points": points}
+    result = {"model": config.name, "count": count, "seed": config.seed, "directory": str(root), "points": points}
     (root / "sweep.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     (root / "sweep.md").write_text(to_markdown(result), encoding="utf-8")
     (root / "sweep.html").write_text(to_html(result), encoding="utf-8")

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from ..config import TaskConfig
+from ..config import DEFAULT_BATCH, TaskConfig
 from ..errors import ConfigError
 from .base import Model, Reply, Request
 from .baselines import NAMES as BASELINES
@@ -22,8 +22,8 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[list[str] | None
     if config.model_path or (config.model in LOCAL_MODELS and not config.api_url):
         from .llama_local import bundled_gguf, llama_server
 
-        path = Path(config.model_path) if config.model_path else bundled_gguf(config.model)
-        with llama_server(path.expanduser(), config.model, log_path) as url:
+        path = Path(config.model_path) if config.model_path else bundled_gguf(str(config.model))
+        with llama_server(path.expanduser(), str(config.model), log_path) as url:
             yield [url]
         return
     if config.model in BASELINES:
@@ -43,18 +43,18 @@ async def open_model(config: TaskConfig, urls: list[str] | None) -> AsyncIterato
     if urls is None:
         from .baselines import Baseline
 
-        model = Baseline(config.model, config.seed)
+        model = Baseline(str(config.model), config.seed)
     else:
         from .openai_api import OpenAIChat
 
         model = OpenAIChat(
-            config.model,
+            str(config.model),
             urls,
             config.api_key,
             config.generation_config,
             config.timeout,
             config.retries,
-            config.eval_batch_size,
+            config.eval_batch_size or DEFAULT_BATCH,
             mode=config.api_mode,
         )
     try:

@@ -18,15 +18,25 @@ class Request:
 
 @dataclass
 class Reply:
-    """A model's answer, or the error that stood in for it after the last retry."""
+    """A model's answer, or the error that stood in for it after the last retry.
+
+    `usage` holds whole numbers only (prompt_tokens, completion_tokens, total_tokens, and
+    reasoning_tokens where the server reports them). `logprobs` is one entry per generated
+    token: {"token": str, "logprob": float, "top": {token: logprob, ...}}. `more` holds the
+    other choices of a request that asked for n > 1.
+    """
 
     text: str | None
     reasoning: str | None = None
     finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: dict[str, int] | None = None
     latency_s: float = 0.0
     attempts: int = 1
     error: str | None = None
+    status: int | None = None  # the HTTP status of the last failed attempt, when there was one
+    ttft_s: float | None = None  # streaming: seconds to the first content or reasoning token
+    logprobs: list[dict[str, Any]] | None = None
+    more: list[Reply] = field(default_factory=list)
 
 
 class Model(Protocol):
