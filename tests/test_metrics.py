@@ -46,10 +46,16 @@ def test_accuracy_by_people() -> None:
     assert by["4"]["samples"] == 7 and by["4"]["correct"] == 5
 
 
-def test_undefined_ratios_are_zero() -> None:
+def test_ratios_without_a_denominator_are_undefined_not_zero() -> None:
     r = compute([Outcome("NO", "NO")] * 3)
-    assert r["metrics"]["precision"] == 0 and r["metrics"]["recall"] == 0 and r["metrics"]["f1_score"] == 0
-    assert r["metrics"]["accuracy"] == 1
+    m = r["metrics"]
+    assert m["precision"] is None and m["recall"] is None and m["f1_score"] is None
+    assert r["intervals"]["precision"] is None and r["undefined"] == ["f1_score", "precision", "recall"]
+    assert m["accuracy"] == 1
+    never_yes = compute([Outcome("NO", "NO"), Outcome("YES", "NO")])["metrics"]
+    assert never_yes["precision"] is None and never_yes["recall"] == 0 and never_yes["f1_score"] == 0
+    evalscope = compute([Outcome("NO", "NO")] * 3, "evalscope")  # EvalScope prints 0.0 for these
+    assert evalscope["metrics"]["precision"] == 0 and evalscope["undefined"] == ["f1_score", "precision", "recall"]
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import pytest
 from coinflip.config import TaskConfig
 from coinflip.data import bundled_dir, load_split
 from coinflip.data.prompts import FEW_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE, build_prompt, reasoning, to_messages
-from coinflip.runner import RequestBuilder, few_shot_pool
+from coinflip.plan import RequestBuilder, few_shot_pool
 from coinflip.scoring.extract import extract_answer
 
 from .conftest import SEED_EN
@@ -35,7 +35,7 @@ def test_bundled_test_prompt_is_the_template_with_the_question() -> None:
 def test_three_shot_prompt_holds_three_correct_worked_examples() -> None:
     config = TaskConfig(model="oracle", few_shot_num=3)
     test = load_split(bundled_dir(), "test")[:5]
-    build = RequestBuilder(config, few_shot_pool(config))
+    build = RequestBuilder(config, few_shot_pool(config), {})
     requests = [build(r) for r in test]
     prompt = requests[0].prompt
     assert prompt.startswith("Here are some examples of how to solve similar problems:\n\n")
@@ -66,7 +66,7 @@ def test_reasoning_tracks_state_person_by_person() -> None:
 def test_a_question_is_never_among_its_own_examples() -> None:
     config = TaskConfig(model="oracle", few_shot_num=4, split="validation")
     pool = few_shot_pool(config)
-    build = RequestBuilder(config, pool)
+    build = RequestBuilder(config, pool, {})
     requests = [build(r) for r in pool]
     for request in requests:
         head = request.prompt.split("\n\n\nSolve the following")[0]

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from coinflip.errors import DataError
-from coinflip.scoring.report import Scorer, build_report, review
+from coinflip.scoring.report import build_report
+from coinflip.scoring.scorer import Scorer, review
 
 REPLIES = ["ANSWER: YES", "ANSWER: NO", "**ANSWER: maybe**", "", "no marker at all"]
 SAVED = {"config": {"model": "m", "seed": 7}, "fingerprint": {"dataset": {"source": "x"}}, "samples": 400}

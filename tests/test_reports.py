@@ -25,11 +25,12 @@ def _oracle_run(work: Path, limit: int = 40, *extra: str) -> Path:
 
 
 def _edit_replies(run: Path, model: str, replies: dict[int, str]) -> None:
+    """Replace the replies of the run's n-th samples (in file order, which is id order)."""
     predictions = run / f"predictions/{model}/coin_flip.jsonl"
     rows = read_jsonl(predictions)
-    for row in rows:
-        if row["id"] in replies:
-            row["reply"] = replies[row["id"]]
+    for n, row in enumerate(rows):
+        if n in replies:
+            row["reply"] = replies[n]
     predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert run_cli("rescore", str(run)).returncode == 0
 
@@ -75,7 +76,7 @@ def test_sample_filters_show_only_the_chosen_kind(tmp_path: Path) -> None:
     run = _oracle_run(tmp_path / "runs", 10)
     _edit_replies(run, "oracle", {2: "no idea", 3: "ANSWER: " + ("NO" if True else "")})
     html = (run / "reports/oracle/coin_flip.html").read_text()
-    assert html.count('<tr class="s invalid notok"') == 1
+    assert html.count('<tr class="s invalid notok') == 1
     assert 'data-f="invalid"' in html and 'data-f="error"' in html and 'data-f="wrong"' in html
 
 

@@ -13,6 +13,7 @@ from coinflip.rundir import (
     compact_written,
     index_predictions,
     iter_predictions,
+    sample_key,
 )
 
 ROWS = [
@@ -32,7 +33,8 @@ def test_the_line_that_counts_and_a_garbage_line(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     _write(path, "not json\n")
     index = index_predictions(path)
-    assert sorted(index.where) == [0, 1, 2] and all(index.ok(k) for k in (0, 1, 2))
+    keys = [sample_key(i) for i in (0, 1, 2)]
+    assert sorted(index.where) == keys and all(index.ok(k) for k in keys)
     assert index.lines == 6
 
 
@@ -52,7 +54,7 @@ def test_repair_cuts_a_half_written_last_line(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     _write(path, '{"id": 3, "reply": "hal')
     index = index_predictions(path, repair=True)
-    assert 3 not in index.where
+    assert sample_key(3) not in index.where
     assert path.read_text().endswith('"error": "late"}\n')
 
 
@@ -71,7 +73,7 @@ def _written(path: Path, ids: list[int], error_at: int | None = None) -> tuple[a
     for key in ids:
         writer.write({"id": key, "reply": f"r{key}" * (key % 7), "error": "late" if key == error_at else None})
     writer.close()
-    return array("i", ids), writer.offsets
+    return array("q", [sample_key(i) for i in ids]), writer.offsets
 
 
 def test_a_fresh_file_is_put_in_order_from_what_its_writer_recorded(tmp_path: Path) -> None:
@@ -107,3 +109,28 @@ def test_repeated_ids_fall_back_to_the_full_compaction(tmp_path: Path) -> None:
     keys, offsets = _written(path, [2, 0, 2, 1])
     compact_written(path, keys, offsets)
     assert [r["id"] for r in iter_predictions(path)] == [0, 1, 2]
+
+
+def test_repeats_are_samples_of_their_own_and_a_forced_answer_owed_is_remembered(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    rows = [
+        {"id": 4, "repeat": 0, "reply": "ANSWER: YES", "error": None},
+        {"id": 4, "repeat": 1, "reply": "hmm", "forced": {"pending": True}, "error": None},
+        {"id": 4, "repeat": 2, "reply": "hmm", "forced": {"pending": True}, "error": None},
+        {"id": 4, "repeat": 2, "reply": "hmm", "forced": {"reply": "ANSWER: NO", "error": None}, "error": None},
+        {"id": 5, "repeat": 0, "reply": "hmm", "forced": {"reply": None, "error": "HTTP 500"}, "error": None},
+        {"id": 5, "repeat": 0, "reply": None, "error": "late"},  # an error never replaces a reply
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index = index_predictions(path)
+    assert index.ok(sample_key(4, 0)) and index.ok(sample_key(4, 2))
+    assert index.waiting == {sample_key(4, 1), sample_key(5, 0)}  # still owed a forced answer
+    assert all(index.replied(k) for k in (sample_key(4, 1), sample_key(5, 0)))
+    compact_predictions(path)
+    kept = [(r["id"], r["repeat"], r.get("forced")) for r in iter_predictions(path)]
+    assert kept == [
+        (4, 0, None),
+        (4, 1, {"pending": True}),
+        (4, 2, {"reply": "ANSWER: NO", "error": None}),
+        (5, 0, {"reply": None, "error": "HTTP 500"}),
+    ]

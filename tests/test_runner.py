@@ -1,46 +1,56 @@
-"""The runner's order of things: the config reaches the disk before any prediction does."""
+"""The runner's order of things: a run directory is resumable from the moment it exists."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from coinflip.config import TaskConfig
-from coinflip.data import load_dataset
 from coinflip.errors import FatalAPIError
-from coinflip.runner import RequestBuilder, finish, generate, make_fingerprint, open_run
+from coinflip.plan import prepare
+from coinflip.rundir import load_saved_config
+from coinflip.runner import finish, generate, open_run, run_task
 from coinflip.testing.server import FakeOpenAIServer
 
 
 @pytest.mark.parametrize("model", ["oracle", "served"])
-def test_the_config_is_written_before_the_first_prediction(tmp_path: Path, model: str) -> None:
+def test_the_config_is_on_disk_before_any_request(tmp_path: Path, model: str) -> None:
     with FakeOpenAIServer("mixed") as srv:
         url = None if model == "oracle" else srv.url
-        config = TaskConfig(model=model, api_url=url, work_dir=str(tmp_path), limit=30, quiet=True)
-        dataset = load_dataset("test")
-        selected = dataset.take(30)
-        run, save = open_run(config, make_fingerprint(config, dataset), len(selected))
-        calls: list[int] = []
-
-        def save_and_check() -> None:
-            size = run.predictions.stat().st_size if run.predictions.exists() else 0
-            calls.append(size)
-            save()
-
-        live = generate(config, run, selected, RequestBuilder(config, []), save_and_check)
-    assert calls and calls[0] == 0  # nothing was written before the config
-    assert (run.root / "configs/task_config.yaml").is_file()
+        plan = prepare(TaskConfig(model=model, api_url=url, work_dir=str(tmp_path), limit=30, quiet=True))
+        run, fresh = open_run(plan)
+        assert fresh and not run.predictions.exists()
+        saved = load_saved_config(run.root)  # JSON at first, which the YAML reader reads
+        assert saved["samples"] == 30 and saved["config"]["model"] == model
+        assert srv.state.requests.total() == 0
+        live = generate(plan, run, fresh)
     report = finish(run, "coinflip", show=False, live=live)
     assert report["counts"]["samples"] == 30
+    assert not run.config_file.read_text().startswith("{")  # rewritten as YAML for people once done
 
 
-def test_a_run_with_no_reply_still_gets_its_config(tmp_path: Path) -> None:
+def test_a_run_killed_before_its_first_reply_resumes(tmp_path: Path) -> None:
+    plan = prepare(TaskConfig(model="oracle", work_dir=str(tmp_path), limit=12, quiet=True))
+    run, _ = open_run(plan)  # the process dies here, before any request
+    report = run_task(use_cache=str(run.root), quiet=True)  # nothing else given: the saved settings
+    assert report["counts"]["samples"] == 12 and report["complete"]
+
+
+def test_a_bad_key_leaves_no_run_directory(tmp_path: Path) -> None:
     with FakeOpenAIServer("correct", api_key="right") as srv:
         config = TaskConfig(model="m", api_url=srv.url, api_key="wrong", work_dir=str(tmp_path), limit=3, quiet=True)
-        dataset = load_dataset("test")
-        selected = dataset.take(3)
-        run, save = open_run(config, make_fingerprint(config, dataset), len(selected))
         with pytest.raises(FatalAPIError, match="401"):
-            generate(config, run, selected, RequestBuilder(config, []), save)
-    assert (run.root / "configs/task_config.yaml").is_file()
+            run_task(config)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_settings_from_a_yaml_or_json_file_and_a_list(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(f"model: oracle\nlimit: 6\nquiet: true\nwork_dir: {tmp_path / 'runs'}\n")
+    (tmp_path / "b.json").write_text(
+        json.dumps({"model": "always-no", "limit": 4, "quiet": True, "work_dir": str(tmp_path / "runs")})
+    )
+    reports = run_task([str(tmp_path / "a.yaml"), str(tmp_path / "b.json")])
+    assert [r["model"] for r in reports] == ["oracle", "always-no"]
+    assert [r["counts"]["samples"] for r in reports] == [6, 4]

@@ -43,3 +43,9 @@ class StorageError(CoinflipError):
 
 class EndpointBroken(RunIncomplete):
     """Every request so far failed the same way after its retries: the server, not a sample, is broken."""
+
+
+def storage_error(path: object, exc: OSError) -> StorageError:
+    """A one-line message naming the path, for disk full, read-only and permission problems."""
+    reason = exc.strerror or type(exc).__name__
+    return StorageError(f"cannot write {exc.filename or path}: {reason}; predictions finished so far are kept")

@@ -15,7 +15,9 @@ def prewarm() -> None:
     and rich."""
     import yaml  # noqa: F401
 
-    from .scoring.report import Scorer, build_report, print_summary
+    from .pages.summary import print_summary
+    from .scoring.report import build_report
+    from .scoring.scorer import Scorer
 
     scorer = Scorer()
     scorer.add({"id": 0, "target": "YES", "reply": "ANSWER: YES", "error": None})

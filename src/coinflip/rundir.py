@@ -6,22 +6,38 @@ line is dropped on reopen, and a resumed run appends only what was missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from .config import BENCHMARK, safe_name
-from .errors import ConfigError
+from .errors import ConfigError, storage_error
 
 CONFIG_FILE = "configs/task_config.yaml"
-_OWN_LINE = re.compile(rb'^\{"id": (\d+), .*\}\n$', re.S)
+SUBSET_FILE = "configs/subset.json"
+REPEATS_MAX = 4096  # a sample is (question id, repeat): one int key, id * REPEATS_MAX + repeat
+_OWN_LINE = re.compile(rb'^\{"id": (\d+), (?:"repeat": (\d+), )?.*\}\n$', re.S)
+_FOLLOW_UP = b'"forced": {'  # a line that holds a forced answer, or waits for one
+
+
+def sample_key(question: int, repeat: int = 0) -> int:
+    return question * REPEATS_MAX + repeat
+
+
+def split_key(key: int) -> tuple[int, int]:
+    return divmod(key, REPEATS_MAX)
+
+
+def row_key(row: dict[str, Any]) -> int:
+    return sample_key(int(row["id"]), int(row.get("repeat") or 0))
 
 
 @dataclass(frozen=True)
@@ -62,7 +78,19 @@ class RunDir:
         return self.root / "logs" / "llama_server.log"
 
     @classmethod
-    def create(cls, work_dir: Path, model: str) -> RunDir:
+    def create(cls, work_dir: Path, model: str, no_timestamp: bool = False) -> RunDir:
+        """A new run directory; `no_timestamp` uses `work_dir` itself (EvalScope's no_timestamp)."""
+        if no_timestamp:
+            if (work_dir / CONFIG_FILE).exists():
+                raise ConfigError(
+                    f"{work_dir} already holds a run; resume it with --use-cache {work_dir} "
+                    "or choose another --work-dir"
+                )
+            try:
+                work_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create run directory {work_dir}: {exc.strerror}") from None
+            return cls(work_dir, model)
         stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
         for n in range(1000):
             root = work_dir / (stamp if n == 0 else f"{stamp}_{n}")
@@ -79,16 +107,43 @@ class RunDir:
     def open(cls, path: str | Path) -> RunDir:
         root = Path(path).expanduser()
         saved = load_saved_config(root)
-        return cls(root, str(saved["config"]["model"]))
+        config = saved["config"]
+        return cls(root, str(config.get("model_id") or config["model"]))
 
-    def save_config(self, config: dict[str, Any], fingerprint: dict[str, Any], samples: int) -> None:
-        """`samples` is how many the run asks for, so a report can say what never ran."""
-        import yaml
+    def save_config(self, data: dict[str, Any], readable: bool = True) -> None:
+        """Write the run's settings atomically. `readable=False` writes JSON (which YAML readers
+        read too) without importing PyYAML, so a new run is resumable from its first moment."""
+        if readable:
+            import yaml
 
-        data = {"config": config, "fingerprint": fingerprint, "samples": samples}
-        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-        text = yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True)
-        _atomic_write(self.config_file, text)
+            dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+            text = yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True)
+        else:
+            text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+        try:
+            _atomic_write(self.config_file, text)
+        except OSError as exc:
+            raise storage_error(self.config_file, exc) from None
+
+    def save_subset(self, ids: tuple[int, ...] | None) -> None:
+        path = self.root / SUBSET_FILE
+        try:
+            if ids is None:
+                path.unlink(missing_ok=True)
+            else:
+                _atomic_write(path, json.dumps(list(ids)))
+        except OSError as exc:
+            raise storage_error(path, exc) from None
+
+    def subset(self) -> frozenset[int] | None:
+        """The question ids a run with a drawn subset asked; None: the first `samples` questions."""
+        path = self.root / SUBSET_FILE
+        if not path.is_file():
+            return None
+        try:
+            return frozenset(int(i) for i in json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError):
+            raise ConfigError(f"{path}: not a list of question ids") from None
 
 
 def load_saved_config(root: Path) -> dict[str, Any]:
@@ -99,9 +154,16 @@ def load_saved_config(root: Path) -> dict[str, Any]:
         raise ConfigError(f"{root} is not a coinflip run directory (no {CONFIG_FILE})")
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError:
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
         raise ConfigError(f"{path}: not valid YAML") from None
-    if not isinstance(data, dict) or "config" not in data or "fingerprint" not in data:
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("config"), dict)
+        or not isinstance(data.get("fingerprint"), dict)
+        or not data["config"].get("model")
+    ):
         raise ConfigError(f"{path}: not a coinflip task config")
     return data
 
@@ -110,13 +172,20 @@ def load_saved_config(root: Path) -> dict[str, Any]:
 class PredictionIndex:
     """Where the line that counts for each sample starts: `offset` for a reply, `~offset` for an error.
 
-    Plain ints keep it small: a million samples cost tens of MB, and no row is held.
+    Keys are `sample_key(id, repeat)`. `waiting` holds the samples whose reply is kept but whose
+    forced answer is still owed (never asked, or it failed). Plain ints keep it small: a million
+    samples cost tens of MB, and no row is held.
     """
 
     where: dict[int, int]
     lines: int
+    waiting: set[int] = field(default_factory=set)
 
     def ok(self, key: int) -> bool:
+        return self.where.get(key, -1) >= 0 and key not in self.waiting
+
+    def replied(self, key: int) -> bool:
+        """A reply is kept (a forced answer may still be owed)."""
         return self.where.get(key, -1) >= 0
 
     def start(self, key: int) -> int:
@@ -125,36 +194,60 @@ class PredictionIndex:
         return offset if offset >= 0 else ~offset
 
 
+ERROR, WAITING, DONE = 0, 1, 2  # how far a line got; a later line wins unless it got less far
+
+
+def _state(row: dict[str, Any]) -> int:
+    if row.get("error") is not None:
+        return ERROR
+    forced = row.get("forced")
+    if isinstance(forced, dict) and (forced.get("pending") or forced.get("error") is not None):
+        return WAITING
+    return DONE
+
+
 def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
-    """One pass over the file. A later line for an id wins unless it is an error and the earlier
-    one is not; `repair` cuts a half-written last line (a crash mid-write) before appending."""
-    where: dict[int, int] = {}
-    lines = 0
+    """One pass over the file; `repair` cuts a half-written last line (a crash mid-write) before appending."""
+    index = PredictionIndex({}, 0)
     if not path.exists():
-        return PredictionIndex(where, 0)
-    with path.open("r+b" if repair else "rb") as handle:
-        offset = 0
-        for line in handle:
-            if not line.endswith(b"\n"):
-                if repair:
-                    handle.truncate(offset)
-                break
-            lines += 1
-            found = _OWN_LINE.match(line)  # fast path for lines this module wrote: id first, error last
-            if found and line.endswith(b'"error": null}\n'):
-                key, ok = int(found[1]), True
-            else:
-                try:
-                    row = json.loads(line)
-                    key, ok = int(row["id"]), row.get("error") is None
-                except (ValueError, KeyError, TypeError):
-                    offset += len(line)
-                    continue
-            old = where.get(key)
-            if old is None or ok or old < 0:
-                where[key] = offset if ok else ~offset
-            offset += len(line)
-    return PredictionIndex(where, lines)
+        return index
+    try:
+        with path.open("r+b" if repair else "rb") as handle:
+            offset = 0
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    if repair:
+                        handle.truncate(offset)
+                    break
+                index.lines += 1
+                _note(index, line, offset)
+                offset += len(line)
+    except OSError as exc:
+        if repair:
+            raise storage_error(path, exc) from None
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    return index
+
+
+def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
+    found = _OWN_LINE.match(line)  # fast path for lines this module wrote: id first, error last
+    if found and line.endswith(b'"error": null}\n') and _FOLLOW_UP not in line:
+        key, state = sample_key(int(found[1]), int(found[2] or 0)), DONE
+    else:
+        try:
+            row = json.loads(line)
+            key, state = row_key(row), _state(row)
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return
+    old = index.where.get(key)
+    old_state = ERROR if old is None or old < 0 else WAITING if key in index.waiting else DONE
+    if old is not None and state < old_state:
+        return
+    index.where[key] = ~offset if state == ERROR else offset
+    if state == WAITING:
+        index.waiting.add(key)
+    else:
+        index.waiting.discard(key)
 
 
 def compact_predictions(path: Path) -> PredictionIndex:
@@ -170,20 +263,26 @@ def compact_predictions(path: Path) -> PredictionIndex:
         position = 0
         for key, offset in zip(keys, offsets, strict=True):
             line = _line_at(src, offset)
-            where[key] = position if index.ok(key) else ~position
+            where[key] = position if index.replied(key) else ~position
             position += len(line)
             yield line
 
     _rewrite(path, in_order)
-    return PredictionIndex(where, len(where))
+    return PredictionIndex(where, len(where), index.waiting)
 
 
 def _rewrite(path: Path, lines: Callable[[BinaryIO], Iterable[bytes]]) -> None:
-    """Replace `path` with the lines `lines` picks out of it, through a temporary file."""
+    """Replace `path` with the lines `lines` picks out of it, through a temporary file; on a full
+    or read-only disk the original stays as it was."""
     tmp = path.with_name(path.name + ".tmp")
-    with path.open("rb") as src, tmp.open("wb", buffering=1 << 20) as dst:  # a write call per megabyte
-        dst.writelines(lines(src))
-    os.replace(tmp, path)
+    try:
+        with path.open("rb") as src, tmp.open("wb", buffering=1 << 20) as dst:  # a write call per megabyte
+            dst.writelines(lines(src))
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise storage_error(tmp if exc.filename == str(tmp) else path, exc) from None
 
 
 def _line_at(src: BinaryIO, offset: int) -> bytes:
@@ -203,14 +302,21 @@ def _line_at(src: BinaryIO, offset: int) -> bytes:
 
 
 def iter_predictions(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
+    """Every row of a predictions file that parses as a JSON object; anything else is passed over."""
+    with path.open(encoding="utf-8", errors="surrogateescape") as handle:
         for line in handle:
-            if line.endswith("\n"):
-                yield json.loads(line)
+            if not line.endswith("\n"):
+                continue
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(row, dict):
+                yield row
 
 
 def read_predictions(path: Path) -> dict[int, dict[str, Any]]:
-    """All counting predictions in memory, by id (for small jobs such as compare)."""
+    """All counting predictions in memory, by sample key (for small jobs such as compare)."""
     if not path.exists():
         return {}
     index = index_predictions(path)
@@ -221,47 +327,82 @@ def read_predictions(path: Path) -> dict[int, dict[str, Any]]:
     return found
 
 
+def _dumps(row: dict[str, Any]) -> bytes:
+    """One JSON line; never NaN or Infinity (not JSON), never a crash on half a surrogate pair."""
+    try:
+        text = json.dumps(row, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a non-finite number slipped through: it becomes null
+        return _dumps(_finite(row))
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # half a surrogate pair from the server: keep it as a \u escape
+        return (json.dumps(row, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 class PredictionWriter:
     """Appends one JSON line per finished sample; `flush` hands them to the OS (the runner does so
     for every batch of replies that land together, before the next turn of the event loop).
 
     It keeps where each line starts (`offsets`, 8 bytes a sample), so a file it wrote whole can
-    be put in id order without reading it again (`compact_written`).
+    be put in id order without reading it again (`compact_written`). A full or read-only disk
+    ends in StorageError naming the file; what was flushed before stays.
     """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle: BinaryIO = path.open("ab")
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle: BinaryIO = path.open("ab")
+        except OSError as exc:
+            raise storage_error(path, exc) from None
         self._position = self._handle.tell()
         self.offsets = array("q")
 
     def write(self, row: dict[str, Any]) -> None:
-        try:
-            line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
-        except UnicodeEncodeError:  # half a surrogate pair from the server: keep it as a \u escape
-            line = (json.dumps(row) + "\n").encode("utf-8")
+        line = _dumps(row)
         self.offsets.append(self._position)
         self._position += len(line)
-        self._handle.write(line)
+        try:
+            self._handle.write(line)
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
 
     def flush(self) -> None:
-        self._handle.flush()
+        try:
+            self._handle.flush()
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
 
     def close(self) -> None:
-        self._handle.close()
+        """Close; a failed final flush cuts the file back to its last whole line."""
+        try:
+            self._handle.close()
+        except OSError:
+            with contextlib.suppress(OSError):
+                index_predictions(self.path, repair=True)
 
 
-def compact_written(path: Path, ids: array[int], offsets: array[int]) -> None:
-    """Put a file that one PredictionWriter wrote whole (a fresh run) in id order, from the
-    writer's record of where each line starts and the ids written there, in that order:
+def compact_written(path: Path, keys: array[int], offsets: array[int]) -> None:
+    """Put a file that one PredictionWriter wrote whole (a fresh run) in key order, from the
+    writer's record of where each line starts and the keys written there, in that order:
     no index pass, and arrays instead of a dict."""
     import numpy as np
 
-    keys = np.frombuffer(ids, dtype=np.int32)
-    if bool((keys[1:] > keys[:-1]).all()):
+    ordered = np.frombuffer(keys, dtype=np.int64)
+    if bool((ordered[1:] > ordered[:-1]).all()):
         return
-    order = np.argsort(keys, kind="stable")
-    if bool((keys[order[1:]] == keys[order[:-1]]).any()):  # cannot happen in a fresh run
+    order = np.argsort(ordered, kind="stable")
+    if bool((ordered[order[1:]] == ordered[order[:-1]]).any()):  # a sample written twice (a forced answer)
         compact_predictions(path)
         return
     starts = np.frombuffer(offsets, dtype=np.int64)

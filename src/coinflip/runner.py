@@ -1,29 +1,38 @@
 """The runner: the one place that knows the order of the stages.
 
-dataset -> prompts -> model -> (predictions on disk) -> extract -> score -> report
+config -> plan (data, subset, prompts; nothing on disk yet) -> run directory -> model ->
+(predictions on disk) -> extract -> score -> report -> pages
+
+A run directory is resumable from the moment it exists: its settings are written when it is
+made. SIGTERM and SIGHUP stop a run as Ctrl-C does: what finished is kept, a local server is
+stopped, and the exit code is 1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import shutil
+import signal
+import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice
-from .data import prompts
-from .data.load import Dataset, Record, load_dataset
-from .errors import ConfigError, DataError, RunIncomplete
-from .models import Reply, Request, open_model, serve_local
+from .errors import CoinflipError, ConfigError, DataError, RunIncomplete
+from .models import Reply, Request, is_local, open_model, serve_local
 from .models.predict import run_requests
+from .plan import Plan, forced_text, prepare, provenance
 from .prewarm import PREWARM_AFTER_S, prewarm
 from .progress import Progress
 from .rundir import (
+    PredictionIndex,
     PredictionWriter,
     RunDir,
     compact_predictions,
@@ -31,110 +40,101 @@ from .rundir import (
     index_predictions,
     iter_predictions,
     load_saved_config,
+    sample_key,
+    split_key,
 )
+from .scoring.calibration import answer_window
+from .scoring.extract import extract_answer
 
 if TYPE_CHECKING:
-    from .scoring.report import Scorer
+    from .scoring.scorer import Scorer
 
 log = logging.getLogger("coinflip")
-FINGERPRINT_KEYS = ("model", "few_shot_num", "few_shot_seed", "system_prompt", "generation_config", "api_mode")
+NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet")  # never taken from a saved run
 
 
-def run_task(task_cfg: TaskConfig | dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
-    """Evaluate a model on CoinFlip and return the report (EvalScope's `run_task`, same call)."""
-    config = as_config(task_cfg, kwargs)
-    dataset = load_dataset(config.split, config.dataset_path, config.dataset_hub)
-    selected = dataset.take(config.limit)
-    builder = RequestBuilder(config, few_shot_pool(config))
-    run, save_config = open_run(config, make_fingerprint(config, dataset), len(selected))
+def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
+    """Evaluate a model on CoinFlip and return the report (EvalScope's `run_task`, same call).
+
+    `task_cfg` is a TaskConfig, a dict, a path to a YAML or JSON file of one, or a list of
+    those; a list returns a list of reports.
+    """
+    from .configfile import as_configs
+
+    configs = as_configs(task_cfg, kwargs)
+    reports = [run_one(config) for config in configs]
+    return reports if isinstance(task_cfg, list) else reports[0]
+
+
+def run_one(config: TaskConfig) -> dict[str, Any]:
+    config = resume_settings(config)
+    for note in config.notes():
+        print(f"note: {note}", file=sys.stderr)
+    plan = prepare(config)
+    run, fresh = open_run(plan)
     handler = _attach_log(run.log)
     try:
-        log.info("run %s: %d samples, model %s", run.root, len(selected), config.model)
-        live = generate(config, run, selected, builder, save_config)
-        return finish(run, config.metric_compat, show=not config.quiet, live=live)
+        log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
+        with _stop_on_signals():
+            live = generate(plan, run, fresh)
+        report = finish(run, config.metric_compat, show=not config.quiet, live=live)
+        _refresh_index(run)
+        return report
+    except CoinflipError as exc:
+        log.error("%s", exc)
+        if fresh and exc.exit_code == 2:
+            _discard(run, config)
+        raise
     finally:
         log.removeHandler(handler)
         handler.close()
 
 
-def as_config(task_cfg: TaskConfig | dict[str, Any] | None, kwargs: dict[str, Any]) -> TaskConfig:
-    if isinstance(task_cfg, TaskConfig):
-        return task_cfg
-    values = {**(task_cfg or {}), **kwargs}
-    unknown = sorted(set(values) - set(TaskConfig.field_names()))
-    if unknown:
-        raise ConfigError(f"unknown TaskConfig field(s) {unknown}; known: {', '.join(TaskConfig.field_names())}")
-    if "model" not in values:
-        raise ConfigError("TaskConfig needs model=...")
-    return TaskConfig(**values)
-
-
-def few_shot_pool(config: TaskConfig) -> list[Record]:
-    if config.few_shot_num == 0:
-        return []
-    if config.dataset_path and not Path(config.dataset_path).is_dir():
-        raise ConfigError(
-            "few-shot examples come from a validation split: give --dataset-path a directory holding "
-            "test.* and validation.*, or use --few-shot-num 0"
-        )
-    pool = load_dataset("validation", config.dataset_path, config.dataset_hub).records
-    if len(pool) <= config.few_shot_num:
-        raise ConfigError(f"few_shot_num {config.few_shot_num} needs more than {len(pool)} validation rows")
-    return list(pool)
-
-
-class RequestBuilder:
-    """Turns records into prompts: few-shot candidates are drawn once, so every question sees the same ones."""
-
-    def __init__(self, config: TaskConfig, pool: Sequence[Record]) -> None:
-        self.count = config.few_shot_num
-        self.system_prompt = config.system_prompt
-        self.candidates = prompts.choose_examples(pool, config.few_shot_num, config.few_shot_seed)
-
-    def __call__(self, record: Record) -> Request:
-        examples = prompts.examples_for(record.question, self.candidates, self.count)
-        prompt = prompts.build_prompt(record.question, examples)
-        return Request(record.id, prompt, record.question, prompts.to_messages(prompt, self.system_prompt))
-
-
-def make_fingerprint(config: TaskConfig, dataset: Dataset) -> dict[str, Any]:
-    """What must match for saved predictions to be reused (the data, prompts, model, generation)."""
-    settings = {k: getattr(config, k) for k in FINGERPRINT_KEYS}
-    return {"dataset": dataset.source, **settings}
-
-
-def open_run(config: TaskConfig, fingerprint: dict[str, Any], samples: int) -> tuple[RunDir, Callable[[], None]]:
-    """The run directory, and how to write its config. A fresh run writes it just before its
-    first prediction, off the path to the first request (PyYAML takes 25 ms to import); a
-    resumed run has read it already and writes it back at once."""
+def resume_settings(config: TaskConfig) -> TaskConfig:
+    """`--use-cache RUN_DIR` alone resumes with the run's saved settings; what is given, and
+    differs from the default, is kept (and must still match the run's fingerprint)."""
     if not config.use_cache:
-        run = RunDir.create(Path(config.work_dir).expanduser(), config.name)
-        return run, _once(lambda: run.save_config(config.redacted(), fingerprint, samples))
+        return config
+    saved = load_saved_config(Path(config.use_cache).expanduser())["config"]
+    defaults = TaskConfig(model="-")
+    merged = {}
+    for f in fields(TaskConfig):
+        current = getattr(config, f.name)
+        unchanged = current == getattr(defaults, f.name) or (f.name == "model" and current is None)
+        take = f.name in saved and f.name not in NOT_CARRIED and unchanged
+        merged[f.name] = saved[f.name] if take else current
+    merged["dataset_args"] = None  # already folded into the saved fields
+    return TaskConfig(**merged)
+
+
+def open_run(plan: Plan) -> tuple[RunDir, bool]:
+    """The run directory, with its settings on disk from the first moment; and whether it is new."""
+    config = plan.config
+    content = {
+        "config": config.redacted(),
+        "fingerprint": plan.fingerprint,
+        "samples": plan.samples,
+        "subset": plan.subset.describe(),
+        "provenance": provenance(),
+    }
+    if not config.use_cache:
+        run = RunDir.create(Path(config.work_dir).expanduser(), config.name, config.no_timestamp)
+        run.save_config(content, readable=False)  # JSON, which YAML reads: no PyYAML on the way to the first request
+        run.save_subset(plan.subset.ids)
+        return run, True
     root = Path(config.use_cache).expanduser()
-    previous = load_saved_config(root)
-    saved = previous["fingerprint"]
+    saved = load_saved_config(root)
     differences = [
-        f"{key}: saved {saved.get(key)!r}, now {fingerprint.get(key)!r}"
-        for key in fingerprint
-        if _comparable(saved.get(key)) != _comparable(fingerprint.get(key))
+        f"{key}: saved {saved['fingerprint'].get(key)!r}, now {plan.fingerprint.get(key)!r}"
+        for key in plan.fingerprint
+        if key in saved["fingerprint"] and _comparable(saved["fingerprint"][key]) != _comparable(plan.fingerprint[key])
     ]
     if differences:
         raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
     run = RunDir.open(root)
-    run.save_config(previous["config"], saved, samples)
-    return run, lambda: None
-
-
-def _once(action: Callable[[], None]) -> Callable[[], None]:
-    done = False
-
-    def once() -> None:
-        nonlocal done
-        if not done:
-            action()
-            done = True
-
-    return once
+    run.save_config(content)
+    run.save_subset(plan.subset.ids)
+    return run, False
 
 
 def _comparable(value: Any) -> Any:
@@ -144,83 +144,206 @@ def _comparable(value: Any) -> Any:
     return value
 
 
+def _discard(run: RunDir, config: TaskConfig) -> None:
+    """A run that never got going (a wrong endpoint, a bad setting found late) leaves nothing behind."""
+    if run.predictions.exists() and run.predictions.stat().st_size:
+        return
+    if not config.no_timestamp:
+        shutil.rmtree(run.root, ignore_errors=True)
+        return
+    for path in (run.config_file, run.root / "configs" / "subset.json", run.log, run.server_log):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    for folder in ("configs", "logs", "predictions"):
+        with contextlib.suppress(OSError):
+            for empty in sorted((run.root / folder).glob("**/"), reverse=True):
+                empty.rmdir()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request's worth of work: a first request (`saved` None) or a forced follow-up."""
+
+    record: Any
+    saved: dict[str, Any] | None = None
+
+
 @dataclass
 class Live:
     """What a fresh run gathered as its replies landed: their scores, and where each line went."""
 
-    scorer: Scorer  # its ids are in the order the lines were written
+    scorer: Scorer
+    keys: array[int]  # in the order the lines were written
     offsets: array[int]
 
 
-def generate(
-    config: TaskConfig, run: RunDir, selected: Dataset, build: RequestBuilder, save_config: Callable[[], None]
-) -> Live | None:
-    """Send what has no reply yet; each reply is appended to the predictions file as it lands,
-    after the run's config (`save_config` writes it once).
+def pending(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
+    """Requests still owed, in question order: whole requests with a choice missing or failed,
+    and forced follow-ups whose first reply is kept."""
+    build, n = plan.build, plan.build.choices
+    waiting = sorted(index.waiting)
+    handle = run.predictions.open("rb") if waiting else None
+    try:
+        for record in plan.dataset:
+            for draw in range(plan.config.repeats):
+                keys = [sample_key(record.id, draw * n + i) for i in range(n)]
+                if not all(index.replied(k) for k in keys):
+                    yield Job(record), build(record, draw)
+                    continue
+                for key in keys:
+                    if key in index.waiting and handle is not None:
+                        row = _saved_row(handle, index, key)
+                        request = build(record, draw)
+                        yield Job(record, row), build.forced(request, row.get("reply") or "", split_key(key)[1])
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+def _saved_row(handle: Any, index: PredictionIndex, key: int) -> dict[str, Any]:
+    import json
+
+    from .rundir import _line_at
+
+    row: dict[str, Any] = json.loads(_line_at(handle, index.start(key)))
+    return row
+
+
+def count_owed(plan: Plan, index: PredictionIndex) -> int:
+    n = plan.build.choices
+    owed = 0
+    for record in plan.dataset:
+        for draw in range(plan.config.repeats):
+            keys = [sample_key(record.id, draw * n + i) for i in range(n)]
+            if not all(index.replied(k) for k in keys):
+                owed += 1
+            else:
+                owed += sum(k in index.waiting for k in keys)
+    return owed
+
+
+def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
+    """Send what has no reply yet; each reply is appended to the predictions file as it lands.
 
     A fresh run also scores each reply as it lands, so the report is ready with the last reply;
     a resumed one returns None and is scored from the file.
     """
+    config = plan.config
     index = index_predictions(run.predictions, repair=True)
-    todo = len(selected) - sum(1 for k in index.where if k < len(selected) and index.ok(k))
-    log.info("%d of %d samples already done; sending %d", len(selected) - todo, len(selected), todo)
+    todo = count_owed(plan, index)
+    log.info("%d of %d samples already done; sending %d requests", plan.samples - len(index.where), plan.samples, todo)
     if not todo:
-        save_config()
         return None
-    live = index.lines == 0
+    live = fresh and index.lines == 0
     scorer: Scorer | None = None
-    work = ((record, build(record)) for record in selected if not index.ok(record.id))
+    keys = array("q")
     writer = PredictionWriter(run.predictions)
-    progress = Progress(
-        todo, f"coin_flip {config.name}", False if config.quiet and config.progress is None else config.progress
-    )
+    shown = False if config.quiet and config.progress is None else config.progress
+    progress = Progress(todo, f"coin_flip {config.name}", shown)
     started = time.perf_counter()
+    completions = config.api_mode == "completions"
 
-    def on_replies(landed: list[tuple[Record, Request, Reply]]) -> None:
+    def on_replies(landed: list[tuple[Job, Request, Reply]]) -> None:
         nonlocal scorer
-        save_config()
         if live and scorer is None:  # imported here, once the first requests are out
-            from .scoring.report import Scorer
+            from .scoring.scorer import Scorer
 
-            scorer = Scorer()
-        for record, request, reply in landed:
-            row = prediction_row(request, record, reply)
-            writer.write(row)
-            if scorer is not None:
-                scorer.add(row)
+            scorer = Scorer(compat=config.metric_compat)
+        finished = 0
+        for job, request, reply in landed:
+            if job.saved is None:
+                rows = first_rows(job.record, request, reply, plan.build.choices, config.force_answer)
+                finished += 1
+            else:
+                rows = [forced_row(job.saved, reply, completions)]
+                finished += 1
+            for row in rows:
+                writer.write(row)
+                keys.append(sample_key(row["id"], row["repeat"]))
+                if scorer is not None and not _waiting(row):
+                    scorer.add(row)
             if reply.error:
                 log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
         writer.flush()
-        progress.advance(len(landed))
+        progress.advance(finished)
 
+    def follow_up(job: Job, request: Request, reply: Reply) -> list[tuple[Job, Request]]:
+        if not config.force_answer or job.saved is not None or reply.error:
+            return []
+        out = []
+        for i, choice in enumerate([reply, *reply.more]):
+            if extract_answer(choice.text) is None:
+                row = prediction_row(job.record, request.repeat + i, request, choice)
+                out.append((Job(job.record, row), plan.build.forced(request, choice.text or "", request.repeat + i)))
+        return out
+
+    endpoint_concurrency = _concurrency(config)
     try:
-        with serve_local(config, run.server_log) as urls:
-            asyncio.run(_send(config, urls, work, on_replies))
-    except KeyboardInterrupt:
+        with serve_local(config, run.server_log) as endpoint:
+            concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
+            work = pending(plan, run, index)
+            asyncio.run(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up))
+    except KeyboardInterrupt as exc:
         raise RunIncomplete(
-            f"interrupted: {progress.done} new predictions kept in {run.root}; resume with --use-cache {run.root}"
+            f"{_stopped_by(exc)}: {progress.done} new predictions kept in {run.root}; "
+            f"resume with: coinflip eval --use-cache {run.root}"
         ) from None
     finally:
         progress.close()
         writer.close()
-        save_config()  # also when no reply ever landed
         log.info("sent %d requests in %.2f s", progress.done, time.perf_counter() - started)
-    return Live(scorer, writer.offsets) if scorer is not None else None
+    return Live(scorer, keys, writer.offsets) if scorer is not None else None
+
+
+def _concurrency(config: TaskConfig) -> int:
+    """Requests in flight: the user's number, or 32; a local llama.cpp server gets its slots."""
+    if config.eval_batch_size is not None:
+        if is_local(config) and config.eval_batch_size > 1:
+            print("note: llama.cpp serves one request at a time; sending them one by one", file=sys.stderr)
+        return config.eval_batch_size
+    return DEFAULT_BATCH
 
 
 async def _send(
-    config: TaskConfig, urls: list[str] | None, pending: Iterable[tuple[Record, Request]], on_replies: Any
+    plan: Plan,
+    urls: list[str] | None,
+    concurrency: int,
+    work: Iterator[tuple[Job, Request]],
+    on_replies: Any,
+    follow_up: Any,
 ) -> None:
-    async with open_model(config, urls) as model:
+    async with open_model(plan.config, urls, plan.generation, concurrency) as model:
         # imports hold the GIL: start them once the first wave of requests is on the wire
         thread = threading.Thread(target=prewarm, daemon=True)
         asyncio.get_running_loop().call_later(PREWARM_AFTER_S, thread.start)
-        await run_requests(model, pending, config.eval_batch_size or DEFAULT_BATCH, on_replies)
+        await run_requests(model, work, concurrency, on_replies, follow_up)
 
 
-def prediction_row(request: Request, record: Record, reply: Reply) -> dict[str, Any]:
-    return {
+def _waiting(row: dict[str, Any]) -> bool:
+    forced = row.get("forced")
+    return isinstance(forced, dict) and bool(forced.get("pending"))
+
+
+def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[dict[str, Any]]:
+    """One row per choice; a choice the server did not return is an error row (resumed later)."""
+    got = [reply, *reply.more][:choices] if reply.error is None else [reply] * choices
+    rows = []
+    for i in range(choices):
+        if i < len(got):
+            row = prediction_row(record, request.repeat + i, request, got[i])
+        else:
+            missing = Reply(None, error=f"the server returned {len(got)} of n={choices} choices; use --repeats")
+            row = prediction_row(record, request.repeat + i, request, missing)
+        if force and row["error"] is None and extract_answer(row["reply"]) is None:
+            row["forced"] = {"pending": True}
+        rows.append(row)
+    return rows
+
+
+def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> dict[str, Any]:
+    row = {
         "id": record.id,
+        "repeat": repeat,
         "target": record.answer,
         "people": record.people,
         "flips": record.flips,
@@ -232,8 +355,36 @@ def prediction_row(request: Request, record: Record, reply: Reply) -> dict[str, 
         "usage": reply.usage,
         "latency_s": round(reply.latency_s, 6),
         "attempts": reply.attempts,
+    }
+    if reply.ttft_s is not None:
+        row["ttft_s"] = round(reply.ttft_s, 6)
+    window = answer_window(reply.logprobs)
+    if window is not None:
+        row["answer_logprobs"] = window
+    if reply.status is not None and reply.error is not None:
+        row["status"] = reply.status
+    row["error"] = reply.error
+    return row
+
+
+def forced_row(saved: dict[str, Any], reply: Reply, completions: bool) -> dict[str, Any]:
+    """The first reply's row again, now holding the forced answer (a later line wins on resume)."""
+    forced: dict[str, Any] = {
+        "reply": forced_text(reply, completions),
+        "finish_reason": reply.finish_reason,
+        "usage": reply.usage,
+        "latency_s": round(reply.latency_s, 6),
+        "attempts": reply.attempts,
         "error": reply.error,
     }
+    logprobs = reply.logprobs
+    if logprobs and completions:  # the cue is part of the answer line, though not of the reply
+        logprobs = [{"token": "ANSWER:", "logprob": 0.0, "top": {}}, *logprobs]
+    window = answer_window(logprobs)
+    if window is not None:
+        forced["answer_logprobs"] = window
+    row = {k: v for k, v in saved.items() if k not in ("forced", "error")}
+    return {**row, "forced": forced, "error": saved.get("error")}
 
 
 def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None) -> dict[str, Any]:
@@ -241,36 +392,52 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
 
     Without `live` results from a fresh run, the saved predictions are read back and scored.
     """
+    from .errors import storage_error
     from .pages.run_page import write_html
-    from .scoring.report import build_report, print_summary, write_report
+    from .pages.summary import print_summary
+    from .scoring.report import build_report, write_report
 
     saved = load_saved_config(run.root)
-    if live is not None:
+    if run.config_file.read_bytes()[:1] == b"{":  # written as JSON when the run began: now for people
+        run.save_config(saved)
+    if live is not None and len(live.scorer) == len(live.keys):
         scorer = live.scorer
-        compact_written(run.predictions, scorer.ids, live.offsets)
+        compact_written(run.predictions, live.keys, live.offsets)
     else:
-        scorer = _score_saved(run, int(saved.get("samples") or 0))
-    run.reviews.parent.mkdir(parents=True, exist_ok=True)
-    with run.reviews.open("w", encoding="utf-8") as reviews:
-        scorer.write_reviews(reviews)
+        scorer = _score_saved(run, saved, compat)
+    try:
+        run.reviews.parent.mkdir(parents=True, exist_ok=True)
+        with run.reviews.open("w", encoding="utf-8") as reviews:
+            scorer.write_reviews(reviews)
+    except OSError as exc:
+        raise storage_error(run.reviews, exc) from None
     report = build_report(saved, run.root.name, scorer, compat)
     write_report(run.report_json, report)
     if saved["config"].get("html_report", True):
-        write_html(run.report_html, report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
+        write_html(run.report_html, report, scorer)
     if show:
         print_summary(report, run.root)
+        if not report["complete"] and not report.get("errors_ignored"):
+            print(f"resume with: coinflip eval --use-cache {run.root}", file=sys.stderr)
     return report
 
 
-def _score_saved(run: RunDir, expected: int) -> Scorer:
-    from .scoring.report import Scorer
+def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
+    from .scoring.scorer import Scorer
 
     if not compact_predictions(run.predictions).where:
         raise DataError(f"{run.predictions}: no predictions to score")
-    scorer = Scorer()
+    subset = run.subset()
+    questions = int((saved.get("subset") or {}).get("count") or 0)
+    scorer = Scorer(compat=compat)
     for p in iter_predictions(run.predictions):
-        if not expected or p["id"] < expected:
-            scorer.add(p)
+        if _waiting(p) or not isinstance(p.get("id"), int):
+            continue
+        if subset is not None and p["id"] not in subset:
+            continue
+        if subset is None and questions and p["id"] >= questions:
+            continue
+        scorer.add(p)
     return scorer
 
 
@@ -279,12 +446,62 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
     run = RunDir.open(run_dir)
     compat = metric_compat or load_saved_config(run.root)["config"].get("metric_compat", "coinflip")
     check_choice("metric_compat", compat, METRIC_COMPATS)
-    return finish(run, compat, show)
+    report = finish(run, compat, show)
+    _refresh_index(run)
+    return report
+
+
+def _refresh_index(run: RunDir) -> None:
+    """Keep the work directory's index page current; a failure there never fails the run."""
+    import importlib
+
+    try:
+        index = importlib.import_module(".pages.index", __package__)
+    except ImportError:
+        return
+    refresh = getattr(index, "refresh", None)
+    if refresh is not None:
+        try:
+            refresh(run.root.parent)
+        except Exception as exc:  # the index is a convenience: log and go on
+            log.warning("index not refreshed: %s", exc)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled as Ctrl-C is."""
+
+
+def _stopped_by(exc: BaseException) -> str:
+    return f"stopped by {exc.args[0]}" if isinstance(exc, Interrupted) and exc.args else "interrupted"
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the run like Ctrl-C: finished predictions kept, servers stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _attach_log(path: Path) -> logging.Handler:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError:
+        handler = logging.NullHandler()  # a read-only run dir: rescore still reports what it can
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)

@@ -14,9 +14,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DataError
+
+if TYPE_CHECKING:
+    from .sampling import Subset
 
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
@@ -48,10 +51,21 @@ class Dataset:
     count: int
     rows: tuple[Record, ...] | None = None
     path: Path | None = None
+    ids: tuple[int, ...] | None = None  # a drawn subset (sorted row ids); None: the first `count` rows
 
     def __iter__(self) -> Iterator[Record]:
         rows: Iterable[Record] = self.rows if self.rows is not None else _stream(self.path)  # type: ignore[arg-type]
-        yield from islice(rows, self.count)
+        if self.ids is None:
+            yield from islice(rows, self.count)
+            return
+        wanted = iter(self.ids)
+        next_id = next(wanted, None)
+        for record in rows:
+            if next_id is None:
+                return
+            if record.id == next_id:
+                yield record
+                next_id = next(wanted, None)
 
     def __len__(self) -> int:
         return self.count
@@ -60,12 +74,12 @@ class Dataset:
     def records(self) -> tuple[Record, ...]:
         return tuple(self)
 
-    def take(self, limit: int | float | None) -> Dataset:
-        """The first `limit` rows (a count, or a fraction of the set)."""
-        if limit is None:
-            return self
-        count = max(1, round(self.count * limit)) if isinstance(limit, float) else int(limit)
-        return replace(self, count=min(count, self.count))
+    def take(self, limit: int | float | None, mode: str = "first", seed: int = 0) -> tuple[Dataset, Subset]:
+        """The rows a limit asks for (see sampling.py), and how they were drawn."""
+        from .sampling import choose
+
+        subset = choose(self, self.count, limit, mode, seed)
+        return replace(self, count=subset.count, ids=subset.ids), subset
 
 
 def make_record(index: int, question: Any, answer: Any, where: str) -> Record:
@@ -75,10 +89,18 @@ def make_record(index: int, question: Any, answer: Any, where: str) -> Record:
     if label in ("TRUE", "FALSE"):
         label = "YES" if label == "TRUE" else "NO"
     if label not in ("YES", "NO"):
-        raise DataError(f"{where}: answer must be yes or no, got {answer!r}")
+        raise DataError(f"{where}: answer must be yes or no, got {_short(answer)}")
     text = question.strip()
     flips = len(_FLIPS.findall(text))
     return Record(index, text, label, flips + len(_KEEPS.findall(text)), flips)
+
+
+def _short(value: Any) -> str:
+    """A value fit for a one-line message, however large."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 64:
+        return "a very long number"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def rows_sha256(records: Iterable[Record]) -> str:
@@ -108,6 +130,8 @@ def _read_json(path: Path) -> Iterable[Any]:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting thousands deep
+        raise DataError(f"{path}: not usable JSON ({_why(exc)})") from None
     if isinstance(data, dict) and isinstance(data.get("examples"), list):
         return list(data["examples"])
     if isinstance(data, list):
@@ -124,6 +148,8 @@ def _read_jsonl(path: Path) -> Iterator[Any]:
                 yield json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path}: row {number}: invalid JSON: {exc.msg}") from None
+            except (ValueError, RecursionError) as exc:
+                raise DataError(f"{path}: row {number}: not usable JSON ({_why(exc)})") from None
 
 
 def _read_csv(path: Path) -> Iterator[Any]:
@@ -146,14 +172,24 @@ def _read_parquet(path: Path) -> list[Any]:
         raise DataError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
 
 
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc).split(";")[0][:120] or type(exc).__name__
+
+
 READERS = {".json": _read_json, ".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
 
 
 def _checked(path: Path) -> Path:
     if path.suffix.lower() not in READERS:
         raise DataError(f"{path}: unknown format {path.suffix or '(none)'}; use one of {', '.join(FORMATS)}")
+    try:
+        path.stat()
+    except OSError as exc:  # missing, a link loop, a name too long
+        raise DataError(f"{path}: {'no such file' if exc.errno == 2 else exc.strerror}") from None
     if not path.is_file():
-        raise DataError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+        raise DataError(f"{path}: not a file")
     return path
 
 
@@ -163,6 +199,8 @@ def _stream(path: Path) -> Iterator[Record]:
         yield from _iter_records(READERS[path.suffix.lower()](path), path)
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
+    except csv.Error as exc:
+        raise DataError(f"{path}: not readable CSV ({exc})") from None
     except PermissionError:
         raise DataError(f"{path}: permission denied") from None
     except OSError as exc:
@@ -178,15 +216,24 @@ def load_file(path: str | Path) -> list[Record]:
     return records
 
 
+def _candidates(directory: Path) -> list[Path]:
+    """The directory's own files, and those of its `data/` folder (the hubs' layout): never a
+    whole tree, so `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
+    found: list[Path] = []
+    for folder in (directory, directory / "data"):
+        try:
+            entries = sorted(folder.iterdir()) if folder.is_dir() else []
+        except OSError as exc:
+            raise DataError(f"{folder}: cannot list ({exc.strerror})") from None
+        found.extend(p for p in entries if p.suffix.lower() in FORMATS and p.is_file())
+    return found
+
+
 def split_file(directory: Path, split: str) -> Path:
     """The file for `split` in a directory: test.jsonl, data/test-00000-of-00001.parquet, ..."""
-    found = sorted(
-        p
-        for p in directory.rglob(f"{split}*")
-        if p.is_file() and p.suffix.lower() in FORMATS and re.match(rf"{split}([.-]|$)", p.name)
-    )
+    found = [p for p in _candidates(directory) if re.match(rf"{split}([.-]|$)", p.name)]
     if not found:
-        raise DataError(f"{directory}: no {split}.* file ({', '.join(FORMATS)})")
+        raise DataError(f"{directory}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")
     if len(found) > 1:
         raise DataError(f"{directory}: several {split} files ({', '.join(p.name for p in found)}); keep one")
     return found[0]
@@ -196,7 +243,7 @@ def split_files(path: Path, split: str) -> list[Path]:
     """A file is the split itself; a directory holds test.* (or Parquet shards test-0000x-of-0000n)."""
     if not path.is_dir():
         return [_checked(path)]
-    shards = sorted(path.rglob(f"{split}-*.parquet"))
+    shards = [p for p in _candidates(path) if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
     return shards if len(shards) > 1 else [split_file(path, split)]
 
 
@@ -229,7 +276,11 @@ def bundled_dir() -> Path:
 
 
 def load_dataset(
-    split: str = "test", path: str | Path | None = None, hub: str = "bundled", dataset_id: str | None = None
+    split: str = "test",
+    path: str | Path | None = None,
+    hub: str = "bundled",
+    dataset_id: str | None = None,
+    cache_dir: str | Path | None = None,
 ) -> Dataset:
     """Load one split from the bundled data, a local path, or a hub's local cache."""
     if path is not None:
@@ -244,7 +295,7 @@ def load_dataset(
         from .hub import DATASET_ID, fetch
 
         hub_id = dataset_id or DATASET_ID
-        where = fetch(hub, hub_id)
+        where = fetch(hub, hub_id, cache_dir)
         source = {"source": hub, "id": hub_id}
     dataset, sha = open_split(where, split)
     return replace(dataset, source={**source, "split": split, "rows": dataset.count, "sha256": sha})

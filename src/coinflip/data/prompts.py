@@ -1,11 +1,22 @@
-"""Prompt stage: the specification's templates, byte for byte, and worked few-shot examples."""
+"""Prompt stage: the specification's templates, byte for byte, named variants, and worked few-shot examples.
+
+Templates: `default` is the specification's (0-shot and few-shot, byte-exact); `direct` asks for
+the answer line alone; `multiturn` is the default with each few-shot example as its own
+user/assistant pair; any other text is a custom template holding `{question}` (and optionally
+`{fewshot}`). Every run records the template's name and hash, so numbers say what they were
+asked with.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
+import string
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from ..errors import ConfigError
 from .load import Record
 
 ZERO_SHOT_TEMPLATE = (
@@ -19,9 +30,58 @@ ZERO_SHOT_TEMPLATE = (
     "\n"
     "Reasoning:\n"
 )
-FEW_SHOT_TEMPLATE = "Here are some examples of how to solve similar problems:\n\n{fewshot}\n\n" + ZERO_SHOT_TEMPLATE
-
+FEW_SHOT_HEAD = "Here are some examples of how to solve similar problems:\n\n{fewshot}\n\n"
+FEW_SHOT_TEMPLATE = FEW_SHOT_HEAD + ZERO_SHOT_TEMPLATE
+DIRECT_TEMPLATE = (
+    "\nAnswer the following coin flip problem without explaining. Reply with one line of the form "
+    '"ANSWER: [ANSWER]" (without quotes) where [ANSWER] is YES or NO.\n'
+    "\n"
+    "{question}\n"
+)
 _STEP = re.compile(r"(\S+) (flips|does not flip) the coin\.")
+
+
+@dataclass(frozen=True)
+class Template:
+    """How a question becomes messages; `reasoning` says whether worked examples show their steps."""
+
+    name: str
+    zero_shot: str
+    few_shot: str  # holds {fewshot}; unused when `multiturn`
+    multiturn: bool = False
+    reasoning: bool = True
+
+    @property
+    def sha256(self) -> str:
+        text = "\0".join((self.zero_shot, self.few_shot, str(self.multiturn), str(self.reasoning)))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "sha256": self.sha256[:16], "multiturn": self.multiturn}
+
+
+BUILT_IN = {
+    "default": Template("default", ZERO_SHOT_TEMPLATE, FEW_SHOT_TEMPLATE),
+    "direct": Template("direct", DIRECT_TEMPLATE, FEW_SHOT_HEAD + DIRECT_TEMPLATE, reasoning=False),
+    "multiturn": Template("multiturn", ZERO_SHOT_TEMPLATE, FEW_SHOT_TEMPLATE, multiturn=True),
+}
+
+
+def template(value: str) -> Template:
+    """A built-in name, or a custom text with {question} (and optionally {fewshot}); checked at start."""
+    if value in BUILT_IN:
+        return BUILT_IN[value]
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+    except ValueError as exc:
+        raise ConfigError(f"prompt_template: {exc}; write a literal brace as {{{{ or }}}}") from None
+    unknown = sorted(names - {"question", "fewshot"})
+    if "question" not in names or unknown:
+        extra = f" (unknown placeholder(s) {unknown}; write a literal brace as {{{{ or }}}})" if unknown else ""
+        raise ConfigError(f"prompt_template must be one of {', '.join(BUILT_IN)} or a text holding {{question}}{extra}")
+    zero_shot = value.replace("{fewshot}", "")
+    few_shot = value if "fewshot" in names else FEW_SHOT_HEAD + value
+    return Template("custom", zero_shot, few_shot)
 
 
 def reasoning(question: str) -> str:
@@ -40,16 +100,26 @@ def reasoning(question: str) -> str:
     return "\n".join(lines)
 
 
-def format_example(record: Record) -> str:
+def answer(record: Record, worked: bool = True) -> str:
+    """What a good reply to `record` looks like: worked reasoning, or the answer line alone."""
+    return reasoning(record.question) if worked else f"ANSWER: {record.answer}"
+
+
+def format_example(record: Record, worked: bool = True) -> str:
+    if not worked:
+        return f"{record.question}\n\n{answer(record, False)}"
     return f"{record.question}\n\nReasoning:\n{reasoning(record.question)}"
 
 
-def choose_examples(pool: Sequence[Record], count: int, seed: int) -> list[Record]:
-    """Candidates drawn once from the seed: one spare, so a question is never its own example."""
+def choose_examples(pool: Sequence[Record], count: int, seed: int, shuffle: bool = True) -> list[Record]:
+    """Candidates drawn once: one spare, so a question is never its own example. Without
+    `shuffle`, the first rows of the pool (EvalScope's few_shot_random=False)."""
     if count <= 0:
         return []
     if count >= len(pool):
         return list(pool)
+    if not shuffle:
+        return list(pool[: count + 1])
     return random.Random(seed).sample(list(pool), count + 1)
 
 
@@ -57,15 +127,30 @@ def examples_for(question: str, candidates: Sequence[Record], count: int) -> lis
     return [r for r in candidates if r.question != question][:count]
 
 
-def build_prompt(question: str, examples: Sequence[Record] = ()) -> str:
-    if not examples:
-        return ZERO_SHOT_TEMPLATE.format(question=question)
-    fewshot = "\n\n".join(format_example(r) for r in examples)
-    return FEW_SHOT_TEMPLATE.format(fewshot=fewshot, question=question)
+def build_prompt(question: str, examples: Sequence[Record] = (), style: Template = BUILT_IN["default"]) -> str:
+    """The one user message of a single-message prompt."""
+    if not examples or style.multiturn:
+        return style.zero_shot.format(question=question)
+    fewshot = "\n\n".join(format_example(r, style.reasoning) for r in examples)
+    return style.few_shot.format(fewshot=fewshot, question=question)
 
 
 def to_messages(prompt: str, system_prompt: str | None = None) -> list[dict[str, str]]:
     """The same text as chat messages; a plain completion endpoint takes `prompt` itself."""
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": prompt})
+    return messages
+
+
+def build_messages(
+    question: str, examples: Sequence[Record], style: Template, system_prompt: str | None = None
+) -> list[dict[str, str]]:
+    """Chat messages for one question: one user message, or one user/assistant pair per example."""
+    if not style.multiturn or not examples:
+        return to_messages(build_prompt(question, examples, style), system_prompt)
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    for r in examples:
+        messages.append({"role": "user", "content": style.zero_shot.format(question=r.question)})
+        messages.append({"role": "assistant", "content": answer(r, style.reasoning)})
+    messages.append({"role": "user", "content": style.zero_shot.format(question=question)})
     return messages

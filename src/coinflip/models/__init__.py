@@ -4,46 +4,78 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ..config import DEFAULT_BATCH, TaskConfig
+from ..config import TaskConfig
 from ..errors import ConfigError
 from .base import Model, Reply, Request
 from .baselines import NAMES as BASELINES
 
 LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file shipped by a package
 
-__all__ = ["BASELINES", "Model", "Reply", "Request", "open_model", "serve_local"]
+__all__ = ["BASELINES", "Endpoint", "Model", "Reply", "Request", "check_model", "open_model", "serve_local"]
 
 
-@contextlib.contextmanager
-def serve_local(config: TaskConfig, log_path: Path) -> Iterator[list[str] | None]:
-    """Start llama.cpp for a local model (--model smollm2 or --model-path); else use --api-url."""
-    if config.model_path or (config.model in LOCAL_MODELS and not config.api_url):
-        from .llama_local import bundled_gguf, llama_server
+@dataclass(frozen=True)
+class Endpoint:
+    """Where requests go (None: a baseline answers in-process), and how many the server can serve
+    at once when coinflip started it (None: the user's server, whose capacity we cannot know)."""
 
-        path = Path(config.model_path) if config.model_path else bundled_gguf(str(config.model))
-        with llama_server(path.expanduser(), str(config.model), log_path) as url:
-            yield [url]
+    urls: list[str] | None
+    slots: int | None = None
+
+
+def is_local(config: TaskConfig) -> bool:
+    return bool(config.model_path) or (config.model in LOCAL_MODELS and not config.api_url)
+
+
+def check_model(config: TaskConfig) -> None:
+    """Everything about the model that can be checked before a run directory exists."""
+    if is_local(config):
+        from .llama_local import bundled_gguf, check_llama
+
+        check_llama()
+        path = Path(config.model_path).expanduser() if config.model_path else bundled_gguf(str(config.model))
+        if not path.is_file():
+            raise ConfigError(f"--model-path {path}: no such file" if not path.exists() else f"{path}: not a file")
         return
-    if config.model in BASELINES:
-        yield None
+    if config.model in BASELINES or config.eval_type == "mock_llm":
         return
     if not config.api_url:
         raise ConfigError(
             f"--model {config.model} needs --api-url (an OpenAI-compatible server), "
             "or use a baseline (oracle, random, always-yes, always-no) or smollm2"
         )
-    yield [config.api_url] if isinstance(config.api_url, str) else list(config.api_url)
+
+
+@contextlib.contextmanager
+def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
+    """Start llama.cpp for a local model (--model smollm2 or --model-path); else use --api-url."""
+    if is_local(config):
+        from .llama_local import SLOTS, bundled_gguf, llama_server
+
+        path = Path(config.model_path) if config.model_path else bundled_gguf(str(config.model))
+        with llama_server(path.expanduser(), str(config.model), log_path) as url:
+            yield Endpoint([url], SLOTS)
+        return
+    if config.model in BASELINES:
+        yield Endpoint(None)
+        return
+    check_model(config)
+    yield Endpoint([config.api_url] if isinstance(config.api_url, str) else list(config.api_url or []))
 
 
 @contextlib.asynccontextmanager
-async def open_model(config: TaskConfig, urls: list[str] | None) -> AsyncIterator[Model]:
+async def open_model(
+    config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int
+) -> AsyncIterator[Model]:
     model: Model
     if urls is None:
         from .baselines import Baseline
 
-        model = Baseline(str(config.model), config.seed)
+        model = Baseline(str(config.model), config.seed, int(generation.get("n") or 1))
     else:
         from .openai_api import OpenAIChat
 
@@ -51,10 +83,10 @@ async def open_model(config: TaskConfig, urls: list[str] | None) -> AsyncIterato
             str(config.model),
             urls,
             config.api_key,
-            config.generation_config,
+            generation,
             config.timeout,
             config.retries,
-            config.eval_batch_size or DEFAULT_BATCH,
+            concurrency,
             mode=config.api_mode,
         )
     try:

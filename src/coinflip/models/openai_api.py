@@ -80,6 +80,7 @@ class OpenAIChat:
             body["prompt"] = "\n\n".join(m["content"] for m in request.messages)
         extra = self.generation.get("extra_body") or {}
         body.update({k: v for k, v in self.generation.items() if k != "extra_body"})
+        body.update(request.params)
         body.update(extra)
         return json.dumps(body).encode()
 

@@ -26,10 +26,13 @@ async def run_requests(
     work: Iterable[tuple[T, Request]],
     concurrency: int,
     on_replies: Callable[[Landed[T]], None],
+    follow_up: Callable[[T, Request, Reply], list[tuple[T, Request]]] | None = None,
 ) -> None:
     """`work` pairs each request with whatever the caller needs back (its record) and is read lazily.
 
     `on_replies` gets every reply exactly once, in batches, also when the run is cancelled.
+    `follow_up` may ask, right after a reply, for more requests about the same sample (a forced
+    answer); the same worker sends them before it takes new work.
     """
     pending = iter(work)
     loop = asyncio.get_running_loop()
@@ -47,16 +50,21 @@ async def run_requests(
                     failed.set_exception(exc)
 
     async def worker() -> None:
-        for item, request in pending:
-            if failed.done():
-                return
-            reply = await model.complete(request)
-            if not landed:
-                loop.call_soon(hand_on)
-            landed.append((item, request, reply))
-            if len(landed) >= MAX_BATCH:  # a model that never yields: hand on, and let the loop breathe
-                hand_on()
-                await asyncio.sleep(0)
+        for first in pending:
+            queue = [first]
+            while queue:
+                if failed.done():
+                    return
+                item, request = queue.pop()
+                reply = await model.complete(request)
+                if not landed:
+                    loop.call_soon(hand_on)
+                landed.append((item, request, reply))
+                if follow_up is not None:
+                    queue.extend(follow_up(item, request, reply))
+                if len(landed) >= MAX_BATCH:  # a model that never yields: hand on, and let the loop breathe
+                    hand_on()
+                    await asyncio.sleep(0)
 
     tasks: list[asyncio.Task[None]] = []
     try:

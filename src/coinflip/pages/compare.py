@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..rundir import RunDir, read_predictions
+from ..rundir import RunDir, read_predictions, row_key
 from ..scoring.metrics import METRICS
 from .charts import page
 
@@ -35,9 +35,9 @@ def load_run(path: str | Path) -> Run:
     reviews = {}
     for line in run.reviews.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        reviews[row["id"]] = row["correct"]
+        reviews[row_key(row)] = row["correct"]
     predictions = read_predictions(run.predictions)
-    correct = {p["question"]: reviews[i] for i, p in predictions.items() if i in reviews}
+    correct = {p["question"]: reviews[k] for k, p in predictions.items() if k in reviews}
     return Run(run.root, report, correct)
 
 

@@ -24,16 +24,29 @@ _WORD = re.compile(r"[^\W\d_]+")
 
 def extract_answer(text: str | None) -> str | None:
     """Return "YES", "NO" or None (no valid answer) for a model reply."""
-    if not text:
+    return parse(text)[0]
+
+
+def invalid_reason(text: str | None, finish_reason: str | None = None) -> str | None:
+    """Why a reply has no valid answer (None when it has one): cut_off (finish_reason "length"),
+    empty, unclosed_think, no_marker, no_verdict (marker without yes/no), or both."""
+    answer, reason = parse(text)
+    if answer is not None:
         return None
+    return "cut_off" if finish_reason == "length" else reason
+
+
+def parse(text: str | None) -> tuple[str | None, str | None]:
+    """(answer, None) or (None, reason): one pass, so the answer and the reason never disagree."""
+    if not text or not text.strip():
+        return None, "empty"
     visible = _visible(text)
     if visible is None:
-        return None
+        return None, "unclosed_think"
     markers = list(_MARKER.finditer(visible))
     if not markers:
-        return None
-    value = _value_after(visible, markers[-1].end())
-    return _yes_no(value)
+        return None, "no_marker"
+    return _yes_no(_value_after(visible, markers[-1].end()))
 
 
 def _visible(text: str) -> str | None:
@@ -66,12 +79,12 @@ def _clean(value: str) -> str:
     return value.strip().rstrip(".,;:!?。，；：！？、…").strip()
 
 
-def _yes_no(value: str) -> str | None:
+def _yes_no(value: str) -> tuple[str | None, str | None]:
     words = [w.lower() for w in _WORD.findall(value)]
     if not words or words[0] not in ("yes", "no"):
-        return None
+        return None, "both" if "yes" in words and "no" in words else "no_verdict"
     if not value.lower().startswith(words[0]):  # something other than a word comes first
-        return None
+        return None, "no_verdict"
     if "yes" in words and "no" in words:
-        return None
-    return str(words[0]).upper()
+        return None, "both"
+    return str(words[0]).upper(), None

@@ -3,8 +3,17 @@
 Positive class is YES. Two arithmetics:
 - "coinflip" (default): every sample counts. An invalid answer or an errored sample is wrong;
   recall's denominator is every YES target, so an invalid answer on a YES target is a miss.
-- "evalscope": EvalScope's own arithmetic, where samples without a YES/NO prediction are left
-  out of TP/FP/FN (they still count in accuracy's and yes_ratio's denominators).
+- "evalscope": EvalScope 1.14.1's arithmetic (benchmarks/coin_flip/coin_flip_adapter.py,
+  `aggregate_scores`): samples without a YES/NO prediction are left out of TP/FP/FN (they still
+  count in accuracy's and yes_ratio's denominators), and an undefined ratio is reported as 0.
+
+A ratio without a denominator (precision with no YES answer, recall with no YES target) is
+undefined: None in coinflip's arithmetic, never 0.000 with a 0-0 interval.
+
+Everything is computed from arrays of outcomes, one entry per (question, repeat). With one
+repeat, intervals are Wilson's for proportions and a multinomial bootstrap for precision,
+recall and F1; with several, a bootstrap that resamples questions (each with all its repeats),
+so they hold both question sampling and generation noise.
 """
 
 from __future__ import annotations
@@ -17,7 +26,9 @@ from typing import Any
 METRICS = ("f1_score", "accuracy", "precision", "recall", "yes_ratio")
 PRIMARY = "f1_score"
 Z95 = 1.959963984540054
-_CATEGORIES = [(t, p) for t in ("YES", "NO") for p in ("YES", "NO", None)]
+RESAMPLES = 2000
+# the six (target, prediction) cells, in this order everywhere; prediction None is no answer
+CELLS = (("YES", "YES"), ("YES", "NO"), ("YES", None), ("NO", "YES"), ("NO", "NO"), ("NO", None))
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,41 @@ class Outcome:
     prediction: str | None
     error: bool = False
     people: int = 0
+    question: int = -1
+    repeat: int = 0
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """One entry per (question, repeat), as numpy arrays: `cell` indexes CELLS."""
+
+    question: Any
+    repeat: Any
+    cell: Any
+    error: Any
+    people: Any
+
+    def __len__(self) -> int:
+        return len(self.cell)
+
+    @classmethod
+    def of(cls, items: Iterable[Outcome]) -> Outcomes:
+        import numpy as np
+
+        rows = [
+            (o.question if o.question >= 0 else i, o.repeat, CELLS.index((o.target, o.prediction)), o.error, o.people)
+            for i, o in enumerate(items)
+        ]
+        columns = np.array(rows, dtype=np.int64).reshape(-1, 5).T
+        return cls(*columns)
+
+    def cells(self) -> Any:
+        import numpy as np
+
+        return np.bincount(self.cell, minlength=6)
+
+    def where(self, mask: Any) -> Outcomes:
+        return Outcomes(self.question[mask], self.repeat[mask], self.cell[mask], self.error[mask], self.people[mask])
 
 
 def wilson(successes: int, total: int) -> tuple[float, float]:
@@ -40,119 +86,148 @@ def wilson(successes: int, total: int) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def _ratio(num: float, den: float) -> float:
-    return num / den if den else 0.0
-
-
-def _prf(tp: Any, fp: Any, fn_denominator: Any) -> tuple[Any, Any, Any]:
-    """Precision, recall and F1; works on scalars and numpy arrays alike (0 where undefined)."""
+def rates(cells: Any, compat: str = "coinflip", undefined_as_zero: bool | None = None) -> dict[str, Any]:
+    """The five metrics of cell counts (the last axis holds the six CELLS); NaN where undefined,
+    or 0 in EvalScope's arithmetic. Works on one set of counts or a stack of resamples alike."""
     import numpy as np
 
+    c = np.asarray(cells, dtype=np.float64)
+    tp, yes_no, yes_none, fp, tn = c[..., 0], c[..., 1], c[..., 2], c[..., 3], c[..., 4]
+    total = c.sum(axis=-1)
+    fn = yes_no + (0 if compat == "evalscope" else yes_none)
     with np.errstate(divide="ignore", invalid="ignore"):
-        precision = np.where(tp + fp > 0, tp / np.maximum(tp + fp, 1), 0.0)
-        recall = np.where(fn_denominator > 0, tp / np.maximum(fn_denominator, 1), 0.0)
-        f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-300), 0.0)
-    return precision, recall, f1
-
-
-def _from_counts(c: dict[tuple[str, str | None], Any], compat: str) -> tuple[Any, Any, Any]:
-    tp, fp = c[("YES", "YES")], c[("NO", "YES")]
-    misses = c[("YES", "NO")] + (0 if compat == "evalscope" else c[("YES", None)])
-    return _prf(tp, fp, tp + misses)
-
-
-class Tally:
-    """Running counts: metrics for any number of samples in constant memory."""
-
-    def __init__(self) -> None:
-        self.cells = dict.fromkeys(_CATEGORIES, 0)
-        self.errors = dict.fromkeys(("YES", "NO"), 0)
-        self.by_people: dict[int, list[int]] = {}
-        self.total = 0
-
-    def add(self, o: Outcome) -> None:
-        self.total += 1
-        self.cells[(o.target, o.prediction)] += 1
-        self.errors[o.target] += o.error
-        cell = self.by_people.setdefault(o.people, [0, 0])
-        cell[0] += 1
-        cell[1] += o.prediction == o.target
-
-    def result(self, compat: str = "coinflip", seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
-        """All numbers of a report; deterministic for a seed."""
-        import numpy as np
-
-        counts, total = self.cells, self.total
-        correct = counts[("YES", "YES")] + counts[("NO", "NO")]
-        yes = counts[("YES", "YES")] + counts[("NO", "YES")]
-        invalid_on = {t: counts[(t, None)] - self.errors[t] for t in ("YES", "NO")}
-        invalid = sum(invalid_on.values())
-        precision, recall, f1 = (float(x) for x in _from_counts(counts, compat))
-        values = {
-            "f1_score": f1,
-            "accuracy": _ratio(correct, total),
-            "precision": precision,
-            "recall": recall,
-            "yes_ratio": _ratio(yes, total),
+        out = {
+            "f1_score": 2 * tp / (2 * tp + fp + fn),
+            "accuracy": (tp + tn) / total,
+            "precision": tp / (tp + fp),
+            "recall": tp / (tp + fn),
+            "yes_ratio": (tp + fp) / total,
         }
-        intervals = {
-            "accuracy": wilson(correct, total),
-            "yes_ratio": wilson(yes, total),
-            **_bootstrap(counts, total, compat, seed, resamples, np),
-        }
-        return {
-            "metric_compat": compat,
-            "primary": PRIMARY,
-            "metrics": values,
-            "intervals": {k: [round(lo, 6), round(hi, 6)] for k, (lo, hi) in intervals.items()},
-            "counts": {
-                "samples": total,
-                "correct": correct,
-                "tp": counts[("YES", "YES")],
-                "fp": counts[("NO", "YES")],
-                "tn": counts[("NO", "NO")],
-                "fn": counts[("YES", "NO")],
-                "invalid": invalid,
-                "invalid_rate": _ratio(invalid, total),
-                "errors": self.errors["YES"] + self.errors["NO"],
-                "target_yes": sum(counts[("YES", p)] for p in ("YES", "NO", None)),
-                "invalid_on_yes": invalid_on["YES"],
-                "invalid_on_no": invalid_on["NO"],
-                "errors_on_yes": self.errors["YES"],
-                "errors_on_no": self.errors["NO"],
-            },
-            "by_people": {
-                str(k): {"samples": n, "correct": ok, "accuracy": _ratio(ok, n), "interval": list(wilson(ok, n))}
-                for k, (n, ok) in sorted(self.by_people.items())
-            },
-        }
+    if compat == "evalscope" if undefined_as_zero is None else undefined_as_zero:
+        out = {k: np.nan_to_num(v, nan=0.0) for k, v in out.items()}
+    return out
+
+
+def _number(value: Any) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def summarize(
+    outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resamples: int = RESAMPLES
+) -> dict[str, Any]:
+    """All numbers of a report: metrics, intervals, counts, accuracy by number of people."""
+    import numpy as np
+
+    cells = outcomes.cells()
+    total = int(cells.sum())
+    values = {k: _number(v) for k, v in rates(cells, compat).items()}
+    repeated = len(outcomes) and int(outcomes.repeat.max()) > 0
+    intervals = (
+        _clustered(outcomes, compat, seed, resamples) if repeated else _intervals(cells, compat, seed, resamples)
+    )
+    raw = rates(cells, compat, undefined_as_zero=False)
+    undefined = [k for k in METRICS if math.isnan(float(raw[k]))] if total else []
+    errors_on = [int(np.sum(outcomes.error[outcomes.cell < 3])), int(np.sum(outcomes.error[outcomes.cell >= 3]))]
+    invalid_on = [int(cells[2]) - errors_on[0], int(cells[5]) - errors_on[1]]
+    correct = int(cells[0] + cells[4])
+    return {
+        "metric_compat": compat,
+        "primary": PRIMARY,
+        "metrics": {k: values[k] for k in METRICS},
+        "intervals": {k: _rounded(intervals[k]) for k in METRICS},
+        "undefined": undefined,
+        "counts": {
+            "samples": total,
+            "correct": correct,
+            "tp": int(cells[0]),
+            "fp": int(cells[3]),
+            "tn": int(cells[4]),
+            "fn": int(cells[1]),
+            "invalid": sum(invalid_on),
+            "invalid_rate": sum(invalid_on) / total if total else 0.0,
+            "errors": sum(errors_on),
+            "target_yes": int(cells[:3].sum()),
+            "answered_yes": int(cells[0] + cells[3]),
+            "answered_no": int(cells[1] + cells[4]),
+            "invalid_on_yes": invalid_on[0],
+            "invalid_on_no": invalid_on[1],
+            "errors_on_yes": errors_on[0],
+            "errors_on_no": errors_on[1],
+        },
+        "by_people": by_people(outcomes),
+    }
+
+
+def _rounded(pair: tuple[float, float] | None) -> list[float] | None:
+    return None if pair is None else [round(pair[0], 6), round(pair[1], 6)]
+
+
+def by_people(outcomes: Outcomes) -> dict[str, Any]:
+    import numpy as np
+
+    out = {}
+    right = (outcomes.cell == 0) | (outcomes.cell == 4)
+    for k in np.unique(outcomes.people).tolist():
+        mask = outcomes.people == k
+        n, ok = int(mask.sum()), int(right[mask].sum())
+        out[str(k)] = {"samples": n, "correct": ok, "accuracy": ok / n if n else 0.0, "interval": list(wilson(ok, n))}
+    return out
 
 
 def compute(
-    outcomes: Iterable[Outcome], compat: str = "coinflip", seed: int = 0, resamples: int = 2000
+    outcomes: Iterable[Outcome], compat: str = "coinflip", seed: int = 0, resamples: int = RESAMPLES
 ) -> dict[str, Any]:
-    tally = Tally()
-    for o in outcomes:
-        tally.add(o)
-    return tally.result(compat, seed, resamples)
+    return summarize(Outcomes.of(outcomes), compat, seed, resamples)
 
 
-def _bootstrap(
-    counts: dict[tuple[str, str | None], int], total: int, compat: str, seed: int, resamples: int, np: Any
-) -> dict[str, tuple[float, float]]:
-    """Percentile intervals for precision, recall and F1.
+def _percentiles(samples: Any) -> tuple[float, float] | None:
+    import numpy as np
 
-    Resampling samples with replacement is a multinomial draw over the six (target, prediction)
-    cells, so 2,000 resamples of any size cost a few milliseconds.
-    """
+    finite = samples[np.isfinite(samples)]
+    if not len(finite):
+        return None
+    lo, hi = np.percentile(finite, [2.5, 97.5])
+    return (float(lo), float(hi))
+
+
+def _intervals(cells: Any, compat: str, seed: int, resamples: int) -> dict[str, tuple[float, float] | None]:
+    """Wilson for accuracy and yes_ratio; for the rest, resampling samples with replacement is a
+    multinomial draw over the six cells, so 2,000 resamples of any size cost a few milliseconds."""
+    import numpy as np
+
+    total = int(cells.sum())
     if total == 0:
-        return {k: (0.0, 0.0) for k in ("precision", "recall", "f1_score")}
-    probs = np.array([counts[c] for c in _CATEGORIES], dtype=float) / total
-    draws = np.random.default_rng(seed).multinomial(total, probs, size=resamples)
-    cells = {c: draws[:, i] for i, c in enumerate(_CATEGORIES)}
-    precision, recall, f1 = _from_counts(cells, compat)
-    out = {}
-    for name, arr in (("precision", precision), ("recall", recall), ("f1_score", f1)):
-        lo, hi = np.percentile(arr, [2.5, 97.5])
-        out[name] = (float(lo), float(hi))
+        return dict.fromkeys(METRICS)
+    draws = np.random.default_rng(seed).multinomial(total, cells / total, size=resamples)
+    drawn = rates(draws, compat)
+    out = {k: _percentiles(drawn[k]) for k in ("precision", "recall", "f1_score")}
+    out["accuracy"] = wilson(int(cells[0] + cells[4]), total)
+    out["yes_ratio"] = wilson(int(cells[0] + cells[3]), total)
     return out
+
+
+def per_question(outcomes: Outcomes) -> tuple[Any, Any]:
+    """The question ids, and a (questions x 6) matrix of each question's cell counts."""
+    import numpy as np
+
+    ids, index = np.unique(outcomes.question, return_inverse=True)
+    matrix = np.zeros((len(ids), 6), dtype=np.int64)
+    np.add.at(matrix, (index, outcomes.cell), 1)
+    return ids, matrix
+
+
+def _clustered(outcomes: Outcomes, compat: str, seed: int, resamples: int) -> dict[str, tuple[float, float] | None]:
+    """Percentile intervals from resampling questions, each with all its repeats."""
+    import numpy as np
+
+    _, matrix = per_question(outcomes)
+    questions = len(matrix)
+    rng = np.random.default_rng(seed)
+    drawn: dict[str, list[Any]] = {k: [] for k in METRICS}
+    for first in range(0, resamples, 200):  # 200 resamples at a time keeps memory flat
+        size = min(200, resamples - first)
+        weights = rng.multinomial(questions, np.full(questions, 1 / questions), size=size)
+        for k, v in rates(weights @ matrix, compat).items():
+            drawn[k].append(v)
+    return {k: _percentiles(np.concatenate(drawn[k])) for k in METRICS}

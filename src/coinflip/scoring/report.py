@@ -1,227 +1,205 @@
-"""Report stage: reviews per sample, the JSON report, and the short terminal summary."""
+"""The report of a run: its saved settings plus what the scorer gathered, and the warnings a reader
+must not miss (incomplete, mostly invalid, one answer never given, no better than a trivial
+baseline, a partial subset, undefined ratios)."""
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
-from array import array
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ..config import BENCHMARK
-from ..errors import DataError
-from .extract import extract_answer
-from .metrics import METRICS, Outcome, Tally
+from ..errors import storage_error
+from .calibration import calibration
+from .metrics import METRICS, rates, summarize
+from .reducers import reduce
+from .scorer import _FORCED, REASONS, Scorer
 
 EXTRACTION = "coinflip.extract_answer/1"
-MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failures first beyond that
-
-
-def review(prediction: dict[str, Any]) -> dict[str, Any]:
-    """Score one saved prediction; never looks at a separate reasoning field."""
-    target = prediction.get("target")
-    if target not in ("YES", "NO"):
-        raise DataError(f"prediction {prediction.get('id')!r}: target must be YES or NO, got {target!r}")
-    error = prediction.get("error") is not None
-    extracted = None if error else extract_answer(prediction.get("reply"))
-    return {
-        "id": int(prediction["id"]),
-        "people": max(0, int(prediction.get("people") or 0)),
-        "target": prediction["target"],
-        "extracted": extracted,
-        "correct": extracted == prediction["target"],
-        "invalid": extracted is None and not error,
-        "error": error,
-    }
-
-
-def _quantiles(values: Sequence[float]) -> dict[str, float]:
-    """Mean and order statistics; sorted in one numpy array, not a list of a Python float each."""
-    if not values:
-        return {}
-    import numpy as np
-
-    ordered = np.sort(np.asarray(values, dtype=np.float64))
-    n = len(ordered)
-
-    def q(p: float) -> float:
-        return round(float(ordered[min(n - 1, int(p * n))]), 6)
-
-    return {
-        "mean": round(math.fsum(values) / n, 6),
-        "p50": q(0.5),
-        "p90": q(0.9),
-        "p99": q(0.99),
-        "max": float(ordered[-1]),
-    }
-
-
-class Usage:
-    """Latency and token distributions, in compact arrays rather than rows."""
-
-    def __init__(self) -> None:
-        self.latency = array("d")
-        self.completion = array("d")
-        self.prompt_tokens = 0
-
-    def add(self, p: dict[str, Any]) -> None:
-        if p.get("error") is None:
-            self.latency.append(p.get("latency_s") or 0.0)
-        usage = p.get("usage") or {}
-        self.prompt_tokens += usage.get("prompt_tokens") or 0
-        if usage.get("completion_tokens") is not None:
-            self.completion.append(float(usage["completion_tokens"]))
-
-    def result(self) -> dict[str, Any]:
-        return {
-            "latency_s": _quantiles(self.latency),
-            "completion_tokens": _quantiles(self.completion),
-            "prompt_tokens_total": self.prompt_tokens,
-            "completion_tokens_total": int(sum(self.completion)),
-        }
-
-
-class Showcase:
-    """The samples the HTML page lists: failures first, then correct ones, each in id order, up to a
-    cap. Kept as the lowest ids of each kind, so the order samples arrive in does not matter."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self._seq = 0
-        self.failed: list[tuple[int, int, dict[str, Any], dict[str, Any]]] = []
-        self.passed: list[tuple[int, int, dict[str, Any], dict[str, Any]]] = []
-
-    def add(self, prediction: dict[str, Any], review: dict[str, Any]) -> None:
-        heap = self.passed if review["correct"] else self.failed
-        self._seq += 1
-        entry = (-int(review["id"]), self._seq, prediction, review)  # max-heap on id
-        if len(heap) < self.cap:
-            heapq.heappush(heap, entry)
-        elif entry[0] > heap[0][0]:
-            heapq.heapreplace(heap, entry)
-
-    def rows(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        failed = [(p, r) for _, _, p, r in sorted(self.failed, reverse=True)]
-        passed = [(p, r) for _, _, p, r in sorted(self.passed, reverse=True)]
-        return failed + passed[: max(0, self.cap - len(failed))]
-
-
-_EXTRACTED: tuple[str | None, ...] = (None, "YES", "NO")
-
-
-def _pack(r: dict[str, Any]) -> int:
-    return int(((r["people"] * 2 + (r["target"] == "NO")) * 3 + _EXTRACTED.index(r["extracted"])) * 2 + r["error"])
-
-
-def _unpack(key: int, code: int) -> dict[str, Any]:
-    rest, error = divmod(code, 2)
-    rest, extracted = divmod(rest, 3)
-    people, no = divmod(rest, 2)
-    target = "NO" if no else "YES"
-    answer = _EXTRACTED[extracted]
-    return {
-        "id": key,
-        "people": people,
-        "target": target,
-        "extracted": answer,
-        "correct": answer == target,
-        "invalid": answer is None and not error,
-        "error": bool(error),
-    }
-
-
-class Scorer:
-    """What a report is made of, gathered one prediction at a time and in any order.
-
-    A live run feeds it replies as they land, so the report is ready when the last one does;
-    a rescore feeds it the saved predictions. Both give the same bytes: every part is
-    order-free, and each review is kept as two integers (`ids`, in arrival order, and its
-    outcome) and written out in id order.
-    """
-
-    def __init__(self, showcase_cap: int = MAX_ROWS) -> None:
-        self.tally = Tally()
-        self.usage = Usage()
-        self.showcase = Showcase(showcase_cap)
-        self.ids = array("i")  # 4 bytes each: enough for two billion samples
-        self.codes = array("i")
-
-    def add(self, prediction: dict[str, Any]) -> None:
-        r = review(prediction)
-        self.ids.append(r["id"])
-        self.codes.append(_pack(r))
-        self.tally.add(Outcome(r["target"], r["extracted"], r["error"], r["people"]))
-        self.usage.add(prediction)
-        self.showcase.add(prediction, r)
-
-    def write_reviews(self, out: TextIO) -> None:
-        import numpy as np
-
-        keys = np.frombuffer(self.ids, dtype=np.int32)
-        order = None if bool((keys[1:] > keys[:-1]).all()) else np.argsort(keys, kind="stable")
-        ids, codes = self.ids, self.codes
-        for first in range(0, len(keys), 4096):  # a slice at a time keeps Python ints few
-            part = range(first, min(first + 4096, len(keys))) if order is None else order[first : first + 4096].tolist()
-            out.write("".join(json.dumps(_unpack(ids[i], codes[i])) + "\n" for i in part))
+EXTRACTION_EVALSCOPE = "evalscope-1.14.1 extract_answer_line + extract_verdict"
+NO_LOGPROBS = (
+    "no log probabilities in the replies: ask for them with generation_config logprobs=true,top_logprobs=5 "
+    "(OpenAI, vLLM and llama.cpp servers return them)"
+)
 
 
 def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: str) -> dict[str, Any]:
-    """The report of a run: its saved config plus what the scorer gathered from its predictions."""
+    """`saved` is the run's task_config.yaml content (config, fingerprint, samples, ...)."""
     config, fingerprint = saved["config"], saved["fingerprint"]
-    tally = scorer.tally
-    scores = tally.result(compat, seed=int(config.get("seed", 0)))
-    errors = scores["counts"]["errors"]
-    missing = int(saved.get("samples") or tally.total) - tally.total
-    warnings = []
-    if errors:
-        warnings.append(f"{errors} sample(s) got no reply after retries and are scored wrong; resume to retry them")
-    if missing > 0:
-        warnings.append(f"{missing} sample(s) were never run; resume to run them")
-    return {
+    seed = int(config.get("seed") or 0)
+    outcomes = scorer.outcomes()
+    scores = summarize(outcomes, compat, seed)
+    counts = scores["counts"]
+    expected = int(saved.get("samples") or len(outcomes))
+    report: dict[str, Any] = {
         "benchmark": BENCHMARK,
-        "model": config["model"],
+        "model": config.get("model_id") or config["model"],
+        "served_model": config["model"],
         "run": run_name,
-        "complete": errors == 0 and missing <= 0,
-        "warnings": warnings,
+        "complete": counts["errors"] == 0 and expected <= len(outcomes),
+        "warnings": [],
+        "notes": [],
         **scores,
+        "baselines": baselines(scores["counts"], compat),
+        "invalid_reasons": _reasons(scorer),
+        "errors_top": scorer.usage.top_errors(),
         "dataset": fingerprint["dataset"],
+        "subset": saved.get("subset") or {"mode": "all", "count": expected, "of": expected},
+        "template": fingerprint.get("template") or {"name": "default"},
         "few_shot_num": config.get("few_shot_num", 0),
-        "generation_config": config.get("generation_config", {}),
-        "extraction": EXTRACTION,
+        "repeats": int(fingerprint.get("repeats") or 1),
+        "api_mode": config.get("api_mode", "chat"),
+        "generation_config": fingerprint.get("generation_config", config.get("generation_config", {})),
+        "extraction": EXTRACTION_EVALSCOPE if compat == "evalscope" else EXTRACTION,
         "usage": scorer.usage.result(),
+        "provenance": saved.get("provenance", {}),
+    }
+    if compat == "evalscope":
+        report["evalscope_primary"] = "accuracy"  # EvalScope 1.14.1 names accuracy; coin_flip's page names F1
+    if report["repeats"] > 1 or (len(outcomes) and int(outcomes.repeat.max()) > 0):
+        report["repeat_metrics"] = reduce(outcomes, compat)
+    if config.get("force_answer"):
+        report["forced"] = _forced(scorer, compat, seed)
+    report["calibration"] = _calibration(scorer)
+    report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
+    report["warnings"] = warnings(report, expected, len(outcomes))
+    report["notes"] = notes(report)
+    return report
+
+
+def baselines(counts: dict[str, Any], compat: str) -> dict[str, dict[str, float | None]]:
+    """always-yes and always-no on the same targets: the floor a metric must clear to mean anything."""
+    yes, no = counts["target_yes"], counts["samples"] - counts["target_yes"]
+    out = {}
+    for name, cells in (("always-yes", [yes, 0, 0, no, 0, 0]), ("always-no", [0, yes, 0, 0, no, 0])):
+        values = rates(cells, compat)
+        out[name] = {k: (None if math.isnan(float(values[k])) else float(values[k])) for k in METRICS}
+    return out
+
+
+def _reasons(scorer: Scorer) -> dict[str, int]:
+    import numpy as np
+
+    if not len(scorer):
+        return {}
+    counts = np.bincount(scorer.column("reason"), minlength=len(REASONS))
+    return {str(REASONS[i]): int(n) for i, n in enumerate(counts.tolist()) if i and n}
+
+
+def _forced(scorer: Scorer, compat: str, seed: int) -> dict[str, Any]:
+    """The forced view (strict answer where valid, the forced one where not) and what forcing recovered."""
+    import numpy as np
+
+    strict = scorer.outcomes()
+    forced_view = summarize(scorer.outcomes(forced=True), compat, seed)
+    answers = scorer.column("forced")
+    invalid = (strict.cell % 3 == 2) & (strict.error == 0)
+    target_no = strict.cell >= 3
+    said = np.array(_FORCED, dtype=object)[answers]
+    right = ((said == "YES") & ~target_no) | ((said == "NO") & target_no)
+    asked = invalid & (answers > 0)
+    return {
+        "metrics": forced_view["metrics"],
+        "intervals": forced_view["intervals"],
+        "counts": forced_view["counts"],
+        "invalid_strict": int(invalid.sum()),
+        "asked": int(asked.sum()),
+        "recovered_correct": int((asked & right).sum()),
+        "recovered_wrong": int((asked & ~right & (said != "invalid")).sum()),
+        "still_invalid": int((invalid & ~(asked & (said != "invalid"))).sum()),
+        "usage": scorer.forced_usage.result(),
     }
 
 
+def _calibration(scorer: Scorer) -> dict[str, Any]:
+    import numpy as np
+
+    p = np.frombuffer(scorer.p_yes, dtype=np.float64)
+    known = np.isfinite(p)
+    if not known.any():
+        return {"available": False, "reason": NO_LOGPROBS}
+    outcomes = scorer.outcomes()
+    result = calibration(p[known], (outcomes.cell[known] < 3).astype(np.float64))
+    return {"available": True, "coverage": float(known.mean()), **result}
+
+
+def _pct(n: int, total: int) -> str:
+    return f"{n / total:.0%}" if total else "0%"
+
+
+def warnings(report: dict[str, Any], expected: int, scored: int) -> list[str]:
+    """One line each; the terminal and the HTML page show them all."""
+    c, out = report["counts"], []
+    total = c["samples"]
+    if c["errors"]:
+        out.append(
+            f"{c['errors']} sample(s) got no reply after retries and are scored wrong; resume to retry them"
+            + (" (ignore_errors: the run still counts as done)" if report.get("errors_ignored") else "")
+        )
+    if expected > scored:
+        out.append(f"{expected - scored} sample(s) were never run; resume to run them")
+    if total and c["invalid"] * 2 > total:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(report["invalid_reasons"].items(), key=lambda kv: -kv[1]))
+        out.append(f"{c['invalid']} of {total} answers ({_pct(c['invalid'], total)}) are invalid ({reasons})")
+        cut = report["invalid_reasons"].get("cut_off", 0)
+        if cut * 2 > c["invalid"]:
+            limit = report["generation_config"].get("max_tokens") or report["generation_config"].get(
+                "max_completion_tokens"
+            )
+            out.append(
+                f"most invalid answers were cut off by the token limit (finish_reason length, {cut}); "
+                f"raise max_tokens{f' above {limit}' if limit else ''} in --generation-config"
+            )
+    answered = c["answered_yes"] + c["answered_no"]
+    if answered and (not c["answered_yes"] or not c["answered_no"]):
+        never = "YES" if not c["answered_yes"] else "NO"
+        out.append(f"the model never answered {never} (YES {c['answered_yes']}, NO {c['answered_no']}, of {total})")
+    below = _below_baselines(report)
+    if below:
+        out.append("not above a trivial baseline on the same questions: " + "; ".join(below))
+    subset = report["subset"]
+    if subset.get("count", 0) < subset.get("of", 0):
+        how = subset.get("mode", "first")
+        out.append(
+            f"covered {subset['count']} of {subset['of']} questions ({how}"
+            + (f", seed {subset['seed']})" if how != "first" else ")")
+        )
+    for name in report.get("undefined", []):
+        why = {"precision": "no YES answers", "recall": "no YES targets", "f1_score": "no YES answers or targets"}
+        out.append(f"{name} is undefined ({why.get(name, 'no denominator')})")
+    return out
+
+
+def _below_baselines(report: dict[str, Any]) -> list[str]:
+    found = []
+    for name in ("f1_score", "accuracy"):
+        value = report["metrics"][name]
+        if value is None:
+            continue
+        best = max(
+            ((b, v[name]) for b, v in report["baselines"].items() if v[name] is not None),
+            key=lambda bv: bv[1],
+            default=None,
+        )
+        if best is not None and value <= best[1] + 1e-12:
+            found.append(f"{name} {value:.4f} <= {best[0]} {best[1]:.4f}")
+    return found
+
+
+def notes(report: dict[str, Any]) -> list[str]:
+    out = []
+    if report["dataset"].get("source") == "bundled":
+        out.append(
+            "data: coinflip's bundled generated set, shaped like the official one but not it; "
+            "for extraordinarylab/coin-flip use --dataset-hub huggingface (or modelscope)"
+        )
+    return out
+
+
 def write_report(path: Path, report: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: Any = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console()
-    for warning in report["warnings"]:
-        console.print(f"[bold red]INCOMPLETE:[/] {warning}")
-    data = report["dataset"]
-    where = data.get("id") or data.get("path") or data.get("source")
-    table = Table(title=f"coin_flip - {report['model']}", title_justify="left")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("95% interval", justify="right")
-    for name in METRICS:
-        lo, hi = report["intervals"][name]
-        label = f"{name} (primary)" if name == report["primary"] else name
-        table.add_row(label, f"{report['metrics'][name]:.4f}", f"{lo:.3f} - {hi:.3f}")
-    console.print(table)
-    c = report["counts"]
-    console.print(
-        f"samples {c['samples']}  invalid {c['invalid']} ({c['invalid_rate']:.1%})  errors {c['errors']}  "
-        f"data {data['source']}:{where} ({data['split']}, sha256 {data['sha256'][:12]})  "
-        f"arithmetic {report['metric_compat']}"
-    )
-    if run_dir is not None:
-        console.print(f"run directory: {run_dir}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise storage_error(path, exc) from None

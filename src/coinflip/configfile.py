@@ -1,0 +1,53 @@
+"""Configs from files and lists, as EvalScope's `run_task` takes them: a TaskConfig, a dict, a path
+to a YAML or JSON file holding one, or a list of any of these."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .config import TaskConfig
+from .errors import ConfigError
+
+
+def as_configs(task_cfg: Any, kwargs: dict[str, Any]) -> list[TaskConfig]:
+    items = task_cfg if isinstance(task_cfg, list) else [task_cfg]
+    if not items:
+        raise ConfigError("run_task got an empty list of configs")
+    return [as_config(item, kwargs) for item in items]
+
+
+def as_config(item: Any, kwargs: dict[str, Any]) -> TaskConfig:
+    if isinstance(item, TaskConfig):
+        if kwargs:
+            raise ConfigError("give either a TaskConfig or keyword settings, not both")
+        return item
+    if isinstance(item, (str, Path)):
+        item = read_file(Path(item))
+    if item is not None and not isinstance(item, dict):
+        raise ConfigError(f"a task config is a TaskConfig, a dict or a YAML/JSON file, got {type(item).__name__}")
+    return TaskConfig(**{**(item or {}), **kwargs})
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """A YAML or JSON file holding one config (EvalScope's format: the TaskConfig fields at the top)."""
+    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+        raise ConfigError(f"{path}: a task config file ends in .yaml, .yml or .json")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        if path.suffix.lower() == ".json":
+            import json
+
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except Exception as exc:  # yaml and json raise several types; the message names the line
+        raise ConfigError(f"{path}: not valid {path.suffix.lstrip('.').upper()} ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected the settings as a mapping (model: ..., api_url: ...)")
+    return data

@@ -1,0 +1,105 @@
+"""The terminal summary of a run. Everything a user or a model wrote is printed as literal text:
+a model named `[bold red]x` or `x[/]` is shown as written, never read as markup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..scoring.metrics import METRICS
+
+
+def value(x: float | None, undefined: bool = False) -> str:
+    if x is None:
+        return "undefined"
+    return f"{x:.4f}" + (" (undefined)" if undefined else "")
+
+
+def interval(pair: list[float] | None) -> str:
+    return "-" if pair is None else f"{pair[0]:.3f} - {pair[1]:.3f}"
+
+
+def data_line(report: dict[str, Any]) -> str:
+    data = report["dataset"]
+    where = data.get("id") or data.get("path") or data.get("source")
+    template = report.get("template", {})
+    return (
+        f"data {data['source']}:{where} ({data['split']}, sha256 {str(data['sha256'])[:12]})  "
+        f"template {template.get('name', 'default')}  arithmetic {report['metric_compat']}"
+    )
+
+
+def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    for warning in report["warnings"]:
+        label = "INCOMPLETE: " if not report["complete"] and _incomplete(warning) else "WARNING: "
+        console.print(Text.assemble((label, "bold red" if label.startswith("INC") else "bold yellow"), warning))
+    table = Table(title=Text(f"coin_flip - {report['model']}"), title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("95% interval", justify="right")
+    forced = report.get("forced")
+    if forced:
+        table.add_column("forced", justify="right")
+    undefined = set(report.get("undefined", []))
+    for name in METRICS:
+        label = f"{name} (primary)" if name == report["primary"] else name
+        row = [label, value(report["metrics"][name], name in undefined), interval(report["intervals"][name])]
+        if forced:
+            row.append(value(forced["metrics"][name]))
+        table.add_row(*row)
+    console.print(table)
+    for line in lines(report):
+        console.print(Text(line))
+    if run_dir is not None:
+        console.print(Text(f"run directory: {run_dir}"))
+
+
+def _incomplete(warning: str) -> bool:
+    return "resume" in warning
+
+
+def lines(report: dict[str, Any]) -> list[str]:
+    """The plain lines under the table: counts, errors, forced answers, calibration, data."""
+    c = report["counts"]
+    out = [
+        f"samples {c['samples']}  invalid {c['invalid']} ({c['invalid_rate']:.1%})  errors {c['errors']}  "
+        + "  ".join(f"{k} {v}" for k, v in report.get("invalid_reasons", {}).items())
+    ]
+    for error in report.get("errors_top", [])[:3]:
+        out.append(f"  {error['count']} x {error['message']}")
+    repeats = report.get("repeat_metrics")
+    if repeats:
+        spread = repeats["per_repeat"][report["primary"]]
+        out.append(
+            f"repeats {repeats['k']}: {report['primary']} per repeat {value(spread['mean'])} +- "
+            f"{value(spread['std'])}, majority vote {value(repeats['majority_vote'][report['primary']])}, "
+            f"pass@{repeats['k']} {value(repeats['pass_at_k'])}, consistency {value(repeats['consistency'])}"
+        )
+    forced = report.get("forced")
+    if forced:
+        out.append(
+            f"forced answers for {forced['asked']} of {forced['invalid_strict']} invalid: "
+            f"{forced['recovered_correct']} right, {forced['recovered_wrong']} wrong, "
+            f"{forced['still_invalid']} still invalid; strict accuracy {value(report['metrics']['accuracy'])}, "
+            f"forced {value(forced['metrics']['accuracy'])}: the gap is format, the forced score is state tracking"
+        )
+    calibration = report.get("calibration") or {}
+    if calibration.get("available"):
+        out.append(
+            f"P(YES) on {calibration['samples']} samples: AUROC {value(calibration.get('auroc'))}  "
+            f"Brier {value(calibration.get('brier'))}  ECE {value(calibration.get('ece'))}"
+        )
+    base = report.get("baselines", {})
+    if base:
+        out.append(
+            "baselines on the same questions: "
+            + ", ".join(f"{name} f1 {value(v['f1_score'])} acc {value(v['accuracy'])}" for name, v in base.items())
+        )
+    out.append(data_line(report))
+    out.extend(report.get("notes", []))
+    return out

@@ -1,0 +1,164 @@
+"""What a run will ask, worked out before anything touches the disk or the network.
+
+`prepare` checks everything that can be checked up front (the model, the template, the data, the
+few-shot pool), draws the subset and builds the requests, so a bad setting ends in one line with
+no run directory left behind.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .config import TaskConfig
+from .data import prompts
+from .data.load import Dataset, Record, load_dataset
+from .data.sampling import Subset
+from .errors import ConfigError
+from .models import Reply, Request, check_model
+
+COMPLETIONS_STOP = ["\nQ:"]  # a completion model goes on to invent the next "Q:" block
+FORCE_PROMPT = 'Give only your final answer, in one line of the form "ANSWER: YES" or "ANSWER: NO".'
+FORCE_CUE = "\n\nANSWER:"
+FORCE_MAX_TOKENS = 16
+
+
+def effective_generation(config: TaskConfig) -> dict[str, Any]:
+    """The generation settings sent: the user's, plus a default stop for plain completions
+    (given stop sequences, even an empty list, replace it)."""
+    generation = dict(config.generation_config)
+    if config.api_mode == "completions" and "stop" not in generation:
+        generation["stop"] = list(COMPLETIONS_STOP)
+    return generation
+
+
+class RequestBuilder:
+    """Turns records into requests: few-shot candidates are drawn once, so every question sees the same ones."""
+
+    def __init__(self, config: TaskConfig, pool: Sequence[Record], generation: dict[str, Any]) -> None:
+        self.count = config.few_shot_num
+        self.system_prompt = config.system_prompt
+        self.style = prompts.template(config.prompt_template)
+        self.candidates = prompts.choose_examples(
+            pool, config.few_shot_num, config.few_shot_seed, config.few_shot_random
+        )
+        self.seed = generation.get("seed")
+        self.choices = int(generation.get("n") or 1)
+        self.completions = config.api_mode == "completions"
+        self.short = "max_completion_tokens" not in generation
+
+    def __call__(self, record: Record, draw: int = 0) -> Request:
+        """The request for `record`'s draw-th request (repeats draw*n .. draw*n + n - 1)."""
+        examples = prompts.examples_for(record.question, self.candidates, self.count)
+        messages = prompts.build_messages(record.question, examples, self.style, self.system_prompt)
+        prompt = messages[-1]["content"]
+        first = draw * self.choices
+        params = {"seed": self.seed + first} if isinstance(self.seed, int) and draw else {}
+        return Request(record.id, prompt, record.question, messages, first, params)
+
+    def forced(self, request: Request, reply: str, repeat: int) -> Request:
+        """The follow-up that asks for only the answer line: the conversation so far, then a fixed
+        turn (chat) or a fixed cue after the reply (completions)."""
+        params: dict[str, Any] = {"n": 1}
+        if self.short:
+            params["max_tokens"] = FORCE_MAX_TOKENS
+        if self.completions:
+            text = "\n\n".join(m["content"] for m in request.messages) + reply + FORCE_CUE
+            messages = [{"role": "user", "content": text}]  # sent as the prompt itself
+        else:
+            messages = [
+                *request.messages,
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": FORCE_PROMPT},
+            ]
+        return Request(request.id, request.prompt, request.question, messages, repeat, params)
+
+
+def forced_text(reply: Reply, completions: bool) -> str | None:
+    """A forced reply as recorded: with completions, the cue is put back before the continuation."""
+    if reply.text is None:
+        return None
+    return FORCE_CUE.strip() + reply.text if completions else reply.text
+
+
+@dataclass
+class Plan:
+    config: TaskConfig
+    dataset: Dataset  # the selected questions
+    subset: Subset
+    build: RequestBuilder
+    generation: dict[str, Any]
+    fingerprint: dict[str, Any]
+
+    @property
+    def per_question(self) -> int:
+        """Samples per question: repeats times choices per request."""
+        return self.config.repeats * self.build.choices
+
+    @property
+    def samples(self) -> int:
+        return self.dataset.count * self.per_question
+
+
+def prepare(config: TaskConfig) -> Plan:
+    check_model(config)
+    generation = effective_generation(config)
+    if "n" in generation and generation["n"] * config.repeats > 4096:
+        raise ConfigError("repeats x n must be at most 4096")
+    dataset = load_dataset(config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
+    selected, subset = dataset.take(config.limit, config.limit_mode, config.seed)
+    build = RequestBuilder(config, few_shot_pool(config), generation)
+    return Plan(config, selected, subset, build, generation, make_fingerprint(config, dataset, build, generation))
+
+
+def few_shot_pool(config: TaskConfig) -> list[Record]:
+    if config.few_shot_num == 0:
+        return []
+    if config.dataset_path and not Path(config.dataset_path).is_dir():
+        raise ConfigError(
+            "few-shot examples come from a validation split: give --dataset-path a directory holding "
+            "test.* and validation.*, or use --few-shot-num 0"
+        )
+    pool = load_dataset(
+        "validation", config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir
+    ).records
+    if len(pool) <= config.few_shot_num:
+        raise ConfigError(f"few_shot_num {config.few_shot_num} needs more than {len(pool)} validation rows")
+    return list(pool)
+
+
+def make_fingerprint(
+    config: TaskConfig, dataset: Dataset, build: RequestBuilder, generation: dict[str, Any]
+) -> dict[str, Any]:
+    """What must match for saved predictions to be reused (the data, prompts, model, generation)."""
+    return {
+        "dataset": dataset.source,
+        "model": config.model,
+        "few_shot_num": config.few_shot_num,
+        "few_shot_seed": config.few_shot_seed,
+        "few_shot_random": config.few_shot_random,
+        "system_prompt": config.system_prompt,
+        "template": build.style.describe(),
+        "generation_config": generation,
+        "api_mode": config.api_mode,
+        "repeats": config.repeats,
+        "force_answer": config.force_answer,
+        "subset": {"mode": config.limit_mode, "seed": config.seed},
+    }
+
+
+def provenance() -> dict[str, str]:
+    from datetime import datetime, timezone
+
+    return {
+        "coinflip_version": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "executable": Path(sys.executable).name,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,135 @@
+"""Answer probabilities: how sure the model was, where the server returns log probabilities.
+
+P(YES) is the probability of the YES token against the NO token at the answer position: the
+first word token after the last `ANSWER:` marker of the reply (or of the forced answer).
+Tokenisation variants (" YES", "YES", "Yes", "yes", "**YES") are summed per side, over the
+chosen token and the top alternatives the server sent, then normalised: P(YES) / (P(YES) + P(NO)).
+
+Over the samples that have one: AUROC of P(YES) against the target (YES positive; ties count
+half), the Brier score, and the expected calibration error over 10 equal-width bins of P(YES)
+(the gap between each bin's mean P(YES) and its observed share of YES targets, weighted by the
+bin's share of samples), with the bins for a reliability diagram.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .extract import _MARKER
+
+WINDOW = 8  # tokens kept after the token holding the last marker
+BINS = 10
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def answer_window(logprobs: Sequence[dict[str, Any]] | None, text: str | None = None) -> list[dict[str, Any]] | None:
+    """The few token entries from the last ANSWER marker on: all that P(YES) needs, so a run
+    keeps a handful of tokens per reply instead of thousands."""
+    if not logprobs:
+        return None
+    joined = "".join(str(entry.get("token", "")) for entry in logprobs)
+    markers = list(_MARKER.finditer(joined))
+    if not markers:
+        return None
+    start = markers[-1].start()
+    position = 0
+    for i, entry in enumerate(logprobs):
+        position += len(str(entry.get("token", "")))
+        if position > start:
+            return [dict(e) for e in logprobs[i : i + WINDOW + 1]]
+    return None
+
+
+def p_yes(window: Sequence[dict[str, Any]] | None) -> float | None:
+    """P(YES) at the answer position of a window from `answer_window`; None when the answer
+    token is neither a YES nor a NO variant, or the server sent no probabilities for it."""
+    if not window:
+        return None
+    joined = "".join(str(e.get("token", "")) for e in window)
+    markers = list(_MARKER.finditer(joined))
+    if not markers:
+        return None
+    end, position = markers[-1].end(), 0
+    for entry in window:
+        token = str(entry.get("token", ""))
+        begins, position = position, position + len(token)
+        if position <= end or not _WORD.search(token[max(0, end - begins) :]):
+            continue  # still inside the marker, or only spaces and markdown
+        return _normalised(entry)
+    return None
+
+
+def _side(token: str) -> str | None:
+    words = _WORD.findall(token)
+    if len(words) != 1:
+        return None
+    word = words[0].lower()
+    return word if word in ("yes", "no") else None
+
+
+def _normalised(entry: dict[str, Any]) -> float | None:
+    options = dict(entry.get("top") or {})
+    options.setdefault(str(entry.get("token", "")), entry.get("logprob"))
+    mass = {"yes": 0.0, "no": 0.0}
+    for token, logprob in options.items():
+        side = _side(token)
+        if side is not None and isinstance(logprob, (int, float)) and math.isfinite(logprob):
+            mass[side] += math.exp(logprob)
+    total = mass["yes"] + mass["no"]
+    return mass["yes"] / total if total > 0 else None
+
+
+def calibration(probabilities: Any, targets: Any) -> dict[str, Any]:
+    """AUROC, Brier and ECE of P(YES) against the targets (1 for YES), with reliability bins."""
+    import numpy as np
+
+    p = np.asarray(probabilities, dtype=np.float64)
+    y = np.asarray(targets, dtype=np.float64)
+    if not len(p):
+        return {"samples": 0}
+    edges = np.linspace(0, 1, BINS + 1)
+    which = np.clip(np.digitize(p, edges[1:-1], right=False), 0, BINS - 1)
+    bins, ece = [], 0.0
+    for b in range(BINS):
+        mask = which == b
+        n = int(mask.sum())
+        if n:
+            gap = abs(float(p[mask].mean()) - float(y[mask].mean()))
+            ece += n / len(p) * gap
+        bins.append(
+            {
+                "lo": round(float(edges[b]), 2),
+                "hi": round(float(edges[b + 1]), 2),
+                "samples": n,
+                "mean_p_yes": float(p[mask].mean()) if n else None,
+                "yes_share": float(y[mask].mean()) if n else None,
+            }
+        )
+    return {
+        "samples": len(p),
+        "auroc": auroc(p, y),
+        "brier": float(np.mean((p - y) ** 2)),
+        "ece": ece,
+        "bins": bins,
+    }
+
+
+def auroc(p: Any, y: Any) -> float | None:
+    """Mann-Whitney: the chance a YES target gets a higher P(YES) than a NO target, ties half."""
+    import numpy as np
+
+    positives, negatives = int(np.sum(y == 1)), int(np.sum(y == 0))
+    if not positives or not negatives:
+        return None
+    order = np.argsort(p, kind="mergesort")
+    ranks = np.empty(len(p))
+    sorted_p = p[order]
+    # average ranks over ties
+    _, first, counts = np.unique(sorted_p, return_index=True, return_counts=True)
+    average = first + (counts + 1) / 2.0
+    ranks[order] = np.repeat(average, counts)
+    u = float(ranks[y == 1].sum()) - positives * (positives + 1) / 2
+    return u / (positives * negatives)

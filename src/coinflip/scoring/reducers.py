@@ -1,0 +1,65 @@
+"""Repeats: what K answers to the same question say beyond their pooled metrics.
+
+- per repeat: the five metrics of each repeat k on its own, then their mean and spread (the
+  sample standard deviation), which is the generation noise alone;
+- majority vote: one answer per question, the more frequent of the valid YES/NO answers (a tie,
+  or no valid answer, is no answer);
+- pass@k: the share of questions with at least one correct repeat;
+- consistency: the share of questions whose K answers agree (invalid counts as an answer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .metrics import METRICS, Outcomes, per_question, rates
+
+
+def reduce(outcomes: Outcomes, compat: str) -> dict[str, Any]:
+    import numpy as np
+
+    ids, matrix = per_question(outcomes)
+    k = int(outcomes.repeat.max()) + 1 if len(outcomes) else 0
+    per_repeat = [rates(outcomes.where(outcomes.repeat == r).cells(), compat) for r in range(k)]
+    spread = {}
+    for name in METRICS:
+        values = np.array([float(m[name]) for m in per_repeat])
+        finite = values[np.isfinite(values)]
+        spread[name] = {
+            "mean": float(finite.mean()) if len(finite) else None,
+            "std": float(finite.std(ddof=1)) if len(finite) > 1 else 0.0 if len(finite) else None,
+            "values": [None if not np.isfinite(v) else round(float(v), 6) for v in values],
+        }
+    majority = _majority(matrix)
+    votes = {name: (None if np.isnan(v) else float(v)) for name, v in rates(majority, compat).items()}
+    answered = matrix.sum(axis=1)
+    return {
+        "k": k,
+        "questions": len(ids),
+        "per_repeat": spread,
+        "majority_vote": {name: votes[name] for name in METRICS},
+        "pass_at_k": float(np.mean((matrix[:, 0] + matrix[:, 4]) > 0)) if len(ids) else None,
+        "consistency": float(np.mean(matrix.max(axis=1) == answered)) if len(ids) else None,
+    }
+
+
+def majority_cells(outcomes: Outcomes) -> Any:
+    """One (question x 6) row per question with a single 1 in the cell of its majority answer."""
+    _, matrix = per_question(outcomes)
+    return _majority_rows(matrix)
+
+
+def _majority(matrix: Any) -> Any:
+    return _majority_rows(matrix).sum(axis=0)
+
+
+def _majority_rows(matrix: Any) -> Any:
+    import numpy as np
+
+    yes_target = matrix[:, :3].sum(axis=1) > 0
+    says_yes = matrix[:, 0] + matrix[:, 3]
+    says_no = matrix[:, 1] + matrix[:, 4]
+    answer = np.where(says_yes > says_no, 0, np.where(says_no > says_yes, 1, 2))  # YES, NO, none
+    rows = np.zeros_like(matrix)
+    rows[np.arange(len(matrix)), np.where(yes_target, answer, answer + 3)] = 1
+    return rows

@@ -1,0 +1,261 @@
+"""Reviews: one verdict per saved prediction, gathered in any order into compact arrays.
+
+A live run feeds the Scorer replies as they land, so the report is ready when the last one
+does; a rescore feeds it the saved predictions. Both give the same bytes: every part is
+order-free, and each review is kept as a sample key, one packed integer and P(YES), and
+written out in key order. Whatever a saved row holds (odd types from an old or hand-edited
+file), a review is made; only a target that is not YES or NO stops with one line.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ..errors import DataError
+from .calibration import p_yes
+from .extract import extract_answer, invalid_reason
+from .metrics import Outcomes
+
+MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failures first beyond that
+REPEATS_MAX = 4096  # as rundir.REPEATS_MAX: a sample key is id * REPEATS_MAX + repeat
+REASONS: tuple[str | None, ...] = (None, "empty", "no_marker", "no_verdict", "both", "unclosed_think", "cut_off")
+_EXTRACTED: tuple[str | None, ...] = (None, "YES", "NO")
+_FORCED: tuple[str | None, ...] = (None, "YES", "NO", "invalid")  # None: no forced answer was asked
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _whole(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, Any]:
+    """Score one saved prediction; never looks at a separate reasoning field."""
+    target = prediction.get("target")
+    if target not in ("YES", "NO"):
+        raise DataError(f"prediction {prediction.get('id')!r}: target must be YES or NO, got {target!r}")
+    error = prediction.get("error") is not None
+    reply = _text(prediction.get("reply"))
+    extracted = None if error else extract_answer(reply)
+    reason = None if error or extracted else invalid_reason(reply, _text(prediction.get("finish_reason")))
+    forced = prediction.get("forced")
+    forced_answer = None
+    if isinstance(forced, dict) and not forced.get("pending"):
+        found = None if forced.get("error") is not None else extract_answer(_text(forced.get("reply")))
+        forced_answer = found or "invalid"
+    probability = p_yes(prediction.get("answer_logprobs"))
+    if probability is None and isinstance(forced, dict):
+        probability = p_yes(forced.get("answer_logprobs"))
+    return {
+        "id": _whole(prediction.get("id")),
+        "repeat": _whole(prediction.get("repeat")),
+        "people": max(0, _whole(prediction.get("people"))),
+        "target": target,
+        "extracted": extracted,
+        "correct": extracted == target,
+        "invalid": extracted is None and not error,
+        "error": error,
+        "reason": reason,
+        "forced": forced_answer,
+        "p_yes": None if probability is None else round(probability, 6),
+    }
+
+
+def _pack(r: dict[str, Any]) -> int:
+    code = (r["people"] * 2 + (r["target"] == "NO")) * 3 + _EXTRACTED.index(r["extracted"])
+    code = ((code * 2 + r["error"]) * 8 + REASONS.index(r["reason"])) * 4 + _FORCED.index(r["forced"])
+    return int(code)
+
+
+def _unpack(key: int, code: int, probability: float) -> dict[str, Any]:
+    rest, forced = divmod(code, 4)
+    rest, reason = divmod(rest, 8)
+    rest, error = divmod(rest, 2)
+    rest, extracted = divmod(rest, 3)
+    people, no = divmod(rest, 2)
+    target, answer = ("NO" if no else "YES"), _EXTRACTED[extracted]
+    question, repeat = divmod(key, REPEATS_MAX)
+    return {
+        "id": question,
+        "repeat": repeat,
+        "people": people,
+        "target": target,
+        "extracted": answer,
+        "correct": answer == target,
+        "invalid": answer is None and not error,
+        "error": bool(error),
+        "reason": REASONS[reason],
+        "forced": _FORCED[forced],
+        "p_yes": None if math.isnan(probability) else probability,
+    }
+
+
+def _quantiles(values: Sequence[float]) -> dict[str, float]:
+    """Mean and order statistics; sorted in one numpy array, not a list of a Python float each."""
+    if not values:
+        return {}
+    import numpy as np
+
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(ordered)
+
+    def q(p: float) -> float:
+        return round(float(ordered[min(n - 1, int(p * n))]), 6)
+
+    return {"mean": round(math.fsum(values) / n, 6), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": q(1.0)}
+
+
+def _tokens(usage: Any, name: str) -> int | None:
+    value = usage.get(name) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+class Usage:
+    """Latency, time to first token and token distributions, in compact arrays rather than rows."""
+
+    def __init__(self) -> None:
+        self.latency = array("d")
+        self.ttft = array("d")
+        self.completion = array("d")
+        self.reasoning = array("d")
+        self.prompt_tokens = 0
+        self.finish: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+
+    def add(self, p: dict[str, Any]) -> None:
+        error = p.get("error")
+        if error is None:
+            latency = p.get("latency_s")
+            self.latency.append(float(latency) if isinstance(latency, (int, float)) else 0.0)
+            self.finish[str(p.get("finish_reason"))] += 1
+            if isinstance(p.get("ttft_s"), (int, float)):
+                self.ttft.append(float(p["ttft_s"]))
+        else:
+            self.errors[" ".join(str(error).split())[:300]] += 1
+        usage = p.get("usage")
+        self.prompt_tokens += _tokens(usage, "prompt_tokens") or 0
+        completion = _tokens(usage, "completion_tokens")
+        if completion is not None:
+            self.completion.append(float(completion))
+        reasoning = _tokens(usage, "reasoning_tokens")
+        if reasoning is not None:
+            self.reasoning.append(float(reasoning))
+
+    def result(self) -> dict[str, Any]:
+        out = {
+            "latency_s": _quantiles(self.latency),
+            "completion_tokens": _quantiles(self.completion),
+            "prompt_tokens_total": self.prompt_tokens,
+            "completion_tokens_total": int(sum(self.completion)),
+            "finish_reasons": dict(sorted(self.finish.items(), key=lambda kv: (-kv[1], kv[0]))),
+        }
+        if self.ttft:
+            out["ttft_s"] = _quantiles(self.ttft)
+        if self.reasoning:
+            out["reasoning_tokens"] = _quantiles(self.reasoning)
+            out["reasoning_tokens_total"] = int(sum(self.reasoning))
+        return out
+
+    def top_errors(self, n: int = 5) -> list[dict[str, Any]]:
+        ranked = sorted(self.errors.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [{"message": message, "count": count} for message, count in ranked[:n]]
+
+
+class Showcase:
+    """The samples the HTML page lists: failures first, then correct ones, each in key order, up
+    to a cap. Kept as the lowest keys of each kind, so the order samples arrive in does not matter."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._seq = 0
+        self.failed: list[tuple[int, int, dict[str, Any], dict[str, Any]]] = []
+        self.passed: list[tuple[int, int, dict[str, Any], dict[str, Any]]] = []
+
+    def add(self, key: int, prediction: dict[str, Any], review: dict[str, Any]) -> None:
+        heap = self.passed if review["correct"] else self.failed
+        self._seq += 1
+        entry = (-key, self._seq, prediction, review)  # max-heap on key
+        if len(heap) < self.cap:
+            heapq.heappush(heap, entry)
+        elif entry[0] > heap[0][0]:
+            heapq.heapreplace(heap, entry)
+
+    def rows(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        failed = [(p, r) for _, _, p, r in sorted(self.failed, reverse=True)]
+        passed = [(p, r) for _, _, p, r in sorted(self.passed, reverse=True)]
+        return failed + passed[: max(0, self.cap - len(failed))]
+
+
+class Scorer:
+    """What a report is made of, gathered one prediction at a time and in any order."""
+
+    def __init__(self, showcase_cap: int = MAX_ROWS, compat: str = "coinflip") -> None:
+        self.compat = compat
+        self.usage = Usage()
+        self.forced_usage = Usage()
+        self.showcase = Showcase(showcase_cap)
+        self.keys = array("q")  # in arrival order
+        self.codes = array("q")
+        self.p_yes = array("d")
+
+    def add(self, prediction: dict[str, Any]) -> None:
+        r = review(prediction, self.compat)
+        key = r["id"] * REPEATS_MAX + r["repeat"]
+        self.keys.append(key)
+        self.codes.append(_pack(r))
+        self.p_yes.append(math.nan if r["p_yes"] is None else r["p_yes"])
+        self.usage.add(prediction)
+        if isinstance(prediction.get("forced"), dict):
+            self.forced_usage.add(prediction["forced"])
+        self.showcase.add(key, prediction, r)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def order(self) -> Any:
+        """Positions in key order (None: already in order)."""
+        import numpy as np
+
+        keys = np.frombuffer(self.keys, dtype=np.int64)
+        return None if bool((keys[1:] > keys[:-1]).all()) else np.argsort(keys, kind="stable")
+
+    def write_reviews(self, out: TextIO) -> None:
+        order = self.order()
+        keys, codes, probabilities = self.keys, self.codes, self.p_yes
+        for first in range(0, len(keys), 4096):  # a slice at a time keeps Python ints few
+            part = range(first, min(first + 4096, len(keys))) if order is None else order[first : first + 4096].tolist()
+            out.write("".join(json.dumps(_unpack(keys[i], codes[i], probabilities[i])) + "\n" for i in part))
+
+    def outcomes(self, forced: bool = False) -> Outcomes:
+        """Every sample as arrays; with `forced`, an invalid strict answer is replaced by its forced one."""
+        import numpy as np
+
+        code = np.frombuffer(self.codes, dtype=np.int64)
+        key = np.frombuffer(self.keys, dtype=np.int64)
+        forced_answer, rest = code % 4, code // 32  # reason is not needed here
+        error, rest = rest % 2, rest // 2
+        extracted, rest = rest % 3, rest // 3
+        no, people = rest % 2, rest // 2
+        offset = np.array([2, 0, 1])[extracted]  # CELLS: YES answer, NO answer, none, per target
+        if forced:
+            recovered = (extracted == 0) & (error == 0) & ((forced_answer == 1) | (forced_answer == 2))
+            offset = np.where(recovered, forced_answer - 1, offset)
+        return Outcomes(key // REPEATS_MAX, key % REPEATS_MAX, no * 3 + offset, error, people)
+
+    def column(self, name: str) -> Any:
+        """One packed field for every sample: reason (index into REASONS) or forced (into _FORCED)."""
+        import numpy as np
+
+        code = np.frombuffer(self.codes, dtype=np.int64)
+        return (code // 4) % 8 if name == "reason" else code % 4
