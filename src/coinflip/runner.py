@@ -182,7 +182,7 @@ def generate(
         if live and scorer is None:  # imported here, once the first requests are out
             from .scoring.report import Scorer
 
-            scorer = Scorer()
+            scorer = Scorer(compat=config.metric_compat)
         for record, request, reply in landed:
             row = prediction_row(request, record, reply)
             writer.write(row)
@@ -249,7 +249,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
         scorer = live.scorer
         compact_written(run.predictions, scorer.ids, live.offsets)
     else:
-        scorer = _score_saved(run, int(saved.get("samples") or 0))
+        scorer = _score_saved(run, int(saved.get("samples") or 0), compat)
     run.reviews.parent.mkdir(parents=True, exist_ok=True)
     with run.reviews.open("w", encoding="utf-8") as reviews:
         scorer.write_reviews(reviews)
@@ -262,12 +262,12 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
     return report
 
 
-def _score_saved(run: RunDir, expected: int) -> Scorer:
+def _score_saved(run: RunDir, expected: int, compat: str) -> Scorer:
     from .scoring.report import Scorer
 
     if not compact_predictions(run.predictions).where:
         raise DataError(f"{run.predictions}: no predictions to score")
-    scorer = Scorer()
+    scorer = Scorer(compat=compat)
     for p in iter_predictions(run.predictions):
         if not expected or p["id"] < expected:
             scorer.add(p)

@@ -3,8 +3,10 @@
 Positive class is YES. Two arithmetics:
 - "coinflip" (default): every sample counts. An invalid answer or an errored sample is wrong;
   recall's denominator is every YES target, so an invalid answer on a YES target is a miss.
-- "evalscope": EvalScope's own arithmetic, where samples without a YES/NO prediction are left
-  out of TP/FP/FN (they still count in accuracy's and yes_ratio's denominators).
+- "evalscope": EvalScope 1.14.1's own arithmetic (coin_flip_adapter.py `aggregate_scores`):
+  samples without a YES/NO prediction are left out of TP/FP/FN but count in accuracy's and
+  yes_ratio's denominators, and errored samples are in no denominator at all (EvalScope drops
+  them with `ignore_errors`, and writes no report without it; see scoring/evalscope.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from .evalscope import report_note
 
 METRICS = ("f1_score", "accuracy", "precision", "recall", "yes_ratio")
 PRIMARY = "f1_score"
@@ -83,9 +87,12 @@ class Tally:
         import numpy as np
 
         counts, total = self.cells, self.total
+        if compat == "evalscope":  # errored samples never reach EvalScope's aggregation
+            counts = {c: n - (self.errors[c[0]] if c[1] is None else 0) for c, n in counts.items()}
+            total -= sum(self.errors.values())
         correct = counts[("YES", "YES")] + counts[("NO", "NO")]
         yes = counts[("YES", "YES")] + counts[("NO", "YES")]
-        invalid_on = {t: counts[(t, None)] - self.errors[t] for t in ("YES", "NO")}
+        invalid_on = {t: self.cells[(t, None)] - self.errors[t] for t in ("YES", "NO")}
         invalid = sum(invalid_on.values())
         precision, recall, f1 = (float(x) for x in _from_counts(counts, compat))
         values = {
@@ -100,13 +107,15 @@ class Tally:
             "yes_ratio": wilson(yes, total),
             **_bootstrap(counts, total, compat, seed, resamples, np),
         }
+        extra = {"evalscope": report_note(self.total - total, total)} if compat == "evalscope" else {}
         return {
             "metric_compat": compat,
             "primary": PRIMARY,
+            **extra,
             "metrics": values,
             "intervals": {k: [round(lo, 6), round(hi, 6)] for k, (lo, hi) in intervals.items()},
             "counts": {
-                "samples": total,
+                "samples": self.total,
                 "correct": correct,
                 "tp": counts[("YES", "YES")],
                 "fp": counts[("NO", "YES")],
@@ -115,7 +124,7 @@ class Tally:
                 "invalid": invalid,
                 "invalid_rate": _ratio(invalid, total),
                 "errors": self.errors["YES"] + self.errors["NO"],
-                "target_yes": sum(counts[("YES", p)] for p in ("YES", "NO", None)),
+                "target_yes": sum(self.cells[("YES", p)] for p in ("YES", "NO", None)),
                 "invalid_on_yes": invalid_on["YES"],
                 "invalid_on_no": invalid_on["NO"],
                 "errors_on_yes": self.errors["YES"],

@@ -12,20 +12,28 @@ from typing import Any, TextIO
 
 from ..config import BENCHMARK
 from ..errors import DataError
-from .extract import extract_answer
+from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
+from .evalscope import REASONS as EVALSCOPE_REASONS
+from .evalscope import read_verdict
+from .extract import REASONS, read_answer
 from .metrics import METRICS, Outcome, Tally
 
 EXTRACTION = "coinflip.extract_answer/1"
 MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failures first beyond that
 
 
-def review(prediction: dict[str, Any]) -> dict[str, Any]:
-    """Score one saved prediction; never looks at a separate reasoning field."""
+def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, Any]:
+    """Score one saved prediction by coinflip's strict rule, or by EvalScope's (compat "evalscope").
+
+    The strict rule never looks at a separate reasoning field; EvalScope's only checks whether
+    there was one (scoring/evalscope.py `completion`). An errored sample has no answer and no
+    invalid reason: it is counted as an error.
+    """
     target = prediction.get("target")
     if target not in ("YES", "NO"):
         raise DataError(f"prediction {prediction.get('id')!r}: target must be YES or NO, got {target!r}")
     error = prediction.get("error") is not None
-    extracted = None if error else extract_answer(prediction.get("reply"))
+    extracted, reason = (None, None) if error else _read(prediction, compat)
     return {
         "id": int(prediction["id"]),
         "people": max(0, int(prediction.get("people") or 0)),
@@ -33,8 +41,16 @@ def review(prediction: dict[str, Any]) -> dict[str, Any]:
         "extracted": extracted,
         "correct": extracted == prediction["target"],
         "invalid": extracted is None and not error,
+        "invalid_reason": reason,
         "error": error,
     }
+
+
+def _read(prediction: dict[str, Any], compat: str) -> tuple[str | None, str | None]:
+    reply, finish = prediction.get("reply"), prediction.get("finish_reason")
+    if compat == "evalscope":
+        return read_verdict(reply, prediction.get("reasoning"), finish)
+    return read_answer(reply, finish)
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
@@ -109,14 +125,17 @@ class Showcase:
 
 
 _EXTRACTED: tuple[str | None, ...] = (None, "YES", "NO")
+_REASONS: tuple[str | None, ...] = (None, *REASONS)  # EvalScope's reasons are a subset
 
 
 def _pack(r: dict[str, Any]) -> int:
-    return int(((r["people"] * 2 + (r["target"] == "NO")) * 3 + _EXTRACTED.index(r["extracted"])) * 2 + r["error"])
+    outcome = (r["people"] * 2 + (r["target"] == "NO")) * 3 + _EXTRACTED.index(r["extracted"])
+    return int((outcome * len(_REASONS) + _REASONS.index(r["invalid_reason"])) * 2 + r["error"])
 
 
 def _unpack(key: int, code: int) -> dict[str, Any]:
     rest, error = divmod(code, 2)
+    rest, reason = divmod(rest, len(_REASONS))
     rest, extracted = divmod(rest, 3)
     people, no = divmod(rest, 2)
     target = "NO" if no else "YES"
@@ -128,6 +147,7 @@ def _unpack(key: int, code: int) -> dict[str, Any]:
         "extracted": answer,
         "correct": answer == target,
         "invalid": answer is None and not error,
+        "invalid_reason": _REASONS[reason],
         "error": bool(error),
     }
 
@@ -141,7 +161,9 @@ class Scorer:
     outcome) and written out in id order.
     """
 
-    def __init__(self, showcase_cap: int = MAX_ROWS) -> None:
+    def __init__(self, showcase_cap: int = MAX_ROWS, compat: str = "coinflip") -> None:
+        self.compat = compat  # whose rule reviews each reply: coinflip's strict one or EvalScope's
+        self.reasons = dict.fromkeys(EVALSCOPE_REASONS if compat == "evalscope" else REASONS, 0)
         self.tally = Tally()
         self.usage = Usage()
         self.showcase = Showcase(showcase_cap)
@@ -149,7 +171,9 @@ class Scorer:
         self.codes = array("i")
 
     def add(self, prediction: dict[str, Any]) -> None:
-        r = review(prediction)
+        r = review(prediction, self.compat)
+        if r["invalid_reason"] is not None:
+            self.reasons[r["invalid_reason"]] += 1
         self.ids.append(r["id"])
         self.codes.append(_pack(r))
         self.tally.add(Outcome(r["target"], r["extracted"], r["error"], r["people"]))
@@ -169,6 +193,8 @@ class Scorer:
 
 def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: str) -> dict[str, Any]:
     """The report of a run: its saved config plus what the scorer gathered from its predictions."""
+    if scorer.compat != compat:
+        raise ValueError(f"the reviews follow {scorer.compat!r} rules, the report was asked for {compat!r}")
     config, fingerprint = saved["config"], saved["fingerprint"]
     tally = scorer.tally
     scores = tally.result(compat, seed=int(config.get("seed", 0)))
@@ -176,7 +202,8 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     missing = int(saved.get("samples") or tally.total) - tally.total
     warnings = []
     if errors:
-        warnings.append(f"{errors} sample(s) got no reply after retries and are scored wrong; resume to retry them")
+        counted = "are left out, as EvalScope's ignore_errors does" if compat == "evalscope" else "are scored wrong"
+        warnings.append(f"{errors} sample(s) got no reply after retries and {counted}; resume to retry them")
     if missing > 0:
         warnings.append(f"{missing} sample(s) were never run; resume to run them")
     return {
@@ -189,7 +216,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "dataset": fingerprint["dataset"],
         "few_shot_num": config.get("few_shot_num", 0),
         "generation_config": config.get("generation_config", {}),
-        "extraction": EXTRACTION,
+        "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
         "usage": scorer.usage.result(),
     }
 
