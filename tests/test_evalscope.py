@@ -7,6 +7,7 @@ EvalScope 1.14.1's own code (pip install evalscope==1.14.1) on each reply, throu
 `model_output_from_openai` -> `ModelOutput.completion` -> `CoinFlipAdapter.extract_answer` ->
 `CoinFlipAdapter.match_score` -> `utils.yes_no.extract_verdict(extracted_prediction,
 allow_lowercase_exact=True)`, as `CoinFlipAdapter.aggregate_scores` does. Then pasted here.
+`benchmarks/evalscope_verdicts.py --python /tmp/es/bin/python` reruns EvalScope on the table.
 """
 
 from __future__ import annotations
