@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coinflip import extract_answer
+from coinflip.scoring.extract import REASONS, invalid_reason, read_answer
 
 CASES: list[tuple[str, str | None]] = [
     # plain and case
@@ -97,3 +98,58 @@ def test_table_is_large_and_covers_both_answers_and_failures() -> None:
 
 def test_none_reply_is_no_answer() -> None:
     assert extract_answer(None) is None
+
+
+# reply, finish_reason, why it has no answer (None: it has one)
+REASON_CASES: list[tuple[str | None, str | None, str | None]] = [
+    ("ANSWER: YES", "stop", None),
+    ("Reasoning.\n**ANSWER:** no", "stop", None),
+    ("ANSWER: NO", "length", None),  # cut off after the answer: still an answer
+    (None, "stop", "empty"),
+    ("", "stop", "empty"),
+    ("  \n\t ", None, "empty"),
+    ("<think>the coin ends heads up</think>\n", "stop", "empty"),  # nothing outside the reasoning
+    ("The coin is heads up, so yes.", "stop", "no_marker"),
+    ("YES", "stop", "no_marker"),
+    ("ANSWER YES", "stop", "no_marker"),
+    ("ANSWERS: YES", "stop", "no_marker"),
+    ("<think>ANSWER: YES</think> I cannot say.", "stop", "no_marker"),
+    ("ANSWER: maybe", "stop", "no_verdict"),
+    ("ANSWER:", "stop", "no_verdict"),
+    ("ANSWER: [ANSWER]", "stop", "no_verdict"),
+    ("ANSWER: NOT heads up", "stop", "no_verdict"),
+    ("ANSWER: The coin is heads up, so YES", "stop", "no_verdict"),
+    ("ANSWER: YES\nANSWER: heads", "stop", "no_verdict"),  # the last marker counts
+    ("ANSWER: YES/NO", "stop", "both"),
+    ("ANSWER: yes, no", "stop", "both"),
+    ("ANSWER: [YES or NO]", "stop", "both"),
+    ("ANSWER: maybe yes, maybe no", "stop", "both"),
+    ("<think>still counting... ANSWER: YES", "stop", "unclosed_think"),
+    ("<think>a</think> b <think>c", None, "unclosed_think"),
+    ("<think>still counting... ANSWER: YES", "length", "cut_off"),  # length explains the rest
+    ("Person one flips, person two", "length", "cut_off"),
+    ("", "length", "cut_off"),
+    ("ANSWER: YES/NO", "length", "cut_off"),
+]
+
+
+@pytest.mark.parametrize(("reply", "finish", "reason"), REASON_CASES, ids=range(len(REASON_CASES)))
+def test_every_invalid_answer_has_its_reason(reply: str | None, finish: str | None, reason: str | None) -> None:
+    assert invalid_reason(reply, finish) == reason
+    answer, why = read_answer(reply, finish)
+    assert (answer is None) == (why is not None) and answer == extract_answer(reply)
+
+
+def test_invalid_reason_counts_on_a_fixed_set() -> None:
+    counts = dict.fromkeys(REASONS, 0)
+    for reply, finish, _ in REASON_CASES:
+        reason = invalid_reason(reply, finish)
+        if reason is not None:
+            counts[reason] += 1
+    assert counts == {"empty": 4, "no_marker": 5, "no_verdict": 6, "both": 4, "unclosed_think": 2, "cut_off": 4}
+
+
+@pytest.mark.parametrize(("reply", "expected"), CASES, ids=[f"{i:02d}" for i in range(len(CASES))])
+def test_a_reason_exactly_when_there_is_no_answer(reply: str, expected: str | None) -> None:
+    answer, reason = read_answer(reply)
+    assert answer == expected and (reason is None) == (expected is not None) and reason in (None, *REASONS)

@@ -18,15 +18,18 @@ pytest.importorskip("llama_cpp", reason="install coinflip[local]; .ci/run does")
 pytestmark = pytest.mark.llama
 
 
-def llama_processes() -> list[int]:
+def llama_processes(mark: str | None = None) -> list[int]:
+    """llama.cpp servers running now; with `mark`, only those started by a test that set
+    COINFLIP_TEST_MARK=mark (other sessions on the machine may run their own)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes()
+                environ = (entry / "environ").read_bytes() if mark else b""
             except OSError:
                 continue
-            if b"llama_cpp.server" in cmdline:
+            if b"llama_cpp.server" in cmdline and (not mark or f"COINFLIP_TEST_MARK={mark}".encode() in environ):
                 found.append(int(entry.name))
     return found
 
@@ -56,19 +59,34 @@ def test_smollm2_replies_are_real_parsed_and_scored(tmp_path: Path) -> None:
     assert counts["samples"] == 6 and counts["errors"] == 0
     assert counts["invalid"] + counts["tp"] + counts["fp"] + counts["tn"] + counts["fn"] == 6
     assert "f1_score" in result.stdout
-    assert llama_processes() == []
 
 
 def test_no_server_left_after_a_failure(tmp_path: Path) -> None:
     bogus = tmp_path / "broken.gguf"
     bogus.write_bytes(b"GGUF not really a model")
-    result = run_cli("eval", "--model", "mine", "--model-path", str(bogus), "--limit", "2", "--work-dir", str(tmp_path))
+    mark = str(tmp_path)
+    result = run_cli(
+        "eval", "--model", "mine", "--model-path", str(bogus), "--limit", "2", "--work-dir", str(tmp_path / "runs"),
+        env={"COINFLIP_TEST_MARK": mark},
+    )  # fmt: skip
     assert result.returncode == 2
     assert "llama.cpp server exited" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert llama_processes() == []
+    assert llama_processes(mark) == []
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing left behind
 
 
-def test_no_server_left_after_ctrl_c(tmp_path: Path) -> None:
+def test_a_missing_model_file_creates_nothing(tmp_path: Path) -> None:
+    result = run_cli(
+        "eval", "--model-path", str(tmp_path / "missing.gguf"), "--model", "x", "--work-dir", str(tmp_path / "w")
+    )
+    assert result.returncode == 2 and "no such file" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
+def test_no_server_left_after_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    mark = str(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
     proc = subprocess.Popen(
         [
@@ -86,7 +104,7 @@ def test_no_server_left_after_ctrl_c(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env={**env, "COINFLIP_TEST_MARK": mark},
     )
     deadline = time.monotonic() + 120
     predictions = None
@@ -97,10 +115,12 @@ def test_no_server_left_after_ctrl_c(tmp_path: Path) -> None:
             if predictions.exists() and predictions.stat().st_size > 0:
                 break
         time.sleep(0.2)
-    assert llama_processes(), "the server should be running mid-run"
-    proc.send_signal(signal.SIGINT)
+    assert llama_processes(mark), "the server should be running mid-run"
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and "Traceback" not in err
-    time.sleep(0.5)
-    assert llama_processes() == []
-    assert predictions is not None and read_jsonl(predictions)
+    time.sleep(3)
+    assert llama_processes(mark) == []  # 3 s later, whatever the signal
+    assert predictions is not None and read_jsonl(predictions)  # what finished is kept
+    if sig != signal.SIGKILL:
+        assert proc.returncode == 1 and "Traceback" not in err
+        assert "--use-cache" in err and (sig == signal.SIGINT or sig.name in err)

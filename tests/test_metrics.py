@@ -29,15 +29,24 @@ def test_coinflip_arithmetic_counts_every_failure() -> None:
     assert list(m) == list(METRICS) and list(m)[0] == "f1_score"
 
 
-def test_evalscope_arithmetic_leaves_unparsed_out() -> None:
+def test_evalscope_arithmetic_leaves_unparsed_out_and_errors_out_of_everything() -> None:
     r = compute(_outcomes(), "evalscope")
-    m = r["metrics"]
-    assert m["accuracy"] == pytest.approx(9 / 17)
-    assert m["yes_ratio"] == pytest.approx(7 / 17)
+    m, c = r["metrics"], r["counts"]
+    assert m["accuracy"] == pytest.approx(9 / 16)  # the errored sample is in no denominator
+    assert m["yes_ratio"] == pytest.approx(7 / 16)
     assert m["precision"] == pytest.approx(4 / 7)
-    assert m["recall"] == pytest.approx(4 / 6)
+    assert m["recall"] == pytest.approx(4 / 6)  # the invalid YES target is not a miss
     assert m["f1_score"] == pytest.approx(8 / 13)
-    assert r["metric_compat"] == "evalscope"
+    assert (c["samples"], c["invalid"], c["errors"], c["invalid_rate"]) == (17, 2, 1, 2 / 16)
+    assert r["metric_compat"] == "evalscope" and r["primary"] == "f1_score"
+    note = r["evalscope"]
+    assert (note["version"], note["primary_metric"], note["errors_excluded"], note["scored_samples"]) == (
+        "1.14.1",
+        "accuracy",
+        1,
+        16,
+    )
+    assert "evalscope" not in compute(_outcomes(), "coinflip")
 
 
 def test_accuracy_by_people() -> None:

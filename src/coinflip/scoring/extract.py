@@ -6,6 +6,10 @@
 3. The value is the rest of the marker's line, or the next non-empty line when that is empty,
    stripped of markdown, quotes, brackets, $...$, \\boxed{...} and trailing punctuation.
 4. Its first word must be exactly yes or no; a value naming both, or anything else, is no answer.
+
+Every reply without an answer gets one reason, from the same parse (so the two never disagree):
+`empty`, `unclosed_think`, `no_marker`, `both`, `no_verdict`, or `cut_off` when the server
+stopped it at max_tokens (finish_reason "length"), which explains any of the others.
 """
 
 from __future__ import annotations
@@ -22,31 +26,46 @@ _STRIP = str.maketrans("", "", "*_~`\"'“”‘’«»「」『』[]()（）【
 _WORD = re.compile(r"[^\W\d_]+")
 
 
+REASONS = ("empty", "no_marker", "no_verdict", "both", "unclosed_think", "cut_off")
+
+
 def extract_answer(text: str | None) -> str | None:
     """Return "YES", "NO" or None (no valid answer) for a model reply."""
-    return parse(text)[0]
+    return _parse(text)[0]
 
 
 def invalid_reason(text: str | None, finish_reason: str | None = None) -> str | None:
-    """Why a reply has no valid answer (None when it has one): cut_off (finish_reason "length"),
-    empty, unclosed_think, no_marker, no_verdict (marker without yes/no), or both."""
-    answer, reason = parse(text)
-    if answer is not None:
-        return None
-    return "cut_off" if finish_reason == "length" else reason
+    """Why a reply has no answer (one of REASONS); None when extract_answer finds one."""
+    return read_answer(text, finish_reason)[1]
 
 
-def parse(text: str | None) -> tuple[str | None, str | None]:
-    """(answer, None) or (None, reason): one pass, so the answer and the reason never disagree."""
-    if not text or not text.strip():
+def read_answer(text: str | None, finish_reason: str | None = None) -> tuple[str | None, str | None]:
+    """(answer, None) or (None, reason): extract_answer and invalid_reason from one parse.
+
+    A reply cut off by max_tokens is `cut_off` whatever else is wrong with it: the fix is a
+    larger max_tokens, not a better prompt.
+    """
+    answer, reason = _parse(text)
+    if answer is None and finish_reason == "length":
+        return None, "cut_off"
+    return answer, reason
+
+
+def _parse(text: str | None) -> tuple[str | None, str | None]:
+    if not text:
         return None, "empty"
     visible = _visible(text)
     if visible is None:
         return None, "unclosed_think"
     markers = list(_MARKER.finditer(visible))
     if not markers:
-        return None, "no_marker"
-    return _yes_no(_value_after(visible, markers[-1].end()))
+        return None, "no_marker" if visible.strip() else "empty"  # blank, or a reasoning block alone
+    value = _value_after(visible, markers[-1].end())
+    answer = _yes_no(value)
+    if answer is not None:
+        return answer, None
+    words = {w.lower() for w in _WORD.findall(value)}
+    return None, "both" if {"yes", "no"} <= words else "no_verdict"
 
 
 def _visible(text: str) -> str | None:
@@ -79,12 +98,12 @@ def _clean(value: str) -> str:
     return value.strip().rstrip(".,;:!?。，；：！？、…").strip()
 
 
-def _yes_no(value: str) -> tuple[str | None, str | None]:
+def _yes_no(value: str) -> str | None:
     words = [w.lower() for w in _WORD.findall(value)]
     if not words or words[0] not in ("yes", "no"):
-        return None, "both" if "yes" in words and "no" in words else "no_verdict"
+        return None
     if not value.lower().startswith(words[0]):  # something other than a word comes first
-        return None, "no_verdict"
+        return None
     if "yes" in words and "no" in words:
-        return None, "both"
-    return str(words[0]).upper(), None
+        return None
+    return str(words[0]).upper()

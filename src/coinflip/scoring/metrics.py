@@ -4,8 +4,10 @@ Positive class is YES. Two arithmetics:
 - "coinflip" (default): every sample counts. An invalid answer or an errored sample is wrong;
   recall's denominator is every YES target, so an invalid answer on a YES target is a miss.
 - "evalscope": EvalScope 1.14.1's arithmetic (benchmarks/coin_flip/coin_flip_adapter.py,
-  `aggregate_scores`): samples without a YES/NO prediction are left out of TP/FP/FN (they still
-  count in accuracy's and yes_ratio's denominators), and an undefined ratio is reported as 0.
+  `aggregate_scores`): samples without a YES/NO prediction are left out of TP/FP/FN but count in
+  accuracy's and yes_ratio's denominators, errored samples are in no denominator at all (EvalScope
+  drops them with `ignore_errors`, and writes no report without it; see scoring/evalscope.py),
+  and an undefined ratio is reported as 0.
 
 A ratio without a denominator (precision with no YES answer, recall with no YES target) is
 undefined: None in coinflip's arithmetic, never 0.000 with a 0-0 interval.
@@ -22,6 +24,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from .evalscope import report_note
 
 METRICS = ("f1_score", "accuracy", "precision", "recall", "yes_ratio")
 PRIMARY = "f1_score"
@@ -96,11 +100,17 @@ def rates(cells: Any, compat: str = "coinflip", undefined_as_zero: bool | None =
     total = c.sum(axis=-1)
     fn = yes_no + (0 if compat == "evalscope" else yes_none)
     with np.errstate(divide="ignore", invalid="ignore"):
+        precision, recall = tp / (tp + fp), tp / (tp + fn)
+        # the harmonic mean, as EvalScope computes it (same floats); where precision or recall has
+        # no denominator, 2TP / (2TP + FP + FN), which is 0 when there is anything to find
+        harmonic = 2 * precision * recall / (precision + recall)
+        counted = 2 * tp / (2 * tp + fp + fn)
+        f1 = np.where(np.isfinite(harmonic), harmonic, np.where(tp == 0, counted, np.nan))
         out = {
-            "f1_score": 2 * tp / (2 * tp + fp + fn),
+            "f1_score": f1,
             "accuracy": (tp + tn) / total,
-            "precision": tp / (tp + fp),
-            "recall": tp / (tp + fn),
+            "precision": precision,
+            "recall": recall,
             "yes_ratio": (tp + fp) / total,
         }
     if compat == "evalscope" if undefined_as_zero is None else undefined_as_zero:
@@ -119,7 +129,10 @@ def summarize(
     """All numbers of a report: metrics, intervals, counts, accuracy by number of people."""
     import numpy as np
 
-    cells = outcomes.cells()
+    everything = outcomes
+    if compat == "evalscope":  # errored samples never reach EvalScope's aggregation
+        outcomes = outcomes.where(outcomes.error == 0)
+    cells, all_cells = outcomes.cells(), everything.cells()
     total = int(cells.sum())
     values = {k: _number(v) for k, v in rates(cells, compat).items()}
     repeated = len(outcomes) and int(outcomes.repeat.max()) > 0
@@ -128,17 +141,20 @@ def summarize(
     )
     raw = rates(cells, compat, undefined_as_zero=False)
     undefined = [k for k in METRICS if math.isnan(float(raw[k]))] if total else []
-    errors_on = [int(np.sum(outcomes.error[outcomes.cell < 3])), int(np.sum(outcomes.error[outcomes.cell >= 3]))]
-    invalid_on = [int(cells[2]) - errors_on[0], int(cells[5]) - errors_on[1]]
+    errors = everything.error.astype(bool)
+    errors_on = [int(np.sum(errors & (everything.cell < 3))), int(np.sum(errors & (everything.cell >= 3)))]
+    invalid_on = [int(all_cells[2]) - errors_on[0], int(all_cells[5]) - errors_on[1]]
     correct = int(cells[0] + cells[4])
+    extra = {"evalscope": report_note(len(everything) - total, total)} if compat == "evalscope" else {}
     return {
         "metric_compat": compat,
         "primary": PRIMARY,
+        **extra,
         "metrics": {k: values[k] for k in METRICS},
         "intervals": {k: _rounded(intervals[k]) for k in METRICS},
         "undefined": undefined,
         "counts": {
-            "samples": total,
+            "samples": len(everything),
             "correct": correct,
             "tp": int(cells[0]),
             "fp": int(cells[3]),
@@ -147,7 +163,7 @@ def summarize(
             "invalid": sum(invalid_on),
             "invalid_rate": sum(invalid_on) / total if total else 0.0,
             "errors": sum(errors_on),
-            "target_yes": int(cells[:3].sum()),
+            "target_yes": int(all_cells[:3].sum()),
             "answered_yes": int(cells[0] + cells[3]),
             "answered_no": int(cells[1] + cells[4]),
             "invalid_on_yes": invalid_on[0],
@@ -155,7 +171,7 @@ def summarize(
             "errors_on_yes": errors_on[0],
             "errors_on_no": errors_on[1],
         },
-        "by_people": by_people(outcomes),
+        "by_people": by_people(everything),
     }
 
 

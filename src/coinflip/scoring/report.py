@@ -12,12 +12,13 @@ from typing import Any
 from ..config import BENCHMARK
 from ..errors import storage_error
 from .calibration import calibration
+from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
 from .metrics import METRICS, rates, summarize
 from .reducers import reduce
-from .scorer import _FORCED, REASONS, Scorer
+from .scorer import _FORCED, Scorer
 
 EXTRACTION = "coinflip.extract_answer/1"
-EXTRACTION_EVALSCOPE = "evalscope-1.14.1 extract_answer_line + extract_verdict"
+EXTRACTION_EVALSCOPE = EVALSCOPE_EXTRACTION
 NO_LOGPROBS = (
     "no log probabilities in the replies: ask for them with generation_config logprobs=true,top_logprobs=5 "
     "(OpenAI, vLLM and llama.cpp servers return them)"
@@ -26,6 +27,8 @@ NO_LOGPROBS = (
 
 def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: str) -> dict[str, Any]:
     """`saved` is the run's task_config.yaml content (config, fingerprint, samples, ...)."""
+    if scorer.compat != compat:
+        raise ValueError(f"the reviews follow {scorer.compat!r} rules, the report was asked for {compat!r}")
     config, fingerprint = saved["config"], saved["fingerprint"]
     seed = int(config.get("seed") or 0)
     outcomes = scorer.outcomes()
@@ -55,8 +58,6 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "usage": scorer.usage.result(),
         "provenance": saved.get("provenance", {}),
     }
-    if compat == "evalscope":
-        report["evalscope_primary"] = "accuracy"  # EvalScope 1.14.1 names accuracy; coin_flip's page names F1
     if report["repeats"] > 1 or (len(outcomes) and int(outcomes.repeat.max()) > 0):
         report["repeat_metrics"] = reduce(outcomes, compat)
     if config.get("force_answer"):
@@ -79,12 +80,7 @@ def baselines(counts: dict[str, Any], compat: str) -> dict[str, dict[str, float 
 
 
 def _reasons(scorer: Scorer) -> dict[str, int]:
-    import numpy as np
-
-    if not len(scorer):
-        return {}
-    counts = np.bincount(scorer.column("reason"), minlength=len(REASONS))
-    return {str(REASONS[i]): int(n) for i, n in enumerate(counts.tolist()) if i and n}
+    return {reason: n for reason, n in scorer.reasons.items() if n}
 
 
 def _forced(scorer: Scorer, compat: str, seed: int) -> dict[str, Any]:
@@ -133,8 +129,13 @@ def warnings(report: dict[str, Any], expected: int, scored: int) -> list[str]:
     c, out = report["counts"], []
     total = c["samples"]
     if c["errors"]:
+        counted = (
+            "are left out, as EvalScope's ignore_errors does"
+            if report["metric_compat"] == "evalscope"
+            else "are scored wrong"
+        )
         out.append(
-            f"{c['errors']} sample(s) got no reply after retries and are scored wrong; resume to retry them"
+            f"{c['errors']} sample(s) got no reply after retries and {counted}; resume to retry them"
             + (" (ignore_errors: the run still counts as done)" if report.get("errors_ignored") else "")
         )
     if expected > scored:

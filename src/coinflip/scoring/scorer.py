@@ -18,13 +18,15 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from ..errors import DataError
+from . import extract
 from .calibration import p_yes
-from .extract import extract_answer, invalid_reason
+from .evalscope import read_verdict
+from .extract import extract_answer, read_answer
 from .metrics import Outcomes
 
 MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failures first beyond that
 REPEATS_MAX = 4096  # as rundir.REPEATS_MAX: a sample key is id * REPEATS_MAX + repeat
-REASONS: tuple[str | None, ...] = (None, "empty", "no_marker", "no_verdict", "both", "unclosed_think", "cut_off")
+REASONS: tuple[str | None, ...] = (None, *extract.REASONS)  # EvalScope's reasons are a subset
 _EXTRACTED: tuple[str | None, ...] = (None, "YES", "NO")
 _FORCED: tuple[str | None, ...] = (None, "YES", "NO", "invalid")  # None: no forced answer was asked
 
@@ -41,14 +43,17 @@ def _whole(value: Any, default: int = 0) -> int:
 
 
 def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, Any]:
-    """Score one saved prediction; never looks at a separate reasoning field."""
+    """Score one saved prediction by coinflip's strict rule, or by EvalScope's (compat "evalscope").
+
+    The strict rule never looks at a separate reasoning field; EvalScope's only checks whether
+    there was one (scoring/evalscope.py `completion`). An errored sample has no answer and no
+    invalid reason: it is counted as an error. A forced answer is always read by the strict rule.
+    """
     target = prediction.get("target")
     if target not in ("YES", "NO"):
         raise DataError(f"prediction {prediction.get('id')!r}: target must be YES or NO, got {target!r}")
     error = prediction.get("error") is not None
-    reply = _text(prediction.get("reply"))
-    extracted = None if error else extract_answer(reply)
-    reason = None if error or extracted else invalid_reason(reply, _text(prediction.get("finish_reason")))
+    extracted, reason = (None, None) if error else _read(prediction, compat)
     forced = prediction.get("forced")
     forced_answer = None
     if isinstance(forced, dict) and not forced.get("pending"):
@@ -65,16 +70,29 @@ def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, An
         "extracted": extracted,
         "correct": extracted == target,
         "invalid": extracted is None and not error,
+        "invalid_reason": reason,
         "error": error,
-        "reason": reason,
         "forced": forced_answer,
         "p_yes": None if probability is None else round(probability, 6),
     }
 
 
+def _read(prediction: dict[str, Any], compat: str) -> tuple[str | None, str | None]:
+    reply, finish = _text(prediction.get("reply")), _text(prediction.get("finish_reason"))
+    if compat == "evalscope":
+        return read_verdict(reply, _text(prediction.get("reasoning")), finish)
+    return read_answer(reply, finish)
+
+
+def evalscope_reasons() -> tuple[str, ...]:
+    from .evalscope import REASONS as EVALSCOPE
+
+    return EVALSCOPE
+
+
 def _pack(r: dict[str, Any]) -> int:
     code = (r["people"] * 2 + (r["target"] == "NO")) * 3 + _EXTRACTED.index(r["extracted"])
-    code = ((code * 2 + r["error"]) * 8 + REASONS.index(r["reason"])) * 4 + _FORCED.index(r["forced"])
+    code = ((code * 2 + r["error"]) * 8 + REASONS.index(r["invalid_reason"])) * 4 + _FORCED.index(r["forced"])
     return int(code)
 
 
@@ -95,7 +113,7 @@ def _unpack(key: int, code: int, probability: float) -> dict[str, Any]:
         "correct": answer == target,
         "invalid": answer is None and not error,
         "error": bool(error),
-        "reason": REASONS[reason],
+        "invalid_reason": REASONS[reason],
         "forced": _FORCED[forced],
         "p_yes": None if math.isnan(probability) else probability,
     }
@@ -201,7 +219,7 @@ class Scorer:
     """What a report is made of, gathered one prediction at a time and in any order."""
 
     def __init__(self, showcase_cap: int = MAX_ROWS, compat: str = "coinflip") -> None:
-        self.compat = compat
+        self.compat = compat  # whose rule reviews each reply: coinflip's strict one or EvalScope's
         self.usage = Usage()
         self.forced_usage = Usage()
         self.showcase = Showcase(showcase_cap)
@@ -222,6 +240,16 @@ class Scorer:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    @property
+    def reasons(self) -> dict[str, int]:
+        """Invalid answers by reason (every reason of the scorer's rule, zeros included)."""
+        import numpy as np
+
+        names = evalscope_reasons() if self.compat == "evalscope" else extract.REASONS
+        counts = np.bincount(self.column("reason"), minlength=len(REASONS)).tolist() if len(self) else []
+        found = {str(REASONS[i]): int(n) for i, n in enumerate(counts) if i}
+        return {name: found.get(name, 0) for name in names}
 
     def order(self) -> Any:
         """Positions in key order (None: already in order)."""
