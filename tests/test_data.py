@@ -12,13 +12,13 @@ from coinflip.data import bundled_dir, dataset_stats, load_dataset, load_file, l
 from coinflip.data.prompts import ZERO_SHOT_TEMPLATE, build_prompt
 from coinflip.errors import DataError
 
-from .conftest import SKRISHNA, run_cli
+from .conftest import SKRISHNA, run_cli, shared
 
 Q2 = "Q: A coin is heads up. ana flips the coin. bo does not flip the coin.  Is the coin still heads up?"
 
 
 def test_every_shared_validation_row_loads_and_prompts_from_the_stripped_question() -> None:
-    raw = json.loads(SKRISHNA.read_text(encoding="utf-8"))
+    raw = json.loads(shared(SKRISHNA).read_text(encoding="utf-8"))
     records = load_file(SKRISHNA)
     assert len(records) == len(raw) == 1333
     for row, record in zip(raw, records, strict=True):
@@ -57,7 +57,10 @@ def test_stats_command_prints_bundled_and_file_statistics(tmp_path: Path) -> Non
     stats = json.loads(result.stdout)
     assert stats["test"]["rows"] == 3333 and stats["validation"]["rows"] == 1333
     assert abs(stats["test"]["prompt_length"]["mean"] - 500.15) <= 2
-    text = run_cli("stats", str(SKRISHNA))
+
+
+def test_stats_of_the_shared_validation_file() -> None:
+    text = run_cli("stats", str(shared(SKRISHNA)))
     assert text.returncode == 0 and "1333 rows" in text.stdout and "prompt length" in text.stdout
 
 

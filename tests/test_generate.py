@@ -13,7 +13,7 @@ from coinflip.data import bundled_dir, load_file
 from coinflip.data.generate import BUNDLED_SEED, PeopleRange, build_bundled, iter_questions, names
 from coinflip.errors import ConfigError
 
-from .conftest import SKRISHNA, read_jsonl, run_cli
+from .conftest import SKRISHNA, read_jsonl, run_cli, shared
 
 SHAPE = re.compile(
     r"^Q: A coin is heads up\.(?: (\S+) (?:flips|does not flip) the coin\.)+  Is the coin still heads up\?$"
@@ -53,8 +53,8 @@ def test_names_are_lowercase_varied_and_not_from_the_shared_file() -> None:
     assert all(n == n.lower() and '"' not in n and "\\" not in n for n in pool)
     assert any("-" in n for n in pool) and any(not n.isascii() for n in pool)
     assert 6.5 <= statistics.fmean(len(n) for n in pool) <= 7.3
-    shared = {w for r in load_file(SKRISHNA) for w in _people(r.question)}
-    assert len(shared & set(pool)) < len(shared)  # overlap only where common names coincide
+    theirs = {w for r in load_file(shared(SKRISHNA)) for w in _people(r.question)}
+    assert len(theirs & set(pool)) < len(theirs)  # overlap only where common names coincide
 
 
 def test_shipped_bundled_files_are_what_the_generator_makes() -> None:

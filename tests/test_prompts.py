@@ -10,11 +10,11 @@ from coinflip.data.prompts import FEW_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE, build_p
 from coinflip.plan import RequestBuilder, few_shot_pool
 from coinflip.scoring.extract import extract_answer
 
-from .conftest import SEED_EN
+from .conftest import SEED_EN, shared
 
 
 def _seed_section(start: str, end: str) -> str:
-    text = SEED_EN.read_text(encoding="utf-8")
+    text = shared(SEED_EN).read_text(encoding="utf-8")
     i = text.index(start) + len(start)
     return text[i : text.index(end, i)]
 

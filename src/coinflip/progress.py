@@ -16,7 +16,8 @@ class Progress:
         tty = sys.stderr.isatty() if enabled is None else enabled
         self._bar: Any = None
         self._plain = enabled is None and not tty
-        self._next_line = 0.0
+        self._next_line = 5.0  # plain lines only for work that takes a while
+        self._printed = False
         if tty and total:
             from rich.progress import (
                 BarColumn,
@@ -49,7 +50,7 @@ class Progress:
         rate = self.done / elapsed if elapsed > 0 else 0.0
         if self._bar is not None:
             self._bar.update(self._task, advance=n, rate=f"{rate:.1f}/s")
-        elif self._plain and (elapsed >= self._next_line or self.done == self.total):
+        elif self._plain and (elapsed >= self._next_line or (self.done == self.total and self._printed)):
             eta = (self.total - self.done) / rate if rate else 0.0
             print(
                 f"{self.label}: {self.done}/{self.total} ({self.done / self.total:.0%}) {rate:.1f}/s eta {eta:.0f}s",
@@ -57,6 +58,7 @@ class Progress:
                 flush=True,
             )
             self._next_line = elapsed + 5.0
+            self._printed = True
 
     def close(self) -> None:
         if self._bar is not None:

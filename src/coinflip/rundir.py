@@ -197,6 +197,15 @@ class PredictionIndex:
 ERROR, WAITING, DONE = 0, 1, 2  # how far a line got; a later line wins unless it got less far
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def loads(line: bytes | str) -> Any:
+    """Strict JSON: a line holding NaN or Infinity (which Python's json accepts) is not a row."""
+    return json.loads(line, parse_constant=_not_json)
+
+
 def _state(row: dict[str, Any]) -> int:
     if row.get("error") is not None:
         return ERROR
@@ -231,11 +240,12 @@ def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
 
 def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
     found = _OWN_LINE.match(line)  # fast path for lines this module wrote: id first, error last
-    if found and line.endswith(b'"error": null}\n') and _FOLLOW_UP not in line:
+    plain = line.endswith(b'"error": null}\n') and _FOLLOW_UP not in line
+    if found is not None and plain and b"NaN" not in line and b"Infinity" not in line:  # else a strict parse
         key, state = sample_key(int(found[1]), int(found[2] or 0)), DONE
     else:
         try:
-            row = json.loads(line)
+            row = loads(line)
             key, state = row_key(row), _state(row)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return
@@ -308,7 +318,7 @@ def iter_predictions(path: Path) -> Iterator[dict[str, Any]]:
             if not line.endswith("\n"):
                 continue
             try:
-                row = json.loads(line)
+                row = loads(line)
             except (ValueError, RecursionError):
                 continue
             if isinstance(row, dict):

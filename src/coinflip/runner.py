@@ -496,10 +496,17 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+class _LogFile(logging.FileHandler):
+    """A log that cannot be written (a full disk) says nothing: the run's own error says it once."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        return None
+
+
 def _attach_log(path: Path) -> logging.Handler:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handler: logging.Handler = logging.FileHandler(path, encoding="utf-8")
+        handler: logging.Handler = _LogFile(path, encoding="utf-8")
     except OSError:
         handler = logging.NullHandler()  # a read-only run dir: rescore still reports what it can
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

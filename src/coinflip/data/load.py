@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -285,7 +286,7 @@ def load_dataset(
     """Load one split from the bundled data, a local path, or a hub's local cache."""
     if path is not None:
         where = Path(path)
-        source = {"source": "file", "path": str(where.resolve())}
+        source = {"source": "file", "path": os.path.abspath(where)}  # resolve() raises on a link loop
     elif hub == "bundled":
         shipped = json.loads((bundled_dir() / MANIFEST).read_text(encoding="utf-8"))[split]
         dataset = Dataset({}, shipped["rows"], path=bundled_dir() / f"{split}.jsonl")

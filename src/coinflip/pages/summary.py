@@ -37,7 +37,8 @@ def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: 
     console = console or Console()
     for warning in report["warnings"]:
         label = "INCOMPLETE: " if not report["complete"] and _incomplete(warning) else "WARNING: "
-        console.print(Text.assemble((label, "bold red" if label.startswith("INC") else "bold yellow"), warning))
+        style = "bold red" if label.startswith("INC") else "bold yellow"
+        console.print(Text.assemble((label, style), warning), soft_wrap=True)
     table = Table(title=Text(f"coin_flip - {report['model']}"), title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -54,9 +55,9 @@ def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: 
         table.add_row(*row)
     console.print(table)
     for line in lines(report):
-        console.print(Text(line))
+        console.print(Text(line), soft_wrap=True)
     if run_dir is not None:
-        console.print(Text(f"run directory: {run_dir}"))
+        console.print(Text(f"run directory: {run_dir}"), soft_wrap=True)
 
 
 def _incomplete(warning: str) -> bool:

@@ -1,0 +1,144 @@
+"""Repeats: K answers per question, reduced by hand-checkable rules, resumed pair by pair."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from coinflip.scoring.report import build_report
+from coinflip.scoring.scorer import Scorer
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+# question id -> (target, answers of repeats 0, 1, 2); "?" is an invalid answer
+FIXED = {
+    0: ("YES", "YES", "YES", "YES"),
+    1: ("YES", "YES", "NO", "NO"),
+    2: ("NO", "NO", "?", "YES"),
+    3: ("NO", "YES", "YES", "?"),
+    4: ("YES", "?", "?", "NO"),
+}
+SAVED = {"config": {"model": "m", "seed": 1}, "fingerprint": {"dataset": {"source": "x"}, "repeats": 3}, "samples": 15}
+
+
+def _reply(answer: str) -> str:
+    return "ANSWER: maybe" if answer == "?" else f"so\nANSWER: {answer}"
+
+
+def _report() -> dict:
+    scorer = Scorer()
+    for question, (target, *answers) in FIXED.items():
+        for repeat, answer in enumerate(answers):
+            scorer.add(
+                {
+                    "id": question,
+                    "repeat": repeat,
+                    "target": target,
+                    "people": 2,
+                    "reply": _reply(answer),
+                    "error": None,
+                }
+            )
+    return build_report(SAVED, "r", scorer, "coinflip")
+
+
+def _whole_lines(path: Path) -> list[dict]:
+    """The rows a killed writer finished (a last line cut mid-write is not one)."""
+    return [json.loads(line) for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
+
+
+def test_reducers_match_hand_computed_values() -> None:
+    report = _report()
+    r = report["repeat_metrics"]
+    assert r["k"] == 3 and r["questions"] == 5
+    # per repeat accuracy: repeat 0: q0 q1 q2 right = 3/5; repeat 1: q0 = 1/5; repeat 2: q0 = 1/5 (q4 says NO to YES)
+    accuracy = r["per_repeat"]["accuracy"]
+    assert accuracy["values"] == [0.6, 0.2, 0.2]
+    assert accuracy["mean"] == pytest.approx(1 / 3) and accuracy["std"] == pytest.approx(
+        statistics.stdev([0.6, 0.2, 0.2])
+    )
+    # majority: q0 YES (right), q1 NO (wrong), q2 tie NO/YES -> none, q3 YES (wrong), q4 NO (wrong)
+    assert r["majority_vote"]["accuracy"] == pytest.approx(1 / 5)
+    assert r["majority_vote"]["yes_ratio"] == pytest.approx(2 / 5)
+    assert r["pass_at_k"] == pytest.approx(3 / 5)  # q0, q1 and q2 have a right repeat
+    assert r["consistency"] == pytest.approx(1 / 5)  # only q0's three answers agree
+    # pooled: 15 samples, right: q0x3, q1x1, q2x1 = 5
+    assert report["metrics"]["accuracy"] == pytest.approx(5 / 15)
+    lo, hi = report["intervals"]["accuracy"]
+    assert lo < 5 / 15 < hi  # resampling questions with their repeats
+
+
+def test_repeats_against_a_server_give_k_predictions_per_question(tmp_path: Path) -> None:
+    with FakeOpenAIServer("mixed") as srv:
+        result = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--limit", "12", "--repeats", "3", "--work-dir", str(tmp_path)
+        )
+        asked = srv.state.requests
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    pairs = [(r["id"], r["repeat"]) for r in rows]
+    assert len(pairs) == 36 and len(set(pairs)) == 36 and pairs == sorted(pairs)
+    assert Counter(r["id"] for r in rows) == dict.fromkeys({r["id"] for r in rows}, 3)
+    assert sorted(asked.values()) == [3] * 12
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert report["repeats"] == 3 and report["counts"]["samples"] == 36
+    assert report["repeat_metrics"]["consistency"] == 1.0  # the mixed policy answers a question the same way
+    reviews = read_jsonl(run / "reviews/m/coin_flip.jsonl")
+    assert [(r["id"], r["repeat"]) for r in reviews] == pairs
+    again = run_cli("rescore", str(run))
+    assert again.returncode == 0 and json.loads((run / "reports/m/coin_flip.json").read_text()) == report
+
+
+def test_a_sigkilled_run_with_repeats_resumes_with_nothing_lost_or_doubled(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
+    with FakeOpenAIServer("mixed", latency=0.02) as srv:
+        args = [
+            "eval",
+            "--model",
+            "m",
+            "--api-url",
+            srv.url,
+            "--limit",
+            "80",
+            "--repeats",
+            "3",
+            "--eval-batch-size",
+            "4",
+        ]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "coinflip.cli", *args, "--work-dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            files = list(tmp_path.glob("*/predictions/m/coin_flip.jsonl"))
+            if files and files[0].stat().st_size > 30_000:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        run = only_run_dir(tmp_path)
+        kept = {
+            (r["id"], r["repeat"]) for r in _whole_lines(run / "predictions/m/coin_flip.jsonl") if r["error"] is None
+        }
+        assert 0 < len(kept) < 240
+        before = srv.state.requests.total()
+        again = run_cli("eval", "--use-cache", str(run))  # the saved settings: nothing retyped
+        sent_again = srv.state.requests.total() - before
+    assert again.returncode == 0, again.stderr
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    pairs = [(r["id"], r["repeat"]) for r in rows]
+    assert len(pairs) == 240 and len(set(pairs)) == 240  # every (question, repeat) once
+    assert sent_again == 240 - len(kept)  # only the missing pairs were asked
+    assert all(r["repeat"] in (0, 1, 2) for r in rows)

@@ -1,0 +1,99 @@
+"""Warnings people cannot miss, invalid answers explained, and where a number comes from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip.scoring.report import build_report
+from coinflip.scoring.scorer import Scorer
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import only_run_dir, run_cli
+
+BUNDLED = {"source": "bundled", "split": "test", "rows": 3333, "sha256": "ab" * 32}
+
+
+def _report(rows: list[tuple[str, str | None, str | None]], **saved: Any) -> dict[str, Any]:
+    """rows: (target, reply, finish_reason); a reply of None is an errored sample."""
+    scorer = Scorer()
+    for i, (target, reply, finish) in enumerate(rows):
+        error = "HTTP 500: upstream down" if reply is None else None
+        scorer.add({"id": i, "target": target, "people": 2, "reply": reply, "finish_reason": finish, "error": error})
+    config = {"model": "m", "seed": 0, "generation_config": {"max_tokens": 64}}
+    base = {"config": config, "fingerprint": {"dataset": BUNDLED}, "samples": len(rows)}
+    return build_report({**base, **saved}, "r", scorer, "coinflip")
+
+
+def test_mostly_invalid_with_reasons_and_a_cut_off_hint() -> None:
+    rows = [("YES", "thinking and thinking", "length")] * 5 + [("NO", "no marker here", "stop")] * 2
+    rows += [("YES", "ANSWER: YES", "stop"), ("NO", "ANSWER: NO", "stop")]
+    report = _report(rows)
+    assert report["invalid_reasons"] == {"no_marker": 2, "cut_off": 5}
+    assert report["usage"]["finish_reasons"] == {"length": 5, "stop": 4}
+    found = [w for w in report["warnings"] if "are invalid" in w]
+    assert found == ["7 of 9 answers (78%) are invalid (cut_off 5, no_marker 2)"]
+    assert any("cut off by the token limit" in w and "above 64" in w for w in report["warnings"])
+
+
+def test_a_model_that_never_says_no_and_is_no_better_than_always_yes() -> None:
+    rows = [("YES", "ANSWER: YES", "stop")] * 27 + [("NO", "ANSWER: YES", "stop")] * 23
+    report = _report(rows)
+    assert "the model never answered NO (YES 50, NO 0, of 50)" in report["warnings"]
+    below = [w for w in report["warnings"] if w.startswith("not above a trivial baseline")]
+    assert below and "f1_score 0.7013 <= always-yes 0.7013" in below[0]
+    assert report["baselines"]["always-yes"]["f1_score"] == pytest.approx(54 / 77)
+    assert report["baselines"]["always-no"]["precision"] is None  # it never says YES
+
+
+def test_undefined_ratios_are_named_and_shown_as_undefined() -> None:
+    report = _report([("NO", "ANSWER: NO", "stop")] * 4)
+    assert report["metrics"]["precision"] is None and report["intervals"]["precision"] is None
+    assert "precision is undefined (no YES answers)" in report["warnings"]
+
+
+def test_errors_and_coverage() -> None:
+    rows = [("YES", None, None)] * 2 + [("NO", "ANSWER: NO", "stop")] * 3
+    report = _report(rows, samples=8, subset={"mode": "stratified", "seed": 3, "count": 4, "of": 3333})
+    assert not report["complete"]
+    assert any(w.startswith("2 sample(s) got no reply") for w in report["warnings"])
+    assert any(w.startswith("3 sample(s) were never run") for w in report["warnings"])
+    assert "covered 4 of 3333 questions (stratified, seed 3)" in report["warnings"]
+    assert report["errors_top"] == [{"message": "HTTP 500: upstream down", "count": 2}]
+
+
+def test_a_clean_run_warns_of_nothing_and_names_its_data(tmp_path: Path) -> None:
+    result = run_cli("eval", "--model", "oracle", "--work-dir", str(tmp_path), "--split", "validation")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(next(only_run_dir(tmp_path).glob("reports/*/coin_flip.json")).read_text())
+    assert report["warnings"] == []
+    assert report["notes"] and "not it" in report["notes"][0] and "--dataset-hub huggingface" in report["notes"][0]
+    assert "--dataset-hub huggingface" in result.stdout  # the same line in the terminal
+    prov = report["provenance"]
+    assert prov["coinflip_version"] and prov["python"].count(".") == 2 and prov["platform"]
+    html = next(only_run_dir(tmp_path).glob("reports/*/coin_flip.html")).read_text()
+    assert "not it" in html and prov["python"] in html
+
+
+def test_use_cache_alone_resumes_with_the_saved_settings(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct", api_key="sk-abc-123") as srv:
+        args = ["--model", "served", "--api-url", srv.url, "--limit", "20", "--generation-config", "temperature=0"]
+        first = run_cli("eval", *args, "--retries", "0", "--work-dir", str(tmp_path), env={"COINFLIP_API_KEY": "wrong"})
+        assert first.returncode == 2  # a wrong key: nothing kept
+        srv.state.fail_rate, srv.state.stall = 1.0, 0.05
+        second = run_cli(
+            "eval", *args, "--retries", "0", "--work-dir", str(tmp_path), env={"COINFLIP_API_KEY": "sk-abc-123"}
+        )
+        assert second.returncode == 1
+        run = only_run_dir(tmp_path)
+        assert f"coinflip eval --use-cache {run}" in second.stderr  # the exact command to resume
+        srv.state.fail_rate = 0.0
+        again = run_cli("eval", "--use-cache", str(run), env={"COINFLIP_API_KEY": "sk-abc-123"})
+        assert again.returncode == 0, again.stderr
+        assert srv.state.requests.total() >= 40
+    report = json.loads((run / "reports/served/coin_flip.json").read_text())
+    assert report["complete"] and report["counts"]["samples"] == 20
+    assert report["generation_config"] == {"temperature": 0}
