@@ -241,6 +241,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
 
     Without `live` results from a fresh run, the saved predictions are read back and scored.
     """
+    from .pages import index
     from .pages.run_page import write_html
     from .scoring.report import build_report, print_summary, write_report
 
@@ -259,6 +260,8 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
         write_html(run.report_html, report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
     if show:
         print_summary(report, run.root)
+    if saved["config"].get("html_report", True):  # the work directory's index; never raises, logs why not
+        index.refresh(index.work_dir_of(run.root, saved["config"]))
     return report
 
 
