@@ -9,6 +9,7 @@ config, a truncated report, a foreign folder and an empty one.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -199,6 +200,9 @@ def test_sorting_and_filters_follow_the_url_fragment(work: Work, tmp_path: Path)
         _rel(work, "other-data"),
     }
     assert [r["id"] for r in _rows(_dom(work, tmp_path, "q=other.jsonl"))] == [_rel(work, "other-data")]
+    bundled = _report(work.runs["oracle"])["dataset"]
+    on_bundled = {r["id"] for r in _rows(_dom(work, tmp_path, f"data={bundled['sha256'][:12]}/test"))}
+    assert on_bundled == {_rel(work, k) for k in LEADERBOARD if k != "other-data"}
     assert [r["id"] for r in _rows(_dom(work, tmp_path, "status=incomplete"))] == [_rel(work, "failed")]
     assert [r["model"] for r in _rows(_dom(work, tmp_path, "q=ALWAYS&sort=model&dir=asc"))] == [
         "always-no",
@@ -361,3 +365,38 @@ def test_index_page_for_the_newer_fields_in_a_browser(tmp_path: Path) -> None:
     assert re.search(r"<th[^>]*>AUROC</th>", dom) and re.search(r"<th[^>]*>forced acc\.</th>", dom)
     (row,) = _rows(dom)
     assert ["0.930"] in row["cells"] and ["0.500"] in row["cells"]
+
+
+def test_folder_names_cannot_become_links_that_run_code(tmp_path: Path) -> None:
+    work = tmp_path / 'w"><script>alert(1)</script>'
+    run = _eval(work, "--model", "oracle", "--limit", "5")
+    named = run.rename(work / "javascript:alert(1)")
+    assert run_cli("view", str(work)).returncode == 0
+    dom = _dom(Work(work, {}, work / "index.html", ""), tmp_path)
+    (row,) = _rows(dom)
+    assert row["id"] == named.name
+    assert 'href="./javascript%3Aalert%281%29/reports/oracle/coin_flip.html"' in dom
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom  # the work directory's name, as text
+
+
+def test_names_and_replies_that_are_not_utf8_still_make_a_page(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    run = _eval(work, "--model", "oracle", "--limit", "5")
+    other = _eval(work, "--model", "random", "--limit", "5")
+    os.mkdir(os.fsencode(work) + b"/not-utf8-\xff")  # a folder name Linux allows and UTF-8 does not
+    predictions = other / "predictions/random/coin_flip.jsonl"
+    rows = read_jsonl(predictions)
+    rows[0]["reply"] = "half a pair \ud800 then ANSWER: maybe"
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))  # json.dumps keeps it as \ud800
+    assert run_cli("rescore", str(other)).returncode == 0
+    result = run_cli("view", str(work))
+    assert result.returncode == 0, result.stderr
+    dom = _dom(Work(work, {}, work / "index.html", ""), tmp_path)
+    assert len(_rows(dom)) == 2 and "not-utf8-" in dom and run.name in dom
+
+
+def test_an_empty_work_dir_gets_a_page_that_says_so(tmp_path: Path) -> None:
+    result = run_cli("view", str(tmp_path))
+    assert result.returncode == 0 and "0 runs on 0 data sets" in result.stderr
+    dom = _dom(Work(tmp_path, {}, tmp_path / "index.html", ""), tmp_path)
+    assert 'data-rows="0"' in dom and "no accuracy by number of people" in dom and _rows(dom) == []

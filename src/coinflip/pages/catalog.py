@@ -232,7 +232,7 @@ def read_answers(run: Found) -> Answers | None:
             verdicts.append((question, correct))
             if question not in first:
                 first[question] = (key, answer, target, people)
-    except (OSError, ValueError, TypeError, KeyError):
+    except Exception:  # noqa: BLE001 - unreadable answers leave the run out of pairs, nothing more
         return None
     from ..scoring.paired import majority
 

@@ -19,7 +19,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.paired import mcnemar, pair
 from .catalog import Found, read_answers, read_run, scan
 from .charts import page
-from .summary import label, row
+from .summary import label, row, utf8
 
 __all__ = ["Run", "compare", "load_run", "mcnemar", "to_html", "to_markdown"]
 
@@ -251,7 +251,7 @@ def write_files(result: dict[str, Any], out: Path) -> list[Path]:
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, content in files.items():
-            (out / name).write_text(content, encoding="utf-8")
+            (out / name).write_bytes(utf8(content))
     except OSError as exc:
         raise StorageError(f"cannot write the comparison to {out}: {exc.strerror or exc}") from None
     return [out / name for name in files]

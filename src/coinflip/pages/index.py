@@ -25,7 +25,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
 from .catalog import Answers, Found, read_answers, scan
 from .index_assets import SCRIPT, STYLE
-from .summary import EXTRAS, row
+from .summary import EXTRAS, row, utf8
 
 INDEX = "index.html"
 PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precomputed: 190 pairs at most
@@ -89,7 +89,7 @@ def _write_html(work_dir: Path, html: str) -> Path:
     target = work_dir / INDEX
     tmp = work_dir / f".{INDEX}.{os.getpid()}.tmp"
     try:
-        tmp.write_text(html, encoding="utf-8")
+        tmp.write_bytes(utf8(html))
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -99,8 +99,7 @@ def _write_html(work_dir: Path, html: str) -> Path:
 def build(work_dir: Path) -> dict[str, Any]:
     """Everything the page shows, as plain data."""
     found = scan(work_dir)
-    runs = [f for f in found if f.kind == "run"]
-    rows = [row(f) for f in runs]
+    runs, rows = _rows(found)
     datasets = _datasets(rows)
     _rank(rows)
     pairs = _pairs(rows, runs)
@@ -122,6 +121,20 @@ def build(work_dir: Path) -> dict[str, Any]:
         "pair_runs": PAIR_RUNS,
         "pair_rows": PAIR_ROWS,
     }
+
+
+def _rows(found: list[Found]) -> tuple[list[Found], list[dict[str, Any]]]:
+    """The leaderboard rows; a report that still defeats the summary makes its run broken."""
+    runs, rows = [], []
+    for f in found:
+        if f.kind != "run":
+            continue
+        try:
+            rows.append(row(f))
+            runs.append(f)
+        except Exception as exc:  # noqa: BLE001 - one odd report must not hide every other run
+            f.kind, f.reason = "broken", f"report not understood ({type(exc).__name__}: {exc})"
+    return runs, rows
 
 
 def _datasets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..scoring.metrics import METRICS
 from .charts import bars, histogram
+from .summary import utf8
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -123,4 +124,6 @@ def write_html(
     path: Path, report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(report, samples, latency, tokens), encoding="utf-8")
+    path.write_bytes(
+        utf8(render(report, samples, latency, tokens))
+    )  # a lone surrogate in a reply must not fail the run

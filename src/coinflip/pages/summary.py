@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -59,6 +60,15 @@ def text(value: Any, limit: int = 300) -> str:
 
 def mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8(page: str) -> bytes:
+    """A page as UTF-8. A lone surrogate (a folder name that is not UTF-8, half a pair in a
+    reply) becomes U+FFFD: it cannot be written as UTF-8, and browsers choke on it in the DOM."""
+    return _SURROGATE.sub("\ufffd", page).encode("utf-8")
 
 
 def data_of(report: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
