@@ -174,6 +174,9 @@ def test_index_lists_every_run_and_every_problem(work: Work, tmp_path: Path) -> 
     tags = {r["id"]: r["cells"][5][0] for r in rows}
     assert tags[_rel(work, "other-data")] == "D2" and tags[_rel(work, "oracle")] == "D1"
     assert len(re.findall(r'<path [^>]*class="line"', dom)) == 5  # the first five rows are drawn
+    a, b = re.search(r'id="pair" data-a="([^"]*)" data-b="([^"]*)"', dom).groups()  # type: ignore[union-attr]
+    assert a == rows[0]["id"]  # by default the best run, against the next best on the same data
+    assert b == next(r["id"] for r in rows[1:] if tags[r["id"]] == tags[a])
     assert re.search(r'id="latency".*?<rect', dom, re.S)
 
 

@@ -130,8 +130,8 @@ function pathOf(r){return r.id==='.'?D.work_dir:D.work_dir+'/'+r.id}
 function pairView(view){var A=BYID[S.a]||view[0],pa=$('p-a'),pb=$('p-b'),out=$('pair');out.textContent='';
  if(!A){options(pa,[],'');options(pb,[],'');out.appendChild(el('p','meta','no runs'));return}
  var as=view.slice(0,LIMIT);if(as.indexOf(A)<0)as.unshift(A);options(pa,as.map(function(r){return [r.id,label(r)+' ('+r.tag+')']}),A.id);
- var seen={};view.forEach(function(r){seen[r.i]=1});function paired(r){return PAIRS[A.i+','+r.i]||PAIRS[r.i+','+A.i]}
- var mates=RUNS.filter(function(r){return r!==A&&r.data.key===A.data.key}),near=mates.filter(function(r){return seen[r.i]});
+ function paired(r){return PAIRS[A.i+','+r.i]||PAIRS[r.i+','+A.i]}function mate(r){return r!==A&&r.data.key===A.data.key}
+ var mates=RUNS.filter(mate),near=view.filter(mate);
  var B=BYID[S.b];if(!B||mates.indexOf(B)<0)B=near.filter(paired)[0]||near[0]||mates[0];
  var bs=near.slice(0,LIMIT);if(B&&bs.indexOf(B)<0)bs.unshift(B);options(pb,bs.map(function(r){return [r.id,label(r)]}),B?B.id:'');
  if(!B){out.appendChild(el('p','meta','No other run on '+A.tag+' ('+A.data.label+') to pair with.'));return}
