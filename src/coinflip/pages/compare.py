@@ -19,7 +19,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.paired import mcnemar, pair
 from .catalog import Found, read_answers, read_run, scan
 from .charts import page
-from .summary import label, row, utf8
+from .board import label, row, utf8
 
 __all__ = ["Run", "compare", "load_run", "mcnemar", "to_html", "to_markdown"]
 

@@ -25,7 +25,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
 from .catalog import Answers, Found, read_answers, scan
 from .index_assets import SCRIPT, STYLE
-from .summary import EXTRAS, row, utf8
+from .board import EXTRAS, row, utf8
 
 INDEX = "index.html"
 PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precomputed: 190 pairs at most

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..scoring.metrics import METRICS
 from .charts import bars, histogram
-from .summary import utf8
+from .board import utf8
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
