@@ -171,45 +171,31 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
     help="Folder for compare.md, compare.html and compare.json.",
 )
 def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path) -> None:
-    """Leaderboard of runs on the same data, with paired McNemar tests between each pair."""
-    import json
+    """Leaderboard of runs on the same data, with paired McNemar tests between each pair.
 
-    from rich.console import Console
-    from rich.table import Table
-
-    from .pages.compare import compare, to_html, to_markdown
-    from .scoring.metrics import METRICS
+    Each argument is a run directory or a work directory (every run below it); folders without
+    a usable report are skipped with a note.
+    """
+    from .pages.compare import compare, print_result, write_files
 
     result = compare(list(run_dirs), force)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.md").write_text(to_markdown(result), encoding="utf-8")
-    (out / "compare.html").write_text(to_html(result), encoding="utf-8")
-    (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    console = Console()
-    board = Table(title="CoinFlip leaderboard", title_justify="left")
-    for column in ("rank", "model", *METRICS, "invalid"):
-        board.add_column(column)
-    for row in result["leaderboard"]:
-        board.add_row(str(row["rank"]), row["model"], *(f"{row[m]:.4f}" for m in METRICS), f"{row['invalid_rate']:.1%}")
-    console.print(board)
-    tests = Table(title="Paired McNemar tests (shared samples)", title_justify="left")
-    for column in ("A", "B", "shared", "only A right", "only B right", "chi2", "p", "p exact"):
-        tests.add_column(column)
-    for p in result["pairs"]:
-        tests.add_row(
-            p["a"],
-            p["b"],
-            str(p["shared"]),
-            str(p["only_a"]),
-            str(p["only_b"]),
-            f"{p['chi2']:.4f}",
-            f"{p['p_value']:.4g}",
-            f"{p['p_exact']:.4g}",
-        )
-    console.print(tests)
-    if not result["same_data"]:
-        console.print("[yellow]warning:[/] runs used different data; only shared samples were paired")
-    console.print(f"written: {out / 'compare.md'}, {out / 'compare.html'}")
+    print_result(result, write_files(result, out))
+
+
+@app.command("view")
+@click.argument("work_dir", required=False, default="./outputs", type=click.Path(path_type=Path))
+@click.option("--open", "open_page", is_flag=True, help="Open the page in a browser.")
+def view_command(work_dir: Path, open_page: bool) -> None:
+    """Write WORK_DIR/index.html: every run under WORK_DIR (default ./outputs) in one page.
+
+    \b
+    A leaderboard (sortable, filterable), accuracy by number of people for chosen runs,
+    latency and tokens, and two runs side by side with McNemar and the questions where they
+    disagree. One self-contained file: no network. Broken and foreign folders are listed.
+    """
+    from .pages.index import view
+
+    view(work_dir, open_page)
 
 
 @app.command("sweep")

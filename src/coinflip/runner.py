@@ -77,9 +77,7 @@ def run_one(config: TaskConfig) -> dict[str, Any]:
         log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
         with _stop_on_signals():
             live = generate(plan, run, fresh)
-        report = finish(run, config.metric_compat, show=not config.quiet, live=live)
-        _refresh_index(run)
-        return report
+        return finish(run, config.metric_compat, show=not config.quiet, live=live)
     except CoinflipError as exc:
         log.error("%s", exc)
         if fresh and exc.exit_code == 2:
@@ -393,6 +391,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
     Without `live` results from a fresh run, the saved predictions are read back and scored.
     """
     from .errors import storage_error
+    from .pages import index
     from .pages.run_page import write_html
     from .pages.summary import print_summary
     from .scoring.report import build_report, write_report
@@ -419,6 +418,8 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
         print_summary(report, run.root)
         if not report["complete"] and not report.get("errors_ignored"):
             print(f"resume with: coinflip eval --use-cache {run.root}", file=sys.stderr)
+    if saved["config"].get("html_report", True):  # the work directory's index; never raises, logs why not
+        index.refresh(index.work_dir_of(run.root, saved["config"]))
     return report
 
 
@@ -446,25 +447,7 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
     run = RunDir.open(run_dir)
     compat = metric_compat or load_saved_config(run.root)["config"].get("metric_compat", "coinflip")
     check_choice("metric_compat", compat, METRIC_COMPATS)
-    report = finish(run, compat, show)
-    _refresh_index(run)
-    return report
-
-
-def _refresh_index(run: RunDir) -> None:
-    """Keep the work directory's index page current; a failure there never fails the run."""
-    import importlib
-
-    try:
-        index = importlib.import_module(".pages.index", __package__)
-    except ImportError:
-        return
-    refresh = getattr(index, "refresh", None)
-    if refresh is not None:
-        try:
-            refresh(run.root.parent)
-        except Exception as exc:  # the index is a convenience: log and go on
-            log.warning("index not refreshed: %s", exc)
+    return finish(run, compat, show)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import storage_error
 from ..scoring.metrics import METRICS
+from .board import utf8
 from .charts import bars, histogram
 from .summary import value
 
@@ -226,6 +227,6 @@ def write_html(path: Path, report: dict[str, Any], scorer: Scorer) -> None:
     page = render(report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
+        path.write_bytes(utf8(page))  # a lone surrogate in a reply must not fail the run
     except OSError as exc:
         raise storage_error(path, exc) from None

@@ -1,0 +1,296 @@
+"""The index of a work directory: every run in one self-contained page (`coinflip view`).
+
+The rows travel as JSON inside the page and a small script draws the table, the charts and
+the pair view from them, so a thousand runs sort and filter without a reload. The state of
+the view (sort, filters, selected runs, the pair) lives in the URL fragment, e.g.
+`index.html#sort=f1_score&dir=desc&model=oracle&q=text`, so a view can be bookmarked.
+Everything a model, a server or a user wrote reaches the page as JSON text (with `<`, `>` and
+`&` escaped) or through html.escape, and the script only ever sets it as text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from datetime import datetime
+from html import escape
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, StorageError
+from ..scoring.metrics import METRICS
+from ..scoring.paired import pair
+from .board import EXTRAS, row, utf8
+from .catalog import Answers, Found, read_answers, scan
+from .index_assets import SCRIPT, STYLE
+
+INDEX = "index.html"
+PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precomputed: 190 pairs at most
+PAIR_ROWS = 100  # disagreeing questions listed per pair
+ROW_BUDGET = 20_000  # disagreeing questions listed on the whole page
+REPLY_TAIL = 240
+log = logging.getLogger("coinflip")
+
+
+def refresh(work_dir: Path) -> Path | None:
+    """Rewrite `work_dir/index.html`; the runner calls it after every eval and rescore.
+
+    Never raises: a page that cannot be written must not fail the run that asked for it. Returns
+    the page's path, or None after logging why it could not be written.
+    """
+    try:
+        return write(work_dir)
+    except Exception as exc:  # noqa: BLE001 - whatever happened, the run itself is done and saved
+        log.warning("could not refresh %s: %s", Path(work_dir) / INDEX, exc)
+        return None
+
+
+def work_dir_of(run_root: Path, config: dict[str, Any]) -> Path:
+    """The work directory a run belongs to: its parent, or itself for a `--no-timestamp` run."""
+    return run_root if config.get("no_timestamp") else run_root.parent
+
+
+def view(work_dir: Path, open_page: bool = False) -> Path:
+    """`coinflip view`: write the page, say what it holds and what needs attention, maybe open it."""
+    import click
+
+    folder = Path(work_dir).expanduser()
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a directory: give the work directory of your runs (--work-dir)")
+    data = build(folder)
+    try:
+        path = _write_html(folder, render(data))
+    except OSError as exc:
+        raise StorageError(f"cannot write {folder / INDEX}: {exc.strerror or exc}") from None
+    click.echo(f"wrote {path}: {_summary(data)}", err=True)
+    for p in data["problems"][:20]:
+        click.echo(f"  {p['kind']:<10} {p['id']}: {p['reason']}", err=True)
+    if len(data["problems"]) > 20:
+        click.echo(f"  ... and {len(data['problems']) - 20} more (listed in the page)", err=True)
+    if open_page:
+        import webbrowser
+
+        if not webbrowser.open(path.resolve().as_uri()):
+            click.echo(f"no browser found; open {path.resolve().as_uri()}", err=True)
+    return path
+
+
+def write(work_dir: Path) -> Path:
+    """Write the index of `work_dir`."""
+    work_dir = Path(work_dir).expanduser()
+    return _write_html(work_dir, render(build(work_dir)))
+
+
+def _write_html(work_dir: Path, html: str) -> Path:
+    """Atomically, so a browser or a second run never sees half a page."""
+    target = work_dir / INDEX
+    tmp = work_dir / f".{INDEX}.{os.getpid()}.tmp"
+    try:
+        tmp.write_bytes(utf8(html))
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def build(work_dir: Path) -> dict[str, Any]:
+    """Everything the page shows, as plain data."""
+    found = scan(work_dir)
+    runs, rows = _rows(found)
+    datasets = _datasets(rows)
+    _rank(rows)
+    pairs = _pairs(rows, runs)
+    present = {key for r in rows for key, value in r["extra"].items() if value is not None}
+    from .. import __version__
+
+    return {
+        "work_dir": str(work_dir.resolve()),
+        "generated": datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+        "version": __version__,
+        "metrics": list(METRICS),
+        "extras": [[key, label] for key, label, _ in EXTRAS if key in present],
+        "runs": rows,
+        "datasets": datasets,
+        "problems": _problems(found, rows),
+        "pairs": pairs.records,
+        "questions": pairs.questions,
+        "replies": pairs.replies,
+        "pair_runs": PAIR_RUNS,
+        "pair_rows": PAIR_ROWS,
+    }
+
+
+def _rows(found: list[Found]) -> tuple[list[Found], list[dict[str, Any]]]:
+    """The leaderboard rows; a report that still defeats the summary makes its run broken."""
+    runs, rows = [], []
+    for f in found:
+        if f.kind != "run":
+            continue
+        try:
+            rows.append(row(f))
+            runs.append(f)
+        except Exception as exc:  # noqa: BLE001 - one odd report must not hide every other run
+            f.kind, f.reason = "broken", f"report not understood ({type(exc).__name__}: {exc})"
+    return runs, rows
+
+
+def _datasets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One tag per data set (D1 holds the most runs); each row gets its tag."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["data"]["key"], []).append(r)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    out = []
+    for n, (key, members) in enumerate(ordered, 1):
+        for r in members:
+            r["tag"] = f"D{n}"
+        first = members[0]["data"]
+        out.append(
+            {"tag": f"D{n}", "key": key, "label": first["label"], "sha": first["sha"][:12], "runs": len(members)}
+        )
+    return out
+
+
+def _rank(rows: list[dict[str, Any]]) -> None:
+    """Ranks by F1 among complete runs on the same data and of the same size; others get none."""
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for r in rows:
+        r["rank"] = None
+        if r["complete"] and r["m"]["f1_score"][0] is not None:
+            groups.setdefault((r["data"]["key"], r["samples"]), []).append(r)
+    for members in groups.values():
+        members.sort(key=lambda r: -r["m"]["f1_score"][0])
+        for n, r in enumerate(members, 1):
+            r["rank"] = n
+            r["rank_of"] = len(members)
+
+
+def _problems(found: list[Found], rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+    out = [{"id": f.rel, "kind": f.kind, "reason": f.reason} for f in found if f.kind != "run"]
+    for r in rows:
+        if not r["complete"]:
+            why = "; ".join(r["warnings"]) or "the report says it is not complete"
+            out.append({"id": r["id"], "kind": "incomplete", "reason": why})
+    return sorted(out, key=lambda p: (p["kind"], p["id"]))
+
+
+class _Pairs:
+    """McNemar for every pair among the best PAIR_RUNS runs of each data set, with the questions
+    where exactly one of the two was right; question texts and replies are stored once each."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.questions: list[list[Any]] = []
+        self.replies: list[str] = []
+        self._question: dict[str, int] = {}
+        self._reply: dict[str, int] = {}
+        self.budget = ROW_BUDGET
+
+    def add_data_set(self, members: list[int], rows: list[dict[str, Any]], runs: list[Found]) -> None:
+        best = sorted(members, key=lambda i: (not rows[i]["complete"], -(rows[i]["m"]["f1_score"][0] or 0.0)))
+        answers = {i: a for i in best[:PAIR_RUNS] if (a := read_answers(runs[i])) is not None}
+        listed: list[tuple[dict[str, Any], list[str]]] = []
+        wanted: dict[int, set[str]] = {}
+        for i, j in combinations(list(answers), 2):
+            p = pair(answers[i].correct, answers[j].correct)
+            differ = sorted(p.only_a + p.only_b, key=lambda q: answers[i].first[q][0])
+            shown = differ[: max(0, min(PAIR_ROWS, self.budget))]
+            self.budget -= len(shown)
+            wanted.setdefault(i, set()).update(shown)
+            wanted.setdefault(j, set()).update(shown)
+            listed.append(({"a": i, "b": j, **p.stats(), "total": len(differ), "rows": []}, shown))
+        texts = {i: answers[i].replies(questions) for i, questions in wanted.items()}
+        for record, shown in listed:
+            a, b = answers[record["a"]], answers[record["b"]]
+            for q in shown:
+                record["rows"].append(
+                    [
+                        self._question_index(q, a),
+                        a.first[q][1],
+                        b.first[q][1],
+                        self._reply_index(texts[record["a"]].get(q, "")),
+                        self._reply_index(texts[record["b"]].get(q, "")),
+                    ]
+                )
+            self.records.append(record)
+
+    def _question_index(self, question: str, answers: Answers) -> int:
+        if question not in self._question:
+            _, _, target, people = answers.first[question]
+            self._question[question] = len(self.questions)
+            self.questions.append([question, target, people])
+        return self._question[question]
+
+    def _reply_index(self, reply: str) -> int:
+        reply = _tail(reply)
+        if reply not in self._reply:
+            self._reply[reply] = len(self.replies)
+            self.replies.append(reply)
+        return self._reply[reply]
+
+
+def _pairs(rows: list[dict[str, Any]], runs: list[Found]) -> _Pairs:
+    by_data: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_data.setdefault(r["data"]["key"], []).append(i)
+    pairs = _Pairs()
+    for members in by_data.values():
+        pairs.add_data_set(members, rows, runs)
+    return pairs
+
+
+def _tail(reply: str) -> str:
+    return reply if len(reply) <= REPLY_TAIL else "…" + reply[-REPLY_TAIL:]
+
+
+def _json(data: Any) -> str:
+    """JSON that cannot end its <script> element or open a comment inside it."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _problem_list(problems: Iterable[dict[str, str]]) -> str:
+    items = "".join(
+        f'<li class="p-{escape(p["kind"])}"><b>{escape(p["kind"])}</b> <code>{escape(p["id"])}</code> {escape(p["reason"])}</li>'
+        for p in problems
+    )
+    return f'<ul id="problems">{items}</ul>' if items else '<p class="meta" id="problems">none</p>'
+
+
+def _summary(data: dict[str, Any]) -> str:
+    runs, sets = len(data["runs"]), len(data["datasets"])
+    counts = {k: sum(1 for p in data["problems"] if p["kind"] == k) for k in ("incomplete", "broken", "foreign")}
+    return (
+        f"{runs} run{'s' * (runs != 1)} on {sets} data set{'s' * (sets != 1)}; "
+        f"{counts['incomplete']} incomplete, {counts['broken']} broken, {counts['foreign']} foreign"
+    )
+
+
+def render(data: dict[str, Any]) -> str:
+    problems = data["problems"]
+    summary = _summary(data)
+    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>CoinFlip runs - {escape(Path(data["work_dir"]).name or data["work_dir"])}</title><style>{STYLE}</style></head><body><main>
+<h1>CoinFlip runs</h1>
+<div class="meta"><code>{escape(data["work_dir"])}</code> | {escape(summary)} | written {escape(data["generated"])} by coinflip {escape(data["version"])}</div>
+<noscript><div class="warn">This page draws its tables with a small inline script; allow scripts for this file to see them.</div></noscript>
+<section><h2>Leaderboard</h2>
+<div class="filters"><label>model <select id="f-model"></select></label> <label>data <select id="f-data"></select></label>
+<label>status <select id="f-status"><option value="">all</option><option value="complete">complete</option><option value="incomplete">incomplete</option></select></label>
+<label>text <input id="f-q" type="search" placeholder="model, run, template, data"></label>
+<span class="meta" id="shown"></span></div>
+<div id="mixed" class="note" hidden></div>
+<div class="scroll"><table id="board"><thead></thead><tbody></tbody></table></div>
+<p class="meta">Ranks (#) count complete runs on the same data set and of the same size; D1, D2 ... name data sets. Tick runs to draw them below; without ticks, the first five rows are drawn.</p></section>
+<section class="grid2"><div class="panel"><h2>Accuracy by number of people</h2><div id="chart"></div><div id="legend" class="legend"></div></div>
+<div class="panel"><h2>Latency and tokens</h2><div class="side"><div><h3>latency: p50 bar, mean tick, p90 whisker</h3><div id="latency"></div></div><div><h3>completion tokens: p50, mean, p90</h3><div id="tokens"></div></div></div></div></section>
+<section class="panel"><h2>Two runs, question by question</h2>
+<div class="filters"><label>A <select id="p-a"></select></label> <label>B (same data) <select id="p-b"></select></label></div>
+<div id="pair"></div>
+<p class="meta">McNemar tests are computed when this page is written, for every pair among the {data["pair_runs"]} best runs (by F1) of each data set, at most {data["pair_runs"] * (data["pair_runs"] - 1) // 2} pairs per data set; up to {data["pair_rows"]} disagreeing questions are listed per pair. For any other pair, run <code>coinflip compare RUN_DIR RUN_DIR</code>.</p></section>
+<section><h2>Needs attention</h2>{_problem_list(problems)}</section>
+</main><script type="application/json" id="coinflip-data">{_json(data)}</script><script>{SCRIPT}</script></body></html>
+"""

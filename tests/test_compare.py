@@ -1,0 +1,96 @@
+"""`coinflip compare` tells runs apart, warns when ranks are not like for like, and takes work directories."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import run_cli
+
+WIDE = {"COLUMNS": "250"}  # rich wraps at 80 columns when it is not writing to a terminal
+
+
+def _eval(work: Path, *args: str) -> Path:
+    before = set(work.iterdir()) if work.exists() else set()
+    result = run_cli("eval", *args, "--work-dir", str(work))
+    assert result.returncode == 0, result.stderr
+    (new,) = [p for p in work.iterdir() if p.is_dir() and p not in before]
+    return new
+
+
+def test_compare_names_each_run_warns_about_sizes_and_says_what_it_wrote(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    runs = [
+        _eval(work, "--model", "random", "--seed", "1", "--limit", "20"),
+        _eval(work, "--model", "random", "--seed", "2", "--limit", "40"),
+        _eval(work, "--model", "random", "--seed", "3", "--limit", "40"),
+    ]
+    with FakeOpenAIServer("mixed") as server:
+        runs.append(_eval(work, "--model", "[red]m[/red]", "--api-url", server.url, "--limit", "40"))
+    out = tmp_path / "cmp"
+    result = run_cli("compare", *map(str, runs), "--out", str(out), env=WIDE)
+    assert result.returncode == 0, result.stderr
+    for run in runs:
+        assert run.name in result.stdout  # three `random` runs are told apart by their run ids
+    assert "[red]m[/red]" in result.stdout  # a model name is printed as written, not as markup
+    assert "20 q" in result.stdout and "40 q" in result.stdout and "0-shot" in result.stdout
+    assert "warning: runs differ in size (20 to 40 samples)" in result.stdout
+    written = [out / "compare.md", out / "compare.html", out / "compare.json"]
+    assert f"wrote {', '.join(map(str, written))}" in result.stdout
+    data = json.loads(written[2].read_text())
+    board = data["leaderboard"]
+    assert sorted(r["run_id"] for r in board) == sorted(r.name for r in runs)
+    assert sorted(r["samples"] for r in board) == [20, 40, 40, 40]
+    assert len({r["template"] for r in board}) == 1 and board[0]["template"].startswith("default ")  # name and hash
+    assert {r["few_shot"] for r in board} == {0}
+    assert all(r["data"].startswith("bundled test ") for r in board)
+    assert len(data["pairs"]) == 6 and any("differ in size" in w for w in data["warnings"])
+    md = written[0].read_text()
+    assert all(r.name in md for r in runs) and "differ in size" in md
+
+
+def test_compare_takes_a_work_dir_and_skips_what_it_cannot_compare(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    good = [
+        _eval(work, "--model", "oracle", "--limit", "15"),
+        _eval(work / "nested", "--model", "random", "--limit", "15"),
+    ]
+    (work / "empty_run").mkdir()
+    garbage = shutil.copytree(good[0], work / "garbage")
+    (garbage / "configs/task_config.yaml").write_text("{{{ not yaml")
+    killed = shutil.copytree(good[0], work / "killed")
+    shutil.rmtree(killed / "reports")
+    out = tmp_path / "cmp"
+    result = run_cli("compare", str(work), "--out", str(out), env=WIDE)
+    assert result.returncode == 0, result.stderr
+    board = json.loads((out / "compare.json").read_text())["leaderboard"]
+    assert sorted(r["run"] for r in board) == sorted(map(str, good))
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: skipped")]
+    assert len(notes) == 3
+    for folder, why in ((work / "empty_run", "empty"), (garbage, "not valid YAML"), (killed, "no report")):
+        assert any(str(folder) in n and why in n for n in notes), (folder, notes)
+
+
+def test_compare_of_a_work_dir_with_runs_on_two_data_sets(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    _eval(work, "--model", "oracle", "--limit", "20")
+    other = tmp_path / "other.jsonl"
+    assert run_cli("generate", "--count", "20", "--out", str(other)).returncode == 0
+    _eval(work, "--model", "oracle", "--dataset-path", str(other))
+    refused = run_cli("compare", str(work), "--out", str(tmp_path / "x"))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "bundled test" in refused.stderr and "other.jsonl" in refused.stderr and "--force" in refused.stderr
+    forced = run_cli("compare", str(work), "--force", "--out", str(tmp_path / "y"), env=WIDE)
+    assert forced.returncode == 0 and "warning: runs used different data" in forced.stdout
+
+
+def test_compare_needs_two_usable_runs(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    _eval(work, "--model", "oracle", "--limit", "5")
+    (work / "empty").mkdir()
+    result = run_cli("compare", str(work), "--out", str(tmp_path / "x"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "at least two runs" in result.stderr and "found 1" in result.stderr and "empty" in result.stderr

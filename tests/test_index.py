@@ -1,0 +1,406 @@
+"""`coinflip view`: the index of a work directory, checked in a real browser.
+
+One work directory is built once, as a user would fill it: baselines, runs against the test
+server (one with a hostile model name and a hostile reply, one whose every request failed),
+a run on other data, a nested work directory, a run killed before its report, a garbage
+config, a truncated report, a foreign folder and an empty one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from html import unescape
+from pathlib import Path
+
+import pytest
+
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import read_jsonl, run_cli
+from .test_reports import _chromium
+
+SENTINEL = "document.body.setAttribute('data-pwned','{}');document.title='PWNED'"
+HOSTILE_MODEL = f'</script><script>{SENTINEL.format("model")}</script><img src=x onerror="{SENTINEL.format("img")}">'
+HOSTILE_IMG = f'<img src=x onerror="{SENTINEL.format("reply-img")}">'
+HOSTILE_REPLY = f"<script>{SENTINEL.format('reply')}</script>{HOSTILE_IMG}\nANSWER: maybe"
+
+
+@dataclass
+class Work:
+    root: Path
+    runs: dict[str, Path]  # what each run is -> its folder
+    index: Path
+    view_stderr: str
+
+
+def _eval(work: Path, *args: str, code: int = 0) -> Path:
+    before = {p for p in work.iterdir()} if work.exists() else set()
+    result = run_cli("eval", *args, "--work-dir", str(work))
+    assert result.returncode == code, result.stderr
+    (new,) = [p for p in work.iterdir() if p.is_dir() and p not in before]
+    return new
+
+
+def _model_dir(run: Path) -> str:
+    (name,) = [p.name for p in (run / "predictions").iterdir()]
+    return name
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Work]:
+    root = tmp_path_factory.mktemp("work") / "runs"
+    runs = {
+        "oracle": _eval(root, "--model", "oracle", "--limit", "40"),
+        "random": _eval(root, "--model", "random", "--limit", "40"),
+        "always-yes": _eval(root, "--model", "always-yes", "--limit", "40"),
+    }
+    with FakeOpenAIServer("mixed") as server:
+        runs["hostile"] = _eval(root, "--model", HOSTILE_MODEL, "--api-url", server.url, "--limit", "40")
+    with FakeOpenAIServer("correct", fail_rate=1.0, seed=2) as broken:
+        broken.state.stall = 0.01
+        flaky = ("--model", "flaky", "--api-url", broken.url, "--limit", "8", "--retries", "0", "--timeout", "1")
+        runs["failed"] = _eval(root, *flaky, code=1)
+    other = root.parent / "other.jsonl"
+    assert run_cli("generate", "--people", "2-6", "--count", "30", "--seed", "9", "--out", str(other)).returncode == 0
+    runs["other-data"] = _eval(root, "--model", "oracle", "--dataset-path", str(other))
+    runs["nested"] = _eval(root / "team", "--model", "always-no", "--limit", "20")
+    _hostile_reply(runs["hostile"], runs["oracle"])
+    runs.update(_damaged_copies(root, runs))
+    (root / "notes").mkdir()
+    (root / "notes" / "todo.txt").write_text("not a run")
+    (root / "empty").mkdir()
+    result = run_cli("view", str(root))
+    assert result.returncode == 0, result.stderr
+    yield Work(root, runs, root / "index.html", result.stderr)
+
+
+def _hostile_reply(run: Path, oracle: Path) -> None:
+    """A reply holding markup, on a question the oracle gets right: listed where the two disagree."""
+    name = _model_dir(run)
+    predictions = run / f"predictions/{name}/coin_flip.jsonl"
+    rows = read_jsonl(predictions)
+    rows[0]["reply"] = HOSTILE_REPLY
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_cli("rescore", str(run)).returncode == 0
+
+
+def _damaged_copies(root: Path, runs: dict[str, Path]) -> dict[str, Path]:
+    out = {}
+    out["garbage-config"] = shutil.copytree(runs["random"], root / "garbage_config")
+    (out["garbage-config"] / "configs/task_config.yaml").write_bytes(b"\x00\xff{{{ not: [yaml")
+    out["truncated-report"] = shutil.copytree(runs["always-yes"], root / "truncated_report")
+    report = out["truncated-report"] / "reports/always-yes/coin_flip.json"
+    report.write_bytes(report.read_bytes()[:200])
+    out["killed"] = shutil.copytree(runs["oracle"], root / "killed")
+    shutil.rmtree(out["killed"] / "reports")
+    shutil.rmtree(out["killed"] / "reviews")
+    predictions = out["killed"] / "predictions/oracle/coin_flip.jsonl"
+    lines = predictions.read_bytes().splitlines(keepends=True)
+    predictions.write_bytes(b"".join(lines[:15]) + lines[15][:40])  # killed mid-write
+    return out
+
+
+def _rel(work: Work, name: str) -> str:
+    return work.runs[name].relative_to(work.root).as_posix()
+
+
+def _dom(work: Work, tmp_path: Path, fragment: str = "") -> str:
+    url = work.index.as_uri() + (f"#{fragment}" if fragment else "")
+    result = _chromium(f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom", url)
+    dom = result.stdout
+    assert 'data-ready="1"' in dom, result.stderr[-2000:]
+    assert re.search(r"<body[^>]*data-pwned", dom) is None, "a model name or reply ran as code"
+    assert "PWNED" not in dom.split("</title>")[0]
+    return dom
+
+
+def _rows(dom: str) -> list[dict[str, str]]:
+    """Each leaderboard row: its id, model, and its cells' text."""
+    out = []
+    for attrs, body in re.findall(r'<tr class="run[^"]*"([^>]*)>(.*?)</tr>', dom, re.S):
+        cells = [unescape(re.sub(r"<[^>]+>", " ", c)).split() for c in re.findall(r"<td[^>]*>(.*?)</td>", body, re.S)]
+        out.append(
+            {
+                "id": unescape(re.search(r'data-id="([^"]*)"', attrs)[1]),  # type: ignore[index]
+                "model": unescape(re.search(r'data-model="([^"]*)"', attrs)[1]),  # type: ignore[index]
+                "f1": re.search(r'class="num m-f1_score">([^<]*)<', body)[1],  # type: ignore[index]
+                "cells": cells,  # type: ignore[dict-item]
+            }
+        )
+    return out
+
+
+def _report(run: Path) -> dict:
+    return json.loads((run / f"reports/{_model_dir(run)}/coin_flip.json").read_text())
+
+
+LEADERBOARD = ("oracle", "random", "always-yes", "hostile", "failed", "other-data", "nested")
+
+
+def test_index_lists_every_run_and_every_problem(work: Work, tmp_path: Path) -> None:
+    html = work.index.read_text()
+    offline = html.replace("'http://www.w3.org/2000/svg'", "")  # SVG's namespace name, never fetched
+    assert "http://" not in offline and "https://" not in offline  # nothing to fetch: opens offline
+    assert html.count("<script") == 2 and "<img src=x" not in html  # the data and the code, nothing injected
+    dom = _dom(work, tmp_path)
+    rows = _rows(dom)
+    assert sorted(r["id"] for r in rows) == sorted(_rel(work, k) for k in LEADERBOARD)
+    assert {r["model"] for r in rows} == {"oracle", "random", "always-yes", HOSTILE_MODEL, "flaky", "always-no"}
+    assert "&lt;/script&gt;&lt;script&gt;document.body.setAttribute" in dom  # the hostile name, shown as text
+    default = [float(r["f1"]) for r in rows]  # sorted by F1, best first, by default
+    assert default == sorted(default, reverse=True)
+    problems = re.search(r'<ul id="problems">(.*?)</ul>', dom, re.S)[1]  # type: ignore[index]
+    listed = {code: kind for kind, code in re.findall(r'<li class="p-(\w+)">.*?<code>([^<]*)</code>', problems)}
+    assert listed == {
+        "garbage_config": "broken",
+        "truncated_report": "broken",
+        "killed": "incomplete",
+        _rel(work, "failed"): "incomplete",
+        "notes": "foreign",
+        "empty": "foreign",
+    }
+    assert "15 of 40 predictions saved" in problems and "not valid JSON" in problems
+    failed = next(r for r in rows if r["model"] == "flaky")
+    assert failed["cells"][-1] == ["incomplete"] and failed["cells"][1] == ["–"]  # shown, never ranked
+    assert "7 runs on 2 data sets; 2 incomplete, 2 broken, 2 foreign" in work.view_stderr
+    assert "garbage_config" in work.view_stderr and len(work.view_stderr.splitlines()) == 7
+    mixed = re.search(r'<div id="mixed" class="note">([^<]*)</div>', dom)
+    assert mixed and "2 data sets" in mixed[1]  # different data is never ranked together unmarked
+    tags = {r["id"]: r["cells"][5][0] for r in rows}
+    assert tags[_rel(work, "other-data")] == "D2" and tags[_rel(work, "oracle")] == "D1"
+    assert len(re.findall(r'<path [^>]*class="line"', dom)) == 5  # the first five rows are drawn
+    a, b = re.search(r'id="pair" data-a="([^"]*)" data-b="([^"]*)"', dom).groups()  # type: ignore[union-attr]
+    assert a == rows[0]["id"]  # by default the best run, against the next best on the same data
+    assert b == next(r["id"] for r in rows[1:] if tags[r["id"]] == tags[a])
+    assert re.search(r'id="latency".*?<rect', dom, re.S)
+
+
+def test_screenshot(work: Work, tmp_path: Path) -> None:
+    shot = tmp_path / "index.png"
+    _chromium(
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+        f"--screenshot={shot}",
+        "--window-size=1400,1800",
+        work.index.as_uri(),
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+
+def test_sorting_and_filters_follow_the_url_fragment(work: Work, tmp_path: Path) -> None:
+    rows = _rows(_dom(work, tmp_path, "sort=accuracy&dir=asc"))
+    accuracy = {_rel(work, k): _report(work.runs[k])["metrics"]["accuracy"] for k in LEADERBOARD}
+    assert [accuracy[r["id"]] for r in rows] == sorted(accuracy.values())
+    rows = _rows(_dom(work, tmp_path, "sort=model&dir=desc"))
+    assert [r["model"] for r in rows] == sorted((r["model"] for r in rows), reverse=True)
+    assert {r["id"] for r in _rows(_dom(work, tmp_path, "model=oracle"))} == {
+        _rel(work, "oracle"),
+        _rel(work, "other-data"),
+    }
+    assert [r["id"] for r in _rows(_dom(work, tmp_path, "q=other.jsonl"))] == [_rel(work, "other-data")]
+    bundled = _report(work.runs["oracle"])["dataset"]
+    on_bundled = {r["id"] for r in _rows(_dom(work, tmp_path, f"data={bundled['sha256'][:12]}/test"))}
+    assert on_bundled == {_rel(work, k) for k in LEADERBOARD if k != "other-data"}
+    assert [r["id"] for r in _rows(_dom(work, tmp_path, "status=incomplete"))] == [_rel(work, "failed")]
+    assert [r["model"] for r in _rows(_dom(work, tmp_path, "q=ALWAYS&sort=model&dir=asc"))] == [
+        "always-no",
+        "always-yes",
+    ]
+
+
+def test_chart_draws_the_chosen_runs(work: Work, tmp_path: Path) -> None:
+    chosen = [_rel(work, "other-data"), _rel(work, "random")]
+    dom = _dom(work, tmp_path, "sel=" + ",".join(chosen))
+    lines = re.findall(r'<path [^>]*class="line" data-id="([^"]*)"', dom)
+    assert lines == chosen
+    other = _report(work.runs["other-data"])["by_people"]  # one point per number of people in that run
+    people = re.findall(r"<title>oracle · [^:]+: (\d+) people, accuracy", dom)
+    assert sorted(set(people)) == sorted(other)
+    assert "2 of 7" not in dom and 'checked=""' not in dom  # ticks are state, not markup
+
+
+def _verdicts(run: Path) -> dict[str, bool]:
+    name = _model_dir(run)
+    questions = {p["id"]: p["question"] for p in read_jsonl(run / f"predictions/{name}/coin_flip.jsonl")}
+    return {questions[r["id"]]: r["correct"] for r in read_jsonl(run / f"reviews/{name}/coin_flip.jsonl")}
+
+
+def test_pair_view_shows_mcnemar_and_the_questions_where_runs_disagree(work: Work, tmp_path: Path) -> None:
+    a, b = _verdicts(work.runs["oracle"]), _verdicts(work.runs["hostile"])
+    only_a = sum(a[q] and not b[q] for q in a if q in b)
+    only_b = sum(b[q] and not a[q] for q in a if q in b)
+    assert only_a > 0
+    dom = _dom(work, tmp_path, f"a={_rel(work, 'oracle')}&b={_rel(work, 'hostile')}")
+    stats = dict(re.findall(r'data-stat="([^"]+)">([^<]*)<', dom))
+    assert (stats["shared"], stats["only A right"], stats["only B right"]) == ("40", str(only_a), str(only_b))
+    assert len(re.findall(r'<tr class="dq">', dom)) == only_a + only_b
+    assert "&lt;script&gt;document.body.setAttribute('data-pwned','reply')" in dom  # the reply, shown as text
+    assert "&lt;img src=x onerror=" in dom
+    swapped = _dom(work, tmp_path, f"a={_rel(work, 'hostile')}&b={_rel(work, 'oracle')}")
+    stats = dict(re.findall(r'data-stat="([^"]+)">([^<]*)<', swapped))
+    assert (stats["only A right"], stats["only B right"]) == (str(only_b), str(only_a))
+    other = _dom(work, tmp_path, f"a={_rel(work, 'other-data')}")
+    assert "No other run on D2" in other  # runs on other data are never paired
+
+
+def test_every_eval_and_rescore_refreshes_the_index(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    first = _eval(work, "--model", "oracle", "--limit", "5")
+    page = work / "index.html"
+    assert first.name in page.read_text()
+    second = _eval(work, "--model", "random", "--limit", "5")
+    assert first.name in page.read_text() and second.name in page.read_text()
+    page.unlink()
+    assert run_cli("rescore", str(second)).returncode == 0
+    assert second.name in page.read_text()
+
+
+def test_a_run_dir_that_is_its_own_work_dir(tmp_path: Path) -> None:
+    run = _eval(tmp_path / "w", "--model", "oracle", "--limit", "5")
+    result = run_cli("view", str(run))
+    assert result.returncode == 0 and "1 run on 1 data set" in result.stderr
+    dom = _dom(Work(run, {}, run / "index.html", ""), tmp_path)
+    assert [r["id"] for r in _rows(dom)] == ["."]
+    assert 'href="./reports/oracle/coin_flip.html"' in dom
+
+    from coinflip.pages.index import work_dir_of
+
+    assert work_dir_of(run, {"no_timestamp": True}) == run
+    assert work_dir_of(run, {"no_timestamp": False}) == run.parent
+
+
+def test_refresh_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from coinflip.pages.index import refresh
+
+    not_a_folder = tmp_path / "file.txt"
+    not_a_folder.write_text("x")
+    assert refresh(not_a_folder) is None
+    assert "could not refresh" in caplog.text
+    assert refresh(tmp_path) == tmp_path / "index.html"  # an empty work directory gets a page too
+
+
+def test_view_opens_the_page_in_a_browser(work: Work, tmp_path: Path) -> None:
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    browser.chmod(0o755)
+    result = run_cli("view", str(work.root), "--open", env={"BROWSER": str(browser)})
+    assert result.returncode == 0, result.stderr
+    assert opened.read_text().strip() == work.index.resolve().as_uri()
+
+
+def test_view_of_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("view", str(tmp_path / "nowhere"))
+    assert result.returncode == 2 and "not a directory" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _edit_report(run: Path, change: dict) -> None:
+    path = run / f"reports/{_model_dir(run)}/coin_flip.json"
+    report = json.loads(path.read_text())
+    for key, value in change.items():
+        if value is None:
+            report.pop(key, None)
+        else:
+            report[key] = value
+    path.write_text(json.dumps(report))
+
+
+def test_fields_from_newer_and_older_reports_are_shown_or_skipped(tmp_path: Path) -> None:
+    """Reports written by other versions: new fields appear, missing or odd ones never crash."""
+    from coinflip.pages.index import build, render
+
+    work = tmp_path / "w"
+    newer = _eval(work, "--model", "oracle", "--limit", "10")
+    older = _eval(work, "--model", "random", "--limit", "10")
+    odd = _eval(work, "--model", "always-no", "--limit", "10")
+    _edit_report(
+        newer,
+        {
+            "template": {"name": "direct", "sha256": "ab12cd34ef56" * 5},
+            "repeats": 3,
+            "repeat_metrics": {"k": 3, "consistency": 0.9, "pass_at_k": 0.95},
+            "forced": {"metrics": {"accuracy": 0.875}},
+            "calibration": {"auroc": 0.93, "ece": 0.04, "brier": 0.07},
+            "invalid_reasons": {"no_marker": 2, "cut_off": 1},
+            "provenance": {"coinflip_version": "9.9.9", "python": "3.13"},
+        },
+    )
+    _edit_report(older, {"intervals": None, "usage": None, "by_people": None, "dataset": None, "counts": None})
+    _edit_report(odd, {"metrics": {"f1_score": None, "accuracy": "high"}, "warnings": "not a list", "by_people": []})
+    (work / "loop").symlink_to(work)  # a symlink loop is walked once
+    data = build(work)
+    rows = {r["id"]: r for r in data["runs"]}
+    assert set(rows) == {newer.name, older.name, odd.name} and data["problems"] == []
+    new = rows[newer.name]
+    assert (new["template"], new["template_hash"], new["repeats"]) == ("direct", "ab12cd34ef", 3)
+    assert new["extra"]["forced_accuracy"] == 0.875 and new["extra"]["auroc"] == 0.93 and new["extra"]["ece"] == 0.04
+    assert new["extra"]["consistency"] == 0.9 and new["extra"]["pass_at_k"] == 0.95
+    assert new["version"] == "9.9.9" and "no_marker: 2" in new["invalid_reasons"]
+    assert ["provenance.python", "3.13"] in new["details"]  # a field with no column lands in the details
+    assert [key for key, _ in data["extras"]] == [
+        "forced_accuracy",
+        "pass_at_k",
+        "consistency",
+        "auroc",
+        "ece",
+        "brier",
+    ]
+    old = rows[older.name]
+    assert old["m"]["accuracy"][1:] == [None, None] and old["samples"] is None and old["people"] == {}
+    assert old["data"]["label"].startswith("bundled")  # from the run's config when the report lacks it
+    assert rows[odd.name]["m"]["f1_score"][0] is None and rows[odd.name]["m"]["accuracy"][0] is None
+    assert rows[odd.name]["warnings"] == []
+    page = render(data)
+    assert "9.9.9" in page and "forced acc." in page
+
+
+def test_index_page_for_the_newer_fields_in_a_browser(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    run = _eval(work, "--model", "oracle", "--limit", "10")
+    _edit_report(run, {"calibration": {"auroc": 0.93}, "forced": {"metrics": {"accuracy": 0.5}}})
+    assert run_cli("view", str(work)).returncode == 0
+    dom = _dom(Work(work, {}, work / "index.html", ""), tmp_path)
+    assert re.search(r"<th[^>]*>AUROC</th>", dom) and re.search(r"<th[^>]*>forced acc\.</th>", dom)
+    (row,) = _rows(dom)
+    assert ["0.930"] in row["cells"] and ["0.500"] in row["cells"]
+
+
+def test_folder_names_cannot_become_links_that_run_code(tmp_path: Path) -> None:
+    work = tmp_path / 'w"><script>alert(1)</script>'
+    run = _eval(work, "--model", "oracle", "--limit", "5")
+    named = run.rename(work / "javascript:alert(1)")
+    assert run_cli("view", str(work)).returncode == 0
+    dom = _dom(Work(work, {}, work / "index.html", ""), tmp_path)
+    (row,) = _rows(dom)
+    assert row["id"] == named.name
+    assert 'href="./javascript%3Aalert%281%29/reports/oracle/coin_flip.html"' in dom
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom  # the work directory's name, as text
+
+
+def test_names_and_replies_that_are_not_utf8_still_make_a_page(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    run = _eval(work, "--model", "oracle", "--limit", "5")
+    other = _eval(work, "--model", "random", "--limit", "5")
+    os.mkdir(os.fsencode(work) + b"/not-utf8-\xff")  # a folder name Linux allows and UTF-8 does not
+    predictions = other / "predictions/random/coin_flip.jsonl"
+    rows = read_jsonl(predictions)
+    rows[0]["reply"] = "half a pair \ud800 then ANSWER: maybe"
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))  # json.dumps keeps it as \ud800
+    assert run_cli("rescore", str(other)).returncode == 0
+    result = run_cli("view", str(work))
+    assert result.returncode == 0, result.stderr
+    dom = _dom(Work(work, {}, work / "index.html", ""), tmp_path)
+    assert len(_rows(dom)) == 2 and "not-utf8-" in dom and run.name in dom
+
+
+def test_an_empty_work_dir_gets_a_page_that_says_so(tmp_path: Path) -> None:
+    result = run_cli("view", str(tmp_path))
+    assert result.returncode == 0 and "0 runs on 0 data sets" in result.stderr
+    dom = _dom(Work(tmp_path, {}, tmp_path / "index.html", ""), tmp_path)
+    assert 'data-rows="0"' in dom and "no accuracy by number of people" in dom and _rows(dom) == []
