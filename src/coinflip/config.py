@@ -149,17 +149,22 @@ class TaskConfig:
         metavar="JSON|K=V,...",
     )
     timeout: float = _setting(120.0, "Seconds per request attempt (streaming: also the longest gap between events).")
-    retries: int = _setting(5, "Retries per request on 429, 5xx, timeouts and broken replies.")
+    retries: int = _setting(
+        5, "Retries per request on 429, 5xx, timeouts and broken replies.", evalscope="generation_config.retries"
+    )
     stream: bool = _setting(False, "Stream replies (server-sent events); records time to first token.", kind="bool")
     ignore_errors: bool = _setting(
         False, "Exit 0 even when some samples got no reply (they are still counted and reported).", kind="bool"
     )
-    system_prompt: str | None = _setting(None, "Optional system message.", metavar="TEXT")
+    system_prompt: str | None = _setting(
+        None, "Optional system message.", metavar="TEXT", evalscope="dataset_args.coin_flip.system_prompt"
+    )
     prompt_template: str = _setting(
         "default",
         "default (the specification's, byte for byte), direct (answer without reasoning), multiturn (few-shot "
         "examples as chat turns), or your own text with {question}.",
         metavar="NAME|TEXT",
+        evalscope="dataset_args.coin_flip.prompt_template",
     )
     force_answer: bool = _setting(
         False,

@@ -29,7 +29,10 @@ def sweep(config: TaskConfig, people: PeopleRange, count: int) -> dict[str, Any]
         generate_file(data / "test.jsonl", PeopleRange(k, k), count, config.seed + k)
         if config.few_shot_num:
             generate_file(
-                data / "validation.jsonl", PeopleRange(k, k), max(50, config.few_shot_num + 1), -config.seed - k
+                data / "validation.jsonl",
+                PeopleRange(k, k),
+                max(50, config.few_shot_num + 1),
+                config.seed + 100_000 + k,
             )
         print(f"sweep {config.name}: {k} people ({i} of {len(lengths)})", file=sys.stderr, flush=True)
         run = replace(

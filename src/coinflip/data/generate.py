@@ -130,6 +130,8 @@ def generate_file(path: Path, people: PeopleRange, count: int, seed: int) -> int
 
     if count < 1:
         raise ConfigError(f"--count must be at least 1, got {count}")
+    if seed < 0:
+        raise ConfigError(f"--seed must be a whole number >= 0, got {seed}")
     table = np.array(_table(), dtype=object)
     head = len(table) - 3
     try:

@@ -1,0 +1,114 @@
+"""The README's settings tables, derived from TaskConfig's declarations (config.settings()).
+
+`python -m coinflip._docs README.md` rewrites the tables between their markers; a test checks
+that the README holds exactly what this module makes, so docs and code cannot drift.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import _evalscope
+from .config import GENERATION_KEYS, Setting, settings
+
+MARKERS = {
+    "settings": ("<!-- BEGIN settings (generated: python -m coinflip._docs README.md) -->", "<!-- END settings -->"),
+    "evalscope": ("<!-- BEGIN evalscope table (generated) -->", "<!-- END evalscope table -->"),
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _default(s: Setting) -> str:
+    if s.default in (None, "", {}, []) or s.kind == "bool" and s.default is False:
+        return ""
+    if isinstance(s.default, list):
+        return f"`{', '.join(map(str, s.default))}`"
+    return f"`{s.default}`"
+
+
+def _flag(s: Setting) -> str:
+    return f"`{s.flag}`" if s.flag else f"(Python: `{s.name}=`)"
+
+
+def settings_table() -> str:
+    """Every setting a user can give, in declaration order (EvalScope's unused ones are in the other table)."""
+    lines = ["| option | TaskConfig field | default | meaning |", "| --- | --- | --- | --- |"]
+    for s in settings():
+        if s.unused:
+            continue
+        where = "" if "sweep" in s.commands else " (eval only)"
+        lines.append(f"| {_flag(s)} | `{s.name}` | {_default(s)} | {_cell(s.help)}{where} |")
+    return "\n".join(lines)
+
+
+def evalscope_table() -> str:
+    """EvalScope 1.14.1's options and what each is here."""
+    lines = ["| EvalScope | coinflip | note |", "| --- | --- | --- |"]
+    for s in settings():
+        if not s.evalscope or s.unused:
+            continue
+        ours = f"`{s.flag.split('/')[0]}`" if s.flag else f"`{s.name}=`"
+        if s.evalscope == s.name:
+            lines.append(f"| `{s.name}` (`--{s.name.replace('_', '-')}`) | {ours} | {_note(s)} |")
+        else:
+            lines.append(f"| `{s.evalscope}` | {ours} | {_note(s)} |")
+    lines.append(
+        "| `eval_type`: `openai_api`, `service`, `server` | HTTP requests | `mock_llm` needs a baseline model; "
+        "`llm_ckpt` is refused with how to serve the checkpoint |"
+    )
+    lines.append("| `dataset_hub: local` | `--dataset-hub local` | with `local_path` / `--dataset-path` |")
+    lines.append("| `limit: 0` | all questions | as in EvalScope |")
+    for key, field in _evalscope.GENERATION_TO_TASK.items():
+        if key == "retries":
+            continue  # its own row above
+        lines.append(f"| `generation_config.{key}` | `--{field.replace('_', '-')}` | moved to the setting of its own |")
+    for key, why in _evalscope.GENERATION_DROPPED.items():
+        lines.append(f"| `generation_config.{key}` | accepted | {_cell(why)} |")
+    lines.append("| `generation_config.stop_seqs` | `stop` | same meaning |")
+    known = ", ".join(f"`{k}`" for k in GENERATION_KEYS)
+    lines.append(
+        f"| other `generation_config` keys | {known} | sent as given; unknown keys are refused with this list |"
+    )
+    for s in settings():
+        if s.unused:
+            flag = s.flag.split("/")[0] if s.flag else s.name
+            lines.append(f"| `{s.name}` (`{flag}`) | accepted with a note | {_cell(s.unused)} |")
+    return "\n".join(lines)
+
+
+def _note(s: Setting) -> str:
+    if s.name == "limit_mode":
+        return "`shuffle: true` is `random`, `shuffle: false` is `first`; coinflip's default is `stratified`"
+    if s.name == "limit":
+        return "coinflip draws a stratified sample by default; `--limit-mode first` takes EvalScope's first N"
+    if s.name == "timeout":
+        return "per attempt; EvalScope's `generation_config.timeout` too"
+    if s.name == "few_shot_random":
+        return "EvalScope takes the first N by default; coinflip draws them at random (seeded)"
+    return "same meaning"
+
+
+TABLES = {"settings": settings_table, "evalscope": evalscope_table}
+
+
+def rewrite(text: str) -> str:
+    for name, (begin, end) in MARKERS.items():
+        head, found, rest = text.partition(begin)
+        if not found:
+            raise SystemExit(f"README lacks the marker {begin}")
+        _, _, tail = rest.partition(end)
+        text = f"{head}{begin}\n{TABLES[name]()}\n{end}{tail}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    path = Path((argv or sys.argv[1:] or ["README.md"])[0])
+    path.write_text(rewrite(path.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
