@@ -11,9 +11,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["TaskConfig", "extract_answer", "run_task", "rescore", "generate_file", "load_dataset", "__version__"]
+__all__ = [
+    "EvalType",
+    "TaskConfig",
+    "extract_answer",
+    "run_task",
+    "rescore",
+    "generate_file",
+    "load_dataset",
+    "__version__",
+]
 
 _LAZY = {
+    "EvalType": "_evalscope",
     "TaskConfig": "config",
     "run_task": "runner",
     "rescore": "runner",
@@ -23,6 +33,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from ._evalscope import EvalType
     from .config import TaskConfig
     from .data.generate import generate_file
     from .data.load import load_dataset

@@ -1,0 +1,133 @@
+"""Real EvalScope-style configs (Python dicts, a YAML file, CLI lines) run here as they are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip import EvalType, TaskConfig, run_task
+from coinflip.errors import ConfigError
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import only_run_dir, run_cli
+
+
+@pytest.fixture
+def srv() -> Any:
+    with FakeOpenAIServer("correct") as server:
+        yield server
+
+
+def test_python_configs_as_evalscope_users_write_them(srv: FakeOpenAIServer, tmp_path: Path) -> None:
+    configs = [
+        TaskConfig(
+            model="qwen",
+            eval_type=EvalType.SERVICE,
+            api_url=srv.url,
+            api_key="EMPTY",
+            datasets=["coin_flip"],
+            stream=True,
+            timeout=600,
+            limit=5,
+            work_dir=str(tmp_path / "a"),
+        ),
+        {
+            "model": "qwen",
+            "eval_type": "openai_api",
+            "api_url": srv.url,
+            "datasets": ["coin_flip"],
+            "generation_config": {
+                "max_completion_tokens": 2048,
+                "reasoning_effort": "low",
+                "timeout": 300,
+                "retries": 2,
+                "stream": True,
+                "stop_seqs": ["\n\nQ:"],
+            },
+            "dataset_args": {"coin_flip": {"few_shot_num": 2, "few_shot_random": False, "shuffle": True}},
+            "limit": 6,
+            "eval_batch_size": 4,
+            "judge_strategy": "auto",
+            "analysis_report": True,
+            "work_dir": str(tmp_path / "b"),
+        },
+        {"model": "oracle", "eval_type": "mock_llm", "datasets": ["coin_flip"], "limit": 0, "dataset_args": {
+            "coin_flip": {"local_path": str(tmp_path / "data")}}, "dataset_hub": "local", "work_dir": str(tmp_path / "c")},
+    ]  # fmt: skip
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.jsonl").write_text(
+        "".join(json.dumps({"question": f"Q: A coin is heads up. a{i} flips the coin.  Is the coin still heads up?",
+                            "answer": "NO"}) + "\n" for i in range(7))
+    )  # fmt: skip
+    reports = run_task(configs)
+    assert [r["counts"]["samples"] for r in reports] == [5, 6, 7]  # limit 0 is all seven
+    assert all(r["complete"] for r in reports)
+    first, second, third = reports
+    assert first["generation_config"].get("stream") is None  # a setting of its own, not a body key
+    assert second["generation_config"]["max_completion_tokens"] == 2048
+    assert second["generation_config"]["reasoning_effort"] == "low" and second["generation_config"]["stop"] == [
+        "\n\nQ:"
+    ]
+    assert second["few_shot_num"] == 2 and second["subset"]["mode"] == "random"
+    assert third["dataset"]["source"] == "file" and third["metrics"]["accuracy"] == 1.0
+    saved = (only_run_dir(tmp_path / "b") / "configs/task_config.yaml").read_text()
+    assert "timeout: 300" in saved and "retries: 2" in saved and "stream: true" in saved
+
+
+def test_a_yaml_file_in_evalscopes_layout(srv: FakeOpenAIServer, tmp_path: Path) -> None:
+    (tmp_path / "eval.yaml").write_text(
+        f"""model: served
+eval_type: service
+api_url: {srv.url}
+api_key: EMPTY
+datasets:
+  - coin_flip
+eval_batch_size: 8
+generation_config:
+  temperature: 0.0
+  max_tokens: 512
+  timeout: 60
+limit: 0.002
+seed: 7
+work_dir: {tmp_path / "runs"}
+no_timestamp: true
+"""
+    )
+    report = run_task(str(tmp_path / "eval.yaml"))
+    assert report["counts"]["samples"] == 7 and report["complete"]  # 0.002 of 3,333
+    assert (tmp_path / "runs/configs/task_config.yaml").is_file()  # no_timestamp: the work dir itself
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--eval-type", "openai_api", "--stream", "--timeout", "600", "--limit", "4"],
+        ["--eval-type", "service", "--generation-config", '{"max_completion_tokens": 1024, "reasoning_effort": "high"}', "--limit", "3"],
+        ["--generation-config", "max_tokens=64,temperature=0,stop_seqs=[\"\\n\\nQ:\"]", "--limit", "10.0", "--repeats", "2", "--seed", "3"],
+        ["--dataset-args", '{"coin_flip": {"few_shot_num": 1, "shuffle": false}}', "--limit", "3", "--ignore-errors", "--no-timestamp"],
+    ],
+)  # fmt: skip
+def test_evalscope_cli_lines(srv: FakeOpenAIServer, tmp_path: Path, flags: list[str]) -> None:
+    result = run_cli(
+        "eval", "--model", "served", "--api-url", srv.url, "--api-key", "EMPTY", "--datasets", "coin_flip", *flags,
+        "--work-dir", str(tmp_path / "w"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_what_coinflip_cannot_do_is_one_line_that_says_what_to_do() -> None:
+    with pytest.raises(ConfigError, match="not supported yet: serve it"):
+        TaskConfig(model="Qwen/Qwen2.5-0.5B", eval_type="llm_ckpt")
+    with pytest.raises(ConfigError, match="needs a baseline model"):
+        TaskConfig(model="real-model", eval_type="mock_llm")
+    with pytest.raises(TypeError, match=r"unknown TaskConfig field\(s\) \['judge_modle'\]; known: model"):
+        TaskConfig(model="m", judge_modle="x")  # type: ignore[call-arg]
+    notes = TaskConfig(model="m", judge_strategy="llm", analysis_report=True).notes()
+    assert notes == [
+        "judge_strategy: accepted, not used by coin_flip",
+        "analysis_report: accepted, not used by coin_flip",
+    ]
