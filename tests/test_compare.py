@@ -94,3 +94,16 @@ def test_compare_needs_two_usable_runs(tmp_path: Path) -> None:
     result = run_cli("compare", str(work), "--out", str(tmp_path / "x"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "at least two runs" in result.stderr and "found 1" in result.stderr and "empty" in result.stderr
+
+
+def test_runs_with_repeats_pair_on_majority_votes_and_say_so(tmp_path: Path) -> None:
+    for repeats in ("1", "3"):
+        done = run_cli(
+            "eval", "--model", "random", "--limit", "30", "--repeats", repeats, "--work-dir", str(tmp_path / "w")
+        )
+        assert done.returncode == 0, done.stderr
+    result = run_cli("compare", str(tmp_path / "w"), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert any("majority vote" in w for w in data["warnings"]) and "majority vote" in result.stdout
+    assert data["pairs"][0]["shared"] == 30  # one verdict per question, not per repeat

@@ -177,6 +177,12 @@ def warnings(runs: list[Run]) -> list[str]:
         values = {str(r.row[key]) for r in runs}
         if len(values) > 1:
             out.append(f"runs differ in {what} ({', '.join(sorted(values))})")
+    repeated = [r.label for r in runs if (r.row["repeats"] or 1) > 1]
+    if repeated:
+        out.append(
+            f"{', '.join(repeated)} asked each question several times: McNemar pairs one verdict per question, "
+            "right when most of its repeats are right (majority vote)"
+        )
     for r in runs:
         if not r.row["complete"]:
             out.append(f"{r.label} is incomplete: {'; '.join(r.row['warnings']) or 'see its report'}")
