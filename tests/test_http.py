@@ -207,7 +207,7 @@ def test_hang_up_mid_body_is_a_connection_error(scripted: Any) -> None:
 
 def test_garbage_is_a_protocol_error(scripted: Any) -> None:
     srv = scripted(Say([b"SSH-2.0-OpenSSH_9.2\r\n\r\n"]))
-    with pytest.raises(ProtocolError, match="not an HTTP/1.x response"):
+    with pytest.raises(ProtocolError, match="not valid HTTP/1.1"):
         post_all(srv.url())
 
 

@@ -39,6 +39,7 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[list[str] | None
 
 @contextlib.asynccontextmanager
 async def open_model(config: TaskConfig, urls: list[str] | None) -> AsyncIterator[Model]:
+    """The model for a run; for a server, its endpoints are checked (EndpointError) before it is handed out."""
     model: Model
     if urls is None:
         from .baselines import Baseline
@@ -47,7 +48,7 @@ async def open_model(config: TaskConfig, urls: list[str] | None) -> AsyncIterato
     else:
         from .openai_api import OpenAIChat
 
-        model = OpenAIChat(
+        chat = OpenAIChat(
             str(config.model),
             urls,
             config.api_key,
@@ -56,7 +57,15 @@ async def open_model(config: TaskConfig, urls: list[str] | None) -> AsyncIterato
             config.retries,
             config.eval_batch_size or DEFAULT_BATCH,
             mode=config.api_mode,
+            stream=bool(config.stream),
+            max_reply_bytes=int(config.max_reply_mb * 1024 * 1024),
         )
+        model = chat
+        try:
+            await chat.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
+        except BaseException:
+            await chat.aclose()
+            raise
     try:
         yield model
     finally:
