@@ -11,10 +11,11 @@ connections, framing errors, malformed bodies and empty choices. Never retried:
   Location shown);
 - a reply larger than `max_reply_bytes`: an error for that sample.
 
-Early stop: when the first min(in-flight, 8) requests to end all end in an error after their
-retries, with the same message (digits aside), and none has succeeded, the endpoint rather than
-a sample is broken: `complete` raises EndpointBroken (exit 1; the run can be resumed) instead of
-grinding through every sample. A single success, or two different errors, turn the rule off.
+Early stop: when the first K requests to end (K = requests in flight, at least 3 and at most 8)
+all end in an error after their retries, with the same message (digits aside), and none has
+succeeded, the endpoint rather than a sample is broken: `complete` raises EndpointBroken (exit 1;
+the run can be resumed) instead of grinding through every sample. A single success, or two
+different errors, turn the rule off.
 
 Errors keep what the server said: "HTTP 500: <its message>" in `Reply.error` and the status in
 `Reply.status`. The API key, and any secret-looking extra header, are masked in every message
@@ -48,7 +49,7 @@ FATAL_STATUS = {
 }
 BACKOFF_BASE = 0.25
 BACKOFF_CAP = 8.0
-EARLY_STOP_MAX = 8
+EARLY_STOP = (3, 8)  # how many first outcomes the early-stop rule looks at: in-flight, within these
 MAX_REDIRECTS = 5
 GATEWAY_KEYS = ("extra_body", "extra_headers", "extra_query")
 SECRET_HEADER = re.compile(r"key|auth|token|secret|password|signature", re.I)
@@ -144,7 +145,7 @@ class OpenAIChat:
         self.retries = retries
         self.backoff_base = backoff_base
         self.redact = Redactor([api_key, *(v for k, v in extra_headers.items() if SECRET_HEADER.search(k))])
-        self.early_stop = EarlyStop(min(concurrency, EARLY_STOP_MAX))
+        self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
         if stream:
             headers["Accept"] = "text/event-stream"
