@@ -220,6 +220,8 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.receive_data(data)
             self._pump()
+            if self.sse is not None and self.body:
+                self._split_events()
         except Exception as exc:
             self._fail(_framing_error(exc))
 
@@ -285,16 +287,19 @@ class _Connection(asyncio.Protocol):
         self.size += len(data)
         if self.size > self.max_body:
             raise ReplyTooLarge(f"the reply is larger than {_mb(self.max_body)}")
-        if self.sse is None:
-            self.body += data
-        elif data:
-            assert self.events is not None
-            now = asyncio.get_running_loop().time()
-            self.events.extend((now, kind, text) for kind, text in self.sse.feed(data))
+        self.body += data  # a stream's bytes wait here until the read is parsed: one split per read
+
+    def _split_events(self) -> None:
+        assert self.sse is not None and self.events is not None
+        now = asyncio.get_running_loop().time()
+        self.events.extend((now, kind, text) for kind, text in self.sse.feed(bytes(self.body)))
+        self.body.clear()
 
     def _finish(self) -> None:
         if self.decoder is not None:
             self._deliver(self.decoder.flush(self.max_body - self.size))
+        if self.sse is not None and self.body:
+            self._split_events()
         waiter, self.waiter = self.waiter, None
         parser = self.parser
         if parser.their_state is h11.DONE and parser.our_state is h11.DONE and not parser.trailing_data[0]:

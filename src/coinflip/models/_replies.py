@@ -31,10 +31,14 @@ class ServerSaidError(BadReply):
     """The server answered with an error object, in a 200 body or a stream event."""
 
 
+_DECODER = json.JSONDecoder(parse_constant=lambda _: None)  # one for all: json.loads(..., **kw) builds one a call
+
+
 def load_json(raw: bytes | str) -> Any:
     """JSON with NaN and Infinity read as null; nesting too deep for Python is a BadReply."""
     try:
-        return json.loads(raw, parse_constant=lambda _: None)
+        text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
+        return _DECODER.decode(text)
     except RecursionError:
         raise BadReply("malformed response body (JSON nested too deeply)") from None
     except ValueError as exc:
@@ -49,8 +53,8 @@ def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
 def server_message(raw: bytes) -> str:
     """The message a server put in an error body: `{"error": {"message": ...}}`, or the text."""
     try:
-        data = json.loads(raw, parse_constant=lambda _: None)
-    except (ValueError, RecursionError):
+        data = load_json(raw)
+    except BadReply:
         return one_line(raw[: MAX_MESSAGE * 4].decode("utf-8", "replace"))
     return one_line(_message_of(data))
 
