@@ -44,6 +44,7 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 _POST = h11.Request(method="POST", target="/", headers=[("Host", "h"), ("Content-Length", "0")])
 _CONNECT = h11.Request(method="CONNECT", target="h:1", headers=[("Host", "h:1")])
 _END = h11.EndOfMessage()
+_FRAMING_HEADERS = ("host", "content-length", "transfer-encoding", "connection")  # ours to set, not a user's
 
 
 class ProtocolError(ConnectionError):
@@ -100,7 +101,8 @@ class Target:
         port = parts.port or (443 if tls else 80)
         netloc = parts.netloc.rpartition("@")[2]
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"POST {path} HTTP/1.1", f"Host: {netloc}", *(f"{k}: {v}" for k, v in headers.items())]
+        fixed = (f"{k}: {v}" for k, v in headers.items() if k.lower() not in _FRAMING_HEADERS)
+        lines = [f"POST {path} HTTP/1.1", f"Host: {netloc}", *fixed]
         if proxy is not None and not tls:
             lines[0] = f"POST http://{netloc}{path} HTTP/1.1"
             if proxy.authorization:
@@ -280,8 +282,10 @@ class _Connection(asyncio.Protocol):
         if self.raw_size > self.max_body:
             raise ReplyTooLarge(f"the reply is larger than {_mb(self.max_body)}")
         if self.decoder is not None:
-            data = self.decoder.feed(data, self.max_body - self.size)
-        self._deliver(data)
+            self._deliver(self.decoder.feed(data, self.max_body - self.size))
+        else:
+            self.size = self.raw_size
+            self.body += data
 
     def _deliver(self, data: bytes) -> None:
         self.size += len(data)
@@ -325,8 +329,12 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes, stream: bool = False, tunnel: bool = False) -> asyncio.Future[Response]:
         assert self.transport is not None
         self._reset(stream, tunnel)
-        self.parser.send(_CONNECT if tunnel else _POST)
-        self.parser.send(_END)
+        try:
+            self.parser.send(_CONNECT if tunnel else _POST)
+            self.parser.send(_END)
+        except h11.LocalProtocolError as exc:  # the connection is out of step: never reuse it
+            self.close()
+            raise ProtocolError(f"the connection cannot carry another request ({exc})") from None
         loop = asyncio.get_running_loop()
         self.waiter = loop.create_future()
         self.sent = loop.time()

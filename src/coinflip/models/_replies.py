@@ -269,14 +269,20 @@ def parse_stream(events: list[tuple[float, str, str]], mode: str, sent: float) -
 
 def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> bool:
     """Add one chunk's part of a choice; True when it brought text or reasoning."""
-    choice = choices.setdefault(_index(item.get("index")), _Choice())
+    index = item.get("index", 0)
+    choice = choices.get(index) if type(index) is int else None  # noqa: E721 - bool is not an index
+    if choice is None:
+        choice = choices.setdefault(_index(index), _Choice())
     if mode == "chat":
         delta = _dict(item.get("delta"))
-        text, reasoning = text_of(delta.get("content")), _reasoning(delta)
-        choice.logprobs += chat_logprobs(item.get("logprobs"))
+        text = delta.get("content")
+        if text is not None and type(text) is not str:  # noqa: E721 - the common case, checked fast
+            text = text_of(text)
+        reasoning = _reasoning(delta) if "reasoning_content" in delta or "reasoning" in delta else None
     else:
         text, reasoning = text_of(item.get("text")), None
-        choice.logprobs += completion_logprobs(item.get("logprobs"))
+    if item.get("logprobs") is not None:
+        choice.logprobs += chat_logprobs(item["logprobs"]) if mode == "chat" else completion_logprobs(item["logprobs"])
     if text:
         choice.text.append(text)
     if reasoning:
