@@ -123,6 +123,21 @@ def test_a_307_to_the_same_host_is_followed_with_the_same_post(tmp_path: Path) -
     assert {r["error"] for r in read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")} == {None}
 
 
+def test_a_redirect_loop_is_refused(tmp_path: Path) -> None:
+    def respond(seen: Seen) -> bytes:
+        other = "/v2/chat/completions" if seen.path.startswith("/v1/") else "/v1/chat/completions"
+        return answer({}, 308, f"Location: {other}")
+
+    with (
+        AnswerServer(lambda s: answer({}, 308, "Location: http://127.0.0.1:99999/x")) as odd,
+        AnswerServer(respond) as loop,
+    ):
+        bad_port, _ = timed_eval(odd.url, tmp_path / "a")
+        looping, elapsed = timed_eval(loop.url, tmp_path / "b")
+    assert bad_port.returncode == 2 and "redirects (308) to http://127.0.0.1:99999/x" in one_line(bad_port)
+    assert looping.returncode == 2 and elapsed < FAST and "redirects (308)" in one_line(looping)
+
+
 @pytest.mark.parametrize("status", [413, 422, 400])
 def test_validation_errors_are_not_retried_and_keep_the_servers_whole_message(status: int, tmp_path: Path) -> None:
     message = (

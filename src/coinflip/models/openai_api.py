@@ -228,14 +228,10 @@ class OpenAIChat:
 
     def _redirect(self, url: str, response: Response) -> str:
         """Follow a 307/308 to the same scheme, host and port; refuse any other."""
-        location = urljoin(url, response.headers.get("location", ""))
-        same = urlsplit(location)[:2] == urlsplit(url)[:2] and urlsplit(location).port == urlsplit(url).port
-        if response.status in (307, 308) and same and location != url:
+        location = _location(url, response)
+        if response.status in (307, 308) and location != url and _origin(location) == _origin(url):
             return location
-        raise EndpointError(
-            f"{_place(url)} redirects ({response.status}) to {shown_url(location) or '(no Location)'}; "
-            "give that URL as --api-url"
-        )
+        raise _refused_redirect(url, response)
 
     def _read(self, url: str, response: Response) -> Reply:
         status = response.status
@@ -246,9 +242,9 @@ class OpenAIChat:
                 return parse_body(response.body, self.mode)
             except BadReply as exc:
                 raise RetryableError(str(exc), status=status) from None
+        if 300 <= status < 400:  # one the loop did not follow, or one redirect too many
+            raise _refused_redirect(url, response)
         detail = server_message(response.body)
-        if 300 <= status < 400:
-            self._redirect(url, response)
         if status == 407:
             raise EndpointError(
                 f"the proxy wants credentials (407{': ' + detail if detail else ''}): put them in the proxy "
@@ -262,6 +258,26 @@ class OpenAIChat:
 
     async def aclose(self) -> None:
         await self._pool.aclose()
+
+
+def _location(url: str, response: Response) -> str:
+    return urljoin(url, response.headers.get("location", "").strip())
+
+
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    try:
+        parts = urlsplit(url)
+        return parts.scheme, (parts.hostname or ""), parts.port
+    except ValueError:  # a port that is not a number
+        return None
+
+
+def _refused_redirect(url: str, response: Response) -> EndpointError:
+    location = _location(url, response) if response.headers.get("location") else ""
+    return EndpointError(
+        f"{_place(url)} redirects ({response.status}) to {shown_url(location) or '(no Location)'}; "
+        "give the final URL as --api-url"
+    )
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
