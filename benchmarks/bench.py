@@ -113,6 +113,39 @@ def evalscope_run(binary: str, url: str, tmp: Path) -> tuple[float, float]:
     return timed([*command, "--dataset-args", args, "--eval-batch-size", "32", "--work-dir", str(tmp / "es")])
 
 
+def latency_rows(lines: Lines, tmp: Path, prompts: Path, evaluate: list[str], stream: bool) -> None:
+    """At 200 ms latency and 128 in flight, against the ideal; with `stream`, also the instant
+    server at 32 in flight, since streaming's cost is per event, not per round trip."""
+    tag, flag, extra = (" streaming", ["--stream"], ["stream"]) if stream else ("", [], [])
+    client = [PY, str(HERE / "bare_client.py")]
+    if stream:
+        server = Server()
+        try:
+            bare, _ = best([*client, f"{server.url}/chat/completions", "32", str(prompts), *extra])
+            run = [*evaluate, *flag, "--api-url", server.url, "--eval-batch-size", "32", "--work-dir", str(tmp)]
+            full, _ = best(run)
+        finally:
+            server.stop()
+        lines.append(f"instant server{tag}, 32 in flight: bare client {bare:.2f} s, coinflip eval {full:.2f} s")
+        lines.append(row(f"coinflip eval / bare client{tag} (whole processes)", full / bare, 2.5, "x"))
+    server = Server(latency=0.2)
+    try:
+        url = f"{server.url}/chat/completions"
+        bare_slow, _ = best([*client, url, "128", str(prompts), *extra], 3)
+        slow, _ = best(
+            [*evaluate, *flag, "--api-url", server.url, "--eval-batch-size", "128", "--work-dir", str(tmp / "b")], 3
+        )
+    finally:
+        server.stop()
+    ideal = SAMPLES * 0.2 / 128
+    lines.append(
+        f"200 ms latency{tag}, 128 in flight: bare client {bare_slow:.2f} s ({bare_slow / ideal:.3f} x ideal), "
+        f"coinflip eval {slow:.2f} s; ideal N x latency / in-flight {ideal:.2f} s"
+    )
+    lines.append(row(f"coinflip eval / ideal{tag} (whole process)", slow / ideal, 1.15, "x"))
+    lines.append(row(f"coinflip eval / bare client at 200 ms{tag} (context)", slow / bare_slow, 1.15, "x"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evalscope", metavar="BIN", help="evalscope executable in its own venv, for part (c)")
@@ -159,23 +192,8 @@ def main() -> None:
             row("EvalScope / coinflip eval (whole processes)", evalscope[0] / full, 8, "x", lower_is_better=False)
         )
 
-    server = Server(latency=0.2)
-    try:
-        bare_slow, _ = best(
-            [PY, str(HERE / "bare_client.py"), f"{server.url}/chat/completions", "128", str(prompts)], 3
-        )
-        slow, _ = best(
-            [*evaluate, "--api-url", server.url, "--eval-batch-size", "128", "--work-dir", str(tmp / "b")], 3
-        )
-    finally:
-        server.stop()
-    ideal = SAMPLES * 0.2 / 128
-    lines.append(
-        f"200 ms latency, 128 in flight: bare client {bare_slow:.2f} s ({bare_slow / ideal:.3f} x ideal), "
-        f"coinflip eval {slow:.2f} s; ideal N x latency / in-flight {ideal:.2f} s"
-    )
-    lines.append(row("coinflip eval / ideal (whole process)", slow / ideal, 1.15, "x"))
-    lines.append(row("coinflip eval / bare client at 200 ms (context)", slow / bare_slow, 1.15, "x"))
+    for stream in (False, True):
+        latency_rows(lines, tmp, prompts, evaluate, stream)
 
     rss = {}
     for count in (10_000, 100_000):
@@ -205,7 +223,7 @@ def main() -> None:
 
     helps = [timed([COINFLIP, "--help"])[0] for _ in range(5)]
     lines.append(row("coinflip --help (best of 5)", min(helps), 0.3, "s"))
-    heavy = "('asyncio','ssl','aiohttp','numpy','rich','yaml','pyarrow','click')"
+    heavy = "('asyncio','ssl','aiohttp','h11','numpy','rich','yaml','pyarrow','click')"
     probe = f"import sys,coinflip;print(sorted(m for m in {heavy} if m in sys.modules))"
     loaded = subprocess.run([PY, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     lines.append(f"{'modules loaded by import coinflip':<58} {loaded} (target: [])")

@@ -54,14 +54,29 @@ def test_python_configs_as_evalscope_users_write_them(srv: FakeOpenAIServer, tmp
             "analysis_report": True,
             "work_dir": str(tmp_path / "b"),
         },
-        {"model": "oracle", "eval_type": "mock_llm", "datasets": ["coin_flip"], "limit": 0, "dataset_args": {
-            "coin_flip": {"local_path": str(tmp_path / "data")}}, "dataset_hub": "local", "work_dir": str(tmp_path / "c")},
-    ]  # fmt: skip
+        {
+            "model": "oracle",
+            "eval_type": "mock_llm",
+            "datasets": ["coin_flip"],
+            "limit": 0,
+            "dataset_args": {"coin_flip": {"local_path": str(tmp_path / "data")}},
+            "dataset_hub": "local",
+            "work_dir": str(tmp_path / "c"),
+        },
+    ]
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "test.jsonl").write_text(
-        "".join(json.dumps({"question": f"Q: A coin is heads up. a{i} flips the coin.  Is the coin still heads up?",
-                            "answer": "NO"}) + "\n" for i in range(7))
-    )  # fmt: skip
+        "".join(
+            json.dumps(
+                {
+                    "question": f"Q: A coin is heads up. a{i} flips the coin.  Is the coin still heads up?",
+                    "answer": "NO",
+                }
+            )
+            + "\n"
+            for i in range(7)
+        )
+    )
     reports = run_task(configs)
     assert [r["counts"]["samples"] for r in reports] == [5, 6, 7]  # limit 0 is all seven
     assert all(r["complete"] for r in reports)
@@ -105,16 +120,49 @@ no_timestamp: true
     "flags",
     [
         ["--eval-type", "openai_api", "--stream", "--timeout", "600", "--limit", "4"],
-        ["--eval-type", "service", "--generation-config", '{"max_completion_tokens": 1024, "reasoning_effort": "high"}', "--limit", "3"],
-        ["--generation-config", "max_tokens=64,temperature=0,stop_seqs=[\"\\n\\nQ:\"]", "--limit", "10.0", "--repeats", "2", "--seed", "3"],
-        ["--dataset-args", '{"coin_flip": {"few_shot_num": 1, "shuffle": false}}', "--limit", "3", "--ignore-errors", "--no-timestamp"],
+        [
+            "--eval-type",
+            "service",
+            "--generation-config",
+            '{"max_completion_tokens": 1024, "reasoning_effort": "high"}',
+            "--limit",
+            "3",
+        ],
+        [
+            "--generation-config",
+            'max_tokens=64,temperature=0,stop_seqs=["\\n\\nQ:"]',
+            "--limit",
+            "10.0",
+            "--repeats",
+            "2",
+            "--seed",
+            "3",
+        ],
+        [
+            "--dataset-args",
+            '{"coin_flip": {"few_shot_num": 1, "shuffle": false}}',
+            "--limit",
+            "3",
+            "--ignore-errors",
+            "--no-timestamp",
+        ],
     ],
-)  # fmt: skip
+)
 def test_evalscope_cli_lines(srv: FakeOpenAIServer, tmp_path: Path, flags: list[str]) -> None:
     result = run_cli(
-        "eval", "--model", "served", "--api-url", srv.url, "--api-key", "EMPTY", "--datasets", "coin_flip", *flags,
-        "--work-dir", str(tmp_path / "w"),
-    )  # fmt: skip
+        "eval",
+        "--model",
+        "served",
+        "--api-url",
+        srv.url,
+        "--api-key",
+        "EMPTY",
+        "--datasets",
+        "coin_flip",
+        *flags,
+        "--work-dir",
+        str(tmp_path / "w"),
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from coinflip.errors import FatalAPIError
-from coinflip.models._http import ConnectionPool, ProtocolError, Response
+from coinflip.models._http import ConnectionPool, ProtocolError, ReplyTooLarge, Response
 from coinflip.models._proxy import Proxy, proxy_for
 from coinflip.models.base import Request
 from coinflip.models.openai_api import OpenAIChat
@@ -97,9 +97,12 @@ class ScriptedServer:
                 if say.hang:
                     self.stop.wait(10)
                     return
-                for piece in say.pieces:
-                    conn.sendall(piece)
-                    time.sleep(0.01)
+                try:
+                    for piece in say.pieces:
+                        conn.sendall(piece)
+                        time.sleep(0.01)
+                except OSError:  # the client hung up, as it should on a malformed reply
+                    return
                 if say.close:
                     return
 
@@ -207,8 +210,105 @@ def test_hang_up_mid_body_is_a_connection_error(scripted: Any) -> None:
 
 def test_garbage_is_a_protocol_error(scripted: Any) -> None:
     srv = scripted(Say([b"SSH-2.0-OpenSSH_9.2\r\n\r\n"]))
-    with pytest.raises(ProtocolError, match="not an HTTP/1.x response"):
+    with pytest.raises(ProtocolError, match="not valid HTTP/1.1"):
         post_all(srv.url())
+
+
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+REJECTED = {  # what h11 rejects: each fails the attempt at once, never waiting out the timeout
+    "a four-digit status": b"HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\nok",
+    "version 1.10": b"HTTP/1.10 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    "a signed Content-Length": b"HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nok",
+    "a 0x chunk size": CHUNKED + b"0x2\r\nok\r\n0\r\n\r\n",
+    "no CRLF after chunk data": CHUNKED + b"2\r\nokXY0\r\n\r\n",
+    "conflicting Content-Length headers": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+    "conflicting Content-Length values": b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\nok",
+    "Transfer-Encoding: xchunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    "Transfer-Encoding: chunked, identity": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+    "a space in a header name": b"HTTP/1.1 200 OK\r\nContent Length: 2\r\n\r\nok",
+    "a body that is not gzip": ok(b"not gzip at all", "Content-Encoding: gzip"),
+    "a truncated gzip body": ok(gzip.compress(b'{"ok": true}')[:-6], "Content-Encoding: gzip"),
+    "an encoding coinflip cannot decode": ok(b"...", "Content-Encoding: br"),
+}
+
+
+@pytest.mark.parametrize("case", REJECTED)
+def test_malformed_framing_fails_at_once(scripted: Any, case: str) -> None:
+    srv = scripted(Say([REJECTED[case]]))  # the server then keeps the connection open, silent
+    started = time.perf_counter()
+    with pytest.raises(ProtocolError):
+        post_all(srv.url(), timeout=10)
+    assert time.perf_counter() - started < 2
+
+
+def test_a_close_delimited_body_that_does_not_decode_fails_cleanly(scripted: Any) -> None:
+    srv = scripted(
+        Say([b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\n\r\n", zlib.compress(b"x" * 99)[:-5]], close=True)
+    )
+    with pytest.raises(ProtocolError, match="ends before its deflate data does"):
+        post_all(srv.url())
+
+
+ACCEPTED = {  # what httpx accepts
+    "bare LF line endings": b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+    "a repeated equal Content-Length": b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok",
+    "gzip, gzip": ok(gzip.compress(gzip.compress(b"ok")), "Content-Encoding: gzip, gzip"),
+    "gzip on two header lines": ok(
+        gzip.compress(gzip.compress(b"ok")), "Content-Encoding: gzip", "Content-Encoding: gzip"
+    ),
+    "identity": ok(b"ok", "Content-Encoding: identity"),
+}
+
+
+@pytest.mark.parametrize("case", ACCEPTED)
+def test_forms_httpx_accepts_work(scripted: Any, case: str) -> None:
+    srv = scripted(Say([ACCEPTED[case]]), Say([ok(b"next")]))
+    assert [r.body for r in post_all(srv.url(), 2)] == [b"ok", b"next"]
+
+
+@pytest.mark.parametrize("piece", [1 << 20, 4096, 1000])
+def test_the_head_limit_does_not_depend_on_how_the_bytes_arrive(scripted: Any, piece: int) -> None:
+    def head(size: int) -> bytes:
+        filler = "".join(f"X-Filler-{i}: {'v' * 90}\r\n" for i in range(size // 100))
+        return f"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n{filler}\r\nok".encode()
+
+    small, large = head(60_000), head(70_000)
+    srv = scripted(*(Say([raw[i : i + piece] for i in range(0, len(raw), piece)]) for raw in (small, large)))
+    assert post_all(srv.url())[0].body == b"ok"
+    with pytest.raises(ProtocolError, match="larger than 64 KiB|Receive buffer too long"):
+        post_all(srv.url())
+
+
+def _post_with_limit(url: str, limit: int) -> Response:
+    async def go() -> Response:
+        client = ConnectionPool({}, 5.0, max_body=limit)
+        try:
+            return await client.post(url, b"{}")
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def test_a_declared_length_over_the_limit_fails_before_the_body_arrives(scripted: Any) -> None:
+    srv = scripted(Say([b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n"]))
+    started = time.perf_counter()
+    with pytest.raises(ReplyTooLarge, match="100000000 bytes, larger than"):
+        _post_with_limit(srv.url(), 1000)
+    assert time.perf_counter() - started < 2
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        CHUNKED + b"".join(b"100\r\n" + b"x" * 256 + b"\r\n" for _ in range(8)) + b"0\r\n\r\n",
+        ok(gzip.compress(b"x" * 10_000_000), "Content-Encoding: gzip"),  # 10 MB from 10 KB
+    ],
+)
+def test_a_body_growing_past_the_limit_fails(scripted: Any, raw: bytes) -> None:
+    srv = scripted(Say([raw[i : i + 300] for i in range(0, min(len(raw), 3000), 300)] + [raw[3000:]]))
+    with pytest.raises(ReplyTooLarge, match="larger than"):
+        _post_with_limit(srv.url(), 1000)
 
 
 def test_silence_times_out(scripted: Any) -> None:

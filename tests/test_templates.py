@@ -79,12 +79,12 @@ def test_completions_get_a_default_stop_that_settings_replace() -> None:
 
 
 def test_completion_requests_carry_the_stop_sequence(tmp_path: Path) -> None:
-    with FakeOpenAIServer("correct") as srv:
+    with FakeOpenAIServer("correct", record=True) as srv:
         result = run_cli(
             "eval", "--model", "m", "--api-url", srv.url, "--api-mode", "completions", "--limit", "3",
             "--work-dir", str(tmp_path),
         )  # fmt: skip
-        bodies = srv.state.bodies
+        bodies = [body for _, _, body in srv.state.seen]
     assert result.returncode == 0, result.stderr
     assert bodies and all(b["stop"] == ["\nQ:"] and "prompt" in b for b in bodies)
     report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())

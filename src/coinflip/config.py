@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,6 +51,7 @@ GENERATION_KEYS = (
 )
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 REDACTED = "***"
+SECRET_NAME = re.compile(r"key|auth|token|secret|password|signature|sig\b|credential", re.I)
 
 
 @dataclass(frozen=True)
@@ -323,10 +325,12 @@ class TaskConfig:
         return self.model_id or self.model or "model"
 
     def redacted(self) -> dict[str, Any]:
-        """The config as saved to disk: the API key never leaves memory."""
+        """The config as saved to disk: the API key, and secret-looking headers and query
+        parameters of a gateway, never leave memory."""
         data = asdict(self)
         if data.get("api_key"):
             data["api_key"] = REDACTED
+        data["generation_config"] = redacted_generation(data["generation_config"])
         return data
 
     def notes(self) -> list[str]:
@@ -340,6 +344,25 @@ class TaskConfig:
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
+
+
+def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
+    """Generation settings fit for a file: the values of extra_headers and extra_query whose names
+    look secret (api-key, Authorization, token, sig, ...) are masked."""
+    out = dict(generation)
+    for key in ("extra_headers", "extra_query"):
+        if isinstance(out.get(key), dict):
+            out[key] = {k: REDACTED if SECRET_NAME.search(str(k)) else v for k, v in out[key].items()}
+    return out
+
+
+def secrets_in(generation: dict[str, Any]) -> list[str]:
+    """The values `redacted_generation` masks: also masked wherever a server echoes them."""
+    found = []
+    for key in ("extra_headers", "extra_query"):
+        if isinstance(generation.get(key), dict):
+            found += [str(v) for k, v in generation[key].items() if SECRET_NAME.search(str(k))]
+    return found
 
 
 def _reject_unknown(init: Any) -> Any:

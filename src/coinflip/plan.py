@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .config import TaskConfig
+from .config import TaskConfig, redacted_generation
 from .data import prompts
 from .data.load import Dataset, Record, load_dataset
 from .data.sampling import Subset
@@ -144,7 +144,7 @@ def make_fingerprint(
         "few_shot_random": config.few_shot_random,
         "system_prompt": config.system_prompt,
         "template": build.style.describe(),
-        "generation_config": generation,
+        "generation_config": redacted_generation(generation),
         "api_mode": config.api_mode,
         "repeats": config.repeats,
         "force_answer": config.force_answer,

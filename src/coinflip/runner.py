@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice
-from .errors import CoinflipError, ConfigError, DataError, RunIncomplete
+from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
 from .models import Reply, Request, is_local, open_model, serve_local
 from .models.predict import run_requests
 from .plan import Plan, forced_text, prepare, provenance
@@ -281,6 +281,11 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
             concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
             work = pending(plan, run, index)
             asyncio.run(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up))
+    except EndpointBroken as exc:
+        raise EndpointBroken(
+            f"{exc}; {progress.done} predictions kept in {run.root}; "
+            f"once the server is fixed, resume with: coinflip eval --use-cache {run.root}"
+        ) from None
     except KeyboardInterrupt as exc:
         raise RunIncomplete(
             f"{_stopped_by(exc)}: {progress.done} new predictions kept in {run.root}; "

@@ -71,6 +71,7 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 async def open_model(
     config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int
 ) -> AsyncIterator[Model]:
+    """The model for a run; for a server, its endpoints are checked (EndpointError) before it is handed out."""
     model: Model
     if urls is None:
         from .baselines import Baseline
@@ -79,7 +80,7 @@ async def open_model(
     else:
         from .openai_api import OpenAIChat
 
-        model = OpenAIChat(
+        chat = OpenAIChat(
             str(config.model),
             urls,
             config.api_key,
@@ -88,7 +89,15 @@ async def open_model(
             config.retries,
             concurrency,
             mode=config.api_mode,
+            stream=bool(config.stream),
+            max_reply_bytes=int(config.max_reply_mb * 1024 * 1024),
         )
+        model = chat
+        try:
+            await chat.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
+        except BaseException:
+            await chat.aclose()
+            raise
     try:
         yield model
     finally:

@@ -1,8 +1,25 @@
-"""OpenAI-compatible chat completions: many requests in flight, retried with care.
+"""OpenAI-compatible chat (or text) completions: many requests in flight, retried with care.
 
 Retries (exponential backoff with jitter, honouring Retry-After) on 429, 5xx, timeouts, dropped
-connections, malformed bodies and empty choices. 400/401/403/404 are never retried: a bad key,
-model name or URL stops the run at once.
+connections, framing errors, malformed bodies and empty choices. Never retried:
+- 400, 401, 403, 404, 413, 422: a bad key, model name, URL or setting stops the run at once
+  (FatalAPIError, exit 2) with the server's own message;
+- a wrong endpoint (EndpointError, exit 2): `start()` opens the first connection to every
+  replica before the run, so nothing listening, an unknown host, an untrusted TLS certificate or
+  a proxy that is down fail in seconds; so do a 407 from a proxy and a redirect (307/308 to the
+  same scheme, host and port are followed, as a POST may be; any other is refused, with its
+  Location shown);
+- a reply larger than `max_reply_bytes`: an error for that sample.
+
+Early stop: when the first K requests to end (K = requests in flight, at least 3 and at most 8)
+all end in an error after their retries, with the same message (digits aside), and none has
+succeeded, the endpoint rather than a sample is broken: `complete` raises EndpointBroken (exit 1;
+the run can be resumed) instead of grinding through every sample. A single success, or two
+different errors, turn the rule off.
+
+Errors keep what the server said: "HTTP 500: <its message>" in `Reply.error` and the status in
+`Reply.status`. The API key, and any secret-looking extra header, are masked in every message
+and in reply text (`_redact.py`).
 """
 
 from __future__ import annotations
@@ -10,38 +27,92 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
-from ..errors import FatalAPIError
-from ._http import ConnectionPool
+from ..config import secrets_in
+from ..errors import EndpointBroken, EndpointError, FatalAPIError
+from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, Response, merge_headers
+from ._proxy import shown_url
+from ._redact import Redactor
+from ._replies import BadReply, one_line, parse_body, parse_stream, server_message
 from .base import Reply, Request
 
-FATAL_STATUS = {400: "bad request", 401: "unauthorized", 403: "forbidden", 404: "not found"}
+FATAL_STATUS = {
+    400: ("bad request", "check --generation-config, --model and --api-url"),
+    401: ("unauthorized", "check --api-key, --model and --api-url"),
+    403: ("forbidden", "check --api-key, --model and --api-url"),
+    404: ("not found", "check --model and --api-url"),
+    413: ("request too large", "the server refuses prompts this long"),
+    422: ("unprocessable", "check --generation-config (e.g. max_tokens) and --model"),
+}
 BACKOFF_BASE = 0.25
 BACKOFF_CAP = 8.0
+EARLY_STOP = (3, 8)  # how many first outcomes the early-stop rule looks at: in-flight, within these
+MAX_REDIRECTS = 5
+GATEWAY_KEYS = ("extra_body", "extra_headers", "extra_query")
 
 
 class RetryableError(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, status: int | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.status = status
 
 
-def endpoint_url(url: str, mode: str = "chat") -> str:
-    """Accept a base URL (…/v1), a server root, or the full endpoint; `mode` is chat or completions."""
-    url = url.rstrip("/")
+def endpoint_url(url: str, mode: str = "chat", query: dict[str, Any] | None = None) -> str:
+    """Accept a base URL (…/v1), a server root, or the full endpoint; `mode` is chat or completions.
+    A query string (`?api-version=...`) stays at the end, with `query` added to it."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
     tail = "/chat/completions" if mode == "chat" else "/completions"
     for known in ("/chat/completions", "/completions"):
-        if url.endswith(known):
-            return url[: -len(known)] + tail
-    path = urlsplit(url).path
-    return url + ("/v1" if path in ("", "/") else "") + tail
+        if path.endswith(known):
+            path = path[: -len(known)]
+            break
+    else:
+        path += "/v1" if not path else ""
+    extra = urlencode({k: _query_value(v) for k, v in (query or {}).items()})
+    joined = "&".join(q for q in (parts.query, extra) if q)
+    return urlunsplit((parts.scheme, parts.netloc, path + tail, joined, ""))
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret and len(secret) >= 4 else text
+    return Redactor([secret])(text)
+
+
+def _place(url: str) -> str:
+    """An endpoint as errors show it: no credentials, no query (it may carry a gateway's key)."""
+    return shown_url(url).partition("?")[0]
+
+
+class EarlyStop:
+    """The first `needed` final outcomes: all errors of one kind and no success means a broken endpoint."""
+
+    def __init__(self, needed: int) -> None:
+        self.needed = needed
+        self.errors: list[str] = []
+        self.off = needed < 1
+
+    def success(self) -> None:
+        self.off = True
+
+    def failure(self, message: str) -> bool:
+        """True when this failure completes the pattern."""
+        if self.off:
+            return False
+        self.errors.append(re.sub(r"\d+(\.\d+)?", "#", message))
+        if len(set(self.errors)) > 1:
+            self.off = True
+        return not self.off and len(self.errors) >= self.needed
 
 
 class OpenAIChat:
@@ -58,19 +129,37 @@ class OpenAIChat:
         concurrency: int = 32,
         backoff_base: float = BACKOFF_BASE,
         mode: str = "chat",
+        stream: bool = False,
+        max_reply_bytes: int = DEFAULT_MAX_BODY,
     ) -> None:
+        generation = dict(generation or {})
+        extra_headers = {str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()}
         self.name = model
         self.mode = mode
-        self.urls = [endpoint_url(u, mode) for u in urls]
+        self.stream = stream
+        self.urls = [endpoint_url(u, mode, generation.get("extra_query")) for u in urls]
         self.inflight = dict.fromkeys(self.urls, 0)
         self.api_key = api_key
-        self.generation = dict(generation or {})
+        self.generation = {k: v for k, v in generation.items() if k not in GATEWAY_KEYS}
+        self.extra_body = dict(generation.get("extra_body") or {})
         self.retries = retries
         self.backoff_base = backoff_base
+        self.redact = Redactor([api_key, *secrets_in(generation)])
+        self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
+        if stream:
+            headers["Accept"] = "text/event-stream"
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._pool = ConnectionPool(headers, timeout)
+        self._pool = ConnectionPool(merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes)
+
+    async def start(self) -> None:
+        """Open the first connection to every replica now (kept for the first request): a wrong
+        endpoint fails here, in seconds, with EndpointError."""
+        try:
+            await asyncio.gather(*(self._pool.check(url) for url in self.urls))
+        except FatalAPIError as exc:
+            raise type(exc)(self.redact(str(exc))) from None
 
     def _body(self, request: Request) -> bytes:
         body: dict[str, Any] = {"model": self.name}
@@ -78,58 +167,118 @@ class OpenAIChat:
             body["messages"] = request.messages
         else:  # a plain completion gets the same text: system prompt, blank line, prompt
             body["prompt"] = "\n\n".join(m["content"] for m in request.messages)
-        extra = self.generation.get("extra_body") or {}
-        body.update({k: v for k, v in self.generation.items() if k != "extra_body"})
+        body.update(self.generation)
         body.update(request.params)
-        body.update(extra)
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        body.update(self.extra_body)
         return json.dumps(body).encode()
 
     async def complete(self, request: Request) -> Reply:
         body = self._body(request)
         start = time.perf_counter()
-        last_error = ""
+        message, status = "", None
         for attempt in range(1, self.retries + 2):
             url = min(self.urls, key=self.inflight.__getitem__)
             self.inflight[url] += 1
+            wait = None
             try:
-                reply = await self._post(url, body)
+                reply = await self._attempt(url, body)
                 reply.latency_s = time.perf_counter() - start
                 reply.attempts = attempt
-                return reply
+                self.early_stop.success()
+                return self.redact.reply(reply)
             except RetryableError as exc:
-                last_error, wait = str(exc), exc.retry_after
+                message, status, wait = str(exc), exc.status, exc.retry_after
+            except ReplyTooLarge as exc:
+                message, status = f"{exc} (raise max_reply_mb to keep such replies)", None
+                break
             except (OSError, asyncio.TimeoutError) as exc:
-                last_error, wait = f"{type(exc).__name__}: {exc}".rstrip(": "), None
+                message, status = f"{type(exc).__name__}: {exc}".rstrip(": "), None
+            except FatalAPIError as exc:
+                raise type(exc)(self.redact(str(exc))) from None
             finally:
                 self.inflight[url] -= 1
             if attempt <= self.retries:
                 await asyncio.sleep(self._delay(attempt, wait))
-        return Reply(
-            text=None,
-            latency_s=time.perf_counter() - start,
-            attempts=self.retries + 1,
-            error=redact(last_error, self.api_key)[:500],
-        )
+        return self._failed(message, status, start, attempt)
+
+    def _failed(self, message: str, status: int | None, start: float, attempts: int) -> Reply:
+        message = self.redact(one_line(message))
+        if self.early_stop.failure(message):
+            raise EndpointBroken(
+                f"the first {self.early_stop.needed} requests all failed the same way after "
+                f"{self.retries} retries and none succeeded, so the endpoint, not a sample, is broken: "
+                f"{message}"
+            )
+        return Reply(text=None, latency_s=time.perf_counter() - start, attempts=attempts, error=message, status=status)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         backoff = min(BACKOFF_CAP, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
         return float(max(backoff, retry_after)) if retry_after is not None else backoff
 
-    async def _post(self, url: str, body: bytes) -> Reply:
-        response = await self._pool.post(url, body)
-        status, raw = response.status, response.body
-        if status in FATAL_STATUS:
-            detail = redact(_error_detail(raw), self.api_key)
-            raise FatalAPIError(
-                f"{url} answered {status} {FATAL_STATUS[status]}{': ' + detail if detail else ''}"
-                " - check --api-key, --model and --api-url"
+    async def _attempt(self, url: str, body: bytes) -> Reply:
+        response = await self._pool.post(url, body, self.stream)
+        for _ in range(MAX_REDIRECTS):
+            if response.status not in (307, 308):
+                break
+            url = self._redirect(url, response)
+            response = await self._pool.post(url, body, self.stream)
+        return self._read(url, response)
+
+    def _redirect(self, url: str, response: Response) -> str:
+        """Follow a 307/308 to the same scheme, host and port; refuse any other."""
+        location = _location(url, response)
+        if response.status in (307, 308) and location != url and _origin(location) == _origin(url):
+            return location
+        raise _refused_redirect(url, response)
+
+    def _read(self, url: str, response: Response) -> Reply:
+        status = response.status
+        if 200 <= status < 300:
+            try:
+                if response.events is not None:
+                    return parse_stream(response.events, self.mode, response.sent)
+                return parse_body(response.body, self.mode)
+            except BadReply as exc:
+                raise RetryableError(str(exc), status=status) from None
+        if 300 <= status < 400:  # one the loop did not follow, or one redirect too many
+            raise _refused_redirect(url, response)
+        detail = server_message(response.body)
+        if status == 407:
+            raise EndpointError(
+                f"the proxy wants credentials (407{': ' + detail if detail else ''}): put them in the proxy "
+                "URL, http://user:password@host:port"
             )
-        if status != 200:
-            raise RetryableError(f"HTTP {status}", retry_after(response.headers.get("retry-after")))
-        return _parse(raw, self.mode)
+        if status in FATAL_STATUS:
+            reason, hint = FATAL_STATUS[status]
+            raise FatalAPIError(f"{_place(url)} answered {status} {reason}{': ' + detail if detail else ''} - {hint}")
+        retry = retry_after(response.headers.get("retry-after"))
+        raise RetryableError(f"HTTP {status}{': ' + detail if detail else ''}", retry, status)
 
     async def aclose(self) -> None:
         await self._pool.aclose()
+
+
+def _location(url: str, response: Response) -> str:
+    return urljoin(url, response.headers.get("location", "").strip())
+
+
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    try:
+        parts = urlsplit(url)
+        return parts.scheme, (parts.hostname or ""), parts.port
+    except ValueError:  # a port that is not a number
+        return None
+
+
+def _refused_redirect(url: str, response: Response) -> EndpointError:
+    location = _location(url, response) if response.headers.get("location") else ""
+    return EndpointError(
+        f"{_place(url)} redirects ({response.status}) to {shown_url(location) or '(no Location)'}; "
+        "give the final URL as --api-url"
+    )
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -145,34 +294,6 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
             seconds = parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
         except (TypeError, ValueError, IndexError):
             return None
+    if seconds != seconds:  # NaN
+        return None
     return min(max(seconds, 0.0), 60.0)
-
-
-def _error_detail(raw: bytes) -> str:
-    try:
-        data = json.loads(raw)
-        err = data.get("error", data) if isinstance(data, dict) else data
-        message = err.get("message") if isinstance(err, dict) else err
-        return " ".join(str(message).split())[:200]
-    except (ValueError, AttributeError):
-        return " ".join(raw.decode("utf-8", "replace").split())[:200]
-
-
-def _parse(raw: bytes, mode: str = "chat") -> Reply:
-    try:
-        data = json.loads(raw)
-        choice = data["choices"][0]
-        message = choice["message"] if mode == "chat" else {"content": choice["text"]}
-    except (ValueError, KeyError, IndexError, TypeError):
-        field = "message" if mode == "chat" else "text"
-        raise RetryableError(f"malformed response body (no choices[0].{field})") from None
-    if not isinstance(message, dict):
-        raise RetryableError("malformed response body (message is not an object)")
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    return Reply(
-        text=message.get("content") or "",
-        reasoning=reasoning if isinstance(reasoning, str) else None,
-        finish_reason=choice.get("finish_reason"),
-        usage=usage,
-    )

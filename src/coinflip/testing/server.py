@@ -8,6 +8,13 @@ Policies: `correct` always answers right; `mixed` answers by a hash of the quest
 wrong, invalid or always YES), so the expected metrics can be computed from `Policy.expected`.
 Faults (`fail_rate`): 429 with Retry-After, 500, a stalled reply, a dropped connection, a
 malformed body or an empty choice list - what real servers do under load.
+
+A request with `"stream": true` gets server-sent events in HTTP chunks, as vLLM sends them:
+reasoning deltas, content deltas, the finish reason, a usage chunk when the request asked for
+it (`stream_options.include_usage`, unless `stream_usage` is off) and `data: [DONE]`;
+`stream_gap` seconds between events splits them into separate packets, and `stream_stalls`
+pause the first streams halfway through. `n` choices and `logprobs` are
+answered in both forms. A gateway is imitated by `require_headers` and `require_query`.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 _QUESTION = re.compile(r"Q: A coin is heads up\..*?Is the coin still heads up\?", re.S)
 MIXED = ("right",) * 6 + ("wrong", "wrong", "invalid", "yes")  # what `mixed` does, by question hash
@@ -77,11 +85,27 @@ class ServerState:
     auth_headers: list[str] = field(default_factory=list)
     faults: Counter[str] = field(default_factory=Counter)
     rng: random.Random = field(default_factory=random.Random)
+    stream_usage: bool = True  # a usage chunk at the end of a stream that asked for one
+    stream_gap: float = 0.0  # seconds between streamed events (0: all in one write)
+    stream_stalls: list[float] = field(default_factory=list)  # pauses for the first streams, mid-reply
+    require_headers: dict[str, str] = field(default_factory=dict)  # a gateway's api-key header, say
+    require_query: dict[str, str] = field(default_factory=dict)  # and its api-version parameter
+    record: bool = False  # keep each request (path, headers, body) in `seen`
+    seen: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
+
+
+@dataclass
+class Stream:
+    """A streamed answer: each item one whole server-sent event; `stall` pauses it halfway."""
+
+    events: list[bytes]
+    stall: float = 0.0
 
 
 Response = tuple[int, bytes, dict[str, str]]
 REASONS = {
     200: "OK",
+    400: "Bad Request",
     401: "Unauthorized",
     404: "Not Found",
     429: "Too Many Requests",
@@ -102,8 +126,12 @@ class Handler:
         state.rng.seed(state.seed)
 
     async def __call__(
-        self, method: str, path: str, headers: dict[str, str], body: bytes, arrived: float = 0.0
-    ) -> Response | None:
+        self, method: str, target: str, headers: dict[str, str], body: bytes, arrived: float = 0.0
+    ) -> Response | Stream | None:
+        path, _, query = target.partition("?")
+        refused = self.gateway(headers, dict(parse_qsl(query)))
+        if refused is not None:
+            return refused
         if method == "GET" and path.endswith("/models"):
             return _json(
                 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models or ("fake",)]}
@@ -115,13 +143,26 @@ class Handler:
             return await self.chat(headers, body, arrived, chat=path.endswith("/chat/completions"))
         return _json(404, {"error": {"message": f"no route {method} {path}"}})
 
-    async def chat(self, headers: dict[str, str], raw: bytes, arrived: float, chat: bool = True) -> Response | None:
+    def gateway(self, headers: dict[str, str], query: dict[str, str]) -> Response | None:
+        for name, value in self.state.require_headers.items():
+            if headers.get(name.lower()) != value:
+                return _json(401, {"error": {"message": f"Access denied: header {name} missing or wrong"}})
+        for name, value in self.state.require_query.items():
+            if query.get(name) != value:
+                return _json(404, {"error": {"message": f"Resource not found: query parameter {name} missing"}})
+        return None
+
+    async def chat(
+        self, headers: dict[str, str], raw: bytes, arrived: float, chat: bool = True
+    ) -> Response | Stream | None:
         state = self.state
         auth = headers.get("authorization", "")
         state.auth_headers.append(auth)
         if state.api_key is not None and auth != f"Bearer {state.api_key}":
             return _json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
         body = json.loads(raw)
+        if state.record:
+            state.seen.append((str(headers.get(":path", "")), headers, body))
         if state.models and body.get("model") not in state.models:
             return _json(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
         messages = body.get("messages", []) if chat else [{"content": body.get("prompt", "")}]
@@ -142,22 +183,55 @@ class Handler:
             "completion_tokens": len(text) // 4,
             "total_tokens": (len(prompt) + len(text)) // 4,
         }
-        if not chat:
-            choice = {"index": 0, "finish_reason": "stop", "text": text}
-            return _json(200, {"id": "cmpl-fake", "object": "text_completion", "choices": [choice], "usage": usage})
         scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
+        n = body.get("n") if isinstance(body.get("n"), int) else 1
+        if body.get("stream"):
+            include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
+            return self.stream(text, scratch if chat else None, n, usage if include else None, body)
+        logprobs = _logprobs(text, chat) if body.get("logprobs") else None
+        if not chat:
+            choices = [{"index": i, "finish_reason": "stop", "text": text, "logprobs": logprobs} for i in range(n)]
+            return _json(200, {"id": "cmpl-fake", "object": "text_completion", "choices": choices, "usage": usage})
         message = {"role": "assistant", "content": text, "reasoning_content": scratch}
-        choice = {"index": 0, "finish_reason": "stop", "message": message}
+        choices = [{"index": i, "finish_reason": "stop", "message": message, "logprobs": logprobs} for i in range(n)]
         return _json(
             200,
             {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion",
                 "model": body.get("model"),
-                "choices": [choice],
+                "choices": choices,
                 "usage": usage,
             },
         )
+
+    def stream(self, text: str, scratch: str | None, n: int, usage: Any, body: dict[str, Any]) -> Stream:
+        """Chunks as vLLM streams them: role, reasoning pieces, content pieces, finish, usage, [DONE]."""
+        chat = scratch is not None
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}] if chat else []
+        deltas += [{"reasoning_content": piece} for piece in _pieces(scratch or "")]
+        deltas += [{"content": piece} for piece in _pieces(text)]
+        events = []
+        for delta in deltas:
+            choices = []
+            for i in range(n):
+                if chat:
+                    choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": None}
+                else:
+                    choice = {"index": i, "text": delta["content"], "finish_reason": None}
+                if body.get("logprobs") and delta.get("content"):
+                    choice["logprobs"] = _logprobs(delta["content"], chat)
+                choices.append(choice)
+            events.append({"id": "x", "object": kind, "choices": choices})
+        finish = {"index": 0, "delta": {}, "finish_reason": "stop"} if chat else {"index": 0, "text": ""}
+        events.append(
+            {"id": "x", "object": kind, "choices": [{**finish, "index": i, "finish_reason": "stop"} for i in range(n)]}
+        )
+        if usage is not None:
+            events.append({"id": "x", "object": kind, "choices": [], "usage": usage})
+        raw = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+        return Stream(raw, self.state.stream_stalls.pop(0) if self.state.stream_stalls else 0.0)
 
     async def fault(self) -> Response | None:
         """None means: drop the connection without answering."""
@@ -176,6 +250,19 @@ class Handler:
         if fault == "malformed":
             return 200, b'{"choices": [{"message": ', {}
         return _json(200, {"id": "x", "choices": []})
+
+
+def _pieces(text: str) -> list[str]:
+    """A text in a few word-sized deltas that join back to it exactly."""
+    return re.findall(r"\s*\S+\s*", text) if text.strip() else ([text] if text else [])
+
+
+def _logprobs(text: str, chat: bool) -> dict[str, Any]:
+    tokens = _pieces(text)
+    if chat:
+        entries = [{"token": t, "logprob": -0.25} for t in tokens]
+        return {"content": [{**e, "top_logprobs": [e, {"token": "?", "logprob": -3.0}]} for e in entries]}
+    return {"tokens": tokens, "token_logprobs": [-0.25] * len(tokens), "top_logprobs": [{t: -0.25} for t in tokens]}
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -206,6 +293,7 @@ class HttpProtocol(asyncio.Protocol):
             lines = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
             method, path, _ = lines[0].split(" ", 2)
             headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+            headers[":path"] = path
             size = int(headers.get("content-length") or 0)
             if len(self.buffer) < end + 4 + size:
                 return
@@ -217,6 +305,9 @@ class HttpProtocol(asyncio.Protocol):
             if response is None:
                 self.transport.close()
                 return
+            if isinstance(response, Stream):
+                await self._stream(response)
+                continue
             status, payload, extra = response
             head = [
                 f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}",
@@ -225,6 +316,24 @@ class HttpProtocol(asyncio.Protocol):
                 *(f"{k}: {v}" for k, v in extra.items()),
             ]
             self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+
+    async def _stream(self, stream: Stream) -> None:
+        gap = self.handler.state.stream_gap
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in stream.events] + [b"0\r\n\r\n"]
+        if not gap and not stream.stall:
+            self._write(head + b"".join(chunks))
+            return
+        self._write(head)
+        for i, chunk in enumerate(chunks):
+            self._write(chunk)
+            pause = stream.stall if i == len(chunks) // 2 else gap
+            if pause:
+                await asyncio.sleep(pause)
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -276,8 +385,15 @@ def serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
     parser.add_argument("--fail-rate", type=float, default=0.0)
     parser.add_argument("--api-key", default=None)
+    parser.add_argument("--stream-gap", type=float, default=0.0, help="seconds between streamed events")
     args = parser.parse_args(argv)
-    state = ServerState(Policy(args.policy), api_key=args.api_key, latency=args.latency, fail_rate=args.fail_rate)
+    state = ServerState(
+        Policy(args.policy),
+        api_key=args.api_key,
+        latency=args.latency,
+        fail_rate=args.fail_rate,
+        stream_gap=args.stream_gap,
+    )
 
     async def main() -> None:
         server = await start_server(state, args.port)

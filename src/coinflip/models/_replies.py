@@ -1,0 +1,292 @@
+"""Whatever a server sends, a Reply or a BadReply: never a crash, never a NaN.
+
+OpenAI-compatible servers and gateways differ in the details, so each field is read for what
+it can be: `content` as text, as a list of parts (their `text` joined), a number or boolean
+(recorded as its JSON text, e.g. "1": the server did answer, and the answer is scored, most
+likely as invalid), or null (empty text); an object is a BadReply. Usage keeps whole,
+non-negative token counts only (a numeric string such as "120" is read as the number; NaN,
+Infinity, fractions and other types are dropped), so the predictions file stays strict JSON.
+Log probabilities become one entry per token, {"token", "logprob", "top"}, with `logprob` None
+and `top` entries dropped where the server sent no finite number. A streamed answer is the same
+fields spread over chunks: deltas are joined per choice, usage comes from the chunk that has it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from .base import Reply
+
+MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough for any real one
+
+
+class BadReply(Exception):
+    """The body is not a usable answer (retried, like a dropped connection)."""
+
+
+class ServerSaidError(BadReply):
+    """The server answered with an error object, in a 200 body or a stream event."""
+
+
+_DECODER = json.JSONDecoder(parse_constant=lambda _: None)  # one for all: json.loads(..., **kw) builds one a call
+
+
+def load_json(raw: bytes | str) -> Any:
+    """JSON with NaN and Infinity read as null; nesting too deep for Python is a BadReply."""
+    try:
+        text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
+        return _DECODER.decode(text)
+    except RecursionError:
+        raise BadReply("malformed response body (JSON nested too deeply)") from None
+    except ValueError as exc:
+        raise BadReply(f"malformed response body ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def server_message(raw: bytes) -> str:
+    """The message a server put in an error body: `{"error": {"message": ...}}`, or the text."""
+    try:
+        data = load_json(raw)
+    except BadReply:
+        return one_line(raw[: MAX_MESSAGE * 4].decode("utf-8", "replace"))
+    return one_line(_message_of(data))
+
+
+def _message_of(data: Any) -> str:
+    err = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, dict):
+        for key in ("message", "detail", "msg", "error"):
+            if isinstance(err.get(key), str | dict | list):
+                return _message_of(err[key]) if not isinstance(err[key], str) else str(err[key])
+    if isinstance(err, str):
+        return err
+    return json.dumps(err, ensure_ascii=False)[: MAX_MESSAGE * 2]
+
+
+def parse_body(raw: bytes, mode: str) -> Reply:
+    data = load_json(raw)
+    if not isinstance(data, dict):
+        raise BadReply("malformed response body (not a JSON object)")
+    if data.get("error"):
+        raise ServerSaidError(f"HTTP 200 with an error: {one_line(_message_of(data))}")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise BadReply("malformed response body (no choices)")
+    replies = [_choice(c, mode) for c in _in_order(choices)]
+    first = replies[0]
+    first.usage = usage(data.get("usage"))
+    first.more = replies[1:]
+    return first
+
+
+def _in_order(choices: list[Any]) -> list[Any]:
+    return sorted(choices, key=lambda c: _index(c.get("index")) if isinstance(c, dict) else 0)
+
+
+def _index(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _choice(choice: Any, mode: str) -> Reply:
+    where = "message" if mode == "chat" else "text"
+    if not isinstance(choice, dict):
+        raise BadReply(f"malformed response body (no choices[0].{where})")
+    if mode == "chat":
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise BadReply("malformed response body (no choices[0].message)")
+        text, reasoning = text_of(message.get("content")), _reasoning(message)
+        logprobs = chat_logprobs(choice.get("logprobs"))
+    else:
+        if "text" not in choice:
+            raise BadReply("malformed response body (no choices[0].text)")
+        text, reasoning = text_of(choice.get("text")), None
+        logprobs = completion_logprobs(choice.get("logprobs"))
+    finish = choice.get("finish_reason")
+    return Reply(
+        text=text or "",
+        reasoning=reasoning or None,
+        finish_reason=finish if isinstance(finish, str) else None,
+        logprobs=logprobs or None,
+    )
+
+
+def _reasoning(message: dict[str, Any]) -> str | None:
+    return text_of(message.get("reasoning_content")) or text_of(message.get("reasoning"))
+
+
+def text_of(value: Any) -> str | None:
+    """Text from a content field: a string, a list of parts, a number or boolean, or null."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadReply("malformed response body (content is not a finite number)")
+        return repr(value)
+    if isinstance(value, list):
+        return "".join(_part_text(p) for p in value)
+    raise BadReply(f"malformed response body (content is a JSON {type(value).__name__})")
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, str):
+        return part
+    if isinstance(part, dict) and isinstance(part.get("text"), str) and part.get("type", "text") != "image_url":
+        return str(part["text"])
+    return ""
+
+
+def whole(value: Any) -> int | None:
+    """A token count: a whole, non-negative, finite number (or a string of digits), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value >= 0 and value.is_integer() else None
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
+        return int(value.strip())
+    return None
+
+
+def usage(value: Any) -> dict[str, int] | None:
+    if not isinstance(value, dict):
+        return None
+    found = {key: whole(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    details = value.get("completion_tokens_details")
+    reasoning = whole(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    found["reasoning_tokens"] = reasoning if reasoning is not None else whole(value.get("reasoning_tokens"))
+    kept = {key: n for key, n in found.items() if n is not None}
+    return kept or None
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _entry(token: Any, logprob: Any, top: Iterable[tuple[Any, Any]]) -> dict[str, Any] | None:
+    if not isinstance(token, str):
+        return None
+    alternatives = {t: f for t, lp in top if isinstance(t, str) and (f := _finite(lp)) is not None}
+    return {"token": token, "logprob": _finite(logprob), "top": alternatives}
+
+
+def chat_logprobs(value: Any) -> list[dict[str, Any]]:
+    """`choices[i].logprobs.content`: [{token, logprob, top_logprobs: [{token, logprob}]}]."""
+    content = value.get("content") if isinstance(value, dict) else None
+    if not isinstance(content, list):
+        return []
+    entries = []
+    for item in content:
+        if isinstance(item, dict):
+            pairs = [(t.get("token"), t.get("logprob")) for t in _list(item.get("top_logprobs")) if isinstance(t, dict)]
+            entry = _entry(item.get("token"), item.get("logprob"), pairs)
+            if entry is not None:
+                entries.append(entry)
+    return entries
+
+
+def completion_logprobs(value: Any) -> list[dict[str, Any]]:
+    """`choices[i].logprobs`: {tokens: [...], token_logprobs: [...], top_logprobs: [{token: logprob}]}."""
+    if not isinstance(value, dict) or not isinstance(value.get("tokens"), list):
+        return []
+    tokens = value["tokens"]
+    logprobs, tops = _list(value.get("token_logprobs")), _list(value.get("top_logprobs"))
+    entries = []
+    for i, token in enumerate(tokens):
+        top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
+        entry = _entry(token, logprobs[i] if i < len(logprobs) else None, top.items())
+        if entry is not None:
+            entries.append(entry)
+    return entries
+
+
+class _Choice:
+    """One choice of a streamed answer, put together from its deltas."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.finish: str | None = None
+        self.logprobs: list[dict[str, Any]] = []
+
+    def reply(self) -> Reply:
+        return Reply(
+            text="".join(self.text),
+            reasoning="".join(self.reasoning) or None,
+            finish_reason=self.finish,
+            logprobs=self.logprobs or None,
+        )
+
+
+def parse_stream(events: list[tuple[float, str, str]], mode: str, sent: float) -> Reply:
+    """Server-sent chunks to one Reply; `ttft_s` counts from `sent` to the first text or reasoning."""
+    choices: dict[int, _Choice] = {}
+    found_usage: dict[str, int] | None = None
+    first: float | None = None
+    for at, kind, data in events:
+        if data.strip() == "[DONE]":
+            break
+        chunk = load_json(data)
+        if kind == "error" or (isinstance(chunk, dict) and chunk.get("error")):
+            raise ServerSaidError(f"the stream carried an error: {one_line(_message_of(chunk))}")
+        if not isinstance(chunk, dict):
+            raise BadReply("malformed stream chunk (not a JSON object)")
+        found_usage = usage(chunk.get("usage")) or found_usage
+        for item in chunk.get("choices") or ():
+            if isinstance(item, dict) and _add_delta(choices, item, mode) and first is None:
+                first = at
+    if not choices:
+        raise BadReply("the stream ended without any choice")
+    replies = [choices[i].reply() for i in sorted(choices)]
+    replies[0].usage = found_usage
+    replies[0].more = replies[1:]
+    replies[0].ttft_s = None if first is None else max(0.0, first - sent)
+    return replies[0]
+
+
+def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> bool:
+    """Add one chunk's part of a choice; True when it brought text or reasoning."""
+    index = item.get("index", 0)
+    choice = choices.get(index) if type(index) is int else None  # noqa: E721 - bool is not an index
+    if choice is None:
+        choice = choices.setdefault(_index(index), _Choice())
+    if mode == "chat":
+        delta = _dict(item.get("delta"))
+        text = delta.get("content")
+        if text is not None and type(text) is not str:  # noqa: E721 - the common case, checked fast
+            text = text_of(text)
+        reasoning = _reasoning(delta) if "reasoning_content" in delta or "reasoning" in delta else None
+    else:
+        text, reasoning = text_of(item.get("text")), None
+    if item.get("logprobs") is not None:
+        choice.logprobs += chat_logprobs(item["logprobs"]) if mode == "chat" else completion_logprobs(item["logprobs"])
+    if text:
+        choice.text.append(text)
+    if reasoning:
+        choice.reasoning.append(reasoning)
+    if isinstance(item.get("finish_reason"), str):
+        choice.finish = item["finish_reason"]
+    return bool(text or reasoning)

@@ -1,0 +1,59 @@
+"""Server-sent events, decoded incrementally as the bytes arrive.
+
+Follows the event-stream interpretation of the WHATWG HTML standard (section 9.2.6), the same
+algorithm browsers' EventSource and httpx-sse implement: lines end with CRLF, LF or CR (a CR at
+the end of one read may be half of a CRLF), `:` starts a comment, a field without a colon has an
+empty value, one space after the colon is dropped, `data` lines of one event are joined with
+newlines, a blank line dispatches the event, and an event with no data is dropped. Pending data
+at the end of the stream is discarded, as the standard says. `id` and `retry` only matter to a
+reconnecting EventSource, so they are skipped.
+"""
+
+from __future__ import annotations
+
+
+class SSEDecoder:
+    """Feed it body bytes in any split; it hands back each complete event as (type, data)."""
+
+    def __init__(self) -> None:
+        self._partial = b""  # the start of a line whose end has not arrived yet
+        self._after_cr = False  # the last read ended with CR: a leading LF now ends nothing
+        self._first = True  # a UTF-8 byte order mark may open the stream
+        self._data: list[str] = []
+        self._type = ""
+
+    def feed(self, chunk: bytes) -> list[tuple[str, str]]:
+        if self._after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        if not chunk:
+            return []
+        self._after_cr = chunk.endswith(b"\r")
+        lines = (self._partial + chunk).splitlines(keepends=True)
+        self._partial = b"" if lines[-1].endswith((b"\n", b"\r")) else lines.pop()
+        events: list[tuple[str, str]] = []
+        for raw in lines:
+            line = raw.rstrip(b"\r\n")
+            if self._first:
+                line, self._first = line.removeprefix(b"\xef\xbb\xbf"), False
+            if not line:
+                self._dispatch(events)
+            elif line.startswith(b"data:"):  # nearly every line: the fast path
+                self._data.append(line[6 if line[5:6] == b" " else 5 :].decode("utf-8", "replace"))
+            elif not line.startswith(b":"):
+                self._field(line.decode("utf-8", "replace"))
+        return events
+
+    def _field(self, line: str) -> None:
+        name, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._type = value
+
+    def _dispatch(self, events: list[tuple[str, str]]) -> None:
+        if self._data:
+            events.append((self._type or "message", "\n".join(self._data)))
+        self._data = []
+        self._type = ""

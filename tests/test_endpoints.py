@@ -1,0 +1,214 @@
+"""A wrong endpoint stops the run in seconds with one line and exit 2; a broken one (every first
+request failing alike) stops it early with exit 1, resumable; what the server said is kept."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip.testing.server import FakeOpenAIServer
+
+from .answer_server import AnswerServer, Seen, answer, chat
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+FAST = 15.0  # seconds: a Python start, a config check and a refused connection, on a loaded machine
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def timed_eval(url: str, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[Any, float]:
+    started = time.monotonic()
+    result = run_cli("eval", "--model", "m", "--api-url", url, "--limit", "3", "--work-dir", str(tmp), *extra, env=env)
+    return result, time.monotonic() - started
+
+
+def one_line(result: Any) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return str(lines[0])
+
+
+def test_nothing_listening_fails_in_seconds(tmp_path: Path) -> None:
+    port = closed_port()
+    result, elapsed = timed_eval(f"http://127.0.0.1:{port}/v1", tmp_path)
+    assert result.returncode == 2 and elapsed < FAST
+    assert f"nothing is listening at http://127.0.0.1:{port} (connection refused)" in one_line(result)
+
+
+def test_an_unknown_host_fails_in_seconds(tmp_path: Path) -> None:
+    """`.invalid` never resolves (RFC 6761), so no query leaves the machine."""
+    result, elapsed = timed_eval("http://no-such-server.invalid:8000/v1", tmp_path)
+    assert result.returncode == 2 and elapsed < FAST
+    assert "cannot resolve host 'no-such-server.invalid'" in one_line(result)
+
+
+def test_an_untrusted_certificate_fails_in_seconds_and_names_ssl_cert_file(tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    trustme.CA().issue_cert("127.0.0.1").configure_cert(context)
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        port = sock.getsockname()[1]
+
+        def handshake() -> None:
+            conn, _ = sock.accept()
+            with conn, contextlib.suppress(OSError):
+                context.wrap_socket(conn, server_side=True)
+
+        threading.Thread(target=handshake, daemon=True).start()
+        result, elapsed = timed_eval(f"https://127.0.0.1:{port}/v1", tmp_path)
+    assert result.returncode == 2 and elapsed < FAST
+    line = one_line(result)
+    assert "TLS certificate verification failed" in line and "SSL_CERT_FILE" in line
+
+
+def test_a_proxy_that_is_down_is_named_as_the_proxy(tmp_path: Path) -> None:
+    port = closed_port()
+    env = {"HTTP_PROXY": f"http://user:hunter2pw@127.0.0.1:{port}"}  # the only way out: nothing leaves
+    result, elapsed = timed_eval("http://api.example.invalid/v1", tmp_path, env=env)
+    assert result.returncode == 2 and elapsed < FAST
+    line = one_line(result)
+    assert f"proxy 127.0.0.1:{port} is unreachable (connection refused)" in line and "hunter2pw" not in line
+
+
+def test_an_https_proxy_url_never_shows_its_password(tmp_path: Path) -> None:
+    env = {"HTTPS_PROXY": "https://user:hunter2pw@proxy.example.invalid:3128"}
+    result, _ = timed_eval("https://api.example.invalid/v1", tmp_path, env=env)
+    assert result.returncode == 2
+    line = one_line(result)
+    assert "give an http:// proxy URL" in line and "hunter2pw" not in line
+
+
+def test_a_plain_http_proxy_answering_407_stops_the_run(tmp_path: Path) -> None:
+    with AnswerServer(lambda s: answer({"error": "auth"}, 407, "Proxy-Authenticate: Basic")) as proxy:
+        result, elapsed = timed_eval("http://api.example.invalid/v1", tmp_path, env={"HTTP_PROXY": proxy.url})
+        assert proxy.seen and proxy.seen[0].path == "http://api.example.invalid/v1/chat/completions"
+    assert result.returncode == 2 and elapsed < FAST
+    assert "proxy wants credentials (407" in one_line(result)
+
+
+def test_a_redirect_elsewhere_is_refused_with_its_location(tmp_path: Path) -> None:
+    where = "Location: https://new-home.example.invalid/v1/chat/completions"
+    with AnswerServer(lambda s: answer({}, 301, where)) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path)
+    assert result.returncode == 2 and elapsed < FAST
+    line = one_line(result)
+    assert "redirects (301) to https://new-home.example.invalid/v1/chat/completions" in line
+
+
+def test_a_307_to_the_same_host_is_followed_with_the_same_post(tmp_path: Path) -> None:
+    def respond(seen: Seen) -> bytes:
+        if seen.path.startswith("/v1/"):
+            return answer({}, 307, "Location: /v2/chat/completions")
+        return answer(chat(seen.right_answer))
+
+    with AnswerServer(respond) as srv:
+        result, _ = timed_eval(srv.url, tmp_path)
+        paths = [s.path for s in srv.seen]
+        bodies = [s.body for s in srv.seen]
+    assert result.returncode == 0, result.stderr
+    assert sorted(paths) == ["/v1/chat/completions"] * 3 + ["/v2/chat/completions"] * 3
+    assert all(body and body["messages"] for body in bodies)
+    assert {r["error"] for r in read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")} == {None}
+
+
+def test_a_redirect_loop_is_refused(tmp_path: Path) -> None:
+    def respond(seen: Seen) -> bytes:
+        other = "/v2/chat/completions" if seen.path.startswith("/v1/") else "/v1/chat/completions"
+        return answer({}, 308, f"Location: {other}")
+
+    with (
+        AnswerServer(lambda s: answer({}, 308, "Location: http://127.0.0.1:99999/x")) as odd,
+        AnswerServer(respond) as loop,
+    ):
+        bad_port, _ = timed_eval(odd.url, tmp_path / "a")
+        looping, elapsed = timed_eval(loop.url, tmp_path / "b")
+    assert bad_port.returncode == 2 and "redirects (308) to http://127.0.0.1:99999/x" in one_line(bad_port)
+    assert looping.returncode == 2 and elapsed < FAST and "redirects (308)" in one_line(looping)
+
+
+@pytest.mark.parametrize("status", [413, 422, 400])
+def test_validation_errors_are_not_retried_and_keep_the_servers_whole_message(status: int, tmp_path: Path) -> None:
+    message = (
+        "litellm.BadRequestError: OpenAIException - This model's maximum context length is 4096 tokens. "
+        "However, you requested 99999 tokens (120 in the messages, 99879 in the completion). "
+        "Please reduce the length of the messages or completion. " * 3
+    ).strip()
+    refusal = {"error": {"message": message, "type": "invalid_request_error"}}
+    with AnswerServer(lambda s: answer(refusal, status)) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path, "--eval-batch-size", "1", "--retries", "5")
+        sent = len(srv.seen)
+    assert result.returncode == 2 and elapsed < FAST and sent == 1
+    line = one_line(result)
+    assert f"answered {status}" in line and message in line and line.rpartition(message)[2].startswith(" - ")
+
+
+def test_a_server_failing_every_request_alike_stops_the_run_early_and_it_resumes(tmp_path: Path) -> None:
+    """LiteLLM's proxy without its database client answers 500 to everything."""
+    message = "litellm.InternalServerError: No connected db. (request 1234)"
+    with AnswerServer(lambda s: answer({"error": {"message": message.replace("1234", str(s.index))}}, 500)) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path, "--limit", "200", "--eval-batch-size", "4", "--retries", "1")
+        sent = len(srv.seen)
+    assert result.returncode == 1 and elapsed < FAST and sent <= 16  # 200 samples would be 400 requests
+    line = result.stderr.strip().splitlines()[-1]
+    assert "the first 4 requests all failed the same way" in line and "HTTP 500: litellm.InternalServerError" in line
+    run = only_run_dir(tmp_path)
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert rows and all(r["error"].startswith("HTTP 500: litellm.InternalServerError: No connected db") for r in rows)
+    with FakeOpenAIServer("correct") as good:
+        again = run_cli("eval", "--model", "m", "--api-url", good.url, "--limit", "200", "--use-cache", str(run))
+    assert again.returncode == 0, again.stderr
+    assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 200
+
+
+def test_mixed_failures_do_not_stop_the_run(tmp_path: Path) -> None:
+    def respond(seen: Seen) -> bytes:
+        if seen.index % 2:
+            return answer({"error": {"message": "overloaded"}}, 503)
+        return answer({"error": {"message": "internal"}}, 500)
+
+    with AnswerServer(respond) as srv:
+        result, _ = timed_eval(srv.url, tmp_path, "--limit", "10", "--retries", "0")
+    assert result.returncode == 1
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert len(rows) == 10  # every sample was tried and recorded
+    assert {r["error"] for r in rows} == {"HTTP 503: overloaded", "HTTP 500: internal"}
+
+
+def test_a_gateway_gets_its_header_and_query_parameter(tmp_path: Path) -> None:
+    generation = {
+        "extra_headers": {"api-key": "azure-key-0123456789"},
+        "extra_query": {"deployment-tag": "blue"},
+        "max_completion_tokens": 64,
+        "reasoning_effort": "low",
+        "chat_template_kwargs": {"enable_thinking": False},
+        "extra_body": {"top_k": 5},
+    }
+    with FakeOpenAIServer(
+        "correct", require_headers={"api-key": "azure-key-0123456789"}, require_query={"api-version": "2024-02-01"},
+        record=True,
+    ) as srv:  # fmt: skip
+        url = f"http://127.0.0.1:{srv.port}/openai/deployments/gpt?api-version=2024-02-01"
+        result, _ = timed_eval(url, tmp_path, "--generation-config", json.dumps(generation))
+        refused, _ = timed_eval(url, tmp_path / "b")  # no header: the gateway refuses
+        seen = list(srv.state.seen)
+    assert result.returncode == 0, result.stderr
+    path, headers, body = seen[0]
+    assert path == "/openai/deployments/gpt/chat/completions?api-version=2024-02-01&deployment-tag=blue"
+    assert headers["api-key"] == "azure-key-0123456789"
+    assert not {"extra_headers", "extra_query", "extra_body"} & set(body)
+    assert body["max_completion_tokens"] == 64 and body["reasoning_effort"] == "low" and body["top_k"] == 5
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert refused.returncode == 2 and "header api-key missing" in one_line(refused)
+    assert "azure-key-0123456789" not in result.stderr + refused.stderr

@@ -1,0 +1,116 @@
+"""Whatever a server sends, each sample ends with a reply or a recorded error, the predictions
+file stays strict JSON Lines, and resume and rescore of that run directory finish."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .answer_server import AnswerServer, Seen, answer, chat
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+
+def _strict(line: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def _nested(seen: Seen) -> bytes:
+    return answer(None, raw=b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+
+def _parts(seen: Seen) -> bytes:
+    text = seen.right_answer
+    half = len(text) // 2
+    picture = {"type": "image_url", "image_url": {}}
+    return answer(chat([{"type": "text", "text": text[:half]}, picture, {"type": "text", "text": text[half:]}]))
+
+
+def _nan_usage(seen: Seen) -> bytes:
+    body = json.dumps(chat(seen.right_answer)).encode()[:-1]
+    return answer(None, raw=body + b', "usage": {"prompt_tokens": NaN, "completion_tokens": 7, "total_tokens": 1e999}}')
+
+
+def _huge(seen: Seen) -> bytes:  # 3 MB of text, sent gzip-compressed in a few KB
+    body = gzip.compress(json.dumps(chat("x" * 3_000_000)).encode())
+    return answer(None, 200, "Content-Encoding: gzip", raw=body)
+
+
+# name: (how the server answers, what the sample's row must hold, the exit code)
+CASES: dict[str, tuple[Callable[[Seen], bytes], Callable[[dict[str, Any]], bool], int]] = {
+    "content is a number": (
+        lambda s: answer(chat(1)),
+        lambda row: row["reply"] == "1" and row["error"] is None,
+        0,
+    ),
+    "content is a list of text parts": (
+        _parts,
+        lambda row: row["error"] is None and row["reply"].endswith(f"ANSWER: {row['target']}**"),
+        0,
+    ),
+    "token counts as strings": (
+        lambda s: answer(chat(s.right_answer, usage={"prompt_tokens": "120", "completion_tokens": 3.5})),
+        lambda row: row["usage"] == {"prompt_tokens": 120} and row["error"] is None,
+        0,
+    ),
+    "a bare NaN in usage": (
+        _nan_usage,
+        lambda row: row["usage"] == {"completion_tokens": 7} and row["error"] is None,
+        0,
+    ),
+    "deeply nested JSON": (
+        _nested,
+        lambda row: row["reply"] is None and "nested too deeply" in row["error"],
+        1,
+    ),
+    "a 200 answer carrying an error": (
+        lambda s: answer({"error": {"message": "upstream model crashed", "code": 500}}),
+        lambda row: row["reply"] is None and row["error"] == "HTTP 200 with an error: upstream model crashed",
+        1,
+    ),
+    "a reply over --max-reply-mb": (
+        _huge,
+        lambda row: row["reply"] is None and "larger than 1 MB" in row["error"] and row["attempts"] == 1,
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_odd_reply_shapes_end_as_replies_or_errors_and_the_run_dir_stays_usable(case: str, tmp_path: Path) -> None:
+    respond, check, code = CASES[case]
+    with AnswerServer(respond) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "3", "--retries", "0",
+                         "--max-reply-mb", "1", "--work-dir", str(tmp_path))  # fmt: skip
+        assert result.returncode == code, result.stderr
+        assert "Traceback" not in result.stderr
+        run = only_run_dir(tmp_path)
+        predictions = run / "predictions/m/coin_flip.jsonl"
+        rows = [_strict(line) for line in predictions.read_text(encoding="utf-8").splitlines()]
+        assert len(rows) == 3 and all(check(row) for row in rows), rows
+        again = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "3", "--retries", "0",
+                        "--max-reply-mb", "1", "--use-cache", str(run))  # fmt: skip
+    assert again.returncode == code and "Traceback" not in again.stderr, again.stderr
+    rescored = run_cli("rescore", str(run))
+    assert rescored.returncode == 0 and "Traceback" not in rescored.stderr, rescored.stderr
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert report["counts"]["samples"] == 3
+    assert report["counts"]["errors"] == (3 if code else 0)
+    for line in predictions.read_text(encoding="utf-8").splitlines():
+        _strict(line)
+
+
+def test_a_list_of_text_parts_is_scored_like_plain_text(tmp_path: Path) -> None:
+    with AnswerServer(_parts) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "6", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
+    assert report["metrics"]["accuracy"] == 1.0
+    assert {row["error"] for row in read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")} == {None}

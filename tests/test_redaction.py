@@ -1,0 +1,93 @@
+"""The API key never reaches a file or the terminal, in whatever form a server echoes it."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+from coinflip.models._redact import Redactor
+from coinflip.models.base import Reply
+from coinflip.testing.server import FakeOpenAIServer
+
+from .answer_server import AnswerServer, Seen, answer, chat
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+KEY = "sk-live/Secret\"Key<&>+'42"  # every escaping changes it
+
+
+def forms(key: str) -> list[str]:
+    lower_hex = re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quote(key, safe=""))
+    return [key, json.dumps(key)[1:-1], html.escape(key), quote(key, safe=""), lower_hex]
+
+
+def test_every_form_of_the_key_is_masked() -> None:
+    redact = Redactor([KEY])
+    for form in [*forms(KEY), json.dumps(KEY)[1:-1].replace("/", "\\/"), f"Bearer {KEY}"]:
+        assert redact(f"echo: {form}.") in ("echo: ***.", "echo: Bearer ***."), form
+    assert redact("nothing here") == "nothing here" and Redactor([None])("sk") == "sk"
+
+
+def test_a_reply_that_spells_the_key_loses_its_text_and_token_log_probabilities() -> None:
+    reply = Reply(text=f"ANSWER: YES {KEY}", reasoning=html.escape(KEY), logprobs=[{"token": KEY, "logprob": -1.0}])
+    clean = Redactor([KEY]).reply(reply)
+    assert clean.text == "ANSWER: YES ***" and clean.reasoning == "***" and clean.logprobs is None
+
+
+def _echo(seen: Seen) -> bytes:
+    """Echo the key back: JSON-escaped in a 500, HTML-escaped in a 502, inside a reply."""
+    key = seen.headers["authorization"].removeprefix("Bearer ")
+    if seen.index % 3 == 0:
+        return answer({"error": {"message": f"upstream refused key {key}"}}, 500)
+    if seen.index % 3 == 1:
+        page = f"<html><body>Bad gateway for key {html.escape(key)}</body></html>".encode()
+        return answer(None, 502, raw=page)
+    return answer(chat(f"{seen.right_answer} (you sent {key} / {quote(key, safe='')})"))
+
+
+def test_an_echoed_key_reaches_no_prediction_report_or_terminal(tmp_path: Path) -> None:
+    with AnswerServer(_echo) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--api-key", KEY, "--limit", "9",
+                         "--retries", "0", "--eval-batch-size", "1", "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    run = only_run_dir(tmp_path)
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    errors = sorted(r["error"] for r in rows if r["error"])
+    assert errors[0] == "HTTP 500: upstream refused key ***"
+    assert errors[-1] == "HTTP 502: <html><body>Bad gateway for key ***</body></html>"
+    replies = [r["reply"] for r in rows if r["reply"]]
+    assert len(replies) == 3 and all(r.endswith("(you sent *** / ***)") for r in replies)
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".html" for p in files)
+    for text in [result.stdout + result.stderr, *(p.read_text(encoding="utf-8", errors="replace") for p in files)]:
+        for form in forms(KEY):
+            assert form not in text
+
+
+def test_a_fatal_answer_that_echoes_the_key_prints_it_masked(tmp_path: Path) -> None:
+    def refuse(seen: Seen) -> bytes:
+        return answer({"error": {"message": f"Incorrect API key provided: {json.dumps(KEY)[1:-1]}"}}, 401)
+
+    with AnswerServer(refuse) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--api-key", KEY, "--work-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "Incorrect API key provided: ***" in result.stderr
+    for form in forms(KEY):
+        assert form not in result.stdout + result.stderr
+
+
+def test_a_gateways_secret_header_and_query_never_reach_a_file(tmp_path: Path) -> None:
+    secret, sig = "azure-SECRET-4242", "sig-SECRET-9191"
+    generation = json.dumps({"extra_headers": {"api-key": secret}, "extra_query": {"sig": sig, "api-version": "2024"}})
+    with FakeOpenAIServer("correct") as srv:
+        result = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--generation-config", generation, "--limit", "3",
+            "--work-dir", str(tmp_path),
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        data = path.read_bytes()
+        assert secret.encode() not in data and sig.encode() not in data, path
+    assert b"2024" in next(tmp_path.rglob("task_config.yaml")).read_bytes()  # what is not secret stays
