@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from html import escape
+from typing import Any
 
 
 def bars(points: list[tuple[str, float, float, float]], height: int = 180, color: str = "#3558d6") -> str:
@@ -100,4 +101,36 @@ def line_chart(
         )
         parts.append(f'<text x="{sx(x) - 4:.1f}" y="{height - 25}">{x:g}</text>')
     parts.append(f'<text x="{width / 2 - 40:.0f}" y="{height - 6}">{escape(x_label)}</text></svg>')
+    return "".join(parts)
+
+
+def reliability(bins: list[dict[str, Any]], width: int = 320, height: int = 220) -> str:
+    """Share of YES targets in each P(YES) bin, against the diagonal a calibrated model follows."""
+    left, bottom, top, right = 36, 28, 10, 10
+    w, h = width - left - right, height - top - bottom
+
+    def sx(x: float) -> float:
+        return left + w * x
+
+    def sy(y: float) -> float:
+        return top + h * (1 - y)
+
+    parts = [f'<svg width="{width}" height="{height}" role="img" aria-label="reliability diagram">']
+    for tick in (0, 0.5, 1):
+        parts.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{sy(tick):.1f}" y2="{sy(tick):.1f}" stroke="#e2e5ea"/>'
+            f'<text x="4" y="{sy(tick) + 4:.1f}">{tick:.1f}</text><text x="{sx(tick) - 8:.1f}" y="{height - 8}">{tick:.1f}</text>'
+        )
+    for b in bins:
+        if not b.get("samples") or b.get("yes_share") is None:
+            continue
+        x0, x1, share = sx(b["lo"]) + 1, sx(b["hi"]) - 1, b["yes_share"]
+        parts.append(
+            f'<rect class="bin" x="{x0:.1f}" y="{sy(share):.1f}" width="{x1 - x0:.1f}" height="{h * share:.1f}" fill="#3558d6" opacity="0.8">'
+            f"<title>P(YES) {b['lo']:.1f}-{b['hi']:.1f}: {b['samples']} samples, {share:.0%} YES</title></rect>"
+        )
+    parts.append(
+        f'<line x1="{sx(0):.1f}" y1="{sy(0):.1f}" x2="{sx(1):.1f}" y2="{sy(1):.1f}" stroke="#b3261e" stroke-dasharray="4 3"/>'
+    )
+    parts.append("</svg>")
     return "".join(parts)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import storage_error
 from ..scoring.metrics import METRICS
 from .board import utf8
-from .charts import bars, histogram
+from .charts import bars, histogram, reliability
 from .summary import value
 
 if TYPE_CHECKING:
@@ -163,12 +163,12 @@ def _calibration(report: dict[str, Any]) -> str:
     c = report.get("calibration") or {}
     if not c.get("available"):
         return f'<div class="panel" id="calibration"><h2>Answer probabilities</h2><p class="meta">{escape(c.get("reason", "not available"))}</p></div>'
-    points = [(f"{b['lo']:.1f}", b["yes_share"], b["yes_share"], b["yes_share"]) for b in c["bins"] if b["samples"]]
     return (
         '<div class="panel" id="calibration"><h2>Answer probabilities: P(YES)</h2>'
         f"<p>AUROC {value(c.get('auroc'))}, Brier {value(c.get('brier'))}, ECE {value(c.get('ece'))} "
         f"on {c['samples']} samples ({c['coverage']:.0%})</p>"
-        f"<p class='meta'>reliability: share of YES targets per P(YES) bin (a calibrated model follows the bin)</p>{bars(points)}</div>"
+        "<p class='meta'>reliability: the share of YES targets in each P(YES) bin; a calibrated model follows "
+        f"the dashed diagonal</p>{reliability(c['bins'])}</div>"
     )
 
 

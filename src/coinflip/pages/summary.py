@@ -83,11 +83,13 @@ def lines(report: dict[str, Any]) -> list[str]:
         )
     forced = report.get("forced")
     if forced:
+        strict, again = report["metrics"]["accuracy"], forced["metrics"]["accuracy"]
+        gap = f"{again - strict:+.4f}" if strict is not None and again is not None else "undefined"
         out.append(
             f"forced answers for {forced['asked']} of {forced['invalid_strict']} invalid: "
-            f"{forced['recovered_correct']} right, {forced['recovered_wrong']} wrong, "
-            f"{forced['still_invalid']} still invalid; strict accuracy {value(report['metrics']['accuracy'])}, "
-            f"forced {value(forced['metrics']['accuracy'])}: the gap is format, the forced score is state tracking"
+            f"{forced['recovered_correct']} right, {forced['recovered_wrong']} wrong, {forced['still_invalid']} "
+            f"still invalid. Accuracy strict {value(strict)}, forced {value(again)} ({gap}): the strict score "
+            "counts format and state tracking together, the forced one mostly state tracking"
         )
     calibration = report.get("calibration") or {}
     if calibration.get("available"):

@@ -91,7 +91,7 @@ def calibration(probabilities: Any, targets: Any) -> dict[str, Any]:
     if not len(p):
         return {"samples": 0}
     edges = np.linspace(0, 1, BINS + 1)
-    which = np.clip(np.digitize(p, edges[1:-1], right=False), 0, BINS - 1)
+    which = np.clip((p * BINS).astype(np.int64), 0, BINS - 1)  # bin b holds [b/10, (b+1)/10); 1.0 the last
     bins, ece = [], 0.0
     for b in range(BINS):
         mask = which == b
@@ -121,6 +121,7 @@ def auroc(p: Any, y: Any) -> float | None:
     """Mann-Whitney: the chance a YES target gets a higher P(YES) than a NO target, ties half."""
     import numpy as np
 
+    p, y = np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.float64)
     positives, negatives = int(np.sum(y == 1)), int(np.sum(y == 0))
     if not positives or not negatives:
         return None

@@ -59,9 +59,7 @@ def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, An
     if isinstance(forced, dict) and not forced.get("pending"):
         found = None if forced.get("error") is not None else extract_answer(_text(forced.get("reply")))
         forced_answer = found or "invalid"
-    probability = p_yes(prediction.get("answer_logprobs"))
-    if probability is None and isinstance(forced, dict):
-        probability = p_yes(forced.get("answer_logprobs"))
+    probability = _probability(prediction, extracted is not None)
     return {
         "id": _whole(prediction.get("id")),
         "repeat": _whole(prediction.get("repeat")),
@@ -75,6 +73,17 @@ def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, An
         "forced": forced_answer,
         "p_yes": None if probability is None else round(probability, 6),
     }
+
+
+def _probability(prediction: dict[str, Any], answered: bool) -> float | None:
+    """P(YES) where the answer that counts was given: the reply's when it has a valid answer,
+    else the forced answer's, else whatever the reply's answer position says."""
+    forced = prediction.get("forced")
+    mine = p_yes(prediction.get("answer_logprobs"))
+    if answered or not isinstance(forced, dict):
+        return mine
+    again = p_yes(forced.get("answer_logprobs"))
+    return again if again is not None else mine
 
 
 def _read(prediction: dict[str, Any], compat: str) -> tuple[str | None, str | None]:

@@ -15,6 +15,10 @@ it (`stream_options.include_usage`, unless `stream_usage` is off) and `data: [DO
 `stream_gap` seconds between events splits them into separate packets, and `stream_stalls`
 pause the first streams halfway through. `n` choices and `logprobs` are
 answered in both forms. A gateway is imitated by `require_headers` and `require_query`.
+
+Forced answers: a request that continues a reply with coinflip's forced-answer turn (chat) or
+cue (completions) gets the policy's `forced` answer line. Log probabilities put the policy's
+`confidence` on the answer token and the rest on the other answer, so P(YES) is known.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import random
 import re
 import threading
@@ -67,6 +72,26 @@ class Policy:
         if answer is None:
             return "The coin... I am not sure.\nANSWER: maybe"
         return f"Tracking the coin person by person.\n**ANSWER: {answer}**"
+
+    def _draw(self, question: str, salt: str, n: int) -> int:
+        return int(hashlib.sha256(f"{salt}:{question}".encode()).hexdigest(), 16) % n
+
+    def forced(self, question: str) -> str | None:
+        """The answer to a forced turn: right half the time, wrong a quarter, still invalid a quarter."""
+        kind = ("right", "right", "wrong", "invalid")[self._draw(question, "forced", 4)]
+        right = truth(question)
+        return {"right": right, "wrong": "NO" if right == "YES" else "YES", "invalid": None}[kind]
+
+    def confidence(self, question: str) -> float:
+        """The probability the answer token gets; the other answer gets the rest."""
+        return (0.55, 0.7, 0.85, 0.95)[self._draw(question, "confidence", 4)]
+
+    def p_yes(self, question: str, answer: str | None) -> float:
+        """P(YES) at the answer position of a reply that answered `answer` (None: "maybe")."""
+        if answer is None:
+            return 0.6  # "maybe" is chosen, with YES 0.3 and NO 0.2 among the alternatives
+        c = self.confidence(question)
+        return c if answer == "YES" else 1 - c
 
 
 @dataclass
@@ -176,19 +201,25 @@ class Handler:
             await asyncio.sleep(max(0.0, state.latency - (asyncio.get_running_loop().time() - arrived)))
         if state.fail_rate and state.rng.random() < state.fail_rate:
             return await self.fault()
-        text = state.policy.reply(question)
+        forced = _forced_turn(messages, chat)
+        answer = state.policy.forced(question) if forced else state.policy.expected(question)
+        text = state.policy.reply(question) if not forced else f"ANSWER: {answer or 'maybe'}"
+        if forced and not chat:
+            text = f" {answer or 'maybe'}"  # the continuation of the cue "ANSWER:"
         state.answered[question] += 1
         usage = {
             "prompt_tokens": len(prompt) // 4,
             "completion_tokens": len(text) // 4,
             "total_tokens": (len(prompt) + len(text)) // 4,
         }
+        p_yes = 0.5
         scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
         n = body.get("n") if isinstance(body.get("n"), int) else 1
         if body.get("stream"):
             include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
-            return self.stream(text, scratch if chat else None, n, usage if include else None, body)
-        logprobs = _logprobs(text, chat) if body.get("logprobs") else None
+            return self.stream(text, scratch if chat else None, n, usage if include else None, body, p_yes)
+        p_yes = state.policy.p_yes(question, answer)
+        logprobs = _logprobs(text, chat, p_yes) if body.get("logprobs") else None
         if not chat:
             choices = [{"index": i, "finish_reason": "stop", "text": text, "logprobs": logprobs} for i in range(n)]
             return _json(200, {"id": "cmpl-fake", "object": "text_completion", "choices": choices, "usage": usage})
@@ -205,7 +236,9 @@ class Handler:
             },
         )
 
-    def stream(self, text: str, scratch: str | None, n: int, usage: Any, body: dict[str, Any]) -> Stream:
+    def stream(
+        self, text: str, scratch: str | None, n: int, usage: Any, body: dict[str, Any], p_yes: float = 0.5
+    ) -> Stream:
         """Chunks as vLLM streams them: role, reasoning pieces, content pieces, finish, usage, [DONE]."""
         chat = scratch is not None
         kind = "chat.completion.chunk" if chat else "text_completion"
@@ -221,7 +254,7 @@ class Handler:
                 else:
                     choice = {"index": i, "text": delta["content"], "finish_reason": None}
                 if body.get("logprobs") and delta.get("content"):
-                    choice["logprobs"] = _logprobs(delta["content"], chat)
+                    choice["logprobs"] = _logprobs(delta["content"], chat, p_yes)
                 choices.append(choice)
             events.append({"id": "x", "object": kind, "choices": choices})
         finish = {"index": 0, "delta": {}, "finish_reason": "stop"} if chat else {"index": 0, "text": ""}
@@ -257,12 +290,45 @@ def _pieces(text: str) -> list[str]:
     return re.findall(r"\s*\S+\s*", text) if text.strip() else ([text] if text else [])
 
 
-def _logprobs(text: str, chat: bool) -> dict[str, Any]:
+FORCE_TURN = "Give only your final answer"  # the start of coinflip's forced-answer turn (plan.FORCE_PROMPT)
+
+
+def _forced_turn(messages: list[Any], chat: bool) -> bool:
+    last = str(messages[-1].get("content", "")) if messages and isinstance(messages[-1], dict) else ""
+    return last.startswith(FORCE_TURN) if chat else last.rstrip().endswith("ANSWER:")
+
+
+def _answer_side(token: str) -> str | None:
+    word = re.sub(r"[^A-Za-z]", "", token).upper()
+    return word if word in ("YES", "NO", "MAYBE") else None
+
+
+def _alternatives(token: str, p_yes: float) -> list[tuple[str, float]]:
+    """The answer token and the other answers, with the probabilities that make P(YES) = p_yes."""
+    side = _answer_side(token)
+    if side == "MAYBE":
+        return [(token, math.log(0.5)), (" YES", math.log(0.3)), (" NO", math.log(0.2))]
+    if side is None:
+        return [(token, -0.25), ("?", -3.0)]
+    other = token.replace(side, "NO" if side == "YES" else "YES")
+    mine = p_yes if side == "YES" else 1 - p_yes
+    return [(token, math.log(mine)), (other, math.log(1 - mine))]
+
+
+def _logprobs(text: str, chat: bool, p_yes: float = 0.5) -> dict[str, Any]:
     tokens = _pieces(text)
+    options = [_alternatives(t, p_yes) for t in tokens]
     if chat:
-        entries = [{"token": t, "logprob": -0.25} for t in tokens]
-        return {"content": [{**e, "top_logprobs": [e, {"token": "?", "logprob": -3.0}]} for e in entries]}
-    return {"tokens": tokens, "token_logprobs": [-0.25] * len(tokens), "top_logprobs": [{t: -0.25} for t in tokens]}
+        content = [
+            {"token": t, "logprob": alts[0][1], "top_logprobs": [{"token": a, "logprob": lp} for a, lp in alts]}
+            for t, alts in zip(tokens, options, strict=True)
+        ]
+        return {"content": content}
+    return {
+        "tokens": tokens,
+        "token_logprobs": [alts[0][1] for alts in options],
+        "top_logprobs": [dict(alts) for alts in options],
+    }
 
 
 class HttpProtocol(asyncio.Protocol):
