@@ -62,7 +62,7 @@ def test_forced_answers_and_probabilities_match_the_hand_count(tmp_path: Path, m
             "--generation-config", "logprobs=true,top_logprobs=3", "--work-dir", str(tmp_path),
         )  # fmt: skip
         forced_requests = [b for _, _, b in srv.state.seen if "Give only your final answer" in json.dumps(b)]
-        cue_requests = [b for _, _, b in srv.state.seen if str(b.get("prompt", "")).endswith("ANSWER:")]
+        cue_requests = [b for _, _, b in srv.state.seen if str(b.get("prompt", "")).endswith("(YES or NO) is:")]
     assert result.returncode == 0, result.stderr
     run = only_run_dir(tmp_path)
     rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
@@ -171,3 +171,23 @@ def test_calibration_by_hand() -> None:
     assert {k: got[k] for k in ("auroc", "brier", "ece")} == pytest.approx(_hand_calibration(probs, ys))
     assert auroc([0.5, 0.5], [1, 0]) == 0.5 and auroc([0.1, 0.9], [1, 1]) is None
     assert sum(b["samples"] for b in got["bins"]) == 6 and len(got["bins"]) == 10
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer"),
+    [
+        ("YES", "YES"),
+        ("No.", "NO"),
+        ("**NO**", "NO"),
+        ("ANSWER: YES", "YES"),
+        ("  yes, the coin is still heads up", "YES"),
+        ("Yes or no, hard to say", None),
+        ("The coin is heads up.", None),
+        ("<think>no idea</think>\nNO", "NO"),
+        ("", None),
+    ],
+)
+def test_a_forced_reply_may_be_a_bare_verdict(reply: str, answer: str | None) -> None:
+    from coinflip.scoring.extract import forced_answer
+
+    assert forced_answer(reply) == answer

@@ -112,3 +112,18 @@ def test_bad_templates_are_refused_before_anything_runs(bad: str) -> None:
 
     with pytest.raises(ConfigError, match="prompt_template"):
         template(bad)
+
+
+@pytest.mark.parametrize(
+    ("mode", "given", "sent"),
+    [
+        ("chat", {"logprobs": 5}, {"logprobs": True, "top_logprobs": 5}),
+        ("chat", {"logprobs": True, "top_logprobs": 3}, {"logprobs": True, "top_logprobs": 3}),
+        ("completions", {"logprobs": True, "top_logprobs": 3}, {"logprobs": 3}),
+        ("completions", {"logprobs": 4}, {"logprobs": 4}),
+        ("chat", {"logprobs": False}, {"logprobs": False}),
+    ],
+)
+def test_logprobs_mean_the_same_in_both_modes(mode: str, given: dict, sent: dict) -> None:
+    generation = effective_generation(TaskConfig(model="m", api_mode=mode, generation_config=given))
+    assert {k: generation.get(k) for k in sent} == sent and (mode == "chat" or "top_logprobs" not in generation)

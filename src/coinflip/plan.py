@@ -20,11 +20,11 @@ from .data import prompts
 from .data.load import Dataset, Record, load_dataset
 from .data.sampling import Subset
 from .errors import ConfigError
-from .models import Reply, Request, check_model
+from .models import Request, check_model
 
 COMPLETIONS_STOP = ["\nQ:"]  # a completion model goes on to invent the next "Q:" block
 FORCE_PROMPT = 'Give only your final answer, in one line of the form "ANSWER: YES" or "ANSWER: NO".'
-FORCE_CUE = "\n\nANSWER:"
+FORCE_CUE = "\n\nSo the final answer (YES or NO) is:"  # neutral: it names both answers, favours neither
 FORCE_MAX_TOKENS = 16
 
 
@@ -34,6 +34,22 @@ def effective_generation(config: TaskConfig) -> dict[str, Any]:
     generation = dict(config.generation_config)
     if config.api_mode == "completions" and "stop" not in generation:
         generation["stop"] = list(COMPLETIONS_STOP)
+    return _logprobs_for(config.api_mode, generation)
+
+
+def _logprobs_for(mode: str, generation: dict[str, Any]) -> dict[str, Any]:
+    """`logprobs=5` or `logprobs=true,top_logprobs=5` mean the same in both modes: chat takes a
+    flag and a count, plain completions one number (the alternatives per token)."""
+    wanted = generation.get("logprobs")
+    if wanted is None or wanted is False:
+        return generation
+    top = generation.get("top_logprobs")
+    count = top if isinstance(top, int) and not isinstance(top, bool) else wanted if type(wanted) is int else 5
+    if mode == "completions":
+        generation.pop("top_logprobs", None)
+        generation["logprobs"] = count
+    else:
+        generation["logprobs"], generation["top_logprobs"] = True, count
     return generation
 
 
@@ -79,11 +95,6 @@ class RequestBuilder:
         return Request(request.id, request.prompt, request.question, messages, repeat, params)
 
 
-def forced_text(reply: Reply, completions: bool) -> str | None:
-    """A forced reply as recorded: with completions, the cue is put back before the continuation."""
-    if reply.text is None:
-        return None
-    return FORCE_CUE.strip() + reply.text if completions else reply.text
 
 
 @dataclass

@@ -28,7 +28,7 @@ from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice
 from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
 from .models import Reply, Request, is_local, open_model, serve_local
 from .models.predict import run_requests
-from .plan import Plan, forced_text, prepare, provenance
+from .plan import Plan, prepare, provenance
 from .prewarm import PREWARM_AFTER_S, prewarm
 from .progress import Progress
 from .rundir import (
@@ -208,13 +208,14 @@ def _saved_row(handle: Any, index: PredictionIndex, key: int) -> dict[str, Any]:
 
 
 def count_owed(plan: Plan, index: PredictionIndex) -> int:
+    """Samples still owed a reply or a forced answer (what the progress bar counts)."""
     n = plan.build.choices
     owed = 0
     for record in plan.dataset:
         for draw in range(plan.config.repeats):
             keys = [sample_key(record.id, draw * n + i) for i in range(n)]
             if not all(index.replied(k) for k in keys):
-                owed += 1
+                owed += n
             else:
                 owed += sum(k in index.waiting for k in keys)
     return owed
@@ -239,7 +240,6 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
     shown = False if config.quiet and config.progress is None else config.progress
     progress = Progress(todo, f"coin_flip {config.name}", shown)
     started = time.perf_counter()
-    completions = config.api_mode == "completions"
 
     def on_replies(landed: list[tuple[Job, Request, Reply]]) -> None:
         nonlocal scorer
@@ -247,19 +247,19 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
             from .scoring.scorer import Scorer
 
             scorer = Scorer(compat=config.metric_compat)
-        finished = 0
+        finished = 0  # samples done: a forced answer still owed finishes its sample later
         for job, request, reply in landed:
             if job.saved is None:
                 rows = first_rows(job.record, request, reply, plan.build.choices, config.force_answer)
-                finished += 1
             else:
-                rows = [forced_row(job.saved, reply, completions)]
-                finished += 1
+                rows = [forced_row(job.saved, reply)]
             for row in rows:
                 writer.write(row)
                 keys.append(sample_key(row["id"], row["repeat"]))
-                if scorer is not None and not _waiting(row):
-                    scorer.add(row)
+                if not _waiting(row):
+                    finished += 1
+                    if scorer is not None:
+                        scorer.add(row)
             if reply.error:
                 log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
         writer.flush()
@@ -288,7 +288,7 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
         ) from None
     except KeyboardInterrupt as exc:
         raise RunIncomplete(
-            f"{_stopped_by(exc)}: {progress.done} new predictions kept in {run.root}; "
+            f"{_stopped_by(exc)}: {progress.done} new samples kept in {run.root}; "
             f"resume with: coinflip eval --use-cache {run.root}"
         ) from None
     finally:
@@ -370,20 +370,17 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
     return row
 
 
-def forced_row(saved: dict[str, Any], reply: Reply, completions: bool) -> dict[str, Any]:
+def forced_row(saved: dict[str, Any], reply: Reply) -> dict[str, Any]:
     """The first reply's row again, now holding the forced answer (a later line wins on resume)."""
     forced: dict[str, Any] = {
-        "reply": forced_text(reply, completions),
+        "reply": reply.text,
         "finish_reason": reply.finish_reason,
         "usage": reply.usage,
         "latency_s": round(reply.latency_s, 6),
         "attempts": reply.attempts,
         "error": reply.error,
     }
-    logprobs = reply.logprobs
-    if logprobs and completions:  # the cue is part of the answer line, though not of the reply
-        logprobs = [{"token": "ANSWER:", "logprob": 0.0, "top": {}}, *logprobs]
-    window = answer_window(logprobs)
+    window = answer_window(reply.logprobs, bare=True)
     if window is not None:
         forced["answer_logprobs"] = window
     row = {k: v for k, v in saved.items() if k not in ("forced", "error")}

@@ -1,7 +1,8 @@
 """Answer probabilities: how sure the model was, where the server returns log probabilities.
 
 P(YES) is the probability of the YES token against the NO token at the answer position: the
-first word token after the last `ANSWER:` marker of the reply (or of the forced answer).
+first word token after the last `ANSWER:` marker of the reply or of the forced answer (a forced
+answer without a marker is a bare verdict: its first word).
 Tokenisation variants (" YES", "YES", "Yes", "yes", "**YES") are summed per side, over the
 chosen token and the top alternatives the server sent, then normalised: P(YES) / (P(YES) + P(NO)).
 
@@ -23,17 +24,21 @@ from .extract import _MARKER
 WINDOW = 8  # tokens kept after the token holding the last marker
 BINS = 10
 _WORD = re.compile(r"[A-Za-z]+")
+_FILLER = re.compile(r"[\s*_`#>]*")  # spaces and markdown between the marker and the answer
 
 
-def answer_window(logprobs: Sequence[dict[str, Any]] | None, text: str | None = None) -> list[dict[str, Any]] | None:
-    """The few token entries from the last ANSWER marker on: all that P(YES) needs, so a run
-    keeps a handful of tokens per reply instead of thousands."""
+def answer_window(
+    logprobs: Sequence[dict[str, Any]] | None, bare: bool = False
+) -> list[dict[str, Any]] | None:
+    """The few token entries from the last ANSWER marker on (with `bare`, from the start when
+    there is no marker): all that P(YES) needs, so a run keeps a handful of tokens per reply
+    instead of thousands."""
     if not logprobs:
         return None
     joined = "".join(str(entry.get("token", "")) for entry in logprobs)
     markers = list(_MARKER.finditer(joined))
     if not markers:
-        return None
+        return [dict(e) for e in logprobs[: WINDOW + 1]] if bare else None
     start = markers[-1].start()
     position = 0
     for i, entry in enumerate(logprobs):
@@ -43,22 +48,22 @@ def answer_window(logprobs: Sequence[dict[str, Any]] | None, text: str | None = 
     return None
 
 
-def p_yes(window: Sequence[dict[str, Any]] | None) -> float | None:
+def p_yes(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> float | None:
     """P(YES) at the answer position of a window from `answer_window`; None when the answer
     token is neither a YES nor a NO variant, or the server sent no probabilities for it."""
     if not window:
         return None
     joined = "".join(str(e.get("token", "")) for e in window)
     markers = list(_MARKER.finditer(joined))
-    if not markers:
+    if not markers and not bare:
         return None
-    end, position = markers[-1].end(), 0
+    end, position = (markers[-1].end() if markers else 0), 0
     for entry in window:
         token = str(entry.get("token", ""))
         begins, position = position, position + len(token)
-        if position <= end or not _WORD.search(token[max(0, end - begins) :]):
+        if position <= end or _FILLER.fullmatch(token[max(0, end - begins) :]):
             continue  # still inside the marker, or only spaces and markdown
-        return _normalised(entry)
+        return _normalised(entry)  # the answer position, whatever was chosen there
     return None
 
 

@@ -107,3 +107,14 @@ def _yes_no(value: str) -> str | None:
     if "yes" in words and "no" in words:
         return None
     return str(words[0]).upper()
+
+
+def forced_answer(text: str | None) -> str | None:
+    """The answer of a forced reply, which was asked for the answer line alone: the strict rule,
+    or else a bare verdict (`YES`, `No.`, `**NO**`: the reply's first word is yes or no, and it
+    names only one of them)."""
+    found = extract_answer(text)
+    if found is not None or not text:
+        return found
+    visible = _visible(text)
+    return None if visible is None else _yes_no(_clean(visible.strip().split("\n")[0]))

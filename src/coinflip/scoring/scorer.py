@@ -21,7 +21,7 @@ from ..errors import DataError
 from . import extract
 from .calibration import p_yes
 from .evalscope import read_verdict
-from .extract import extract_answer, read_answer
+from .extract import forced_answer, read_answer
 from .metrics import Outcomes
 
 MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failures first beyond that
@@ -55,10 +55,10 @@ def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, An
     error = prediction.get("error") is not None
     extracted, reason = (None, None) if error else _read(prediction, compat)
     forced = prediction.get("forced")
-    forced_answer = None
+    said = None
     if isinstance(forced, dict) and not forced.get("pending"):
-        found = None if forced.get("error") is not None else extract_answer(_text(forced.get("reply")))
-        forced_answer = found or "invalid"
+        found = None if forced.get("error") is not None else forced_answer(_text(forced.get("reply")))
+        said = found or "invalid"
     probability = _probability(prediction, extracted is not None)
     return {
         "id": _whole(prediction.get("id")),
@@ -70,7 +70,7 @@ def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, An
         "invalid": extracted is None and not error,
         "invalid_reason": reason,
         "error": error,
-        "forced": forced_answer,
+        "forced": said,
         "p_yes": None if probability is None else round(probability, 6),
     }
 
@@ -82,7 +82,7 @@ def _probability(prediction: dict[str, Any], answered: bool) -> float | None:
     mine = p_yes(prediction.get("answer_logprobs"))
     if answered or not isinstance(forced, dict):
         return mine
-    again = p_yes(forced.get("answer_logprobs"))
+    again = p_yes(forced.get("answer_logprobs"), bare=True)
     return again if again is not None else mine
 
 
@@ -280,14 +280,14 @@ class Scorer:
 
         code = np.frombuffer(self.codes, dtype=np.int64)
         key = np.frombuffer(self.keys, dtype=np.int64)
-        forced_answer, rest = code % 4, code // 32  # reason is not needed here
+        forced_code, rest = code % 4, code // 32  # reason is not needed here
         error, rest = rest % 2, rest // 2
         extracted, rest = rest % 3, rest // 3
         no, people = rest % 2, rest // 2
         offset = np.array([2, 0, 1])[extracted]  # CELLS: YES answer, NO answer, none, per target
         if forced:
-            recovered = (extracted == 0) & (error == 0) & ((forced_answer == 1) | (forced_answer == 2))
-            offset = np.where(recovered, forced_answer - 1, offset)
+            recovered = (extracted == 0) & (error == 0) & ((forced_code == 1) | (forced_code == 2))
+            offset = np.where(recovered, forced_code - 1, offset)
         return Outcomes(key // REPEATS_MAX, key % REPEATS_MAX, no * 3 + offset, error, people)
 
     def column(self, name: str) -> Any:

@@ -205,7 +205,7 @@ class Handler:
         answer = state.policy.forced(question) if forced else state.policy.expected(question)
         text = state.policy.reply(question) if not forced else f"ANSWER: {answer or 'maybe'}"
         if forced and not chat:
-            text = f" {answer or 'maybe'}"  # the continuation of the cue "ANSWER:"
+            text = f" {answer or 'maybe'}"  # the continuation of the cue
         state.answered[question] += 1
         usage = {
             "prompt_tokens": len(prompt) // 4,
@@ -291,11 +291,12 @@ def _pieces(text: str) -> list[str]:
 
 
 FORCE_TURN = "Give only your final answer"  # the start of coinflip's forced-answer turn (plan.FORCE_PROMPT)
+FORCE_CUE = "(YES or NO) is:"  # the end of its cue after a plain completion (plan.FORCE_CUE)
 
 
 def _forced_turn(messages: list[Any], chat: bool) -> bool:
     last = str(messages[-1].get("content", "")) if messages and isinstance(messages[-1], dict) else ""
-    return last.startswith(FORCE_TURN) if chat else last.rstrip().endswith("ANSWER:")
+    return last.startswith(FORCE_TURN) if chat else last.rstrip().endswith(FORCE_CUE)
 
 
 def _answer_side(token: str) -> str | None:
