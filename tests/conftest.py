@@ -48,6 +48,27 @@ def run_cli(
     )
 
 
+def spawn_cli(*args: str, env: dict[str, str] | None = None, quiet: bool = False) -> subprocess.Popen[str]:
+    """Start `coinflip ARGS` in the background (to signal or kill it), without the machine's keys."""
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
+    out = subprocess.DEVNULL if quiet else subprocess.PIPE
+    return subprocess.Popen(
+        [sys.executable, "-m", "coinflip.cli", *args],
+        stdout=out,
+        stderr=out,
+        text=True,
+        env={**base, **(env or {})},
+    )
+
+
+def whole_lines(path: Path) -> list[dict]:
+    """The rows a killed writer finished: a last line cut mid-write is not one."""
+    if not path.exists():
+        return []
+    data = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in data[: data.rfind("\n") + 1].splitlines()]
+
+
 def only_run_dir(work_dir: Path) -> Path:
     runs = [p for p in work_dir.iterdir() if p.is_dir()]
     assert len(runs) == 1, runs

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +12,7 @@ import pytest
 
 from coinflip.testing.server import FakeOpenAIServer, Policy
 
-from .conftest import only_run_dir, read_jsonl, run_cli
+from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli, whole_lines
 
 
 def expected_metrics(run: Path, policy: Policy) -> dict[str, float]:
@@ -343,24 +340,6 @@ def test_use_cache_refuses_a_different_run(tmp_path: Path, server: FakeOpenAISer
         assert word in line
 
 
-def _spawn(args: list[str]) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
-    return subprocess.Popen(
-        [sys.executable, "-m", "coinflip.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
-def _lines(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    data = path.read_text(encoding="utf-8")
-    return [json.loads(line) for line in data[: data.rfind("\n") + 1].splitlines()]
-
-
 def _comparable(rows: list[dict]) -> list[tuple]:
     return sorted((r["id"], r["target"], r["prompt"], r["reply"], r["error"]) for r in rows)
 
@@ -374,7 +353,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path: Path) -> No
         assert reference.returncode == 0
         ref_rows = read_jsonl(only_run_dir(tmp_path / "ref") / "predictions/m/coin_flip.jsonl")
         work = tmp_path / "killed"
-        proc = _spawn([*base, "--work-dir", str(work)])
+        proc = spawn_cli(*base, "--work-dir", str(work))
         time.sleep(rng.uniform(1.0, 2.0))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -382,9 +361,9 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path: Path) -> No
         predictions = run / "predictions/m/coin_flip.jsonl"
         for _ in range(3):
             time.sleep(0.3)  # let requests that were in flight at the kill reach the server
-            done = {r["question"] for r in _lines(predictions)}
+            done = {r["question"] for r in whole_lines(predictions)}
             before = dict(srv.state.requests)
-            proc = _spawn([*base, "--use-cache", str(run)])
+            proc = spawn_cli(*base, "--use-cache", str(run))
             time.sleep(rng.uniform(0.5, 1.5))
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
@@ -392,7 +371,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path: Path) -> No
             for question in done:
                 assert srv.state.requests[question] == before[question], "a finished sample was asked again"
         time.sleep(0.3)
-        done = {r["question"] for r in _lines(predictions)}
+        done = {r["question"] for r in whole_lines(predictions)}
         before = dict(srv.state.requests)
         final = run_cli(*base, "--use-cache", str(run))
         assert final.returncode == 0, final.stderr
@@ -422,8 +401,8 @@ def test_half_written_last_line_is_tolerated(tmp_path: Path, server: FakeOpenAIS
 
 def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path: Path) -> None:
     with FakeOpenAIServer("correct", latency=0.05) as srv:
-        proc = _spawn(
-            ["eval", "--model", "m", "--api-url", srv.url, "--eval-batch-size", "4", "--work-dir", str(tmp_path)]
+        proc = spawn_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--eval-batch-size", "4", "--work-dir", str(tmp_path)
         )
         time.sleep(2.5)
         proc.send_signal(signal.SIGINT)

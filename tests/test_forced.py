@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +13,7 @@ import pytest
 from coinflip.scoring.calibration import auroc, calibration, p_yes
 from coinflip.testing.server import FakeOpenAIServer, Policy, truth
 
-from .conftest import only_run_dir, read_jsonl, run_cli
+from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli
 
 MIXED = Policy("mixed")
 
@@ -103,7 +100,6 @@ def test_without_log_probabilities_the_report_says_why(tmp_path: Path) -> None:
 
 
 def test_a_killed_run_with_forced_answers_resumes_asking_only_for_what_is_missing(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
     with FakeOpenAIServer("mixed", latency=0.03, record=True) as srv:
         args = [
             "eval",
@@ -117,10 +113,7 @@ def test_a_killed_run_with_forced_answers_resumes_asking_only_for_what_is_missin
             "--eval-batch-size",
             "3",
         ]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "coinflip.cli", *args, "--work-dir", str(tmp_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-        )  # fmt: skip
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(srv.state.seen) < 60:
             time.sleep(0.02)

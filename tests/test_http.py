@@ -27,23 +27,8 @@ from coinflip.models._proxy import Proxy, proxy_for
 from coinflip.models.base import Request
 from coinflip.models.openai_api import OpenAIChat
 
+from .answer_server import content_length, read_head
 from .conftest import run_cli
-
-
-def read_head(reader: Any) -> bytes | None:
-    """A request's or response's head, through its blank line; None when the peer hung up."""
-    head = b""
-    while not head.endswith(b"\r\n\r\n"):
-        line = reader.readline()
-        if not line:
-            return None
-        head += line
-    return head
-
-
-def content_length(head: bytes) -> int:
-    lines = head.split(b"\r\n")
-    return next((int(h.split(b":")[1]) for h in lines if h.lower().startswith(b"content-length")), 0)
 
 
 @dataclass

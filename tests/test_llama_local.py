@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import only_run_dir, read_jsonl, run_cli
+from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli
 
 pytest.importorskip("llama_cpp", reason="install coinflip[local]; .ci/run does")
 pytestmark = pytest.mark.llama
@@ -87,24 +84,8 @@ def test_a_missing_model_file_creates_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_no_server_left_after_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
     mark = str(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "coinflip.cli",
-            "eval",
-            "--model",
-            "smollm2",
-            "--limit",
-            "40",
-            "--work-dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**env, "COINFLIP_TEST_MARK": mark},
+    proc = spawn_cli(
+        "eval", "--model", "smollm2", "--limit", "40", "--work-dir", mark, env={"COINFLIP_TEST_MARK": mark}
     )
     deadline = time.monotonic() + 120
     predictions = None

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,7 +15,7 @@ from coinflip.scoring.report import build_report
 from coinflip.scoring.scorer import Scorer
 from coinflip.testing.server import FakeOpenAIServer
 
-from .conftest import only_run_dir, read_jsonl, run_cli
+from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli, whole_lines
 
 # question id -> (target, answers of repeats 0, 1, 2); "?" is an invalid answer
 FIXED = {
@@ -50,11 +47,6 @@ def _report() -> dict:
                 }
             )
     return build_report(SAVED, "r", scorer, "coinflip")
-
-
-def _whole_lines(path: Path) -> list[dict]:
-    """The rows a killed writer finished (a last line cut mid-write is not one)."""
-    return [json.loads(line) for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
 
 
 def test_reducers_match_hand_computed_values() -> None:
@@ -101,7 +93,6 @@ def test_repeats_against_a_server_give_k_predictions_per_question(tmp_path: Path
 
 
 def test_a_sigkilled_run_with_repeats_resumes_with_nothing_lost_or_doubled(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
     with FakeOpenAIServer("mixed", latency=0.02) as srv:
         args = [
             "eval",
@@ -116,10 +107,7 @@ def test_a_sigkilled_run_with_repeats_resumes_with_nothing_lost_or_doubled(tmp_p
             "--eval-batch-size",
             "4",
         ]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "coinflip.cli", *args, "--work-dir", str(tmp_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-        )  # fmt: skip
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             files = list(tmp_path.glob("*/predictions/m/coin_flip.jsonl"))
@@ -130,7 +118,7 @@ def test_a_sigkilled_run_with_repeats_resumes_with_nothing_lost_or_doubled(tmp_p
         proc.wait(10)
         run = only_run_dir(tmp_path)
         kept = {
-            (r["id"], r["repeat"]) for r in _whole_lines(run / "predictions/m/coin_flip.jsonl") if r["error"] is None
+            (r["id"], r["repeat"]) for r in whole_lines(run / "predictions/m/coin_flip.jsonl") if r["error"] is None
         }
         assert 0 < len(kept) < 240
         before = srv.state.requests.total()
@@ -142,3 +130,33 @@ def test_a_sigkilled_run_with_repeats_resumes_with_nothing_lost_or_doubled(tmp_p
     assert len(pairs) == 240 and len(set(pairs)) == 240  # every (question, repeat) once
     assert sent_again == 240 - len(kept)  # only the missing pairs were asked
     assert all(r["repeat"] in (0, 1, 2) for r in rows)
+
+
+def test_n_choices_per_request_are_repeats_and_a_server_that_ignores_n_is_told(tmp_path: Path) -> None:
+    with FakeOpenAIServer("mixed", record=True) as srv:
+        result = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--limit", "10", "--repeats", "2",
+            "--generation-config", "n=3,seed=40", "--work-dir", str(tmp_path / "n"),
+        )  # fmt: skip
+        bodies = [body for _, _, body in srv.state.seen]
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path / "n") / "predictions/m/coin_flip.jsonl")
+    assert len(rows) == 60 and {r["repeat"] for r in rows} == set(range(6))  # 2 requests x 3 choices each
+    assert len(bodies) == 20 and all(b["n"] == 3 for b in bodies)
+    assert sorted({b["seed"] for b in bodies}) == [40, 43]  # request k starts at repeat 3k: seed + 3k
+    report = json.loads(next((tmp_path / "n").glob("*/reports/m/coin_flip.json")).read_text())
+    assert report["repeat_metrics"]["k"] == 6 and report["counts"]["samples"] == 60
+
+
+def test_a_server_that_returns_fewer_choices_than_asked_leaves_errors_to_resume(tmp_path: Path) -> None:
+    from .answer_server import AnswerServer, answer, chat
+
+    with AnswerServer(lambda seen: answer(chat("ANSWER: YES"))) as srv:  # one choice, whatever n says
+        result = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--limit", "4", "--generation-config", "n=2",
+            "--retries", "0", "--work-dir", str(tmp_path),
+        )  # fmt: skip
+    assert result.returncode == 1
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    missing = [r for r in rows if r["repeat"] == 1]
+    assert len(missing) == 4 and all("returned 1 of n=2 choices" in r["error"] for r in missing)

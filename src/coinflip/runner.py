@@ -279,6 +279,7 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
     try:
         with serve_local(config, run.server_log) as endpoint:
             concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
+            _room_for(concurrency)
             work = pending(plan, run, index)
             asyncio.run(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up))
     except EndpointBroken as exc:
@@ -305,6 +306,21 @@ def _concurrency(config: TaskConfig) -> int:
             print("note: llama.cpp serves one request at a time; sending them one by one", file=sys.stderr)
         return config.eval_batch_size
     return DEFAULT_BATCH
+
+
+def _room_for(connections: int) -> None:
+    """Thousands of requests in flight need as many sockets: raise the soft limit on open files
+    toward the hard one (a common soft limit is 1,024)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
 
 
 async def _send(
