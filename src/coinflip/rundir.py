@@ -193,6 +193,11 @@ class PredictionIndex:
         offset = self.where[key]
         return offset if offset >= 0 else ~offset
 
+    def row(self, handle: BinaryIO, key: int) -> dict[str, Any]:
+        """The line that counts for `key`, read from the open predictions file."""
+        row: dict[str, Any] = loads(_line_at(handle, self.start(key)))
+        return row
+
 
 ERROR, WAITING, DONE = 0, 1, 2  # how far a line got; a later line wins unless it got less far
 
@@ -333,7 +338,7 @@ def read_predictions(path: Path) -> dict[int, dict[str, Any]]:
     found: dict[int, dict[str, Any]] = {}
     with path.open("rb") as handle:
         for key in index.where:
-            found[key] = json.loads(_line_at(handle, index.start(key)))
+            found[key] = index.row(handle, key)
     return found
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import signal
@@ -24,7 +25,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice
+from .config import DEFAULT_BATCH, METRIC_COMPATS, REDACTED, TaskConfig, check_choice
 from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
 from .models import Reply, Request, is_local, open_model, serve_local
 from .models.predict import run_requests
@@ -102,6 +103,11 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
         take = f.name in saved and f.name not in NOT_CARRIED and unchanged
         merged[f.name] = saved[f.name] if take else current
     merged["dataset_args"] = None  # already folded into the saved fields
+    if REDACTED in json.dumps(merged["generation_config"]):
+        raise ConfigError(
+            "the run's gateway headers or query parameters held secrets, which were not saved: "
+            "give --generation-config with them again to resume"
+        )
     return TaskConfig(**merged)
 
 
@@ -190,21 +196,12 @@ def pending(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[J
                     continue
                 for key in keys:
                     if key in index.waiting and handle is not None:
-                        row = _saved_row(handle, index, key)
+                        row = index.row(handle, key)
                         request = build(record, draw)
                         yield Job(record, row), build.forced(request, row.get("reply") or "", split_key(key)[1])
     finally:
         if handle is not None:
             handle.close()
-
-
-def _saved_row(handle: Any, index: PredictionIndex, key: int) -> dict[str, Any]:
-    import json
-
-    from .rundir import _line_at
-
-    row: dict[str, Any] = json.loads(_line_at(handle, index.start(key)))
-    return row
 
 
 def count_owed(plan: Plan, index: PredictionIndex) -> int:
