@@ -95,8 +95,6 @@ class RequestBuilder:
         return Request(request.id, request.prompt, request.question, messages, repeat, params)
 
 
-
-
 @dataclass
 class Plan:
     config: TaskConfig

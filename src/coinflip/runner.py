@@ -174,11 +174,14 @@ class Job:
 
 @dataclass
 class Live:
-    """What a fresh run gathered as its replies landed: their scores, and where each line went."""
+    """What a fresh run gathered as its replies landed: their scores, and where each line went.
+
+    The scorer's keys are in the order the lines were written, unless a sample was written twice
+    (a forced answer after its first reply); then the file is put in order by a full pass."""
 
     scorer: Scorer
-    keys: array[int]  # in the order the lines were written
     offsets: array[int]
+    rewritten: bool
 
 
 def pending(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
@@ -232,14 +235,14 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
         return None
     live = fresh and index.lines == 0
     scorer: Scorer | None = None
-    keys = array("q")
+    rewritten = False
     writer = PredictionWriter(run.predictions)
     shown = False if config.quiet and config.progress is None else config.progress
     progress = Progress(todo, f"coin_flip {config.name}", shown)
     started = time.perf_counter()
 
     def on_replies(landed: list[tuple[Job, Request, Reply]]) -> None:
-        nonlocal scorer
+        nonlocal scorer, rewritten
         if live and scorer is None:  # imported here, once the first requests are out
             from .scoring.scorer import Scorer
 
@@ -252,7 +255,8 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
                 rows = [forced_row(job.saved, reply)]
             for row in rows:
                 writer.write(row)
-                keys.append(sample_key(row["id"], row["repeat"]))
+                if _waiting(row) or job.saved is not None:
+                    rewritten = True
                 if not _waiting(row):
                     finished += 1
                     if scorer is not None:
@@ -293,7 +297,7 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
         progress.close()
         writer.close()
         log.info("sent %d requests in %.2f s", progress.done, time.perf_counter() - started)
-    return Live(scorer, keys, writer.offsets) if scorer is not None else None
+    return Live(scorer, writer.offsets, rewritten) if scorer is not None else None
 
 
 def _concurrency(config: TaskConfig) -> int:
@@ -414,9 +418,12 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
     saved = load_saved_config(run.root)
     if run.config_file.read_bytes()[:1] == b"{":  # written as JSON when the run began: now for people
         run.save_config(saved)
-    if live is not None and len(live.scorer) == len(live.keys):
+    if live is not None and not live.rewritten:
         scorer = live.scorer
-        compact_written(run.predictions, live.keys, live.offsets)
+        compact_written(run.predictions, scorer.keys, live.offsets)
+    elif live is not None:
+        scorer = live.scorer
+        compact_predictions(run.predictions)
     else:
         scorer = _score_saved(run, saved, compat)
     try:

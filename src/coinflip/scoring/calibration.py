@@ -27,9 +27,7 @@ _WORD = re.compile(r"[A-Za-z]+")
 _FILLER = re.compile(r"[\s*_`#>]*")  # spaces and markdown between the marker and the answer
 
 
-def answer_window(
-    logprobs: Sequence[dict[str, Any]] | None, bare: bool = False
-) -> list[dict[str, Any]] | None:
+def answer_window(logprobs: Sequence[dict[str, Any]] | None, bare: bool = False) -> list[dict[str, Any]] | None:
     """The few token entries from the last ANSWER marker on (with `bare`, from the start when
     there is no marker): all that P(YES) needs, so a run keeps a handful of tokens per reply
     instead of thousands."""

@@ -13,7 +13,7 @@ from ..config import BENCHMARK
 from ..errors import storage_error
 from .calibration import calibration
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
-from .metrics import METRICS, rates, summarize
+from .metrics import METRICS, Outcomes, rates, summarize
 from .reducers import reduce
 from .scorer import _FORCED, Scorer
 
@@ -61,8 +61,8 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     if report["repeats"] > 1 or (len(outcomes) and int(outcomes.repeat.max()) > 0):
         report["repeat_metrics"] = reduce(outcomes, compat)
     if config.get("force_answer"):
-        report["forced"] = _forced(scorer, compat, seed)
-    report["calibration"] = _calibration(scorer)
+        report["forced"] = _forced(scorer, outcomes, compat, seed)
+    report["calibration"] = _calibration(scorer, outcomes)
     report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
     report["warnings"] = warnings(report, expected, len(outcomes))
     report["notes"] = notes(report)
@@ -83,18 +83,17 @@ def _reasons(scorer: Scorer) -> dict[str, int]:
     return {reason: n for reason, n in scorer.reasons.items() if n}
 
 
-def _forced(scorer: Scorer, compat: str, seed: int) -> dict[str, Any]:
+def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> dict[str, Any]:
     """The forced view (strict answer where valid, the forced one where not) and what forcing recovered."""
     import numpy as np
 
-    strict = scorer.outcomes()
     forced_view = summarize(scorer.outcomes(forced=True), compat, seed)
     answers = scorer.column("forced")
     invalid = (strict.cell % 3 == 2) & (strict.error == 0)
     target_no = strict.cell >= 3
     said = np.array(_FORCED, dtype=object)[answers]
     right = ((said == "YES") & ~target_no) | ((said == "NO") & target_no)
-    asked = invalid & (answers > 0)
+    asked = invalid & (answers > 0)  # 0: no forced answer was asked
     return {
         "metrics": forced_view["metrics"],
         "intervals": forced_view["intervals"],
@@ -108,14 +107,13 @@ def _forced(scorer: Scorer, compat: str, seed: int) -> dict[str, Any]:
     }
 
 
-def _calibration(scorer: Scorer) -> dict[str, Any]:
+def _calibration(scorer: Scorer, outcomes: Outcomes) -> dict[str, Any]:
     import numpy as np
 
-    p = np.frombuffer(scorer.p_yes, dtype=np.float64)
-    known = np.isfinite(p)
-    if not known.any():
+    p = scorer.probabilities()
+    known = np.isfinite(p) if p is not None else None
+    if p is None or known is None or not known.any():
         return {"available": False, "reason": NO_LOGPROBS}
-    outcomes = scorer.outcomes()
     result = calibration(p[known], (outcomes.cell[known] < 3).astype(np.float64))
     return {"available": True, "coverage": float(known.mean()), **result}
 

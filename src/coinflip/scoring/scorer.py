@@ -25,7 +25,7 @@ from .extract import forced_answer, read_answer
 from .metrics import Outcomes
 
 MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failures first beyond that
-REPEATS_MAX = 4096  # as rundir.REPEATS_MAX: a sample key is id * REPEATS_MAX + repeat
+REPEATS_MAX = 1 << 12  # as rundir.REPEATS_MAX: a sample key is id * REPEATS_MAX + repeat
 REASONS: tuple[str | None, ...] = (None, *extract.REASONS)  # EvalScope's reasons are a subset
 _EXTRACTED: tuple[str | None, ...] = (None, "YES", "NO")
 _FORCED: tuple[str | None, ...] = (None, "YES", "NO", "invalid")  # None: no forced answer was asked
@@ -99,31 +99,39 @@ def evalscope_reasons() -> tuple[str, ...]:
     return EVALSCOPE
 
 
+# A review packs into one 32-bit int, low bits first: forced (2), reason (3), error (1),
+# extracted (2), target NO (1), then the number of people.
+_FORCED_BITS, _REASON_AT, _ERROR_AT, _EXTRACTED_AT, _NO_AT, _PEOPLE_AT = 3, 2, 5, 6, 8, 9
+# CELLS index by (target NO, extracted): YES answer, NO answer, none, per target
+_CELL = (2, 0, 1, 2, 5, 3, 4, 5)
+
+
 def _pack(r: dict[str, Any]) -> int:
-    code = (r["people"] * 2 + (r["target"] == "NO")) * 3 + _EXTRACTED.index(r["extracted"])
-    code = ((code * 2 + r["error"]) * 8 + REASONS.index(r["invalid_reason"])) * 4 + _FORCED.index(r["forced"])
-    return int(code)
+    return int(
+        min(r["people"], 1 << 20) << _PEOPLE_AT
+        | (r["target"] == "NO") << _NO_AT
+        | _EXTRACTED.index(r["extracted"]) << _EXTRACTED_AT
+        | r["error"] << _ERROR_AT
+        | REASONS.index(r["invalid_reason"]) << _REASON_AT
+        | _FORCED.index(r["forced"])
+    )
 
 
 def _unpack(key: int, code: int, probability: float) -> dict[str, Any]:
-    rest, forced = divmod(code, 4)
-    rest, reason = divmod(rest, 8)
-    rest, error = divmod(rest, 2)
-    rest, extracted = divmod(rest, 3)
-    people, no = divmod(rest, 2)
-    target, answer = ("NO" if no else "YES"), _EXTRACTED[extracted]
+    target, answer = ("NO" if code >> _NO_AT & 1 else "YES"), _EXTRACTED[code >> _EXTRACTED_AT & 3]
+    error = bool(code >> _ERROR_AT & 1)
     question, repeat = divmod(key, REPEATS_MAX)
     return {
         "id": question,
         "repeat": repeat,
-        "people": people,
+        "people": code >> _PEOPLE_AT,
         "target": target,
         "extracted": answer,
         "correct": answer == target,
         "invalid": answer is None and not error,
-        "error": bool(error),
-        "invalid_reason": REASONS[reason],
-        "forced": _FORCED[forced],
+        "invalid_reason": REASONS[code >> _REASON_AT & 7],
+        "error": error,
+        "forced": _FORCED[code & _FORCED_BITS],
         "p_yes": None if math.isnan(probability) else probability,
     }
 
@@ -233,15 +241,18 @@ class Scorer:
         self.forced_usage = Usage()
         self.showcase = Showcase(showcase_cap)
         self.keys = array("q")  # in arrival order
-        self.codes = array("q")
-        self.p_yes = array("d")
+        self.codes = array("i")
+        self.p_yes: array[float] | None = None  # made when the first P(YES) lands
 
     def add(self, prediction: dict[str, Any]) -> None:
         r = review(prediction, self.compat)
         key = r["id"] * REPEATS_MAX + r["repeat"]
         self.keys.append(key)
         self.codes.append(_pack(r))
-        self.p_yes.append(math.nan if r["p_yes"] is None else r["p_yes"])
+        if r["p_yes"] is not None and self.p_yes is None:
+            self.p_yes = array("d", [math.nan]) * (len(self.keys) - 1)
+        if self.p_yes is not None:
+            self.p_yes.append(math.nan if r["p_yes"] is None else r["p_yes"])
         self.usage.add(prediction)
         if isinstance(prediction.get("forced"), dict):
             self.forced_usage.add(prediction["forced"])
@@ -269,30 +280,36 @@ class Scorer:
 
     def write_reviews(self, out: TextIO) -> None:
         order = self.order()
-        keys, codes, probabilities = self.keys, self.codes, self.p_yes
+        keys, codes = self.keys, self.codes
+        probabilities = self.p_yes if self.p_yes is not None else array("d", [math.nan]) * len(keys)
         for first in range(0, len(keys), 4096):  # a slice at a time keeps Python ints few
             part = range(first, min(first + 4096, len(keys))) if order is None else order[first : first + 4096].tolist()
             out.write("".join(json.dumps(_unpack(keys[i], codes[i], probabilities[i])) + "\n" for i in part))
 
     def outcomes(self, forced: bool = False) -> Outcomes:
-        """Every sample as arrays; with `forced`, an invalid strict answer is replaced by its forced one."""
+        """Every sample as small arrays; with `forced`, an invalid strict answer is replaced by its forced one."""
         import numpy as np
 
-        code = np.frombuffer(self.codes, dtype=np.int64)
+        code = np.frombuffer(self.codes, dtype=np.int32)
         key = np.frombuffer(self.keys, dtype=np.int64)
-        forced_code, rest = code % 4, code // 32  # reason is not needed here
-        error, rest = rest % 2, rest // 2
-        extracted, rest = rest % 3, rest // 3
-        no, people = rest % 2, rest // 2
-        offset = np.array([2, 0, 1])[extracted]  # CELLS: YES answer, NO answer, none, per target
+        cell = np.array(_CELL, dtype=np.int8)[(code >> _EXTRACTED_AT) & 7]
+        error = ((code >> _ERROR_AT) & 1).astype(np.int8)
         if forced:
-            recovered = (extracted == 0) & (error == 0) & ((forced_code == 1) | (forced_code == 2))
-            offset = np.where(recovered, forced_code - 1, offset)
-        return Outcomes(key // REPEATS_MAX, key % REPEATS_MAX, no * 3 + offset, error, people)
+            said = (code & _FORCED_BITS).astype(np.int8)
+            recovered = (cell % 3 == 2) & (error == 0) & ((said == 1) | (said == 2))
+            cell = np.where(recovered, cell - 2 + said - 1, cell).astype(np.int8)
+        question = key >> 12  # REPEATS_MAX is 2 ** 12
+        return Outcomes(question, (key & (REPEATS_MAX - 1)).astype(np.int16), cell, error, code >> _PEOPLE_AT)
 
     def column(self, name: str) -> Any:
         """One packed field for every sample: reason (index into REASONS) or forced (into _FORCED)."""
         import numpy as np
 
-        code = np.frombuffer(self.codes, dtype=np.int64)
-        return (code // 4) % 8 if name == "reason" else code % 4
+        code = np.frombuffer(self.codes, dtype=np.int32)
+        return (code >> _REASON_AT) & 7 if name == "reason" else code & _FORCED_BITS
+
+    def probabilities(self) -> Any:
+        """P(YES) of every sample, NaN where it has none; None when no sample has one."""
+        import numpy as np
+
+        return None if self.p_yes is None else np.frombuffer(self.p_yes, dtype=np.float64)
