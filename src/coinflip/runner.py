@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import shutil
 import signal
@@ -103,7 +102,8 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
         take = f.name in saved and f.name not in NOT_CARRIED and unchanged
         merged[f.name] = saved[f.name] if take else current
     merged["dataset_args"] = None  # already folded into the saved fields
-    if REDACTED in json.dumps(merged["generation_config"]):
+    gateway = [merged["generation_config"].get(k) or {} for k in ("extra_headers", "extra_query")]
+    if any(value == REDACTED for part in gateway for value in part.values()):
         raise ConfigError(
             "the run's gateway headers or query parameters held secrets, which were not saved: "
             "give --generation-config with them again to resume"
@@ -184,41 +184,38 @@ class Live:
     rewritten: bool
 
 
-def pending(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
-    """Requests still owed, in question order: whole requests with a choice missing or failed,
-    and forced follow-ups whose first reply is kept."""
-    build, n = plan.build, plan.build.choices
-    waiting = sorted(index.waiting)
-    handle = run.predictions.open("rb") if waiting else None
-    try:
-        for record in plan.dataset:
-            for draw in range(plan.config.repeats):
-                keys = [sample_key(record.id, draw * n + i) for i in range(n)]
-                if not all(index.replied(k) for k in keys):
-                    yield Job(record), build(record, draw)
-                    continue
-                for key in keys:
-                    if key in index.waiting and handle is not None:
-                        row = index.row(handle, key)
-                        request = build(record, draw)
-                        yield Job(record, row), build.forced(request, row.get("reply") or "", split_key(key)[1])
-    finally:
-        if handle is not None:
-            handle.close()
-
-
-def count_owed(plan: Plan, index: PredictionIndex) -> int:
-    """Samples still owed a reply or a forced answer (what the progress bar counts)."""
+def _owed(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, list[int]]]:
+    """(record, draw, keys) for each request still owed, in question order: `keys` empty for a
+    whole request (a choice missing or failed), else the samples whose forced answer is owed."""
     n = plan.build.choices
-    owed = 0
     for record in plan.dataset:
         for draw in range(plan.config.repeats):
             keys = [sample_key(record.id, draw * n + i) for i in range(n)]
             if not all(index.replied(k) for k in keys):
-                owed += n
-            else:
-                owed += sum(k in index.waiting for k in keys)
-    return owed
+                yield record, draw, []
+            elif index.waiting:
+                owed = [k for k in keys if k in index.waiting]
+                if owed:
+                    yield record, draw, owed
+
+
+def pending(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
+    """The requests still owed: first requests, and forced follow-ups whose first reply is kept."""
+    build = plan.build
+    with run.predictions.open("rb") if index.waiting else contextlib.nullcontext() as handle:
+        for record, draw, waiting in _owed(plan, index):
+            if not waiting:
+                yield Job(record), build(record, draw)
+            for key in waiting:
+                assert handle is not None  # opened whenever a forced answer is owed
+                row = index.row(handle, key)
+                request = build.forced(build(record, draw), row.get("reply") or "", split_key(key)[1])
+                yield Job(record, row), request
+
+
+def count_owed(plan: Plan, index: PredictionIndex) -> int:
+    """Samples still owed a reply or a forced answer (what the progress bar counts)."""
+    return sum(len(waiting) or plan.build.choices for _, _, waiting in _owed(plan, index))
 
 
 def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
