@@ -227,7 +227,7 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
     config = plan.config
     index = index_predictions(run.predictions, repair=True)
     todo = count_owed(plan, index)
-    log.info("%d of %d samples already done; sending %d requests", plan.samples - len(index.where), plan.samples, todo)
+    log.info("%d of %d samples already done; %d to go", plan.samples - todo, plan.samples, todo)
     if not todo:
         return None
     live = fresh and index.lines == 0
@@ -293,7 +293,7 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
     finally:
         progress.close()
         writer.close()
-        log.info("sent %d requests in %.2f s", progress.done, time.perf_counter() - started)
+        log.info("finished %d samples in %.2f s", progress.done, time.perf_counter() - started)
     return Live(scorer, writer.offsets, rewritten) if scorer is not None else None
 
 
