@@ -112,7 +112,7 @@ no_timestamp: true
 """
     )
     report = run_task(str(tmp_path / "eval.yaml"))
-    assert report["counts"]["samples"] == 7 and report["complete"]  # 0.002 of 3,333
+    assert report["counts"]["samples"] == 6 and report["complete"]  # int(3,333 x 0.002), as EvalScope counts
     assert (tmp_path / "runs/configs/task_config.yaml").is_file()  # no_timestamp: the work dir itself
 
 

@@ -88,7 +88,7 @@ def _dataset_args(config: TaskConfig) -> None:
             raise ConfigError(f"dataset_args is not valid JSON: {exc.msg} at column {exc.colno}") from None
         config.dataset_args = value
     args = value.get("coin_flip", {}) if isinstance(value, dict) else None
-    if not isinstance(args, dict):
+    if not isinstance(args, dict) or not isinstance(value, dict):
         raise ConfigError('dataset_args must look like {"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}')
     others = sorted(k for k in value if k != "coin_flip")
     if others:

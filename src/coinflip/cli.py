@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from ._terminal import printable
 from .config import METRIC_COMPATS, SPLITS, Setting, settings
 from .errors import CoinflipError
 
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         sys.exit(1)
     except CoinflipError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {printable(exc)}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

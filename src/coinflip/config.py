@@ -51,7 +51,9 @@ GENERATION_KEYS = (
 )
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 REDACTED = "***"
-SECRET_NAME = re.compile(r"key|auth|token|secret|password|signature|sig\b|credential", re.I)
+SECRET_NAME = re.compile(r"key|auth|token|secret|password|passwd|signature|sig\b|credential|cookie|session|code", re.I)
+OWN_BODY_KEYS = ("model", "messages", "prompt", "stream", "stream_options", "n")
+REPEATS_MAX = 4096  # a sample is (question, repeat), one int key: rundir.REPEATS_MAX
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class TaskConfig:
         "JSON or key=value,... : temperature, max_tokens, max_completion_tokens, top_p, seed, stop, n, "
         "reasoning_effort, logprobs, top_logprobs, chat_template_kwargs, extra_body, extra_headers, extra_query, ...",
         factory=dict,
+        kind="json",
         metavar="JSON|K=V,...",
     )
     timeout: float = _setting(120.0, "Seconds per request attempt (streaming: also the longest gap between events).")
@@ -185,6 +188,7 @@ class TaskConfig:
         None,
         'EvalScope\'s per-benchmark settings, e.g. \'{"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}\'.',
         commands=EVAL,
+        kind="json",
         metavar="JSON",
     )
     dataset_hub: str = _setting(
@@ -260,7 +264,9 @@ class TaskConfig:
     html_report: bool = _setting(
         True, "Write the HTML report.", flag="--html/--no-html", commands=EVAL, kind="bool", evalscope=""
     )
-    progress: bool | None = _setting(None, "Progress bar (default: on a terminal).", flag=None, evalscope="")
+    progress: bool | None = _setting(
+        None, "Progress bar (default: on a terminal).", flag=None, kind="bool", evalscope=""
+    )
     quiet: bool = _setting(False, "No terminal summary.", flag=None, evalscope="")
     # EvalScope settings that are accepted but change nothing here
     judge: dict[str, Any] | None = _setting(None, "LLM judge settings.", commands=EVAL, unused=UNUSED)
@@ -285,10 +291,12 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         _evalscope.apply(self)
+        _check_types(self)
         self.datasets = _check_datasets(self.datasets)
         self.api_url = _check_urls(self.api_url)
         if self.api_key is None or self.api_key == REDACTED:
             self.api_key = next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
+        _check_header_value("api_key", self.api_key)
         self.limit = _check_limit(self.limit)
         self.generation_config = parse_generation_config(self.generation_config)
         if self.eval_batch_size is not None:
@@ -296,6 +304,8 @@ class TaskConfig:
         for name in ("few_shot_num", "few_shot_seed", "retries", "seed"):
             _check_int(name, getattr(self, name), 0 if name != "few_shot_seed" else -(2**63))
         _check_int("repeats", self.repeats, 1)
+        if self.repeats > REPEATS_MAX or self.repeats * int(self.generation_config.get("n") or 1) > REPEATS_MAX:
+            raise ConfigError(f"repeats times n (choices per request) must be at most {REPEATS_MAX}")
         for name, choices in (
             ("dataset_hub", HUBS),
             ("metric_compat", METRIC_COMPATS),
@@ -325,13 +335,20 @@ class TaskConfig:
         return self.model_id or self.model or "model"
 
     def redacted(self) -> dict[str, Any]:
-        """The config as saved to disk: the API key, and secret-looking headers and query
-        parameters of a gateway, never leave memory."""
+        """The config as saved to disk: the API key, and secret-looking headers, query and body
+        parameters of a gateway (in --api-url too), never leave memory."""
         data = asdict(self)
         if data.get("api_key"):
             data["api_key"] = REDACTED
         data["generation_config"] = redacted_generation(data["generation_config"])
+        urls = data["api_url"]
+        data["api_url"] = [redacted_url(u) for u in urls] if isinstance(urls, list) else redacted_url(urls)
         return data
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The settings given when this config was made (the rest are defaults)."""
+        return frozenset(getattr(self, "_given", ()))
 
     def notes(self) -> list[str]:
         """One line per EvalScope setting that was given but changes nothing here."""
@@ -347,10 +364,10 @@ class TaskConfig:
 
 
 def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
-    """Generation settings fit for a file: the values of extra_headers and extra_query whose names
-    look secret (api-key, Authorization, token, sig, ...) are masked."""
+    """Generation settings fit for a file: the values of extra_headers, extra_query and
+    extra_body whose names look secret (api-key, Authorization, Cookie, token, sig, ...) are masked."""
     out = dict(generation)
-    for key in ("extra_headers", "extra_query"):
+    for key in ("extra_headers", "extra_query", "extra_body"):
         if isinstance(out.get(key), dict):
             out[key] = {k: REDACTED if SECRET_NAME.search(str(k)) else v for k, v in out[key].items()}
     return out
@@ -359,10 +376,68 @@ def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
 def secrets_in(generation: dict[str, Any]) -> list[str]:
     """The values `redacted_generation` masks: also masked wherever a server echoes them."""
     found = []
-    for key in ("extra_headers", "extra_query"):
+    for key in ("extra_headers", "extra_query", "extra_body"):
         if isinstance(generation.get(key), dict):
             found += [str(v) for k, v in generation[key].items() if SECRET_NAME.search(str(k))]
     return found
+
+
+def redacted_url(url: Any) -> Any:
+    """A URL fit for a file: query parameters with secret-looking names (key, code, sig, ...) masked."""
+    if not isinstance(url, str) or "?" not in url:
+        return url
+    from urllib.parse import parse_qsl, urlencode
+
+    head, _, query = url.partition("?")
+    pairs = [(k, REDACTED if SECRET_NAME.search(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)]
+    return f"{head}?{urlencode(pairs, safe='*')}"
+
+
+def url_secrets(urls: Any) -> list[str]:
+    """The query values `redacted_url` masks."""
+    from urllib.parse import parse_qsl
+
+    found = []
+    for url in [urls] if isinstance(urls, str) else list(urls or []):
+        query = url.partition("?")[2]
+        found += [v for k, v in parse_qsl(query, keep_blank_values=True) if SECRET_NAME.search(k)]
+    return found
+
+
+_KIND_TYPES: dict[str, tuple[type, ...]] = {"text": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
+
+
+def _check_types(config: TaskConfig) -> None:
+    """Each setting holds the type it is declared with (a YAML file or dict can hold anything)."""
+    for s in settings():
+        value = getattr(config, s.name)
+        if s.unused or value is None or s.kind not in _KIND_TYPES:
+            continue
+        wanted = _KIND_TYPES[s.kind]
+        if not isinstance(value, wanted) or (s.kind in ("int", "float") and isinstance(value, bool)):
+            what = {"text": "a text", "int": "a whole number", "float": "a number", "bool": "true or false"}[s.kind]
+            raise ConfigError(f"{s.name} must be {what}, got {type(value).__name__} {_short(value)}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_header_value(name: str, value: str | None) -> None:
+    """What goes into an HTTP header must be one line of Latin-1 (a key copied with a zero-width
+    space or a line break would break the request, or be refused by the server)."""
+    if value is None:
+        return
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"{name} holds a character that cannot be sent in an HTTP header (a zero-width space, a typographic "
+            "dash or quote?): copy it again"
+        ) from None
+    if any(c in value for c in "\r\n\0"):
+        raise ConfigError(f"{name} holds a line break: copy it again")
 
 
 def _reject_unknown(init: Any) -> Any:
@@ -370,11 +445,11 @@ def _reject_unknown(init: Any) -> Any:
 
     @functools.wraps(init)
     def checked(self: TaskConfig, *args: Any, **kwargs: Any) -> None:
-        unknown = sorted(set(kwargs) - set(TaskConfig.field_names()))
+        names = TaskConfig.field_names()
+        unknown = sorted(set(kwargs) - set(names))
         if unknown:
-            raise UnknownSettingError(
-                f"unknown TaskConfig field(s) {unknown}; known: {', '.join(TaskConfig.field_names())}"
-            )
+            raise UnknownSettingError(f"unknown TaskConfig field(s) {unknown}; known: {', '.join(names)}")
+        self._given = frozenset(names[: len(args)]) | frozenset(kwargs)  # type: ignore[attr-defined]
         init(self, *args, **kwargs)
 
     return checked
@@ -415,6 +490,8 @@ def settings() -> tuple[Setting, ...]:
 
 
 def _check_datasets(value: Any) -> list[str]:
+    if value is not None and not isinstance(value, (str, list, tuple)):
+        raise ConfigError(f"datasets must be a name or a list of names, got {_short(value)}")
     names = [value] if isinstance(value, str) else list(value or [])
     unknown = [n for n in names if n != BENCHMARK]
     if not names or unknown:
@@ -425,6 +502,8 @@ def _check_datasets(value: Any) -> list[str]:
 def _check_urls(value: Any) -> str | list[str] | None:
     if value is None or value == [] or value == "":
         return None
+    if not isinstance(value, (str, list, tuple)):
+        raise ConfigError(f"api_url must be a URL or a list of URLs, got {_short(value)}")
     urls = [value] if isinstance(value, str) else list(value)
     for url in urls:
         check_url(url)
@@ -449,6 +528,8 @@ def check_url(url: Any) -> None:
     host = parts.hostname or ""
     if not host or any(c.isspace() for c in url) or (port is not None and not 0 < port < 65536):
         raise ConfigError(f"api_url {_shown(url)!r} has no valid host and port, {example}")
+    if not url.isascii() or any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise ConfigError(f"api_url {_shown(url)!r} holds characters a URL cannot carry: percent-encode them")
 
 
 def _shown(url: Any) -> Any:
@@ -546,9 +627,16 @@ def _check_generation_values(value: dict[str, Any]) -> None:
     for key in ("extra_body", "extra_query", "extra_headers", "chat_template_kwargs", "logit_bias"):
         if key in value and not isinstance(value[key], dict):
             raise ConfigError(f"generation_config {key} must be an object, got {value[key]!r}")
+    taken = sorted(set(value.get("extra_body", {})) & set(OWN_BODY_KEYS))
+    if taken:
+        raise ConfigError(
+            f"generation_config extra_body {taken}: coinflip sets these itself "
+            "(use --stream, n in --generation-config, --model, --api-mode)"
+        )
     for key, item in value.get("extra_headers", {}).items():
         if not isinstance(item, str) or any(c in f"{key}{item}" for c in "\r\n\0") or not key.strip():
             raise ConfigError(f"generation_config extra_headers {key!r}: a header is a name and a one-line text")
+        _check_header_value(f"generation_config extra_headers {key!r}", f"{key}{item}")
     bad = _non_finite(value)
     if bad:
         raise ConfigError(f"generation_config {bad} is not a finite number (NaN and Infinity are not JSON)")
@@ -566,40 +654,67 @@ def _non_finite(value: Any, path: str = "") -> str | None:
 
 
 def _split_pairs(text: str) -> list[str]:
-    """`a=1,stop=["x","y"],b=2`: commas inside brackets, braces or quotes do not split."""
+    """`a=1,stop=["x","y"],b=2`: a value that opens with a quote, bracket or brace runs to its
+    close (commas inside do not split); any other value runs to the next comma."""
     parts: list[str] = []
-    current: list[str] = []
-    depth, quote = 0, ""
-    for c in text:
-        if quote:
-            quote = "" if c == quote and (not current or current[-1] != "\\") else quote
-        elif c in "\"'":
-            quote = c
+    i, n = 0, len(text)
+    while i < n:
+        eq, comma = text.find("=", i), text.find(",", i)
+        if eq < 0 or 0 <= comma < eq:  # an item without "=": _parse_pair says so
+            end = n if comma < 0 else comma
+        else:
+            start = eq + 1
+            while start < n and text[start].isspace():
+                start += 1
+            after = _closing(text, start) if start < n and text[start] in "[{\"'" else start
+            comma = text.find(",", after)
+            end = n if comma < 0 else comma
+        parts.append(text[i:end])
+        i = end + 1
+    return [p for p in parts if p.strip()]
+
+
+def _closing(text: str, start: int) -> int:
+    """Where the quoted, bracketed or braced value opened at `start` ends (or the text's end)."""
+    opener, k, depth, in_string = text[start], start, 0, False
+    while k < len(text):
+        c = text[k]
+        if c == "\\":
+            k += 2
+            continue
+        if opener in "'\"":
+            if c == opener and k > start:
+                return k + 1
+        elif in_string:
+            in_string = c != '"'
+        elif c == '"':
+            in_string = True
         elif c in "[{":
             depth += 1
         elif c in "]}":
             depth -= 1
-        elif c == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-            continue
-        current.append(c)
-    parts.append("".join(current))
-    return [p for p in parts if p.strip()]
+            if depth == 0:
+                return k + 1
+        k += 1
+    return len(text)
 
 
 def _parse_pair(part: str) -> tuple[str, Any]:
-    """`stop=\\nQ:` means a newline: backslash escapes are read as in JSON strings."""
+    """`stop=\\nQ:` means a newline: backslash escapes are read as in JSON strings; a value in
+    single quotes is a text."""
     import json
 
     key, sep, raw = part.partition("=")
-    if not sep:
+    if not sep or not key.strip():
         raise ConfigError(f"generation_config item {part.strip()!r} is not key=value")
     raw = raw.strip()
-    try:
-        return key.strip(), json.loads(raw)
-    except json.JSONDecodeError:
-        pass
+    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+        raw = raw[1:-1]
+    else:
+        try:
+            return key.strip(), json.loads(raw)
+        except json.JSONDecodeError:
+            pass
     try:
         return key.strip(), json.loads('"' + raw.replace('"', '\\"') + '"')
     except json.JSONDecodeError:

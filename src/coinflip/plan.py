@@ -66,7 +66,7 @@ class RequestBuilder:
         self.seed = generation.get("seed")
         self.choices = int(generation.get("n") or 1)
         self.completions = config.api_mode == "completions"
-        self.short = "max_completion_tokens" not in generation
+        self.short = "max_tokens" in generation  # cap a forced answer only where the user set max_tokens
 
     def __call__(self, record: Record, draw: int = 0) -> Request:
         """The request for `record`'s draw-th request (repeats draw*n .. draw*n + n - 1)."""
@@ -81,7 +81,7 @@ class RequestBuilder:
         """The follow-up that asks for only the answer line: the conversation so far, then a fixed
         turn (chat) or a fixed cue after the reply (completions)."""
         params: dict[str, Any] = {"n": 1}
-        if self.short:
+        if self.short:  # a reasoning model may refuse max_tokens, so it is never added unasked
             params["max_tokens"] = FORCE_MAX_TOKENS
         if self.completions:
             text = "\n\n".join(m["content"] for m in request.messages) + reply + FORCE_CUE
@@ -148,6 +148,7 @@ def make_fingerprint(
     return {
         "dataset": dataset.source,
         "model": config.model,
+        "model_id": config.model_id,
         "few_shot_num": config.few_shot_num,
         "few_shot_seed": config.few_shot_seed,
         "few_shot_random": config.few_shot_random,

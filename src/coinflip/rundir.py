@@ -125,6 +125,29 @@ class RunDir:
         except OSError as exc:
             raise storage_error(self.config_file, exc) from None
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """One coinflip process at a time per run directory: resuming a run that is still going
+        would send its missing work twice. The kernel drops the lock when the process dies."""
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks here
+            yield
+            return
+        try:
+            handle = (self.root / "configs" / "run.lock").open("a")
+        except OSError:  # a read-only run directory: nothing will be written into it anyway
+            yield
+            return
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ConfigError(
+                    f"{self.root} is in use by another coinflip process; let it finish or stop it"
+                ) from None
+            yield
+
     def save_subset(self, ids: tuple[int, ...] | None) -> None:
         path = self.root / SUBSET_FILE
         try:

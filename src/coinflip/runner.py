@@ -67,40 +67,50 @@ def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
 
 
 def run_one(config: TaskConfig) -> dict[str, Any]:
-    config = resume_settings(config)
-    for note in config.notes():
-        print(f"note: {note}", file=sys.stderr)
-    plan = prepare(config)
-    run, fresh = open_run(plan)
-    handler = _attach_log(run.log)
-    try:
-        log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
-        with _stop_on_signals():
-            live = generate(plan, run, fresh)
-        return finish(run, config.metric_compat, show=not config.quiet, live=live)
-    except CoinflipError as exc:
-        log.error("%s", exc)
-        if fresh and exc.exit_code == 2:
-            _discard(run, config)
-        raise
-    finally:
-        log.removeHandler(handler)
-        handler.close()
+    with _stop_on_signals():
+        config = resume_settings(config)
+        for note in config.notes():
+            print(f"note: {note}", file=sys.stderr)
+        try:
+            plan = prepare(config)
+            run, fresh = open_run(plan)
+        except KeyboardInterrupt as exc:
+            raise RunIncomplete(f"{_stopped_by(exc)} before the run started") from None
+        handler = _attach_log(run.log)
+        try:
+            with run.locked():
+                log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
+                live = generate(plan, run, fresh)
+                return finish(run, config.metric_compat, show=not config.quiet, live=live)
+        except KeyboardInterrupt as exc:  # outside the requests: nothing was lost, the run resumes
+            raise RunIncomplete(f"{_stopped_by(exc)}; {resume_hint(run)}") from None
+        except CoinflipError as exc:
+            log.error("%s", exc)
+            if fresh and exc.exit_code == 2:
+                _discard(run, config)
+            raise
+        finally:
+            log.removeHandler(handler)
+            handler.close()
+
+
+def resume_hint(run: RunDir) -> str:
+    """The command that resumes `run`, quoted for a shell."""
+    import shlex
+
+    return f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}"
 
 
 def resume_settings(config: TaskConfig) -> TaskConfig:
-    """`--use-cache RUN_DIR` alone resumes with the run's saved settings; what is given, and
-    differs from the default, is kept (and must still match the run's fingerprint)."""
+    """`--use-cache RUN_DIR` alone resumes with the run's saved settings; what is given is kept
+    (and must still match the run's fingerprint)."""
     if not config.use_cache:
         return config
     saved = load_saved_config(Path(config.use_cache).expanduser())["config"]
-    defaults = TaskConfig(model="-")
     merged = {}
     for f in fields(TaskConfig):
-        current = getattr(config, f.name)
-        unchanged = current == getattr(defaults, f.name) or (f.name == "model" and current is None)
-        take = f.name in saved and f.name not in NOT_CARRIED and unchanged
-        merged[f.name] = saved[f.name] if take else current
+        take = f.name in saved and f.name not in NOT_CARRIED and f.name not in config.given
+        merged[f.name] = saved[f.name] if take else getattr(config, f.name)
     merged["dataset_args"] = None  # already folded into the saved fields
     gateway = [merged["generation_config"].get(k) or {} for k in ("extra_headers", "extra_query")]
     if any(value == REDACTED for part in gateway for value in part.values()):
@@ -267,7 +277,7 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
         if not config.force_answer or job.saved is not None or reply.error:
             return []
         out = []
-        for i, choice in enumerate([reply, *reply.more]):
+        for i, choice in enumerate([reply, *reply.more][: plan.build.choices]):  # a server may send more
             if extract_answer(choice.text) is None:
                 row = prediction_row(job.record, request.repeat + i, request, choice)
                 out.append((Job(job.record, row), plan.build.forced(request, choice.text or "", request.repeat + i)))
@@ -281,15 +291,9 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
             work = pending(plan, run, index)
             asyncio.run(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up))
     except EndpointBroken as exc:
-        raise EndpointBroken(
-            f"{exc}; {progress.done} predictions kept in {run.root}; "
-            f"once the server is fixed, resume with: coinflip eval --use-cache {run.root}"
-        ) from None
+        raise EndpointBroken(f"{exc}; once the server is fixed, {resume_hint(run)}") from None
     except KeyboardInterrupt as exc:
-        raise RunIncomplete(
-            f"{_stopped_by(exc)}: {progress.done} new samples kept in {run.root}; "
-            f"resume with: coinflip eval --use-cache {run.root}"
-        ) from None
+        raise RunIncomplete(f"{_stopped_by(exc)}: {progress.done} new samples kept; {resume_hint(run)}") from None
     finally:
         progress.close()
         writer.close()
@@ -436,7 +440,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
     if show:
         print_summary(report, run.root)
         if not report["complete"] and not report.get("errors_ignored"):
-            print(f"resume with: coinflip eval --use-cache {run.root}", file=sys.stderr)
+            print(resume_hint(run), file=sys.stderr)
     if saved["config"].get("html_report", True):  # the work directory's index; never raises, logs why not
         index.refresh(index.work_dir_of(run.root, saved["config"]))
     return report
@@ -453,6 +457,9 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
     for p in iter_predictions(run.predictions):
         if _waiting(p) or not isinstance(p.get("id"), int):
             continue
+        if p.get("target") not in ("YES", "NO"):  # not a row coinflip wrote: counted, not scored
+            scorer.unreadable += 1
+            continue
         if subset is not None and p["id"] not in subset:
             continue
         if subset is None and questions and p["id"] >= questions:
@@ -466,7 +473,8 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
     run = RunDir.open(run_dir)
     compat = metric_compat or load_saved_config(run.root)["config"].get("metric_compat", "coinflip")
     check_choice("metric_compat", compat, METRIC_COMPATS)
-    return finish(run, compat, show)
+    with run.locked():
+        return finish(run, compat, show)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -79,9 +79,14 @@ def template(value: str) -> Template:
     if "question" not in names or unknown:
         extra = f" (unknown placeholder(s) {unknown}; write a literal brace as {{{{ or }}}})" if unknown else ""
         raise ConfigError(f"prompt_template must be one of {', '.join(BUILT_IN)} or a text holding {{question}}{extra}")
-    zero_shot = value.replace("{fewshot}", "")
+    try:  # a format spec or conversion ({question:d}, {question!z}) fails only when formatted
+        value.format(question="Q", fewshot="")
+    except (ValueError, IndexError, KeyError, AttributeError) as exc:
+        raise ConfigError(
+            f"prompt_template cannot be filled in ({exc}); write a literal brace as {{{{ or }}}}"
+        ) from None
     few_shot = value if "fewshot" in names else FEW_SHOT_HEAD + value
-    return Template("custom", zero_shot, few_shot)
+    return Template("custom", value, few_shot)
 
 
 def reasoning(question: str) -> str:
@@ -130,7 +135,7 @@ def examples_for(question: str, candidates: Sequence[Record], count: int) -> lis
 def build_prompt(question: str, examples: Sequence[Record] = (), style: Template = BUILT_IN["default"]) -> str:
     """The one user message of a single-message prompt."""
     if not examples or style.multiturn:
-        return style.zero_shot.format(question=question)
+        return style.zero_shot.format(question=question, fewshot="")
     fewshot = "\n\n".join(format_example(r, style.reasoning) for r in examples)
     return style.few_shot.format(fewshot=fewshot, question=question)
 
@@ -150,7 +155,7 @@ def build_messages(
         return to_messages(build_prompt(question, examples, style), system_prompt)
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     for r in examples:
-        messages.append({"role": "user", "content": style.zero_shot.format(question=r.question)})
+        messages.append({"role": "user", "content": style.zero_shot.format(question=r.question, fewshot="")})
         messages.append({"role": "assistant", "content": answer(r, style.reasoning)})
-    messages.append({"role": "user", "content": style.zero_shot.format(question=question)})
+    messages.append({"role": "user", "content": style.zero_shot.format(question=question, fewshot="")})
     return messages

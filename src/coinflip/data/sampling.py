@@ -38,7 +38,7 @@ def size(limit: int | float | None, total: int) -> int:
     """How many rows a limit asks for: a count, a fraction of the set, or everything."""
     if limit is None:
         return total
-    count = max(1, round(total * limit)) if isinstance(limit, float) else int(limit)
+    count = max(1, int(total * limit)) if isinstance(limit, float) else int(limit)  # EvalScope: int(n * f)
     return min(count, total)
 
 

@@ -17,7 +17,13 @@ from urllib.parse import quote, quote_plus
 from .base import Reply
 
 MASK = "***"
-MIN_SECRET = 4  # shorter values would mask ordinary words
+MIN_SECRET = 8  # shorter values would mask ordinary words ("none", "EMPTY"); real keys are far longer
+PLACEHOLDERS = {"empty", "none", "dummy", "ollama", "lm-studio", "sk-no-key-required", "not-needed", "no-key"}
+
+
+def is_secret(value: str | None) -> bool:
+    """A value worth masking: long enough, and not one of the stand-ins local servers accept."""
+    return bool(value) and len(value or "") >= MIN_SECRET and (value or "").lower() not in PLACEHOLDERS
 
 
 def _forms(secret: str) -> set[str]:
@@ -35,7 +41,7 @@ class Redactor:
     """Masks every form of the given secrets; a no-op without any."""
 
     def __init__(self, secrets: Iterable[str | None]) -> None:
-        forms = set().union(*(_forms(s) for s in secrets if s and len(s) >= MIN_SECRET))
+        forms = set().union(*(_forms(s) for s in secrets if s is not None and is_secret(s)))
         longest_first = sorted(forms, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, longest_first))) if forms else None
 

@@ -246,8 +246,10 @@ def parse_stream(events: list[tuple[float, str, str]], mode: str, sent: float) -
     choices: dict[int, _Choice] = {}
     found_usage: dict[str, int] | None = None
     first: float | None = None
+    done = False
     for at, kind, data in events:
         if data.strip() == "[DONE]":
+            done = True
             break
         chunk = load_json(data)
         if kind == "error" or (isinstance(chunk, dict) and chunk.get("error")):
@@ -260,6 +262,8 @@ def parse_stream(events: list[tuple[float, str, str]], mode: str, sent: float) -
                 first = at
     if not choices:
         raise BadReply("the stream ended without any choice")
+    if not done and any(c.finish is None for c in choices.values()):  # a proxy cut it off: ask again
+        raise BadReply("the stream ended before the reply was complete (no finish_reason and no [DONE])")
     replies = [choices[i].reply() for i in sorted(choices)]
     replies[0].usage = found_usage
     replies[0].more = replies[1:]

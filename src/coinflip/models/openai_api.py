@@ -32,7 +32,7 @@ import time
 from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
-from ..config import secrets_in
+from ..config import secrets_in, url_secrets
 from ..errors import EndpointBroken, EndpointError, FatalAPIError
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, Response, merge_headers
 from ._proxy import shown_url
@@ -144,8 +144,9 @@ class OpenAIChat:
         self.extra_body = dict(generation.get("extra_body") or {})
         self.retries = retries
         self.backoff_base = backoff_base
-        self.redact = Redactor([api_key, *secrets_in(generation)])
+        self.redact = Redactor([api_key, *secrets_in(generation), *url_secrets(urls)])
         self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
+        self.answered = False  # any reply yet: before one, a web page means a wrong --api-url
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
         if stream:
             headers["Accept"] = "text/event-stream"
@@ -188,6 +189,7 @@ class OpenAIChat:
                 reply.latency_s = time.perf_counter() - start
                 reply.attempts = attempt
                 self.early_stop.success()
+                self.answered = True
                 return self.redact.reply(reply)
             except RetryableError as exc:
                 message, status, wait = str(exc), exc.status, exc.retry_after
@@ -236,6 +238,11 @@ class OpenAIChat:
 
     def _read(self, url: str, response: Response) -> Reply:
         status = response.status
+        if 200 <= status < 300 and not self.answered and _web_page(response):
+            raise EndpointError(
+                f"{_place(url)} answered with a web page, not the OpenAI API: check --api-url "
+                "(it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
+            )
         if 200 <= status < 300:
             try:
                 if response.events is not None:
@@ -259,6 +266,12 @@ class OpenAIChat:
 
     async def aclose(self) -> None:
         await self._pool.aclose()
+
+
+def _web_page(response: Response) -> bool:
+    """An HTML page (a web UI's root, a login or captive portal) where JSON or a stream was due."""
+    kind = response.headers.get("content-type", "").lower()
+    return "text/html" in kind or (response.events is None and response.body.lstrip()[:1] == b"<")
 
 
 def _location(url: str, response: Response) -> str:

@@ -13,6 +13,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from .._terminal import printable
 from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
@@ -277,8 +278,8 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
     for column in ("f1", "acc", "prec", "recall", "yes", "invalid"):  # f1_score, accuracy, precision, recall, yes_ratio
         board.add_column(column, justify="right")
     for r in result["leaderboard"]:
-        name = Text(r["model"], style="bold")
-        name.append(f"\n{r['run_id']} · {_f(r['samples'], '.0f')} q · {r['data']} · {r['template']} · ")
+        name = Text(printable(r["model"]), style="bold")
+        name.append(printable(f"\n{r['run_id']} · {_f(r['samples'], '.0f')} q · {r['data']} · {r['template']} · "))
         name.append(f"{_f(r['few_shot'], '.0f')}-shot" + ("" if r["complete"] else " · INCOMPLETE"))
         scores = [_f(r[m], ".3f") for m in METRICS]
         board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
@@ -294,7 +295,7 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
         tests.add_row(*(Text(c) for c in cells))
     console.print(tests)
     for warning in result["warnings"]:
-        console.print(Text.assemble(("warning: ", "yellow"), warning))
+        console.print(Text.assemble(("warning: ", "yellow"), printable(warning)))
     for note in result["skipped"]:
-        console.print(Text.assemble(("note: ", "cyan"), note))
-    console.print(Text("wrote " + ", ".join(str(p) for p in written)))
+        console.print(Text.assemble(("note: ", "cyan"), printable(note)))
+    console.print(Text(printable("wrote " + ", ".join(str(p) for p in written))))

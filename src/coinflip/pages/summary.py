@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .._terminal import printable
 from ..scoring.metrics import METRICS
 
 
@@ -38,8 +39,8 @@ def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: 
     for warning in report["warnings"]:
         label = "INCOMPLETE: " if not report["complete"] and _incomplete(warning) else "WARNING: "
         style = "bold red" if label.startswith("INC") else "bold yellow"
-        console.print(Text.assemble((label, style), warning), soft_wrap=True)
-    table = Table(title=Text(f"coin_flip - {report['model']}"), title_justify="left")
+        console.print(Text.assemble((label, style), printable(warning)), soft_wrap=True)
+    table = Table(title=Text(printable(f"coin_flip - {report['model']}")), title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95% interval", justify="right")
@@ -55,9 +56,9 @@ def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: 
         table.add_row(*row)
     console.print(table)
     for line in lines(report):
-        console.print(Text(line), soft_wrap=True)
+        console.print(Text(printable(line)), soft_wrap=True)
     if run_dir is not None:
-        console.print(Text(f"run directory: {run_dir}"), soft_wrap=True)
+        console.print(Text(printable(f"run directory: {run_dir}")), soft_wrap=True)
 
 
 def _incomplete(warning: str) -> bool:

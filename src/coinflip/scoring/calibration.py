@@ -49,8 +49,8 @@ def answer_window(logprobs: Sequence[dict[str, Any]] | None, bare: bool = False)
 def p_yes(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> float | None:
     """P(YES) at the answer position of a window from `answer_window`; None when the answer
     token is neither a YES nor a NO variant, or the server sent no probabilities for it."""
-    if not window:
-        return None
+    if not isinstance(window, list) or not window or not all(isinstance(e, dict) for e in window):
+        return None  # nothing, or not what a run writes (a hand-edited file)
     joined = "".join(str(e.get("token", "")) for e in window)
     markers = list(_MARKER.finditer(joined))
     if not markers and not bare:
@@ -74,13 +74,14 @@ def _side(token: str) -> str | None:
 
 
 def _normalised(entry: dict[str, Any]) -> float | None:
-    options = dict(entry.get("top") or {})
+    top = entry.get("top")
+    options = dict(top) if isinstance(top, dict) else {}
     options.setdefault(str(entry.get("token", "")), entry.get("logprob"))
     mass = {"yes": 0.0, "no": 0.0}
     for token, logprob in options.items():
         side = _side(token)
         if side is not None and isinstance(logprob, (int, float)) and math.isfinite(logprob):
-            mass[side] += math.exp(logprob)
+            mass[side] += math.exp(min(logprob, 0.0))
     total = mass["yes"] + mass["no"]
     return mass["yes"] / total if total > 0 else None
 

@@ -65,6 +65,8 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     report["calibration"] = _calibration(scorer, outcomes)
     report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
     report["warnings"] = warnings(report, expected, len(outcomes))
+    if scorer.unreadable:
+        report["warnings"].append(f"{scorer.unreadable} saved row(s) have no YES or NO target and were left out")
     report["notes"] = notes(report)
     return report
 

@@ -207,6 +207,26 @@ class Usage:
         return [{"message": message, "count": count} for message, count in ranked[:n]]
 
 
+SHOWN_CHARS = 4000  # of a prompt or reply on the page: the JSONL files keep every character
+
+
+def _clip(text: Any) -> Any:
+    """A long text's start and its end (where the answer line is), with how much was left out."""
+    if not isinstance(text, str) or len(text) <= SHOWN_CHARS:
+        return text
+    head, tail = SHOWN_CHARS // 4, SHOWN_CHARS * 3 // 4
+    return f"{text[:head]}\n[... {len(text) - head - tail:,} characters not shown ...]\n{text[-tail:]}"
+
+
+def _lean(prediction: dict[str, Any]) -> dict[str, Any]:
+    """What the page shows of a prediction, so thousands of long replies do not fill the memory."""
+    lean = {k: _clip(prediction.get(k)) for k in ("question", "prompt", "reply", "error")}
+    forced = prediction.get("forced")
+    if isinstance(forced, dict):
+        lean["forced"] = {k: _clip(forced.get(k)) for k in ("reply", "error")}
+    return lean
+
+
 class Showcase:
     """The samples the HTML page lists: failures first, then correct ones, each in key order, up
     to a cap. Kept as the lowest keys of each kind, so the order samples arrive in does not matter."""
@@ -219,8 +239,10 @@ class Showcase:
 
     def add(self, key: int, prediction: dict[str, Any], review: dict[str, Any]) -> None:
         heap = self.passed if review["correct"] else self.failed
+        if len(heap) >= self.cap and -key <= heap[0][0]:
+            return
         self._seq += 1
-        entry = (-key, self._seq, prediction, review)  # max-heap on key
+        entry = (-key, self._seq, _lean(prediction), review)  # max-heap on key
         if len(heap) < self.cap:
             heapq.heappush(heap, entry)
         elif entry[0] > heap[0][0]:
@@ -240,6 +262,7 @@ class Scorer:
         self.usage = Usage()
         self.forced_usage = Usage()
         self.showcase = Showcase(showcase_cap)
+        self.unreadable = 0  # saved rows left out: no YES or NO target (a hand-edited file)
         self.keys = array("q")  # in arrival order
         self.codes = array("i")
         self.p_yes: array[float] | None = None  # made when the first P(YES) lands

@@ -1,0 +1,13 @@
+"""Text fit for a terminal: what a server, a model or a run directory wrote may hold escape
+sequences (clear the screen, set the title, a hidden link); printed, they would act."""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """`text` with every control character but tab and newline shown as U+FFFD."""
+    return _CONTROL.sub("\ufffd", str(text))
