@@ -83,3 +83,13 @@ def test_bootstrap_is_seeded_and_brackets_the_estimate() -> None:
     for name in ("precision", "recall", "f1_score", "accuracy", "yes_ratio"):
         lo, hi = a["intervals"][name]
         assert lo <= a["metrics"][name] <= hi and hi - lo < 0.2
+
+
+def test_small_counts_never_collapse_to_a_point_interval() -> None:
+    r = compute([Outcome("YES", "YES")] * 2 + [Outcome("NO", "NO")] * 3)
+    assert r["metrics"]["precision"] == 1.0 and r["metrics"]["recall"] == 1.0
+    for name in ("precision", "recall", "f1_score"):
+        lo, hi = r["intervals"][name]
+        assert lo < 0.9 and hi == 1.0  # two answers say little; the interval holds the estimate
+    zero = compute([Outcome("YES", "NO")] * 4 + [Outcome("NO", "NO")])["intervals"]["f1_score"]
+    assert zero[0] == 0.0 and zero[1] > 0.1

@@ -1,10 +1,12 @@
 """Answer probabilities: how sure the model was, where the server returns log probabilities.
 
 P(YES) is the probability of the YES token against the NO token at the answer position: the
-first word token after the last `ANSWER:` marker of the reply or of the forced answer (a forced
-answer without a marker is a bare verdict: its first word).
-Tokenisation variants (" YES", "YES", "Yes", "yes", "**YES") are summed per side, over the
-chosen token and the top alternatives the server sent, then normalised: P(YES) / (P(YES) + P(NO)).
+first token after the last `ANSWER:` marker of the reply or of the forced answer (a forced
+answer without a marker is a bare verdict: its first word), past spaces, markdown, quotes and
+brackets. The word written there must be yes or no (in any case, across tokens: SmolLM2 writes
+" Y" + "ES"); otherwise the sample has no P(YES). At that position, the chosen token and the top
+alternatives the server sent are summed per side, every tokenisation counting (" YES", "YES",
+"Yes", "yes", " Y", "N": any start of yes or no), then normalised: P(YES) / (P(YES) + P(NO)).
 
 Over the samples that have one: AUROC of P(YES) against the target (YES positive; ties count
 half), the Brier score, and the expected calibration error over 10 equal-width bins of P(YES)
@@ -24,7 +26,9 @@ from .extract import _MARKER
 WINDOW = 8  # tokens kept after the token holding the last marker
 BINS = 10
 _WORD = re.compile(r"[A-Za-z]+")
-_FILLER = re.compile(r"[\s*_`#>]*")  # spaces and markdown between the marker and the answer
+_FILLER = r"\s*_`#>\"'“”‘’«»\[\](){}$\\"  # spaces, markdown, quotes and brackets before the answer
+_LEAD = re.compile(f"[{_FILLER}]*")
+_LETTERS = re.compile(r"[A-Za-z]*")
 
 
 def answer_window(logprobs: Sequence[dict[str, Any]] | None, bare: bool = False) -> list[dict[str, Any]] | None:
@@ -47,30 +51,46 @@ def answer_window(logprobs: Sequence[dict[str, Any]] | None, bare: bool = False)
 
 
 def p_yes(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> float | None:
-    """P(YES) at the answer position of a window from `answer_window`; None when the answer
-    token is neither a YES nor a NO variant, or the server sent no probabilities for it."""
+    """P(YES) at the answer position of a window from `answer_window`; None when the word written
+    there is not yes or no, or the server sent no probability for either."""
     if not isinstance(window, list) or not window or not all(isinstance(e, dict) for e in window):
         return None  # nothing, or not what a run writes (a hand-edited file)
-    joined = "".join(str(e.get("token", "")) for e in window)
-    markers = list(_MARKER.finditer(joined))
+    tokens = [str(e.get("token", "")) for e in window]
+    markers = list(_MARKER.finditer("".join(tokens)))
     if not markers and not bare:
         return None
     end, position = (markers[-1].end() if markers else 0), 0
-    for entry in window:
-        token = str(entry.get("token", ""))
+    for i, token in enumerate(tokens):
         begins, position = position, position + len(token)
-        if position <= end or _FILLER.fullmatch(token[max(0, end - begins) :]):
-            continue  # still inside the marker, or only spaces and markdown
-        return _normalised(entry)  # the answer position, whatever was chosen there
+        rest = token[max(0, end - begins) :] if position > end else ""
+        rest = rest[_LEAD.match(rest).end() :]  # type: ignore[union-attr]
+        if not rest:
+            continue  # still inside the marker, or only spaces, markdown, quotes
+        if _word(rest, tokens[i + 1 :]).lower() not in ("yes", "no"):
+            return None
+        return _normalised(window[i])
     return None
 
 
+def _word(start: str, following: Sequence[str]) -> str:
+    """The word that begins `start`, carried on through the following tokens while they are letters."""
+    word = _LETTERS.match(start).group()  # type: ignore[union-attr]
+    if word != start:
+        return word
+    for token in following:
+        more = _LETTERS.match(token).group()  # type: ignore[union-attr]
+        word += more
+        if more != token:
+            break
+    return word
+
+
 def _side(token: str) -> str | None:
-    words = _WORD.findall(token)
-    if len(words) != 1:
+    """yes or no for any start of either word (" Y", "Ye", "YES", "no"); None otherwise."""
+    letters = re.sub(r"[^a-z]", "", token.lower())
+    if not letters:
         return None
-    word = words[0].lower()
-    return word if word in ("yes", "no") else None
+    return "yes" if "yes".startswith(letters) else "no" if "no".startswith(letters) else None
 
 
 def _normalised(entry: dict[str, Any]) -> float | None:
@@ -79,7 +99,7 @@ def _normalised(entry: dict[str, Any]) -> float | None:
     options.setdefault(str(entry.get("token", "")), entry.get("logprob"))
     mass = {"yes": 0.0, "no": 0.0}
     for token, logprob in options.items():
-        side = _side(token)
+        side = _side(str(token))
         if side is not None and isinstance(logprob, (int, float)) and math.isfinite(logprob):
             mass[side] += math.exp(min(logprob, 0.0))
     total = mass["yes"] + mass["no"]

@@ -116,6 +116,9 @@ def _calibration(scorer: Scorer, outcomes: Outcomes) -> dict[str, Any]:
     known = np.isfinite(p) if p is not None else None
     if p is None or known is None or not known.any():
         return {"available": False, "reason": NO_LOGPROBS}
+    order = scorer.order()  # sums in key order: a live run and its rescore give the same floats
+    if order is not None:
+        p, known, outcomes = p[order], known[order], outcomes.where(order)
     result = calibration(p[known], (outcomes.cell[known] < 3).astype(np.float64))
     return {"available": True, "coverage": float(known.mean()), **result}
 

@@ -86,10 +86,11 @@ class Policy:
         """The probability the answer token gets; the other answer gets the rest."""
         return (0.55, 0.7, 0.85, 0.95)[self._draw(question, "confidence", 4)]
 
-    def p_yes(self, question: str, answer: str | None) -> float:
-        """P(YES) at the answer position of a reply that answered `answer` (None: "maybe")."""
+    def p_yes(self, question: str, answer: str | None) -> float | None:
+        """P(YES) at the answer position of a reply that answered `answer`; None for "maybe" (its
+        alternatives hold YES 0.3 and NO 0.2, but the word written is no answer)."""
         if answer is None:
-            return 0.6  # "maybe" is chosen, with YES 0.3 and NO 0.2 among the alternatives
+            return None
         c = self.confidence(question)
         return c if answer == "YES" else 1 - c
 
@@ -212,13 +213,12 @@ class Handler:
             "completion_tokens": len(text) // 4,
             "total_tokens": (len(prompt) + len(text)) // 4,
         }
-        p_yes = 0.5
+        p_yes = state.policy.p_yes(question, answer)
         scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
         n = body.get("n") if isinstance(body.get("n"), int) else 1
         if body.get("stream"):
             include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
             return self.stream(text, scratch if chat else None, n, usage if include else None, body, p_yes)
-        p_yes = state.policy.p_yes(question, answer)
         logprobs = _logprobs(text, chat, p_yes) if body.get("logprobs") else None
         if not chat:
             choices = [{"index": i, "finish_reason": "stop", "text": text, "logprobs": logprobs} for i in range(n)]
@@ -237,7 +237,7 @@ class Handler:
         )
 
     def stream(
-        self, text: str, scratch: str | None, n: int, usage: Any, body: dict[str, Any], p_yes: float = 0.5
+        self, text: str, scratch: str | None, n: int, usage: Any, body: dict[str, Any], p_yes: float | None = 0.5
     ) -> Stream:
         """Chunks as vLLM streams them: role, reasoning pieces, content pieces, finish, usage, [DONE]."""
         chat = scratch is not None
@@ -304,19 +304,19 @@ def _answer_side(token: str) -> str | None:
     return word if word in ("YES", "NO", "MAYBE") else None
 
 
-def _alternatives(token: str, p_yes: float) -> list[tuple[str, float]]:
+def _alternatives(token: str, p_yes: float | None) -> list[tuple[str, float]]:
     """The answer token and the other answers, with the probabilities that make P(YES) = p_yes."""
     side = _answer_side(token)
     if side == "MAYBE":
         return [(token, math.log(0.5)), (" YES", math.log(0.3)), (" NO", math.log(0.2))]
-    if side is None:
+    if side is None or p_yes is None:
         return [(token, -0.25), ("?", -3.0)]
     other = token.replace(side, "NO" if side == "YES" else "YES")
     mine = p_yes if side == "YES" else 1 - p_yes
     return [(token, math.log(mine)), (other, math.log(1 - mine))]
 
 
-def _logprobs(text: str, chat: bool, p_yes: float = 0.5) -> dict[str, Any]:
+def _logprobs(text: str, chat: bool, p_yes: float | None = 0.5) -> dict[str, Any]:
     tokens = _pieces(text)
     options = [_alternatives(t, p_yes) for t in tokens]
     if chat:
