@@ -96,7 +96,7 @@ def test_without_log_probabilities_the_report_says_why(tmp_path: Path) -> None:
     result = run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path))
     assert result.returncode == 0
     report = json.loads((only_run_dir(tmp_path) / "reports/oracle/coin_flip.json").read_text())
-    assert report["calibration"]["available"] is False and "logprobs=true" in report["calibration"]["reason"]
+    assert report["calibration"]["available"] is False and "logprobs=5" in report["calibration"]["reason"]
     assert "forced" not in report
 
 

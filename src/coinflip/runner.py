@@ -145,6 +145,9 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     ]
     if differences:
         raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
+    before = (saved.get("subset") or {}).get("count")
+    if before is not None and before != plan.subset.count:
+        print(f"note: the run now covers {plan.subset.count} questions (it covered {before})", file=sys.stderr)
     run = RunDir.open(root)
     run.save_config(content)
     run.save_subset(plan.subset.ids)
@@ -164,6 +167,9 @@ def _discard(run: RunDir, config: TaskConfig) -> None:
         return
     if not config.no_timestamp:
         shutil.rmtree(run.root, ignore_errors=True)
+        with contextlib.suppress(OSError):  # and the work directory, if this run made it
+            if run.root.parent.exists() and not any(run.root.parent.iterdir()) and run.made_work_dir:
+                run.root.parent.rmdir()
         return
     for path in (run.config_file, run.root / "configs" / "subset.json", run.log, run.server_log):
         with contextlib.suppress(OSError):

@@ -211,13 +211,13 @@ def to_markdown(result: dict[str, Any]) -> str:
         "",
         "## Paired McNemar tests (shared samples)",
         "",
-        "| A | B | shared | only A right | only B right | chi2 | p | p (exact) |",
+        "| A | B | shared | only A right | only B right | chi2 | p | chi2 (corrected) | p (corrected) | p (exact) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for p in result["pairs"]:
         lines.append(
             f"| {_md(p['a'])} | {_md(p['b'])} | {p['shared']} | {p['only_a']} | {p['only_b']} | {p['chi2']:.4f} "
-            f"| {p['p_value']:.4g} | {p['p_exact']:.4g} |"
+            f"| {p['p_value']:.4g} | {p['chi2_corrected']:.4f} | {p['p_corrected']:.4g} | {p['p_exact']:.4g} |"
         )
     notes = [f"- **Warning:** {_md(w)}" for w in result["warnings"]] + [f"- {_md(s)}" for s in result["skipped"]]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
@@ -233,7 +233,8 @@ def to_html(result: dict[str, Any]) -> str:
     )
     pairs = "".join(
         f"<tr><td>{escape(p['a'])}</td><td>{escape(p['b'])}</td><td>{p['shared']}</td><td>{p['only_a']}</td><td>{p['only_b']}</td>"
-        f"<td>{p['chi2']:.4f}</td><td>{p['p_value']:.4g}</td><td>{p['p_exact']:.4g}</td></tr>"
+        f"<td>{p['chi2']:.4f}</td><td>{p['p_value']:.4g}</td><td>{p['chi2_corrected']:.4f}</td>"
+        f"<td>{p['p_corrected']:.4g}</td><td>{p['p_exact']:.4g}</td></tr>"
         for p in result["pairs"]
     )
     notes = "".join(f"<p><b>Warning:</b> {escape(w)}</p>" for w in result["warnings"])
@@ -244,7 +245,7 @@ def to_html(result: dict[str, Any]) -> str:
         f"<h1>CoinFlip comparison</h1>{notes}<table><tr><th>rank</th><th>model</th><th>run</th><th>samples</th><th>data</th>"
         f"<th>template</th><th>few-shot</th>{head}<th>invalid</th></tr>{rows}</table>"
         "<h2>Paired McNemar tests</h2><table><tr><th>A</th><th>B</th><th>shared</th><th>only A right</th><th>only B right</th>"
-        f"<th>chi2</th><th>p</th><th>p exact</th></tr>{pairs}</table>",
+        f"<th>chi2</th><th>p</th><th>chi2 corrected</th><th>p corrected</th><th>p exact</th></tr>{pairs}</table>",
     )
 
 
@@ -262,6 +263,16 @@ def write_files(result: dict[str, Any], out: Path) -> list[Path]:
     except OSError as exc:
         raise StorageError(f"cannot write the comparison to {out}: {exc.strerror or exc}") from None
     return [out / name for name in files]
+
+
+def default_out(result: dict[str, Any]) -> Path:
+    """compare/ beside the runs: in the work directory they share (their runs' parent), so one
+    comparison does not overwrite another of other runs."""
+    import os
+
+    parents = {str(Path(r["run"]).resolve().parent) for r in result["leaderboard"]}
+    shared = os.path.commonpath(sorted(parents)) if parents else ""
+    return Path(shared) / "compare" if shared and shared != "/" else Path("outputs") / "compare"
 
 
 def print_result(result: dict[str, Any], written: list[Path], console: Any = None) -> None:
@@ -285,13 +296,16 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
         board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
     console.print(board)
     tests = Table(
-        title="Paired McNemar tests (shared samples; A and B by rank)", title_justify="left", box=box.SIMPLE_HEAD
+        title="Paired McNemar tests (shared samples; A and B by rank; cc: with continuity correction)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
     )
-    for column in ("A", "B", "shared", "only A right", "only B right", "chi2", "p", "p exact"):
+    for column in ("A", "B", "shared", "only A", "only B", "chi2", "p", "chi2 cc", "p cc", "p exact"):
         tests.add_column(column, overflow="fold")
     for p in result["pairs"]:
         cells = [f"#{p['a_rank']}", f"#{p['b_rank']}", str(p["shared"]), str(p["only_a"]), str(p["only_b"])]
-        cells += [f"{p['chi2']:.4f}", f"{p['p_value']:.4g}", f"{p['p_exact']:.4g}"]
+        cells += [f"{p['chi2']:.4f}", f"{p['p_value']:.4g}", f"{p['chi2_corrected']:.4f}", f"{p['p_corrected']:.4g}"]
+        cells.append(f"{p['p_exact']:.4g}")
         tests.add_row(*(Text(c) for c in cells))
     console.print(tests)
     for warning in result["warnings"]:

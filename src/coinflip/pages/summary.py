@@ -59,6 +59,9 @@ def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: 
         console.print(Text(printable(line)), soft_wrap=True)
     if run_dir is not None:
         console.print(Text(printable(f"run directory: {run_dir}")), soft_wrap=True)
+        pages = sorted(run_dir.glob("reports/*/coin_flip.html"))
+        if pages:
+            console.print(Text(printable(f"page: {pages[0]}")), soft_wrap=True)
 
 
 def _incomplete(warning: str) -> bool:

@@ -20,7 +20,7 @@ from .scorer import _FORCED, Scorer
 EXTRACTION = "coinflip.extract_answer/1"
 EXTRACTION_EVALSCOPE = EVALSCOPE_EXTRACTION
 NO_LOGPROBS = (
-    "no log probabilities in the replies: ask for them with generation_config logprobs=true,top_logprobs=5 "
+    "no log probabilities in the replies: ask for them with --generation-config logprobs=5 "
     "(OpenAI, vLLM and llama.cpp servers return them)"
 )
 

@@ -1,4 +1,4 @@
-"""An OpenAI-compatible chat server on 127.0.0.1 that answers CoinFlip questions by a known policy.
+"""An OpenAI-compatible server on 127.0.0.1 (chat and completions) that answers CoinFlip questions by a known policy.
 
 Used by the tests and the benchmarks, and handy for trying coinflip without a model:
 
@@ -464,6 +464,7 @@ def serve(argv: list[str] | None = None) -> None:
 
     async def main() -> None:
         server = await start_server(state, args.port)
+        print(f"serving the {args.policy} policy on http://127.0.0.1:{args.port}/v1 (Ctrl-C stops)", flush=True)
         async with server:
             await server.serve_forever()
 
