@@ -11,7 +11,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from .config import TaskConfig
+from . import __version__
+from .config import TaskConfig, safe_name
 from .data.generate import PeopleRange, generate_file
 from .pages.charts import line_chart, page
 from .runner import run_task
@@ -73,7 +74,7 @@ def to_markdown(result: dict[str, Any]) -> str:
     for p in result["points"]:
         lo, hi = p["interval"]
         lines.append(
-            f"| {p['people']} | {p['accuracy']:.4f} | {lo:.3f} - {hi:.3f} | {p['f1_score']:.4f} | {p['invalid_rate']:.1%} | {p['samples']} |"
+            f"| {p['people']} | {p['accuracy']:.4f} | {lo:.3f} - {hi:.3f} | {_f1(p)} | {p['invalid_rate']:.1%} | {p['samples']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -84,11 +85,26 @@ def to_html(result: dict[str, Any]) -> str:
     )
     rows = "".join(
         f"<tr><td>{p['people']}</td><td>{p['accuracy']:.4f}</td><td>{p['interval'][0]:.3f} - {p['interval'][1]:.3f}</td>"
-        f"<td>{p['invalid_rate']:.1%}</td><td>{p['samples']}</td></tr>"
+        f"<td>{_f1(p)}</td><td>{p['invalid_rate']:.1%}</td><td>{p['samples']}</td>"
+        f'<td><a href="{escape(_page_of(result, p))}">{escape(str(p["run"]))}</a></td></tr>'
         for p in result["points"]
     )
     return page(
         f"CoinFlip sweep - {result['model']}",
-        f"<h1>Accuracy by number of people - {escape(result['model'])}</h1>{chart}"
-        f"<table><tr><th>people</th><th>accuracy</th><th>95% interval</th><th>invalid</th><th>samples</th></tr>{rows}</table>",
+        f"<h1>Accuracy by number of people - {escape(result['model'])}</h1>"
+        f'<p class="meta">{result["count"]} generated questions per length, seed {result["seed"]}; '
+        f"coinflip {escape(__version__)}</p>{chart}"
+        "<table><tr><th>people</th><th>accuracy</th><th>95% interval</th><th>f1_score</th><th>invalid</th>"
+        f"<th>samples</th><th>run</th></tr>{rows}</table>",
     )
+
+
+def _f1(point: dict[str, Any]) -> str:
+    return "undefined" if point["f1_score"] is None else f"{point['f1_score']:.4f}"
+
+
+def _page_of(result: dict[str, Any], point: dict[str, Any]) -> str:
+    """The run's own page, relative to the sweep folder."""
+    from urllib.parse import quote
+
+    return quote(f"runs/{point['run']}/reports/{safe_name(result['model'])}/coin_flip.html")

@@ -56,8 +56,12 @@ def histogram(values: list[float], label: str, bins: int = 20) -> str:
 
 
 PAGE_STYLE = (
-    "body{font:14px system-ui,sans-serif;margin:24px}table{border-collapse:collapse}"
-    "td,th{border:1px solid #ccd;padding:4px 8px}svg text{font-size:11px;fill:#444}"
+    "body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;padding:20px;"
+    "max-width:1180px;color:#1d2330;background:#f6f7f9}h1{font-size:22px}h2{font-size:17px;margin-top:26px}"
+    "table{border-collapse:collapse;background:#fff;border:1px solid #dde1e8}"
+    "td,th{border-bottom:1px solid #e5e8ee;padding:5px 9px;text-align:left}td{font-variant-numeric:tabular-nums}"
+    "svg{background:#fff;border:1px solid #dde1e8;border-radius:8px}svg text{font-size:11px;fill:#444}"
+    ".meta{color:#5b6475;font-size:13px}a{color:#3558d6}"
 )
 
 

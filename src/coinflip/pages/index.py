@@ -156,16 +156,19 @@ def _datasets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _rank(rows: list[dict[str, Any]]) -> None:
-    """Ranks by F1 among complete runs on the same data and of the same size; others get none."""
-    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    """Ranks by F1 among complete runs on the same data, of the same size and in the same
+    arithmetic; others get none. Equal F1 shares a rank (1, 2, 2, 4)."""
+    groups: dict[tuple[str, Any, Any], list[dict[str, Any]]] = {}
     for r in rows:
         r["rank"] = None
         if r["complete"] and r["m"]["f1_score"][0] is not None:
-            groups.setdefault((r["data"]["key"], r["samples"]), []).append(r)
+            groups.setdefault((r["data"]["key"], r["samples"], r.get("compat")), []).append(r)
     for members in groups.values():
         members.sort(key=lambda r: -r["m"]["f1_score"][0])
         for n, r in enumerate(members, 1):
-            r["rank"] = n
+            ahead = members[n - 2] if n > 1 else None
+            tied = ahead is not None and round(ahead["m"]["f1_score"][0], 12) == round(r["m"]["f1_score"][0], 12)
+            r["rank"] = ahead["rank"] if tied and ahead is not None else n
             r["rank_of"] = len(members)
 
 

@@ -54,7 +54,7 @@ function readHash(){var p=new URLSearchParams(location.hash.replace(/^#/,''));S=
 function writeHash(){var p=new URLSearchParams();for(var k in DEF)if(S[k]!==DEF[k])p.set(k,S[k]);try{history.replaceState(null,'','#'+p.toString())}catch(e){}}
 function label(r){return r.model+' \u00b7 '+r.run}
 var COLS=[{k:'sel',t:''},{k:'rank',t:'#',n:1,up:1},{k:'model',t:'model'},{k:'run',t:'run'},{k:'date',t:'date'},{k:'data',t:'data'},
- {k:'template',t:'template'},{k:'few_shot',t:'shots',n:1},{k:'repeats',t:'reps',n:1},{k:'samples',t:'samples',n:1}];
+ {k:'template',t:'template'},{k:'few_shot',t:'shots',n:1},{k:'repeats',t:'reps',n:1},{k:'samples',t:'samples',n:1},{k:'compat',t:'arithmetic'}];
 M.forEach(function(m){COLS.push({k:m,t:m,n:1,m:1})});
 D.extras.forEach(function(e){COLS.push({k:e[0],t:e[1],n:1,x:1})});
 COLS.push({k:'invalid_rate',t:'invalid',n:1},{k:'errors',t:'errors',n:1},{k:'status',t:'status'});
@@ -74,7 +74,7 @@ function cell(tr,text,cls,title){var td=el('td',cls,text);if(title)td.setAttribu
 function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAttribute('data-id',r.id);tr.setAttribute('data-model',r.model);
  var td=el('td'),box=el('input');box.type='checkbox';box.checked=sel;box.addEventListener('change',function(){var ids=S.sel?S.sel.split(','):[];
   if(box.checked)ids.push(r.id);else ids=ids.filter(function(x){return x!==r.id});S.sel=ids.join(',');update()});td.appendChild(box);tr.appendChild(td);
- cell(tr,r.rank==null?'\u2013':r.rank,'num',r.rank==null?'not ranked: incomplete':'rank '+r.rank+' of '+r.rank_of+' complete runs on '+r.tag+' with '+int(r.samples)+' samples');
+ cell(tr,r.rank==null?'\u2013':r.rank,'num',r.rank==null?'not ranked: incomplete':'rank '+r.rank+' of '+r.rank_of+' complete runs on '+r.tag+' with '+int(r.samples)+' samples in '+r.compat+' arithmetic');
  cell(tr,r.model.length>60?r.model.slice(0,59)+'\u2026':r.model,'model',r.model.length>60?r.model:'');
  var rc=el('td','runc'),more=el('button','more',OPEN[r.id]?'\u25be':'\u25b8');more.setAttribute('title','details');more.addEventListener('click',function(){OPEN[r.id]=!OPEN[r.id];table()});rc.appendChild(more);
  if(r.href){var a=el('a',null,r.run);a.setAttribute('href',r.href);rc.appendChild(a)}else rc.appendChild(document.createTextNode(r.run));
@@ -82,7 +82,7 @@ function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAt
  cell(tr,r.date.slice(0,16),'num',r.date);
  var dc=el('td','datac');var tag=el('span','tag',r.tag);tag.style.background=TAGC[r.tag];dc.appendChild(tag);dc.appendChild(document.createTextNode(r.data.label));if(r.data.sha)dc.appendChild(el('small',null,'sha256 '+r.data.sha.slice(0,12)));dc.setAttribute('title',r.data.where+(r.data.sha?'\nsha256 '+r.data.sha:''));tr.appendChild(dc);
  var tc=cell(tr,r.template,null,r.template_text);if(r.template_hash)tc.appendChild(el('small',null,r.template_hash));
- cell(tr,int(r.few_shot),'num');cell(tr,int(r.repeats),'num');cell(tr,int(r.samples),'num');
+ cell(tr,int(r.few_shot),'num');cell(tr,int(r.repeats),'num');cell(tr,int(r.samples),'num');cell(tr,r.compat||'\u2014');
  M.forEach(function(m){var v=r.m[m],c=cell(tr,f3(v[0]),'num m-'+m);if(v[1]!=null)c.appendChild(el('small',null,v[1].toFixed(2)+'\u2013'+v[2].toFixed(2)))});
  D.extras.forEach(function(e){cell(tr,f3(r.extra[e[0]]),'num')});
  cell(tr,pct(r.invalid_rate),'num',r.invalid_reasons);cell(tr,int(r.errors),'num');
@@ -116,7 +116,8 @@ function chart(runs){var box=$('chart'),leg=$('legend');box.textContent='';leg.t
    var dot=svg('circle',{cx:sx(k),cy:sy(p[0]),r:3.5,fill:c,'class':'point'});dot.appendChild(svg('title',{},label(r)+': '+k+' people, accuracy '+f3(p[0])+' ('+int(p[3])+' questions)'));s.appendChild(dot)});
   var item=el('span');var sw=el('i');sw.style.background=c;item.appendChild(sw);item.appendChild(document.createTextNode(label(r)+' ('+r.tag+')'));leg.appendChild(item)});
  box.appendChild(s)}
-function unit(key,v){return v==null?'\u2014':key==='lat'&&v<1?(1000*v).toPrecision(2)+' ms':g(v)}
+function unit(key,v){if(v==null)return '\u2014';if(key!=='lat')return Math.round(v)+' tokens';
+ return v<1?Math.round(1000*v)+' ms':v<100?v.toFixed(2)+' s':Math.round(v)+' s'}
 function bars(id,runs,key){var box=$(id);box.textContent='';var rs=runs.filter(function(r){return r[key].p50!=null});
  if(!rs.length){box.appendChild(el('p','meta','not recorded'));return}
  var top=Math.max.apply(null,rs.map(function(r){return r[key].p90!=null?r[key].p90:r[key].p50}))||1,W=320,rowH=30,s=svg('svg',{width:'100%',viewBox:'0 0 '+W+' '+(rs.length*rowH+4),preserveAspectRatio:'xMinYMin meet'});
