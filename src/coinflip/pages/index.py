@@ -288,7 +288,7 @@ def render(data: dict[str, Any]) -> str:
 <span class="meta" id="shown"></span></div>
 <div id="mixed" class="note" hidden></div>
 <div class="scroll"><table id="board"><thead></thead><tbody></tbody></table></div>
-<p class="meta">Ranks (#) count complete runs on the same data set and of the same size; D1, D2 ... name data sets. Tick runs to draw them below; without ticks, the first five rows are drawn.</p></section>
+<p class="meta">Ranks (#) count complete runs on the same data set, of the same size and in the same arithmetic (equal F1, equal rank); D1, D2 ... name data sets. Tick runs to draw them below; without ticks, the first five rows are drawn.</p></section>
 <section class="grid2"><div class="panel"><h2>Accuracy by number of people</h2><div id="chart"></div><div id="legend" class="legend"></div></div>
 <div class="panel"><h2>Latency and tokens</h2><div class="side"><div><h3>latency: p50 bar, mean tick, p90 whisker</h3><div id="latency"></div></div><div><h3>completion tokens: p50, mean, p90</h3><div id="tokens"></div></div></div></div></section>
 <section class="panel"><h2>Two runs, question by question</h2>

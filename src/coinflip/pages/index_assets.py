@@ -117,7 +117,7 @@ function chart(runs){var box=$('chart'),leg=$('legend');box.textContent='';leg.t
   var item=el('span');var sw=el('i');sw.style.background=c;item.appendChild(sw);item.appendChild(document.createTextNode(label(r)+' ('+r.tag+')'));leg.appendChild(item)});
  box.appendChild(s)}
 function unit(key,v){if(v==null)return '\u2014';if(key!=='lat')return Math.round(v)+' tokens';
- return v<1?Math.round(1000*v)+' ms':v<100?v.toFixed(2)+' s':Math.round(v)+' s'}
+ var ms=1000*v;return ms<10?ms.toFixed(2)+' ms':v<1?Math.round(ms)+' ms':v<100?v.toFixed(2)+' s':Math.round(v)+' s'}
 function bars(id,runs,key){var box=$(id);box.textContent='';var rs=runs.filter(function(r){return r[key].p50!=null});
  if(!rs.length){box.appendChild(el('p','meta','not recorded'));return}
  var top=Math.max.apply(null,rs.map(function(r){return r[key].p90!=null?r[key].p90:r[key].p50}))||1,W=320,rowH=30,s=svg('svg',{width:'100%',viewBox:'0 0 '+W+' '+(rs.length*rowH+4),preserveAspectRatio:'xMinYMin meet'});
