@@ -19,6 +19,23 @@ SKRISHNA = SHARED / "data" / "coin_flip_validation_skrishna.json"
 SEED_EN = SHARED / "seeds" / "coin_flip_en.txt"
 
 
+def hand_metrics(pairs: list[tuple[str, str | None]]) -> dict[str, float]:
+    """The five metrics counted by hand from (target, answer) pairs, in coinflip's arithmetic:
+    an invalid answer (None) is wrong, and a miss on a YES target."""
+    tp = sum(t == "YES" and a == "YES" for t, a in pairs)
+    fp = sum(t == "NO" and a == "YES" for t, a in pairs)
+    tn = sum(t == "NO" and a == "NO" for t, a in pairs)
+    yes = sum(t == "YES" for t, _ in pairs)
+    precision, recall = tp / (tp + fp), tp / yes
+    return {
+        "accuracy": (tp + tn) / len(pairs),
+        "precision": precision,
+        "recall": recall,
+        "f1_score": 2 * precision * recall / (precision + recall),
+        "yes_ratio": (tp + fp) / len(pairs),
+    }
+
+
 def shared(path: Path) -> Path:
     """A file of ../shared, which sits beside this project's own checkout and CI's, but not beside
     a fresh clone elsewhere: there the test skips and says why. CI sets COINFLIP_REQUIRE_SHARED,

@@ -12,28 +12,13 @@ import pytest
 
 from coinflip.testing.server import FakeOpenAIServer, Policy
 
-from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli, whole_lines
+from .conftest import hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli, whole_lines
 
 
 def expected_metrics(run: Path, policy: Policy) -> dict[str, float]:
     """Count the confusion matrix by hand from what the server is known to answer to the run's questions."""
-    tp = fp = tn = yes_targets = 0
     rows = read_jsonl(next(run.glob("predictions/*/coin_flip.jsonl")))
-    for r in rows:
-        got = policy.expected(r["question"])
-        yes_targets += r["target"] == "YES"
-        tp += got == "YES" and r["target"] == "YES"
-        fp += got == "YES" and r["target"] == "NO"
-        tn += got == "NO" and r["target"] == "NO"
-    precision = tp / (tp + fp)
-    recall = tp / yes_targets
-    return {
-        "accuracy": (tp + tn) / len(rows),
-        "precision": precision,
-        "recall": recall,
-        "f1_score": 2 * precision * recall / (precision + recall),
-        "yes_ratio": (tp + fp) / len(rows),
-    }
+    return hand_metrics([(r["target"], policy.expected(r["question"])) for r in rows])
 
 
 def test_specification_cli_call(server: FakeOpenAIServer, tmp_path: Path) -> None:

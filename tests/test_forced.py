@@ -13,25 +13,9 @@ import pytest
 from coinflip.scoring.calibration import auroc, calibration, p_yes
 from coinflip.testing.server import FakeOpenAIServer, Policy, truth
 
-from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli
+from .conftest import hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli
 
 MIXED = Policy("mixed")
-
-
-def _hand_metrics(pairs: list[tuple[str, str | None]]) -> dict[str, float]:
-    """(target, answer) pairs; coinflip's arithmetic: invalid is wrong, and a miss on a YES target."""
-    tp = sum(t == "YES" and a == "YES" for t, a in pairs)
-    fp = sum(t == "NO" and a == "YES" for t, a in pairs)
-    tn = sum(t == "NO" and a == "NO" for t, a in pairs)
-    yes = sum(t == "YES" for t, _ in pairs)
-    precision, recall = tp / (tp + fp), tp / yes
-    return {
-        "accuracy": (tp + tn) / len(pairs),
-        "precision": precision,
-        "recall": recall,
-        "f1_score": 2 * precision * recall / (precision + recall),
-        "yes_ratio": (tp + fp) / len(pairs),
-    }
 
 
 def _hand_calibration(probs: list[float], ys: list[int]) -> dict[str, float]:
@@ -69,8 +53,8 @@ def test_forced_answers_and_probabilities_match_the_hand_count(tmp_path: Path, m
     report = json.loads((run / "reports/m/coin_flip.json").read_text())
     strict = [(t, MIXED.expected(q)) for q, t in questions]
     forced = [(t, MIXED.expected(q) or MIXED.forced(q)) for q, t in questions]
-    assert report["metrics"] == pytest.approx(_hand_metrics(strict))  # the strict score is untouched
-    assert report["forced"]["metrics"] == pytest.approx(_hand_metrics(forced))
+    assert report["metrics"] == pytest.approx(hand_metrics(strict))  # the strict score is untouched
+    assert report["forced"]["metrics"] == pytest.approx(hand_metrics(forced))
     recovered = [(truth(q), MIXED.forced(q)) for q in invalid]
     f = report["forced"]
     assert f["invalid_strict"] == f["asked"] == len(invalid)
