@@ -99,7 +99,7 @@ def test_odd_reply_shapes_end_as_replies_or_errors_and_the_run_dir_stays_usable(
                         "--max-reply-mb", "1", "--use-cache", str(run))  # fmt: skip
     assert again.returncode == code and "Traceback" not in again.stderr, again.stderr
     rescored = run_cli("rescore", str(run))
-    assert rescored.returncode == 0 and "Traceback" not in rescored.stderr, rescored.stderr
+    assert rescored.returncode == code and "Traceback" not in rescored.stderr, rescored.stderr  # 1: incomplete
     report = json.loads((run / "reports/m/coin_flip.json").read_text())
     assert report["counts"]["samples"] == 3
     assert report["counts"]["errors"] == (3 if code else 0)

@@ -145,12 +145,12 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     ]
     if differences:
         raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
-    before = (saved.get("subset") or {}).get("count")
-    if before is not None and before != plan.subset.count:
-        print(f"note: the run now covers {plan.subset.count} questions (it covered {before})", file=sys.stderr)
     run = RunDir.open(root)
     run.save_config(content)
     run.save_subset(plan.subset.ids)
+    before = (saved.get("subset") or {}).get("count")
+    if before is not None and before != plan.subset.count:
+        print(f"note: the run now covers {plan.subset.count} questions (it covered {before})", file=sys.stderr)
     return run, False
 
 
