@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import _evalscope
-from .errors import ConfigError, UnknownSettingError
+from .errors import ConfigError, UnknownSettingError, short
 
 BENCHMARK = "coin_flip"
 HUBS = ("bundled", "huggingface", "modelscope", "local")
@@ -54,7 +54,8 @@ API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 REDACTED = "***"
 SECRET_NAME = re.compile(r"key|auth|token|secret|password|passwd|signature|sig\b|credential|cookie|session|code", re.I)
 OWN_BODY_KEYS = ("model", "messages", "prompt", "stream", "stream_options", "n")
-REPEATS_MAX = 4096  # a sample is (question, repeat), one int key: rundir.REPEATS_MAX
+REPEATS_BITS = 12  # a sample is (question, repeat), one int key: question << REPEATS_BITS | repeat
+REPEATS_MAX = 1 << REPEATS_BITS
 
 
 @dataclass(frozen=True)
@@ -419,12 +420,7 @@ def _check_types(config: TaskConfig) -> None:
         wanted = _KIND_TYPES[s.kind]
         if not isinstance(value, wanted) or (s.kind in ("int", "float") and isinstance(value, bool)):
             what = {"text": "a text", "int": "a whole number", "float": "a number", "bool": "true or false"}[s.kind]
-            raise ConfigError(f"{s.name} must be {what}, got {type(value).__name__} {_short(value)}")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+            raise ConfigError(f"{s.name} must be {what}, got {type(value).__name__} {short(value)}")
 
 
 def _check_header_value(name: str, value: str | None) -> None:
@@ -494,7 +490,7 @@ def settings() -> tuple[Setting, ...]:
 
 def _check_datasets(value: Any) -> list[str]:
     if value is not None and not isinstance(value, (str, list, tuple)):
-        raise ConfigError(f"datasets must be a name or a list of names, got {_short(value)}")
+        raise ConfigError(f"datasets must be a name or a list of names, got {short(value)}")
     names = [value] if isinstance(value, str) else list(value or [])
     unknown = [n for n in names if n != BENCHMARK]
     if not names or unknown:
@@ -506,7 +502,7 @@ def _check_urls(value: Any) -> str | list[str] | None:
     if value is None or value == [] or value == "":
         return None
     if not isinstance(value, (str, list, tuple)):
-        raise ConfigError(f"api_url must be a URL or a list of URLs, got {_short(value)}")
+        raise ConfigError(f"api_url must be a URL or a list of URLs, got {short(value)}")
     urls = [value] if isinstance(value, str) else list(value)
     for url in urls:
         check_url(url)

@@ -45,6 +45,14 @@ class EndpointBroken(RunIncomplete):
     """Every request so far failed the same way after its retries: the server, not a sample, is broken."""
 
 
+def short(value: object) -> str:
+    """A value fit for a one-line message, however large (repr of a 5,000-digit number raises)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 64:
+        return "a very long number"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def storage_error(path: object, exc: OSError) -> StorageError:
     """A one-line message naming the path, for disk full, read-only and permission problems."""
     reason = exc.strerror or type(exc).__name__

@@ -18,12 +18,11 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .config import BENCHMARK, safe_name
+from .config import BENCHMARK, REPEATS_MAX, safe_name
 from .errors import ConfigError, storage_error
 
 CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
-REPEATS_MAX = 4096  # a sample is (question id, repeat): one int key, id * REPEATS_MAX + repeat
 _OWN_LINE = re.compile(rb'^\{"id": (\d+), (?:"repeat": (\d+), )?.*\}\n$', re.S)
 _FOLLOW_UP = b'"forced": {'  # a line that holds a forced answer, or waits for one
 

@@ -145,7 +145,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     ]
     if differences:
         raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
-    run = RunDir.open(root)
+    run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
     run.save_config(content)
     run.save_subset(plan.subset.ids)
     before = (saved.get("subset") or {}).get("count")

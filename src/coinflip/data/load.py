@@ -17,7 +17,7 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DataError
+from ..errors import DataError, short
 
 if TYPE_CHECKING:
     from .sampling import Subset
@@ -90,18 +90,10 @@ def make_record(index: int, question: Any, answer: Any, where: str) -> Record:
     if label in ("TRUE", "FALSE"):
         label = "YES" if label == "TRUE" else "NO"
     if label not in ("YES", "NO"):
-        raise DataError(f"{where}: answer must be yes or no, got {_short(answer)}")
+        raise DataError(f"{where}: answer must be yes or no, got {short(answer)}")
     text = question.strip()
     flips = len(_FLIPS.findall(text))
     return Record(index, text, label, flips + len(_KEEPS.findall(text)), flips)
-
-
-def _short(value: Any) -> str:
-    """A value fit for a one-line message, however large."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 64:
-        return "a very long number"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def rows_sha256(records: Iterable[Record]) -> str:

@@ -134,13 +134,14 @@ def summarize(
         outcomes = outcomes.where(outcomes.error == 0)
     cells, all_cells = outcomes.cells(), everything.cells()
     total = int(cells.sum())
-    values = {k: _number(v) for k, v in rates(cells, compat).items()}
+    raw = rates(cells, compat, undefined_as_zero=False)
+    undefined = [k for k in METRICS if math.isnan(float(raw[k]))] if total else []
+    zero = compat == "evalscope"  # EvalScope reports 0.0 for a ratio without a denominator
+    values = {k: 0.0 if zero and math.isnan(float(v)) else _number(v) for k, v in raw.items()}
     repeated = len(outcomes) and int(outcomes.repeat.max()) > 0
     intervals = (
         _clustered(outcomes, compat, seed, resamples) if repeated else _intervals(cells, compat, seed, resamples)
     )
-    raw = rates(cells, compat, undefined_as_zero=False)
-    undefined = [k for k in METRICS if math.isnan(float(raw[k]))] if total else []
     intervals.update(dict.fromkeys(undefined))  # no interval around a number that is not there
     for k, pair in intervals.items():  # a posterior interval may miss an extreme estimate (1.0 of 2)
         value = values[k]

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from ..config import REPEATS_BITS, REPEATS_MAX
 from ..errors import DataError
 from . import extract
 from .calibration import p_yes
@@ -25,7 +26,6 @@ from .extract import forced_answer, read_answer
 from .metrics import Outcomes
 
 MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failures first beyond that
-REPEATS_MAX = 1 << 12  # as rundir.REPEATS_MAX: a sample key is id * REPEATS_MAX + repeat
 REASONS: tuple[str | None, ...] = (None, *extract.REASONS)  # EvalScope's reasons are a subset
 _EXTRACTED: tuple[str | None, ...] = (None, "YES", "NO")
 _FORCED: tuple[str | None, ...] = (None, "YES", "NO", "invalid")  # None: no forced answer was asked
@@ -321,7 +321,7 @@ class Scorer:
             said = (code & _FORCED_BITS).astype(np.int8)
             recovered = (cell % 3 == 2) & (error == 0) & ((said == 1) | (said == 2))
             cell = np.where(recovered, cell - 2 + said - 1, cell).astype(np.int8)
-        question = key >> 12  # REPEATS_MAX is 2 ** 12
+        question = key >> REPEATS_BITS
         return Outcomes(question, (key & (REPEATS_MAX - 1)).astype(np.int16), cell, error, code >> _PEOPLE_AT)
 
     def column(self, name: str) -> Any:
