@@ -182,6 +182,68 @@ class TaskConfig:
     max_reply_mb: float = _setting(
         16.0, "A reply larger than this (MB) is an error for its sample.", metavar="MB", evalscope=""
     )
+    # batches and cost
+    batch: bool = _setting(
+        False,
+        "Send the run through the OpenAI Batch API (about half the price; minutes to hours). Resumable: "
+        "--use-cache RUN_DIR polls the same batch.",
+        flag="--batch/--no-batch",
+        commands=EVAL,
+        kind="bool",
+        evalscope="",
+    )
+    batch_poll_s: float = _setting(30.0, "Seconds between polls of a running batch.", commands=EVAL, evalscope="")
+    batch_rest_online: bool = _setting(
+        False,
+        "Send what a batch left unanswered (expired, failed lines) online instead of in a new batch.",
+        commands=EVAL,
+        kind="bool",
+        evalscope="",
+    )
+    batch_write: str | None = _setting(
+        None,
+        "Write the run's owed requests as a Batch API JSON Lines file (for vllm run-batch) and stop.",
+        commands=EVAL,
+        metavar="FILE",
+        evalscope="",
+    )
+    batch_results: str | None = _setting(
+        None,
+        "Score a Batch API result file made elsewhere (vllm run-batch -o FILE) into the run (with --use-cache).",
+        commands=EVAL,
+        metavar="FILE",
+        evalscope="",
+    )
+    price_input: float | None = _setting(
+        None,
+        "Price per million input (prompt) tokens, for the run's cost.",
+        kind="float",
+        metavar="PRICE",
+        evalscope="",
+    )
+    price_output: float | None = _setting(
+        None,
+        "Price per million output tokens (completion, reasoning included).",
+        kind="float",
+        metavar="PRICE",
+        evalscope="",
+    )
+    pricing_file: str | None = _setting(
+        None,
+        "YAML or JSON prices keyed by model: {MODEL: {input: X, output: Y, batch_discount: 0.5}}.",
+        metavar="FILE",
+        evalscope="",
+    )
+    batch_discount: float = _setting(
+        0.5, "Share of the price a batch pays (OpenAI: 0.5).", metavar="SHARE", evalscope=""
+    )
+    max_cost: float | None = _setting(
+        None,
+        "Stop before the run would cost more than this (needs prices); what finished is kept.",
+        kind="float",
+        metavar="AMOUNT",
+        evalscope="",
+    )
     # the data
     datasets: list[str] = _setting(
         None, "Benchmark name (only coin_flip).", commands=EVAL, kind="list", factory=lambda: [BENCHMARK]
@@ -328,6 +390,7 @@ class TaskConfig:
             raise ConfigError("give either dataset_path or dataset_hub, not both")
         if self.dataset_hub == "local" and not self.dataset_path:
             raise ConfigError("dataset_hub local needs dataset_path (or dataset_args.coin_flip.local_path)")
+        _check_batch_and_cost(self)
         if not isinstance(self.prompt_template, str) or not self.prompt_template.strip():
             raise ConfigError(
                 f"prompt_template must be one of {', '.join(PROMPT_TEMPLATES)} or a text with {{question}}"
@@ -486,6 +549,30 @@ def settings() -> tuple[Setting, ...]:
             )
         )
     return tuple(out)
+
+
+def _check_batch_and_cost(config: TaskConfig) -> None:
+    """Batch mode needs a server that takes batches; a cost limit needs prices. A pricing file is
+    read here, once: its prices for the model become the run's (and are saved with it)."""
+    for name in ("price_input", "price_output", "max_cost"):
+        value = getattr(config, name)
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
+    if not 0 < config.batch_discount <= 1 or not math.isfinite(config.batch_discount):
+        raise ConfigError(f"batch_discount must be in (0, 1], got {config.batch_discount!r}")
+    _check_positive("batch_poll_s", config.batch_poll_s, "seconds")
+    if config.pricing_file:
+        from .scoring.cost import apply_pricing_file
+
+        apply_pricing_file(config)
+    if config.max_cost is not None and (config.price_input is None or config.price_output is None):
+        raise ConfigError("max_cost needs prices: give --price-input and --price-output, or --pricing-file")
+    if config.batch and config.model is not None and not config.api_url:
+        raise ConfigError("--batch needs --api-url: a server that serves /v1/files and /v1/batches")
+    if config.batch and config.stream:
+        raise ConfigError("--batch and --stream exclude each other: a batch has no stream")
+    if config.batch_write and config.batch_results:
+        raise ConfigError("give --batch-write or --batch-results, not both")
 
 
 def _check_datasets(value: Any) -> list[str]:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .scoring.scorer import Scorer
 
 log = logging.getLogger("coinflip")
-NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet")  # never taken from a saved run
+NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet", "batch_write", "batch_results")  # never from a saved run
 
 
 def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
@@ -80,6 +80,11 @@ def run_one(config: TaskConfig) -> dict[str, Any]:
         try:
             with run.locked():
                 log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
+                if config.batch_write:  # offline: the requests as a file for `vllm run-batch`, nothing sent
+                    from .batch import write_requests
+
+                    index = index_predictions(run.predictions, repair=True)
+                    return write_requests(plan, run, pending(plan, run, index))
                 live = generate(plan, run, fresh)
                 return finish(run, config.metric_compat, show=not config.quiet, live=live)
         except KeyboardInterrupt as exc:  # outside the requests: nothing was lost, the run resumes
@@ -246,12 +251,12 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
     log.info("%d of %d samples already done; %d to go", plan.samples - todo, plan.samples, todo)
     if not todo:
         return None
-    live = fresh and index.lines == 0
+    live = fresh and index.lines == 0 and not config.batch  # a batch's resent lines would count twice
     scorer: Scorer | None = None
     rewritten = False
     writer = PredictionWriter(run.predictions)
     shown = False if config.quiet and config.progress is None else config.progress
-    progress = Progress(todo, f"coin_flip {config.name}", shown)
+    progress = Progress(todo, f"coin_flip {config.name}", False if config.batch else shown)  # a batch has its own
     started = time.perf_counter()
 
     def on_replies(landed: list[tuple[Job, Request, Reply]]) -> None:
@@ -290,12 +295,31 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
         return out
 
     endpoint_concurrency = _concurrency(config)
+    budget = None
+    if config.max_cost is not None and not config.batch:
+        from .scoring.cost import budget_for
+
+        budget = budget_for(config, plan.generation, run.predictions, batch=False)
     try:
+        if config.batch_results:  # offline: answers from a result file made elsewhere
+            from .batch import read_results
+
+            read_results(plan, pending(plan, run, index), on_replies)
+            return None
         with serve_local(config, run.server_log) as endpoint:
             concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
             _room_for(concurrency)
             work = pending(plan, run, index)
-            asyncio.run(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up))
+            if config.batch and endpoint.urls:  # through the Batch API; what it leaves may go online
+                from .batch import send_batches
+
+                work = iter(send_batches(plan, run, endpoint.urls[0], work, on_replies, follow_up))
+            if budget is not None:
+                work, on_replies = budget.gate(work), budget.watch(on_replies)
+            if not config.batch or config.batch_rest_online:
+                asyncio.run(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up))
+            if budget is not None and budget.stopped:
+                print(f"note: {budget.note()}", file=sys.stderr)
     except EndpointBroken as exc:
         raise EndpointBroken(f"{exc}; once the server is fixed, {resume_hint(run)}") from None
     except KeyboardInterrupt as exc:

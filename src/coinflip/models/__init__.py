@@ -33,6 +33,8 @@ def is_local(config: TaskConfig) -> bool:
 
 def check_model(config: TaskConfig) -> None:
     """Everything about the model that can be checked before a run directory exists."""
+    if config.batch_write or config.batch_results:  # offline: the requests are answered elsewhere
+        return
     if is_local(config):
         from .llama_local import bundled_gguf, check_llama
 

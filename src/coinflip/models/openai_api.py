@@ -94,6 +94,35 @@ def _place(url: str) -> str:
     return shown_url(url).partition("?")[0]
 
 
+def request_body(
+    model: str,
+    mode: str,
+    generation: dict[str, Any],
+    request: Request,
+    stream: bool = False,
+    extra_body: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body of one request, online or as a line of a batch file: `generation` without
+    the gateway keys (see `split_generation`), `extra_body` last."""
+    body: dict[str, Any] = {"model": model}
+    if mode == "chat":
+        body["messages"] = request.messages
+    else:  # a plain completion gets the same text: system prompt, blank line, prompt
+        body["prompt"] = "\n\n".join(m["content"] for m in request.messages)
+    body.update(generation)
+    body.update(request.params)
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    body.update(extra_body or {})
+    return body
+
+
+def split_generation(generation: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings sent in the body, and `extra_body` (headers and query go elsewhere)."""
+    return {k: v for k, v in generation.items() if k not in GATEWAY_KEYS}, dict(generation.get("extra_body") or {})
+
+
 class EarlyStop:
     """The first `needed` final outcomes: all errors of one kind and no success means a broken endpoint."""
 
@@ -140,8 +169,7 @@ class OpenAIChat:
         self.urls = [endpoint_url(u, mode, generation.get("extra_query")) for u in urls]
         self.inflight = dict.fromkeys(self.urls, 0)
         self.api_key = api_key
-        self.generation = {k: v for k, v in generation.items() if k not in GATEWAY_KEYS}
-        self.extra_body = dict(generation.get("extra_body") or {})
+        self.generation, self.extra_body = split_generation(generation)
         self.retries = retries
         self.backoff_base = backoff_base
         self.redact = Redactor([api_key, *secrets_in(generation), *url_secrets(urls)])
@@ -163,17 +191,7 @@ class OpenAIChat:
             raise type(exc)(self.redact(str(exc))) from None
 
     def _body(self, request: Request) -> bytes:
-        body: dict[str, Any] = {"model": self.name}
-        if self.mode == "chat":
-            body["messages"] = request.messages
-        else:  # a plain completion gets the same text: system prompt, blank line, prompt
-            body["prompt"] = "\n\n".join(m["content"] for m in request.messages)
-        body.update(self.generation)
-        body.update(request.params)
-        if self.stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        body.update(self.extra_body)
+        body = request_body(self.name, self.mode, self.generation, request, self.stream, self.extra_body)
         return json.dumps(body).encode()
 
     async def complete(self, request: Request) -> Reply:

@@ -12,6 +12,7 @@ from typing import Any
 from ..config import BENCHMARK
 from ..errors import storage_error
 from .calibration import calibration
+from .cost import cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
 from .metrics import METRICS, Outcomes, rates, summarize
 from .reducers import reduce
@@ -56,8 +57,11 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "generation_config": fingerprint.get("generation_config", config.get("generation_config", {})),
         "extraction": EXTRACTION_EVALSCOPE if compat == "evalscope" else EXTRACTION,
         "usage": scorer.usage.result(),
+        "tokens": tokens(scorer.usage, scorer.forced_usage),
         "provenance": saved.get("provenance", {}),
     }
+    report["batch"] = bool(config.get("batch") or config.get("batch_results"))  # answered by a Batch API
+    report["cost"] = cost_report(config, report["tokens"], report["batch"])
     if report["repeats"] > 1 or (len(outcomes) and int(outcomes.repeat.max()) > 0):
         report["repeat_metrics"] = reduce(outcomes, compat)
     if config.get("force_answer"):
@@ -193,6 +197,11 @@ def _below_baselines(report: dict[str, Any]) -> list[str]:
 
 def notes(report: dict[str, Any]) -> list[str]:
     out = []
+    if report.get("batch"):
+        out.append(
+            "batch mode: time to first token does not exist there; latency is each batch's turnaround "
+            "(creation to end), not a request's"
+        )
     if report["dataset"].get("source") == "bundled":
         out.append(
             "data: coinflip's bundled generated set, shaped like the official one but not it; "

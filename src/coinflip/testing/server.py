@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
+from .batches import BatchRoutes, BatchStore
+
 _QUESTION = re.compile(r"Q: A coin is heads up\..*?Is the coin still heads up\?", re.S)
 MIXED = ("right",) * 6 + ("wrong", "wrong", "invalid", "yes")  # what `mixed` does, by question hash
 FAULTS = ("429", "500", "stall", "drop", "malformed", "empty")
@@ -118,6 +120,7 @@ class ServerState:
     require_query: dict[str, str] = field(default_factory=dict)  # and its api-version parameter
     record: bool = False  # keep each request (path, headers, body) in `seen`
     seen: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
+    batches: BatchStore = field(default_factory=BatchStore)  # /v1/files and /v1/batches (batches.py)
 
 
 @dataclass
@@ -150,6 +153,7 @@ class Handler:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         state.rng.seed(state.seed)
+        self.batch_routes = BatchRoutes(state.batches, self.chat)
 
     async def __call__(
         self, method: str, target: str, headers: dict[str, str], body: bytes, arrived: float = 0.0
@@ -167,6 +171,10 @@ class Handler:
             return _json(200, {"requests": dict(s.requests), "answered": dict(s.answered), "faults": dict(s.faults)})
         if method == "POST" and path.endswith("/completions"):
             return await self.chat(headers, body, arrived, chat=path.endswith("/chat/completions"))
+        if re.search(r"/(files|batches)(/|$)", path):
+            if self.state.api_key is not None and headers.get("authorization") != f"Bearer {self.state.api_key}":
+                return _json(401, {"error": {"message": "Incorrect API key provided"}})
+            return await self.batch_routes(method, path, headers, body)
         return _json(404, {"error": {"message": f"no route {method} {path}"}})
 
     def gateway(self, headers: dict[str, str], query: dict[str, str]) -> Response | None:

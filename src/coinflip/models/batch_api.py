@@ -1,0 +1,209 @@
+"""The OpenAI Batch API from the client's side: the line format, and the few calls a batch needs.
+
+A batch input file is JSON Lines, one request a line: `{"custom_id", "method": "POST", "url":
+"/v1/chat/completions", "body": {...}}`, the body built exactly as an online request's
+(`openai_api.request_body`). A result line, from the API's output or error file or from
+`vllm run-batch`, is `{"id", "custom_id", "response": {"status_code", "request_id", "body"},
+"error"}`; its body is read by the same `parse_body` an online reply goes through, so a batch
+answer and an online one become the same Reply. Lines come back in any order: they are
+joined by `custom_id`.
+
+The calls (upload to /v1/files, create, retrieve and cancel at /v1/batches, download a file's
+content) go through aiohttp: a handful per run, none on a hot path. 429, 5xx and dropped
+connections are retried with backoff; any other refusal ends the run with the server's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import EndpointBroken, FatalAPIError
+from ._redact import Redactor
+from ._replies import BadReply, load_json, one_line, parse_body, server_message
+from .base import Reply
+from .openai_api import endpoint_url, retry_after
+
+MAX_REQUESTS = 50_000  # the API's limits on one batch
+MAX_BYTES = 200 * 1024 * 1024
+ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+ENDED = ("completed", "expired", "failed", "cancelled")
+CALL_RETRIES = 6
+
+
+def request_line(custom_id: str, mode: str, body: dict[str, Any]) -> bytes:
+    line = {"custom_id": custom_id, "method": "POST", "url": ENDPOINTS[mode], "body": body}
+    return json.dumps(line, ensure_ascii=False).encode() + b"\n"
+
+
+def split_lines(
+    lines: Iterable[bytes], max_requests: int = MAX_REQUESTS, max_bytes: int = MAX_BYTES
+) -> Iterator[list[bytes]]:
+    """Lines in groups that each fit one batch."""
+    group: list[bytes] = []
+    size = 0
+    for line in lines:
+        if group and (len(group) >= max_requests or size + len(line) > max_bytes):
+            yield group
+            group, size = [], 0
+        group.append(line)
+        size += len(line)
+    if group:
+        yield group
+
+
+def custom_id_of(raw: bytes) -> str | None:
+    """The custom_id of a line of a request or result file (None: not a readable line)."""
+    try:
+        data = load_json(raw)
+    except BadReply:
+        return None
+    found = data.get("custom_id") if isinstance(data, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
+    """A result line as (custom_id, Reply); a failed line is a Reply with its error. None: the
+    line is not a result line at all (no custom_id)."""
+    try:
+        data = load_json(raw)
+    except BadReply:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("custom_id"), str):
+        return None
+    response, error = data.get("response"), data.get("error")
+    status = response.get("status_code") if isinstance(response, dict) else None
+    body = response.get("body") if isinstance(response, dict) else None
+    if isinstance(status, int) and 200 <= status < 300 and not error:
+        try:
+            return data["custom_id"], parse_body(json.dumps(body).encode(), mode)
+        except BadReply as exc:
+            return data["custom_id"], Reply(None, error=str(exc), status=status)
+    if isinstance(status, int):
+        detail = server_message(json.dumps(body).encode()) if body is not None else ""
+        return data["custom_id"], Reply(None, error=f"HTTP {status}{': ' + detail if detail else ''}", status=status)
+    detail = server_message(json.dumps({"error": error}).encode()) if error else "no response"
+    code = error.get("code") if isinstance(error, dict) and isinstance(error.get("code"), str) else "batch"
+    return data["custom_id"], Reply(None, error=one_line(f"{code}: {detail}"))
+
+
+def api_base(url: str, query: dict[str, Any] | None = None) -> tuple[str, str]:
+    """The API's root (…/v1) and query string, from any form --api-url takes."""
+    parts = urlsplit(endpoint_url(url, "chat", query))
+    root = parts.path[: -len("/chat/completions")]
+    return urlunsplit((parts.scheme, parts.netloc, root, "", "")), parts.query
+
+
+class BatchAPI:
+    """Files and batches at one endpoint; use as an async context manager."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        generation: dict[str, Any],
+        timeout: float,
+        redact: Redactor,
+        retries: int = CALL_RETRIES,
+    ) -> None:
+        self.base, self.query = api_base(url, generation.get("extra_query"))
+        headers = {"User-Agent": "coinflip"}
+        headers.update({str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()})
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = headers
+        self.timeout = timeout
+        self.redact = redact
+        self.retries = retries
+        self.session: Any = None
+
+    async def __aenter__(self) -> BatchAPI:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=self.timeout)
+        self.session = aiohttp.ClientSession(headers=self.headers, timeout=timeout, trust_env=True)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.session.close()
+
+    def _url(self, path: str) -> str:
+        return f"{self.base}{path}" + (f"?{self.query}" if self.query else "")
+
+    async def upload(self, path: Path) -> str:
+        import aiohttp
+
+        content = path.read_bytes()
+
+        def form() -> Any:
+            data = aiohttp.FormData()
+            data.add_field("purpose", "batch")
+            data.add_field("file", content, filename=path.name, content_type="application/jsonl")
+            return data
+
+        found = await self._call("POST", "/files", form=form)
+        return str(found["id"])
+
+    async def create(self, file_id: str, mode: str, metadata: dict[str, str]) -> dict[str, Any]:
+        body = {"input_file_id": file_id, "endpoint": ENDPOINTS[mode], "completion_window": "24h", "metadata": metadata}
+        return await self._call("POST", "/batches", body=body)
+
+    async def retrieve(self, batch_id: str) -> dict[str, Any]:
+        return await self._call("GET", f"/batches/{batch_id}")
+
+    async def find(self, file_id: str) -> dict[str, Any] | None:
+        """A batch already made from this input file (a run killed while creating it), if any."""
+        listed = await self._call("GET", "/batches")
+        for batch in listed.get("data") or []:
+            if isinstance(batch, dict) and batch.get("input_file_id") == file_id:
+                return batch
+        return None
+
+    async def download(self, file_id: str, dest: Path) -> None:
+        """A file's content, streamed to `dest` (through a temporary file: a half file is never kept)."""
+        tmp = dest.with_name(dest.name + ".part")
+        await self._call("GET", f"/files/{file_id}/content", into=tmp)
+        tmp.replace(dest)
+
+    async def _call(
+        self, method: str, path: str, body: Any = None, form: Any = None, into: Path | None = None
+    ) -> dict[str, Any]:
+        """One call, retried on 429, 5xx and dropped connections; other refusals are fatal."""
+        import aiohttp
+
+        message = ""
+        for attempt in range(self.retries + 1):
+            wait = min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.5)
+            try:
+                data = form() if form is not None else None
+                async with self.session.request(method, self._url(path), json=body, data=data) as response:
+                    if response.status < 300:
+                        return await _read(response, into)
+                    raw = await response.read()
+                    detail = server_message(raw)
+                    message = f"{method} {path} answered {response.status}{': ' + detail if detail else ''}"
+                    if response.status != 429 and response.status < 500:
+                        raise FatalAPIError(self.redact(message))
+                    wait = max(wait, retry_after(response.headers.get("retry-after")) or 0.0)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadReply) as exc:
+                message = f"{method} {path}: {type(exc).__name__}: {exc}".rstrip(": ")
+            if attempt < self.retries:
+                await asyncio.sleep(wait)
+        raise EndpointBroken(self.redact(one_line(f"the Batch API did not answer: {message}")))
+
+
+async def _read(response: Any, into: Path | None) -> dict[str, Any]:
+    if into is None:
+        found = load_json(await response.read())
+        if not isinstance(found, dict):
+            raise BadReply("the Batch API answered with something other than a JSON object")
+        return found
+    with into.open("wb") as handle:
+        async for chunk in response.content.iter_chunked(1 << 16):
+            handle.write(chunk)
+    return {}

@@ -1,0 +1,204 @@
+"""Tokens and cost: what a run used, and what it costs at the prices given.
+
+Prices are per million tokens, input (prompt) and output (completion; a reasoning model's
+reasoning tokens are part of its completion tokens, as OpenAI bills them), from the command line
+or a pricing file keyed by model. A batch pays `batch_discount` of the price (OpenAI: half).
+The cost covers every request the run's saved predictions hold, forced answers included: a
+resumed or rescored run shows what the whole run costs, not only its last part.
+`Budget` stops sending before a run would pass --max-cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import TaskConfig
+    from ..models.base import Reply, Request
+    from .scorer import Usage
+
+T = TypeVar("T")
+MILLION = 1_000_000
+GUESS_OUTPUT_TOKENS = 512  # a request's output before any reply says better (unless max_tokens is set)
+
+
+def apply_pricing_file(config: TaskConfig) -> None:
+    """Take the model's prices from the pricing file where the command line gave none."""
+    if config.model is None:  # a resume: checked again once the saved model is known
+        return
+    table = _read_table(Path(str(config.pricing_file)).expanduser())
+    entry = table.get(config.model, table.get(config.name))
+    if not isinstance(entry, dict):
+        known = ", ".join(sorted(map(str, table))[:10]) or "none"
+        raise ConfigError(f"pricing file {config.pricing_file} has no prices for {config.model!r} (it has: {known})")
+    for key, field in (("input", "price_input"), ("output", "price_output"), ("batch_discount", "batch_discount")):
+        value = entry.get(key)
+        if value is None or field in config.given:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise ConfigError(f"pricing file {config.pricing_file}: {config.model} {key} must be a number >= 0")
+        setattr(config, field, float(value))
+    if config.price_input is None or config.price_output is None:
+        raise ConfigError(f"pricing file {config.pricing_file}: {config.model} needs both input and output prices")
+
+
+def _read_table(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"pricing file {path}: cannot read ({exc.strerror})") from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        raise ConfigError(f"pricing file {path}: not valid YAML or JSON") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"pricing file {path}: not a mapping of model names to prices")
+    return data
+
+
+def prices_of(config: dict[str, Any]) -> dict[str, float] | None:
+    """The run's prices from its saved settings (None: none given)."""
+    given = {k: config.get(f"price_{k}") for k in ("input", "output")}
+    if any(not _number(v) for v in given.values()):
+        return None
+    discount = config.get("batch_discount")
+    return {**{k: _count(v) for k, v in given.items()}, "batch_discount": _count(discount) if discount else 0.5}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _count(value: Any) -> float:
+    """A saved number as a float; anything else (a hand-edited file) as 0."""
+    return float(value) if _number(value) else 0.0
+
+
+def price(prompt: float, completion: float, prices: dict[str, float], batch: bool) -> float:
+    full = (prompt * prices["input"] + completion * prices["output"]) / MILLION
+    return full * prices["batch_discount"] if batch else full
+
+
+def tokens(*usages: Usage) -> dict[str, Any]:
+    """Token totals over first requests and forced ones, and the mean per request that reported usage."""
+    requests = sum(len(u.completion) for u in usages)
+    totals = {
+        "prompt": sum(u.prompt_tokens for u in usages),
+        "completion": int(sum(sum(u.completion) for u in usages)),
+        "reasoning": int(sum(sum(u.reasoning) for u in usages)),
+    }
+    mean = {k: round(v / requests, 2) if requests else None for k, v in totals.items()}
+    return {"requests": requests, **totals, "per_request": mean}
+
+
+def cost_report(config: dict[str, Any], found: dict[str, Any], batch: bool) -> dict[str, Any] | None:
+    """The cost section of a report, from the saved settings and the token totals (None: no prices)."""
+    prices = prices_of(config)
+    if prices is None:
+        return None
+    return {
+        **prices,
+        "batch": batch,
+        "total": round(price(found["prompt"], found["completion"], prices, batch), 6),
+        "full_price": round(price(found["prompt"], found["completion"], prices, False), 6),
+    }
+
+
+def cost_line(report: dict[str, Any]) -> str | None:
+    """One line for the terminal and the pages: tokens, and the cost where prices were given."""
+    t = report.get("tokens")
+    if not isinstance(t, dict):
+        return None
+    line = (
+        f"tokens: {t['prompt']:,} prompt, {t['completion']:,} completion ({t['reasoning']:,} reasoning) "
+        f"over {t['requests']:,} requests"
+    )
+    cost = report.get("cost")
+    if isinstance(cost, dict):
+        how = f" (batch: {cost['batch_discount']:g} of {cost['full_price']:.4f})" if cost.get("batch") else ""
+        line += f"; cost {cost['total']:.4f} at {cost['input']:g}/{cost['output']:g} per million in/out{how}"
+    return line
+
+
+def estimate(request: Request, generation: dict[str, Any]) -> tuple[float, float]:
+    """(prompt, completion) tokens a request may use before any reply says: 4 characters a token,
+    and max_tokens (or a guess) out."""
+    prompt = sum(len(str(m.get("content", ""))) for m in request.messages) / 4
+    out = generation.get("max_tokens") or generation.get("max_completion_tokens") or GUESS_OUTPUT_TOKENS
+    return prompt, float(out)
+
+
+class Budget:
+    """Stops handing out requests before the run would pass `limit`: what was spent (saved
+    predictions included), plus the requests in flight at the mean cost of those answered."""
+
+    def __init__(self, limit: float, prices: dict[str, float], batch: bool, generation: dict[str, Any]) -> None:
+        self.limit = limit
+        self.prices = prices
+        self.batch = batch
+        self.generation = generation
+        self.spent = 0.0  # by replies of this session
+        self.saved = 0.0  # by the predictions already on disk
+        self.answered = 0
+        self.sent = 0
+        self.stopped = False
+
+    def add(self, usage: dict[str, int] | None) -> None:
+        usage = usage or {}
+        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, self.batch)
+
+    def add_saved(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            forced = row.get("forced")
+            for usage in (row.get("usage"), forced.get("usage") if isinstance(forced, dict) else None):
+                if isinstance(usage, dict):
+                    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+                    self.saved += price(prompt, completion, self.prices, self.batch)
+
+    def per_request(self, request: Request) -> float:
+        if self.answered:
+            return self.spent / self.answered
+        return price(*estimate(request, self.generation), self.prices, self.batch)
+
+    def fits(self, request: Request, in_flight: int = 0) -> bool:
+        return self.saved + self.spent + (in_flight + 1) * self.per_request(request) <= self.limit
+
+    def gate(self, work: Iterable[tuple[T, Request]]) -> Iterator[tuple[T, Request]]:
+        """`work`, up to where the next request could pass the limit."""
+        for item in work:
+            if not self.fits(item[1], self.sent - self.answered):
+                self.stopped = True
+                return
+            self.sent += 1
+            yield item
+
+    def watch(self, on_replies: Callable[[list[tuple[T, Request, Reply]]], None]) -> Callable[..., None]:
+        def counted(landed: list[tuple[T, Request, Reply]]) -> None:
+            for _, _, reply in landed:
+                self.add(reply.usage)
+                self.answered += 1
+            on_replies(landed)
+
+        return counted
+
+    def note(self) -> str:
+        return (
+            f"stopped before passing --max-cost {self.limit:g}: the run has cost {self.saved + self.spent:.4f}; "
+            "what finished is kept (raise --max-cost to go on)"
+        )
+
+
+def budget_for(config: TaskConfig, generation: dict[str, Any], predictions: Path, batch: bool) -> Budget:
+    """The --max-cost budget of a run, with what its saved predictions already cost."""
+    from ..rundir import read_predictions
+
+    prices = prices_of(vars(config))
+    assert prices is not None and config.max_cost is not None  # both checked with the config
+    budget = Budget(config.max_cost, prices, batch, generation)
+    budget.add_saved(read_predictions(predictions).values())
+    return budget
