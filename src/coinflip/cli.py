@@ -86,6 +86,8 @@ def eval_command(**opts: Any) -> None:
     from .runner import run_task
 
     report = run_task(TaskConfig(**given(opts)))
+    if "batch_written" in report:  # --batch-write: the request file is the result
+        return
     if not report["complete"] and not report.get("errors_ignored"):
         sys.exit(1)
 

@@ -565,6 +565,8 @@ def _check_batch_and_cost(config: TaskConfig) -> None:
         from .scoring.cost import apply_pricing_file
 
         apply_pricing_file(config)
+    if config.model is None:  # a resume: checked again with the run's saved settings
+        return
     if config.max_cost is not None and (config.price_input is None or config.price_output is None):
         raise ConfigError("max_cost needs prices: give --price-input and --price-output, or --pricing-file")
     if config.batch and config.model is not None and not config.api_url:

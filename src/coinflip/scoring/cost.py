@@ -104,8 +104,8 @@ def cost_report(config: dict[str, Any], found: dict[str, Any], batch: bool) -> d
     return {
         **prices,
         "batch": batch,
-        "total": round(price(found["prompt"], found["completion"], prices, batch), 6),
-        "full_price": round(price(found["prompt"], found["completion"], prices, False), 6),
+        "total": price(found["prompt"], found["completion"], prices, batch),
+        "full_price": price(found["prompt"], found["completion"], prices, False),
     }
 
 

@@ -461,6 +461,9 @@ def serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--fail-rate", type=float, default=0.0)
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--stream-gap", type=float, default=0.0, help="seconds between streamed events")
+    parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds a batch stays in progress")
+    parser.add_argument("--batch-expire", type=int, default=0, help="the first N batches expire half done")
+    parser.add_argument("--batch-fail-every", type=int, default=0, help="every K-th batch line fails once")
     args = parser.parse_args(argv)
     state = ServerState(
         Policy(args.policy),
@@ -468,6 +471,7 @@ def serve(argv: list[str] | None = None) -> None:
         latency=args.latency,
         fail_rate=args.fail_rate,
         stream_gap=args.stream_gap,
+        batches=BatchStore(delay=args.batch_delay, expire=args.batch_expire, fail_every=args.batch_fail_every),
     )
 
     async def main() -> None:

@@ -1,0 +1,274 @@
+"""Batch mode against the test server's real /v1/files and /v1/batches on 127.0.0.1, and the
+offline round trip through a request file and a result file in `vllm run-batch`'s shape."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip.models.batch_api import read_result, split_lines
+from coinflip.testing.batches import BatchStore
+from coinflip.testing.server import FakeOpenAIServer, Policy
+
+from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli
+
+MIXED = Policy("mixed")
+FAST = ("--batch-poll-s", "0.05")
+
+
+def _answers(run: Path) -> dict[tuple[int, int], tuple[str | None, Any]]:
+    """(id, repeat) -> (reply, forced reply) of a finished run."""
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    return {(r["id"], r["repeat"]): (r["reply"], (r.get("forced") or {}).get("reply")) for r in rows}
+
+
+def _report(run: Path) -> dict[str, Any]:
+    return json.loads((run / "reports/m/coin_flip.json").read_text())
+
+
+def _wait_for(condition: Any, what: str, budget: float = 120.0) -> None:
+    deadline = time.monotonic() + budget
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _saved_batch_id(work: Path) -> bool:
+    for state in work.glob("*/batch/state.json"):
+        try:
+            return any(b.get("batch_id") for b in json.loads(state.read_text())["batches"])
+        except (ValueError, KeyError):
+            return False
+    return False
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [(), ("--force-answer", "--repeats", "2", "--generation-config", "n=2,seed=7")],
+    ids=["plain", "forced-repeats-n"],
+)
+def test_a_batch_run_gives_the_online_run_s_predictions(tmp_path: Path, extra: tuple[str, ...]) -> None:
+    common = ("eval", "--model", "m", "--limit", "30", *extra)
+    with FakeOpenAIServer("mixed") as srv:
+        online = run_cli(*common, "--api-url", srv.url, "--work-dir", str(tmp_path / "online"))
+        assert srv.state.batches.created == 0
+        batch = run_cli(*common, "--api-url", srv.url, "--work-dir", str(tmp_path / "batch"), "--batch", *FAST)
+        created = srv.state.batches.created
+    assert online.returncode == 0, online.stderr
+    assert batch.returncode == 0, batch.stderr
+    want, got = only_run_dir(tmp_path / "online"), only_run_dir(tmp_path / "batch")
+    assert _answers(got) == _answers(want) and len(_answers(got)) == 30 * (4 if extra else 1)
+    assert _report(got)["metrics"] == _report(want)["metrics"]
+    forced_asked = sum(1 for _, f in _answers(got).values() if f is not None)
+    assert created == (2 if forced_asked else 1)  # the forced turns as a second batch, and only then
+    assert not extra or forced_asked > 0
+    assert _report(got)["batch"] is True and "ttft_s" not in _report(got)["usage"]
+    assert any("time to first token does not exist" in n for n in _report(got)["notes"])
+
+
+def test_a_killed_batch_run_resumes_the_same_batch(tmp_path: Path) -> None:
+    store = BatchStore(delay=3600.0)  # in progress until the test says otherwise
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "25", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
+        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be created and polled")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        assert store.created == 1
+        store.delay = 0.0  # the batch finishes at the server while nobody polls it
+        run = only_run_dir(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+        assert store.created == 1  # polled and collected, never submitted twice
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(_answers(run)) == 25 and _report(run)["complete"]
+    assert all(n == 1 for n in store.seen_ids.values()) and len(store.seen_ids) == 25
+
+
+def test_ctrl_c_while_polling_leaves_the_batch_running(tmp_path: Path) -> None:
+    store = BatchStore(delay=3600.0)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "10", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path))
+        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be polled")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        statuses = [b["status"] for b in store.batches.values()]
+        store.delay = 0.0
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), *FAST)
+    assert proc.returncode == 1, err
+    assert "not cancelled" in err and "resume with: coinflip eval --use-cache" in err and "Traceback" not in err
+    assert statuses == ["in_progress"]
+    assert resumed.returncode == 0, resumed.stderr
+    assert store.created == 1
+
+
+def test_an_expired_batch_keeps_its_answers_and_a_second_pass_completes_it(tmp_path: Path) -> None:
+    store = BatchStore(expire=1)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        result = run_cli(
+            "eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--batch", *FAST, "--work-dir", str(tmp_path)
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    state = json.loads((run / "batch/state.json").read_text())["batches"]
+    assert [(b["status"], b["count"]) for b in state] == [("expired", 20), ("completed", 10)]
+    assert all(n == 1 for n in store.seen_ids.values()) and len(store.seen_ids) == 20  # the 10 answered: not again
+    assert len(_answers(run)) == 20 and _report(run)["complete"]
+
+
+def test_failed_lines_are_recorded_then_sent_again(tmp_path: Path) -> None:
+    store = BatchStore(fail_every=3)  # lines 0, 3, 6, ... fail the first time
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        result = run_cli(
+            "eval", "--model", "m", "--limit", "12", "--api-url", srv.url, "--batch", *FAST, "--work-dir", str(tmp_path)
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    lines = read_jsonl(run / "batch/batch_000001.error.jsonl")
+    assert len(lines) == 4 and all(line["response"]["status_code"] == 500 for line in lines)
+    assert store.created == 2 and _report(run)["complete"] and _report(run)["counts"]["errors"] == 0
+
+
+def test_failed_batches_end_incomplete_and_resumable_or_go_online(tmp_path: Path) -> None:
+    store = BatchStore(fail_batches=3)  # every pass of the first run fails
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "8", "--api-url", srv.url, "--batch", *FAST)
+        failed = run_cli(*args, "--work-dir", str(tmp_path / "a"))
+        run = only_run_dir(tmp_path / "a")
+        assert failed.returncode == 1 and store.created == 3
+        assert "the batch failed: refused (test)" in failed.stdout + failed.stderr
+        assert "resume with: coinflip eval --use-cache" in failed.stderr
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+        assert resumed.returncode == 0, resumed.stderr
+        assert store.created == 4 and sum(srv.state.requests.values()) == 8  # answered by the fourth batch only
+        store.fail_batches = 5
+        online = run_cli(*args, "--batch-rest-online", "--work-dir", str(tmp_path / "b"))
+        assert online.returncode == 0, online.stderr
+        assert store.created == 5 and sum(srv.state.requests.values()) == 16  # the rest went online
+    assert _answers(only_run_dir(tmp_path / "b")) == _answers(run)
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        found: dict[str, Any] = json.load(answer)
+        return found
+
+
+def _run_batch_elsewhere(srv: FakeOpenAIServer, requests: Path, out: Path, fail: set[str] = frozenset()) -> None:
+    """What `vllm run-batch -i requests -o out` does: each line answered, written in its output shape."""
+    results = []
+    for line in read_jsonl(requests):
+        assert line["method"] == "POST" and line["url"] == "/v1/chat/completions"
+        if line["custom_id"] in fail:
+            response = {"status_code": 400, "request_id": "vllm-batch-x", "body": {"object": "error", "message": "bad"}}
+        else:
+            body = _post(srv.url + "/chat/completions", line["body"])
+            response = {"status_code": 200, "request_id": f"vllm-batch-{len(results)}", "body": body}
+        results.append(
+            {"id": f"vllm-{len(results)}", "custom_id": line["custom_id"], "response": response, "error": None}
+        )
+    random.Random(3).shuffle(results)  # the order is not guaranteed
+    out.write_text("".join(json.dumps(r) + "\n" for r in results))
+
+
+def test_a_result_file_from_vllm_run_batch_is_scored_as_a_run(tmp_path: Path) -> None:
+    requests, results = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    work = tmp_path / "out"
+    with FakeOpenAIServer("mixed") as srv:
+        wrote = run_cli(
+            "eval", "--model", "m", "--limit", "24", "--force-answer", "--batch-write", str(requests),
+            "--work-dir", str(work),
+        )  # fmt: skip
+        assert wrote.returncode == 0, wrote.stderr
+        assert "vllm run-batch -i" in wrote.stderr and len(read_jsonl(requests)) == 24
+        run = only_run_dir(work)
+        first = sorted(line["custom_id"] for line in read_jsonl(requests))[:1]
+        _run_batch_elsewhere(srv, requests, results, fail=set(first))
+        scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+        assert scored.returncode == 1  # one failed line, and the forced turns are owed
+        forced = tmp_path / "forced.jsonl"
+        again = run_cli("eval", "--use-cache", str(run), "--batch-write", str(forced))
+        assert again.returncode == 0, again.stderr
+        owed = read_jsonl(forced)
+        assert first[0] in {line["custom_id"] for line in owed}
+        assert sum(line["custom_id"].endswith("-forced") for line in owed) == len(owed) - 1 > 0
+        _run_batch_elsewhere(srv, forced, results)
+        done = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+        online = run_cli(
+            "eval", "--model", "m", "--limit", "24", "--force-answer", "--api-url", srv.url,
+            "--work-dir", str(tmp_path / "online"),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert online.returncode == 0, online.stderr
+    assert _answers(run) == _answers(only_run_dir(tmp_path / "online"))
+    assert _report(run)["complete"] and _report(run)["batch"] is True
+
+
+def test_tokens_and_cost_add_up_and_max_cost_stops_before_passing_it(tmp_path: Path) -> None:
+    prices = ("--price-input", "2", "--price-output", "8")
+    with FakeOpenAIServer("mixed") as srv:
+        base = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--eval-batch-size", "1", *prices)
+        base += ("--generation-config", "max_tokens=64")  # the first request's estimate: its prompt and 64 out
+        full = run_cli(*base, "--work-dir", str(tmp_path / "full"))
+        assert full.returncode == 0, full.stderr
+        rows = read_jsonl(only_run_dir(tmp_path / "full") / "predictions/m/coin_flip.jsonl")
+        prompt = sum(r["usage"]["prompt_tokens"] for r in rows)
+        completion = sum(r["usage"]["completion_tokens"] for r in rows)
+        report = _report(only_run_dir(tmp_path / "full"))
+        assert report["tokens"]["prompt"] == prompt and report["tokens"]["completion"] == completion
+        assert report["cost"]["total"] == pytest.approx((prompt * 2 + completion * 8) / 1e6)
+        assert "cost" in full.stdout and "tokens:" in full.stdout
+        limit = report["cost"]["total"] / 2
+        stopped = run_cli(*base, "--max-cost", f"{limit}", "--work-dir", str(tmp_path / "capped"))
+        run = only_run_dir(tmp_path / "capped")
+        assert stopped.returncode == 1
+        assert "max-cost" in stopped.stderr and "resume with: coinflip eval --use-cache" in stopped.stderr
+        capped = _report(run)
+        assert 0 < len(_answers(run)) < 20 and capped["cost"]["total"] <= limit
+        more = run_cli("eval", "--use-cache", str(run), "--max-cost", "1")
+    assert more.returncode == 0, more.stderr
+    assert _report(run)["cost"]["total"] == pytest.approx(report["cost"]["total"])  # what the whole run costs
+
+
+def test_a_pricing_file_and_the_batch_discount(tmp_path: Path) -> None:
+    pricing = tmp_path / "prices.yaml"
+    pricing.write_text("m:\n  input: 1.5\n  output: 6\n  batch_discount: 0.5\nother:\n  input: 9\n  output: 9\n")
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "10", "--api-url", srv.url, "--pricing-file", str(pricing))
+        result = run_cli(*args, "--batch", *FAST, "--work-dir", str(tmp_path / "a"))
+        missing = run_cli(*args[:-2], "--pricing-file", str(tmp_path / "nope.yaml"), "--work-dir", str(tmp_path / "b"))
+        unknown = run_cli(*args[:2], "x", *args[3:], "--work-dir", str(tmp_path / "c"))
+    assert result.returncode == 0, result.stderr
+    t = _report(only_run_dir(tmp_path / "a"))["tokens"]
+    cost = _report(only_run_dir(tmp_path / "a"))["cost"]
+    assert cost["total"] == pytest.approx((t["prompt"] * 1.5 + t["completion"] * 6) / 1e6 * 0.5)
+    assert cost["full_price"] == pytest.approx(cost["total"] * 2)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    assert unknown.returncode == 2 and "no prices for 'x'" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_split_at_the_api_limits() -> None:
+    lines = [b"x" * 10 + b"\n"] * 7
+    assert [len(g) for g in split_lines(lines, max_requests=3)] == [3, 3, 1]
+    assert [len(g) for g in split_lines(lines, max_bytes=25)] == [2, 2, 2, 1]
+    assert [len(g) for g in split_lines([b"y" * 100], max_bytes=25)] == [1]  # one line alone, however long
+
+
+def test_result_lines_of_every_shape() -> None:
+    ok = {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]}
+    line = {"id": "1", "custom_id": "q1-r0", "response": {"status_code": 200, "body": ok}, "error": None}
+    cid, reply = read_result(json.dumps(line).encode(), "chat") or ("", None)
+    assert cid == "q1-r0" and reply is not None and reply.text == "ANSWER: YES" and reply.error is None
+    bad = {**line, "response": {"status_code": 429, "body": {"error": {"message": "slow"}}}}
+    assert (read_result(json.dumps(bad).encode(), "chat") or ("", None))[1].error == "HTTP 429: slow"  # type: ignore[union-attr]
+    expired = {**line, "response": None, "error": {"code": "batch_expired", "message": "too late"}}
+    assert "batch_expired: too late" in str((read_result(json.dumps(expired).encode(), "chat") or ("", None))[1])
+    assert read_result(b"not json\n", "chat") is None and read_result(b'{"no": "id"}', "chat") is None
