@@ -47,7 +47,10 @@ def test_compare_names_each_run_warns_about_sizes_and_says_what_it_wrote(tmp_pat
     assert len({r["template"] for r in board}) == 1 and board[0]["template"].startswith("default ")  # name and hash
     assert {r["few_shot"] for r in board} == {0}
     assert all(r["data"].startswith("bundled test ") for r in board)
-    assert len(data["pairs"]) == 6 and any("differ in size" in w for w in data["warnings"])
+    assert any("differ in size" in w for w in data["warnings"])
+    # every pair is either tested on the questions it shares or listed as untested (random subsets may not meet)
+    assert len(data["pairs"]) + len(data["untested"]) == 6 and all(p["shared"] > 0 for p in data["pairs"])
+    assert all(u["reason"] == "no shared question" for u in data["untested"])
     md = written[0].read_text()
     assert all(r.name in md for r in runs) and "differ in size" in md
 
@@ -76,15 +79,20 @@ def test_compare_takes_a_work_dir_and_skips_what_it_cannot_compare(tmp_path: Pat
 
 def test_compare_of_a_work_dir_with_runs_on_two_data_sets(tmp_path: Path) -> None:
     work = tmp_path / "w"
-    _eval(work, "--model", "oracle", "--limit", "20")
+    first = _eval(work, "--model", "oracle", "--limit", "20")
     other = tmp_path / "other.jsonl"
     assert run_cli("generate", "--count", "20", "--out", str(other)).returncode == 0
+    asked = [json.loads(line) for line in (first / "predictions/oracle/coin_flip.jsonl").read_text().splitlines()]
+    with other.open("a") as f:  # 5 of the first run's questions: the two data sets share them
+        f.writelines(json.dumps({"question": r["question"], "answer": r["target"]}) + "\n" for r in asked[:5])
     _eval(work, "--model", "oracle", "--dataset-path", str(other))
     refused = run_cli("compare", str(work), "--out", str(tmp_path / "x"))
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "bundled test" in refused.stderr and "other.jsonl" in refused.stderr and "--force" in refused.stderr
     forced = run_cli("compare", str(work), "--force", "--out", str(tmp_path / "y"), env=WIDE)
     assert forced.returncode == 0 and "warning: runs used different data" in forced.stdout
+    (tested,) = json.loads((tmp_path / "y/compare.json").read_text())["pairs"]
+    assert tested["shared"] == 5  # only the shared questions are paired
 
 
 def test_compare_needs_two_usable_runs(tmp_path: Path) -> None:

@@ -111,7 +111,9 @@ def test_compare_refuses_runs_on_different_data(tmp_path: Path) -> None:
     assert "different data" in refused.stderr and "--force" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     forced = run_cli("compare", str(a), str(c), "--force", "--out", str(tmp_path / "y"))
-    assert forced.returncode == 0 and json.loads((tmp_path / "y/compare.json").read_text())["pairs"][0]["shared"] == 0
+    # the two generated sets share no question: no paired test is possible, and nothing is written
+    assert forced.returncode == 2 and len(forced.stderr.strip().splitlines()) == 1
+    assert "share a question" in forced.stderr and not (tmp_path / "y").exists()
 
 
 @pytest.mark.parametrize(("model", "low", "high"), [("oracle", 1.0, 1.0), ("random", 0.35, 0.65)])

@@ -7,14 +7,12 @@ import json
 import sys
 from dataclasses import replace
 from datetime import datetime
-from html import escape
 from pathlib import Path
 from typing import Any
 
 from . import __version__
 from .config import TaskConfig, safe_name
 from .data.generate import PeopleRange, generate_file
-from .pages.charts import line_chart, page
 from .runner import run_task
 
 
@@ -80,23 +78,29 @@ def to_markdown(result: dict[str, Any]) -> str:
 
 
 def to_html(result: dict[str, Any]) -> str:
-    chart = line_chart(
+    from .pages import charts
+    from .pages.html import fmt, render_template
+
+    points = [
+        {
+            "people": p["people"],
+            "accuracy": fmt(p["accuracy"]),
+            "interval": f"{fmt(p['interval'][0], '.3f')} - {fmt(p['interval'][1], '.3f')}",
+            "f1": _f1(p),
+            "invalid": fmt(p["invalid_rate"], ".1%"),
+            "samples": p["samples"],
+            "run": p["run"],
+            "href": _page_of(result, p),
+        }
+        for p in result["points"]
+    ]
+    chart = charts.line(
         [(p["people"], p["accuracy"], *p["interval"]) for p in result["points"]], "number of people", "accuracy"
     )
-    rows = "".join(
-        f"<tr><td>{p['people']}</td><td>{p['accuracy']:.4f}</td><td>{p['interval'][0]:.3f} - {p['interval'][1]:.3f}</td>"
-        f"<td>{_f1(p)}</td><td>{p['invalid_rate']:.1%}</td><td>{p['samples']}</td>"
-        f'<td><a href="{escape(_page_of(result, p))}">{escape(str(p["run"]))}</a></td></tr>'
-        for p in result["points"]
-    )
-    return page(
-        f"CoinFlip sweep - {result['model']}",
-        f"<h1>Accuracy by number of people - {escape(result['model'])}</h1>"
-        f'<p class="meta">{result["count"]} generated questions per length, seed {result["seed"]}; '
-        f"coinflip {escape(__version__)}</p>{chart}"
-        "<table><tr><th>people</th><th>accuracy</th><th>95% interval</th><th>f1_score</th><th>invalid</th>"
-        f"<th>samples</th><th>run</th></tr>{rows}</table>",
-    )
+    return render_template(
+        "sweep.html", model=result["model"], count=result["count"], seed=result["seed"], version=__version__,
+        chart=chart, points=points,
+    )  # fmt: skip
 
 
 def _f1(point: dict[str, Any]) -> str:

@@ -7,7 +7,6 @@ is missing or of another type becomes None, never an exception.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from typing import Any
@@ -16,6 +15,7 @@ from urllib.parse import quote
 from ..config import BENCHMARK
 from ..scoring.metrics import METRICS
 from .catalog import Found, started
+from .html import number
 
 # optional columns: (key, label, where to look in a report, first match wins)
 EXTRAS: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
@@ -29,12 +29,6 @@ EXTRAS: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
 )
 SHOWN = {"benchmark", "model", "run", "complete", "warnings", "metrics", "intervals", "by_people", "usage", "primary"}
 MAX_DETAILS = 80
-
-
-def number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def dig(data: Any, *keys: str) -> Any:

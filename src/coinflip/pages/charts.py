@@ -1,140 +1,177 @@
-"""Inline SVG charts: no JavaScript library, no network, readable in any browser."""
+"""Inline SVG charts: no JavaScript library, no network, readable in any browser.
+
+Each function here turns values into geometry (plain numbers and label text); the macros in
+templates/charts.html draw it, escaping every label. Values that are not finite numbers (a
+hand-edited report) are drawn as missing, never as an exception.
+"""
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
+from .html import number
 
-def bars(points: list[tuple[str, float, float, float]], height: int = 180, color: str = "#3558d6") -> str:
-    """Vertical bars with interval whiskers; values in [0, 1]."""
-    width = max(320, 46 * len(points) + 50)
+Point = tuple[str, Any, Any, Any]  # label, value, interval low, interval high; values in [0, 1]
+BLUE, ORANGE = "#3558d6", "#e08a00"
+
+
+def _unit(value: Any) -> float:
+    v = number(value)
+    return 0.0 if v is None else min(1.0, max(0.0, v))
+
+
+def bars(series: list[tuple[str, str, list[Point]]], height: int = 180, title: str = "") -> dict[str, Any]:
+    """Vertical bars with interval whiskers, one group per label and one bar per series in it.
+
+    `series`: (name, colour, points); the points of every series share labels in order.
+    """
+    labels = [p[0] for p in series[0][2]] if series else []
+    per = max(1, len(series))
+    width = max(320, (30 * per + 16) * len(labels) + 50)
     inner = height - 40
-    slot = (width - 50) / max(1, len(points))
-    parts = [f'<svg width="{width}" height="{height}" role="img">']
-    for tick in (0, 0.5, 1):
-        y = 10 + inner * (1 - tick)
-        parts.append(
-            f'<line x1="40" x2="{width}" y1="{y}" y2="{y}" stroke="#e2e5ea"/><text x="8" y="{y + 4}">{tick:.1f}</text>'
-        )
-    for i, (label, value, lo, hi) in enumerate(points):
-        x = 45 + i * slot
-        y = 10 + inner * (1 - value)
-        parts.append(
-            f'<rect x="{x:.1f}" y="{y:.1f}" width="{slot * 0.6:.1f}" height="{inner * value:.1f}" fill="{color}"><title>{escape(label)}: {value:.3f}</title></rect>'
-        )
-        cx = x + slot * 0.3
-        parts.append(
-            f'<line x1="{cx:.1f}" x2="{cx:.1f}" y1="{10 + inner * (1 - hi):.1f}" y2="{10 + inner * (1 - lo):.1f}" stroke="#222"/>'
-        )
-        parts.append(f'<text x="{x:.1f}" y="{height - 12}">{escape(label)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    slot = (width - 50) / max(1, len(labels))
+    bar = slot * 0.7 / per
+    drawn = []
+    for s, (name, color, points) in enumerate(series):
+        for i, (label, value, lo, hi) in enumerate(points):
+            v = number(value)
+            x = 45 + i * slot + s * bar
+            y = 10 + inner * (1 - _unit(v))
+            whisker = None
+            if number(lo) is not None and number(hi) is not None:
+                whisker = (round(10 + inner * (1 - _unit(hi)), 1), round(10 + inner * (1 - _unit(lo)), 1))
+            tip = f"{label}{' ' + name if len(series) > 1 else ''}: " + ("—" if v is None else f"{v:.3f}")
+            drawn.append(
+                {
+                    "series": f"s{s}",
+                    "x": round(x, 1),
+                    "y": round(y, 1),
+                    "w": round(bar * 0.9, 1),
+                    "h": round(inner * _unit(v), 1),
+                    "color": color,
+                    "tip": tip,
+                    "cx": round(x + bar * 0.45, 1),
+                    "whisker": whisker,
+                }
+            )
+    return {
+        "title": title,
+        "width": width,
+        "height": height,
+        "ticks": [{"y": round(10 + inner * (1 - t), 1), "label": f"{t:.1f}"} for t in (0, 0.5, 1)],
+        "bars": drawn,
+        "labels": [{"x": round(45 + i * slot, 1), "text": label} for i, label in enumerate(labels)],
+        "legend": [(name, color) for name, color, _ in series] if len(series) > 1 else [],
+    }
 
 
-def histogram(values: list[float], label: str, bins: int = 20) -> str:
-    if not values:
-        return f"<p class='meta'>no {escape(label)} recorded</p>"
-    lo, hi = min(values), max(values)
+def histogram(values: list[float], unit: str, bins: int = 20) -> dict[str, Any]:
+    finite = [v for v in (number(x) for x in values) if v is not None]
+    width, height = 340, 150
+    if not finite:
+        return {"bars": [], "unit": unit, "width": width, "height": height}
+    lo, hi = min(finite), max(finite)
     step = (hi - lo) / bins or 1.0
     counts = [0] * bins
-    for v in values:
+    for v in finite:
         counts[min(bins - 1, int((v - lo) / step))] += 1
     top = max(counts)
-    width, height = 340, 150
     bar = (width - 20) / bins
-    parts = [f'<svg width="{width}" height="{height}" role="img">']
+    drawn = []
     for i, c in enumerate(counts):
         h = (height - 35) * c / top
-        parts.append(
-            f'<rect x="{10 + i * bar:.1f}" y="{height - 25 - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" fill="#6b8afd"><title>{c}</title></rect>'
+        drawn.append(
+            {
+                "x": round(10 + i * bar, 1),
+                "y": round(height - 25 - h, 1),
+                "w": round(bar - 1, 1),
+                "h": round(h, 1),
+                "count": c,
+            }
         )
-    parts.append(
-        f'<text x="10" y="{height - 8}">{lo:.3g}</text><text x="{width - 60}" y="{height - 8}">{hi:.3g} {escape(label)}</text></svg>'
-    )
-    return "".join(parts)
+    return {"bars": drawn, "unit": unit, "width": width, "height": height, "lo": f"{lo:.3g}", "hi": f"{hi:.3g}"}
 
 
-PAGE_STYLE = (
-    "body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;padding:20px;"
-    "max-width:1180px;color:#1d2330;background:#f6f7f9}h1{font-size:22px}h2{font-size:17px;margin-top:26px}"
-    "table{border-collapse:collapse;background:#fff;border:1px solid #dde1e8}"
-    "td,th{border-bottom:1px solid #e5e8ee;padding:5px 9px;text-align:left}td{font-variant-numeric:tabular-nums}"
-    "svg{background:#fff;border:1px solid #dde1e8;border-radius:8px}svg text{font-size:11px;fill:#444}"
-    ".meta{color:#5b6475;font-size:13px}a{color:#3558d6}"
-)
-
-
-def page(title: str, body: str) -> str:
-    """A plain self-contained page for the smaller reports (compare, sweep); `title` is escaped here."""
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-        f"<style>{PAGE_STYLE}</style></head><body>{body}</body></html>\n"
-    )
-
-
-def line_chart(
-    points: list[tuple[float, float, float, float]], x_label: str, y_label: str, width: int = 640, height: int = 300
-) -> str:
+def line(
+    points: list[tuple[Any, Any, Any, Any]], x_label: str, y_label: str, width: int = 640, height: int = 300
+) -> dict[str, Any]:
     """Values in [0, 1] against x, with interval whiskers; one marker per point."""
-    if not points:
-        return "<p>no points</p>"
     left, right, top, bottom = 50, 20, 15, 45
-    xs = [p[0] for p in points]
-    x_lo, x_hi = min(xs), max(xs)
-    span = (x_hi - x_lo) or 1.0
+    kept: list[tuple[float, float, float, float]] = []
+    for x, y, lo, hi in points:
+        at = number(x)
+        if at is not None:
+            kept.append((at, _unit(y), _unit(lo), _unit(hi)))
+    chart: dict[str, Any] = {
+        "width": width,
+        "height": height,
+        "left": left,
+        "right": right,
+        "x_label": x_label,
+        "y_label": y_label,
+    }
+    if not kept:
+        return {**chart, "points": [], "ticks": [], "path": ""}
+    xs = [p[0] for p in kept]
+    x_lo, span = min(xs), (max(xs) - min(xs)) or 1.0
 
     def sx(x: float) -> float:
-        return left + (width - left - right) * (x - x_lo) / span
+        return round(left + (width - left - right) * (x - x_lo) / span, 1)
 
     def sy(y: float) -> float:
-        return top + (height - top - bottom) * (1 - y)
+        return round(top + (height - top - bottom) * (1 - y), 1)
 
-    parts = [f'<svg width="{width}" height="{height}" role="img" aria-label="{escape(y_label)} by {escape(x_label)}">']
-    for tick in (0, 0.25, 0.5, 0.75, 1):
-        parts.append(
-            f'<line x1="{left}" x2="{width - right}" y1="{sy(tick):.1f}" y2="{sy(tick):.1f}" stroke="#e2e5ea"/>'
-            f'<text x="8" y="{sy(tick) + 4:.1f}">{tick:.2f}</text>'
-        )
-    path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y, _, _) in enumerate(points))
-    parts.append(f'<path d="{path}" fill="none" stroke="#3558d6" stroke-width="2"/>')
-    for x, y, lo, hi in points:
-        parts.append(f'<line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{sy(hi):.1f}" y2="{sy(lo):.1f}" stroke="#222"/>')
-        parts.append(
-            f'<circle class="point" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="#3558d6"><title>{x:g}: {y:.3f}</title></circle>'
-        )
-        parts.append(f'<text x="{sx(x) - 4:.1f}" y="{height - 25}">{x:g}</text>')
-    parts.append(f'<text x="{width / 2 - 40:.0f}" y="{height - 6}">{escape(x_label)}</text></svg>')
-    return "".join(parts)
+    drawn = [
+        {"x": sx(x), "y": sy(y), "lo": sy(lo), "hi": sy(hi), "tip": f"{x:g}: {y:.3f}", "label": f"{x:g}"}
+        for x, y, lo, hi in kept
+    ]
+    path = " ".join(f"{'M' if i == 0 else 'L'}{p['x']},{p['y']}" for i, p in enumerate(drawn))
+    ticks = [{"y": sy(t), "label": f"{t:.2f}"} for t in (0, 0.25, 0.5, 0.75, 1)]
+    return {**chart, "points": drawn, "ticks": ticks, "path": path}
 
 
-def reliability(bins: list[dict[str, Any]], width: int = 320, height: int = 220) -> str:
-    """Share of YES targets in each P(YES) bin, against the diagonal a calibrated model follows."""
-    left, bottom, top, right = 36, 28, 10, 10
+def reliability(bins: Any, width: int = 340, height: int = 230) -> dict[str, Any]:
+    """Share of YES targets in each P(YES) bin, with the number of samples above each bar,
+    against the diagonal a calibrated model follows."""
+    left, bottom, top, right = 36, 28, 18, 10
     w, h = width - left - right, height - top - bottom
 
     def sx(x: float) -> float:
-        return left + w * x
+        return round(left + w * x, 1)
 
     def sy(y: float) -> float:
-        return top + h * (1 - y)
+        return round(top + h * (1 - y), 1)
 
-    parts = [f'<svg width="{width}" height="{height}" role="img" aria-label="reliability diagram">']
-    for tick in (0, 0.5, 1):
-        parts.append(
-            f'<line x1="{left}" x2="{width - right}" y1="{sy(tick):.1f}" y2="{sy(tick):.1f}" stroke="#e2e5ea"/>'
-            f'<text x="4" y="{sy(tick) + 4:.1f}">{tick:.1f}</text><text x="{sx(tick) - 8:.1f}" y="{height - 8}">{tick:.1f}</text>'
-        )
-    for b in bins:
-        if not b.get("samples") or b.get("yes_share") is None:
+    drawn = []
+    for b in bins if isinstance(bins, list) else []:
+        if not isinstance(b, dict):
             continue
-        x0, x1, share = sx(b["lo"]) + 1, sx(b["hi"]) - 1, b["yes_share"]
-        parts.append(
-            f'<rect class="bin" x="{x0:.1f}" y="{sy(share):.1f}" width="{x1 - x0:.1f}" height="{h * share:.1f}" fill="#3558d6" opacity="0.8">'
-            f"<title>P(YES) {b['lo']:.1f}-{b['hi']:.1f}: {b['samples']} samples, {share:.0%} YES</title></rect>"
+        samples, share, lo, hi = (number(b.get(k)) for k in ("samples", "yes_share", "lo", "hi"))
+        if not samples or share is None or lo is None or hi is None:
+            continue
+        share = _unit(share)
+        x0, x1 = sx(_unit(lo)) + 1, sx(_unit(hi)) - 1
+        drawn.append(
+            {
+                "x": x0,
+                "y": sy(share),
+                "w": round(max(0.0, x1 - x0), 1),
+                "h": round(h * share, 1),
+                "cx": round((x0 + x1) / 2, 1),
+                "label_y": round(sy(share) - 3, 1),
+                "samples": f"{samples:.0f}",
+                "tip": f"P(YES) {lo:.1f}-{hi:.1f}: {samples:.0f} samples, {share:.0%} YES",
+            }
         )
-    parts.append(
-        f'<line x1="{sx(0):.1f}" y1="{sy(0):.1f}" x2="{sx(1):.1f}" y2="{sy(1):.1f}" stroke="#b3261e" stroke-dasharray="4 3"/>'
-    )
-    parts.append("</svg>")
-    return "".join(parts)
+    return {
+        "width": width,
+        "height": height,
+        "left": left,
+        "right": right,
+        "ticks": [{"y": sy(t), "x": sx(t), "label": f"{t:.1f}"} for t in (0, 0.5, 1)],
+        "bins": drawn,
+        "x0": sx(0),
+        "y0": sy(0),
+        "x1": sx(1),
+        "y1": sy(1),
+    }

@@ -8,7 +8,6 @@ be compared (no report yet, unreadable files) are skipped with a note, not a cra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from html import escape
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.paired import mcnemar, pair
 from .board import label, row, utf8
 from .catalog import Found, read_answers, read_run, scan
-from .charts import page
+from .html import fmt, render_template
 
 __all__ = ["Run", "compare", "load_run", "mcnemar", "to_html", "to_markdown"]
 
@@ -86,29 +85,131 @@ def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
 
 
 def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
+    """Group the runs that can be compared, rank and test each group, and say why the rest were not.
+
+    Runs pair on the questions they share: a group holds the runs linked by shared questions on
+    the same data (with `force`, on any data). Two runs that share no question get no test and no
+    rank against each other, whatever their scores.
+    """
     runs, skipped = gather(paths)
     if len(runs) < 2:
-        detail = f" ({'; '.join(skipped)})" if skipped else ""
+        detail = f" ({_few(skipped, 2)})" if skipped else ""
         raise ConfigError(f"compare needs at least two runs with reports, found {len(runs)}{detail}")
     _unique_names(runs)
-    datasets = {r.row["data"]["key"] for r in runs}
-    if len(datasets) > 1 and not force:
-        raise ConfigError(
-            f"runs were made on different data ({_by_data(runs)}); pass --force to compare on the samples they share"
-        )
-    leaderboard = sorted(runs, key=lambda r: -(r.row["m"]["f1_score"][0] or 0.0))
-    rank = {id(r): n for n, r in enumerate(leaderboard, 1)}
-    pairs = []
-    for a, b in combinations(leaderboard, 2):
-        names = {"a": a.label, "b": b.label, "a_rank": rank[id(a)], "b_rank": rank[id(b)]}
-        pairs.append({**names, **pair(a.correct, b.correct).stats()})
-    return {
-        "same_data": len(datasets) == 1,
-        "warnings": warnings(leaderboard),
-        "skipped": skipped,
-        "leaderboard": [_entry(i + 1, r) for i, r in enumerate(leaderboard)],
-        "pairs": pairs,
+    stats = {
+        (a, b): pair(runs[a].correct, runs[b].correct).stats()
+        for a, b in combinations(range(len(runs)), 2)
+        if force or runs[a].row["data"]["key"] == runs[b].row["data"]["key"]
     }
+    members = _components(len(runs), [ab for ab, st in stats.items() if st["shared"] > 0])
+    groups = [m for m in members if len(m) > 1]
+    if not groups:
+        raise ConfigError(_nothing_to_compare(runs, force))
+    groups.sort(key=lambda m: (-len(m), min(m)))
+    out: dict[str, Any] = {
+        "same_data": len({r.row["data"]["key"] for r in runs}) == 1,
+        "warnings": [],
+        "skipped": skipped,
+    }
+    out.update(leaderboard=[], pairs=[], untested=[], groups=[])
+    for n, group in enumerate(groups, 1):
+        board = sorted((runs[i] for i in group), key=lambda r: -(r.row["m"]["f1_score"][0] or 0.0))
+        rank = {id(r): k for k, r in enumerate(board, 1)}
+        title = _group_title(board, n, len(groups))
+        out["groups"].append({"group": n, "title": title, "runs": [r.row["run"] for r in board]})
+        prefix = f"{title}: " if len(groups) > 1 else ""
+        out["warnings"] += [prefix + w for w in warnings(board)]
+        out["leaderboard"] += [{**_entry(rank[id(r)], r), "group": n} for r in board]
+        for a, b in combinations(board, 2):
+            ia, ib = runs.index(a), runs.index(b)
+            st = stats.get((min(ia, ib), max(ia, ib)))
+            if st is None:
+                continue
+            names = {"group": n, "a": a.label, "b": b.label, "a_rank": rank[id(a)], "b_rank": rank[id(b)]}
+            if st["shared"]:
+                out["pairs"].append({**names, **st} if ia < ib else {**names, **_swapped(st)})
+            else:
+                out["untested"].append({**names, "reason": "no shared question"})
+    out["left_out"] = _left_out(runs, [m[0] for m in members if len(m) == 1], force)
+    return out
+
+
+def _swapped(st: dict[str, Any]) -> dict[str, Any]:
+    """The stats of (b, a) as stats of (a, b): only the one-sided counts change places."""
+    return {**st, "only_a": st["only_b"], "only_b": st["only_a"]}
+
+
+def _components(n: int, links: list[tuple[int, int]]) -> list[list[int]]:
+    """Runs linked by shared questions, directly or through others (union-find)."""
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in links:
+        parent[root(a)] = root(b)
+    found: dict[int, list[int]] = {}
+    for i in range(n):
+        found.setdefault(root(i), []).append(i)
+    return list(found.values())
+
+
+def _group_title(board: list[Run], n: int, total: int) -> str:
+    data = sorted({_data(r.row) for r in board})
+    return (f"G{n} " if total > 1 else "") + (data[0] if len(data) == 1 else f"{len(data)} data sets")
+
+
+def _few(items: list[str], keep: int = 3) -> str:
+    """At most `keep` items, then how many more: messages stay one short line."""
+    shown = "; ".join(items[:keep])
+    return shown + (f"; and {len(items) - keep} more" if len(items) > keep else "")
+
+
+def _left_out(runs: list[Run], alone: list[int], force: bool) -> list[str]:
+    """Runs in no group, one line per reason."""
+    by_data: dict[str, int] = {}
+    for r in runs:
+        by_data[r.row["data"]["key"]] = by_data.get(r.row["data"]["key"], 0) + 1
+    only: list[int] = []
+    apart: list[int] = []
+    for i in alone:
+        r = runs[i]
+        (only if by_data[r.row["data"]["key"]] == 1 and not force else apart).append(i)
+    out = []
+    if only:
+        names = [f"{runs[i].row['model']} [{runs[i].row['run']}] on {_data(runs[i].row)}" for i in only]
+        out.append(
+            f"{len(only)} run{'s' * (len(only) != 1)} left out, each the only run on its data: {_few(names)}"
+            + ("" if force else " (--force pairs runs on different data where they share questions)")
+        )
+    if apart:
+        names = [runs[i].label for i in apart]
+        out.append(
+            f"{len(apart)} run{'s' * (len(apart) != 1)} left out, sharing no question with any other run "
+            f"(no test is possible without shared questions): {_few(names)}"
+        )
+    return out
+
+
+def _nothing_to_compare(runs: list[Run], force: bool) -> str:
+    sets: dict[str, int] = {}
+    for r in runs:
+        sets[_data(r.row)] = sets.get(_data(r.row), 0) + 1
+    if force:
+        return f"nothing to compare: no two of the {len(runs)} runs share a question, and a paired test needs shared questions"
+    if all(n == 1 for n in sets.values()):
+        listed = _few([f"{d}: 1 run" for d in sets])
+        return (
+            f"nothing to compare: {len(runs)} runs on {len(sets)} data sets ({listed}); "
+            "pass --force to pair runs on different data on the questions they share"
+        )
+    return (
+        f"nothing to compare: no two of the {len(runs)} runs share a question (a paired test needs them); "
+        "runs with the same --limit and --seed ask the same questions"
+    )
 
 
 def _unique_names(runs: list[Run]) -> None:
@@ -175,7 +276,7 @@ def warnings(runs: list[Run]) -> list[str]:
     if len(datasets) > 1:
         out.append(f"runs used different data ({'; '.join(sorted(datasets))}): only shared questions were paired")
     for key, what in (("template", "prompt templates"), ("few_shot", "few-shot counts"), ("compat", "arithmetics")):
-        values = {str(r.row[key]) for r in runs}
+        values = {fmt(r.row[key], "d", "?") for r in runs}
         if len(values) > 1:
             out.append(f"runs differ in {what} ({', '.join(sorted(values))})")
     repeated = [r.label for r in runs if (r.row["repeats"] or 1) > 1]
@@ -191,61 +292,115 @@ def warnings(runs: list[Run]) -> list[str]:
 
 
 def _f(value: Any, spec: str) -> str:
-    return "—" if value is None else format(value, spec)
+    return fmt(value, spec, "—")
+
+
+PAIR_HEAD = (
+    "A",
+    "B",
+    "shared",
+    "only A right",
+    "only B right",
+    "chi2",
+    "p",
+    "chi2 (corrected)",
+    "p (corrected)",
+    "p (exact)",
+)
+
+
+def _board_cells(r: dict[str, Any]) -> list[str]:
+    """One leaderboard row as text cells, in the order of `_board_head`."""
+    return [
+        str(r["rank"]),
+        str(r["model"]),
+        str(r["run_id"]),
+        _f(r["samples"], "d"),
+        str(r["data"]),
+        str(r["template"]),
+        _f(r["few_shot"], "d"),
+        *(_f(r[m], ".4f") for m in METRICS),
+        _f(r["invalid_rate"], ".1%"),
+    ]
+
+
+def _board_head() -> list[str]:
+    return ["rank", "model", "run", "samples", "data", "template", "few-shot", *METRICS, "invalid"]
+
+
+def _pair_cells(p: dict[str, Any], names: bool = True) -> list[str]:
+    a, b = (str(p["a"]), str(p["b"])) if names else (f"#{p['a_rank']}", f"#{p['b_rank']}")
+    return [
+        a,
+        b,
+        str(p["shared"]),
+        str(p["only_a"]),
+        str(p["only_b"]),
+        f"{p['chi2']:.4f}",
+        f"{p['p_value']:.4g}",
+        f"{p['chi2_corrected']:.4f}",
+        f"{p['p_corrected']:.4g}",
+        f"{p['p_exact']:.4g}",
+    ]
+
+
+def _untested(result: dict[str, Any]) -> list[str]:
+    return [f"{u['a']} and {u['b']}: {u['reason']}, no test" for u in result.get("untested", [])]
 
 
 def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _md_table(head: list[str] | tuple[str, ...], rows: list[list[str]]) -> list[str]:
+    """A markdown table whose separator row has as many cells as its header."""
+
+    def line(cells: list[str] | tuple[str, ...]) -> str:
+        return "| " + " | ".join(_md(c) for c in cells) + " |"
+
+    return [line(head), "|" + "---|" * len(head), *(line(r) for r in rows)]
+
+
+def _in_group(result: dict[str, Any], key: str, n: int) -> list[dict[str, Any]]:
+    return [x for x in result[key] if x.get("group", 1) == n]
+
+
 def to_markdown(result: dict[str, Any]) -> str:
-    head = "| rank | model | run | samples | data | template | few-shot | " + " | ".join(METRICS) + " | invalid |"
-    lines = ["# CoinFlip comparison", "", head, "|" + "---|" * (len(METRICS) + 8)]
-    for r in result["leaderboard"]:
-        values = " | ".join(_f(r[m], ".4f") for m in METRICS)
-        lines.append(
-            f"| {r['rank']} | {_md(r['model'])} | {_md(r['run_id'])} | {_f(r['samples'], '.0f')} | {_md(r['data'])} "
-            f"| {_md(r['template'])} | {_f(r['few_shot'], '.0f')} | {values} | {_f(r['invalid_rate'], '.1%')} |"
-        )
-    lines += [
-        "",
-        "## Paired McNemar tests (shared samples)",
-        "",
-        "| A | B | shared | only A right | only B right | chi2 | p | chi2 (corrected) | p (corrected) | p (exact) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for p in result["pairs"]:
-        lines.append(
-            f"| {_md(p['a'])} | {_md(p['b'])} | {p['shared']} | {p['only_a']} | {p['only_b']} | {p['chi2']:.4f} "
-            f"| {p['p_value']:.4g} | {p['chi2_corrected']:.4f} | {p['p_corrected']:.4g} | {p['p_exact']:.4g} |"
-        )
-    notes = [f"- **Warning:** {_md(w)}" for w in result["warnings"]] + [f"- {_md(s)}" for s in result["skipped"]]
+    lines = ["# CoinFlip comparison"]
+    for g in result["groups"]:
+        n = g["group"]
+        lines += ["", f"## {_md(g['title'])}" if len(result["groups"]) > 1 else "## Leaderboard", ""]
+        lines += _md_table(_board_head(), [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
+        pairs = _in_group(result, "pairs", n)
+        if pairs:
+            lines += ["", "### Paired McNemar tests (shared samples)", ""]
+            lines += _md_table(PAIR_HEAD, [_pair_cells(p) for p in pairs])
+    notes = [f"- **Warning:** {_md(w)}" for w in result["warnings"]]
+    notes += [f"- {_md(s)}" for s in _untested(result) + result.get("left_out", []) + result["skipped"]]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
 def to_html(result: dict[str, Any]) -> str:
-    rows = "".join(
-        f"<tr><td>{r['rank']}</td><td>{escape(r['model'])}</td><td>{escape(r['run_id'])}</td><td>{_f(r['samples'], '.0f')}</td>"
-        f"<td>{escape(r['data'])}</td><td>{escape(r['template'])}</td><td>{_f(r['few_shot'], '.0f')}</td>"
-        + "".join(f"<td>{_f(r[m], '.4f')}</td>" for m in METRICS)
-        + f"<td>{_f(r['invalid_rate'], '.1%')}</td></tr>"
-        for r in result["leaderboard"]
-    )
-    pairs = "".join(
-        f"<tr><td>{escape(p['a'])}</td><td>{escape(p['b'])}</td><td>{p['shared']}</td><td>{p['only_a']}</td><td>{p['only_b']}</td>"
-        f"<td>{p['chi2']:.4f}</td><td>{p['p_value']:.4g}</td><td>{p['chi2_corrected']:.4f}</td>"
-        f"<td>{p['p_corrected']:.4g}</td><td>{p['p_exact']:.4g}</td></tr>"
-        for p in result["pairs"]
-    )
-    notes = "".join(f"<p><b>Warning:</b> {escape(w)}</p>" for w in result["warnings"])
-    notes += "".join(f"<p>{escape(s)}</p>" for s in result["skipped"])
-    head = "".join(f"<th>{m}</th>" for m in METRICS)
-    return page(
-        "CoinFlip comparison",
-        f"<h1>CoinFlip comparison</h1>{notes}<table><tr><th>rank</th><th>model</th><th>run</th><th>samples</th><th>data</th>"
-        f"<th>template</th><th>few-shot</th>{head}<th>invalid</th></tr>{rows}</table>"
-        "<h2>Paired McNemar tests</h2><table><tr><th>A</th><th>B</th><th>shared</th><th>only A right</th><th>only B right</th>"
-        f"<th>chi2</th><th>p</th><th>chi2 corrected</th><th>p corrected</th><th>p exact</th></tr>{pairs}</table>",
+    groups = []
+    for g in result["groups"]:
+        rows = []
+        for r in _in_group(result, "leaderboard", g["group"]):
+            cells = _board_cells(r)
+            rows.append({
+                "rank": cells[0], "model": cells[1], "run_id": cells[2], "samples": cells[3], "data": cells[4],
+                "template": cells[5], "few_shot": cells[6], "metrics": cells[7:-1], "invalid": cells[-1],
+            })  # fmt: skip
+        pairs = [_pair_cells(p) for p in _in_group(result, "pairs", g["group"])]
+        title = g["title"] if len(result["groups"]) > 1 else "Leaderboard"
+        groups.append({"title": title, "rows": rows, "pairs": pairs})
+    return render_template(
+        "compare.html",
+        warnings=result["warnings"],
+        groups=groups,
+        metrics=METRICS,
+        pair_head=PAIR_HEAD,
+        untested=_untested(result),
+        left_out=result.get("left_out", []) + result["skipped"],
     )
 
 
@@ -283,33 +438,43 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
     from rich.text import Text
 
     console = console or Console()
-    board = Table(title="CoinFlip leaderboard", title_justify="left", box=box.SIMPLE_HEAD)
-    board.add_column("#")
-    board.add_column("run: model, id, samples, data, template, few-shot", overflow="fold", min_width=20, ratio=1)
-    for column in ("f1", "acc", "prec", "recall", "yes", "invalid"):  # f1_score, accuracy, precision, recall, yes_ratio
-        board.add_column(column, justify="right")
-    for r in result["leaderboard"]:
-        name = Text(printable(r["model"]), style="bold")
-        name.append(printable(f"\n{r['run_id']} · {_f(r['samples'], '.0f')} q · {r['data']} · {r['template']} · "))
-        name.append(f"{_f(r['few_shot'], '.0f')}-shot" + ("" if r["complete"] else " · INCOMPLETE"))
-        scores = [_f(r[m], ".3f") for m in METRICS]
-        board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
-    console.print(board)
-    tests = Table(
-        title="Paired McNemar tests (shared samples; A and B by rank; cc: with continuity correction)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
-    for column in ("A", "B", "shared", "only A", "only B", "chi2", "p", "chi2 cc", "p cc", "p exact"):
-        tests.add_column(column, overflow="fold")
-    for p in result["pairs"]:
-        cells = [f"#{p['a_rank']}", f"#{p['b_rank']}", str(p["shared"]), str(p["only_a"]), str(p["only_b"])]
-        cells += [f"{p['chi2']:.4f}", f"{p['p_value']:.4g}", f"{p['chi2_corrected']:.4f}", f"{p['p_corrected']:.4g}"]
-        cells.append(f"{p['p_exact']:.4g}")
-        tests.add_row(*(Text(c) for c in cells))
-    console.print(tests)
+    several = len(result["groups"]) > 1
+    for g in result["groups"]:
+        title = "CoinFlip leaderboard" + (f" - {g['title']}" if several else "")
+        board = Table(title=Text(printable(title)), title_justify="left", box=box.SIMPLE_HEAD)
+        board.add_column("#")
+        board.add_column("run: model, id, samples, data, template, few-shot", overflow="fold", min_width=20, ratio=1)
+        for column in (
+            "f1",
+            "acc",
+            "prec",
+            "recall",
+            "yes",
+            "invalid",
+        ):  # f1_score, accuracy, precision, recall, yes_ratio
+            board.add_column(column, justify="right")
+        for r in _in_group(result, "leaderboard", g["group"]):
+            name = Text(printable(r["model"]), style="bold")
+            name.append(printable(f"\n{r['run_id']} · {_f(r['samples'], 'd')} q · {r['data']} · {r['template']} · "))
+            name.append(printable(f"{_f(r['few_shot'], 'd')}-shot") + ("" if r["complete"] else " · INCOMPLETE"))
+            scores = [_f(r[m], ".3f") for m in METRICS]
+            board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
+        console.print(board)
+        pairs = _in_group(result, "pairs", g["group"])
+        if not pairs:
+            continue
+        tests = Table(
+            title="Paired McNemar tests (shared samples; A and B by rank; cc: with continuity correction)",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+        )
+        for column in ("A", "B", "shared", "only A", "only B", "chi2", "p", "chi2 cc", "p cc", "p exact"):
+            tests.add_column(column, overflow="fold")
+        for p in pairs:
+            tests.add_row(*(Text(c) for c in _pair_cells(p, names=False)))
+        console.print(tests)
     for warning in result["warnings"]:
         console.print(Text.assemble(("warning: ", "yellow"), printable(warning)))
-    for note in result["skipped"]:
+    for note in _untested(result) + result.get("left_out", []) + result["skipped"]:
         console.print(Text.assemble(("note: ", "cyan"), printable(note)))
     console.print(Text(printable("wrote " + ", ".join(str(p) for p in written))))

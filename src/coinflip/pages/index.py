@@ -5,17 +5,15 @@ the pair view from them, so a thousand runs sort and filter without a reload. Th
 the view (sort, filters, selected runs, the pair) lives in the URL fragment, e.g.
 `index.html#sort=f1_score&dir=desc&model=oracle&q=text`, so a view can be bookmarked.
 Everything a model, a server or a user wrote reaches the page as JSON text (with `<`, `>` and
-`&` escaped) or through html.escape, and the script only ever sets it as text.
+`&` escaped by the template's `tojson`) or through the template's autoescape, and the script
+(templates/index.js) only ever sets it as text.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from collections.abc import Iterable
 from datetime import datetime
-from html import escape
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
 from .board import EXTRAS, row, utf8
 from .catalog import Answers, Found, read_answers, scan
-from .index_assets import SCRIPT, STYLE
+from .html import render_template
 
 INDEX = "index.html"
 PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precomputed: 190 pairs at most
@@ -250,20 +248,6 @@ def _tail(reply: str) -> str:
     return reply if len(reply) <= REPLY_TAIL else "…" + reply[-REPLY_TAIL:]
 
 
-def _json(data: Any) -> str:
-    """JSON that cannot end its <script> element or open a comment inside it."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _problem_list(problems: Iterable[dict[str, str]]) -> str:
-    items = "".join(
-        f'<li class="p-{escape(p["kind"])}"><b>{escape(p["kind"])}</b> <code>{escape(p["id"])}</code> {escape(p["reason"])}</li>'
-        for p in problems
-    )
-    return f'<ul id="problems">{items}</ul>' if items else '<p class="meta" id="problems">none</p>'
-
-
 def _summary(data: dict[str, Any]) -> str:
     runs, sets = len(data["runs"]), len(data["datasets"])
     counts = {k: sum(1 for p in data["problems"] if p["kind"] == k) for k in ("incomplete", "broken", "foreign")}
@@ -274,27 +258,6 @@ def _summary(data: dict[str, Any]) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    problems = data["problems"]
-    summary = _summary(data)
-    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>CoinFlip runs - {escape(Path(data["work_dir"]).name or data["work_dir"])}</title><style>{STYLE}</style></head><body><main>
-<h1>CoinFlip runs</h1>
-<div class="meta"><code>{escape(data["work_dir"])}</code> | {escape(summary)} | written {escape(data["generated"])} by coinflip {escape(data["version"])}</div>
-<noscript><div class="warn">This page draws its tables with a small inline script; allow scripts for this file to see them.</div></noscript>
-<section><h2>Leaderboard</h2>
-<div class="filters"><label>model <select id="f-model"></select></label> <label>data <select id="f-data"></select></label>
-<label>status <select id="f-status"><option value="">all</option><option value="complete">complete</option><option value="incomplete">incomplete</option></select></label>
-<label>text <input id="f-q" type="search" placeholder="model, run, template, data"></label>
-<span class="meta" id="shown"></span></div>
-<div id="mixed" class="note" hidden></div>
-<div class="scroll"><table id="board"><thead></thead><tbody></tbody></table></div>
-<p class="meta">Ranks (#) count complete runs on the same data set, of the same size and in the same arithmetic (equal F1, equal rank); D1, D2 ... name data sets. Tick runs to draw them below; without ticks, the first five rows are drawn.</p></section>
-<section class="grid2"><div class="panel"><h2>Accuracy by number of people</h2><div id="chart"></div><div id="legend" class="legend"></div></div>
-<div class="panel"><h2>Latency and tokens</h2><div class="side"><div><h3>latency: p50 bar, mean tick, p90 whisker</h3><div id="latency"></div></div><div><h3>completion tokens: p50, mean, p90</h3><div id="tokens"></div></div></div></div></section>
-<section class="panel"><h2>Two runs, question by question</h2>
-<div class="filters"><label>A <select id="p-a"></select></label> <label>B (same data) <select id="p-b"></select></label></div>
-<div id="pair"></div>
-<p class="meta">McNemar tests are computed when this page is written, for every pair among the {data["pair_runs"]} best runs (by F1) of each data set, at most {data["pair_runs"] * (data["pair_runs"] - 1) // 2} pairs per data set; up to {data["pair_rows"]} disagreeing questions are listed per pair. For any other pair, run <code>coinflip compare RUN_DIR RUN_DIR</code>.</p></section>
-<section><h2>Needs attention</h2>{_problem_list(problems)}</section>
-</main><script type="application/json" id="coinflip-data">{_json(data)}</script><script>{SCRIPT}</script></body></html>
-"""
+    """The page: the rows travel as JSON (`tojson` keeps it from ending its <script> element)."""
+    folder = Path(data["work_dir"]).name or data["work_dir"]
+    return render_template("index.html", data=data, folder=folder, summary=_summary(data), problems=data["problems"])

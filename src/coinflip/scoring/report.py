@@ -66,7 +66,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         report["repeat_metrics"] = reduce(outcomes, compat)
     if config.get("force_answer"):
         report["forced"] = _forced(scorer, outcomes, compat, seed)
-    report["calibration"] = _calibration(scorer, outcomes)
+    report["calibration"] = _calibration(scorer, outcomes) or {"available": False, "reason": _no_probabilities(report)}
     report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
     report["warnings"] = warnings(report, expected, len(outcomes))
     if scorer.unreadable:
@@ -104,6 +104,7 @@ def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> dict[st
         "metrics": forced_view["metrics"],
         "intervals": forced_view["intervals"],
         "counts": forced_view["counts"],
+        "by_people": forced_view["by_people"],
         "invalid_strict": int(invalid.sum()),
         "asked": int(asked.sum()),
         "recovered_correct": int((asked & right).sum()),
@@ -113,13 +114,34 @@ def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> dict[st
     }
 
 
-def _calibration(scorer: Scorer, outcomes: Outcomes) -> dict[str, Any]:
+def _no_probabilities(report: dict[str, Any]) -> str:
+    """Why no sample has P(YES), from what the run asked for and what its answers were."""
+    generation = report["generation_config"]
+    if not (generation.get("logprobs") or generation.get("top_logprobs")):
+        return NO_LOGPROBS
+    c, forced = report["counts"], report.get("forced")
+    answered = c["samples"] - c["invalid"] - c["errors"]
+    recovered = forced["recovered_correct"] + forced["recovered_wrong"] if forced else 0
+    if answered + recovered == 0:
+        what = "forced answer" if forced else "reply"
+        return (
+            f"log probabilities were asked for, but no {what} gave a YES or NO answer to read them at "
+            f"({c['invalid']} invalid, {c['errors']} errors of {c['samples']}): P(YES) is read at the answer"
+        )
+    return (
+        f"log probabilities were asked for, but none came back at the {answered + recovered} YES or NO answers: "
+        "the server did not return them (check that it supports logprobs, also when streaming)"
+    )
+
+
+def _calibration(scorer: Scorer, outcomes: Outcomes) -> dict[str, Any] | None:
+    """None when no sample has P(YES) (`_no_probabilities` says why)."""
     import numpy as np
 
     p = scorer.probabilities()
     known = np.isfinite(p) if p is not None else None
     if p is None or known is None or not known.any():
-        return {"available": False, "reason": NO_LOGPROBS}
+        return None
     order = scorer.order()  # sums in key order: a live run and its rescore give the same floats
     if order is not None:
         p, known, outcomes = p[order], known[order], outcomes.where(order)

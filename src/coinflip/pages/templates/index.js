@@ -1,38 +1,5 @@
-"""The index page's style and script, kept apart from the Python that fills them.
-
-The script reads the page's JSON, draws from it and sets every string it shows through
-textContent, an Option's text or setAttribute on a fixed attribute: no innerHTML, no eval.
-"""
-
-STYLE = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
-main{margin:0 auto;padding:20px 24px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:22px 0 8px}h3{font-size:13px;margin:4px 0;color:#5b6475;font-weight:600}
-.meta{color:#5b6475;font-size:13px}code{font:12px ui-monospace,Menlo,Consolas,monospace;background:#eef0f4;padding:1px 4px;border-radius:4px}
-.warn{background:#fde8e8;border:1px solid #f5b5b5;padding:8px 12px;border-radius:6px;margin:10px 0}
-.note{background:#fff6db;border:1px solid #f0d78a;padding:7px 12px;border-radius:6px;margin:8px 0;font-size:13px}
-.filters{display:flex;flex-wrap:wrap;gap:10px;align-items:center;margin:6px 0 8px}
-.filters select,.filters input{font:inherit;padding:3px 6px;border:1px solid #b9c0cc;border-radius:6px;background:#fff;max-width:320px}
-.scroll{overflow:auto;max-height:70vh;border:1px solid #dde1e8;border-radius:8px;background:#fff}
-table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #e5e8ee;padding:4px 5px;text-align:left;vertical-align:top;font-size:12.5px}
-#board th{position:sticky;top:0;background:#eef1f6;cursor:pointer;white-space:nowrap;user-select:none;z-index:1}
-#board th.on{color:#3558d6}#board td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-#board td small{display:block;color:#7a8291;font-size:11px}#board td.runc,#board td.datac,#board td.num{white-space:nowrap}#board td.model{min-width:90px;max-width:240px;overflow-wrap:anywhere}#board tr.run:hover{background:#f3f6fd}
-#board tr.incomplete td{background:#fffaf0}tr.details td{background:#f8f9fb;font-size:12px}
-.tag{display:inline-block;padding:0 6px;border-radius:9px;color:#fff;font-size:11px;font-weight:600;margin-right:4px}
-.st-complete{color:#137333}.st-incomplete{color:#9a6700;font-weight:600}
-.grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:14px}
-.panel{background:#fff;border:1px solid #dde1e8;border-radius:8px;padding:12px;margin-top:14px}
-.side{display:grid;grid-template-columns:1fr 1fr;gap:10px}
-.legend span{display:inline-block;margin:2px 10px 2px 0;font-size:12px}.legend i{display:inline-block;width:12px;height:3px;margin-right:4px;vertical-align:middle}
-svg text{font-size:11px;fill:#444}
-pre{white-space:pre-wrap;word-break:break-word;margin:2px 0 0;font:11.5px/1.35 ui-monospace,Menlo,Consolas,monospace;max-height:120px;overflow:auto;color:#444}
-.ok{color:#137333;font-weight:600}.bad{color:#b3261e;font-weight:600}
-#problems li{margin:3px 0}.p-broken b{color:#b3261e}.p-incomplete b{color:#9a6700}.p-foreign b{color:#5b6475}
-button.more{border:0;background:none;cursor:pointer;color:#3558d6;padding:0 4px 0 0;font:inherit}
-"""
-
-SCRIPT = r"""
+{% raw %}/* The index's script: it reads the page's JSON, draws from it and sets every string it shows
+   through textContent, an Option's text or setAttribute on a fixed attribute: no innerHTML, no eval. */
 (function(){
 'use strict';
 var D=JSON.parse(document.getElementById('coinflip-data').textContent);
@@ -162,4 +129,4 @@ readHash();filters();bind('f-model','model');bind('f-data','data');bind('f-statu
 window.addEventListener('hashchange',function(){readHash();filters();update()});
 update();
 })();
-"""
+{% endraw %}
