@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -115,3 +116,64 @@ def test_runs_with_repeats_pair_on_majority_votes_and_say_so(tmp_path: Path) -> 
     data = json.loads((tmp_path / "out" / "compare.json").read_text())
     assert any("majority vote" in w for w in data["warnings"]) and "majority vote" in result.stdout
     assert data["pairs"][0]["shared"] == 30  # one verdict per question, not per repeat
+
+
+def _md_tables(md: str) -> list[list[list[str]]]:
+    """Each markdown table as rows of cells (a `\\|` inside a cell is not a border)."""
+    tables: list[list[list[str]]] = []
+    previous = False
+    for line in md.splitlines():
+        is_row = line.startswith("|")
+        if is_row:
+            cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+            if not previous:
+                tables.append([])
+            tables[-1].append(cells)
+        previous = is_row
+    return tables
+
+
+def test_runs_that_share_no_question_get_no_test_and_no_rank_together(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    first = _eval(work, "--model", "oracle", "--limit", "30")
+    apart = _eval(work, "--model", "oracle", "--limit", "30", "--seed", "7")
+    alone = run_cli("compare", str(first), str(apart), "--out", str(tmp_path / "x"))
+    assert alone.returncode == 2 and len(alone.stderr.strip().splitlines()) == 1
+    assert "share a question" in alone.stderr and not (tmp_path / "x").exists()
+    same = _eval(work, "--model", "random", "--limit", "30", "--few-shot-num", "3")
+    result = run_cli("compare", str(work), "--out", str(tmp_path / "out"), env=WIDE)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "out/compare.json").read_text())
+    assert sorted(r["run_id"] for r in data["leaderboard"]) == sorted([first.name, same.name])
+    (tested,) = data["pairs"]
+    assert tested["shared"] == 30 and data["untested"] == []
+    (left,) = data["left_out"]
+    assert apart.name in left and "sharing no question" in left and "no test" in left
+    assert "shared=0" not in result.stdout and apart.name in result.stdout
+    # few-shot counts are whole numbers everywhere
+    assert any(w.endswith("few-shot counts (0, 3)") for w in data["warnings"]), data["warnings"]
+    md = (tmp_path / "out/compare.md").read_text()
+    assert "3.0" not in md and "| 3 |" in md
+    for table in _md_tables(md):  # every table renders: header, separator and rows of one width
+        assert len(table) >= 3 and all(set(c.strip()) == {"-"} for c in table[1])
+        assert {len(row) for row in table} == {len(table[0])}, table
+
+
+def test_compare_of_a_work_dir_a_sweep_wrote_into(tmp_path: Path) -> None:
+    work = tmp_path / "outputs"
+    runs = [_eval(work, "--model", "oracle", "--limit", "20"), _eval(work, "--model", "random", "--limit", "20")]
+    swept = run_cli("sweep", "--model", "oracle", "--people", "2-4", "--count", "10", "--work-dir", str(work))
+    assert swept.returncode == 0, swept.stderr
+    result = run_cli("compare", str(work), "--out", str(tmp_path / "out"), env=WIDE)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "out/compare.json").read_text())
+    assert sorted(r["run"] for r in data["leaderboard"]) == sorted(map(str, runs))
+    assert len(data["pairs"]) == 1 and data["pairs"][0]["shared"] == 20
+    (left,) = data["left_out"]  # the three sweep runs, each alone on its generated set, in one short line
+    assert left.startswith("3 runs left out, each the only run on its data") and len(left) < 400
+    assert all(len(line) < 400 for line in result.stdout.splitlines())
+    forced = run_cli("compare", str(work), "--force", "--out", str(tmp_path / "all"), env=WIDE)
+    assert forced.returncode == 0, forced.stderr
+    every = json.loads((tmp_path / "all/compare.json").read_text())
+    assert all(p["shared"] > 0 for p in every["pairs"]) and len(every["pairs"]) == 1
+    assert len(forced.stdout.splitlines()) < 40

@@ -18,6 +18,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
+import yaml
 
 from coinflip.testing.server import FakeOpenAIServer
 
@@ -171,7 +172,7 @@ def test_index_lists_every_run_and_every_problem(work: Work, tmp_path: Path) -> 
     assert "garbage_config" in work.view_stderr and len(work.view_stderr.splitlines()) == 7
     mixed = re.search(r'<div id="mixed" class="note">([^<]*)</div>', dom)
     assert mixed and "2 data sets" in mixed[1]  # different data is never ranked together unmarked
-    tags = {r["id"]: r["cells"][5][0] for r in rows}
+    tags = {r["id"]: r["cells"][4][0] for r in rows}
     assert tags[_rel(work, "other-data")] == "D2" and tags[_rel(work, "oracle")] == "D1"
     assert len(re.findall(r'<path [^>]*class="line"', dom)) == 5  # the first five rows are drawn
     a, b = re.search(r'id="pair" data-a="([^"]*)" data-b="([^"]*)"', dom).groups()  # type: ignore[union-attr]
@@ -404,3 +405,20 @@ def test_an_empty_work_dir_gets_a_page_that_says_so(tmp_path: Path) -> None:
     assert result.returncode == 0 and "0 runs on 0 data sets" in result.stderr
     dom = _dom(Work(tmp_path, {}, tmp_path / "index.html", ""), tmp_path)
     assert 'data-rows="0"' in dom and "no accuracy by number of people" in dom and _rows(dom) == []
+
+
+def test_a_resumed_run_shows_when_it_started(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    run = _eval(work, "--model", "oracle", "--limit", "5")
+    config_file = run / "configs/task_config.yaml"
+    saved = yaml.safe_load(config_file.read_text())
+    saved["provenance"]["created"] = "2020-01-02T03:04:05+00:00"  # as if it started long ago
+    config_file.write_text(yaml.safe_dump(saved, sort_keys=False))
+    resumed = run_cli("eval", "--use-cache", str(run))
+    assert resumed.returncode == 0, resumed.stderr
+    provenance = _report(run)["provenance"]
+    assert provenance["created"] == "2020-01-02T03:04:05+00:00" and provenance["resumed"] > provenance["created"]
+    data = json.loads(re.search(r'id="coinflip-data">(.*?)</script>', (work / "index.html").read_text())[1])  # type: ignore[index]
+    assert [r["date"] for r in data["runs"]] == ["2020-01-02 03:04:05"]
+    page = (run / "reports/oracle/coin_flip.html").read_text()
+    assert "started 2020-01-02T03:04:05+00:00, resumed " in page

@@ -151,6 +151,10 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     if differences:
         raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
     run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
+    first = (saved.get("provenance") or {}).get("created")
+    if isinstance(first, str):  # a run started when it was created; a resume adds when it went on
+        now = provenance()
+        content["provenance"] = {**now, "created": first, "resumed": now["created"]}
     run.save_config(content)
     run.save_subset(plan.subset.ids)
     before = (saved.get("subset") or {}).get("count")

@@ -212,7 +212,11 @@ def _meta(report: dict[str, Any]) -> list[str]:
         f"arithmetic {report.get('metric_compat')}",
         f"extraction {report.get('extraction')}",
         f"coinflip {prov.get('coinflip_version', '')}, Python {prov.get('python', '')}",
-    ]
+    ] + (
+        [f"started {prov['created']}" + (f", resumed {prov['resumed']}" if prov.get("resumed") else "")]
+        if prov.get("created")
+        else []
+    )
 
 
 def context(

@@ -20,10 +20,12 @@ function g(v){return v==null?'\u2014':(Math.abs(v)>=100?v.toFixed(0):Math.abs(v)
 function readHash(){var p=new URLSearchParams(location.hash.replace(/^#/,''));S={};for(var k in DEF)S[k]=p.has(k)?p.get(k):DEF[k];if(S.dir!=='asc')S.dir='desc'}
 function writeHash(){var p=new URLSearchParams();for(var k in DEF)if(S[k]!==DEF[k])p.set(k,S[k]);try{history.replaceState(null,'','#'+p.toString())}catch(e){}}
 function label(r){return r.model+' \u00b7 '+r.run}
-var COLS=[{k:'sel',t:''},{k:'rank',t:'#',n:1,up:1},{k:'model',t:'model'},{k:'run',t:'run'},{k:'date',t:'date'},{k:'data',t:'data'},
- {k:'template',t:'template'},{k:'few_shot',t:'shots',n:1},{k:'repeats',t:'reps',n:1},{k:'samples',t:'samples',n:1},{k:'compat',t:'arithmetic'}];
-M.forEach(function(m){COLS.push({k:m,t:m,n:1,m:1})});
-D.extras.forEach(function(e){COLS.push({k:e[0],t:e[1],n:1,x:1})});
+// the columns that fit 1280 px; the other metrics, template, repeats and arithmetic are in a run's details
+var MAIN_M=['f1_score','accuracy'],MAIN_X=['forced_accuracy','auroc'];
+var COLS=[{k:'sel',t:''},{k:'rank',t:'#',n:1,up:1},{k:'model',t:'model'},{k:'run',t:'run / started'},{k:'data',t:'data'},
+ {k:'few_shot',t:'shots',n:1},{k:'samples',t:'samples',n:1}];
+M.forEach(function(m){if(MAIN_M.indexOf(m)>=0)COLS.push({k:m,t:m==='f1_score'?'F1':m,n:1,m:1})});
+D.extras.forEach(function(e){if(MAIN_X.indexOf(e[0])>=0)COLS.push({k:e[0],t:e[1],n:1,x:1})});
 COLS.push({k:'invalid_rate',t:'invalid',n:1},{k:'errors',t:'errors',n:1},{k:'status',t:'status'});
 function val(r,k){if(M.indexOf(k)>=0)return r.m[k][0];if(k in EX)return r.extra[k];if(k==='data')return r.tag;if(k==='status')return r.complete?'complete':'incomplete';return r[k]}
 function cmp(a,b){var k=S.sort,x=val(a,k),y=val(b,k);if(x==null&&y==null)return a.i-b.i;if(x==null)return 1;if(y==null)return -1;
@@ -45,19 +47,19 @@ function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAt
  cell(tr,r.model.length>60?r.model.slice(0,59)+'\u2026':r.model,'model',r.model.length>60?r.model:'');
  var rc=el('td','runc'),more=el('button','more',OPEN[r.id]?'\u25be':'\u25b8');more.setAttribute('title','details');more.addEventListener('click',function(){OPEN[r.id]=!OPEN[r.id];table()});rc.appendChild(more);
  if(r.href){var a=el('a',null,r.run);a.setAttribute('href',r.href);rc.appendChild(a)}else rc.appendChild(document.createTextNode(r.run));
- if(r.id!==r.run&&r.id!=='.')rc.appendChild(el('small',null,r.id));tr.appendChild(rc);
- cell(tr,r.date.slice(0,16),'num',r.date);
+ if(r.id!==r.run&&r.id!=='.')rc.appendChild(el('small',null,r.id));rc.appendChild(el('small','date',r.date.slice(0,16)));rc.setAttribute('title','started '+r.date);tr.appendChild(rc);
  var dc=el('td','datac');var tag=el('span','tag',r.tag);tag.style.background=TAGC[r.tag];dc.appendChild(tag);dc.appendChild(document.createTextNode(r.data.label));if(r.data.sha)dc.appendChild(el('small',null,'sha256 '+r.data.sha.slice(0,12)));dc.setAttribute('title',r.data.where+(r.data.sha?'\nsha256 '+r.data.sha:''));tr.appendChild(dc);
- var tc=cell(tr,r.template,null,r.template_text);if(r.template_hash)tc.appendChild(el('small',null,r.template_hash));
- cell(tr,int(r.few_shot),'num');cell(tr,int(r.repeats),'num');cell(tr,int(r.samples),'num');cell(tr,r.compat||'\u2014');
- M.forEach(function(m){var v=r.m[m],c=cell(tr,f3(v[0]),'num m-'+m);if(v[1]!=null)c.appendChild(el('small',null,v[1].toFixed(2)+'\u2013'+v[2].toFixed(2)))});
- D.extras.forEach(function(e){cell(tr,f3(r.extra[e[0]]),'num')});
+ cell(tr,int(r.few_shot),'num');cell(tr,int(r.samples),'num');
+ M.forEach(function(m){if(MAIN_M.indexOf(m)<0)return;var v=r.m[m],c=cell(tr,f3(v[0]),'num m-'+m);if(v[1]!=null)c.appendChild(el('small',null,v[1].toFixed(2)+'\u2013'+v[2].toFixed(2)))});
+ D.extras.forEach(function(e){if(MAIN_X.indexOf(e[0])>=0)cell(tr,f3(r.extra[e[0]]),'num x-'+e[0])});
  cell(tr,pct(r.invalid_rate),'num',r.invalid_reasons);cell(tr,int(r.errors),'num');
  cell(tr,r.complete?'complete':'incomplete','st-'+(r.complete?'complete':'incomplete'),r.warnings.join('\n'));
  return tr}
 function details(r){var tr=el('tr','details'),td=el('td');td.colSpan=COLS.length;
- var lines=[['path',r.id],['metric arithmetic',r.compat],['coinflip version',r.version||'\u2014'],['template',r.template_text],['invalid reasons',r.invalid_reasons||'\u2014'],
-  ['prompt tokens',int(r.ptok)],['completion tokens',int(r.ctok)]].concat(r.warnings.map(function(w){return ['warning',w]})).concat(r.details);
+ var lines=[['path',r.id],['started',r.date],['template',r.template_text+(r.template_hash?' ('+r.template_hash+')':'')],['repeats',int(r.repeats)],['metric arithmetic',r.compat],['coinflip version',r.version||'\u2014']];
+ M.forEach(function(m){if(MAIN_M.indexOf(m)<0){var v=r.m[m];lines.push([m,f3(v[0])+(v[1]!=null?' (95% '+v[1].toFixed(3)+'\u2013'+v[2].toFixed(3)+')':'')])}});
+ D.extras.forEach(function(e){if(MAIN_X.indexOf(e[0])<0)lines.push([e[1],f3(r.extra[e[0]])])});
+ lines=lines.concat([['invalid reasons',r.invalid_reasons||'\u2014'],['prompt tokens',int(r.ptok)],['completion tokens',int(r.ctok)]]).concat(r.warnings.map(function(w){return ['warning',w]})).concat(r.details);
  var t=el('table');lines.forEach(function(l){var x=el('tr');x.appendChild(el('th',null,l[0]));x.appendChild(el('td',null,l[1]));t.appendChild(x)});td.appendChild(t);tr.appendChild(td);return tr}
 var VIEW=[],PAGE=100,LIMIT=PAGE;
 function table(){var body=$('board').tBodies[0],frag=document.createDocumentFragment(),ids=S.sel?S.sel.split(','):[];
@@ -107,6 +109,7 @@ function pairView(view){var A=BYID[S.a]||view[0],pa=$('p-a'),pb=$('p-b'),out=$('
  out.setAttribute('data-a',A.id);out.setAttribute('data-b',B.id);
  if(!p){out.appendChild(el('p','note','This pair was not precomputed (only the '+D.pair_runs+' best runs of each data set are paired here). Compare them with:'));
   out.appendChild(el('code',null,'coinflip compare '+quote(pathOf(A))+' '+quote(pathOf(B))));return}
+ if(!p.shared){out.appendChild(el('p','note','These two runs share no question ('+A.tag+', '+A.data.label+'): a paired test needs questions both answered, so there is none. Runs with the same --limit and --seed ask the same questions.'));return}
  var oa=flip?p.only_b:p.only_a,ob=flip?p.only_a:p.only_b;
  out.appendChild(el('p',null,'On the '+p.shared+' questions both answered ('+A.tag+', '+A.data.label+'), A was right where B was wrong on '+oa+', and B right where A was wrong on '+ob+'. '+
   (p.p_exact<0.05?'The difference is significant at the 5% level (exact McNemar p = '+g(p.p_exact)+').':'No significant difference at the 5% level (exact McNemar p = '+g(p.p_exact)+').')));

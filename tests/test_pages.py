@@ -1,0 +1,238 @@
+"""Pages are escaped by construction: whatever a run directory holds (config values, report fields,
+model ids, replies, folder names), every page shows it as text. Each page is rendered with hostile
+values in every field and parsed with an HTML parser: no tag, attribute or script of the payloads
+survives, and the payloads are there as text."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from itertools import cycle
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from coinflip.pages import compare, index, run_page
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import only_run_dir, read_jsonl, run_cli
+from .test_reports import _chromium
+
+PAYLOADS = (
+    "<img src=x onerror=alert(1)>",
+    '"><script>alert(2)</script>',
+    "' onmouseover='alert(3)' x='",
+    "</style><script>alert(4)</script>",
+    "</script><svg onload=alert(5)>",
+    "javascript:alert(6)",
+    "<!--<a href=javascript:alert(7)>-->",
+    "{{ 7*7 }}{% if 1 %}jinja{% endif %}",
+)
+# every element the templates and the index script make; anything else was injected
+ALLOWED = {
+    *("html", "head", "meta", "title", "style", "body", "main", "section", "noscript", "script"),
+    *("h1", "h2", "h3", "div", "span", "b", "i", "small", "p", "pre", "code", "br", "a", "ul", "li"),
+    *("table", "thead", "tbody", "tr", "th", "td", "details", "summary"),
+    *("button", "label", "select", "option", "input"),
+    *("svg", "line", "text", "rect", "circle", "path"),
+}
+
+
+class Page(HTMLParser):
+    """Every start tag with its attributes, the text, and the content of each <script>."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.text: list[str] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+        self._in_script = tag == "script"
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        (self.scripts if self._in_script else self.text).append(data)
+
+    def handle_comment(self, data: str) -> None:
+        raise AssertionError(f"a comment reached the page: {data[:80]!r}")
+
+
+def assert_clean(html: str, scripts: int) -> Page:
+    """No injected element, event handler, script URL or extra script; JSON cannot end its element."""
+    page = Page(html)
+    names = {tag for tag, _ in page.tags}
+    assert names <= ALLOWED, f"injected elements: {names - ALLOWED}"
+    for tag, attrs in page.tags:
+        for name, value in attrs:
+            assert not name.startswith("on"), (tag, name, value)
+            assert name not in ("src", "srcdoc", "formaction"), (tag, name)
+            if name == "href":
+                assert value is not None and value.startswith(("./", "runs/", "#")), value
+            if name == "style":
+                assert re.fullmatch(r"background: ?(#[0-9a-f]{6}|rgb\(\d+, \d+, \d+\));?", value or ""), value
+    assert [t for t, _ in page.tags].count("script") == scripts
+    for body in page.scripts:
+        assert "</script" not in body.lower() and "<!--" not in body
+    return page
+
+
+def hostile(value: Any, payloads: Any) -> Any:
+    """The same structure with every leaf (string, number, bool, null) replaced by a payload."""
+    if isinstance(value, dict):
+        return {k: hostile(v, payloads) for k, v in value.items()}
+    if isinstance(value, list):
+        return [hostile(v, payloads) for v in value]
+    return next(payloads)
+
+
+def with_hostile_keys(report: dict[str, Any]) -> dict[str, Any]:
+    """Fields whose keys are data (reasons, groups, settings) get hostile keys, and a new field too."""
+    out = dict(report)
+    for key in ("by_people", "invalid_reasons", "generation_config", "provenance"):
+        out[key] = {**(out.get(key) or {}), PAYLOADS[0]: PAYLOADS[1]}
+    out["usage"] = {**out["usage"], "finish_reasons": {PAYLOADS[2]: PAYLOADS[3]}, PAYLOADS[4]: PAYLOADS[5]}
+    out[PAYLOADS[6]] = {PAYLOADS[0]: PAYLOADS[7]}
+    return out
+
+
+@pytest.fixture(scope="module")
+def forced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run with forced answers, probabilities and invalid reasons: every panel of the page is drawn."""
+    work = tmp_path_factory.mktemp("forced")
+    with FakeOpenAIServer("mixed") as srv:
+        result = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--limit", "120", "--force-answer",
+            "--generation-config", "logprobs=true,top_logprobs=3", "--work-dir", str(work),
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return only_run_dir(work)
+
+
+def _samples(run: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    predictions = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    reviews = read_jsonl(run / "reviews/m/coin_flip.jsonl")
+    return list(zip(predictions, reviews, strict=True))
+
+
+@pytest.mark.parametrize("keys", [False, True], ids=["values", "values-and-keys"])
+def test_run_page_shows_hostile_values_in_every_field_as_text(forced_run: Path, keys: bool) -> None:
+    report = json.loads((forced_run / "reports/m/coin_flip.json").read_text())
+    assert report["forced"] and report["calibration"]["available"]  # the page draws every panel
+    bad = hostile(report, cycle(PAYLOADS))
+    bad = with_hostile_keys(bad) if keys else bad
+    samples = hostile([list(s) for s in _samples(forced_run)], cycle(PAYLOADS))
+    html = run_page.render(bad, [tuple(s) for s in samples], hostile([1.0, 2.0], cycle(PAYLOADS)), [3, 4])
+    page = assert_clean(html, scripts=1)
+    text = "".join(page.text)
+    for payload in PAYLOADS:
+        assert payload in text  # shown, as text
+    assert "49jinja" not in text  # a value is never evaluated as a template
+
+
+def test_run_page_of_real_values_draws_every_panel(forced_run: Path) -> None:
+    html = (forced_run / "reports/m/coin_flip.html").read_text()
+    page = assert_clean(html, scripts=1)
+    text = " ".join(page.text)
+    report = json.loads((forced_run / "reports/m/coin_flip.json").read_text())
+    # the forced series beside the strict one in both bar charts
+    assert html.count('class="bar s1"') == len(report["by_people"]) + 1
+    assert 'class="legend"' in html and "forced" in text
+    # the reliability diagram says how many samples each bar holds
+    bins = [b for b in report["calibration"]["bins"] if b["samples"]]
+    counts = re.findall(r'<text class="count"[^>]*>(\d+)</text>', html)
+    assert [int(c) for c in counts] == [b["samples"] for b in bins] and sum(map(int, counts)) > 0
+    # an invalid answer the forced one got right is labelled so, and the forced cell says which part is which
+    recovered = [
+        r for r in read_jsonl(forced_run / "reviews/m/coin_flip.jsonl") if r["invalid"] and r["forced"] == r["target"]
+    ]
+    assert recovered and html.count("recovered by forcing</small>") == len(recovered)
+    assert f"recovered by forcing ({len(recovered)})" in text
+    assert html.count("<small>verdict</small>") == report["forced"]["asked"]
+
+
+def test_index_and_compare_show_hostile_run_directories_as_text(forced_run: Path, tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    for n in range(2):
+        copy = shutil.copytree(forced_run, work / f"{PAYLOADS[n].replace('/', '_')}{n}")
+        report_file = copy / "reports/m/coin_flip.json"
+        report = json.loads(report_file.read_text())
+        keep = {k: report[k] for k in ("metrics", "counts", "dataset")}  # still a run on the same data
+        bad = with_hostile_keys(hostile(report, cycle(PAYLOADS[n:] + PAYLOADS[:n])))
+        bad.update(model=PAYLOADS[n], metrics=keep["metrics"], counts=keep["counts"], dataset=keep["dataset"])
+        report_file.write_text(json.dumps(bad))
+        config_file = copy / "configs/task_config.yaml"
+        saved = yaml.safe_load(config_file.read_text())
+        saved["config"].update(model_id=PAYLOADS[0], prompt_template=PAYLOADS[1], few_shot_num=PAYLOADS[2])
+        saved["provenance"] = hostile(saved.get("provenance") or {"created": 1}, cycle(PAYLOADS))
+        config_file.write_text(yaml.safe_dump(saved))
+    (work / PAYLOADS[3].replace("/", "_")).mkdir()  # a foreign folder with a hostile name
+    page = assert_clean(index.write(work).read_text(), scripts=2)
+    data = json.loads(page.scripts[0])
+    assert {r["model"] for r in data["runs"]} == {PAYLOADS[0], PAYLOADS[1]}  # read back whole, as data
+    dom = _chromium(
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        (work / "index.html").as_uri(),
+    ).stdout
+    drawn = assert_clean(dom, scripts=2)  # what the script drew holds no payload as markup either
+    assert PAYLOADS[0] in "".join(drawn.text) and len(re.findall(r'<tr class="run', dom)) == 2
+
+    result = compare.compare([str(work)])
+    assert [r["model"] for r in result["leaderboard"]] and len(result["pairs"]) == 1
+    written = compare.write_files(result, tmp_path / "cmp")
+    html = assert_clean((tmp_path / "cmp/compare.html").read_text(), scripts=0)
+    assert PAYLOADS[0] in "".join(html.text) and written
+
+
+def test_sweep_page_shows_hostile_names_as_text() -> None:
+    from coinflip.sweep import to_html
+
+    point = {"people": 2, "accuracy": 0.5, "interval": [0.4, 0.6], "f1_score": None, "invalid_rate": 0.1, "samples": 10}
+    result = {
+        "model": PAYLOADS[0],
+        "count": PAYLOADS[1],
+        "seed": PAYLOADS[2],
+        "points": [{**point, "run": PAYLOADS[3]}, {**point, "people": 3, "accuracy": PAYLOADS[4], "run": PAYLOADS[5]}],
+    }
+    page = assert_clean(to_html(result), scripts=0)
+    assert all(p in "".join(page.text) for p in PAYLOADS[:6])
+
+
+def test_a_config_value_edited_into_markup_stays_text_after_rescore(tmp_path: Path) -> None:
+    """The issue's own case: few_shot_num set to a tag in task_config.yaml, then `coinflip rescore`."""
+    result = run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    config_file = run / "configs/task_config.yaml"
+    saved = yaml.safe_load(config_file.read_text())
+    saved["config"]["few_shot_num"] = PAYLOADS[0]
+    config_file.write_text(yaml.safe_dump(saved))
+    rescored = run_cli("rescore", str(run))
+    page = assert_clean((run / "reports/oracle/coin_flip.html").read_text(), scripts=1)
+    if rescored.returncode == 0:  # read back as it was written: shown as text
+        assert f"few-shot {PAYLOADS[0]}" in "".join(page.text)
+    else:  # or refused in one line, the page untouched
+        assert rescored.returncode == 2 and len(rescored.stderr.strip().splitlines()) == 1
+
+
+def test_templates_never_mark_a_value_safe() -> None:
+    """Escaping is the default and no template opts out of it."""
+    folder = Path(run_page.__file__).parent / "templates"
+    for template in folder.iterdir():
+        text = template.read_text()
+        assert "|safe" not in text.replace(" ", "") and "autoescape false" not in text, template.name
