@@ -272,3 +272,38 @@ def test_result_lines_of_every_shape() -> None:
     expired = {**line, "response": None, "error": {"code": "batch_expired", "message": "too late"}}
     assert "batch_expired: too late" in str((read_result(json.dumps(expired).encode(), "chat") or ("", None))[1])
     assert read_result(b"not json\n", "chat") is None and read_result(b'{"no": "id"}', "chat") is None
+
+
+def test_no_secret_reaches_the_run_directory_in_batch_mode(tmp_path: Path) -> None:
+    key, token = "sk-batch-secret-1234", "tok-body-secret-5678"
+    generation = json.dumps({"extra_body": {"api_token": token}})
+    with FakeOpenAIServer("mixed", api_key=key) as srv:
+        args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST)
+        result = run_cli(
+            *args, "--generation-config", generation, "--work-dir", str(tmp_path / "a"), env={"OPENAI_API_KEY": key}
+        )
+        refused = run_cli(*args, "--work-dir", str(tmp_path / "b"), env={"OPENAI_API_KEY": "sk-wrong-key-9999"})
+        written = run_cli(
+            "eval", "--model", "m", "--limit", "6", "--generation-config", generation,
+            "--batch-write", str(tmp_path / "r.jsonl"), "--work-dir", str(tmp_path / "c"),
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for path in (tmp_path / "a").rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes() and token.encode() not in path.read_bytes(), path
+    assert refused.returncode == 2 and "401" in refused.stderr and "sk-wrong-key-9999" not in refused.stderr
+    assert written.returncode == 2 and "look like secrets" in written.stderr and not (tmp_path / "r.jsonl").exists()
+
+
+def test_max_cost_limits_what_a_batch_submits(tmp_path: Path) -> None:
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--batch", *FAST)
+        prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
+        first = run_cli(*args, *prices, "--max-cost", "0.002", "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        submitted = srv.state.batches.batches["batch_000001"]["request_counts"]["total"]
+        rest = run_cli("eval", "--use-cache", str(run), "--max-cost", "1", *FAST)
+    assert first.returncode == 1 and "max-cost" in first.stderr
+    assert 0 < submitted < 20 and _report(run)["cost"]["total"] <= 1
+    assert rest.returncode == 0, rest.stderr
+    assert len(_answers(run)) == 20 and srv.state.batches.created == 2

@@ -1,8 +1,8 @@
 """Batch mode: a run's requests through the OpenAI Batch API, resumable at every step.
 
 Each step is saved in the run directory (batch/state.json) before the next is taken:
-requests owed -> request files (JSON Lines, split at the API's limits) -> uploaded (file id
-saved) -> batch created (batch id saved) -> polled until it ends -> its output and error files
+requests owed -> request lines (JSON Lines, split at the API's limits; their custom_ids kept)
+-> uploaded (file id saved) -> batch created (batch id saved) -> polled until it ends -> its output and error files
 downloaded -> lines joined to requests by custom_id -> predictions written as online replies
 are (the runner's `on_replies`). A killed run, resumed with --use-cache, finds the saved ids
 and polls the same batches: a request in a batch that is still open is never sent again.
@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .config import SECRET_NAME
 from .errors import ConfigError, RunIncomplete, storage_error
 from .models.base import Reply, Request
 from .models.batch_api import ENDED, custom_id_of, read_result, request_line, split_lines
@@ -55,7 +56,7 @@ def custom_id(job: Job, request: Request) -> str:
 class Submitted:
     """One batch as the run directory records it. The ids are saved the moment they exist."""
 
-    requests: str  # its request file, relative to the run directory
+    ids: str  # the file of its custom_ids (one a line), relative to the run directory
     count: int
     file_id: str | None = None
     batch_id: str | None = None
@@ -65,11 +66,11 @@ class Submitted:
     @classmethod
     def read(cls, raw: Any) -> Submitted:
         """A saved record, checked field by field (a run directory is not to be trusted)."""
-        kinds = {"requests": str, "count": int, "file_id": str, "batch_id": str, "status": str, "collected": bool}
+        kinds = {"ids": str, "count": int, "file_id": str, "batch_id": str, "status": str, "collected": bool}
         if not isinstance(raw, dict) or not isinstance(raw.get("count"), int):
             raise ValueError("not a batch record")
-        if not re.fullmatch(r"batch/requests-\d+\.jsonl", str(raw.get("requests"))):
-            raise ValueError("a request file outside the run's batch folder")
+        if not re.fullmatch(r"batch/requests-\d+\.ids", str(raw.get("ids"))):
+            raise ValueError("an ids file outside the run's batch folder")
         for name, kind in kinds.items():
             if raw.get(name) is not None and not isinstance(raw[name], kind):
                 raise ValueError(f"{name} is not a {kind.__name__}")
@@ -122,6 +123,9 @@ def write_requests(plan: Plan, run: RunDir, work: Iterable[tuple[Job, Request]])
     from .runner import resume_hint
 
     path = Path(str(plan.config.batch_write)).expanduser()
+    secret = [k for k in plan.generation.get("extra_body") or {} if SECRET_NAME.search(str(k))]
+    if secret:
+        raise ConfigError(f"generation_config extra_body {secret} look like secrets, which a request file would carry")
     count = 0
     try:
         with path.open("wb") as handle:
@@ -170,13 +174,14 @@ def send_batches(
     plan: Plan, run: RunDir, url: str, work: Iterable[tuple[Job, Request]], on_replies: OnReplies, follow_up: FollowUp
 ) -> Work:
     """Send `work` through the Batch API; returns what is left for an online pass (--batch-rest-online)."""
+    from .config import secrets_in, url_secrets
     from .models._redact import Redactor
     from .models.batch_api import BatchAPI
     from .runner import resume_hint
 
     config = plan.config
     state = State(run)
-    redact = Redactor([config.api_key])
+    redact = Redactor([config.api_key, *secrets_in(plan.generation), *url_secrets(config.api_url)])
     api = BatchAPI(url, config.api_key, plan.generation, config.timeout, redact)
     sender = _Sender(plan, state, api, on_replies, follow_up)
     try:
@@ -209,6 +214,9 @@ class _Sender:
     async def run(self, work: Work) -> Work:
         self.owed = {custom_id(job, request): (job, request) for job, request in work}
         self.budget = _budget(self.plan, self.state.run)
+        for batch in self.state.open():
+            if batch.file_id is None:  # killed before its upload: its requests are simply owed again
+                batch.collected = True
         opened = self.state.open()
         covered = set().union(*(self._ids(b) for b in opened))
         queue = [cid for cid in self.owed if cid not in covered]
@@ -228,13 +236,11 @@ class _Sender:
             print(f"note: {self.budget.note()}", file=sys.stderr)
         return online
 
-    def _ids(self, batch: Submitted) -> set[str]:
-        path = self.state.run.root / batch.requests
+    def _ids(self, batch: Submitted) -> list[str]:
         try:
-            with path.open("rb") as handle:
-                return {cid for cid in map(custom_id_of, handle) if cid is not None}
-        except OSError:
-            return set()
+            return (self.state.run.root / batch.ids).read_text(encoding="utf-8").split()
+        except (OSError, UnicodeDecodeError):
+            return []
 
     def _affordable(self, queue: list[str]) -> list[str]:
         """The requests that fit --max-cost, at the mean cost so far (or an estimate)."""
@@ -249,21 +255,24 @@ class _Sender:
         return kept
 
     async def _submit(self, queue: list[str]) -> list[Submitted]:
-        """Write, upload and create a batch for each group of lines that fits the API's limits."""
+        """Upload and create a batch for each group of lines that fits the API's limits. The lines
+        stay in memory (their bodies may hold a gateway's secrets); the run directory keeps their ids."""
         if not queue:
             return []
         made = []
-        pairs = lines_for(self.plan, (self.owed[c] for c in queue))
-        for group in split_lines(line for _, line in pairs):
-            number = len(self.state.batches) + 1
-            name = f"requests-{number:03d}.jsonl"
+        lines = (line for _, line in lines_for(self.plan, (self.owed[c] for c in queue)))
+        for group in split_lines(lines):
+            name = f"requests-{len(self.state.batches) + 1:03d}.ids"
+            ids = [custom_id_of(line) or "" for line in group]
             try:
                 self.state.file(name).parent.mkdir(parents=True, exist_ok=True)
-                self.state.file(name).write_bytes(b"".join(group))
+                self.state.file(name).write_text("\n".join(ids) + "\n", encoding="utf-8")
             except OSError as exc:
                 raise storage_error(self.state.file(name), exc) from None
             batch = Submitted(f"batch/{name}", len(group))
             self.state.batches.append(batch)
+            self.state.save()
+            batch.file_id = await self.api.upload(b"".join(group), name.replace(".ids", ".jsonl"))
             self.state.save()
             await self._start(batch)
             made.append(batch)
@@ -271,11 +280,9 @@ class _Sender:
         return made
 
     async def _start(self, batch: Submitted) -> None:
-        """Upload and create, saving each id at once; a batch made before a kill is found, not made again."""
-        if batch.file_id is None:
-            batch.file_id = await self.api.upload(self.state.run.root / batch.requests)
-            self.state.save()
-        if batch.batch_id is None:
+        """Create the batch from its uploaded file, saving its id at once; a batch made just before
+        a kill is found by its input file, not made again."""
+        if batch.file_id is not None and batch.batch_id is None:
             found = await self.api.find(batch.file_id)
             if found is None:
                 found = await self.api.create(
@@ -283,7 +290,7 @@ class _Sender:
                 )
             batch.batch_id, batch.status = str(found["id"]), str(found.get("status") or "validating")
             self.state.save()
-            log.info("batch %s created from %s (%d requests)", batch.batch_id, batch.requests, batch.count)
+            log.info("batch %s created from %s (%d requests)", batch.batch_id, batch.file_id, batch.count)
 
     async def _poll(self, opened: list[Submitted]) -> None:
         """Poll every open batch until it ends, with a progress bar from its request counts."""

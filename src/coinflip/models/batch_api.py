@@ -135,15 +135,13 @@ class BatchAPI:
     def _url(self, path: str) -> str:
         return f"{self.base}{path}" + (f"?{self.query}" if self.query else "")
 
-    async def upload(self, path: Path) -> str:
+    async def upload(self, content: bytes, name: str) -> str:
         import aiohttp
-
-        content = path.read_bytes()
 
         def form() -> Any:
             data = aiohttp.FormData()
             data.add_field("purpose", "batch")
-            data.add_field("file", content, filename=path.name, content_type="application/jsonl")
+            data.add_field("file", content, filename=name, content_type="application/jsonl")
             return data
 
         found = await self._call("POST", "/files", form=form)
