@@ -225,7 +225,10 @@ def test_tokens_and_cost_add_up_and_max_cost_stops_before_passing_it(tmp_path: P
         report = _report(only_run_dir(tmp_path / "full"))
         assert report["tokens"]["prompt"] == prompt and report["tokens"]["completion"] == completion
         assert report["cost"]["total"] == pytest.approx((prompt * 2 + completion * 8) / 1e6)
-        assert "cost" in full.stdout and "tokens:" in full.stdout
+        line = f"cost {report['cost']['total']:.4f} at 2/8 per million in/out"
+        assert line in full.stdout and f"tokens: {prompt:,} prompt" in full.stdout
+        assert line in (only_run_dir(tmp_path / "full") / "reports/m/coin_flip.html").read_text()  # the run page
+        assert "cost.total" in (tmp_path / "full/index.html").read_text()  # the index's row details
         limit = report["cost"]["total"] / 2
         stopped = run_cli(*base, "--max-cost", f"{limit}", "--work-dir", str(tmp_path / "capped"))
         run = only_run_dir(tmp_path / "capped")

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from .._terminal import printable
-from ..scoring.cost import cost_line
 from ..scoring.metrics import METRICS
 
 
@@ -108,9 +107,6 @@ def lines(report: dict[str, Any]) -> list[str]:
             "baselines on the same questions: "
             + ", ".join(f"{name} f1 {value(v['f1_score'])} acc {value(v['accuracy'])}" for name, v in base.items())
         )
-    spent = cost_line(report)
-    if spent:
-        out.append(spent)
     out.append(data_line(report))
     out.extend(report.get("notes", []))
     return out

@@ -12,7 +12,7 @@ from typing import Any
 from ..config import BENCHMARK
 from ..errors import storage_error
 from .calibration import calibration
-from .cost import cost_report, tokens
+from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
 from .metrics import METRICS, Outcomes, rates, summarize
 from .reducers import reduce
@@ -219,6 +219,9 @@ def _below_baselines(report: dict[str, Any]) -> list[str]:
 
 def notes(report: dict[str, Any]) -> list[str]:
     out = []
+    spent = cost_line(report)  # tokens always; the cost where prices were given
+    if spent:
+        out.append(spent)
     if report.get("batch"):
         out.append(
             "batch mode: time to first token does not exist there; latency is each batch's turnaround "
