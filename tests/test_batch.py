@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import random
 import signal
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +53,12 @@ def _saved_batch_id(work: Path) -> bool:
 
 @pytest.mark.parametrize(
     "extra",
-    [(), ("--force-answer", "--repeats", "2", "--generation-config", "n=2,seed=7")],
-    ids=["plain", "forced-repeats-n"],
+    [
+        (),
+        ("--force-answer", "--repeats", "2", "--generation-config", "n=2,seed=7"),
+        ("--force-answer", "--api-mode", "completions"),
+    ],
+    ids=["plain", "forced-repeats-n", "completions-forced"],
 )
 def test_a_batch_run_gives_the_online_run_s_predictions(tmp_path: Path, extra: tuple[str, ...]) -> None:
     common = ("eval", "--model", "m", "--limit", "30", *extra)
@@ -64,7 +70,7 @@ def test_a_batch_run_gives_the_online_run_s_predictions(tmp_path: Path, extra: t
     assert online.returncode == 0, online.stderr
     assert batch.returncode == 0, batch.stderr
     want, got = only_run_dir(tmp_path / "online"), only_run_dir(tmp_path / "batch")
-    assert _answers(got) == _answers(want) and len(_answers(got)) == 30 * (4 if extra else 1)
+    assert _answers(got) == _answers(want) and len(_answers(got)) == 30 * (4 if "--repeats" in extra else 1)
     assert _report(got)["metrics"] == _report(want)["metrics"]
     forced_asked = sum(1 for _, f in _answers(got).values() if f is not None)
     assert created == (2 if forced_asked else 1)  # the forced turns as a second batch, and only then
@@ -310,3 +316,45 @@ def test_max_cost_limits_what_a_batch_submits(tmp_path: Path) -> None:
     assert 0 < submitted < 20 and _report(run)["cost"]["total"] <= 1
     assert rest.returncode == 0, rest.stderr
     assert len(_answers(run)) == 20 and srv.state.batches.created == 2
+
+
+def test_a_batch_the_server_forgot_is_sent_again(tmp_path: Path) -> None:
+    store = BatchStore(delay=3600.0)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "9", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
+        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be polled")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        store.batches.clear()  # e.g. deleted at the provider
+        store.delay = 0.0
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), *FAST)
+    assert resumed.returncode == 0, resumed.stderr
+    assert store.created == 2 and len(_answers(only_run_dir(tmp_path))) == 9
+
+
+class _NoBatches(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"error": {"message": "Not Found"}}'
+        self.send_response(404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+def test_a_server_without_the_batch_api_is_named_in_one_line(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NoBatches)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        result = run_cli(
+            "eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", "--work-dir", str(tmp_path)
+        )
+    finally:
+        server.shutdown()
+    assert result.returncode == 2 and "does not serve the Batch API" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())  # nothing left behind

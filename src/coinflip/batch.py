@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .config import SECRET_NAME
 from .errors import ConfigError, RunIncomplete, storage_error
 from .models.base import Reply, Request
-from .models.batch_api import ENDED, custom_id_of, read_result, request_line, split_lines
+from .models.batch_api import ENDED, LOST, custom_id_of, read_result, request_line, split_lines
 from .progress import Progress
 
 if TYPE_CHECKING:
@@ -327,7 +327,9 @@ class _Sender:
             file_id = info.get(key)
             if isinstance(file_id, str) and file_id:
                 dest = self.state.file(f"{batch.batch_id}.{key.split('_')[0]}.jsonl")
-                await self.api.download(file_id, dest)
+                if not await self.api.download(file_id, dest):
+                    log.warning("batch %s: its %s is gone from the server", batch.batch_id, key)
+                    continue
                 with dest.open("rb") as handle:
                     for raw in handle:
                         found = read_result(raw, self.config.api_mode)
@@ -335,6 +337,8 @@ class _Sender:
                             replies[found[0]] = found[1]
         turnaround = _turnaround(info)
         missing = f"the batch ended {batch.status} before this request ran"
+        if batch.status == LOST:
+            missing = f"the server no longer knows batch {batch.batch_id}"
         if batch.status == "failed":
             missing = f"the batch failed: {_errors(info)}"
         landed, again = [], []

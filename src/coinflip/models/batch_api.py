@@ -20,7 +20,7 @@ import json
 import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import EndpointBroken, FatalAPIError
@@ -32,7 +32,8 @@ from .openai_api import endpoint_url, retry_after
 MAX_REQUESTS = 50_000  # the API's limits on one batch
 MAX_BYTES = 200 * 1024 * 1024
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-ENDED = ("completed", "expired", "failed", "cancelled")
+LOST = "lost"  # not a status the API sends: the server no longer knows the batch
+ENDED = ("completed", "expired", "failed", "cancelled", LOST)
 CALL_RETRIES = 6
 
 
@@ -152,7 +153,9 @@ class BatchAPI:
         return await self._call("POST", "/batches", body=body)
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
-        return await self._call("GET", f"/batches/{batch_id}")
+        """The batch; one the server no longer knows (404) comes back as status `lost`."""
+        found = await self._call("GET", f"/batches/{batch_id}", missing_ok=True)
+        return found if found is not None else {"id": batch_id, "status": LOST}
 
     async def find(self, file_id: str) -> dict[str, Any] | None:
         """A batch already made from this input file (a run killed while creating it), if any."""
@@ -162,16 +165,43 @@ class BatchAPI:
                 return batch
         return None
 
-    async def download(self, file_id: str, dest: Path) -> None:
-        """A file's content, streamed to `dest` (through a temporary file: a half file is never kept)."""
+    async def download(self, file_id: str, dest: Path) -> bool:
+        """A file's content, streamed to `dest` (through a temporary file: a half file is never
+        kept); False when the server no longer has it."""
         tmp = dest.with_name(dest.name + ".part")
-        await self._call("GET", f"/files/{file_id}/content", into=tmp)
+        if await self._call("GET", f"/files/{file_id}/content", into=tmp, missing_ok=True) is None:
+            return False
         tmp.replace(dest)
+        return True
 
+    @overload
     async def _call(
         self, method: str, path: str, body: Any = None, form: Any = None, into: Path | None = None
-    ) -> dict[str, Any]:
-        """One call, retried on 429, 5xx and dropped connections; other refusals are fatal."""
+    ) -> dict[str, Any]: ...
+
+    @overload
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        form: Any = None,
+        into: Path | None = None,
+        *,
+        missing_ok: bool,
+    ) -> dict[str, Any] | None: ...
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        form: Any = None,
+        into: Path | None = None,
+        missing_ok: bool = False,
+    ) -> dict[str, Any] | None:
+        """One call, retried on 429, 5xx and dropped connections; other refusals are fatal
+        (a 404 is None where `missing_ok`)."""
         import aiohttp
 
         message = ""
@@ -185,6 +215,11 @@ class BatchAPI:
                     raw = await response.read()
                     detail = server_message(raw)
                     message = f"{method} {path} answered {response.status}{': ' + detail if detail else ''}"
+                    if response.status == 404 and missing_ok:
+                        return None
+                    if response.status == 404 and path in ("/files", "/batches"):
+                        message += " - this server does not serve the Batch API: run without --batch, or write "
+                        message += "the requests with --batch-write for vllm run-batch"
                     if response.status != 429 and response.status < 500:
                         raise FatalAPIError(self.redact(message))
                     wait = max(wait, retry_after(response.headers.get("retry-after")) or 0.0)
