@@ -79,7 +79,8 @@ def test_a_batch_run_gives_the_online_run_s_predictions(tmp_path: Path, extra: t
     assert any("time to first token does not exist" in n for n in _report(got)["notes"])
 
 
-def test_a_killed_batch_run_resumes_the_same_batch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("unsaved", [False, True], ids=["batch-id-saved", "killed-before-saving-its-id"])
+def test_a_killed_batch_run_resumes_the_same_batch(tmp_path: Path, unsaved: bool) -> None:
     store = BatchStore(delay=3600.0)  # in progress until the test says otherwise
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "25", "--api-url", srv.url, "--batch", *FAST)
@@ -90,6 +91,10 @@ def test_a_killed_batch_run_resumes_the_same_batch(tmp_path: Path) -> None:
         assert store.created == 1
         store.delay = 0.0  # the batch finishes at the server while nobody polls it
         run = only_run_dir(tmp_path)
+        if unsaved:  # as if killed between creating the batch and saving its id: found by its input file
+            state = json.loads((run / "batch/state.json").read_text())
+            state["batches"][0].update(batch_id=None, status="new")
+            (run / "batch/state.json").write_text(json.dumps(state))
         resumed = run_cli("eval", "--use-cache", str(run), *FAST)
         assert store.created == 1  # polled and collected, never submitted twice
     assert resumed.returncode == 0, resumed.stderr
@@ -358,3 +363,40 @@ def test_a_server_without_the_batch_api_is_named_in_one_line(tmp_path: Path) -> 
         server.shutdown()
     assert result.returncode == 2 and "does not serve the Batch API" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())  # nothing left behind
+
+
+def test_reasoning_tokens_from_a_result_file_are_totalled(tmp_path: Path) -> None:
+    requests, results = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    wrote = run_cli(
+        "eval", "--model", "m", "--limit", "5", "--batch-write", str(requests), "--work-dir", str(tmp_path / "o")
+    )
+    assert wrote.returncode == 0, wrote.stderr
+    lines = []
+    for n, line in enumerate(read_jsonl(requests)):
+        usage = {
+            "prompt_tokens": 100 + n,
+            "completion_tokens": 40,
+            "completion_tokens_details": {"reasoning_tokens": 30},
+        }
+        body = {
+            "choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}],
+            "usage": usage,
+        }
+        response = {"status_code": 200, "request_id": f"r{n}", "body": body}
+        lines.append(json.dumps({"id": f"b{n}", "custom_id": line["custom_id"], "response": response, "error": None}))
+    results.write_text("\n".join(lines) + "\n")
+    run = only_run_dir(tmp_path / "o")
+    scored = run_cli(
+        "eval", "--use-cache", str(run), "--batch-results", str(results), "--price-input", "1", "--price-output", "10"
+    )
+    assert scored.returncode == 0, scored.stderr
+    report = _report(run)
+    assert report["tokens"] == {
+        "requests": 5,
+        "prompt": 510,
+        "completion": 200,
+        "reasoning": 150,
+        "per_request": {"prompt": 102.0, "completion": 40.0, "reasoning": 30.0},
+    }
+    assert report["cost"]["total"] == pytest.approx((510 * 1 + 200 * 10) / 1e6 * 0.5)  # a batch's price
+    assert "150 reasoning" in scored.stdout

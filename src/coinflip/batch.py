@@ -171,7 +171,12 @@ def read_results(plan: Plan, work: Iterable[tuple[Job, Request]], on_replies: On
 
 
 def send_batches(
-    plan: Plan, run: RunDir, url: str, work: Iterable[tuple[Job, Request]], on_replies: OnReplies, follow_up: FollowUp
+    plan: Plan,
+    run: RunDir,
+    url: str | None,
+    work: Iterable[tuple[Job, Request]],
+    on_replies: OnReplies,
+    follow_up: FollowUp,
 ) -> Work:
     """Send `work` through the Batch API; returns what is left for an online pass (--batch-rest-online)."""
     from .config import secrets_in, url_secrets
@@ -180,6 +185,8 @@ def send_batches(
     from .runner import resume_hint
 
     config = plan.config
+    if not url:
+        raise ConfigError(f"--batch needs a server: {config.model} answers in-process")
     state = State(run)
     redact = Redactor([config.api_key, *secrets_in(plan.generation), *url_secrets(config.api_url)])
     api = BatchAPI(url, config.api_key, plan.generation, config.timeout, redact)

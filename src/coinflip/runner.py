@@ -314,10 +314,11 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
             concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
             _room_for(concurrency)
             work = pending(plan, run, index)
-            if config.batch and endpoint.urls:  # through the Batch API; what it leaves may go online
+            if config.batch:  # through the Batch API; what it leaves may go online
                 from .batch import send_batches
 
-                work = iter(send_batches(plan, run, endpoint.urls[0], work, on_replies, follow_up))
+                url = endpoint.urls[0] if endpoint.urls else None
+                work = iter(send_batches(plan, run, url, work, on_replies, follow_up))
             if budget is not None:
                 work, on_replies = budget.gate(work), budget.watch(on_replies)
             if not config.batch or config.batch_rest_online:

@@ -159,7 +159,7 @@ class BatchAPI:
 
     async def find(self, file_id: str) -> dict[str, Any] | None:
         """A batch already made from this input file (a run killed while creating it), if any."""
-        listed = await self._call("GET", "/batches")
+        listed = await self._call("GET", "/batches", params={"limit": 100})
         for batch in listed.get("data") or []:
             if isinstance(batch, dict) and batch.get("input_file_id") == file_id:
                 return batch
@@ -176,7 +176,14 @@ class BatchAPI:
 
     @overload
     async def _call(
-        self, method: str, path: str, body: Any = None, form: Any = None, into: Path | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        form: Any = None,
+        into: Path | None = None,
+        *,
+        params: dict[str, Any] | None = None,
     ) -> dict[str, Any]: ...
 
     @overload
@@ -189,6 +196,7 @@ class BatchAPI:
         into: Path | None = None,
         *,
         missing_ok: bool,
+        params: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None: ...
 
     async def _call(
@@ -199,6 +207,7 @@ class BatchAPI:
         form: Any = None,
         into: Path | None = None,
         missing_ok: bool = False,
+        params: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         """One call, retried on 429, 5xx and dropped connections; other refusals are fatal
         (a 404 is None where `missing_ok`)."""
@@ -209,7 +218,8 @@ class BatchAPI:
             wait = min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.5)
             try:
                 data = form() if form is not None else None
-                async with self.session.request(method, self._url(path), json=body, data=data) as response:
+                request = self.session.request(method, self._url(path), json=body, data=data, params=params)
+                async with request as response:
                     if response.status < 300:
                         return await _read(response, into)
                     raw = await response.read()
