@@ -77,3 +77,13 @@ def test_evalscope_dataset_args(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_unknown_run_task_field_is_named() -> None:
     with pytest.raises(ConfigError, match=r"unknown TaskConfig field\(s\) \['modle'\]"):
         run_task({"modle": "m"})
+
+
+def test_a_typo_in_a_yaml_config_gets_a_suggestion(tmp_path: Path) -> None:
+    path = tmp_path / "task.yaml"
+    path.write_text("model: oracle\nlimt: 5\n")
+    with pytest.raises(ConfigError) as caught:
+        run_task(str(path))
+    message = str(caught.value)
+    assert "'limt'" in message and "did you mean 'limit'?" in message
+    assert "known:" not in message  # not the list of every setting

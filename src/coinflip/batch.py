@@ -32,6 +32,7 @@ from .errors import ConfigError, RunIncomplete, storage_error
 from .models.base import Reply, Request
 from .models.batch_api import ENDED, LOST, custom_id_of, read_result, request_line, split_lines
 from .progress import Progress
+from .stop import Interrupted, run_until_stopped, stopped_by
 
 if TYPE_CHECKING:
     from .models.batch_api import BatchAPI
@@ -192,10 +193,10 @@ def send_batches(
     api = BatchAPI(url, config.api_key, plan.generation, config.timeout, redact)
     sender = _Sender(plan, state, api, on_replies, follow_up)
     try:
-        return asyncio.run(sender.run(list(work)))
-    except KeyboardInterrupt as exc:
+        return run_until_stopped(sender.run(list(work)))
+    except Interrupted as exc:
         running = ", ".join(str(b.batch_id) for b in state.open() if b.batch_id) or "none"
-        stopped = f"stopped by {exc.args[0]}" if exc.args else "interrupted"
+        stopped = stopped_by(exc)
         raise RunIncomplete(
             f"{stopped} while polling; the batch(es) go on at the server ({running}) and are not cancelled; "
             f"to collect them, {resume_hint(run)}"

@@ -234,7 +234,27 @@ def sweep_command(people: str, count: int, **opts: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: every user-fixable problem ends as one line on stderr and exit code 2."""
+    """Entry point: every user-fixable problem ends as one line on stderr and exit code 2.
+
+    SIGINT, SIGTERM and SIGHUP are handled from the first moment (stop.py): a run stops cleanly;
+    once the outcome is being printed, a signal no longer interrupts it."""
+    from .stop import Interrupted, install, stopped_by
+
+    stop = install()
+    try:
+        try:
+            _dispatch(argv)
+        finally:
+            if stop is not None:
+                stop.settle()
+    except (Interrupted, KeyboardInterrupt) as exc:  # a signal that came just as the command ended
+        click.echo(stopped_by(exc), err=True)
+        sys.exit(1)
+
+
+def _dispatch(argv: list[str] | None) -> None:
+    from .stop import Interrupted, stopped_by
+
     try:
         app.main(args=argv, prog_name="coinflip", standalone_mode=False)
     except click.UsageError as exc:
@@ -250,8 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     except CoinflipError as exc:
         click.echo(f"error: {printable(exc)}", err=True)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        click.echo(stopped_by(exc), err=True)
         sys.exit(1)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -502,6 +502,17 @@ def _check_header_value(name: str, value: str | None) -> None:
         raise ConfigError(f"{name} holds a line break: copy it again")
 
 
+def unknown_message(unknown: list[str], names: list[str]) -> str:
+    """'did you mean' for each typo (as the CLI does for options); the full list only without one."""
+    import difflib
+
+    guesses = {name: difflib.get_close_matches(name, names, n=1) for name in unknown}
+    if all(guesses.values()):
+        meant = ", ".join(repr(v[0]) for v in guesses.values())
+        return f"unknown TaskConfig field(s) {unknown}: did you mean {meant}?"
+    return f"unknown TaskConfig field(s) {unknown}; known: {', '.join(names)}"
+
+
 def _reject_unknown(init: Any) -> Any:
     """Unknown keyword arguments end in one line naming the known ones, not a bare TypeError."""
 
@@ -510,7 +521,7 @@ def _reject_unknown(init: Any) -> Any:
         names = TaskConfig.field_names()
         unknown = sorted(set(kwargs) - set(names))
         if unknown:
-            raise UnknownSettingError(f"unknown TaskConfig field(s) {unknown}; known: {', '.join(names)}")
+            raise UnknownSettingError(unknown_message(unknown, names))
         self._given = frozenset(names[: len(args)]) | frozenset(kwargs)  # type: ignore[attr-defined]
         init(self, *args, **kwargs)
 

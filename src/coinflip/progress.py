@@ -1,10 +1,54 @@
-"""Progress on long work: a rich bar with rate and ETA on a terminal, plain lines otherwise."""
+"""Progress on long work: a rich bar with rate and ETA on a terminal, plain lines otherwise.
+
+A local model answers one question every few seconds, so the rate is shown in seconds per sample
+below one sample a second (`0.0/s` said nothing), and the ETA is the finish time predicted from
+the mean rate, smoothed so one slow or fast reply moves it a little, counting down in between.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
 from typing import Any
+
+SMOOTHING = 0.2  # weight of each new estimate of the finish time
+
+
+def rate_text(done: int, elapsed: float) -> str:
+    """'12.3/s' at one sample a second or more, '4.2 s/sample' below."""
+    if done <= 0 or elapsed <= 0:
+        return ""
+    rate = done / elapsed
+    return f"{rate:.1f}/s" if rate >= 1 else f"{elapsed / done:.1f} s/sample"
+
+
+def clock(seconds: float | None) -> str:
+    """Seconds as 0:07:42 (h:mm:ss), '-:--:--' when not known yet."""
+    if seconds is None:
+        return "-:--:--"
+    whole = max(0, round(seconds))
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+class Estimate:
+    """The predicted finish time: the mean rate's prediction, smoothed exponentially."""
+
+    def __init__(self) -> None:
+        self.finish: float | None = None
+        self.updates = 0
+
+    def update(self, done: int, total: int, elapsed: float, now: float) -> None:
+        if done <= 0 or elapsed <= 0:
+            return
+        predicted = now + (total - done) * elapsed / done
+        self.updates += 1
+        weight = max(SMOOTHING, 1 / self.updates)  # the first few: their plain mean
+        self.finish = predicted if self.finish is None else self.finish + weight * (predicted - self.finish)
+
+    def remaining(self, now: float, done: int, total: int) -> float | None:
+        if done >= total:
+            return 0.0
+        return None if self.finish is None else max(0.0, self.finish - now)
 
 
 class Progress:
@@ -13,6 +57,7 @@ class Progress:
         self.done = 0
         self.label = label
         self.start = time.perf_counter()
+        self.estimate = Estimate()
         tty = sys.stderr.isatty() if enabled is None else enabled
         self._bar: Any = None
         self._plain = enabled is None and not tty
@@ -22,14 +67,24 @@ class Progress:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
+                ProgressColumn,
                 TaskProgressColumn,
                 TextColumn,
                 TimeElapsedColumn,
-                TimeRemainingColumn,
             )
             from rich.progress import (
                 Progress as Bar,
             )
+            from rich.text import Text
+
+            estimate, progress = self.estimate, self
+
+            class Remaining(ProgressColumn):
+                """The smoothed ETA, counting down between replies."""
+
+                def render(self, task: Any) -> Text:
+                    left = estimate.remaining(time.perf_counter(), progress.done, progress.total)
+                    return Text(f"eta {clock(left)}", style="progress.remaining")
 
             self._bar = Bar(
                 TextColumn("{task.description}"),
@@ -38,22 +93,28 @@ class Progress:
                 TaskProgressColumn(),
                 TextColumn("{task.fields[rate]}"),
                 TimeElapsedColumn(),
-                TimeRemainingColumn(),
+                Remaining(),
                 transient=False,
             )
             self._bar.start()
             self._task = self._bar.add_task(label, total=total, rate="")
 
+    def restart(self) -> None:
+        """Count time from now: the rate is the model's, not the time a local server took to start."""
+        self.start = time.perf_counter()
+
     def advance(self, n: int = 1) -> None:
         self.done += n
-        elapsed = time.perf_counter() - self.start
-        rate = self.done / elapsed if elapsed > 0 else 0.0
+        now = time.perf_counter()
+        elapsed = now - self.start
+        self.estimate.update(self.done, self.total, elapsed, now)
+        rate = rate_text(self.done, elapsed)
         if self._bar is not None:
-            self._bar.update(self._task, advance=n, rate=f"{rate:.1f}/s")
+            self._bar.update(self._task, advance=n, rate=rate)
         elif self._plain and (elapsed >= self._next_line or (self.done == self.total and self._printed)):
-            eta = (self.total - self.done) / rate if rate else 0.0
+            left = clock(self.estimate.remaining(now, self.done, self.total))
             print(
-                f"{self.label}: {self.done}/{self.total} ({self.done / self.total:.0%}) {rate:.1f}/s eta {eta:.0f}s",
+                f"{self.label}: {self.done}/{self.total} ({self.done / self.total:.0%}) {rate or '-'} eta {left}",
                 file=sys.stderr,
                 flush=True,
             )

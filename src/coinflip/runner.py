@@ -4,8 +4,8 @@ config -> plan (data, subset, prompts; nothing on disk yet) -> run directory -> 
 (predictions on disk) -> extract -> score -> report -> pages
 
 A run directory is resumable from the moment it exists: its settings are written when it is
-made. SIGTERM and SIGHUP stop a run as Ctrl-C does: what finished is kept, a local server is
-stopped, and the exit code is 1.
+made. SIGINT, SIGTERM and SIGHUP ask the run to stop (stop.py): the requests in flight are
+cancelled, what finished is kept, a local server is stopped, and the exit code is 1.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -45,6 +44,7 @@ from .rundir import (
 )
 from .scoring.calibration import answer_window
 from .scoring.extract import extract_answer
+from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
 if TYPE_CHECKING:
     from .scoring.scorer import Scorer
@@ -67,15 +67,17 @@ def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
 
 
 def run_one(config: TaskConfig) -> dict[str, Any]:
-    with _stop_on_signals():
-        config = resume_settings(config)
-        for note in config.notes():
-            print(f"note: {note}", file=sys.stderr)
+    with stopping() as stop:
         try:
+            config = resume_settings(config)
+            for note in config.notes():
+                print(f"note: {note}", file=sys.stderr)
             plan = prepare(config)
-            run, fresh = open_run(plan)
-        except KeyboardInterrupt as exc:
-            raise RunIncomplete(f"{_stopped_by(exc)} before the run started") from None
+            with stop.held():  # a run directory exists only with its settings in it
+                run, fresh = open_run(plan)
+        except Interrupted as exc:
+            raise RunIncomplete(f"{stopped_by(exc)} before the run started") from None
+        stop.hint = f"; {resume_hint(run)}"
         handler = _attach_log(run.log)
         try:
             with run.locked():
@@ -85,10 +87,11 @@ def run_one(config: TaskConfig) -> dict[str, Any]:
 
                     index = index_predictions(run.predictions, repair=True)
                     return write_requests(plan, run, pending(plan, run, index))
-                live = generate(plan, run, fresh)
-                return finish(run, config.metric_compat, show=not config.quiet, live=live)
-        except KeyboardInterrupt as exc:  # outside the requests: nothing was lost, the run resumes
-            raise RunIncomplete(f"{_stopped_by(exc)}; {resume_hint(run)}") from None
+                live = generate(plan, run, fresh, stop)
+                with stop.held():  # the report is written whole; a signal during it ends the run after
+                    return finish(run, config.metric_compat, show=not config.quiet, live=live)
+        except Interrupted as exc:  # outside the requests: nothing was lost, the run resumes
+            raise RunIncomplete(f"{stopped_by(exc)}; {resume_hint(run)}") from None
         except CoinflipError as exc:
             log.error("%s", exc)
             if fresh and exc.exit_code == 2:
@@ -243,7 +246,7 @@ def count_owed(plan: Plan, index: PredictionIndex) -> int:
     return sum(len(waiting) or plan.build.choices for _, _, waiting in _owed(plan, index))
 
 
-def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
+def generate(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Live | None:
     """Send what has no reply yet; each reply is appended to the predictions file as it lands.
 
     A fresh run also scores each reply as it lands, so the report is ready with the last reply;
@@ -312,6 +315,7 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
             return None
         with serve_local(config, run.server_log) as endpoint:
             concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
+            progress.restart()
             _room_for(concurrency)
             work = pending(plan, run, index)
             if config.batch:  # through the Batch API; what it leaves may go online
@@ -322,13 +326,13 @@ def generate(plan: Plan, run: RunDir, fresh: bool) -> Live | None:
             if budget is not None:
                 work, on_replies = budget.gate(work), budget.watch(on_replies)
             if not config.batch or config.batch_rest_online:
-                asyncio.run(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up))
+                run_until_stopped(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up), stop)
             if budget is not None and budget.stopped:
                 print(f"note: {budget.note()}", file=sys.stderr)
     except EndpointBroken as exc:
         raise EndpointBroken(f"{exc}; once the server is fixed, {resume_hint(run)}") from None
-    except KeyboardInterrupt as exc:
-        raise RunIncomplete(f"{_stopped_by(exc)}: {progress.done} new samples kept; {resume_hint(run)}") from None
+    except Interrupted as exc:
+        raise RunIncomplete(f"{stopped_by(exc)}: {progress.done} new samples kept; {resume_hint(run)}") from None
     finally:
         progress.close()
         writer.close()
@@ -510,35 +514,6 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
     check_choice("metric_compat", compat, METRIC_COMPATS)
     with run.locked():
         return finish(run, compat, show)
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, handled as Ctrl-C is."""
-
-
-def _stopped_by(exc: BaseException) -> str:
-    return f"stopped by {exc.args[0]}" if isinstance(exc, Interrupted) and exc.args else "interrupted"
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the run like Ctrl-C: finished predictions kept, servers stopped."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    previous = {}
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None:
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 class _LogFile(logging.FileHandler):

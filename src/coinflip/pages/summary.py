@@ -30,6 +30,30 @@ def data_line(report: dict[str, Any]) -> str:
     )
 
 
+def title(report: dict[str, Any]) -> str:
+    """What tells two runs of one model apart at a glance: shots, API mode, repeats (the template
+    is on the data line below)."""
+    parts = [f"coin_flip - {report['model']}", f"{report.get('few_shot_num') or 0}-shot"]
+    parts.append(str(report.get("api_mode", "chat")))
+    if int(report.get("repeats") or 1) > 1:
+        parts.append(f"{report['repeats']} repeats")
+    return "  ".join(parts)
+
+
+def timing_line(report: dict[str, Any]) -> str | None:
+    """Latency and, for streamed runs, time to first token (medians and p90, in seconds)."""
+    usage = report.get("usage") or {}
+    shown = []
+    for key, name in (("latency_s", "latency"), ("ttft_s", "time to first token")):
+        q = usage.get(key)
+        if isinstance(q, dict) and q.get("p50") is not None:
+            shown.append(f"{name} median {q['p50']:.2f} s, p90 {q['p90']:.2f} s")
+    tokens = usage.get("completion_tokens")
+    if isinstance(tokens, dict) and tokens.get("p50") is not None:
+        shown.append(f"reply tokens median {tokens['p50']:.0f}")
+    return "  ".join(shown) or None
+
+
 def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -40,7 +64,7 @@ def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: 
         label = "INCOMPLETE: " if not report["complete"] and _incomplete(warning) else "WARNING: "
         style = "bold red" if label.startswith("INC") else "bold yellow"
         console.print(Text.assemble((label, style), printable(warning)), soft_wrap=True)
-    table = Table(title=Text(printable(f"coin_flip - {report['model']}")), title_justify="left")
+    table = Table(title=Text(printable(title(report))), title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95% interval", justify="right")
@@ -95,6 +119,9 @@ def lines(report: dict[str, Any]) -> list[str]:
             f"still invalid. Accuracy strict {value(strict)}, forced {value(again)} ({gap}): the strict score "
             "counts format and state tracking together, the forced one mostly state tracking"
         )
+    timing = timing_line(report)
+    if timing:
+        out.append(timing)
     calibration = report.get("calibration") or {}
     if calibration.get("available"):
         out.append(

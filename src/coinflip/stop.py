@@ -1,0 +1,177 @@
+"""SIGINT, SIGTERM and SIGHUP ask a run to stop; they never raise from wherever the process is.
+
+An exception raised by a signal handler lands at an arbitrary bytecode: inside the event loop's
+own bookkeeping, a `finally`, a destructor. That left tracebacks ("Task was destroyed but it is
+pending!") and, once, a process that swallowed the signal and waited for half an hour. So the
+handler only decides how to stop, by where the run is:
+
+- requests in flight (`cancelling`): the run's task is cancelled from inside the event loop, so
+  the replies that landed are written and the loop unwinds as it does for any cancellation;
+- a step that must not be cut (`held`: writing the run's settings, the event loop starting or
+  closing, the report): the signal is kept and `check` raises once the step is done;
+- anywhere else (reading data, starting a local server): `Interrupted` is raised at once, which
+  only pure steps and context managers that clean up are exposed to.
+
+Whatever happens, the process ends: a second signal, or `GRACE_S` seconds after the first one,
+exits at once with one line (what finished is on disk line by line and the run resumes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Coroutine, Iterator
+from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+GRACE_S = 20  # the longest a first signal may take to end the process
+SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+class Interrupted(BaseException):
+    """A stop asked for by a signal (args[0]: its name). Not a KeyboardInterrupt, so that click
+    and asyncio, which treat that one specially, let it through to the runner and the CLI."""
+
+
+def stopped_by(exc: BaseException | str | None) -> str:
+    """'interrupted' for Ctrl-C, 'stopped by SIGTERM' for the others."""
+    name = exc if isinstance(exc, str) else exc.args[0] if isinstance(exc, Interrupted) and exc.args else None
+    return f"stopped by {name}" if name and name != "SIGINT" else "interrupted"
+
+
+class StopRequest:
+    """The signals this process has received, and what a signal does right now."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self.hint = ""  # appended to the line a forced exit prints: how to resume
+        self._held = 0
+        self._task: asyncio.Task[object] | None = None
+
+    def handler(self, signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.signal is not None:  # the second signal: no more waiting
+            self.exit_now(f"{stopped_by(name)} again")
+        self.signal = name
+        if hasattr(signal, "SIGALRM"):
+            signal.alarm(GRACE_S)
+        task = self._task
+        if task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed under us: then it is held
+                task.get_loop().call_soon_threadsafe(task.cancel)
+                return
+        if not self._held:
+            raise Interrupted(name)
+
+    def overdue(self, _signum: int, _frame: FrameType | None) -> None:
+        self.exit_now(f"{stopped_by(self.signal)}, and still running {GRACE_S} s later")
+
+    def exit_now(self, why: str) -> None:
+        """End the process at once: predictions are on disk line by line, and a run resumes."""
+        with contextlib.suppress(BaseException):
+            sys.stderr.write(f"{why}: exiting now{self.hint}\n")
+            sys.stderr.flush()
+        os._exit(1)
+
+    def check(self) -> None:
+        """Raise `Interrupted` if a signal arrived while the work was held."""
+        if self.signal is not None:
+            raise Interrupted(self.signal)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A step that must finish once begun: a signal during it is acted on right after."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+        if not self._held:
+            self.check()
+
+    @contextlib.contextmanager
+    def cancelling(self, task: asyncio.Task[object]) -> Iterator[None]:
+        """While `task` runs, a signal cancels it (from inside its event loop)."""
+        if self.signal is not None:  # it came while the loop was starting
+            task.cancel()
+        self._task = task
+        try:
+            yield
+        finally:
+            self._task = None
+
+    def cancelled(self) -> bool:
+        return self.signal is not None
+
+    def settle(self) -> None:
+        """From now on a signal is only kept: the process is printing its outcome and ending."""
+        self._held += 1
+
+
+def run_until_stopped(main: Coroutine[Any, Any, T], stop: StopRequest | None = None) -> T:
+    """`asyncio.run(main)`, where a stop signal cancels `main` from inside its event loop; once the
+    loop is closed, `Interrupted` says which signal it was. `stop`: the installed one by default."""
+    stop = stop or current() or StopRequest()
+
+    async def cancellable() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        with stop.cancelling(task):
+            return await main
+
+    with stop.held():  # the loop starts and closes whole
+        try:
+            return asyncio.run(cancellable())
+        except asyncio.CancelledError:
+            if not stop.cancelled():
+                raise
+    raise Interrupted(stop.signal)  # held() raised it already, unless a caller holds on
+
+
+def current() -> StopRequest | None:
+    """The StopRequest whose handler is installed, if any."""
+    handler = signal.getsignal(signal.SIGTERM)
+    owner = getattr(handler, "__self__", None)
+    return owner if isinstance(owner, StopRequest) else None
+
+
+def install() -> StopRequest | None:
+    """Handle the stop signals for the rest of the process (the command line does this first
+    thing); None off the main thread, where Python cannot set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    stop = StopRequest()
+    for sig in SIGNALS:
+        signal.signal(sig, stop.handler)
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, stop.overdue)
+    return stop
+
+
+@contextlib.contextmanager
+def stopping() -> Iterator[StopRequest]:
+    """The installed StopRequest (the command line's), or one installed for the duration (a
+    library call on the main thread); elsewhere one that no signal reaches."""
+    existing = current()
+    if existing is not None:
+        yield existing
+        return
+    if threading.current_thread() is not threading.main_thread():
+        yield StopRequest()
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (*SIGNALS, getattr(signal, "SIGALRM", None)) if sig is not None}
+    stop = install()
+    assert stop is not None
+    try:
+        yield stop
+    finally:
+        if hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)

@@ -1,0 +1,169 @@
+"""SIGINT, SIGTERM and SIGHUP at random moments of `coinflip eval`: from the moment its handlers are
+in place, through requests in flight, to the report being written. Every process ends within a
+budget far above what it needs, with one line and no traceback, and every run it left resumes.
+
+The processes run ten at a time against one test server; each waits on an event (its handlers
+installed, its first reply on disk, its reviews being written) and then a random short delay.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import read_jsonl, spawn_cli
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+MOMENTS = ("start-up", "in flight", "report", "any")
+ROUNDS, AT_ONCE = 12, 10  # 120 processes, each sent a signal
+LIMIT = 16
+EXIT_BUDGET_S = 60.0  # "within seconds" on an idle machine; generous for a loaded one
+NOISE = ("Traceback", "Exception", "Task was destroyed", "never awaited", "Error")
+
+
+def handles_signals(pid: int) -> bool:
+    """Whether the process has its own SIGTERM handler yet (Linux: SigCgt in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
+@dataclass
+class Case:
+    work: Path
+    moment: str
+    sig: signal.Signals
+    delay: float
+    twice: bool
+    proc: subprocess.Popen[str] | None = None
+    started: float = 0.0
+    trigger: float | None = None
+    sent: list[float] = field(default_factory=list)
+    ended: float | None = None
+    err: str = ""
+
+    def run_dir(self) -> Path | None:
+        runs = [p for p in self.work.iterdir() if p.is_dir()] if self.work.exists() else []
+        assert len(runs) <= 1, runs
+        return runs[0] if runs else None
+
+    def reached(self, now: float) -> bool:
+        """Whether the event this case waits on has happened."""
+        assert self.proc is not None
+        if not handles_signals(self.proc.pid):
+            return False
+        run = self.run_dir()
+        if self.moment == "in flight":
+            predictions = run / "predictions/m/coin_flip.jsonl" if run else None
+            return bool(predictions and predictions.exists() and predictions.stat().st_size)
+        if self.moment == "report":
+            return bool(run and (run / "reviews").exists())
+        if self.moment == "any":
+            return now >= self.started + self.delay
+        return True
+
+
+def drive(cases: list[Case], url: str) -> None:
+    """Start every case, signal each at its moment, and wait for all to end."""
+    for case in cases:
+        args = ["eval", "--model", "m", "--api-url", url, "--limit", str(LIMIT), "--eval-batch-size", "4"]
+        if case.sig == signal.SIGHUP:
+            args.append("--force-answer")  # follow-up requests in flight too
+        case.proc = spawn_cli(*args, "--work-dir", str(case.work))
+        case.started = time.monotonic()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        for case in cases:
+            assert case.proc is not None
+            if case.ended is not None:
+                continue
+            if case.proc.poll() is not None:
+                case.ended = now
+                continue
+            if case.trigger is None and case.reached(now):
+                case.trigger = now + (0 if case.moment in ("report", "any") else case.delay)
+            if case.trigger is not None and now >= case.trigger and len(case.sent) < 1 + case.twice:
+                case.proc.send_signal(case.sig)
+                case.sent.append(now)
+                case.trigger = now + random.uniform(0, 0.3)  # the second signal, if any
+        if all(case.ended is not None for case in cases):
+            break
+        time.sleep(0.01)
+    for case in cases:
+        assert case.proc is not None
+        if case.proc.poll() is None:
+            case.proc.kill()
+        case.err = case.proc.communicate()[1]
+
+
+def test_signals_at_random_moments_end_the_run_cleanly_and_it_resumes(tmp_path: Path) -> None:
+    rng = random.Random(2121)
+    signalled = 0
+    with FakeOpenAIServer("mixed", latency=0.2) as srv:
+        for round_ in range(ROUNDS):
+            cases = [
+                Case(
+                    tmp_path / f"{round_}-{i}",
+                    moment=rng.choice(MOMENTS),
+                    sig=rng.choice(SIGNALS),
+                    delay=rng.uniform(0, 1.5),
+                    twice=rng.random() < 0.1,
+                )
+                for i in range(AT_ONCE)
+            ]
+            drive(cases, srv.url)
+            for case in cases:
+                assert case.proc is not None
+                described = f"{case.moment} {case.sig.name}: rc {case.proc.returncode}, stderr {case.err!r}"
+                assert case.ended is not None, f"still running: {described}"
+                if not case.sent:
+                    assert case.proc.returncode == 0, described  # it finished before its moment came
+                    continue
+                signalled += 1
+                assert case.ended - case.sent[0] < EXIT_BUDGET_S, described
+                assert not any(word in case.err for word in NOISE), described
+                stops = [line for line in case.err.splitlines() if "stopped by" in line or "interrupted" in line]
+                if case.proc.returncode == 1:
+                    assert len(stops) == 1, described
+                else:
+                    assert case.proc.returncode == 0 and not stops, described  # it was already ending
+            resumes = []
+            for case in cases:
+                run = case.run_dir()
+                if run is None:  # stopped before its run directory existed: nothing was left behind
+                    assert not case.work.exists() or not any(case.work.iterdir()), case.err
+                    continue
+                resumes.append((run, spawn_cli("eval", "--use-cache", str(run))))
+            for run, proc in resumes:
+                out, err = proc.communicate(timeout=EXIT_BUDGET_S * 2)
+                assert proc.returncode == 0, err
+                rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+                assert sorted(r["id"] for r in rows) == sorted({r["id"] for r in rows}) and len(rows) == LIMIT
+                assert json.loads((run / "reports/m/coin_flip.json").read_text())["complete"]
+    assert signalled >= 100
+
+
+def test_a_second_signal_ends_the_process_at_once(tmp_path: Path) -> None:
+    """A run held up by a slow server: the first SIGTERM cancels it; the second does not wait."""
+    with FakeOpenAIServer("correct", latency=0.5) as srv:
+        proc = spawn_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "40", "--work-dir", str(tmp_path))
+        deadline = time.monotonic() + EXIT_BUDGET_S
+        while not handles_signals(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=EXIT_BUDGET_S)
+    assert proc.returncode == 1
+    assert not any(word in err for word in NOISE), err
+    assert len(err.strip().splitlines()) == 1 and "SIG" in err, err
