@@ -192,5 +192,6 @@ def test_a_live_evalscope_run_scores_each_reply_by_evalscopes_rule(tmp_path: Pat
     assert run_cli("rescore", str(run)).returncode == 1  # the saved compat, from the file: same bytes (errors: 1)
     assert [(run / f).read_bytes() for f in ("reports/m/coin_flip.json", "reviews/m/coin_flip.jsonl")] == before
     assert run_cli("rescore", str(run), "--metric-compat", "coinflip").returncode == 1
-    strict = read_jsonl(run / "reviews/m/coin_flip.jsonl")
+    assert [(run / f).read_bytes() for f in ("reports/m/coin_flip.json", "reviews/m/coin_flip.jsonl")] == before
+    strict = read_jsonl(run / "reviews/m/coin_flip.coinflip.jsonl")  # beside the run's own, which stays
     assert all(r["extracted"] == extract_answer(predictions[r["id"]]["reply"]) for r in strict if not r["error"])

@@ -45,14 +45,24 @@ def test_editing_a_saved_reply_changes_the_report_as_it_should(tmp_path: Path) -
     assert abs(new["metrics"]["accuracy"] - (old["metrics"]["accuracy"] + 1 / 60)) < 1e-12
 
 
-def test_rescore_with_the_other_arithmetic(tmp_path: Path) -> None:
+def test_rescore_with_the_other_arithmetic_keeps_both_reports(tmp_path: Path) -> None:
     run = _run(tmp_path)
-    old = json.loads((run / "reports/m/coin_flip.json").read_text())
-    assert run_cli("rescore", str(run), "--metric-compat", "evalscope").returncode == 0
-    new = json.loads((run / "reports/m/coin_flip.json").read_text())
+    own = [run / "reports/m/coin_flip.json", run / "reports/m/coin_flip.html", run / "reviews/m/coin_flip.jsonl"]
+    before = [path.read_bytes() for path in own]
+    result = run_cli("rescore", str(run), "--metric-compat", "evalscope")
+    assert result.returncode == 0, result.stderr
+    assert [path.read_bytes() for path in own] == before  # the run's own report is not overwritten
+    old = json.loads(own[0].read_text())
+    new = json.loads((run / "reports/m/coin_flip.evalscope.json").read_text())
+    assert (run / "reports/m/coin_flip.evalscope.html").is_file() and (
+        run / "reviews/m/coin_flip.evalscope.jsonl"
+    ).is_file()
+    assert "coin_flip.evalscope.html" in result.stdout
     assert new["metric_compat"] == "evalscope" and old["metric_compat"] == "coinflip"
     assert new["metrics"]["accuracy"] == old["metrics"]["accuracy"]
     assert new["metrics"]["recall"] > old["metrics"]["recall"]  # invalid YES answers no longer count as misses
+    again = run_cli("rescore", str(run))  # the run's own arithmetic: its own files, as before
+    assert again.returncode == 0 and [path.read_bytes() for path in own] == before
 
 
 def test_rescore_of_a_non_run_directory_is_one_line(tmp_path: Path) -> None:

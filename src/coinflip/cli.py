@@ -170,6 +170,27 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
         sys.exit(1)
 
 
+@app.command("answers")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--format", "form", default="csv", show_default=True, type=click.Choice(["csv", "jsonl"]))
+@click.option("--out", default=None, help="File to write  [default: RUN_DIR/answers.csv or .jsonl]; - for stdout.")
+def answers_command(run_dir: str, form: str, out: str | None) -> None:
+    """Every sample on one line: question, reply, extracted verdict, target and result (right,
+    wrong, invalid, error), with the forced answer and P(YES) where the run has them.
+
+    Joins the run's predictions and reviews, as EvalScope's reviews file holds them together.
+    """
+    from .pages.answers import answers, default_path, save, write
+    from .rundir import RunDir
+
+    run = RunDir.open(run_dir)
+    if out == "-":
+        write(answers(run), sys.stdout, form)
+        return
+    path = Path(out) if out else default_path(run, form)
+    click.echo(f"wrote {save(run, path, form)} answers to {path}", err=True)
+
+
 @app.command("compare")
 @click.argument("run_dirs", nargs=-1, required=True)
 @click.option("--force", is_flag=True, help="Compare runs on different data, pairing only the samples they share.")

@@ -44,10 +44,15 @@ class RunDir:
     root: Path
     model: str
     made_work_dir: bool = False  # the work directory did not exist before this run
+    arithmetic: str = ""  # a rescore in another arithmetic: its reviews and report sit beside the run's own
 
     @property
     def _m(self) -> str:
         return safe_name(self.model)
+
+    @property
+    def _stem(self) -> str:
+        return f"{BENCHMARK}.{self.arithmetic}" if self.arithmetic else BENCHMARK
 
     @property
     def config_file(self) -> Path:
@@ -59,15 +64,15 @@ class RunDir:
 
     @property
     def reviews(self) -> Path:
-        return self.root / "reviews" / self._m / f"{BENCHMARK}.jsonl"
+        return self.root / "reviews" / self._m / f"{self._stem}.jsonl"
 
     @property
     def report_json(self) -> Path:
-        return self.root / "reports" / self._m / f"{BENCHMARK}.json"
+        return self.root / "reports" / self._m / f"{self._stem}.json"
 
     @property
     def report_html(self) -> Path:
-        return self.root / "reports" / self._m / f"{BENCHMARK}.html"
+        return self.root / "reports" / self._m / f"{self._stem}.html"
 
     @property
     def log(self) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import sys
@@ -477,7 +478,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
     if saved["config"].get("html_report", True):
         write_html(run.report_html, report, scorer)
     if show:
-        print_summary(report, run.root)
+        print_summary(report, run.root, page=run.report_html)
         if not report["complete"] and not report.get("errors_ignored"):
             print(resume_hint(run), file=sys.stderr)
     if saved["config"].get("html_report", True):  # the work directory's index; never raises, logs why not
@@ -508,10 +509,14 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
 
 
 def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = True) -> dict[str, Any]:
-    """Recompute reviews and reports from saved predictions, calling no model."""
+    """Recompute reviews and reports from saved predictions, calling no model. In an arithmetic
+    other than the run's own, they are written beside the run's (coin_flip.evalscope.json)."""
     run = RunDir.open(run_dir)
-    compat = metric_compat or load_saved_config(run.root)["config"].get("metric_compat", "coinflip")
+    own = load_saved_config(run.root)["config"].get("metric_compat", "coinflip")
+    compat = metric_compat or own
     check_choice("metric_compat", compat, METRIC_COMPATS)
+    if compat != own:
+        run = dataclasses.replace(run, arithmetic=compat)
     with run.locked():
         return finish(run, compat, show)
 

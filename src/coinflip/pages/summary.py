@@ -3,6 +3,7 @@ a model named `[bold red]x` or `x[/]` is shown as written, never read as markup.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,10 @@ def timing_line(report: dict[str, Any]) -> str | None:
     return "  ".join(shown) or None
 
 
-def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: Any = None) -> None:
+def print_summary(
+    report: dict[str, Any], run_dir: Path | None = None, console: Any = None, page: Path | None = None
+) -> None:
+    """The run in a screen; `page` is the HTML report to point to (default: the run's own)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -83,9 +87,11 @@ def print_summary(report: dict[str, Any], run_dir: Path | None = None, console: 
         console.print(Text(printable(line)), soft_wrap=True)
     if run_dir is not None:
         console.print(Text(printable(f"run directory: {run_dir}")), soft_wrap=True)
-        pages = sorted(run_dir.glob("reports/*/coin_flip.html"))
+        pages = [page] if page is not None and page.is_file() else sorted(run_dir.glob("reports/*/coin_flip.html"))
         if pages:
             console.print(Text(printable(f"page: {pages[0]}")), soft_wrap=True)
+        hint = f"answers, one line per sample: coinflip answers {shlex.quote(str(run_dir))}"
+        console.print(Text(printable(hint)), soft_wrap=True)
 
 
 def _incomplete(warning: str) -> bool:

@@ -1,0 +1,121 @@
+"""Every sample of a run on one line: question, reply, extracted verdict, target and result, with
+the forced answer where one was asked. EvalScope keeps all of this in its reviews file; coinflip
+keeps replies in predictions and verdicts in reviews, so `coinflip answers RUN_DIR` joins them.
+
+CSV is for spreadsheets: a model's reply that begins with `=`, `+`, `-` or `@` would be read there
+as a formula, so such text cells get a leading apostrophe. JSONL keeps every value as written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import DataError, StorageError
+from ..rundir import RunDir, index_predictions, iter_predictions, sample_key
+
+COLUMNS = (
+    "id", "repeat", "people", "target", "extracted", "result", "invalid_reason",
+    "forced_answer", "p_yes", "error", "question", "reply", "forced_reply",
+)  # fmt: skip
+FORMATS = ("csv", "jsonl")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def result(review: dict[str, Any]) -> str:
+    """right, wrong, invalid (no valid answer) or error (no reply), in coinflip's strict reading."""
+    if review.get("error"):
+        return "error"
+    if review.get("extracted") is None:
+        return "invalid"
+    return "right" if review.get("correct") else "wrong"
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def answers(run: RunDir) -> Iterator[dict[str, Any]]:
+    """The joined rows, in the order of the predictions file: scored samples only (a sample whose
+    forced answer is still owed, or outside the run's questions, has no review and is left out)."""
+    if not run.reviews.is_file() or not run.predictions.is_file():
+        raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
+    reviews: dict[int, dict[str, Any]] = {}
+    for review in iter_predictions(run.reviews):
+        question, repeat = _int(review.get("id")), _int(review.get("repeat"))
+        if question is not None and repeat is not None:
+            reviews[sample_key(question, repeat)] = review
+    index = index_predictions(run.predictions)
+    with run.predictions.open("rb") as handle:
+        for key in index.where:
+            review = reviews.get(key)
+            if review is None:
+                continue
+            row = index.row(handle, key)
+            forced = row.get("forced") if isinstance(row.get("forced"), dict) else {}
+            yield {
+                "id": review["id"],
+                "repeat": review["repeat"],
+                "people": review.get("people"),
+                "target": review.get("target"),
+                "extracted": review.get("extracted"),
+                "result": result(review),
+                "invalid_reason": review.get("invalid_reason"),
+                "forced_answer": review.get("forced"),
+                "p_yes": review.get("p_yes"),
+                "error": row.get("error"),
+                "question": row.get("question"),
+                "reply": row.get("reply"),
+                "forced_reply": forced.get("reply"),
+            }
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_FORMULA):
+        return "'" + value
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def write(rows: Iterator[dict[str, Any]], out: IO[str], form: str) -> int:
+    """Write `rows` as CSV (with a header) or JSONL; return how many."""
+    count = 0
+    if form == "csv":
+        writer = csv.writer(out)
+        writer.writerow(COLUMNS)
+        for row in rows:
+            writer.writerow([_cell(row[c]) for c in COLUMNS])
+            count += 1
+        return count
+    for row in rows:
+        out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        count += 1
+    return count
+
+
+def default_path(run: RunDir, form: str) -> Path:
+    return run.root / f"answers.{form}"
+
+
+def save(run: RunDir, path: Path, form: str) -> int:
+    """Write the answers to `path` whole (through a temporary file); return how many."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with tmp.open("w", encoding="utf-8", newline="") as out:
+            count = write(answers(run), out, form)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise StorageError(f"cannot write {path}: {exc.strerror or type(exc).__name__}; try --out elsewhere") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return count

@@ -1,0 +1,73 @@
+"""`coinflip answers RUN_DIR`: every sample's question, reply, verdict, target and result on one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from coinflip.scoring.extract import extract_answer
+from coinflip.testing.server import FakeOpenAIServer, Policy
+
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+
+def test_answers_join_replies_and_verdicts(tmp_path: Path) -> None:
+    with FakeOpenAIServer("mixed") as srv:
+        done = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--limit", "40", "--force-answer", "--work-dir", str(tmp_path)
+        )
+    assert done.returncode == 0, done.stderr
+    run = only_run_dir(tmp_path)
+    assert f"coinflip answers {run}" in done.stdout  # the summary points to it
+    result = run_cli("answers", str(run))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == f"wrote 40 answers to {run / 'answers.csv'}"
+    with (run / "answers.csv").open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    predictions = {p["id"]: p for p in read_jsonl(run / "predictions/m/coin_flip.jsonl")}
+    policy = Policy("mixed")
+    assert len(rows) == 40 and {int(r["id"]) for r in rows} == set(predictions)
+    kinds = set()
+    for row in rows:
+        p = predictions[int(row["id"])]
+        answer = extract_answer(p["reply"])
+        assert row["question"] == p["question"] and row["reply"] == p["reply"] and row["target"] == p["target"]
+        assert row["extracted"] == (answer or "")
+        expected = "invalid" if answer is None else "right" if answer == p["target"] else "wrong"
+        assert row["result"] == expected
+        kinds.add(policy.kind(p["question"]))
+        if answer is None:  # the forced follow-up, and what it said
+            assert row["forced_reply"] == p["forced"]["reply"]
+            assert row["forced_answer"] == (extract_answer(p["forced"]["reply"]) or "invalid")
+    assert {"right", "wrong", "invalid"} <= {r["result"] for r in rows}
+    lines = run_cli("answers", str(run), "--format", "jsonl", "--out", "-")
+    assert lines.returncode == 0
+    as_json = [json.loads(line) for line in lines.stdout.splitlines()]
+    assert [(r["id"], r["result"]) for r in as_json] == [(int(r["id"]), r["result"]) for r in rows]
+
+
+def test_a_reply_that_looks_like_a_formula_stays_text_in_the_csv(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct") as srv:
+        assert (
+            run_cli(
+                "eval", "--model", "m", "--api-url", srv.url, "--limit", "3", "--work-dir", str(tmp_path)
+            ).returncode
+            == 0
+        )
+    run = only_run_dir(tmp_path)
+    predictions = run / "predictions/m/coin_flip.jsonl"
+    rows = read_jsonl(predictions)
+    rows[0]["reply"] = '=HYPERLINK("http://x","y")\nANSWER: ' + rows[0]["target"]
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_cli("rescore", str(run)).returncode == 0
+    out = run_cli("answers", str(run), "--out", str(tmp_path / "a.csv"))
+    assert out.returncode == 0, out.stderr
+    with (tmp_path / "a.csv").open(newline="", encoding="utf-8") as handle:
+        replies = [r["reply"] for r in csv.DictReader(handle)]
+    assert replies[0].startswith("'=HYPERLINK") and not any(r.startswith("=") for r in replies)
+
+
+def test_answers_of_a_folder_that_is_not_a_run_is_one_line(tmp_path: Path) -> None:
+    result = run_cli("answers", str(tmp_path))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
