@@ -46,10 +46,10 @@ def answers(run: RunDir) -> Iterator[dict[str, Any]]:
     if not run.reviews.is_file() or not run.predictions.is_file():
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
     reviews: dict[int, dict[str, Any]] = {}
-    for review in iter_predictions(run.reviews):
-        question, repeat = _int(review.get("id")), _int(review.get("repeat"))
+    for line in iter_predictions(run.reviews):
+        question, repeat = _int(line.get("id")), _int(line.get("repeat"))
         if question is not None and repeat is not None:
-            reviews[sample_key(question, repeat)] = review
+            reviews[sample_key(question, repeat)] = line
     index = index_predictions(run.predictions)
     with run.predictions.open("rb") as handle:
         for key in index.where:
@@ -57,7 +57,7 @@ def answers(run: RunDir) -> Iterator[dict[str, Any]]:
             if review is None:
                 continue
             row = index.row(handle, key)
-            forced = row.get("forced") if isinstance(row.get("forced"), dict) else {}
+            forced = row["forced"] if isinstance(row.get("forced"), dict) else {}
             yield {
                 "id": review["id"],
                 "repeat": review["repeat"],
