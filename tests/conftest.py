@@ -6,8 +6,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,22 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SKRISHNA = SHARED / "data" / "coin_flip_validation_skrishna.json"
 SEED_EN = SHARED / "seeds" / "coin_flip_en.txt"
+
+
+PATIENCE_S = 300.0  # the longest a test waits for an event: far more than a loaded 2-core machine needs
+
+
+def wait_for(condition: Callable[[], Any], what: str, budget: float = PATIENCE_S) -> Any:
+    """Poll `condition` until it holds (and return its value): tests wait on events, not on guesses
+    of how long something takes. Only a budget far beyond any real wait ends it, as a failure."""
+    deadline = time.monotonic() + budget
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {budget:.0f} s for {what}")
+        time.sleep(0.02)
 
 
 def hand_metrics(pairs: list[tuple[str, str | None]]) -> dict[str, float]:

@@ -12,7 +12,7 @@ import pytest
 
 from coinflip.testing.server import FakeOpenAIServer, Policy
 
-from .conftest import hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli, whole_lines
+from .conftest import PATIENCE_S, hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for, whole_lines
 
 
 def expected_metrics(run: Path, policy: Policy) -> dict[str, float]:
@@ -389,9 +389,10 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_finished(tmp_path: Path) -> None:
         proc = spawn_cli(
             "eval", "--model", "m", "--api-url", srv.url, "--eval-batch-size", "4", "--work-dir", str(tmp_path)
         )
-        time.sleep(2.5)
+        files = "*/predictions/m/coin_flip.jsonl"
+        wait_for(lambda: any(p.stat().st_size for p in tmp_path.glob(files)), "the first replies on disk")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=PATIENCE_S)
     assert proc.returncode == 1
     assert "Traceback" not in err
     assert "--use-cache" in err

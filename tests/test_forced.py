@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from coinflip.scoring.calibration import auroc, calibration, p_yes
 from coinflip.testing.server import FakeOpenAIServer, Policy, truth
 
-from .conftest import hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli
+from .conftest import PATIENCE_S, hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for
 
 MIXED = Policy("mixed")
 
@@ -99,11 +98,9 @@ def test_a_killed_run_with_forced_answers_resumes_asking_only_for_what_is_missin
             "3",
         ]
         proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(srv.state.seen) < 60:
-            time.sleep(0.02)
+        wait_for(lambda: len(srv.state.seen) >= 60, "60 questions at the server")
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(PATIENCE_S)
         run = only_run_dir(tmp_path)
         lines = (run / "predictions/m/coin_flip.jsonl").read_text().splitlines(keepends=True)
         saved = [json.loads(line) for line in lines if line.endswith("\n")]

@@ -14,7 +14,7 @@ from coinflip.errors import ConfigError
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Pieces, answer, chat
-from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli
+from .conftest import PATIENCE_S, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for
 from .test_streaming import ask
 
 
@@ -209,7 +209,7 @@ def test_rescore_finishes_on_rows_it_cannot_read(tmp_path: Path) -> None:
 
 
 def test_a_run_in_progress_cannot_be_resumed_beside_itself(tmp_path: Path) -> None:
-    with FakeOpenAIServer("correct", latency=0.05) as srv:
+    with FakeOpenAIServer("correct", latency=PATIENCE_S) as srv:  # no reply comes while the twin tries
         proc = spawn_cli(
             "eval",
             "--model",
@@ -223,13 +223,11 @@ def test_a_run_in_progress_cannot_be_resumed_beside_itself(tmp_path: Path) -> No
             "--work-dir",
             str(tmp_path),
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not list(tmp_path.glob("*/predictions/m/coin_flip.jsonl")):
-            time.sleep(0.05)
+        wait_for(lambda: list(tmp_path.glob("*/predictions/m/coin_flip.jsonl")), "the run's predictions file")
         run = only_run_dir(tmp_path)
         twin = run_cli("eval", "--use-cache", str(run))
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=PATIENCE_S)
     assert twin.returncode == 2 and "in use by another coinflip process" in _one_line(twin)
     assert proc.returncode == 1 and "--use-cache" in err
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import statistics
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from coinflip.scoring.report import build_report
 from coinflip.scoring.scorer import Scorer
 from coinflip.testing.server import FakeOpenAIServer
 
-from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli, whole_lines
+from .conftest import PATIENCE_S, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for, whole_lines
 
 # question id -> (target, answers of repeats 0, 1, 2); "?" is an invalid answer
 FIXED = {
@@ -108,14 +107,10 @@ def test_a_sigkilled_run_with_repeats_resumes_with_nothing_lost_or_doubled(tmp_p
             "4",
         ]
         proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            files = list(tmp_path.glob("*/predictions/m/coin_flip.jsonl"))
-            if files and files[0].stat().st_size > 30_000:
-                break
-            time.sleep(0.05)
+        files = "*/predictions/m/coin_flip.jsonl"
+        wait_for(lambda: any(p.stat().st_size > 30_000 for p in tmp_path.glob(files)), "30 kB of predictions")
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(PATIENCE_S)
         run = only_run_dir(tmp_path)
         kept = {
             (r["id"], r["repeat"]) for r in whole_lines(run / "predictions/m/coin_flip.jsonl") if r["error"] is None
