@@ -422,3 +422,14 @@ def test_a_resumed_run_shows_when_it_started(tmp_path: Path) -> None:
     assert [r["date"] for r in data["runs"]] == ["2020-01-02 03:04:05"]
     page = (run / "reports/oracle/coin_flip.html").read_text()
     assert "started 2020-01-02T03:04:05+00:00, resumed " in page
+
+
+def test_runs_on_other_questions_of_the_same_data_are_not_ranked_or_tested_together(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    first = _eval(work, "--model", "oracle", "--limit", "30")
+    apart = _eval(work, "--model", "random", "--limit", "30", "--seed", "7")  # the same size, other questions
+    dom = _dom(Work(work, {}, work / "index.html", ""), tmp_path, f"a={first.name}&b={apart.name}")
+    rows = {r["id"]: r for r in _rows(dom)}
+    assert rows[first.name]["cells"][1] == ["1"] and rows[apart.name]["cells"][1] == ["1"]  # each first of one
+    pair = re.search(r'<div id="pair"[^>]*>(.*?)</div>', dom, re.S)
+    assert pair and "share no question" in pair[1] and "McNemar" not in pair[1] and "p =" not in pair[1]

@@ -19,6 +19,7 @@ import yaml
 from coinflip.pages import compare, index, run_page
 from coinflip.testing.server import FakeOpenAIServer
 
+from .answer_server import AnswerServer, answer, chat
 from .conftest import only_run_dir, read_jsonl, run_cli
 from .test_reports import _chromium
 
@@ -236,3 +237,27 @@ def test_templates_never_mark_a_value_safe() -> None:
     for template in folder.iterdir():
         text = template.read_text()
         assert "|safe" not in text.replace(" ", "") and "autoescape false" not in text, template.name
+
+
+@pytest.mark.parametrize(
+    ("reply", "says"),
+    [
+        ("The coin... I am not sure.", "no forced answer gave a YES or NO answer to read them at"),
+        ("ANSWER: {right}", "the server did not return them"),
+    ],
+    ids=["no-answer-to-read-them-at", "none-returned"],
+)
+def test_asked_for_probabilities_the_page_says_why_there_are_none(tmp_path: Path, reply: str, says: str) -> None:
+    """`logprobs=5` was given: the page must not tell the user to ask for them, but say what went wrong."""
+    with AnswerServer(lambda s: answer(chat(reply.format(right=s.right_answer)))) as srv:
+        result = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--limit", "6", "--force-answer", "--stream",
+            "--generation-config", "logprobs=5", "--retries", "0", "--work-dir", str(tmp_path),
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    why = report["calibration"]["reason"]
+    assert report["calibration"]["available"] is False and says in why and "ask for them" not in why, why
+    page = assert_clean((run / "reports/m/coin_flip.html").read_text(), scripts=1)
+    assert why in "".join(page.text)

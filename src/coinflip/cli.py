@@ -202,10 +202,11 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
     "the runs share, else ./outputs/compare]",
 )
 def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path | None) -> None:
-    """Leaderboard of runs on the same data, with paired McNemar tests between each pair.
+    """Leaderboard of runs on the same data, with paired McNemar tests between runs that share questions.
 
     Each argument is a run directory or a work directory (every run below it); folders without
-    a usable report are skipped with a note.
+    a usable report are skipped with a note, and runs that share no question with another are
+    listed, not ranked or tested.
     """
     from .pages.compare import compare, default_out, print_result, write_files
 

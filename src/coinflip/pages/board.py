@@ -99,6 +99,17 @@ def repeats_of(report: dict[str, Any], config: dict[str, Any]) -> int:
     return 1
 
 
+def subset_of(report: dict[str, Any]) -> str:
+    """Which questions of the data a run asked, as a key: "" for all of them. Runs on different
+    subsets (another --seed) may share no question, so they are not ranked together."""
+    subset = mapping(report.get("subset"))
+    count, of = number(subset.get("count")), number(subset.get("of"))
+    if count is None or of is None or count >= of:
+        return ""
+    seed = subset.get("seed")
+    return text(f"{subset.get('mode', 'first')} {count:.0f} of {of:.0f}" + (f", seed {seed}" if seed is not None else ""), 80)
+
+
 def _metric(report: dict[str, Any], name: str) -> list[float | None]:
     interval = dig(report, "intervals", name)
     if not (isinstance(interval, list) and len(interval) == 2):
@@ -188,6 +199,7 @@ def row(found: Found) -> dict[str, Any]:
         "few_shot": number(report.get("few_shot_num", config.get("few_shot_num"))),
         "repeats": repeats_of(report, config),
         "samples": samples,
+        "subset": subset_of(report),
         "m": {m: _metric(report, m) for m in METRICS},
         "invalid_rate": number(counts.get("invalid_rate")),
         "invalid": number(counts.get("invalid")),

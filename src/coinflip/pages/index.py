@@ -154,13 +154,13 @@ def _datasets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _rank(rows: list[dict[str, Any]]) -> None:
-    """Ranks by F1 among complete runs on the same data, of the same size and in the same
-    arithmetic; others get none. Equal F1 shares a rank (1, 2, 2, 4)."""
-    groups: dict[tuple[str, Any, Any], list[dict[str, Any]]] = {}
+    """Ranks by F1 among complete runs on the same questions (data set and subset), of the same
+    size and in the same arithmetic; others get none. Equal F1 shares a rank (1, 2, 2, 4)."""
+    groups: dict[tuple[str, str, Any, Any], list[dict[str, Any]]] = {}
     for r in rows:
         r["rank"] = None
         if r["complete"] and r["m"]["f1_score"][0] is not None:
-            groups.setdefault((r["data"]["key"], r["samples"], r.get("compat")), []).append(r)
+            groups.setdefault((r["data"]["key"], r["subset"], r["samples"], r.get("compat")), []).append(r)
     for members in groups.values():
         members.sort(key=lambda r: -r["m"]["f1_score"][0])
         for n, r in enumerate(members, 1):

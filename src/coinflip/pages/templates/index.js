@@ -43,7 +43,7 @@ function cell(tr,text,cls,title){var td=el('td',cls,text);if(title)td.setAttribu
 function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAttribute('data-id',r.id);tr.setAttribute('data-model',r.model);
  var td=el('td'),box=el('input');box.type='checkbox';box.checked=sel;box.addEventListener('change',function(){var ids=S.sel?S.sel.split(','):[];
   if(box.checked)ids.push(r.id);else ids=ids.filter(function(x){return x!==r.id});S.sel=ids.join(',');update()});td.appendChild(box);tr.appendChild(td);
- cell(tr,r.rank==null?'\u2013':r.rank,'num',r.rank==null?'not ranked: incomplete':'rank '+r.rank+' of '+r.rank_of+' complete runs on '+r.tag+' with '+int(r.samples)+' samples in '+r.compat+' arithmetic');
+ cell(tr,r.rank==null?'\u2013':r.rank,'num',r.rank==null?'not ranked: incomplete':'rank '+r.rank+' of '+r.rank_of+' complete runs on '+r.tag+(r.subset?' ('+r.subset+')':'')+' with '+int(r.samples)+' samples in '+r.compat+' arithmetic');
  cell(tr,r.model.length>60?r.model.slice(0,59)+'\u2026':r.model,'model',r.model.length>60?r.model:'');
  var rc=el('td','runc'),more=el('button','more',OPEN[r.id]?'\u25be':'\u25b8');more.setAttribute('title','details');more.addEventListener('click',function(){OPEN[r.id]=!OPEN[r.id];table()});rc.appendChild(more);
  if(r.href){var a=el('a',null,r.run);a.setAttribute('href',r.href);rc.appendChild(a)}else rc.appendChild(document.createTextNode(r.run));
@@ -56,7 +56,7 @@ function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAt
  cell(tr,r.complete?'complete':'incomplete','st-'+(r.complete?'complete':'incomplete'),r.warnings.join('\n'));
  return tr}
 function details(r){var tr=el('tr','details'),td=el('td');td.colSpan=COLS.length;
- var lines=[['path',r.id],['started',r.date],['template',r.template_text+(r.template_hash?' ('+r.template_hash+')':'')],['repeats',int(r.repeats)],['metric arithmetic',r.compat],['coinflip version',r.version||'\u2014']];
+ var lines=[['path',r.id],['started',r.date],['template',r.template_text+(r.template_hash?' ('+r.template_hash+')':'')],['questions',r.subset||'all of the data set'],['repeats',int(r.repeats)],['metric arithmetic',r.compat],['coinflip version',r.version||'\u2014']];
  M.forEach(function(m){if(MAIN_M.indexOf(m)<0){var v=r.m[m];lines.push([m,f3(v[0])+(v[1]!=null?' (95% '+v[1].toFixed(3)+'\u2013'+v[2].toFixed(3)+')':'')])}});
  D.extras.forEach(function(e){if(MAIN_X.indexOf(e[0])<0)lines.push([e[1],f3(r.extra[e[0]])])});
  lines=lines.concat([['invalid reasons',r.invalid_reasons||'\u2014'],['prompt tokens',int(r.ptok)],['completion tokens',int(r.ctok)]]).concat(r.warnings.map(function(w){return ['warning',w]})).concat(r.details);
