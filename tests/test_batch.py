@@ -400,3 +400,32 @@ def test_reasoning_tokens_from_a_result_file_are_totalled(tmp_path: Path) -> Non
     }
     assert report["cost"]["total"] == pytest.approx((510 * 1 + 200 * 10) / 1e6 * 0.5)  # a batch's price
     assert "150 reasoning" in scored.stdout
+
+
+def test_a_batch_cancelled_at_the_provider_is_completed_by_a_new_one(tmp_path: Path) -> None:
+    store = BatchStore(delay=3600.0)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "10", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
+        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be polled")
+        _post(f"{srv.url}/batches/{next(iter(store.batches))}/cancel", {})  # someone cancels it in the console
+        _wait_for(lambda: store.created == 2, "a new batch for what the cancelled one did not answer")
+        store.delay = 0.0
+        assert proc.wait(120) == 0
+    run = only_run_dir(tmp_path)
+    state = json.loads((run / "batch/state.json").read_text())["batches"]
+    assert [b["status"] for b in state] == ["cancelled", "completed"] and state[1]["count"] == 10
+    assert len(_answers(run)) == 10 and _report(run)["complete"]
+
+
+def test_a_run_past_the_api_limits_is_split_into_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from coinflip import run_task
+    from coinflip.models import batch_api
+
+    monkeypatch.setattr(batch_api, "MAX_REQUESTS", 7)  # the API's 50,000, scaled down
+    with FakeOpenAIServer("mixed") as srv:
+        report = run_task(
+            model="m", api_url=srv.url, limit=20, batch=True, batch_poll_s=0.05, work_dir=str(tmp_path), quiet=True
+        )
+        counts = sorted(b["request_counts"]["total"] for b in srv.state.batches.batches.values())
+    assert counts == [6, 7, 7] and report["complete"] and report["counts"]["samples"] == 20

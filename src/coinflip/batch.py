@@ -195,12 +195,11 @@ def send_batches(
     try:
         return run_until_stopped(sender.run(list(work)))
     except Interrupted as exc:
-        running = ", ".join(str(b.batch_id) for b in state.open() if b.batch_id) or "none"
+        running = ", ".join(str(b.batch_id) for b in state.open() if b.batch_id)
         stopped = stopped_by(exc)
-        raise RunIncomplete(
-            f"{stopped} while polling; the batch(es) go on at the server ({running}) and are not cancelled; "
-            f"to collect them, {resume_hint(run)}"
-        ) from None
+        if running:
+            stopped += f"; batches still running at the server, not cancelled: {running}; to collect them"
+        raise RunIncomplete(f"{stopped}, {resume_hint(run)}") from None
 
 
 class _Sender:
@@ -215,9 +214,9 @@ class _Sender:
         self.follow_up = follow_up
         self.owed: dict[str, tuple[Job, Request]] = {}
         self.sends: Counter[str] = Counter()
-        shown = False if self.config.quiet and self.config.progress is None else self.config.progress
-        self.shown = shown
+        self.shown = False if self.config.quiet and self.config.progress is None else self.config.progress
         self.budget: Any = None
+        self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
 
     async def run(self, work: Work) -> Work:
         self.owed = {custom_id(job, request): (job, request) for job, request in work}
@@ -308,7 +307,6 @@ class _Sender:
         total = sum(b.count for b in opened)
         bar = Progress(total, f"batch {self.config.name}", self.shown)
         shown = 0
-        self.info: dict[str, dict[str, Any]] = {}
         try:
             while True:
                 for batch in opened:

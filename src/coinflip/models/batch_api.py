@@ -43,9 +43,10 @@ def request_line(custom_id: str, mode: str, body: dict[str, Any]) -> bytes:
 
 
 def split_lines(
-    lines: Iterable[bytes], max_requests: int = MAX_REQUESTS, max_bytes: int = MAX_BYTES
+    lines: Iterable[bytes], max_requests: int | None = None, max_bytes: int | None = None
 ) -> Iterator[list[bytes]]:
-    """Lines in groups that each fit one batch."""
+    """Lines in groups that each fit one batch (by default, the API's limits)."""
+    max_requests, max_bytes = max_requests or MAX_REQUESTS, max_bytes or MAX_BYTES
     group: list[bytes] = []
     size = 0
     for line in lines:
