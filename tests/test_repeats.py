@@ -155,3 +155,31 @@ def test_a_server_that_returns_fewer_choices_than_asked_leaves_errors_to_resume(
     rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
     missing = [r for r in rows if r["repeat"] == 1]
     assert len(missing) == 4 and all("returned 1 of n=2 choices" in r["error"] for r in missing)
+
+
+def test_one_majority_vote_for_the_report_compare_and_the_index(tmp_path: Path) -> None:
+    """A YES question answered YES, invalid, invalid: invalid answers do not vote, so its majority
+    vote is YES and it is right, in the report and in the verdicts compare and the index pair on."""
+    from coinflip.pages.catalog import Found, read_answers
+    from coinflip.rundir import PredictionWriter
+
+    answers = {0: ("YES", "YES", "?", "?"), 1: ("NO", "NO", "YES", "YES"), 2: ("YES", "NO", "YES", "?")}
+    rows = [
+        {"id": q, "repeat": k, "target": target, "people": 2, "question": f"q{q}", "reply": _reply(a), "error": None}
+        for q, (target, *said) in answers.items()
+        for k, a in enumerate(said)
+    ]
+    scorer = Scorer()
+    folder = tmp_path / "run"
+    writer = PredictionWriter(folder / "predictions" / "m" / "coin_flip.jsonl")
+    for row in rows:
+        scorer.add(row)  # type: ignore[arg-type]
+        writer.write(row)  # type: ignore[arg-type]
+    writer.close()
+    report = build_report({**SAVED, "samples": 9}, "r", scorer, "coinflip")
+    assert report["repeat_metrics"]["majority_vote"]["accuracy"] == pytest.approx(1 / 3)  # q0 right; q1 wrong; q2 a tie
+    (folder / "reviews" / "m").mkdir(parents=True)
+    with (folder / "reviews" / "m" / "coin_flip.jsonl").open("w") as out:
+        scorer.write_reviews(out)
+    verdicts = read_answers(Found(folder, "run", "run", model_dir="m"))
+    assert verdicts is not None and verdicts.correct == {"q0": True, "q1": False, "q2": False}

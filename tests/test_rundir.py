@@ -7,13 +7,12 @@ import random
 from array import array
 from pathlib import Path
 
+from coinflip.records import sample_key
 from coinflip.rundir import (
     PredictionWriter,
     compact_predictions,
-    compact_written,
     index_predictions,
     iter_predictions,
-    sample_key,
 )
 
 ROWS = [
@@ -68,47 +67,25 @@ def test_a_reply_with_half_a_surrogate_pair_is_written_and_read_back(tmp_path: P
     assert "café" in path.read_text(encoding="utf-8")  # plain text stays readable
 
 
-def _written(path: Path, ids: list[int], error_at: int | None = None) -> tuple[array, array]:
+def _written(path: Path, ids: list[int], error_at: int | None = None) -> PredictionWriter:
     writer = PredictionWriter(path)
     for key in ids:
-        writer.write({"id": key, "reply": f"r{key}" * (key % 7), "error": "late" if key == error_at else None})
+        writer.write({"id": key, "reply": f"r{key}" * (key % 7), "error": "late" if key == error_at else None})  # type: ignore[typeddict-item]
     writer.close()
-    return array("q", [sample_key(i) for i in ids]), writer.offsets
+    return writer
 
 
-def test_a_fresh_file_is_put_in_order_from_what_its_writer_recorded(tmp_path: Path) -> None:
+def test_a_writer_knows_whether_its_file_needs_compaction(tmp_path: Path) -> None:
     ids = list(range(500))
+    assert _written(tmp_path / "a.jsonl", ids, error_at=7).in_order  # a fresh file, each sample once, in order
     random.Random(4).shuffle(ids)
-    path, reference = tmp_path / "p.jsonl", tmp_path / "ref.jsonl"
-    keys, offsets = _written(path, ids, error_at=7)
-    _written(reference, ids, error_at=7)
-    compact_written(path, keys, offsets)
-    compact_predictions(reference)
-    assert path.read_bytes() == reference.read_bytes()
+    path = tmp_path / "b.jsonl"
+    assert not _written(path, ids, error_at=7).in_order
+    compact_predictions(path)
+    assert path.read_bytes() == (tmp_path / "a.jsonl").read_bytes()
     assert [r["id"] for r in iter_predictions(path)] == list(range(500))
-
-
-def test_an_ordered_file_is_left_alone_and_offsets_count_from_the_end(tmp_path: Path) -> None:
-    path = tmp_path / "p.jsonl"
-    path.write_bytes(b"")
-    keys, offsets = _written(path, [0, 1, 2])
-    before = path.read_bytes()
-    compact_written(path, keys, offsets)
-    assert path.read_bytes() == before
-    more = PredictionWriter(path)  # appending: offsets start where the file ends
-    more.write({"id": 3, "reply": "x", "error": None})
-    more.close()
-    assert more.offsets[0] == len(before)
-    with path.open("rb") as handle:
-        handle.seek(more.offsets[0])
-        assert json.loads(handle.readline())["id"] == 3
-
-
-def test_repeated_ids_fall_back_to_the_full_compaction(tmp_path: Path) -> None:
-    path = tmp_path / "p.jsonl"
-    keys, offsets = _written(path, [2, 0, 2, 1])
-    compact_written(path, keys, offsets)
-    assert [r["id"] for r in iter_predictions(path)] == [0, 1, 2]
+    assert not _written(tmp_path / "c.jsonl", [0, 1, 1, 2]).in_order  # a sample written twice (a forced answer)
+    assert not _written(tmp_path / "a.jsonl", [500, 501]).in_order  # appending to a file: no longer known
 
 
 def test_repeats_are_samples_of_their_own_and_a_forced_answer_owed_is_remembered(tmp_path: Path) -> None:
@@ -124,7 +101,7 @@ def test_repeats_are_samples_of_their_own_and_a_forced_answer_owed_is_remembered
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     index = index_predictions(path)
     assert index.ok(sample_key(4, 0)) and index.ok(sample_key(4, 2))
-    assert index.waiting == {sample_key(4, 1), sample_key(5, 0)}  # still owed a forced answer
+    assert index.pending == {sample_key(4, 1), sample_key(5, 0)}  # a forced answer still pending
     assert all(index.replied(k) for k in (sample_key(4, 1), sample_key(5, 0)))
     compact_predictions(path)
     kept = [(r["id"], r["repeat"], r.get("forced")) for r in iter_predictions(path)]

@@ -11,7 +11,7 @@ from coinflip.config import TaskConfig
 from coinflip.errors import FatalAPIError
 from coinflip.plan import prepare
 from coinflip.rundir import load_saved_config
-from coinflip.runner import finish, generate, open_run, run_task
+from coinflip.runner import ask, finish, open_run, run_task
 from coinflip.testing.server import FakeOpenAIServer
 
 
@@ -22,13 +22,13 @@ def test_the_config_is_on_disk_before_any_request(tmp_path: Path, model: str) ->
         plan = prepare(TaskConfig(model=model, api_url=url, work_dir=str(tmp_path), limit=30, quiet=True))
         run, fresh = open_run(plan)
         assert fresh and not run.predictions.exists()
-        saved = load_saved_config(run.root)  # JSON at first, which the YAML reader reads
+        saved = load_saved_config(run.root)  # written once, as YAML, before the first request
         assert saved["samples"] == 30 and saved["config"]["model"] == model
         assert srv.state.requests.total() == 0
-        live = generate(plan, run, fresh)
+        live = ask(plan, run, fresh)
     report = finish(run, "coinflip", show=False, live=live)
     assert report["counts"]["samples"] == 30
-    assert not run.config_file.read_text().startswith("{")  # rewritten as YAML for people once done
+    assert run.config_file.read_text().startswith("config:")  # for people to read
 
 
 def test_a_run_killed_before_its_first_reply_resumes(tmp_path: Path) -> None:

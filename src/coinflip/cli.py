@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -299,23 +297,5 @@ def _dispatch(argv: list[str] | None) -> None:
         sys.exit(exc.exit_code)
 
 
-def entry() -> None:
-    """The console command: `main`, then exit at once. Everything is written, closed and flushed
-    by then; skipping the interpreter's teardown of numpy, rich and friends saves a tenth of a
-    second on every run. Library callers and tests use `main`, which returns normally."""
-    try:
-        main()
-        code: int | str | None = 0
-    except SystemExit as exc:
-        code = exc.code
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        code = 1
-    with contextlib.suppress(OSError):  # e.g. stdout piped into `head`
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code or 0)
-
-
 if __name__ == "__main__":
-    entry()
+    main()

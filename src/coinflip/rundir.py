@@ -9,8 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,25 +16,13 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .config import BENCHMARK, REPEATS_MAX, safe_name
+from . import forced
+from .config import BENCHMARK, safe_name
 from .errors import ConfigError, storage_error
+from .records import Prediction, dumps, key_of, read_prediction
 
 CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
-_OWN_LINE = re.compile(rb'^\{"id": (\d+), (?:"repeat": (\d+), )?.*\}\n$', re.S)
-_FOLLOW_UP = b'"forced": {'  # a line that holds a forced answer, or waits for one
-
-
-def sample_key(question: int, repeat: int = 0) -> int:
-    return question * REPEATS_MAX + repeat
-
-
-def split_key(key: int) -> tuple[int, int]:
-    return divmod(key, REPEATS_MAX)
-
-
-def row_key(row: dict[str, Any]) -> int:
-    return sample_key(int(row["id"]), int(row.get("repeat") or 0))
 
 
 @dataclass(frozen=True)
@@ -116,16 +102,14 @@ class RunDir:
         config = saved["config"]
         return cls(root, str(config.get("model_id") or config["model"]))
 
-    def save_config(self, data: dict[str, Any], readable: bool = True) -> None:
-        """Write the run's settings atomically. `readable=False` writes JSON (which YAML readers
-        read too) without importing PyYAML, so a new run is resumable from its first moment."""
-        if readable:
-            import yaml
+    def save_config(self, data: dict[str, Any]) -> None:
+        """Write the run's settings atomically, as YAML for people to read. PyYAML escapes what is
+        not printable (C0 and C1 controls, DEL) in a double-quoted string, so every value reads back
+        as it was."""
+        import yaml
 
-            dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-            text = yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True)
-        else:
-            text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        text = yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True)
         try:
             _atomic_write(self.config_file, text)
         except OSError as exc:
@@ -201,20 +185,21 @@ def load_saved_config(root: Path) -> dict[str, Any]:
 class PredictionIndex:
     """Where the line that counts for each sample starts: `offset` for a reply, `~offset` for an error.
 
-    Keys are `sample_key(id, repeat)`. `waiting` holds the samples whose reply is kept but whose
-    forced answer is still owed (never asked, or it failed). Plain ints keep it small: a million
-    samples cost tens of MB, and no row is held.
+    Keys are `records.sample_key(id, repeat)`. `pending` holds the samples whose reply is kept but
+    whose forced answer is still owed (forced.py). Plain ints keep it small: a million samples
+    cost tens of MB, and no row is held.
     """
 
     where: dict[int, int]
     lines: int
-    waiting: set[int] = field(default_factory=set)
+    pending: set[int] = field(default_factory=set)
+    unreadable: int = field(default=0, compare=False)  # whole lines that hold no prediction (skipped)
 
     def ok(self, key: int) -> bool:
-        return self.where.get(key, -1) >= 0 and key not in self.waiting
+        return self.where.get(key, -1) >= 0 and key not in self.pending
 
     def replied(self, key: int) -> bool:
-        """A reply is kept (a forced answer may still be owed)."""
+        """A reply is kept (its forced answer may be pending)."""
         return self.where.get(key, -1) >= 0
 
     def start(self, key: int) -> int:
@@ -222,31 +207,11 @@ class PredictionIndex:
         offset = self.where[key]
         return offset if offset >= 0 else ~offset
 
-    def row(self, handle: BinaryIO, key: int) -> dict[str, Any]:
+    def row(self, handle: BinaryIO, key: int) -> Prediction:
         """The line that counts for `key`, read from the open predictions file."""
-        row: dict[str, Any] = loads(_line_at(handle, self.start(key)))
+        row = read_prediction(_line_at(handle, self.start(key)))
+        assert row is not None  # it was indexed because it read as a prediction
         return row
-
-
-ERROR, WAITING, DONE = 0, 1, 2  # how far a line got; a later line wins unless it got less far
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
-
-
-def loads(line: bytes | str) -> Any:
-    """Strict JSON: a line holding NaN or Infinity (which Python's json accepts) is not a row."""
-    return json.loads(line, parse_constant=_not_json)
-
-
-def _state(row: dict[str, Any]) -> int:
-    if row.get("error") is not None:
-        return ERROR
-    forced = row.get("forced")
-    if isinstance(forced, dict) and (forced.get("pending") or forced.get("error") is not None):
-        return WAITING
-    return DONE
 
 
 def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
@@ -273,25 +238,20 @@ def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
 
 
 def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
-    found = _OWN_LINE.match(line)  # fast path for lines this module wrote: id first, error last
-    plain = line.endswith(b'"error": null}\n') and _FOLLOW_UP not in line
-    if found is not None and plain and b"NaN" not in line and b"Infinity" not in line:  # else a strict parse
-        key, state = sample_key(int(found[1]), int(found[2] or 0)), DONE
-    else:
-        try:
-            row = loads(line)
-            key, state = row_key(row), _state(row)
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-            return
+    row = read_prediction(line)
+    if row is None:
+        index.unreadable += 1
+        return
+    key, state = key_of(row), forced.progress(row)
     old = index.where.get(key)
-    old_state = ERROR if old is None or old < 0 else WAITING if key in index.waiting else DONE
+    old_state = forced.ERROR if old is None or old < 0 else forced.STARTED if key in index.pending else forced.DONE
     if old is not None and state < old_state:
         return
-    index.where[key] = ~offset if state == ERROR else offset
-    if state == WAITING:
-        index.waiting.add(key)
+    index.where[key] = ~offset if state == forced.ERROR else offset
+    if state == forced.STARTED:
+        index.pending.add(key)
     else:
-        index.waiting.discard(key)
+        index.pending.discard(key)
 
 
 def compact_predictions(path: Path) -> PredictionIndex:
@@ -312,7 +272,7 @@ def compact_predictions(path: Path) -> PredictionIndex:
             yield line
 
     _rewrite(path, in_order)
-    return PredictionIndex(where, len(where), index.waiting)
+    return PredictionIndex(where, len(where), index.pending, index.unreadable)
 
 
 def _rewrite(path: Path, lines: Callable[[BinaryIO], Iterable[bytes]]) -> None:
@@ -345,61 +305,30 @@ def _line_at(src: BinaryIO, offset: int) -> bytes:
         size *= 4
 
 
-def iter_predictions(path: Path) -> Iterator[dict[str, Any]]:
-    """Every row of a predictions file that parses as a JSON object; anything else is passed over."""
-    with path.open(encoding="utf-8", errors="surrogateescape") as handle:
+def iter_predictions(path: Path) -> Iterator[Prediction]:
+    """Every prediction of a file, in file order; a line that holds none is passed over."""
+    with path.open("rb") as handle:
         for line in handle:
-            if not line.endswith("\n"):
-                continue
-            try:
-                row = loads(line)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(row, dict):
+            if line.endswith(b"\n") and (row := read_prediction(line)) is not None:
                 yield row
 
 
-def read_predictions(path: Path) -> dict[int, dict[str, Any]]:
+def read_predictions(path: Path) -> dict[int, Prediction]:
     """All counting predictions in memory, by sample key (for small jobs such as compare)."""
     if not path.exists():
         return {}
     index = index_predictions(path)
-    found: dict[int, dict[str, Any]] = {}
     with path.open("rb") as handle:
-        for key in index.where:
-            found[key] = index.row(handle, key)
-    return found
-
-
-def _dumps(row: dict[str, Any]) -> bytes:
-    """One JSON line; never NaN or Infinity (not JSON), never a crash on half a surrogate pair."""
-    try:
-        text = json.dumps(row, ensure_ascii=False, allow_nan=False)
-    except ValueError:  # a non-finite number slipped through: it becomes null
-        return _dumps(_finite(row))
-    try:
-        return (text + "\n").encode("utf-8")
-    except UnicodeEncodeError:  # half a surrogate pair from the server: keep it as a \u escape
-        return (json.dumps(row, allow_nan=False) + "\n").encode("utf-8")
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+        return {key: index.row(handle, key) for key in index.where}
 
 
 class PredictionWriter:
     """Appends one JSON line per finished sample; `flush` hands them to the OS (the runner does so
     for every batch of replies that land together, before the next turn of the event loop).
 
-    It keeps where each line starts (`offsets`, 8 bytes a sample), so a file it wrote whole can
-    be put in id order without reading it again (`compact_written`). A full or read-only disk
-    ends in StorageError naming the file; what was flushed before stays.
+    `in_order` stays True while a writer that started on an empty file writes each sample once,
+    in key order: such a file needs no compaction. A full or read-only disk ends in StorageError
+    naming the file; what was flushed before stays.
     """
 
     def __init__(self, path: Path) -> None:
@@ -409,15 +338,15 @@ class PredictionWriter:
             self._handle: BinaryIO = path.open("ab")
         except OSError as exc:
             raise storage_error(path, exc) from None
-        self._position = self._handle.tell()
-        self.offsets = array("q")
+        self.in_order = self._handle.tell() == 0
+        self._last = -1
 
-    def write(self, row: dict[str, Any]) -> None:
-        line = _dumps(row)
-        self.offsets.append(self._position)
-        self._position += len(line)
+    def write(self, row: Prediction) -> None:
+        key = key_of(row)
+        self.in_order = self.in_order and key > self._last
+        self._last = key
         try:
-            self._handle.write(line)
+            self._handle.write(dumps(row))
         except OSError as exc:
             raise storage_error(self.path, exc) from None
 
@@ -434,38 +363,6 @@ class PredictionWriter:
         except OSError:
             with contextlib.suppress(OSError):
                 index_predictions(self.path, repair=True)
-
-
-def compact_written(path: Path, keys: array[int], offsets: array[int]) -> None:
-    """Put a file that one PredictionWriter wrote whole (a fresh run) in key order, from the
-    writer's record of where each line starts and the keys written there, in that order:
-    no index pass, and arrays instead of a dict."""
-    import numpy as np
-
-    ordered = np.frombuffer(keys, dtype=np.int64)
-    if bool((ordered[1:] > ordered[:-1]).all()):
-        return
-    order = np.argsort(ordered, kind="stable")
-    if bool((ordered[order[1:]] == ordered[order[:-1]]).any()):  # a sample written twice (a forced answer)
-        compact_predictions(path)
-        return
-    starts = np.frombuffer(offsets, dtype=np.int64)
-    sizes = np.diff(starts, append=path.stat().st_size)
-
-    def in_order(src: BinaryIO) -> Iterator[bytes]:
-        for first in range(0, len(order), 4096):  # a slice at a time keeps Python ints few
-            part = order[first : first + 4096]
-            for start, size in zip(starts[part].tolist(), sizes[part].tolist(), strict=True):
-                yield _read_at(src, start, size)
-
-    _rewrite(path, in_order)
-
-
-def _read_at(src: BinaryIO, offset: int, size: int) -> bytes:
-    if hasattr(os, "pread"):
-        return os.pread(src.fileno(), size, offset)
-    src.seek(offset)  # Windows
-    return src.read(size)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -18,33 +18,29 @@ import shutil
 import sys
 import threading
 import time
-from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import forced
 from .config import DEFAULT_BATCH, METRIC_COMPATS, REDACTED, TaskConfig, check_choice
 from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
 from .models import Reply, Request, is_local, open_model, serve_local
 from .models.predict import run_requests
 from .plan import Plan, prepare, provenance
-from .prewarm import PREWARM_AFTER_S, prewarm
 from .progress import Progress
+from .records import Forced, Prediction, sample_key, split_key
 from .rundir import (
     PredictionIndex,
     PredictionWriter,
     RunDir,
     compact_predictions,
-    compact_written,
     index_predictions,
     iter_predictions,
     load_saved_config,
-    sample_key,
-    split_key,
 )
 from .scoring.calibration import answer_window
-from .scoring.extract import extract_answer
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
 if TYPE_CHECKING:
@@ -87,8 +83,8 @@ def run_one(config: TaskConfig) -> dict[str, Any]:
                     from .batch import write_requests
 
                     index = index_predictions(run.predictions, repair=True)
-                    return write_requests(plan, run, pending(plan, run, index))
-                live = generate(plan, run, fresh, stop)
+                    return write_requests(plan, run, requests_left(plan, run, index))
+                live = ask(plan, run, fresh, stop)
                 with stop.held():  # the report is written whole; a signal during it ends the run after
                     return finish(run, config.metric_compat, show=not config.quiet, live=live)
         except Interrupted as exc:  # outside the requests: nothing was lost, the run resumes
@@ -142,7 +138,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     }
     if not config.use_cache:
         run = RunDir.create(Path(config.work_dir).expanduser(), config.name, config.no_timestamp)
-        run.save_config(content, readable=False)  # JSON, which YAML reads: no PyYAML on the way to the first request
+        run.save_config(content)
         run.save_subset(plan.subset.ids)
         return run, True
     root = Path(config.use_cache).expanduser()
@@ -198,56 +194,53 @@ class Job:
     """One request's worth of work: a first request (`saved` None) or a forced follow-up."""
 
     record: Any
-    saved: dict[str, Any] | None = None
+    saved: Prediction | None = None
 
 
 @dataclass
 class Live:
-    """What a fresh run gathered as its replies landed: their scores, and where each line went.
-
-    The scorer's keys are in the order the lines were written, unless a sample was written twice
-    (a forced answer after its first reply); then the file is put in order by a full pass."""
+    """What a fresh run gathered as its replies landed: their scores, and whether its writer
+    wrote every sample once and in key order (then the file needs no compaction)."""
 
     scorer: Scorer
-    offsets: array[int]
-    rewritten: bool
+    in_order: bool
 
 
-def _owed(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, list[int]]]:
-    """(record, draw, keys) for each request still owed, in question order: `keys` empty for a
-    whole request (a choice missing or failed), else the samples whose forced answer is owed."""
+def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, list[int]]]:
+    """(record, draw, keys) for each request still to send, in question order: `keys` empty for a
+    whole request (a choice missing or failed), else the samples whose forced answer is pending."""
     n = plan.build.choices
     for record in plan.dataset:
         for draw in range(plan.config.repeats):
             keys = [sample_key(record.id, draw * n + i) for i in range(n)]
             if not all(index.replied(k) for k in keys):
                 yield record, draw, []
-            elif index.waiting:
-                owed = [k for k in keys if k in index.waiting]
-                if owed:
-                    yield record, draw, owed
+            elif index.pending:
+                pending = [k for k in keys if k in index.pending]
+                if pending:
+                    yield record, draw, pending
 
 
-def pending(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
-    """The requests still owed: first requests, and forced follow-ups whose first reply is kept."""
+def requests_left(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
+    """The requests still to send: first requests, and forced follow-ups whose first reply is kept."""
     build = plan.build
-    with run.predictions.open("rb") if index.waiting else contextlib.nullcontext() as handle:
-        for record, draw, waiting in _owed(plan, index):
-            if not waiting:
+    with run.predictions.open("rb") if index.pending else contextlib.nullcontext() as handle:
+        for record, draw, pending in _unfinished(plan, index):
+            if not pending:
                 yield Job(record), build(record, draw)
-            for key in waiting:
-                assert handle is not None  # opened whenever a forced answer is owed
+            for key in pending:
+                assert handle is not None  # opened whenever a forced answer is pending
                 row = index.row(handle, key)
                 request = build.forced(build(record, draw), row.get("reply") or "", split_key(key)[1])
                 yield Job(record, row), request
 
 
-def count_owed(plan: Plan, index: PredictionIndex) -> int:
-    """Samples still owed a reply or a forced answer (what the progress bar counts)."""
-    return sum(len(waiting) or plan.build.choices for _, _, waiting in _owed(plan, index))
+def samples_left(plan: Plan, index: PredictionIndex) -> int:
+    """Samples still to finish: a reply or a forced answer to get (what the progress bar counts)."""
+    return sum(len(pending) or plan.build.choices for _, _, pending in _unfinished(plan, index))
 
 
-def generate(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Live | None:
+def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Live | None:
     """Send what has no reply yet; each reply is appended to the predictions file as it lands.
 
     A fresh run also scores each reply as it lands, so the report is ready with the last reply;
@@ -255,35 +248,32 @@ def generate(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = No
     """
     config = plan.config
     index = index_predictions(run.predictions, repair=True)
-    todo = count_owed(plan, index)
+    todo = samples_left(plan, index)
     log.info("%d of %d samples already done; %d to go", plan.samples - todo, plan.samples, todo)
     if not todo:
         return None
     live = fresh and index.lines == 0 and not config.batch  # a batch's resent lines would count twice
     scorer: Scorer | None = None
-    rewritten = False
     writer = PredictionWriter(run.predictions)
     shown = False if config.quiet and config.progress is None else config.progress
     progress = Progress(todo, f"coin_flip {config.name}", False if config.batch else shown)  # a batch has its own
     started = time.perf_counter()
 
     def on_replies(landed: list[tuple[Job, Request, Reply]]) -> None:
-        nonlocal scorer, rewritten
+        nonlocal scorer
         if live and scorer is None:  # imported here, once the first requests are out
             from .scoring.scorer import Scorer
 
             scorer = Scorer(compat=config.metric_compat)
-        finished = 0  # samples done: a forced answer still owed finishes its sample later
+        finished = 0  # samples done: one whose forced answer is pending finishes later
         for job, request, reply in landed:
             if job.saved is None:
                 rows = first_rows(job.record, request, reply, plan.build.choices, config.force_answer)
             else:
-                rows = [forced_row(job.saved, reply)]
+                rows = [forced.answered(job.saved, forced_reply(reply))]
             for row in rows:
                 writer.write(row)
-                if _waiting(row) or job.saved is not None:
-                    rewritten = True
-                if not _waiting(row):
+                if forced.scored(row):
                     finished += 1
                     if scorer is not None:
                         scorer.add(row)
@@ -297,7 +287,7 @@ def generate(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = No
             return []
         out = []
         for i, choice in enumerate([reply, *reply.more][: plan.build.choices]):  # a server may send more
-            if extract_answer(choice.text) is None:
+            if forced.needed(choice.text):
                 row = prediction_row(job.record, request.repeat + i, request, choice)
                 out.append((Job(job.record, row), plan.build.forced(request, choice.text or "", request.repeat + i)))
         return out
@@ -312,13 +302,13 @@ def generate(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = No
         if config.batch_results:  # offline: answers from a result file made elsewhere
             from .batch import read_results
 
-            read_results(plan, pending(plan, run, index), on_replies)
+            read_results(plan, requests_left(plan, run, index), on_replies)
             return None
         with serve_local(config, run.server_log) as endpoint:
             concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
             progress.restart()
             _room_for(concurrency)
-            work = pending(plan, run, index)
+            work = requests_left(plan, run, index)
             if config.batch:  # through the Batch API; what it leaves may go online
                 from .batch import send_batches
 
@@ -338,7 +328,7 @@ def generate(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = No
         progress.close()
         writer.close()
         log.info("finished %d samples in %.2f s", progress.done, time.perf_counter() - started)
-    return Live(scorer, writer.offsets, rewritten) if scorer is not None else None
+    return Live(scorer, writer.in_order) if scorer is not None else None
 
 
 def _concurrency(config: TaskConfig) -> int:
@@ -374,18 +364,10 @@ async def _send(
     follow_up: Any,
 ) -> None:
     async with open_model(plan.config, urls, plan.generation, concurrency) as model:
-        # imports hold the GIL: start them once the first wave of requests is on the wire
-        thread = threading.Thread(target=prewarm, daemon=True)
-        asyncio.get_running_loop().call_later(PREWARM_AFTER_S, thread.start)
         await run_requests(model, work, concurrency, on_replies, follow_up)
 
 
-def _waiting(row: dict[str, Any]) -> bool:
-    forced = row.get("forced")
-    return isinstance(forced, dict) and bool(forced.get("pending"))
-
-
-def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[dict[str, Any]]:
+def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[Prediction]:
     """One row per choice; a choice the server did not return is an error row (resumed later)."""
     got = [reply, *reply.more][:choices] if reply.error is None else [reply] * choices
     rows = []
@@ -395,14 +377,14 @@ def first_rows(record: Any, request: Request, reply: Reply, choices: int, force:
         else:
             missing = Reply(None, error=f"the server returned {len(got)} of n={choices} choices; use --repeats")
             row = prediction_row(record, request.repeat + i, request, missing)
-        if force and row["error"] is None and extract_answer(row["reply"]) is None:
-            row["forced"] = {"pending": True}
+        if force and row["error"] is None and forced.needed(row["reply"]):
+            row["forced"] = forced.PENDING.copy()
         rows.append(row)
     return rows
 
 
-def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> dict[str, Any]:
-    row = {
+def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> Prediction:
+    row: Prediction = {
         "id": record.id,
         "repeat": repeat,
         "target": record.answer,
@@ -416,6 +398,7 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         "usage": reply.usage,
         "latency_s": round(reply.latency_s, 6),
         "attempts": reply.attempts,
+        "error": reply.error,
     }
     if reply.ttft_s is not None:
         row["ttft_s"] = round(reply.ttft_s, 6)
@@ -424,13 +407,12 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         row["answer_logprobs"] = window
     if reply.status is not None and reply.error is not None:
         row["status"] = reply.status
-    row["error"] = reply.error
     return row
 
 
-def forced_row(saved: dict[str, Any], reply: Reply) -> dict[str, Any]:
-    """The first reply's row again, now holding the forced answer (a later line wins on resume)."""
-    forced: dict[str, Any] = {
+def forced_reply(reply: Reply) -> Forced:
+    """A forced follow-up's reply, as the row keeps it."""
+    answer: Forced = {
         "reply": reply.text,
         "finish_reason": reply.finish_reason,
         "usage": reply.usage,
@@ -440,9 +422,8 @@ def forced_row(saved: dict[str, Any], reply: Reply) -> dict[str, Any]:
     }
     window = answer_window(reply.logprobs, bare=True)
     if window is not None:
-        forced["answer_logprobs"] = window
-    row = {k: v for k, v in saved.items() if k not in ("forced", "error")}
-    return {**row, "forced": forced, "error": saved.get("error")}
+        answer["answer_logprobs"] = window
+    return answer
 
 
 def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None) -> dict[str, Any]:
@@ -457,14 +438,10 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
     from .scoring.report import build_report, write_report
 
     saved = load_saved_config(run.root)
-    if run.config_file.read_bytes()[:1] == b"{":  # written as JSON when the run began: now for people
-        run.save_config(saved)
-    if live is not None and not live.rewritten:
+    if live is not None:
         scorer = live.scorer
-        compact_written(run.predictions, scorer.keys, live.offsets)
-    elif live is not None:
-        scorer = live.scorer
-        compact_predictions(run.predictions)
+        if not live.in_order:
+            compact_predictions(run.predictions)
     else:
         scorer = _score_saved(run, saved, compat)
     try:
@@ -489,13 +466,14 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
 def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
     from .scoring.scorer import Scorer
 
-    if not compact_predictions(run.predictions).where:
+    index = compact_predictions(run.predictions)
+    if not index.where:
         raise DataError(f"{run.predictions}: no predictions to score")
     subset = run.subset()
     questions = int((saved.get("subset") or {}).get("count") or 0)
     scorer = Scorer(compat=compat)
     for p in iter_predictions(run.predictions):
-        if _waiting(p) or not isinstance(p.get("id"), int):
+        if not forced.scored(p):
             continue
         if p.get("target") not in ("YES", "NO"):  # not a row coinflip wrote: counted, not scored
             scorer.unreadable += 1

@@ -18,15 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..config import BENCHMARK, safe_name
+from ..records import Review, read_prediction, read_review
 from ..rundir import CONFIG_FILE, load_saved_config
 
 RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs"})
 MAX_DEPTH = 8
 _STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})_(\d{2})(\d{2})(\d{2})")
-_HEAD = re.compile(
-    rb'^\{"id": (\d+), (?:"repeat": \d+, )?"target": "[A-Z]*", "people": -?\d+, "flips": -?\d+, '
-    rb'"question": ("[^"\\]*(?:\\.[^"\\]*)*")'
-)
 
 
 @dataclass
@@ -196,7 +193,7 @@ def started(run: Found) -> str:
 class Answers:
     """A run's verdicts by question text, read from its reviews and predictions."""
 
-    correct: dict[str, bool]  # one verdict per question (most of its rows right)
+    correct: dict[str, bool]  # one verdict per question: its majority vote (scoring/reducers.py) is right
     first: dict[str, tuple[int, str, str, int]]  # question -> (id, answer, target, people) of its first row
     predictions: Path
     offsets: dict[int, int]  # where each id's first line starts in the predictions file
@@ -210,12 +207,11 @@ class Answers:
                 if offset is None:
                     continue
                 handle.seek(offset)
-                try:
-                    row = json.loads(handle.readline())
-                except ValueError:
+                row = read_prediction(handle.readline())
+                if row is None:
                     continue
-                error = row.get("error") if isinstance(row, dict) else None
-                reply = f"[error] {error}" if error is not None else row.get("reply") if isinstance(row, dict) else ""
+                error = row.get("error")
+                reply = f"[error] {error}" if error is not None else row.get("reply")
                 out[q] = reply if isinstance(reply, str) else ""
         return out
 
@@ -224,87 +220,56 @@ def read_answers(run: Found) -> Answers | None:
     """None when the run's reviews or predictions cannot be read (the run is then left out of pairs)."""
     try:
         questions, offsets = _questions(run.file("predictions"))
-        verdicts: list[tuple[str, bool]] = []
+        votes: dict[str, list[int]] = {}  # question -> [YES answers, NO answers, target is YES]
         first: dict[str, tuple[int, str, str, int]] = {}
-        for key, people, target, answer, correct in _reviews(run.file("reviews")):
-            question = questions.get(key)
+        for review in _reviews(run.file("reviews")):
+            question = questions.get(review["id"])
             if question is None:
                 continue
-            verdicts.append((question, correct))
+            answer = _answer(review)
+            count = votes.setdefault(question, [0, 0, review.get("target") == "YES"])
+            count[0] += answer == "YES"
+            count[1] += answer == "NO"
             if question not in first:
-                first[question] = (key, answer, target, people)
+                first[question] = (review["id"], answer, str(review.get("target")), _people(review))
     except Exception:  # noqa: BLE001 - unreadable answers leave the run out of pairs, nothing more
         return None
-    from ..scoring.paired import majority
+    from ..scoring.reducers import majority_right
 
-    return Answers(majority(verdicts), first, run.file("predictions"), offsets)
-
-
-_REVIEW = re.compile(
-    rb'^\{"id": (\d+), (?:"repeat": \d+, )?"people": (\d+), "target": "(YES|NO)", "extracted": (?:null|"(YES|NO)"), '
-    rb'"correct": (true|false), "invalid": (?:true|false), (?:"invalid_reason": (?:null|"[a-z_]+"), )?'
-    rb'"error": (true|false)(?:, "forced": (?:null|"[A-Za-z]+"), "p_yes": (?:null|[-0-9.e]+))?\}$',
-    re.M,
-)
+    return Answers(majority_right(votes), first, run.file("predictions"), offsets)
 
 
-def _reviews(path: Path) -> Iterator[tuple[int, int, str, str, bool]]:
-    """(id, people, target, answer, correct) per review line; the lines this version writes are
-    matched whole by one pattern, any other line is parsed as JSON."""
-    data = path.read_bytes()
-    position = 0
-    for found in _REVIEW.finditer(data):
-        if found.start() != position:  # lines in between that the pattern does not know
-            yield from _review_rows(data[position : found.start()])
-        key, people, target, extracted, correct, error = found.groups()
-        answer = "error" if error == b"true" else extracted.decode() if extracted else "invalid"
-        yield int(key), int(people), target.decode(), answer, correct == b"true"
-        position = found.end() + 1
-    if position < len(data):
-        yield from _review_rows(data[position:])
+def _reviews(path: Path) -> Iterator[Review]:
+    """Every review of a file; a line that holds none is passed over."""
+    with path.open("rb") as handle:
+        for line in handle:
+            review = read_review(line)
+            if review is not None:
+                yield review
 
 
-def _review_rows(chunk: bytes) -> Iterator[tuple[int, int, str, str, bool]]:
-    for line in chunk.splitlines():
-        try:
-            review = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(review, dict) and isinstance(review.get("id"), int):
-            people = review.get("people")
-            people = people if isinstance(people, int) else 0
-            yield review["id"], people, str(review.get("target")), _answer(review), review.get("correct") is True
+def _people(review: Review) -> int:
+    people = review.get("people")
+    return people if isinstance(people, int) else 0
 
 
-def _answer(review: dict[str, Any]) -> str:
+def _answer(review: Review) -> str:
     extracted = review.get("extracted")
     if review.get("error"):
         return "error"
-    return extracted if isinstance(extracted, str) else "invalid"
+    return extracted if extracted in ("YES", "NO") else "invalid"
 
 
 def _questions(path: Path) -> tuple[dict[int, str], dict[int, int]]:
-    """Question text by id, from the head of each line (no need to parse prompts and replies),
-    and where each id's line starts."""
+    """Question text by id, and where each id's first line starts."""
     questions: dict[int, str] = {}
     offsets: dict[int, int] = {}
     position = 0
     with path.open("rb") as handle:
         for line in handle:
             start, position = position, position + len(line)
-            head = _HEAD.match(line)
-            if head:
-                key, question = int(head[1]), json.loads(head[2])
-            else:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if not (
-                    isinstance(row, dict) and isinstance(row.get("question"), str) and isinstance(row.get("id"), int)
-                ):
-                    continue
-                key, question = row["id"], row["question"]
-            if key not in questions:
-                questions[key], offsets[key] = question, start
+            row = read_prediction(line)
+            if row is None or not isinstance(row.get("question"), str) or row["id"] in questions:
+                continue
+            questions[row["id"]], offsets[row["id"]] = row["question"], start
     return questions, offsets

@@ -283,7 +283,7 @@ def warnings(runs: list[Run]) -> list[str]:
     if repeated:
         out.append(
             f"{', '.join(repeated)} asked each question several times: McNemar pairs one verdict per question, "
-            "right when most of its repeats are right (majority vote)"
+            "right when its majority vote is (the more frequent valid YES/NO answer; a tie is no answer), as in the report"
         )
     for r in runs:
         if not r.row["complete"]:

@@ -1,14 +1,14 @@
 """Paired tests between two runs on the same questions: McNemar on the questions they share.
 
 Runs pair on the question text, so two runs on the same data pair whatever ids or subsets
-they used. A question asked several times in one run (repeats) counts as right when most of
-its answers are right (`majority`).
+they used. A question asked several times in one run (repeats) counts as right when its
+majority vote is (scoring/reducers.py `majority`, as in the report).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,16 +49,6 @@ def _exact(b: int, c: int) -> float:
     return min(1.0, float(2 * tail / (1 << n)))
 
 
-def majority(verdicts: Iterable[tuple[str, bool]]) -> dict[str, bool]:
-    """(question, correct) rows to one verdict per question: right when most of its rows are right."""
-    counts: dict[str, list[int]] = {}
-    for question, correct in verdicts:
-        cell = counts.setdefault(question, [0, 0])
-        cell[0] += 1
-        cell[1] += bool(correct)
-    return {q: 2 * right > n for q, (n, right) in counts.items()}
-
-
 @dataclass(frozen=True)
 class Paired:
     """Two runs on their shared questions: the test, and the questions where exactly one was right."""
@@ -72,7 +62,7 @@ class Paired:
 
 
 def pair(a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
-    """`a`, `b`: correct or not, by question text (one verdict per question, see `majority`)."""
+    """`a`, `b`: correct or not, by question text (one verdict per question: reducers.majority_right)."""
     small, large = (a, b) if len(a) <= len(b) else (b, a)
     shared = [q for q in small if q in large]
     only_a = [q for q in shared if a[q] and not b[q]]

@@ -2,8 +2,8 @@
 
 - per repeat: the five metrics of each repeat k on its own, then their mean and spread (the
   sample standard deviation), which is the generation noise alone;
-- majority vote: one answer per question, the more frequent of the valid YES/NO answers (a tie,
-  or no valid answer, is no answer);
+- majority vote (`majority`): one answer per question, the more frequent of the valid YES/NO
+  answers (a tie, or no valid answer, is no answer); `compare` and the index pair runs on it too;
 - pass@k: the share of questions with at least one correct repeat;
 - consistency: the share of questions whose K answers agree (invalid counts as an answer).
 """
@@ -53,13 +53,32 @@ def _majority(matrix: Any) -> Any:
     return _majority_rows(matrix).sum(axis=0)
 
 
+def majority(says_yes: Any, says_no: Any) -> Any:
+    """The majority vote of each question from its counts of valid YES and NO answers: the more
+    frequent one; a tie, or no valid answer, is no answer (invalid answers and errors do not
+    vote). Indexes into records.ANSWERS: 0 YES, 1 NO, 2 none. The one definition the report,
+    `compare` and the index all use."""
+    import numpy as np
+
+    says_yes, says_no = np.asarray(says_yes), np.asarray(says_no)
+    return np.where(says_yes > says_no, 0, np.where(says_no > says_yes, 1, 2))
+
+
+def majority_right(votes: dict[str, list[int]]) -> dict[str, bool]:
+    """Whether each question's majority vote is right, from [YES answers, NO answers, target is YES]."""
+    import numpy as np
+
+    counts = np.array(list(votes.values()), dtype=np.int64).reshape(-1, 3)
+    vote = majority(counts[:, 0], counts[:, 1])
+    right = np.where(counts[:, 2] == 1, vote == 0, vote == 1)
+    return dict(zip(votes, right.tolist(), strict=True))
+
+
 def _majority_rows(matrix: Any) -> Any:
     import numpy as np
 
     yes_target = matrix[:, :3].sum(axis=1) > 0
-    says_yes = matrix[:, 0] + matrix[:, 3]
-    says_no = matrix[:, 1] + matrix[:, 4]
-    answer = np.where(says_yes > says_no, 0, np.where(says_no > says_yes, 1, 2))  # YES, NO, none
+    answer = majority(matrix[:, 0] + matrix[:, 3], matrix[:, 1] + matrix[:, 4])
     rows = np.zeros_like(matrix)
     rows[np.arange(len(matrix)), np.where(yes_target, answer, answer + 3)] = 1
     return rows

@@ -11,12 +11,13 @@ from typing import Any
 
 from ..config import BENCHMARK
 from ..errors import storage_error
+from ..records import FORCED_ANSWERS
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
 from .metrics import METRICS, Outcomes, rates, summarize
 from .reducers import reduce
-from .scorer import _FORCED, Scorer
+from .scorer import Scorer
 
 EXTRACTION = "coinflip.extract_answer/1"
 EXTRACTION_EVALSCOPE = EVALSCOPE_EXTRACTION
@@ -94,12 +95,11 @@ def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> dict[st
     import numpy as np
 
     forced_view = summarize(scorer.outcomes(forced=True), compat, seed)
-    answers = scorer.column("forced")
-    invalid = (strict.cell % 3 == 2) & (strict.error == 0)
-    target_no = strict.cell >= 3
-    said = np.array(_FORCED, dtype=object)[answers]
+    said = np.array(FORCED_ANSWERS, dtype=object)[scorer.column("forced")]
+    invalid = (scorer.column("answer") == 2) & (strict.error == 0)  # no strict answer (ANSWERS[2] is None)
+    target_no = scorer.column("target_no") == 1
     right = ((said == "YES") & ~target_no) | ((said == "NO") & target_no)
-    asked = invalid & (answers > 0)  # 0: no forced answer was asked
+    asked = invalid & (said != None)  # noqa: E711 (elementwise)
     return {
         "metrics": forced_view["metrics"],
         "intervals": forced_view["intervals"],

@@ -2,9 +2,9 @@
 
 A live run feeds the Scorer replies as they land, so the report is ready when the last one
 does; a rescore feeds it the saved predictions. Both give the same bytes: every part is
-order-free, and each review is kept as a sample key, one packed integer and P(YES), and
-written out in key order. Whatever a saved row holds (odd types from an old or hand-edited
-file), a review is made; only a target that is not YES or NO stops with one line.
+order-free, and each review is kept as one entry in a few typed arrays (a column per field of
+records.Review), and written out in key order. Whatever a saved row holds (odd types from an
+old or hand-edited file), a review is made; only a target that is not YES or NO stops with one line.
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ import json
 import math
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from ..config import REPEATS_BITS, REPEATS_MAX
+from .. import forced as forcing
+from ..config import REPEATS_MAX
 from ..errors import DataError
+from ..records import ANSWERS, FORCED_ANSWERS, Prediction, Review, sample_key, split_key
 from . import extract
 from .calibration import p_yes
 from .evalscope import read_verdict
-from .extract import forced_answer, read_answer
+from .extract import read_answer
 from .metrics import Outcomes
 
 MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failures first beyond that
 REASONS: tuple[str | None, ...] = (None, *extract.REASONS)  # EvalScope's reasons are a subset
-_EXTRACTED: tuple[str | None, ...] = (None, "YES", "NO")
-_FORCED: tuple[str | None, ...] = (None, "YES", "NO", "invalid")  # None: no forced answer was asked
 
 
 def _text(value: Any) -> str | None:
@@ -42,7 +42,7 @@ def _whole(value: Any, default: int = 0) -> int:
         return default
 
 
-def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, Any]:
+def review(prediction: Prediction, compat: str = "coinflip") -> Review:
     """Score one saved prediction by coinflip's strict rule, or by EvalScope's (compat "evalscope").
 
     The strict rule never looks at a separate reasoning field; EvalScope's only checks whether
@@ -54,11 +54,6 @@ def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, An
         raise DataError(f"prediction {prediction.get('id')!r}: target must be YES or NO, got {target!r}")
     error = prediction.get("error") is not None
     extracted, reason = (None, None) if error else _read(prediction, compat)
-    forced = prediction.get("forced")
-    said = None
-    if isinstance(forced, dict) and not forced.get("pending"):
-        found = None if forced.get("error") is not None else forced_answer(_text(forced.get("reply")))
-        said = found or "invalid"
     probability = _probability(prediction, extracted is not None)
     return {
         "id": _whole(prediction.get("id")),
@@ -70,12 +65,12 @@ def review(prediction: dict[str, Any], compat: str = "coinflip") -> dict[str, An
         "invalid": extracted is None and not error,
         "invalid_reason": reason,
         "error": error,
-        "forced": said,
+        "forced": forcing.said(prediction),
         "p_yes": None if probability is None else round(probability, 6),
     }
 
 
-def _probability(prediction: dict[str, Any], answered: bool) -> float | None:
+def _probability(prediction: Prediction, answered: bool) -> float | None:
     """P(YES) where the answer that counts was given: the reply's when it has a valid answer,
     else the forced answer's, else whatever the reply's answer position says."""
     forced = prediction.get("forced")
@@ -86,7 +81,7 @@ def _probability(prediction: dict[str, Any], answered: bool) -> float | None:
     return again if again is not None else mine
 
 
-def _read(prediction: dict[str, Any], compat: str) -> tuple[str | None, str | None]:
+def _read(prediction: Prediction, compat: str) -> tuple[str | None, str | None]:
     reply, finish = _text(prediction.get("reply")), _text(prediction.get("finish_reason"))
     if compat == "evalscope":
         return read_verdict(reply, _text(prediction.get("reasoning")), finish)
@@ -99,41 +94,55 @@ def evalscope_reasons() -> tuple[str, ...]:
     return EVALSCOPE
 
 
-# A review packs into one 32-bit int, low bits first: forced (2), reason (3), error (1),
-# extracted (2), target NO (1), then the number of people.
-_FORCED_BITS, _REASON_AT, _ERROR_AT, _EXTRACTED_AT, _NO_AT, _PEOPLE_AT = 3, 2, 5, 6, 8, 9
-# CELLS index by (target NO, extracted): YES answer, NO answer, none, per target
-_CELL = (2, 0, 1, 2, 5, 3, 4, 5)
+class Columns:
+    """Reviews as typed arrays, one entry a sample in arrival order: a few bytes a sample where a
+    dict would take hundreds. Each column holds one field of records.Review; `answer` and
+    `forced` index ANSWERS and FORCED_ANSWERS, `reason` indexes REASONS."""
 
+    def __init__(self) -> None:
+        self.key = array("q")
+        self.target_no = array("b")
+        self.answer = array("b")
+        self.error = array("b")
+        self.reason = array("b")
+        self.forced = array("b")
+        self.people = array("i")
+        self.p_yes: array[float] | None = None  # made when the first P(YES) lands
 
-def _pack(r: dict[str, Any]) -> int:
-    return int(
-        min(r["people"], 1 << 20) << _PEOPLE_AT
-        | (r["target"] == "NO") << _NO_AT
-        | _EXTRACTED.index(r["extracted"]) << _EXTRACTED_AT
-        | r["error"] << _ERROR_AT
-        | REASONS.index(r["invalid_reason"]) << _REASON_AT
-        | _FORCED.index(r["forced"])
-    )
+    def __len__(self) -> int:
+        return len(self.key)
 
+    def append(self, r: Review) -> None:
+        if r["p_yes"] is not None and self.p_yes is None:
+            self.p_yes = array("d", [math.nan]) * len(self.key)
+        if self.p_yes is not None:
+            self.p_yes.append(math.nan if r["p_yes"] is None else r["p_yes"])
+        self.key.append(sample_key(r["id"], r["repeat"]))
+        self.target_no.append(r["target"] == "NO")
+        self.answer.append(ANSWERS.index(r["extracted"]))
+        self.error.append(r["error"])
+        self.reason.append(REASONS.index(r["invalid_reason"]))
+        self.forced.append(FORCED_ANSWERS.index(r["forced"]))
+        self.people.append(min(r["people"], 2**31 - 1))
 
-def _unpack(key: int, code: int, probability: float) -> dict[str, Any]:
-    target, answer = ("NO" if code >> _NO_AT & 1 else "YES"), _EXTRACTED[code >> _EXTRACTED_AT & 3]
-    error = bool(code >> _ERROR_AT & 1)
-    question, repeat = divmod(key, REPEATS_MAX)
-    return {
-        "id": question,
-        "repeat": repeat,
-        "people": code >> _PEOPLE_AT,
-        "target": target,
-        "extracted": answer,
-        "correct": answer == target,
-        "invalid": answer is None and not error,
-        "invalid_reason": REASONS[code >> _REASON_AT & 7],
-        "error": error,
-        "forced": _FORCED[code & _FORCED_BITS],
-        "p_yes": None if math.isnan(probability) else probability,
-    }
+    def review(self, i: int) -> Review:
+        """The review at position `i`, as `review()` made it."""
+        question, repeat = split_key(self.key[i])
+        target, answer, error = ("NO" if self.target_no[i] else "YES"), ANSWERS[self.answer[i]], bool(self.error[i])
+        probability = math.nan if self.p_yes is None else self.p_yes[i]
+        return {
+            "id": question,
+            "repeat": repeat,
+            "people": self.people[i],
+            "target": target,
+            "extracted": answer,
+            "correct": answer == target,
+            "invalid": answer is None and not error,
+            "invalid_reason": REASONS[self.reason[i]],
+            "error": error,
+            "forced": FORCED_ANSWERS[self.forced[i]],
+            "p_yes": None if math.isnan(probability) else probability,
+        }
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
@@ -168,7 +177,7 @@ class Usage:
         self.finish: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
 
-    def add(self, p: dict[str, Any]) -> None:
+    def add(self, p: Mapping[str, Any]) -> None:
         error = p.get("error")
         if error is None:
             latency = p.get("latency_s")
@@ -218,7 +227,7 @@ def _clip(text: Any) -> Any:
     return f"{text[:head]}\n[... {len(text) - head - tail:,} characters not shown ...]\n{text[-tail:]}"
 
 
-def _lean(prediction: dict[str, Any]) -> dict[str, Any]:
+def _lean(prediction: Prediction) -> dict[str, Any]:
     """What the page shows of a prediction, so thousands of long replies do not fill the memory."""
     lean = {k: _clip(prediction.get(k)) for k in ("question", "prompt", "reply", "error")}
     forced = prediction.get("forced")
@@ -234,10 +243,10 @@ class Showcase:
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self._seq = 0
-        self.failed: list[tuple[int, int, dict[str, Any], dict[str, Any]]] = []
-        self.passed: list[tuple[int, int, dict[str, Any], dict[str, Any]]] = []
+        self.failed: list[tuple[int, int, dict[str, Any], Review]] = []
+        self.passed: list[tuple[int, int, dict[str, Any], Review]] = []
 
-    def add(self, key: int, prediction: dict[str, Any], review: dict[str, Any]) -> None:
+    def add(self, key: int, prediction: Prediction, review: Review) -> None:
         heap = self.passed if review["correct"] else self.failed
         if len(heap) >= self.cap and -key <= heap[0][0]:
             return
@@ -249,8 +258,8 @@ class Showcase:
             heapq.heapreplace(heap, entry)
 
     def rows(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        failed = [(p, r) for _, _, p, r in sorted(self.failed, reverse=True)]
-        passed = [(p, r) for _, _, p, r in sorted(self.passed, reverse=True)]
+        failed = [(p, dict(r)) for _, _, p, r in sorted(self.failed, reverse=True)]
+        passed = [(p, dict(r)) for _, _, p, r in sorted(self.passed, reverse=True)]
         return failed + passed[: max(0, self.cap - len(failed))]
 
 
@@ -262,27 +271,32 @@ class Scorer:
         self.usage = Usage()
         self.forced_usage = Usage()
         self.showcase = Showcase(showcase_cap)
-        self.unreadable = 0  # saved rows left out: no YES or NO target (a hand-edited file)
-        self.keys = array("q")  # in arrival order
-        self.codes = array("i")
-        self.p_yes: array[float] | None = None  # made when the first P(YES) lands
+        self.unreadable = 0  # saved lines left out: no prediction, or no YES or NO target (a hand-edited file)
+        self.reviews = Columns()
 
-    def add(self, prediction: dict[str, Any]) -> None:
+    def add(self, prediction: Prediction) -> None:
         r = review(prediction, self.compat)
-        key = r["id"] * REPEATS_MAX + r["repeat"]
-        self.keys.append(key)
-        self.codes.append(_pack(r))
-        if r["p_yes"] is not None and self.p_yes is None:
-            self.p_yes = array("d", [math.nan]) * (len(self.keys) - 1)
-        if self.p_yes is not None:
-            self.p_yes.append(math.nan if r["p_yes"] is None else r["p_yes"])
+        self.reviews.append(r)
         self.usage.add(prediction)
-        if isinstance(prediction.get("forced"), dict):
-            self.forced_usage.add(prediction["forced"])
-        self.showcase.add(key, prediction, r)
+        forced = prediction.get("forced")
+        if isinstance(forced, dict):
+            self.forced_usage.add(forced)
+        self.showcase.add(sample_key(r["id"], r["repeat"]), prediction, r)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.reviews)
+
+    @property
+    def keys(self) -> Any:
+        import numpy as np
+
+        return np.frombuffer(self.reviews.key, dtype=np.int64)
+
+    def column(self, name: str) -> Any:
+        """One column of the reviews (see Columns) as a numpy array, in arrival order."""
+        import numpy as np
+
+        return np.frombuffer(getattr(self.reviews, name), dtype=np.int64 if name == "key" else np.int8)
 
     @property
     def reasons(self) -> dict[str, int]:
@@ -298,41 +312,31 @@ class Scorer:
         """Positions in key order (None: already in order)."""
         import numpy as np
 
-        keys = np.frombuffer(self.keys, dtype=np.int64)
+        keys = self.keys
         return None if bool((keys[1:] > keys[:-1]).all()) else np.argsort(keys, kind="stable")
 
     def write_reviews(self, out: TextIO) -> None:
         order = self.order()
-        keys, codes = self.keys, self.codes
-        probabilities = self.p_yes if self.p_yes is not None else array("d", [math.nan]) * len(keys)
-        for first in range(0, len(keys), 4096):  # a slice at a time keeps Python ints few
-            part = range(first, min(first + 4096, len(keys))) if order is None else order[first : first + 4096].tolist()
-            out.write("".join(json.dumps(_unpack(keys[i], codes[i], probabilities[i])) + "\n" for i in part))
+        positions = range(len(self)) if order is None else order.tolist()
+        for first in range(0, len(self), 4096):  # a slice at a time keeps Python objects few
+            part = positions[first : first + 4096]
+            out.write("".join(json.dumps(self.reviews.review(i)) + "\n" for i in part))
 
     def outcomes(self, forced: bool = False) -> Outcomes:
         """Every sample as small arrays; with `forced`, an invalid strict answer is replaced by its forced one."""
         import numpy as np
 
-        code = np.frombuffer(self.codes, dtype=np.int32)
-        key = np.frombuffer(self.keys, dtype=np.int64)
-        cell = np.array(_CELL, dtype=np.int8)[(code >> _EXTRACTED_AT) & 7]
-        error = ((code >> _ERROR_AT) & 1).astype(np.int8)
+        answer, error = self.column("answer"), self.column("error")
         if forced:
-            said = (code & _FORCED_BITS).astype(np.int8)
-            recovered = (cell % 3 == 2) & (error == 0) & ((said == 1) | (said == 2))
-            cell = np.where(recovered, cell - 2 + said - 1, cell).astype(np.int8)
-        question = key >> REPEATS_BITS
-        return Outcomes(question, (key & (REPEATS_MAX - 1)).astype(np.int16), cell, error, code >> _PEOPLE_AT)
-
-    def column(self, name: str) -> Any:
-        """One packed field for every sample: reason (index into REASONS) or forced (into _FORCED)."""
-        import numpy as np
-
-        code = np.frombuffer(self.codes, dtype=np.int32)
-        return (code >> _REASON_AT) & 7 if name == "reason" else code & _FORCED_BITS
+            answer = forcing.recovered(answer, error, self.column("forced"))
+        question, repeat = np.divmod(self.keys, REPEATS_MAX)
+        cell = (self.column("target_no") * len(ANSWERS) + answer).astype(np.int8)  # metrics.CELLS' order
+        people = np.frombuffer(self.reviews.people, dtype=np.int32)
+        return Outcomes(question, repeat.astype(np.int16), cell, error, people)
 
     def probabilities(self) -> Any:
         """P(YES) of every sample, NaN where it has none; None when no sample has one."""
         import numpy as np
 
-        return None if self.p_yes is None else np.frombuffer(self.p_yes, dtype=np.float64)
+        p = self.reviews.p_yes
+        return None if p is None else np.frombuffer(p, dtype=np.float64)

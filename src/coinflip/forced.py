@@ -1,0 +1,84 @@
+"""The forced answer (--force-answer), its whole lifecycle in one place.
+
+A reply without a valid answer (by the strict rule) is asked once more, for only its answer line
+(plan.py `RequestBuilder.forced` builds that request). A sample is *pending* from the moment its
+first reply is kept until its forced answer is:
+
+1. its row is written with `"forced": {"pending": true}` (`PENDING`) as soon as the reply lands;
+2. the follow-up's reply lands: the row is written again, holding it (`answered`); on reading,
+   a later line for the same sample wins unless it got less far (`progress`);
+3. a follow-up that failed leaves the sample pending: the row is final for the report (the forced
+   answer counts as invalid) but a resume asks again;
+4. scoring reads what the forced reply said (`said`), and the report's forced view puts it in
+   place of an invalid strict answer (`recovered`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .records import ANSWERS, FORCED_ANSWERS, Forced, Prediction
+
+PENDING: Forced = {"pending": True}  # asked for, no reply yet
+ERROR, STARTED, DONE = 0, 1, 2  # how far a row got: an error, a reply with its forced answer pending, done
+
+
+def needed(reply: str | None) -> bool:
+    """A reply is asked for its answer line when the strict rule finds no answer in it."""
+    from .scoring.extract import extract_answer
+
+    return extract_answer(reply) is None
+
+
+def pending(row: Prediction) -> bool:
+    """The row's reply is kept, its forced answer is still owed (never answered, or it failed)."""
+    forced = row.get("forced")
+    return isinstance(forced, dict) and (bool(forced.get("pending")) or forced.get("error") is not None)
+
+
+def scored(row: Prediction) -> bool:
+    """A row counts in the report unless its forced answer was asked for and nothing came back yet
+    (a failed forced answer counts, as invalid)."""
+    forced = row.get("forced")
+    return not (isinstance(forced, dict) and forced.get("pending"))
+
+
+def progress(row: Prediction) -> int:
+    """How far a row got; of two rows for one sample, the later wins unless it got less far."""
+    if row.get("error") is not None:
+        return ERROR
+    return STARTED if pending(row) else DONE
+
+
+def answered(first: Prediction, forced: Forced) -> Prediction:
+    """The first reply's row again, now holding its forced answer."""
+    row: Prediction = {k: v for k, v in first.items() if k not in ("forced", "error")}  # type: ignore[assignment]
+    row["forced"] = forced
+    row["error"] = first.get("error")
+    return row
+
+
+def said(row: Prediction) -> str | None:
+    """What the forced reply said, as a FORCED_ANSWERS value: None when none was asked or none came
+    back yet; "invalid" when it failed or holds no answer."""
+    from .scoring.extract import forced_answer
+
+    forced = row.get("forced")
+    if not isinstance(forced, dict) or forced.get("pending"):
+        return None
+    if forced.get("error") is not None:
+        return "invalid"
+    reply = forced.get("reply")
+    return forced_answer(reply if isinstance(reply, str) else None) or "invalid"
+
+
+def recovered(answer: Any, error: Any, forced: Any) -> Any:
+    """The forced view's answers (indexes into ANSWERS): a strict answer where there is one, the
+    forced answer where there is none and it said YES or NO. Arrays of ANSWERS and FORCED_ANSWERS
+    indexes, one entry a sample."""
+    import numpy as np
+
+    as_answer = np.array([ANSWERS.index(a if a in ("YES", "NO") else None) for a in FORCED_ANSWERS], dtype=np.int8)
+    none = ANSWERS.index(None)
+    use = (answer == none) & (error == 0) & (as_answer[forced] != none)
+    return np.where(use, as_answer[forced], answer).astype(np.int8)

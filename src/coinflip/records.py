@@ -1,0 +1,154 @@
+"""The records a run directory holds, each declared once: a prediction (one JSON line per sample
+in predictions/), the forced answer it may carry, and a review (one line per sample in reviews/).
+
+Writers build these types and write them with `dumps`; readers parse every line with
+`read_prediction` or `read_review`, which keep a line only if it has the shape declared here
+(never by the writers' key order): anything else is skipped by the caller, and counted where a
+report says how many. A saved file may come from an older version or a hand edit, so a reader
+checks only what it needs to place a row (its id and repeat); the scorer copes with the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypedDict
+
+from .config import REPEATS_MAX
+
+ANSWERS: tuple[str | None, ...] = ("YES", "NO", None)  # the index of an answer in arrays; None: no answer
+FORCED_ANSWERS: tuple[str | None, ...] = (None, "YES", "NO", "invalid")  # None: no forced answer asked
+
+
+class Forced(TypedDict, total=False):
+    """The follow-up that asks a reply without a valid answer for only its answer line
+    (forced.py). `pending` alone: asked for, not yet answered."""
+
+    pending: bool
+    reply: str | None
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    latency_s: float
+    attempts: int
+    error: str | None
+    answer_logprobs: list[Any]
+
+
+class _Sample(TypedDict):
+    id: int
+    repeat: int
+    target: str
+    people: int
+    flips: int
+    question: str
+    prompt: str
+    reply: str | None
+    reasoning: str | None
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    latency_s: float
+    attempts: int
+    error: str | None  # after retries: the sample has no reply
+
+
+class Prediction(_Sample, total=False):
+    """One sample: the question, what was sent, what came back (or the error after retries);
+    the fields of `_Sample` always, these where they apply."""
+
+    ttft_s: float  # streamed replies: time to the first token
+    answer_logprobs: list[Any]  # log probabilities around the answer (scoring/calibration.py)
+    status: int  # the HTTP status of a failed request
+    forced: Forced  # --force-answer, for a reply without a valid answer
+
+
+class Review(TypedDict):
+    """One sample's verdict, by coinflip's strict rule or EvalScope's (the report says which)."""
+
+    id: int
+    repeat: int
+    people: int
+    target: str
+    extracted: str | None  # YES, NO, or None: no valid answer
+    correct: bool
+    invalid: bool  # a reply without a valid answer (an errored sample is not invalid)
+    invalid_reason: str | None
+    error: bool
+    forced: str | None  # FORCED_ANSWERS
+    p_yes: float | None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def loads(line: bytes | str) -> Any:
+    """Strict JSON: a line holding NaN or Infinity (which Python's json accepts) is not a record."""
+    return json.loads(line, parse_constant=_not_json)
+
+
+def sample_key(question: int, repeat: int = 0) -> int:
+    """One int per sample (question, repeat): how samples are indexed and ordered everywhere."""
+    return question * REPEATS_MAX + repeat
+
+
+def split_key(key: int) -> tuple[int, int]:
+    return divmod(key, REPEATS_MAX)
+
+
+def key_of(row: Prediction | Review) -> int:
+    return sample_key(row["id"], repeat_of(row))
+
+
+def repeat_of(row: Prediction | Review) -> int:
+    """A row's repeat (rows of older versions without repeats have none: 0)."""
+    return row.get("repeat") or 0
+
+
+def _whole(value: Any, below: float = float("inf")) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < below
+
+
+def _object(line: bytes | str) -> dict[str, Any] | None:
+    try:
+        value = loads(line)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_prediction(line: bytes | str) -> Prediction | None:
+    """The prediction a line holds; None for a line that is not one (no whole id, a repeat that is
+    not a whole number, not a JSON object). Every reader of predictions goes through here."""
+    row = _object(line)
+    if row is None or not _whole(row.get("id")) or not _whole(row.get("repeat") or 0, REPEATS_MAX):
+        return None
+    return row  # type: ignore[return-value]  # what places the row is checked; the rest is read tolerantly
+
+
+def read_review(line: bytes | str) -> Review | None:
+    """The review a line holds; None for a line that is not one."""
+    row = _object(line)
+    if row is None or not _whole(row.get("id")) or not _whole(row.get("repeat") or 0, REPEATS_MAX):
+        return None
+    return row  # type: ignore[return-value]
+
+
+def dumps(record: Prediction | Review) -> bytes:
+    """One JSON line; never NaN or Infinity (not JSON), never a crash on half a surrogate pair."""
+    try:
+        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a non-finite number slipped through: it becomes null
+        return dumps(_finite(record))
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # half a surrogate pair from the server: keep it as a \u escape
+        return (json.dumps(record, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
