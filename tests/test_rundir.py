@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from array import array
 from pathlib import Path
 
 from coinflip.records import sample_key
