@@ -173,9 +173,9 @@ def test_what_coinflip_cannot_do_is_one_line_that_says_what_to_do() -> None:
     with pytest.raises(ConfigError, match="needs a baseline model"):
         TaskConfig(model="real-model", eval_type="mock_llm")
     with pytest.raises(TypeError, match=r"field\(s\) \['judge_modle'\]: did you mean 'judge_model_args'\?$"):
-        TaskConfig(model="m", judge_modle="x")  # type: ignore[call-arg]
+        TaskConfig.of(model="m", judge_modle="x")
     with pytest.raises(TypeError, match=r"unknown TaskConfig field\(s\) \['xyzzy'\]; known: model"):
-        TaskConfig(model="m", xyzzy="x")  # type: ignore[call-arg]
+        TaskConfig.of(model="m", xyzzy="x")
     notes = TaskConfig(model="m", judge_strategy="llm", analysis_report=True).notes()
     assert notes == [
         "judge_strategy: accepted, not used by coin_flip",

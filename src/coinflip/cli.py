@@ -83,7 +83,7 @@ def eval_command(**opts: Any) -> None:
     from .config import TaskConfig
     from .runner import run_task
 
-    report = run_task(TaskConfig(**given(opts)))
+    report = run_task(TaskConfig.of(**given(opts)))
     if "batch_written" in report:  # --batch-write: the request file is the result
         return
     if not report["complete"] and not report.get("errors_ignored"):
@@ -242,7 +242,7 @@ def sweep_command(people: str, count: int, **opts: Any) -> None:
     from .data.generate import PeopleRange
     from .sweep import sweep
 
-    config = TaskConfig(**given(opts))  # validated once, before anything is generated
+    config = TaskConfig.of(**given(opts))  # validated once, before anything is generated
     result = sweep(config, PeopleRange.parse(people), count)
     click.echo(f"{'people':>6}  {'accuracy':>8}  95% interval   invalid")
     for p in result["points"]:

@@ -352,8 +352,24 @@ class TaskConfig:
     chat_template: str | None = _setting(
         None, "Checkpoint chat template.", commands=EVAL, unused="the server applies its own chat template"
     )
+    # not a setting: the settings that were given (the rest are defaults), which a resume keeps
+    # over the saved ones. `of` records the names it was given; a config made directly, the
+    # settings that differ from their defaults.
+    given: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @classmethod
+    def of(cls, **values: Any) -> TaskConfig:
+        """A config from named settings (the CLI, a file, a dict): an unknown name ends in one line
+        naming the known ones, and the names are recorded in `given`."""
+        names = cls.field_names()
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise UnknownSettingError(unknown_message(unknown, names))
+        return cls(**values, given=frozenset(values))
 
     def __post_init__(self) -> None:
+        if not self.given:
+            self.given = frozenset(s.name for s in settings() if getattr(self, s.name) != s.default)
         _evalscope.apply(self)
         _check_types(self)
         self.datasets = _check_datasets(self.datasets)
@@ -405,17 +421,13 @@ class TaskConfig:
         """The config as saved to disk: the API key, and secret-looking headers, query and body
         parameters of a gateway (in --api-url too), never leave memory."""
         data = asdict(self)
+        del data["given"]
         if data.get("api_key"):
             data["api_key"] = REDACTED
         data["generation_config"] = redacted_generation(data["generation_config"])
         urls = data["api_url"]
         data["api_url"] = [redacted_url(u) for u in urls] if isinstance(urls, list) else redacted_url(urls)
         return data
-
-    @property
-    def given(self) -> frozenset[str]:
-        """The settings given when this config was made (the rest are defaults)."""
-        return frozenset(getattr(self, "_given", ()))
 
     def notes(self) -> list[str]:
         """One line per EvalScope setting that was given but changes nothing here."""
@@ -427,7 +439,8 @@ class TaskConfig:
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+        """The settings' names (every field but `given`)."""
+        return [f.name for f in fields(cls) if f.metadata]
 
 
 def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
@@ -513,30 +526,14 @@ def unknown_message(unknown: list[str], names: list[str]) -> str:
     return f"unknown TaskConfig field(s) {unknown}; known: {', '.join(names)}"
 
 
-def _reject_unknown(init: Any) -> Any:
-    """Unknown keyword arguments end in one line naming the known ones, not a bare TypeError."""
-
-    @functools.wraps(init)
-    def checked(self: TaskConfig, *args: Any, **kwargs: Any) -> None:
-        names = TaskConfig.field_names()
-        unknown = sorted(set(kwargs) - set(names))
-        if unknown:
-            raise UnknownSettingError(unknown_message(unknown, names))
-        self._given = frozenset(names[: len(args)]) | frozenset(kwargs)  # type: ignore[attr-defined]
-        init(self, *args, **kwargs)
-
-    return checked
-
-
-TaskConfig.__init__ = _reject_unknown(TaskConfig.__init__)  # type: ignore[method-assign]
-
-
 @functools.cache
 def settings() -> tuple[Setting, ...]:
     """Every setting's declaration, in the order of TaskConfig's fields."""
     out = []
     for f in fields(TaskConfig):
         m = f.metadata
+        if not m:  # `given`
+            continue
         default = f.default_factory() if callable(f.default_factory) else f.default
         flag = m["flag"]
         if flag == "":

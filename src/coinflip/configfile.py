@@ -26,7 +26,7 @@ def as_config(item: Any, kwargs: dict[str, Any]) -> TaskConfig:
         item = read_file(Path(item))
     if item is not None and not isinstance(item, dict):
         raise ConfigError(f"a task config is a TaskConfig, a dict or a YAML/JSON file, got {type(item).__name__}")
-    return TaskConfig(**{**(item or {}), **kwargs})
+    return TaskConfig.of(**{**(item or {}), **kwargs})
 
 
 def read_file(path: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,9 +113,9 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
         return config
     saved = load_saved_config(Path(config.use_cache).expanduser())["config"]
     merged = {}
-    for f in fields(TaskConfig):
-        take = f.name in saved and f.name not in NOT_CARRIED and f.name not in config.given
-        merged[f.name] = saved[f.name] if take else getattr(config, f.name)
+    for name in TaskConfig.field_names():
+        take = name in saved and name not in NOT_CARRIED and name not in config.given
+        merged[name] = saved[name] if take else getattr(config, name)
     merged["dataset_args"] = None  # already folded into the saved fields
     gateway = [merged["generation_config"].get(k) or {} for k in ("extra_headers", "extra_query")]
     if any(value == REDACTED for part in gateway for value in part.values()):
@@ -123,7 +123,7 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
             "the run's gateway headers or query parameters held secrets, which were not saved: "
             "give --generation-config with them again to resume"
         )
-    return TaskConfig(**merged)
+    return TaskConfig(**merged, given=config.given)
 
 
 def open_run(plan: Plan) -> tuple[RunDir, bool]:
