@@ -25,7 +25,7 @@ from coinflip.errors import FatalAPIError
 from coinflip.models._http import ConnectionPool, ProtocolError, ReplyTooLarge, Response
 from coinflip.models._proxy import Proxy, proxy_for
 from coinflip.models.base import Request
-from coinflip.models.openai_api import OpenAIChat
+from coinflip.models.openai_api import OpenAIClient
 
 from .answer_server import content_length, read_head
 from .conftest import run_cli
@@ -330,7 +330,7 @@ def test_a_reply_with_a_lone_surrogate_is_kept_and_scored(scripted: Any) -> None
     srv = scripted(Say([ok(body)]))
 
     async def go() -> Any:
-        chat = OpenAIChat("m", [srv.url()], retries=0)
+        chat = OpenAIClient("m", [srv.url()], retries=0)
         try:
             return await chat.complete(Request(0, "p", "q", [{"role": "user", "content": "p"}]))
         finally:

@@ -15,7 +15,6 @@ from .errors import ConfigError
 if TYPE_CHECKING:
     from .config import TaskConfig
 
-BASELINES = ("oracle", "random", "always-yes", "always-no")
 
 
 class EvalType:
@@ -62,6 +61,8 @@ def _eval_type(config: TaskConfig) -> None:
     if kind is None or kind in HTTP_TYPES:
         return
     if kind == "mock_llm":
+        from .models.baselines import NAMES as BASELINES
+
         if config.model not in BASELINES and config.model is not None:
             raise ConfigError(f"eval_type mock_llm needs a baseline model: {', '.join(BASELINES)}")
         return

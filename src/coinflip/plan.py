@@ -116,9 +116,7 @@ class Plan:
 
 def prepare(config: TaskConfig) -> Plan:
     check_model(config)
-    generation = effective_generation(config)
-    if "n" in generation and generation["n"] * config.repeats > 4096:
-        raise ConfigError("repeats x n must be at most 4096")
+    generation = effective_generation(config)  # repeats x n was checked against REPEATS_MAX with the config
     dataset = load_dataset(config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
     selected, subset = dataset.take(config.limit, config.limit_mode, config.seed)
     build = RequestBuilder(config, few_shot_pool(config), generation)

@@ -31,15 +31,23 @@ def is_local(config: TaskConfig) -> bool:
     return bool(config.model_path) or (config.model in LOCAL_MODELS and not config.api_url)
 
 
+def _gguf(config: TaskConfig) -> Path:
+    """The GGUF file of a local model: --model-path, or the one a package ships for --model."""
+    from .llama_local import bundled_gguf
+
+    return Path(config.model_path).expanduser() if config.model_path else bundled_gguf(str(config.model))
+
+
 def check_model(config: TaskConfig) -> None:
-    """Everything about the model that can be checked before a run directory exists."""
+    """Everything about the model that can be checked before a run directory exists (plan.py
+    calls it once, first)."""
     if config.batch_write or config.batch_results:  # offline: the requests are answered elsewhere
         return
     if is_local(config):
-        from .llama_local import bundled_gguf, check_llama
+        from .llama_local import check_llama
 
         check_llama()
-        path = Path(config.model_path).expanduser() if config.model_path else bundled_gguf(str(config.model))
+        path = _gguf(config)
         if not path.is_file():
             raise ConfigError(f"--model-path {path}: no such file" if not path.exists() else f"{path}: not a file")
         return
@@ -48,24 +56,23 @@ def check_model(config: TaskConfig) -> None:
     if not config.api_url:
         raise ConfigError(
             f"--model {config.model} needs --api-url (an OpenAI-compatible server), "
-            "or use a baseline (oracle, random, always-yes, always-no) or smollm2"
+            f"or use a baseline ({', '.join(BASELINES)}) or {', '.join(LOCAL_MODELS)}"
         )
 
 
 @contextlib.contextmanager
 def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
-    """Start llama.cpp for a local model (--model smollm2 or --model-path); else use --api-url."""
+    """Start llama.cpp for a local model (--model smollm2 or --model-path); else use --api-url.
+    The model was checked (`check_model`) when the run was planned."""
     if is_local(config):
-        from .llama_local import SLOTS, bundled_gguf, llama_server
+        from .llama_local import SLOTS, llama_server
 
-        path = Path(config.model_path) if config.model_path else bundled_gguf(str(config.model))
-        with llama_server(path.expanduser(), str(config.model), log_path) as url:
+        with llama_server(_gguf(config), str(config.model), log_path) as url:
             yield Endpoint([url], SLOTS)
         return
     if config.model in BASELINES:
         yield Endpoint(None)
         return
-    check_model(config)
     yield Endpoint([config.api_url] if isinstance(config.api_url, str) else list(config.api_url or []))
 
 
@@ -80,9 +87,9 @@ async def open_model(
 
         model = Baseline(str(config.model), config.seed, int(generation.get("n") or 1))
     else:
-        from .openai_api import OpenAIChat
+        from .openai_api import OpenAIClient
 
-        chat = OpenAIChat(
+        client = OpenAIClient(
             str(config.model),
             urls,
             config.api_key,
@@ -94,11 +101,11 @@ async def open_model(
             stream=bool(config.stream),
             max_reply_bytes=int(config.max_reply_mb * 1024 * 1024),
         )
-        model = chat
+        model = client
         try:
-            await chat.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
+            await client.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
         except BaseException:
-            await chat.aclose()
+            await client.aclose()
             raise
     try:
         yield model

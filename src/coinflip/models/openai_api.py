@@ -144,8 +144,9 @@ class EarlyStop:
         return not self.off and len(self.errors) >= self.needed
 
 
-class OpenAIChat:
-    """One model behind one or more replicas; each request goes to the replica with fewest in flight."""
+class OpenAIClient:
+    """One model behind one or more replicas, over chat completions or plain completions (`mode`);
+    each request goes to the replica with fewest in flight."""
 
     def __init__(
         self,
