@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 from urllib.parse import quote, quote_plus
 
+from ..config import REDACTED as MASK  # one mask for what is saved and what is shown
 from .base import Reply
 
-MASK = "***"
 MIN_SECRET = 8  # shorter values would mask ordinary words ("none", "EMPTY"); real keys are far longer
 PLACEHOLDERS = {"empty", "none", "dummy", "ollama", "lm-studio", "sk-no-key-required", "not-needed", "no-key"}
 
