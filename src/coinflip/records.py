@@ -77,6 +77,33 @@ class Review(TypedDict):
     p_yes: float | None
 
 
+def make_review(
+    id: int,
+    repeat: int,
+    people: int,
+    target: str,
+    extracted: str | None,
+    invalid_reason: str | None,
+    error: bool,
+    forced: str | None,
+    p_yes: float | None,
+) -> Review:
+    """A review, with what follows from its fields (`correct`, `invalid`) worked out here only."""
+    return {
+        "id": id,
+        "repeat": repeat,
+        "people": people,
+        "target": target,
+        "extracted": extracted,
+        "correct": extracted == target,
+        "invalid": extracted is None and not error,
+        "invalid_reason": invalid_reason,
+        "error": error,
+        "forced": forced,
+        "p_yes": p_yes,
+    }
+
+
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 

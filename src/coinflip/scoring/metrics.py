@@ -21,7 +21,6 @@ repeats), so they hold both question sampling and generation noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,18 +35,6 @@ CELLS = (("YES", "YES"), ("YES", "NO"), ("YES", None), ("NO", "YES"), ("NO", "NO
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """What the scorer needs of one sample."""
-
-    target: str
-    prediction: str | None
-    error: bool = False
-    people: int = 0
-    question: int = -1
-    repeat: int = 0
-
-
-@dataclass(frozen=True)
 class Outcomes:
     """One entry per (question, repeat), as numpy arrays: `cell` indexes CELLS."""
 
@@ -59,17 +46,6 @@ class Outcomes:
 
     def __len__(self) -> int:
         return len(self.cell)
-
-    @classmethod
-    def of(cls, items: Iterable[Outcome]) -> Outcomes:
-        import numpy as np
-
-        rows = [
-            (o.question if o.question >= 0 else i, o.repeat, CELLS.index((o.target, o.prediction)), o.error, o.people)
-            for i, o in enumerate(items)
-        ]
-        columns = np.array(rows, dtype=np.int64).reshape(-1, 5).T
-        return cls(*columns)
 
     def cells(self) -> Any:
         import numpy as np
@@ -195,12 +171,6 @@ def by_people(outcomes: Outcomes) -> dict[str, Any]:
         n, ok = int(mask.sum()), int(right[mask].sum())
         out[str(k)] = {"samples": n, "correct": ok, "accuracy": ok / n if n else 0.0, "interval": list(wilson(ok, n))}
     return out
-
-
-def compute(
-    outcomes: Iterable[Outcome], compat: str = "coinflip", seed: int = 0, resamples: int = RESAMPLES
-) -> dict[str, Any]:
-    return summarize(Outcomes.of(outcomes), compat, seed, resamples)
 
 
 def _percentiles(samples: Any) -> tuple[float, float] | None:

@@ -43,12 +43,6 @@ def reduce(outcomes: Outcomes, compat: str) -> dict[str, Any]:
     }
 
 
-def majority_cells(outcomes: Outcomes) -> Any:
-    """One (question x 6) row per question with a single 1 in the cell of its majority answer."""
-    _, matrix = per_question(outcomes)
-    return _majority_rows(matrix)
-
-
 def _majority(matrix: Any) -> Any:
     return _majority_rows(matrix).sum(axis=0)
 

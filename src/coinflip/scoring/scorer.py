@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from .. import forced as forcing
 from ..config import REPEATS_MAX
 from ..errors import DataError
-from ..records import ANSWERS, FORCED_ANSWERS, Prediction, Review, sample_key, split_key
+from ..records import ANSWERS, FORCED_ANSWERS, Prediction, Review, make_review, sample_key, split_key
 from . import extract
 from .calibration import p_yes
 from .evalscope import read_verdict
@@ -55,19 +55,17 @@ def review(prediction: Prediction, compat: str = "coinflip") -> Review:
     error = prediction.get("error") is not None
     extracted, reason = (None, None) if error else _read(prediction, compat)
     probability = _probability(prediction, extracted is not None)
-    return {
-        "id": _whole(prediction.get("id")),
-        "repeat": _whole(prediction.get("repeat")),
-        "people": max(0, _whole(prediction.get("people"))),
-        "target": target,
-        "extracted": extracted,
-        "correct": extracted == target,
-        "invalid": extracted is None and not error,
-        "invalid_reason": reason,
-        "error": error,
-        "forced": forcing.said(prediction),
-        "p_yes": None if probability is None else round(probability, 6),
-    }
+    return make_review(
+        _whole(prediction.get("id")),
+        _whole(prediction.get("repeat")),
+        max(0, _whole(prediction.get("people"))),
+        target,
+        extracted,
+        reason,
+        error,
+        forcing.said(prediction),
+        None if probability is None else round(probability, 6),
+    )
 
 
 def _probability(prediction: Prediction, answered: bool) -> float | None:
@@ -128,21 +126,18 @@ class Columns:
     def review(self, i: int) -> Review:
         """The review at position `i`, as `review()` made it."""
         question, repeat = split_key(self.key[i])
-        target, answer, error = ("NO" if self.target_no[i] else "YES"), ANSWERS[self.answer[i]], bool(self.error[i])
         probability = math.nan if self.p_yes is None else self.p_yes[i]
-        return {
-            "id": question,
-            "repeat": repeat,
-            "people": self.people[i],
-            "target": target,
-            "extracted": answer,
-            "correct": answer == target,
-            "invalid": answer is None and not error,
-            "invalid_reason": REASONS[self.reason[i]],
-            "error": error,
-            "forced": FORCED_ANSWERS[self.forced[i]],
-            "p_yes": None if math.isnan(probability) else probability,
-        }
+        return make_review(
+            question,
+            repeat,
+            self.people[i],
+            "NO" if self.target_no[i] else "YES",
+            ANSWERS[self.answer[i]],
+            REASONS[self.reason[i]],
+            bool(self.error[i]),
+            FORCED_ANSWERS[self.forced[i]],
+            None if math.isnan(probability) else probability,
+        )
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
