@@ -313,6 +313,15 @@ def iter_predictions(path: Path) -> Iterator[Prediction]:
                 yield row
 
 
+def read_predictions(path: Path) -> dict[int, Prediction]:
+    """All counting predictions in memory, by sample key (for small jobs such as a cost budget)."""
+    if not path.exists():
+        return {}
+    index = index_predictions(path)
+    with path.open("rb") as handle:
+        return {key: index.row(handle, key) for key in index.where}
+
+
 class PredictionWriter:
     """Appends one JSON line per finished sample; `flush` hands them to the OS (the runner does so
     for every batch of replies that land together, before the next turn of the event loop).

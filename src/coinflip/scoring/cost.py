@@ -11,7 +11,7 @@ resumed or rescored run shows what the whole run costs, not only its last part.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -152,7 +152,7 @@ class Budget:
         usage = usage or {}
         self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, self.batch)
 
-    def add_saved(self, rows: Iterable[dict[str, Any]]) -> None:
+    def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
             forced = row.get("forced")
             for usage in (row.get("usage"), forced.get("usage") if isinstance(forced, dict) else None):
