@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from . import forced
 from .config import BENCHMARK, safe_name
 from .errors import ConfigError, storage_error
-from .records import Prediction, dumps, key_of, read_prediction
+from .records import Prediction, Review, dumps, key_of, read_prediction, read_review
 
 CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
@@ -311,6 +311,14 @@ def iter_predictions(path: Path) -> Iterator[Prediction]:
         for line in handle:
             if line.endswith(b"\n") and (row := read_prediction(line)) is not None:
                 yield row
+
+
+def iter_reviews(path: Path) -> Iterator[Review]:
+    """Every review of a file, in file order; a line that holds none is passed over."""
+    with path.open("rb") as handle:
+        for line in handle:
+            if (review := read_review(line)) is not None:
+                yield review
 
 
 def read_predictions(path: Path) -> dict[int, Prediction]:

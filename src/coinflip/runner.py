@@ -10,13 +10,11 @@ cancelled, what finished is kept, a local server is stopped, and the exit code i
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import DataError, StorageError
-from ..rundir import RunDir, index_predictions, iter_predictions, sample_key
+from ..records import Review, key_of
+from ..rundir import RunDir, index_predictions, iter_reviews
 
 COLUMNS = (
     "id", "repeat", "people", "target", "extracted", "result", "invalid_reason",
@@ -27,7 +28,7 @@ FORMATS = ("csv", "jsonl")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
-def result(review: dict[str, Any]) -> str:
+def result(review: Review) -> str:
     """right, wrong, invalid (no valid answer) or error (no reply), in coinflip's strict reading."""
     if review.get("error"):
         return "error"
@@ -36,20 +37,12 @@ def result(review: dict[str, Any]) -> str:
     return "right" if review.get("correct") else "wrong"
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 def answers(run: RunDir) -> Iterator[dict[str, Any]]:
     """The joined rows, in the order of the predictions file: scored samples only (a sample whose
     forced answer is still owed, or outside the run's questions, has no review and is left out)."""
     if not run.reviews.is_file() or not run.predictions.is_file():
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
-    reviews: dict[int, dict[str, Any]] = {}
-    for line in iter_predictions(run.reviews):
-        question, repeat = _int(line.get("id")), _int(line.get("repeat"))
-        if question is not None and repeat is not None:
-            reviews[sample_key(question, repeat)] = line
+    reviews = {key_of(review): review for review in iter_reviews(run.reviews)}
     index = index_predictions(run.predictions)
     with run.predictions.open("rb") as handle:
         for key in index.where:

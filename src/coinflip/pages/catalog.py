@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config import BENCHMARK, safe_name
-from ..records import Review, read_prediction, read_review
-from ..rundir import CONFIG_FILE, load_saved_config
+from ..records import Review, read_prediction
+from ..rundir import CONFIG_FILE, iter_reviews, load_saved_config
 
 RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs"})
 MAX_DEPTH = 8
@@ -222,7 +222,7 @@ def read_answers(run: Found) -> Answers | None:
         questions, offsets = _questions(run.file("predictions"))
         votes: dict[str, list[int]] = {}  # question -> [YES answers, NO answers, target is YES]
         first: dict[str, tuple[int, str, str, int]] = {}
-        for review in _reviews(run.file("reviews")):
+        for review in iter_reviews(run.file("reviews")):
             question = questions.get(review["id"])
             if question is None:
                 continue
@@ -237,15 +237,6 @@ def read_answers(run: Found) -> Answers | None:
     from ..scoring.reducers import majority_right
 
     return Answers(majority_right(votes), first, run.file("predictions"), offsets)
-
-
-def _reviews(path: Path) -> Iterator[Review]:
-    """Every review of a file; a line that holds none is passed over."""
-    with path.open("rb") as handle:
-        for line in handle:
-            review = read_review(line)
-            if review is not None:
-                yield review
 
 
 def _people(review: Review) -> int:
