@@ -27,7 +27,7 @@ METRIC_COMPATS = ("coinflip", "evalscope")
 SPLITS = ("test", "validation")
 API_MODES = ("chat", "completions")
 LIMIT_MODES = ("stratified", "first", "random")
-PROMPT_TEMPLATES = ("default", "direct", "multiturn")
+PROMPT_TEMPLATES = ("default", "direct", "multiturn", "zh", "direct-zh")
 DEFAULT_BATCH = 32
 GENERATION_KEYS = (
     "temperature",
@@ -169,7 +169,7 @@ class TaskConfig:
     prompt_template: str = _setting(
         "default",
         "default (the specification's, byte for byte), direct (answer without reasoning), multiturn (few-shot "
-        "examples as chat turns), or your own text with {question}.",
+        "examples as chat turns), zh or direct-zh (default or direct in Chinese), or your own text with {question}.",
         metavar="NAME|TEXT",
         evalscope="dataset_args.coin_flip.prompt_template",
     )

@@ -1,4 +1,11 @@
-"""Seeded CoinFlip question generator: fresh, uncontaminated sets of any length, streamed to disk."""
+"""Seeded CoinFlip question generator: fresh, uncontaminated sets of any length, streamed to disk.
+
+Each question is a sequence (who flips and who does not) drawn from the seed. Written in the
+official form by default, byte for byte; a `Style` (grammar.py) writes the same sequences another
+way: tails-up start, the other side asked, rephrased actions, idle sentences, names in other
+scripts, Chinese. The same seed gives the same sequences in every style, and each answer is
+computed from its sequence.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import ConfigError
+from .grammar import FLIP, KEEP, Sequence, Style, apply
 
 OPENING = "Q: A coin is heads up."
 CLOSING = "  Is the coin still heads up?"
@@ -97,16 +105,38 @@ def _drawn(people: PeopleRange, count: int, seed: int, chunk: int = 50_000) -> I
         yield codes, flips
 
 
-def iter_questions(people: PeopleRange, count: int, seed: int) -> Iterator[tuple[str, str]]:
-    """Yield (question, answer) pairs; the answer is YES exactly when the number of flips is even.
+def iter_questions(people: PeopleRange, count: int, seed: int, style: Style | None = None) -> Iterator[tuple[str, str]]:
+    """Yield (question, answer) pairs; in the official form the answer is YES exactly when the
+    number of flips is even, in any other style it is computed from the sequence.
 
     Random draws are vectorised per chunk (numpy), so memory stays flat however many are asked for.
     """
+    if style is not None and not style.is_default():
+        yield from _styled(people, count, seed, style)
+        return
     piece = _table().__getitem__
     join = "".join
     for codes, flips in _drawn(people, count, seed):
         for row, f in zip(codes.tolist(), flips.tolist(), strict=True):
             yield OPENING + join(map(piece, row)) + CLOSING, "NO" if f & 1 else "YES"
+
+
+def iter_sequences(people: PeopleRange, count: int, seed: int) -> Iterator[Sequence]:
+    """The sequences behind `iter_questions(people, count, seed)`, in the same order."""
+    pool = names()
+    size = len(pool)
+    for codes, _ in _drawn(people, count, seed):
+        for row in codes.tolist():
+            steps = [(pool[c], FLIP) if c < size else (pool[c - size], KEEP) for c in row if c < 2 * size]
+            yield Sequence(tuple(steps))
+
+
+def _styled(people: PeopleRange, count: int, seed: int, style: Style) -> Iterator[tuple[str, str]]:
+    """The same sequences as the official form, written in `style`; its random choices (idle
+    sentences, names) come from a second generator, so they never move the sequences."""
+    rng = random.Random(f"{seed}:style")
+    for sequence in iter_sequences(people, count, seed):
+        yield apply(sequence, style, rng)
 
 
 def write_jsonl(rows: Iterator[tuple[str, str]], out: TextIO, chunk: int = 8192) -> int:
@@ -123,15 +153,17 @@ def write_jsonl(rows: Iterator[tuple[str, str]], out: TextIO, chunk: int = 8192)
     return written + len(buffer)
 
 
-def generate_file(path: Path, people: PeopleRange, count: int, seed: int) -> int:
-    """The lines `write_jsonl(iter_questions(...))` makes, each chunk joined inside numpy:
-    a million questions in a few seconds."""
+def generate_file(path: Path, people: PeopleRange, count: int, seed: int, style: Style | None = None) -> int:
+    """The lines `write_jsonl(iter_questions(...))` makes; in the official form each chunk is
+    joined inside numpy: a million questions in a few seconds."""
     import numpy as np
 
     if count < 1:
         raise ConfigError(f"--count must be at least 1, got {count}")
     if seed < 0:
         raise ConfigError(f"--seed must be a whole number >= 0, got {seed}")
+    if style is not None and not style.is_default():
+        return _write_styled(path, iter_questions(people, count, seed, style))
     table = np.array(_table(), dtype=object)
     head = len(table) - 3
     try:
@@ -144,6 +176,15 @@ def generate_file(path: Path, people: PeopleRange, count: int, seed: int) -> int
                 line[:, -1] = head + 1 + (flips & 1)
                 out.write("".join(np.add.reduce(table[line], axis=1).tolist()))
         return count
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _write_styled(path: Path, rows: Iterator[tuple[str, str]]) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as out:
+            return write_jsonl(rows, out)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
 

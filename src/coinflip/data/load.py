@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DataError, short
+from .grammar import FLIPS_PATTERN, KEEPS_PATTERN
 
 if TYPE_CHECKING:
     from .sampling import Subset
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
 FORMATS = (".json", ".jsonl", ".csv", ".parquet")
-_FLIPS = re.compile(r"\S flips the coin\.")
-_KEEPS = re.compile(r"\S does not flip the coin\.")
+_FLIPS = FLIPS_PATTERN  # every phrasing of the grammar (grammar.py), the official one first
+_KEEPS = KEEPS_PATTERN
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 Templates: `default` is the specification's (0-shot and few-shot, byte-exact); `direct` asks for
 the answer line alone; `multiturn` is the default with each few-shot example as its own
-user/assistant pair; any other text is a custom template holding `{question}` (and optionally
-`{fewshot}`). Every run records the template's name and hash, so numbers say what they were
-asked with.
+user/assistant pair; `zh` and `direct-zh` are default and direct in Chinese (for questions in
+Chinese; replies still end in "ANSWER: YES" or "ANSWER: NO"); any other text is a custom
+template holding `{question}` (and optionally `{fewshot}`). Every run records the template's
+name and hash, so numbers say what they were asked with.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from . import grammar
 from .load import Record
 
 ZERO_SHOT_TEMPLATE = (
@@ -35,6 +37,25 @@ FEW_SHOT_TEMPLATE = FEW_SHOT_HEAD + ZERO_SHOT_TEMPLATE
 DIRECT_TEMPLATE = (
     "\nAnswer the following coin flip problem without explaining. Reply with one line of the form "
     '"ANSWER: [ANSWER]" (without quotes) where [ANSWER] is YES or NO.\n'
+    "\n"
+    "{question}\n"
+)
+# The default and direct templates in Chinese, for questions in Chinese (grammar.py, language zh).
+# The answer markers stay "ANSWER: YES" / "ANSWER: NO", so extraction and scoring are the same.
+ZH_ZERO_SHOT_TEMPLATE = (
+    '\n请逐步解答下面的硬币翻转问题。回答的最后一行应为 "ANSWER: [ANSWER]"（不含引号）的形式，'
+    "其中 [ANSWER] 是问题的答案。\n"
+    "\n"
+    "{question}\n"
+    "\n"
+    '记得在回答的最后单独一行写出 "ANSWER: [ANSWER]"（不含引号），其中 [ANSWER] 为 YES（是）或 NO（否）。\n'
+    "\n"
+    "推理：\n"
+)
+ZH_FEW_SHOT_HEAD = "以下是一些类似问题的解答示例：\n\n{fewshot}\n\n"
+ZH_DIRECT_TEMPLATE = (
+    '\n请直接回答下面的硬币翻转问题，不要解释。只回复一行 "ANSWER: [ANSWER]"（不含引号），'
+    "其中 [ANSWER] 为 YES（是）或 NO（否）。\n"
     "\n"
     "{question}\n"
 )
@@ -64,7 +85,10 @@ BUILT_IN = {
     "default": Template("default", ZERO_SHOT_TEMPLATE, FEW_SHOT_TEMPLATE),
     "direct": Template("direct", DIRECT_TEMPLATE, FEW_SHOT_HEAD + DIRECT_TEMPLATE, reasoning=False),
     "multiturn": Template("multiturn", ZERO_SHOT_TEMPLATE, FEW_SHOT_TEMPLATE, multiturn=True),
+    "zh": Template("zh", ZH_ZERO_SHOT_TEMPLATE, ZH_FEW_SHOT_HEAD + ZH_ZERO_SHOT_TEMPLATE),
+    "direct-zh": Template("direct-zh", ZH_DIRECT_TEMPLATE, ZH_FEW_SHOT_HEAD + ZH_DIRECT_TEMPLATE, reasoning=False),
 }
+IN_CHINESE = {"default": "zh", "direct": "direct-zh"}  # a built-in template's Chinese twin
 
 
 def template(value: str) -> Template:
@@ -90,18 +114,35 @@ def template(value: str) -> Template:
 
 
 def reasoning(question: str) -> str:
-    """A short correct solution that tracks the coin person by person, ending in the answer line."""
-    heads = True
-    lines = ["The coin starts heads up."]
-    for name, action in _STEP.findall(question):
-        if action == "flips":
-            heads = not heads
-            lines.append(f"{name} flips the coin, so it is now {'heads' if heads else 'tails'} up.")
+    """A short correct solution that tracks the coin person by person, ending in the answer line.
+
+    Any question of the grammar (grammar.py: either start, either side asked, rephrased actions,
+    idle sentences, Chinese) is solved from its own sequence; the official form reads as it always has.
+    """
+    parsed = grammar.parse(question)
+    if parsed is None:  # not of the grammar: track the official sentences found in it
+        steps = tuple((n, grammar.FLIP if a == "flips" else grammar.KEEP) for n, a in _STEP.findall(question))
+        parsed = grammar.Parsed(grammar.Sequence(steps), grammar.Surface(), ())
+    sequence = parsed.sequence
+    side = sequence.start
+    lines = [f"The coin starts {side} up."]
+    words = grammar.BOOKS["en"].steps
+    phrasing = parsed.surface.phrasing
+    for name, action in sequence.steps:
+        if action == grammar.FLIP:
+            side = grammar.other_side(side)
+            lines.append(f"{name}{words[action, phrasing].format('')[1:-1]}, so it is now {side} up.")
+        elif action == grammar.KEEP:
+            lines.append(f"{name}{words[action, phrasing].format('')[1:-1]}, so it stays {side} up.")
         else:
-            lines.append(f"{name} does not flip the coin, so it stays {'heads' if heads else 'tails'} up.")
-    verdict = "still heads up" if heads else "tails up, not heads up"
+            lines.append(f"{name} does nothing to the coin, so it stays {side} up.")
+    asked = sequence.asked
+    if side != asked:
+        verdict = f"{side} up, not {asked} up"
+    else:
+        verdict = f"still {asked} up" if asked == sequence.start else f"{asked} up"
     lines.append(f"The coin ends {verdict}.")
-    lines.append(f"ANSWER: {'YES' if heads else 'NO'}")
+    lines.append(f"ANSWER: {sequence.answer}")
     return "\n".join(lines)
 
 

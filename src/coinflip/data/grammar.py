@@ -1,0 +1,286 @@
+"""The CoinFlip grammar: a coin starts on one side, people act on it in turn, a question asks about one side.
+
+The official questions are one point of this grammar: the coin starts heads up, people "flip" or
+"do not flip" it, and the question asks "Is the coin still heads up?". Probes say the same
+sequence of actions in other words (`Surface`) to tell a model that tracks the coin from one that
+matches phrases:
+
+- start: the side the coin starts on (heads, tails);
+- asked: the side the question asks about; "still" when it is the start side;
+- phrasing: plain ("flips the coin" / "does not flip the coin") or rephrased ("turns the coin
+  over" / "leaves the coin as it is");
+- idle sentences, which change nothing ("X looks at the coin."), are steps of their own;
+- language: en, or zh (the same grammar in Chinese; replies still end in "ANSWER: YES" or
+  "ANSWER: NO", the markers the scorer reads).
+
+The answer is always computed from the sequence (`Sequence.answer`), and `parse` reads every
+question this grammar writes back into its sequence, so no truth ever comes from a reply.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+FLIP, KEEP, IDLE = "flip", "keep", "idle"  # a step turns the coin, leaves it, or changes nothing
+SIDES = ("heads", "tails")
+PHRASINGS = ("plain", "rephrased")
+LANGUAGES = ("en", "zh")
+
+
+@dataclass(frozen=True)
+class Surface:
+    """How a sequence is put into words; the default is the official form, byte for byte."""
+
+    start: str = "heads"
+    asked: str = "heads"
+    phrasing: str = "plain"
+    language: str = "en"
+
+    def is_default(self) -> bool:
+        return self == Surface()
+
+
+@dataclass(frozen=True)
+class Phrasebook:
+    """The sentences of one language: `{side}` and `{}` (the person) are filled in."""
+
+    opening: str
+    steps: dict[tuple[str, str], str]  # (action, phrasing) -> sentence; IDLE under every phrasing
+    idle: tuple[str, ...]
+    still: str  # the question when it asks about the start side
+    other: str  # the question when it asks about the other side
+    sides: dict[str, str]
+
+
+EN = Phrasebook(
+    opening="Q: A coin is {side} up.",
+    steps={
+        (FLIP, "plain"): " {} flips the coin.",
+        (KEEP, "plain"): " {} does not flip the coin.",
+        (FLIP, "rephrased"): " {} turns the coin over.",
+        (KEEP, "rephrased"): " {} leaves the coin as it is.",
+    },
+    idle=(" {} looks at the coin.", " {} points at the coin.", " {} reads the date on the coin."),
+    still="  Is the coin still {side} up?",
+    other="  Is the coin {side} up?",
+    sides={"heads": "heads", "tails": "tails"},
+)
+ZH = Phrasebook(
+    opening="问：一枚硬币{side}朝上。",
+    steps={
+        (FLIP, "plain"): "{}翻转了硬币。",
+        (KEEP, "plain"): "{}没有翻转硬币。",
+        (FLIP, "rephrased"): "{}把硬币翻了个面。",
+        (KEEP, "rephrased"): "{}让硬币保持原样。",
+    },
+    idle=("{}看了看硬币。", "{}指了指硬币。", "{}读了读硬币上的年份。"),
+    still="硬币仍然{side}朝上吗？",
+    other="硬币是{side}朝上吗？",
+    sides={"heads": "正面", "tails": "反面"},
+)
+BOOKS = {"en": EN, "zh": ZH}
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """What happens to the coin: who does what, in order, from which side, and what is asked."""
+
+    steps: tuple[tuple[str, str], ...]  # (person, FLIP | KEEP | IDLE)
+    start: str = "heads"
+    asked: str = "heads"
+
+    @property
+    def flips(self) -> int:
+        return sum(action == FLIP for _, action in self.steps)
+
+    @property
+    def people(self) -> int:
+        """People who act on the coin (an idle sentence is no action)."""
+        return sum(action != IDLE for _, action in self.steps)
+
+    @property
+    def final(self) -> str:
+        return self.start if self.flips % 2 == 0 else other_side(self.start)
+
+    @property
+    def answer(self) -> str:
+        return "YES" if self.final == self.asked else "NO"
+
+
+def other_side(side: str) -> str:
+    return "tails" if side == "heads" else "heads"
+
+
+def render(sequence: Sequence, surface: Surface, choices: tuple[int, ...] = ()) -> str:
+    """The question text. The sequence's start and asked sides are used (a surface's are applied
+    by `restyle`); `choices` picks each idle sentence's wording (default: the first)."""
+    book = BOOKS[surface.language]
+    parts = [book.opening.format(side=book.sides[sequence.start])]
+    idle = iter(choices)
+    for person, action in sequence.steps:
+        if action == IDLE:
+            parts.append(book.idle[next(idle, 0) % len(book.idle)].format(person))
+        else:
+            parts.append(book.steps[action, surface.phrasing].format(person))
+    closing = book.still if sequence.asked == sequence.start else book.other
+    parts.append(closing.format(side=book.sides[sequence.asked]))
+    return "".join(parts)
+
+
+def restyle(sequence: Sequence, surface: Surface) -> Sequence:
+    """The sequence with the surface's start and asked sides: the actions stay, the answer follows."""
+    return replace(sequence, start=surface.start, asked=surface.asked)
+
+
+NAME_POOLS = ("pool", "scripts")
+
+
+@dataclass(frozen=True)
+class Style:
+    """A surface plus what is drawn at random when it is applied: idle sentences and other names."""
+
+    surface: Surface = Surface()
+    idle: float = 0.0  # the chance of an idle sentence after each step
+    names: str = "pool"  # pool: the names as drawn; scripts: each person renamed from `script_names()`
+
+    def is_default(self) -> bool:
+        return self == Style()
+
+
+def apply(sequence: Sequence, style: Style, rng: random.Random) -> tuple[str, str]:
+    """(question, answer) for `sequence` written in `style`; `rng` draws idle sentences and names,
+    so the same seed gives the same text and the actions (hence the answer) never depend on it."""
+    steps = list(sequence.steps)
+    if style.names == "scripts":
+        people = list(dict.fromkeys(person for person, _ in steps))
+        if len(people) > len(script_names()):
+            raise ValueError(f"{len(people)} people, but only {len(script_names())} names in other scripts")
+        renamed = dict(zip(people, rng.sample(script_names(), len(people)), strict=True))
+        steps = [(renamed[person], action) for person, action in steps]
+    choices: list[int] = []
+    if style.idle:
+        people = [person for person, action in steps if action != IDLE] or [person for person, _ in steps]
+        with_idle: list[tuple[str, str]] = []
+        for step in steps:
+            with_idle.append(step)
+            if rng.random() < style.idle:
+                with_idle.append((rng.choice(people), IDLE))
+                choices.append(rng.randrange(len(BOOKS[style.surface.language].idle)))
+        steps = with_idle
+    written = restyle(replace(sequence, steps=tuple(steps)), style.surface)
+    return render(written, style.surface, tuple(choices)), written.answer
+
+
+@lru_cache(maxsize=1)
+def script_names() -> tuple[str, ...]:
+    """First names in other scripts (Cyrillic, Greek, Arabic, Hebrew, Devanagari, Chinese, ...)."""
+    from .load import bundled_dir
+
+    lines = (bundled_dir() / "names_scripts.txt").read_text(encoding="utf-8").splitlines()
+    return tuple(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+@dataclass(frozen=True)
+class Parsed:
+    sequence: Sequence
+    surface: Surface
+    idle_choices: tuple[int, ...]
+
+
+def parse(question: str) -> Parsed | None:
+    """The sequence and surface a question of this grammar was written from; None for any other text."""
+    text = question.strip()
+    for language, book in BOOKS.items():
+        found = _parser(language).fullmatch(text)
+        if found is not None:
+            return _read(found, language, book)
+    return None
+
+
+def solve(question: str) -> str | None:
+    """YES or NO, computed from the question's own sequence; None when it is not of this grammar."""
+    parsed = parse(question)
+    return parsed.sequence.answer if parsed else None
+
+
+def _read(found: re.Match[str], language: str, book: Phrasebook) -> Parsed | None:
+    side_of = {v: k for k, v in book.sides.items()}
+    start, asked = side_of[found["start"]], side_of[found["asked"]]
+    if (found["still"] is not None) != (start == asked):
+        return None  # "still tails up?" after a heads-up start is no question of this grammar
+    by_sentence = {_key(s): (action, phrasing) for (action, phrasing), s in book.steps.items()}
+    by_sentence.update({_key(s): (IDLE, str(i)) for i, s in enumerate(book.idle)})
+    steps, choices, phrasings = [], [], set()
+    for person, sentence in _step_pattern(language).findall(found["body"]):
+        action, how = by_sentence[sentence]
+        steps.append((person, action))
+        if action == IDLE:
+            choices.append(int(how))
+        else:
+            phrasings.add(how)
+    if len(phrasings) > 1:
+        return None
+    surface = Surface(start, asked, phrasings.pop() if phrasings else "plain", language)
+    return Parsed(Sequence(tuple(steps), start, asked), surface, tuple(choices))
+
+
+def _key(sentence: str) -> str:
+    """A sentence without its person, as the step pattern captures it."""
+    return sentence.replace("{}", "").strip()
+
+
+@lru_cache(maxsize=4)
+def _step_pattern(language: str) -> re.Pattern[str]:
+    book = BOOKS[language]
+    sentences = sorted({_key(s) for s in [*book.steps.values(), *book.idle]}, key=len, reverse=True)
+    alternatives = "|".join(re.escape(s) for s in sentences)
+    if language == "en":
+        return re.compile(rf" (\S+) ({alternatives})")
+    return re.compile(rf"([^。？]+?)({alternatives})")
+
+
+@lru_cache(maxsize=4)
+def _parser(language: str) -> re.Pattern[str]:
+    """The whole question: opening, steps (checked sentence by sentence), closing."""
+    book = BOOKS[language]
+    sides = "|".join(re.escape(s) for s in book.sides.values())
+    steps = _step_pattern(language).pattern
+    opening = re.escape(book.opening).replace(re.escape("{side}"), f"(?P<start>{sides})")
+    still = re.escape(book.still).replace(re.escape("{side}"), f"(?P<asked>{sides})")
+    # the two closings differ only by "still " (en) or "仍然" / "是" (zh)
+    if language == "en":
+        closing = still.replace(re.escape("still "), "(?P<still>still )?")
+    else:
+        closing = still.replace("仍然", "(?:(?P<still>仍然)|是)")
+    return re.compile(rf"{opening}(?P<body>(?:{_plain(steps)})*){closing}")
+
+
+def _plain(pattern: str) -> str:
+    """A step pattern without its capturing groups, to repeat inside the whole-question pattern."""
+    return pattern.replace("(\\S+)", "\\S+").replace("([^。？]+?)", "[^。？]+?").replace("(", "(?:", 1)
+
+
+# What the loader counts in any question of this grammar: people who flip, and who do not.
+FLIPS_PATTERN = re.compile(
+    "|".join(
+        [
+            r"\S flips the coin\.",
+            r"\S turns the coin over\.",
+            re.escape(ZH.steps[FLIP, "plain"][2:]),
+            re.escape(ZH.steps[FLIP, "rephrased"][2:]),
+        ]
+    )
+)
+KEEPS_PATTERN = re.compile(
+    "|".join(
+        [
+            r"\S does not flip the coin\.",
+            r"\S leaves the coin as it is\.",
+            re.escape(ZH.steps[KEEP, "plain"][2:]),
+            re.escape(ZH.steps[KEEP, "rephrased"][2:]),
+        ]
+    )
+)
