@@ -4,8 +4,13 @@ Used by the tests and the benchmarks, and handy for trying coinflip without a mo
 
     python -m coinflip.testing.server --port 8000 --policy mixed --fail-rate 0.3
 
-Policies: `correct` always answers right; `mixed` answers by a hash of the question (right,
-wrong, invalid or always YES), so the expected metrics can be computed from `Policy.expected`.
+Policies: `correct` always answers right (it tracks the coin in every form of the grammar);
+`mixed` answers by a hash of the question (right, wrong, invalid or always YES), so the expected
+metrics can be computed from `Policy.expected`. Two policies stand for models the probes must
+catch: `shortcut` counts the phrase " flips the coin." from an assumed heads-up start (right on
+the official form, lost when the coin starts tails up or flips are worded otherwise), and
+`contaminated` knows the bundled splits' questions by heart and gets any other question right
+60% of the time (by a hash of the question, so runs repeat).
 Faults (`fail_rate`): 429 with Retry-After, 500, a stalled reply, a dropped connection, a
 malformed body or an empty choice list - what real servers do under load.
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -38,21 +44,58 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
+from ..data.grammar import solve
 from .batches import BatchRoutes, BatchStore
 
-_QUESTION = re.compile(r"Q: A coin is heads up\..*?Is the coin still heads up\?", re.S)
+_QUESTION = re.compile(
+    r"Q: A coin is (?:heads|tails) up\..*?Is the coin (?:still )?(?:heads|tails) up\?|问：一枚硬币.*?吗？", re.S
+)
 MIXED = ("right",) * 6 + ("wrong", "wrong", "invalid", "yes")  # what `mixed` does, by question hash
 FAULTS = ("429", "500", "stall", "drop", "malformed", "empty")
 
 
 def truth(question: str) -> str:
+    """The right answer, from the question's own sequence (any form of the grammar)."""
+    solved = solve(question)
+    if solved is not None:
+        return solved
     flips = len(re.findall(r"\S flips the coin\.", question))
     return "NO" if flips % 2 else "YES"
+
+
+def shortcut(question: str) -> str:
+    """What a phrase counter answers: an odd number of " flips the coin." means tails, from a
+    heads-up start it never reads; the side asked about it does read."""
+    heads = question.count(" flips the coin.") % 2 == 0
+    asks_tails = re.search(r"tails up\?$|反面朝上吗？$", question) is not None
+    return "YES" if heads != asks_tails else "NO"
+
+
+@functools.lru_cache(maxsize=1)
+def known_questions() -> frozenset[str]:
+    """The questions a contaminated model has seen: the bundled splits."""
+    from ..data import bundled_dir, load_file
+
+    return frozenset(
+        r.question for split in ("test", "validation") for r in load_file(bundled_dir() / f"{split}.jsonl")
+    )
+
+
+def contaminated(question: str) -> str:
+    """Right on every question it has seen; right 60% of the time on any other."""
+    right = truth(question)
+    if question in known_questions() or int(hashlib.sha256(f"fresh:{question}".encode()).hexdigest(), 16) % 10 < 6:
+        return right
+    return "NO" if right == "YES" else "YES"
 
 
 def last_question(prompt: str) -> str:
     found = _QUESTION.findall(prompt)
     return found[-1] if found else ""
+
+
+ANSWERERS = {"shortcut": shortcut, "contaminated": contaminated}
+POLICIES = ("correct", "mixed", *ANSWERERS)
 
 
 @dataclass(frozen=True)
@@ -66,6 +109,8 @@ class Policy:
 
     def expected(self, question: str) -> str | None:
         """What extraction should find in this policy's reply: YES, NO or None."""
+        if self.name in ANSWERERS:
+            return ANSWERERS[self.name](question)
         kind, right = self.kind(question), truth(question)
         return {"right": right, "wrong": "NO" if right == "YES" else "YES", "invalid": None, "yes": "YES"}[kind]
 
@@ -456,7 +501,7 @@ class FakeOpenAIServer:
 def serve(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m coinflip.testing.server", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--policy", choices=("correct", "mixed"), default="correct")
+    parser.add_argument("--policy", choices=POLICIES, default="correct")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
     parser.add_argument("--fail-rate", type=float, default=0.0)
     parser.add_argument("--api-key", default=None)
