@@ -24,15 +24,7 @@ def sweep(config: TaskConfig, people: PeopleRange, count: int) -> dict[str, Any]
     progress = sys.stderr.isatty() if config.progress is None else config.progress
     points = []
     for i, k in enumerate(lengths, 1):
-        data = root / "data" / f"people_{k:02d}"
-        generate_file(data / "test.jsonl", PeopleRange(k, k), count, config.seed + k)
-        if config.few_shot_num:
-            generate_file(
-                data / "validation.jsonl",
-                PeopleRange(k, k),
-                max(50, config.few_shot_num + 1),
-                config.seed + 100_000 + k,
-            )
+        data = length_data(config, root / "data", k, count)
         print(f"sweep {config.name}: {k} people ({i} of {len(lengths)})", file=sys.stderr, flush=True)
         run = replace(
             config,
@@ -42,24 +34,41 @@ def sweep(config: TaskConfig, people: PeopleRange, count: int) -> dict[str, Any]
             quiet=True,
             progress=progress,
         )
-        report = run_task(run)
-        points.append(
-            {
-                "people": k,
-                "samples": report["counts"]["samples"],
-                "accuracy": report["metrics"]["accuracy"],
-                "interval": report["intervals"]["accuracy"],
-                "f1_score": report["metrics"]["f1_score"],
-                "invalid_rate": report["counts"]["invalid_rate"],
-                "complete": report["complete"],
-                "run": report["run"],
-            }
-        )
+        points.append(length_point(k, run_task(run)))
     result = {"model": config.name, "count": count, "seed": config.seed, "directory": str(root), "points": points}
     (root / "sweep.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     (root / "sweep.md").write_text(to_markdown(result), encoding="utf-8")
     (root / "sweep.html").write_text(to_html(result), encoding="utf-8")
     return result
+
+
+def length_data(config: TaskConfig, folder: Path, people: int, count: int) -> Path:
+    """`folder`/people_KK: a fresh set of `count` questions with `people` people (seeded by
+    config.seed plus the length), and few-shot examples of the same length when asked for."""
+    data = folder / f"people_{people:02d}"
+    generate_file(data / "test.jsonl", PeopleRange(people, people), count, config.seed + people)
+    if config.few_shot_num:
+        generate_file(
+            data / "validation.jsonl",
+            PeopleRange(people, people),
+            max(50, config.few_shot_num + 1),
+            config.seed + 100_000 + people,
+        )
+    return data
+
+
+def length_point(people: int, report: dict[str, Any]) -> dict[str, Any]:
+    """One point of the curve: a run's report at one number of people."""
+    return {
+        "people": people,
+        "samples": report["counts"]["samples"],
+        "accuracy": report["metrics"]["accuracy"],
+        "interval": report["intervals"]["accuracy"],
+        "f1_score": report["metrics"]["f1_score"],
+        "invalid_rate": report["counts"]["invalid_rate"],
+        "complete": report["complete"],
+        "run": report["run"],
+    }
 
 
 def to_markdown(result: dict[str, Any]) -> str:

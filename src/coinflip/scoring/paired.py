@@ -68,3 +68,20 @@ def pair(a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
     only_a = [q for q in shared if a[q] and not b[q]]
     only_b = [q for q in shared if b[q] and not a[q]]
     return Paired(len(shared), only_a, only_b)
+
+
+def difference(only_a: int, only_b: int, shared: int, z: float = 1.959964) -> dict[str, float]:
+    """B's accuracy minus A's on `shared` paired questions, with a 95% interval.
+
+    The interval is Agresti and Min's adjusted Wald interval (half a question added to each cell
+    of the 2x2 table), so it stays honest on few questions and never collapses to a point."""
+    if shared <= 0:
+        return {"difference": 0.0, "low": -1.0, "high": 1.0}
+    n, b, c = shared + 2, only_a + 0.5, only_b + 0.5
+    centre = (c - b) / n
+    half = z * math.sqrt(max((b + c) - (c - b) ** 2 / n, 0.0)) / n
+    return {
+        "difference": (only_b - only_a) / shared,
+        "low": max(-1.0, centre - half),
+        "high": min(1.0, centre + half),
+    }
