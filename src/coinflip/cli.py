@@ -253,6 +253,48 @@ def sweep_command(people: str, count: int, **opts: Any) -> None:
         sys.exit(1)
 
 
+@app.command("probe")
+@setting_options("eval")
+@click.option(
+    "--variants",
+    default=None,
+    help="Comma-separated variants besides the base set  [default: fresh,tails,inverted,rephrased,idle,scripts,zh]",
+)
+@click.option(
+    "--lengths", default=None, help="People per question for the length curve, e.g. 2-8; 0: none  [default: 2-8]"
+)
+@click.option(
+    "--length-count", default=None, type=int, help="Questions per length  [default: the base set's, at most 200]"
+)
+def probe_command(variants: str | None, lengths: str | None, length_count: int | None, **opts: Any) -> None:
+    """Memorised, pattern-matched, or tracked? The model on matched variants of the benchmark.
+
+    \b
+    Runs the evaluated set (the base, with every setting `eval` takes), a fresh twin matched to
+    it (a contamination signal), surface variants written from the same sequences (tails-up
+    start, the question inverted, rephrased actions, idle sentences, names in other scripts,
+    Chinese) and the accuracy curve over the number of people. Each is an ordinary run in one
+    probe directory; probe.json and probe.html give each variant's metrics, its paired
+    difference to the base (McNemar) and a verdict. `--use-cache PROBE_DIR` resumes a probe.
+    Exit codes: 0 done, 1 incomplete, 2 bad input.
+    """
+    from .config import TaskConfig
+    from .probes.run import ProbeOptions, probe
+
+    config = TaskConfig(**given(opts))  # validated once, before anything is generated
+    chosen = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants is not None else None
+    result = probe(config, ProbeOptions(chosen, lengths, length_count))
+    click.echo(printable(f"probe {result['model']}: {result['headline']}"))
+    for v in result["variants"]:
+        line = v.get("verdict") or f"accuracy {v['metrics']['accuracy']:.4f} on {v['samples']} samples"
+        click.echo(printable(f"  {v['title']:<24} {v['metrics']['accuracy']:.4f}  {line}"))
+    if result["length"]["points"]:
+        click.echo(printable(f"  {'length':<24}         {result['length']['verdict']}"))
+    click.echo(printable(f"written: {result['directory']}/probe.html"))
+    if not result["complete"]:
+        sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every user-fixable problem ends as one line on stderr and exit code 2.
 

@@ -1,0 +1,108 @@
+"""probe.html: the variants side by side with their 95% intervals, the verdicts, and the length curve.
+
+Rendered by Jinja2 with autoescape on, so every text that came from a run (a model name, a path)
+is escaped by construction; the charts are plain SVG whose coordinates are computed here.
+One self-contained file: no script, nothing fetched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ROW_H = 30
+CHART_W, LEFT, RIGHT = 760, 190, 20
+CURVE_W, CURVE_H, PAD = 760, 260, 40
+
+TEMPLATE = Path(__file__).with_name("probe.html.j2")
+
+
+def render(result: dict[str, Any]) -> str:
+    from jinja2 import Environment
+
+    env = Environment(autoescape=True)
+    template = env.from_string(TEMPLATE.read_text(encoding="utf-8"))
+    return template.render(
+        r=result,
+        base_label=_base_label(result),
+        chart=variant_chart(result["variants"]),
+        curve=length_curve(result["length"]["points"]),
+        fmt=_fmt,
+        pct=lambda x: "-" if x is None else f"{x:.1%}",
+        pts=lambda x: f"{x * 100:+.1f}",
+        pval=lambda p: "< 0.001" if p < 0.001 else f"{p:.3f}",
+    )
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "undefined" if value is None else f"{value:.{digits}f}"
+
+
+def _base_label(result: dict[str, Any]) -> str:
+    dataset = result["base"]["dataset"]
+    where = dataset.get("id") or dataset.get("path") or dataset.get("source")
+    label = f"{dataset.get('source')} {where} ({dataset.get('split')})"
+    return label + (", coinflip's own generated set" if result["base"]["bundled"] else "")
+
+
+def variant_chart(variants: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rows of dots and interval bars on one accuracy axis from 0 to 1."""
+    span = CHART_W - LEFT - RIGHT
+
+    def x(value: float) -> float:
+        return round(LEFT + span * min(max(value, 0.0), 1.0), 1)
+
+    rows = []
+    for i, v in enumerate(variants):
+        accuracy, (low, high) = v["metrics"]["accuracy"], v["intervals"]["accuracy"]
+        drop = (v.get("paired") or {}).get("difference", 0.0)
+        rows.append(
+            {
+                "name": v["name"],
+                "title": v["title"],
+                "y": 20 + i * ROW_H,
+                "x": x(accuracy),
+                "low": x(low),
+                "high": x(high),
+                "accuracy": f"{accuracy:.3f}",
+                "interval": f"{low:.3f} - {high:.3f}",
+                "colour": "#b3261e" if drop < -0.05 else "#3b6fd8",
+            }
+        )
+    height = 20 + len(variants) * ROW_H + 20
+    ticks = [{"x": x(t / 4), "label": f"{t / 4:.2f}"} for t in range(5)]
+    base = variants[0]["metrics"]["accuracy"] if variants else 0.0
+    return {"width": CHART_W, "height": height, "left": LEFT, "rows": rows, "ticks": ticks, "base_x": x(base)}
+
+
+def length_curve(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Accuracy over the number of people with its interval band and the always-yes line."""
+    if not points:
+        return None
+    span_x, span_y = CURVE_W - PAD - 10, CURVE_H - PAD - 10
+    count = max(len(points) - 1, 1)
+
+    def at(i: int, value: float) -> tuple[float, float]:
+        return round(PAD + span_x * i / count, 1), round(10 + span_y * (1 - min(max(value, 0.0), 1.0)), 1)
+
+    def line(values: list[float]) -> str:
+        return " ".join("{},{}".format(*at(i, v)) for i, v in enumerate(values))
+
+    lows = [p["interval"][0] for p in points]
+    highs = [p["interval"][1] for p in points]
+    band = line(highs) + " " + " ".join("{},{}".format(*at(i, lows[i])) for i in reversed(range(len(points))))
+    dots = [
+        {"people": p["people"], "x": at(i, p["accuracy"])[0], "y": at(i, p["accuracy"])[1]}
+        for i, p in enumerate(points)
+    ]
+    ticks = [{"y": at(0, t / 4)[1], "label": f"{t / 4:.2f}"} for t in range(5)]
+    return {
+        "width": CURVE_W,
+        "height": CURVE_H,
+        "pad": PAD,
+        "line": line([p["accuracy"] for p in points]),
+        "band": band,
+        "baseline": line([p["always_yes"] for p in points]),
+        "points": dots,
+        "ticks": ticks,
+    }

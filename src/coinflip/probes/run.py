@@ -1,0 +1,317 @@
+"""`coinflip probe`: the base set, its fresh twin, the surface variants and the length curve, each an
+ordinary run in one probe directory, then one report (probe.json), one page (probe.html) and the
+work directory's index.
+
+    probe_YYYYmmdd_HHMMSS/
+      probe.json  probe.html        the report and the page
+      data/<variant>/test.jsonl     the generated questions (validation.jsonl too for few-shot)
+      runs/<variant>/               one run directory each (base, fresh, tails, ..., people_02, ...)
+
+Every run is resumable as any run is; `coinflip probe --use-cache PROBE_DIR` resumes them all with
+the settings saved in the base run, generating the same data again (everything is seeded).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..config import TaskConfig
+from ..data.generate import PeopleRange, write_jsonl
+from ..data.load import Record, load_dataset
+from ..data.prompts import IN_CHINESE
+from ..errors import ConfigError
+from ..rundir import CONFIG_FILE
+from . import verdicts
+from .variants import BASE, BY_NAME, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
+
+PROBE_FILE = "probe.json"
+PAGE_FILE = "probe.html"
+DEFAULT_LENGTHS = "2-8"
+LENGTH_COUNT_MAX = 200  # questions per length by default: the base set's size, at most this
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What a probe runs besides the base set; None: not given (a resume keeps the saved value)."""
+
+    variants: tuple[str, ...] | None = None  # default: every variant
+    lengths: str | None = None  # "2-8"; "0" or "none": no length curve
+    length_count: int | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    variants: tuple[Variant, ...]
+    lengths: PeopleRange | None
+    length_count: int | None
+
+    def saved(self) -> dict[str, Any]:
+        return {
+            "variants": [v.name for v in self.variants],
+            "lengths": str(self.lengths) if self.lengths else None,
+            "length_count": self.length_count,
+        }
+
+
+def settle(options: ProbeOptions, saved: dict[str, Any] | None = None) -> Settings:
+    """The options given, else the saved ones (on a resume), else the defaults; checked once."""
+    saved = saved or {}
+    names = options.variants if options.variants is not None else saved.get("variants")
+    if names is None:
+        names = [v.name for v in VARIANTS]
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ConfigError("probe variants must be a list of names")
+    lengths = options.lengths if options.lengths is not None else saved.get("lengths", DEFAULT_LENGTHS)
+    people = None if lengths in (None, "", "0", "none") else PeopleRange.parse(str(lengths))
+    count = options.length_count if options.length_count is not None else saved.get("length_count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ConfigError(f"--length-count must be a whole number >= 1, got {count!r}")
+    return Settings(choose(names), people, count)
+
+
+def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[str, Any]:
+    """Run every variant and the length curve; write probe.json, probe.html and the index."""
+    from ..pages import index
+    from ..plan import few_shot_pool, prepare
+
+    config, root, settings = _open(config, options)
+    base = prepare(_run_config(config, root, BASE, None))
+    records = list(base.dataset)
+    pool = few_shot_pool(config)
+    plans = _write_data(config, root, settings, records, pool)
+    _save(root, {"settings": settings.saved(), "complete": False})
+    reports = {}
+    total = len(plans) + len(_lengths(settings))
+    for i, (variant, data, template, _) in enumerate(plans, 1):
+        print(f"probe {config.name}: {variant.title} ({i} of {total})", file=sys.stderr, flush=True)
+        reports[variant.name] = _run(_run_config(config, root, variant, data, template))
+    points = []
+    for i, people in enumerate(_lengths(settings), len(plans) + 1):
+        print(f"probe {config.name}: {people} people ({i} of {total})", file=sys.stderr, flush=True)
+        points.append(_length(config, root, people, settings.length_count or min(len(records), LENGTH_COUNT_MAX)))
+    result = _result(config, root, settings, base.dataset.source, plans, reports, points)
+    _save(root, result)
+    _write_page(root, result)
+    index.refresh(root if config.no_timestamp else root.parent)
+    return result
+
+
+def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, Settings]:
+    """A new probe directory, or the one --use-cache names with its saved settings."""
+    if not config.use_cache:
+        work = Path(config.work_dir).expanduser()
+        root = work if config.no_timestamp else work / f"probe_{datetime.now():%Y%m%d_%H%M%S}"
+        if (root / PROBE_FILE).exists():
+            raise ConfigError(f"{root} already holds a probe; resume it with --use-cache {root}")
+        return config, root, settle(options)
+    root = Path(config.use_cache).expanduser()
+    saved = _load(root)
+    base_run = root / "runs" / BASE.name
+    if not (base_run / CONFIG_FILE).is_file():
+        raise ConfigError(f"{root}: its base run never started, so nothing is saved to resume; start a new probe")
+    from ..runner import resume_settings
+
+    given = {name: getattr(config, name) for name in config.given if name != "use_cache"}
+    resumed = resume_settings(TaskConfig(**given, use_cache=str(base_run)))
+    return replace(resumed, use_cache=None, dataset_args=None), root, settle(options, saved.get("settings"))
+
+
+def _load(root: Path) -> dict[str, Any]:
+    try:
+        saved = json.loads((root / PROBE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE})") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
+        raise ConfigError(f"{root / PROBE_FILE}: not a probe report")
+    return saved
+
+
+def _save(root: Path, content: dict[str, Any]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / PROBE_FILE
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    temporary.replace(path)
+
+
+Planned = tuple[Variant, Path | None, str | None, list[tuple[str, str]]]  # variant, data, template, (base q, variant q)
+
+
+def _write_data(
+    config: TaskConfig, root: Path, settings: Settings, records: list[Record], pool: list[Record]
+) -> list[Planned]:
+    """Each variant's questions on disk (the base needs none), paired with the base questions."""
+    planned: list[Planned] = []
+    full: list[Record] | None = None
+    for variant in settings.variants:
+        if variant is BASE:
+            planned.append((BASE, None, None, [(r.question, r.question) for r in records]))
+            continue
+        template = None
+        if variant.name == "zh":
+            template = IN_CHINESE.get(config.prompt_template)
+            if template is None:
+                print("note: the Chinese variant needs the default or direct template; skipped", file=sys.stderr)
+                continue
+        if variant is FRESH:
+            full = full or list(
+                load_dataset(
+                    config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir
+                )
+            )
+            rows = fresh_twins(records, name_pool(full), {r.question for r in full}, config.seed)
+            examples = [(r.question, r.answer) for r in pool]
+        else:
+            assert variant.style is not None
+            rows = restyled(records, variant.style, config.seed, variant.name)
+            examples = restyled(pool, variant.style, config.seed, variant.name) if pool else []
+        data = root / "data" / variant.name
+        _write(data / "test.jsonl", rows)
+        if examples:
+            _write(data / "validation.jsonl", examples)
+        planned.append((variant, data, template, [(r.question, q) for r, (q, _) in zip(records, rows, strict=True)]))
+    return planned
+
+
+def _write(path: Path, rows: Sequence[tuple[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with path.open("w", encoding="utf-8") as out:
+            write_jsonl(iter(rows), out)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _run_config(
+    config: TaskConfig, root: Path, variant: Variant | str, data: Path | None, template: str | None = None
+) -> TaskConfig:
+    """The run of one variant: the user's settings, in runs/<name>, on the variant's questions;
+    a run that already exists there is resumed."""
+    name = variant if isinstance(variant, str) else variant.name
+    folder = root / "runs" / name
+    changes: dict[str, Any] = {
+        "work_dir": str(folder),
+        "no_timestamp": True,
+        "use_cache": str(folder) if (folder / CONFIG_FILE).is_file() else None,
+        "quiet": True,
+        "progress": sys.stderr.isatty() if config.progress is None else config.progress,
+        "dataset_args": None,
+    }
+    if data is not None:
+        changes |= {
+            "dataset_path": str(data),
+            "dataset_hub": "local",
+            "limit": None,
+            "limit_mode": "first",
+            "split": "test",
+        }
+    if template is not None:
+        changes["prompt_template"] = template
+    return replace(config, **changes)
+
+
+def _run(config: TaskConfig) -> dict[str, Any]:
+    from ..runner import run_task
+
+    report: dict[str, Any] = run_task(config)
+    return report
+
+
+def _lengths(settings: Settings) -> range:
+    return range(settings.lengths.low, settings.lengths.high + 1) if settings.lengths else range(0)
+
+
+def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str, Any]:
+    """One point of the length curve (the sweep's), with the always-yes baseline on the same questions."""
+    from ..sweep import length_data, length_point
+
+    data = length_data(config, root / "data", people, count)
+    report = _run(_run_config(config, root, data.name, data))
+    point = length_point(people, report)
+    point["always_yes"] = report["baselines"]["always-yes"]["accuracy"]
+    point["run"] = f"runs/{data.name}"
+    return point
+
+
+def _answers(root: Path, name: str) -> dict[str, bool]:
+    """Right or not, by question text (a question asked several times: by majority)."""
+    from ..pages.catalog import read_answers, read_run
+
+    answers = read_answers(read_run(root / "runs", root / "runs" / name))
+    return dict(answers.correct) if answers is not None else {}
+
+
+def _result(
+    config: TaskConfig,
+    root: Path,
+    settings: Settings,
+    source: dict[str, Any],
+    plans: list[Planned],
+    reports: dict[str, dict[str, Any]],
+    points: list[dict[str, Any]],
+) -> dict[str, Any]:
+    bundled = source.get("source") == "bundled"
+    base = _answers(root, BASE.name)
+    rows, stats, lines = [], {}, {}
+    for variant, data, _, twins in plans:
+        report = reports[variant.name]
+        row = _row(variant, report, data, root)
+        if variant is not BASE:
+            stats[variant.name] = verdicts.paired(base, _answers(root, variant.name), twins)
+            lines[variant.name] = verdicts.verdict(variant, stats[variant.name], bundled)
+            row |= {"paired": stats[variant.name], "verdict": lines[variant.name]}
+        rows.append(row)
+    falls_at, length_line = verdicts.length_verdict(points)
+    complete = all(r["complete"] for r in reports.values()) and all(p["complete"] for p in points)
+    return {
+        "kind": "coinflip-probe",
+        "version": 1,
+        "coinflip_version": __version__,
+        "model": config.name,
+        "created": datetime.now().isoformat(timespec="seconds"),
+        "directory": str(root),
+        "settings": settings.saved(),
+        "base": {"dataset": source, "bundled": bundled, "questions": len(plans[0][3]), "seed": config.seed},
+        "complete": complete,
+        "headline": verdicts.headline(lines, [p[0] for p in plans], stats),
+        "variants": rows,
+        "length": {"points": points, "falls_at": falls_at, "verdict": length_line},
+    }
+
+
+def _row(variant: Variant, report: dict[str, Any], data: Path | None, root: Path) -> dict[str, Any]:
+    return {
+        "name": variant.name,
+        "title": variant.title,
+        "run": f"runs/{variant.name}",
+        "page": f"runs/{variant.name}/reports/{_model_dir(report)}/coin_flip.html",
+        "data": str(data.relative_to(root)) if data is not None else None,
+        "samples": report["counts"]["samples"],
+        "metrics": report["metrics"],
+        "intervals": report["intervals"],
+        "invalid_rate": report["counts"]["invalid_rate"],
+        "errors": report["counts"]["errors"],
+        "complete": report["complete"],
+    }
+
+
+def _model_dir(report: dict[str, Any]) -> str:
+    from ..config import safe_name
+
+    return safe_name(str(report.get("model") or "model"))
+
+
+def _write_page(root: Path, result: dict[str, Any]) -> None:
+    from .page import render
+
+    (root / PAGE_FILE).write_text(render(result), encoding="utf-8")
+
+
+__all__ = ["BY_NAME", "ProbeOptions", "probe"]

@@ -1,0 +1,96 @@
+"""What each variant's difference to the base says, in a line people can quote.
+
+A difference counts when McNemar's exact test on the paired questions gives p < 0.05; the
+verdict then names what the variant changed and what a model that drops there is doing.
+Pure functions over numbers: the runs are read by run.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..scoring.paired import difference, pair
+from .variants import Variant
+
+ALPHA = 0.05
+
+
+def paired(base: Mapping[str, bool], variant: Mapping[str, bool], twins: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The variant against the base on the questions both answered: `twins` pairs each base
+    question with its variant. Returns McNemar's test and the difference (variant minus base)."""
+    both = [(q, v) for q, v in twins if q in base and v in variant]
+    found = pair({q: base[q] for q, _ in both}, {q: variant[v] for q, v in both})
+    return {**found.stats(), **difference(len(found.only_a), len(found.only_b), found.shared)}
+
+
+def significant(stats: Mapping[str, Any]) -> bool:
+    return bool(stats["shared"]) and stats["p_exact"] < ALPHA and (stats["low"] > 0 or stats["high"] < 0)
+
+
+def verdict(variant: Variant, stats: Mapping[str, Any], bundled: bool = False) -> str:
+    """One line: what the variant's paired difference says."""
+    if not stats["shared"]:
+        return f"{variant.title}: no questions answered in both runs, nothing to compare"
+    if variant.name == "fresh":
+        return _contamination(stats, bundled)
+    points, p = _points(stats["difference"]), _p(stats["p_exact"])
+    if not significant(stats):
+        return f"holds {variant.change}: within {points} points, {p}"
+    if stats["difference"] < 0:
+        return f"drops {points} points {variant.change}: {variant.meaning} ({_interval(stats)}, {p})"
+    return f"gains {points} points {variant.change} ({_interval(stats)}, {p})"
+
+
+def _contamination(stats: Mapping[str, Any], bundled: bool) -> str:
+    note = " (on the bundled set, which coinflip generated: probe the official set for the headline)" if bundled else ""
+    points, p = _points(stats["difference"]), _p(stats["p_exact"])
+    if significant(stats) and stats["difference"] < 0:
+        return (
+            f"sign of contamination: the base set scores {points} points above its fresh twin "
+            f"({_interval(stats, flip=True)}, {p}){note}"
+        )
+    if significant(stats):
+        return f"no sign of contamination: the fresh twin scores {points} points above the base set ({p}){note}"
+    return f"no sign of contamination: fresh twin within {points} points, {p}{note}"
+
+
+def headline(verdicts: Mapping[str, str], variants: Sequence[Variant], stats: Mapping[str, Mapping[str, Any]]) -> str:
+    """The probe in one line: contamination, then the surface variants it fails."""
+    parts = [verdicts["fresh"]] if "fresh" in verdicts else []
+    surface = [v for v in variants if v.style is not None and v.name in stats]
+    drops = [v for v in surface if significant(stats[v.name]) and stats[v.name]["difference"] < 0]
+    if drops:
+        parts.append("drops " + "; ".join(f"{v.change} ({v.meaning})" for v in drops))
+    elif surface:
+        parts.append(f"holds on all {len(surface)} surface variants")
+    return "; ".join(parts)
+
+
+def length_verdict(points: Sequence[Mapping[str, Any]]) -> tuple[int | None, str]:
+    """The first number of people at which accuracy is no longer above the always-yes baseline
+    (its 95% interval reaches the baseline), and a line saying so."""
+    if not points:
+        return None, "no length curve"
+    for p in points:
+        if p["interval"][0] <= p["always_yes"]:
+            return p["people"], (
+                f"falls to the always-yes baseline at {p['people']} people "
+                f"(accuracy {p['accuracy']:.3f}, always-yes {p['always_yes']:.3f})"
+            )
+    last = points[-1]
+    return None, f"stays above the always-yes baseline up to {last['people']} people (accuracy {last['accuracy']:.3f})"
+
+
+def _points(fraction: float) -> str:
+    text = f"{abs(fraction) * 100:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _p(value: float) -> str:
+    return "p < 0.001" if value < 0.001 else f"p = {value:.2g}" if value < 0.1 else f"p = {value:.2f}"
+
+
+def _interval(stats: Mapping[str, Any], flip: bool = False) -> str:
+    low, high = (-stats["high"], -stats["low"]) if flip else (stats["low"], stats["high"])
+    return f"95% interval {low * 100:+.1f} to {high * 100:+.1f} points"
