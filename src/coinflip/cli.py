@@ -102,15 +102,51 @@ def eval_command(**opts: Any) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="JSONL file to write (question, answer).",
 )
-def generate(people: str, count: int, seed: int, out: Path) -> None:
+@click.option("--start", default="heads", show_default=True, help="Side the coin starts on: heads or tails.")
+@click.option("--ask", default=None, help="Side the question asks about: heads or tails  [default: the start side]")
+@click.option(
+    "--phrasing",
+    default="plain",
+    show_default=True,
+    help="plain: 'flips the coin' / 'does not flip the coin'; rephrased: 'turns the coin over' / "
+    "'leaves the coin as it is'.",
+)
+@click.option(
+    "--idle",
+    default=0.0,
+    show_default=True,
+    type=float,
+    help="Chance of a sentence that changes nothing after each step.",
+)
+@click.option(
+    "--names", default="pool", show_default=True, help="pool: the shipped names; scripts: names in other scripts."
+)
+@click.option("--language", default="en", show_default=True, help="en, or zh: in Chinese.")
+def generate(
+    people: str,
+    count: int,
+    seed: int,
+    out: Path,
+    start: str,
+    ask: str | None,
+    phrasing: str,
+    idle: float,
+    names: str,
+    language: str,
+) -> None:
     """Generate a fresh CoinFlip set, streamed to disk.
 
-    Each person flips with probability 0.5; the answer is YES exactly when the number of
-    flips is even. Use it for uncontaminated sets and longer sequences than the official 2-4.
+    Each person flips with probability 0.5; the answer is computed from the sequence (in the
+    official form: YES exactly when the number of flips is even). Use it for uncontaminated sets
+    and longer sequences than the official 2-4. The other options write the same sequences
+    another way (the probes' variants); the defaults give the official form, byte for byte.
+    Chinese questions go with --prompt-template zh (replies still end in ANSWER: YES or NO).
     """
     from .data.generate import PeopleRange, generate_file
+    from .data.grammar import Style, Surface
 
-    written = generate_file(out, PeopleRange.parse(people), count, seed)
+    style = Style(Surface(start, ask or start, phrasing, language), idle, names).checked()
+    written = generate_file(out, PeopleRange.parse(people), count, seed, style)
     click.echo(f"wrote {written} questions ({people} people, seed {seed}) to {out}", err=True)
 
 

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from ..errors import ConfigError
+
 FLIP, KEEP, IDLE = "flip", "keep", "idle"  # a step turns the coin, leaves it, or changes nothing
 SIDES = ("heads", "tails")
 PHRASINGS = ("plain", "rephrased")
@@ -148,6 +150,22 @@ class Style:
 
     def is_default(self) -> bool:
         return self == Style()
+
+    def checked(self) -> Style:
+        """This style, or one line saying which part of it is not of the grammar."""
+        s = self.surface
+        for name, value, allowed in (
+            ("start", s.start, SIDES),
+            ("ask", s.asked, SIDES),
+            ("phrasing", s.phrasing, PHRASINGS),
+            ("language", s.language, LANGUAGES),
+            ("names", self.names, NAME_POOLS),
+        ):
+            if value not in allowed:
+                raise ConfigError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if not 0.0 <= self.idle <= 1.0:
+            raise ConfigError(f"--idle must be a chance between 0 and 1, got {self.idle}")
+        return self
 
 
 def apply(sequence: Sequence, style: Style, rng: random.Random) -> tuple[str, str]:

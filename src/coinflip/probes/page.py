@@ -11,10 +11,16 @@ from pathlib import Path
 from typing import Any
 
 ROW_H = 30
-CHART_W, LEFT, RIGHT = 760, 190, 20
+CHART_W, LEFT, RIGHT = 1000, 190, 190  # RIGHT: room for each row's numbers
 CURVE_W, CURVE_H, PAD = 760, 260, 40
 
 TEMPLATE = Path(__file__).with_name("probe.html.j2")
+
+
+VIEW_NOTES = {
+    "strict": "Accuracy is strict: an answer without a valid ANSWER line counts as wrong.",
+    "forced": "Accuracy is the forced view: a reply without a valid answer counts by its forced answer.",
+}
 
 
 def render(result: dict[str, Any]) -> str:
@@ -25,6 +31,7 @@ def render(result: dict[str, Any]) -> str:
     return template.render(
         r=result,
         base_label=_base_label(result),
+        view_note=VIEW_NOTES.get(result.get("view", "strict"), ""),
         chart=variant_chart(result["variants"]),
         curve=length_curve(result["length"]["points"]),
         fmt=_fmt,
@@ -72,7 +79,15 @@ def variant_chart(variants: list[dict[str, Any]]) -> dict[str, Any]:
     height = 20 + len(variants) * ROW_H + 20
     ticks = [{"x": x(t / 4), "label": f"{t / 4:.2f}"} for t in range(5)]
     base = variants[0]["metrics"]["accuracy"] if variants else 0.0
-    return {"width": CHART_W, "height": height, "left": LEFT, "rows": rows, "ticks": ticks, "base_x": x(base)}
+    return {
+        "width": CHART_W,
+        "height": height,
+        "left": LEFT,
+        "right_label": RIGHT - 20,
+        "rows": rows,
+        "ticks": ticks,
+        "base_x": x(base),
+    }
 
 
 def length_curve(points: list[dict[str, Any]]) -> dict[str, Any] | None:

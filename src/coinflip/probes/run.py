@@ -51,16 +51,18 @@ class Settings:
     variants: tuple[Variant, ...]
     lengths: PeopleRange | None
     length_count: int | None
+    in_work_dir: bool  # written into the work directory itself (--no-timestamp), not a folder of it
 
     def saved(self) -> dict[str, Any]:
         return {
             "variants": [v.name for v in self.variants],
             "lengths": str(self.lengths) if self.lengths else None,
             "length_count": self.length_count,
+            "in_work_dir": self.in_work_dir,
         }
 
 
-def settle(options: ProbeOptions, saved: dict[str, Any] | None = None) -> Settings:
+def settle(options: ProbeOptions, saved: dict[str, Any] | None = None, in_work_dir: bool = False) -> Settings:
     """The options given, else the saved ones (on a resume), else the defaults; checked once."""
     saved = saved or {}
     names = options.variants if options.variants is not None else saved.get("variants")
@@ -69,11 +71,16 @@ def settle(options: ProbeOptions, saved: dict[str, Any] | None = None) -> Settin
     if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
         raise ConfigError("probe variants must be a list of names")
     lengths = options.lengths if options.lengths is not None else saved.get("lengths", DEFAULT_LENGTHS)
-    people = None if lengths in (None, "", "0", "none") else PeopleRange.parse(str(lengths))
+    try:
+        people = None if lengths in (None, "", "0", "none") else PeopleRange.parse(str(lengths))
+    except ConfigError:
+        raise ConfigError(
+            f"--lengths must be a number of people or a range like 2-8 (0: none), got {lengths!r}"
+        ) from None
     count = options.length_count if options.length_count is not None else saved.get("length_count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ConfigError(f"--length-count must be a whole number >= 1, got {count!r}")
-    return Settings(choose(names), people, count)
+    return Settings(choose(names), people, count, bool(saved.get("in_work_dir", in_work_dir)))
 
 
 def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[str, Any]:
@@ -96,10 +103,10 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
     for i, people in enumerate(_lengths(settings), len(plans) + 1):
         print(f"probe {config.name}: {people} people ({i} of {total})", file=sys.stderr, flush=True)
         points.append(_length(config, root, people, settings.length_count or min(len(records), LENGTH_COUNT_MAX)))
-    result = _result(config, root, settings, base.dataset.source, plans, reports, points)
+    result = _result(config, root, settings, base.dataset.source, records, plans, reports, points)
     _save(root, result)
     _write_page(root, result)
-    index.refresh(root if config.no_timestamp else root.parent)
+    index.refresh(root if settings.in_work_dir else root.parent)
     return result
 
 
@@ -110,7 +117,7 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
         root = work if config.no_timestamp else work / f"probe_{datetime.now():%Y%m%d_%H%M%S}"
         if (root / PROBE_FILE).exists():
             raise ConfigError(f"{root} already holds a probe; resume it with --use-cache {root}")
-        return config, root, settle(options)
+        return config, root, settle(options, in_work_dir=config.no_timestamp)
     root = Path(config.use_cache).expanduser()
     saved = _load(root)
     base_run = root / "runs" / BASE.name
@@ -234,18 +241,34 @@ def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str
 
     data = length_data(config, root / "data", people, count)
     report = _run(_run_config(config, root, data.name, data))
-    point = length_point(people, report)
+    point = length_point(people, {**report, **report["forced"]} if config.force_answer else report)
     point["always_yes"] = report["baselines"]["always-yes"]["accuracy"]
     point["run"] = f"runs/{data.name}"
     return point
 
 
-def _answers(root: Path, name: str) -> dict[str, bool]:
-    """Right or not, by question text (a question asked several times: by majority)."""
-    from ..pages.catalog import read_answers, read_run
+def _by_base(run: Path, model: str, base_of: dict[int, str], forced: bool) -> dict[str, bool]:
+    """Right or not per question of a run (asked several times: by majority), keyed by the base
+    question it was written from, so every variant pairs with the base. With `forced`, an invalid
+    answer counts by its forced answer, as the report's forced view does."""
+    from ..rundir import RunDir
+    from ..scoring.paired import majority
 
-    answers = read_answers(read_run(root / "runs", root / "runs" / name))
-    return dict(answers.correct) if answers is not None else {}
+    verdicts: list[tuple[str, bool]] = []
+    try:
+        with RunDir(run, model).reviews.open(encoding="utf-8") as lines:
+            for line in lines:
+                review = json.loads(line)
+                question = base_of.get(review.get("id"))
+                if question is None:
+                    continue
+                right = bool(review.get("correct"))
+                if forced and review.get("invalid") and review.get("forced") == review.get("target"):
+                    right = True
+                verdicts.append((question, right))
+    except (OSError, ValueError):
+        return {}  # unreadable reviews pair nothing; the verdict says so
+    return majority(verdicts)
 
 
 def _result(
@@ -253,20 +276,32 @@ def _result(
     root: Path,
     settings: Settings,
     source: dict[str, Any],
+    records: list[Record],
     plans: list[Planned],
     reports: dict[str, dict[str, Any]],
     points: list[dict[str, Any]],
 ) -> dict[str, Any]:
     bundled = source.get("source") == "bundled"
-    base = _answers(root, BASE.name)
-    rows, stats, lines = [], {}, {}
-    for variant, data, _, twins in plans:
-        report = reports[variant.name]
-        row = _row(variant, report, data, root)
+    view = "forced" if config.force_answer else "strict"
+    answers = {}
+    for variant, _, _, twins in plans:
+        ids = [r.id for r in records] if variant is BASE else range(len(twins))
+        base_of = {i: question for i, (question, _) in zip(ids, twins, strict=True)}
+        answers[variant.name] = _by_base(root / "runs" / variant.name, config.name, base_of, view == "forced")
+    base = answers[BASE.name]
+    stats = {v.name: verdicts.paired(base, answers[v.name]) for v, _, _, _ in plans if v is not BASE}
+    memorised = {}
+    if FRESH.name in stats and verdicts.drops(stats[FRESH.name]):  # contamination: hold variants to the twin
+        fresh = answers[FRESH.name]
+        memorised = {name: verdicts.paired(fresh, answers[name]) for name in stats if name != FRESH.name}
+    rows, lines = [], {}
+    for variant, data, _, _ in plans:
+        row = _row(variant, reports[variant.name], data, view)
         if variant is not BASE:
-            stats[variant.name] = verdicts.paired(base, _answers(root, variant.name), twins)
-            lines[variant.name] = verdicts.verdict(variant, stats[variant.name], bundled)
+            lines[variant.name] = verdicts.verdict(variant, stats[variant.name], bundled, memorised.get(variant.name))
             row |= {"paired": stats[variant.name], "verdict": lines[variant.name]}
+            if variant.name in memorised:
+                row["paired_to_fresh"] = memorised[variant.name]
         rows.append(row)
     falls_at, length_line = verdicts.length_verdict(points)
     complete = all(r["complete"] for r in reports.values()) and all(p["complete"] for p in points)
@@ -278,25 +313,29 @@ def _result(
         "created": datetime.now().isoformat(timespec="seconds"),
         "directory": str(root),
         "settings": settings.saved(),
-        "base": {"dataset": source, "bundled": bundled, "questions": len(plans[0][3]), "seed": config.seed},
+        "base": {"dataset": source, "bundled": bundled, "questions": len(records), "seed": config.seed},
+        "view": view,
         "complete": complete,
-        "headline": verdicts.headline(lines, [p[0] for p in plans], stats),
+        "headline": verdicts.headline(lines, [p[0] for p in plans], stats, memorised),
         "variants": rows,
         "length": {"points": points, "falls_at": falls_at, "verdict": length_line},
     }
 
 
-def _row(variant: Variant, report: dict[str, Any], data: Path | None, root: Path) -> dict[str, Any]:
+def _row(variant: Variant, report: dict[str, Any], data: Path | None, view: str) -> dict[str, Any]:
+    """A variant's numbers as the probe shows them: the forced view when answers were forced."""
+    shown = report.get("forced") or report if view == "forced" else report
     return {
         "name": variant.name,
         "title": variant.title,
         "run": f"runs/{variant.name}",
         "page": f"runs/{variant.name}/reports/{_model_dir(report)}/coin_flip.html",
-        "data": str(data.relative_to(root)) if data is not None else None,
+        "data": f"data/{data.name}" if data is not None else None,
         "samples": report["counts"]["samples"],
-        "metrics": report["metrics"],
-        "intervals": report["intervals"],
-        "invalid_rate": report["counts"]["invalid_rate"],
+        "metrics": shown["metrics"],
+        "intervals": shown["intervals"],
+        "invalid_rate": shown["counts"]["invalid_rate"],
+        "strict_metrics": report["metrics"],
         "errors": report["counts"]["errors"],
         "complete": report["complete"],
     }

@@ -14,13 +14,15 @@ from ..scoring.paired import difference, pair
 from .variants import Variant
 
 ALPHA = 0.05
+BUNDLED_NOTE = (
+    " [bundled set: coinflip generated it, so no model has seen it; --dataset-hub huggingface probes the official set]"
+)
 
 
-def paired(base: Mapping[str, bool], variant: Mapping[str, bool], twins: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    """The variant against the base on the questions both answered: `twins` pairs each base
-    question with its variant. Returns McNemar's test and the difference (variant minus base)."""
-    both = [(q, v) for q, v in twins if q in base and v in variant]
-    found = pair({q: base[q] for q, _ in both}, {q: variant[v] for q, v in both})
+def paired(base: Mapping[str, bool], variant: Mapping[str, bool]) -> dict[str, Any]:
+    """The variant against the base on the questions both answered, each keyed by its base
+    question: McNemar's test and the difference in accuracy (variant minus base)."""
+    found = pair(base, variant)
     return {**found.stats(), **difference(len(found.only_a), len(found.only_b), found.shared)}
 
 
@@ -28,8 +30,12 @@ def significant(stats: Mapping[str, Any]) -> bool:
     return bool(stats["shared"]) and stats["p_exact"] < ALPHA and (stats["low"] > 0 or stats["high"] < 0)
 
 
-def verdict(variant: Variant, stats: Mapping[str, Any], bundled: bool = False) -> str:
-    """One line: what the variant's paired difference says."""
+def verdict(
+    variant: Variant, stats: Mapping[str, Any], bundled: bool = False, memorised: Mapping[str, Any] | None = None
+) -> str:
+    """One line: what the variant's paired difference says. `memorised`: the variant against the
+    fresh twin, when the fresh twin showed contamination (a drop no larger than the twin's is the
+    memorised base set's, not the variant's)."""
     if not stats["shared"]:
         return f"{variant.title}: no questions answered in both runs, nothing to compare"
     if variant.name == "fresh":
@@ -37,15 +43,25 @@ def verdict(variant: Variant, stats: Mapping[str, Any], bundled: bool = False) -
     points, p = _points(stats["difference"]), _p(stats["p_exact"])
     if not significant(stats):
         return f"holds {variant.change}: within {points} points, {p}"
-    if stats["difference"] < 0:
-        return f"drops {points} points {variant.change}: {variant.meaning} ({_interval(stats)}, {p})"
-    return f"gains {points} points {variant.change} ({_interval(stats)}, {p})"
+    if stats["difference"] > 0:
+        return f"gains {points} points {variant.change} ({_interval(stats)}, {p})"
+    if memorised is not None and not drops(memorised):
+        against = f"{memorised['difference'] * 100:+.1f}"
+        return (
+            f"drops {points} points {variant.change}, no worse than the fresh twin ({against} points against it): "
+            "the base set is memorised"
+        )
+    return f"drops {points} points {variant.change}: {variant.meaning} ({_interval(stats)}, {p})"
+
+
+def drops(stats: Mapping[str, Any]) -> bool:
+    return significant(stats) and stats["difference"] < 0
 
 
 def _contamination(stats: Mapping[str, Any], bundled: bool) -> str:
-    note = " (on the bundled set, which coinflip generated: probe the official set for the headline)" if bundled else ""
+    note = BUNDLED_NOTE if bundled else ""
     points, p = _points(stats["difference"]), _p(stats["p_exact"])
-    if significant(stats) and stats["difference"] < 0:
+    if drops(stats):
         return (
             f"sign of contamination: the base set scores {points} points above its fresh twin "
             f"({_interval(stats, flip=True)}, {p}){note}"
@@ -55,13 +71,20 @@ def _contamination(stats: Mapping[str, Any], bundled: bool) -> str:
     return f"no sign of contamination: fresh twin within {points} points, {p}{note}"
 
 
-def headline(verdicts: Mapping[str, str], variants: Sequence[Variant], stats: Mapping[str, Mapping[str, Any]]) -> str:
-    """The probe in one line: contamination, then the surface variants it fails."""
+def headline(
+    verdicts: Mapping[str, str],
+    variants: Sequence[Variant],
+    stats: Mapping[str, Mapping[str, Any]],
+    memorised: Mapping[str, Mapping[str, Any]],
+) -> str:
+    """The probe in one line: contamination, then the surface variants it fails beyond that."""
     parts = [verdicts["fresh"]] if "fresh" in verdicts else []
     surface = [v for v in variants if v.style is not None and v.name in stats]
-    drops = [v for v in surface if significant(stats[v.name]) and stats[v.name]["difference"] < 0]
-    if drops:
-        parts.append("drops " + "; ".join(f"{v.change} ({v.meaning})" for v in drops))
+    failed = [v for v in surface if drops(stats[v.name]) and (v.name not in memorised or drops(memorised[v.name]))]
+    if failed:
+        parts.append("drops " + ", ".join(f"{v.change} ({v.meaning})" for v in failed))
+    elif surface and "fresh" in verdicts and drops(stats["fresh"]):
+        parts.append(f"the {len(surface)} surface variants drop no more than the fresh twin")
     elif surface:
         parts.append(f"holds on all {len(surface)} surface variants")
     return "; ".join(parts)

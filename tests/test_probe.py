@@ -1,0 +1,182 @@
+"""Probes: the oracle passes every variant, a phrase counter and a contaminated model are caught,
+the page shows the variants side by side (in Chromium), and a probe resumes like any run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip.config import TaskConfig
+from coinflip.data import load_file
+from coinflip.data.grammar import parse, solve
+from coinflip.probes.run import ProbeOptions, probe
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import read_jsonl, run_cli
+from .test_reports import _chromium
+
+SURFACE = ("tails", "inverted", "rephrased", "idle", "scripts", "zh")
+
+
+def _probe(tmp_path: Path, lengths: str = "0", **settings: Any) -> dict[str, Any]:
+    config = TaskConfig(work_dir=str(tmp_path / "work"), limit=40, progress=False, **settings)
+    return probe(config, ProbeOptions(lengths=lengths, length_count=30))
+
+
+def _by_name(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in result["variants"]}
+
+
+def test_oracle_scores_one_on_every_variant_and_the_truth_is_the_grammars(tmp_path: Path) -> None:
+    result = _probe(tmp_path, lengths="2-3", model="oracle")
+    variants = _by_name(result)
+    assert list(variants) == ["base", "fresh", *SURFACE]
+    for v in variants.values():
+        assert v["metrics"]["accuracy"] == 1.0 and v["samples"] == 40, v["name"]
+        assert v["invalid_rate"] == 0.0
+    for name in ("fresh", *SURFACE):
+        assert variants[name]["paired"]["shared"] == 40
+        assert variants[name]["verdict"].startswith(("holds", "no sign of contamination")), variants[name]["verdict"]
+    assert [p["people"] for p in result["length"]["points"]] == [2, 3]
+    assert all(p["accuracy"] == 1.0 for p in result["length"]["points"])
+    assert result["length"]["verdict"].startswith("stays above the always-yes baseline")
+    root = Path(result["directory"])
+    base = [r["question"] for r in read_jsonl(root / "runs/base/predictions/oracle/coin_flip.jsonl")]
+    for name in ("fresh", *SURFACE):  # each variant question is its base question, one thing changed
+        rows = read_jsonl(root / "data" / name / "test.jsonl")
+        assert len(rows) == 40
+        for row, question in zip(rows, base, strict=True):
+            assert solve(row["question"]) == row["answer"]
+            mine, theirs = parse(row["question"]), parse(question)
+            assert mine is not None and theirs is not None
+            assert [a for _, a in mine.sequence.steps if a != "idle"] == [a for _, a in theirs.sequence.steps]
+    assert all(
+        q.startswith("Q: A coin is tails up.")
+        for q in (r["question"] for r in read_jsonl(root / "data/tails/test.jsonl"))
+    )
+    fresh = read_jsonl(root / "data/fresh/test.jsonl")
+    assert not {r["question"] for r in fresh} & {r.question for r in load_file(_bundled_test())}
+    assert [len(r["question"]) for r in fresh] == [len(q) for q in base]  # same names' lengths: same prompt length
+
+
+def _bundled_test() -> Path:
+    from coinflip.data import bundled_dir
+
+    return bundled_dir() / "test.jsonl"
+
+
+def test_a_phrase_counter_is_caught_on_rephrased_actions_and_a_tails_up_start(tmp_path: Path) -> None:
+    with FakeOpenAIServer("shortcut") as server:
+        result = _probe(tmp_path, model="m", api_url=server.url)
+    v = _by_name(result)
+    assert v["base"]["metrics"]["accuracy"] >= 0.95 and v["fresh"]["metrics"]["accuracy"] >= 0.95
+    assert v["fresh"]["verdict"].startswith("no sign of contamination")
+    yes_share = v["rephrased"]["metrics"]["yes_ratio"]  # a count of zero flips: always YES
+    assert yes_share == 1.0 and v["rephrased"]["metrics"]["accuracy"] <= 0.75
+    assert v["tails"]["metrics"]["accuracy"] <= 0.1
+    assert re.match(
+        r"drops [\d.]+ points when flips are phrased as 'turns the coin over': counts the phrase, not the state",
+        v["rephrased"]["verdict"],
+    )
+    assert v["tails"]["verdict"].startswith("drops") and "assumes the coin starts heads up" in v["tails"]["verdict"]
+    assert v["rephrased"]["paired"]["p_exact"] < 0.05 and v["rephrased"]["paired"]["high"] < 0
+    assert v["inverted"]["verdict"].startswith("holds")  # it does read the side asked about
+    assert "counts the phrase, not the state" in result["headline"]
+
+
+def test_a_contaminated_model_is_caught_by_its_fresh_twin(tmp_path: Path) -> None:
+    with FakeOpenAIServer("contaminated") as server:
+        result = _probe(tmp_path, model="m", api_url=server.url)
+    fresh = _by_name(result)["fresh"]
+    assert _by_name(result)["base"]["metrics"]["accuracy"] == 1.0
+    assert fresh["verdict"].startswith("sign of contamination: the base set scores")
+    assert fresh["paired"]["p_exact"] < 0.001 and fresh["paired"]["high"] < 0
+    assert result["headline"].startswith("sign of contamination")
+    for name in SURFACE:  # a drop no worse than the twin's is the memorised base set's, not the variant's
+        verdict = _by_name(result)[name]["verdict"]
+        assert "the base set is memorised" in verdict or verdict.startswith("holds"), verdict
+
+
+def test_a_state_tracker_behind_a_server_passes_with_streaming_repeats_and_forced_answers(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct") as server:
+        result = _probe(
+            tmp_path, model="m", api_url=server.url, stream=True, repeats=2, force_answer=True, limit_mode="first"
+        )
+    for v in result["variants"]:
+        assert v["metrics"]["accuracy"] == 1.0 and v["samples"] == 80, v["name"]
+    assert result["complete"] and "holds on all 6 surface variants" in result["headline"]
+
+
+def test_the_page_shows_the_variants_side_by_side_with_intervals_in_chromium(tmp_path: Path) -> None:
+    with FakeOpenAIServer("shortcut") as server:
+        result = _probe(tmp_path, lengths="2-3", model="m", model_id="<img src=x onerror=alert(1)>", api_url=server.url)
+    page = Path(result["directory"]) / "probe.html"
+    html = page.read_text(encoding="utf-8")
+    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    dom = _chromium(
+        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom", page.as_uri()
+    ).stdout
+    chart = re.search(r'<svg id="variants".*?</svg>', dom, re.S)
+    assert chart is not None
+    rows = re.findall(
+        r'<g class="variant" data-name="(\w+)">.*?class="interval" x1="([\d.]+)" x2="([\d.]+)"', chart.group(0), re.S
+    )
+    assert [name for name, _, _ in rows] == ["base", "fresh", *SURFACE]
+    assert all(float(low) < float(high) for _, low, high in rows)  # every variant has its interval drawn
+    assert len(re.findall(r'<tr class="variant-row"', dom)) == 8
+    assert "counts the phrase, not the state" in dom and re.search(r'<svg id="length"', dom)
+    shot = tmp_path / "probe.png"
+    _chromium(
+        f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,1400", page.as_uri()
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_a_probe_resumes_and_its_runs_are_listed_and_compared(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    with FakeOpenAIServer("correct") as server:
+        args = ("--model", "m", "--api-url", server.url, "--limit", "20", "--work-dir", str(work))
+        first = run_cli("probe", *args, "--variants", "fresh,tails", "--lengths", "2-3", "--length-count", "10")
+        assert first.returncode == 0, first.stderr
+        root = next(work.glob("probe_*"))
+        predictions = root / "runs/tails/predictions/m/coin_flip.jsonl"
+        lines = predictions.read_text(encoding="utf-8").splitlines(keepends=True)
+        predictions.write_text("".join(lines[:5]), encoding="utf-8")  # as if stopped after 5 replies
+        before = sum(server.state.requests.values())
+        again = run_cli("probe", "--use-cache", str(root))
+        assert again.returncode == 0, again.stderr
+        assert sum(server.state.requests.values()) - before == 15  # only what was missing
+    report = json.loads((root / "probe.json").read_text(encoding="utf-8"))
+    assert report["complete"] and [v["name"] for v in report["variants"]] == ["base", "fresh", "tails"]
+    assert all(v["metrics"]["accuracy"] == 1.0 for v in report["variants"])
+    assert "tails-up start" in again.stdout and "written:" in again.stdout
+    index = (work / "index.html").read_text(encoding="utf-8")
+    assert index.count("runs/tails") >= 1 and "runs/people_03" in index
+    compared = run_cli("compare", str(root / "runs"), "--force")
+    assert compared.returncode == 0, compared.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--variants", "fresh,nope"), "unknown probe variant"),
+        (("--lengths", "5-2"), "--lengths must be"),
+        (("--length-count", "0"), "--length-count must be"),
+    ],
+)
+def test_bad_probe_settings_end_in_one_line(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    result = run_cli("probe", "--model", "oracle", "--work-dir", str(tmp_path / "w"), *args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())
+
+
+def test_probe_help_reads_well() -> None:
+    result = run_cli("probe", "--help")
+    assert result.returncode == 0
+    for word in ("--variants", "--lengths", "--length-count", "--limit", "--api-url", "--use-cache", "fresh twin"):
+        assert word in result.stdout
