@@ -14,6 +14,7 @@ the settings saved in the base run, generating the same data again (everything i
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -26,7 +27,7 @@ from ..config import TaskConfig
 from ..data.generate import PeopleRange, write_jsonl
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
-from ..errors import ConfigError
+from ..errors import CoinflipError, ConfigError
 from ..rundir import CONFIG_FILE
 from . import verdicts
 from .variants import BASE, BY_NAME, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
@@ -225,9 +226,16 @@ def _run_config(
 
 
 def _run(config: TaskConfig) -> dict[str, Any]:
+    """One variant's run; a run that stops says how to resume the whole probe."""
     from ..runner import run_task
 
-    report: dict[str, Any] = run_task(config)
+    try:
+        report: dict[str, Any] = run_task(config)
+    except CoinflipError as exc:
+        if exc.exit_code != 1:
+            raise
+        root = Path(config.work_dir).parent.parent
+        raise type(exc)(f"{exc}; or the whole probe: coinflip probe --use-cache {shlex.quote(str(root))}") from None
     return report
 
 
