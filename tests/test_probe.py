@@ -156,8 +156,25 @@ def test_a_probe_resumes_and_its_runs_are_listed_and_compared(tmp_path: Path) ->
     assert "tails-up start" in again.stdout and "written:" in again.stdout
     index = (work / "index.html").read_text(encoding="utf-8")
     assert index.count("runs/tails") >= 1 and "runs/people_03" in index
-    compared = run_cli("compare", str(root / "runs"), "--force")
+    other = run_cli(
+        "probe",
+        "--model",
+        "always-yes",
+        "--limit",
+        "20",
+        "--work-dir",
+        str(work),
+        "--variants",
+        "tails",
+        "--lengths",
+        "0",
+    )
+    assert other.returncode == 0, other.stderr
+    second = next(p for p in work.glob("probe_*") if p != root)
+    assert (second / "data/tails/test.jsonl").read_bytes() == (root / "data/tails/test.jsonl").read_bytes()
+    compared = run_cli("compare", str(root / "runs/tails"), str(second / "runs/tails"))  # two models, one variant
     assert compared.returncode == 0, compared.stderr
+    assert "always-yes" in compared.stdout and "m" in compared.stdout
 
 
 @pytest.mark.parametrize(

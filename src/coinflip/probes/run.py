@@ -115,7 +115,7 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
     """A new probe directory, or the one --use-cache names with its saved settings."""
     if not config.use_cache:
         work = Path(config.work_dir).expanduser()
-        root = work if config.no_timestamp else work / f"probe_{datetime.now():%Y%m%d_%H%M%S}"
+        root = work if config.no_timestamp else _new_folder(work / f"probe_{datetime.now():%Y%m%d_%H%M%S}")
         if (root / PROBE_FILE).exists():
             raise ConfigError(f"{root} already holds a probe; resume it with --use-cache {root}")
         return config, root, settle(options, in_work_dir=config.no_timestamp)
@@ -129,6 +129,15 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
     given = {name: getattr(config, name) for name in config.given if name != "use_cache"}
     resumed = resume_settings(TaskConfig(**given, use_cache=str(base_run)))
     return replace(resumed, use_cache=None, dataset_args=None), root, settle(options, saved.get("settings"))
+
+
+def _new_folder(root: Path) -> Path:
+    """`root`, or root_1, root_2, ... when a probe started in the same second already took it."""
+    for n in range(1000):
+        path = root if n == 0 else root.with_name(f"{root.name}_{n}")
+        if not path.exists():
+            return path
+    raise ConfigError(f"cannot find a free folder name beside {root}")
 
 
 def _load(root: Path) -> dict[str, Any]:
