@@ -265,27 +265,27 @@ def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str
 
 
 def _by_base(run: Path, model: str, base_of: dict[int, str], forced: bool) -> dict[str, bool]:
-    """Right or not per question of a run (asked several times: by majority), keyed by the base
-    question it was written from, so every variant pairs with the base. With `forced`, an invalid
-    answer counts by its forced answer, as the report's forced view does."""
-    from ..rundir import RunDir
-    from ..scoring.paired import majority
+    """Right or not per question of a run (asked several times: by majority vote, as the report
+    counts it), keyed by the base question it was written from, so every variant pairs with the
+    base. With `forced`, an invalid answer counts by its forced answer, as the forced view does."""
+    from ..rundir import RunDir, iter_reviews
+    from ..scoring.reducers import majority_right
 
-    verdicts: list[tuple[str, bool]] = []
+    votes: dict[str, list[int]] = {}
     try:
-        with RunDir(run, model).reviews.open(encoding="utf-8") as lines:
-            for line in lines:
-                review = json.loads(line)
-                question = base_of.get(review.get("id"))
-                if question is None:
-                    continue
-                right = bool(review.get("correct"))
-                if forced and review.get("invalid") and review.get("forced") == review.get("target"):
-                    right = True
-                verdicts.append((question, right))
-    except (OSError, ValueError):
+        for review in iter_reviews(RunDir(run, model).reviews):
+            question = base_of.get(review["id"])
+            if question is None:
+                continue
+            answer = review["extracted"]
+            if forced and review["invalid"] and review["forced"] in ("YES", "NO"):
+                answer = review["forced"]
+            cell = votes.setdefault(question, [0, 0, int(review["target"] == "YES")])
+            cell[0] += answer == "YES"
+            cell[1] += answer == "NO"
+    except OSError:
         return {}  # unreadable reviews pair nothing; the verdict says so
-    return majority(verdicts)
+    return majority_right(votes) if votes else {}
 
 
 def _result(
