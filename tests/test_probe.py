@@ -155,7 +155,11 @@ def test_a_probe_resumes_and_its_runs_are_listed_and_compared(tmp_path: Path) ->
     assert all(v["metrics"]["accuracy"] == 1.0 for v in report["variants"])
     assert "tails-up start" in again.stdout and "written:" in again.stdout
     index = (work / "index.html").read_text(encoding="utf-8")
-    assert index.count("runs/tails") >= 1 and "runs/people_03" in index
+    assert index.count("runs/tails") >= 1 and "runs/people_03" in index  # every variant's run is listed
+    entry = re.search(r'<ul id="probes"><li><a href="([^"]+)">m</a>\s*(.*?)</li>', index, re.S)
+    assert entry is not None and (work / entry.group(1)).is_file() and "no sign of contamination" in entry.group(2)
+    listed = run_cli("view", str(work))
+    assert listed.returncode == 0 and " 0 foreign" in listed.stderr  # the generated data is no stray folder
     other = run_cli(
         "probe",
         "--model",

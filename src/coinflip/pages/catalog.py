@@ -74,8 +74,8 @@ def _walk(root: Path, folder: Path, depth: int, seen: set[tuple[int, int]], out:
         out.append(Found(folder, _rel(root, folder), "foreign", reason))
         return True
     skip = RUN_PARTS if is_run else set()
-    if "sweep.json" in names:
-        skip = skip | {"data"}  # a sweep's generated sets
+    if "sweep.json" in names or "probe.json" in names:
+        skip = skip | {"data"}  # a sweep's or a probe's generated sets
     holds_runs = is_run
     empty: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):

@@ -119,7 +119,23 @@ def build(work_dir: Path) -> dict[str, Any]:
         "replies": pairs.replies,
         "pair_runs": PAIR_RUNS,
         "pair_rows": PAIR_ROWS,
+        "probes": _probes(work_dir, found),
     }
+
+
+def _probes(work_dir: Path, found: list[Found]) -> list[dict[str, Any]]:
+    """Each probe under the work directory (a folder whose runs/base is a run), with its headline."""
+    from ..probes.run import PAGE_FILE, summary
+
+    out = []
+    for f in found:
+        folder = f.path.parent.parent
+        if f.kind == "run" and f.path.name == "base" and f.path.parent.name == "runs":
+            entry = summary(folder)
+            if entry is not None:
+                page = (folder / PAGE_FILE).relative_to(work_dir.expanduser()).as_posix()
+                out.append({**entry, "page": page})
+    return out
 
 
 def _rows(found: list[Found]) -> tuple[list[Found], list[dict[str, Any]]]:

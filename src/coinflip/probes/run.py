@@ -150,6 +150,18 @@ def _load(root: Path) -> dict[str, Any]:
     return saved
 
 
+def summary(root: Path) -> dict[str, Any] | None:
+    """A probe's model, headline and completeness for the index, read defensively (the file is
+    untrusted: None when it is not a finished probe report)."""
+    try:
+        saved = json.loads((root / PROBE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or not isinstance(saved.get("headline"), str) or not (root / PAGE_FILE).is_file():
+        return None
+    return {"model": str(saved.get("model")), "headline": saved["headline"], "complete": saved.get("complete") is True}
+
+
 def _save(root: Path, content: dict[str, Any]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     path = root / PROBE_FILE
