@@ -28,17 +28,25 @@ SMOLLM2 = [
 
 
 def run(model: str, args: argparse.Namespace, work: Path) -> dict:
+    """One model's probe; a probe already under `work` (a stopped one) is resumed."""
     flags = SMOLLM2 if model == "smollm2" else []
-    command = [
-        COINFLIP, "probe", "--model", model, "--limit", str(args.limit), "--work-dir", str(work / model),
-        "--lengths", args.lengths, "--length-count", str(args.length_count), *flags,
-    ]  # fmt: skip
+    started = sorted((work / model).glob("probe_*"))
+    if started:
+        command = [COINFLIP, "probe", "--use-cache", str(started[-1])]
+    else:
+        command = [
+            COINFLIP, "probe", "--model", model, "--limit", str(args.limit), "--work-dir", str(work / model),
+            "--lengths", args.lengths, "--length-count", str(args.length_count), *flags,
+        ]  # fmt: skip
     print("$ " + " ".join(command[1:]).replace(str(work), "WORK"), file=sys.stderr, flush=True)
     done = subprocess.run(command, capture_output=True, text=True)
-    found = list((work / model).glob("probe_*/probe.json"))
+    found = sorted((work / model).glob("probe_*/probe.json"))
     if done.returncode not in (0, 1) or not found:
         raise SystemExit(f"{model}: exit {done.returncode}\n{done.stderr}")
-    return dict(json.loads(found[0].read_text(encoding="utf-8")))
+    result = dict(json.loads(found[-1].read_text(encoding="utf-8")))
+    if "variants" not in result:
+        raise SystemExit(f"{model}: the probe stopped before its report\n{done.stderr}")
+    return result
 
 
 def main() -> None:
@@ -47,9 +55,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=40)
     parser.add_argument("--lengths", default="2-5")
     parser.add_argument("--length-count", type=int, default=20)
+    parser.add_argument("--work-dir", type=Path, default=None, help="Keep the probes here (and resume them)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        results = {model: run(model, args, Path(tmp)) for model in args.models.split(",")}
+        work = args.work_dir or Path(tmp)
+        results = {model: run(model, args, work) for model in args.models.split(",")}
     first = next(iter(results.values()))
     names = [v["name"] for v in first["variants"]]
     print(
@@ -64,7 +74,7 @@ def main() -> None:
         for v in r["variants"]:
             paired = v.get("paired")
             diff = f"{paired['difference'] * 100:+.0f}" if paired else ""
-            cells.append(f"{v['metrics']['accuracy']:.2f}{'(' + diff + ')' if diff else '':>6}".rjust(11))
+            cells.append((f"{v['metrics']['accuracy']:.2f}" + (f" ({diff})" if diff else "")).rjust(11))
         falls = r["length"]["falls_at"]
         print(f"{model:<11}" + "".join(cells) + f"   {falls if falls is not None else '-':>8}")
     for model, r in results.items():

@@ -38,7 +38,7 @@ VARIANTS = (
     Variant(
         "tails",
         "tails-up start",
-        Style(Surface(start="tails")),
+        Style(Surface(start="tails", asked="tails")),  # "still tails up?": every answer stays the base's
         "when the coin starts tails up",
         "assumes the coin starts heads up",
     ),
