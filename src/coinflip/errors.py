@@ -53,6 +53,16 @@ def short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def shown_url(url: str) -> str:
+    """A URL fit to print: whatever stands between `scheme://` and the last `@` is dropped, since a
+    password may hold `/`, `?` or `#` and only the last `@` surely ends it (a URL whose path holds
+    an `@` is shown shorter than it is, never with a secret)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    return f"{scheme}{sep}{rest.rpartition('@')[2]}"
+
+
 def storage_error(path: object, exc: OSError) -> StorageError:
     """A one-line message naming the path, for disk full, read-only and permission problems."""
     reason = exc.strerror or type(exc).__name__

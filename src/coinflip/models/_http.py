@@ -1,49 +1,46 @@
-"""A lean HTTP/1.1 client for one job: POST a JSON body, read the answer, keep the connection.
+"""POST a JSON body to an OpenAI-compatible server and read the whole answer, on aiohttp.
 
-Why not aiohttp: with 128 requests in flight every reply is on the critical path, and aiohttp's
-per-request machinery (and its 0.2-0.4 s import) made the harness, not the server, what a run
-waited for. This keeps the lean part (a pool of keep-alive connections on asyncio protocols,
-opened in a slow-start ramp, a timer instead of a task per request) and leaves the framing of
-answers to h11, the parser httpx uses: what h11 rejects fails the attempt at once with a clear
-error, what it accepts (bare LF line endings, `Content-Length: n, n`, chunk extensions and
-trailers, 1xx interim answers, close-delimited bodies) works. Request heads are built once per
-URL; h11 is told only the method, which is all it needs to frame the answer.
+aiohttp does the HTTP: keep-alive connections per origin (as many as requests in flight),
+the framing of answers, Content-Encoding (gzip, deflate), TLS, 1xx interim answers, and
+proxies (absolute-form requests for http, a CONNECT tunnel for https). What stays here is what
+an evaluation needs on top of any client:
 
-Bodies are decoded (gzip, deflate, in the order a proxy stacked them) and, for streaming,
-split into server-sent events as the bytes arrive. A body larger than `max_body` after or
-before decoding fails with ReplyTooLarge, so a runaway reply costs at most that much memory.
-It goes through an http:// proxy when the environment names one (`_proxy.py`), CONNECT-tunnelled
-for https. A reused connection that the server had already closed is retried once on a fresh
-one, as browsers and urllib3 do. `check` opens the first connection to an endpoint before a run
-and turns what went wrong (refused, unknown host, TLS, proxy) into one EndpointError line.
+- which proxy a URL goes through, read from the environment by `_proxy.py` (never aiohttp's
+  `trust_env`: loopback is never proxied, lower case wins, NO_PROXY takes CIDR blocks);
+- one line saying what is wrong with an endpoint (`check` opens the first connection before a
+  run; `describe_connect_error`), and our own exceptions instead of aiohttp's, so callers see
+  OSError, TimeoutError, ProtocolError, ProxyError or ReplyTooLarge;
+- the cost of a reply bounded, not only its bytes: a body or stream over `max_body` bytes, a
+  stream of more than one event per 64 bytes of `max_body`, or a JSON document of more than one
+  value per 16 bytes of it fails with ReplyTooLarge as soon as it is seen, so `--eval-batch-size`
+  replies in flight cost at most a small multiple of the cap in memory;
+- server-sent events split as they arrive (`_sse.py`), each with its arrival time; `data:
+  [DONE]` completes the reply, whether or not the server then ends its HTTP message;
+- a reused connection the server had already closed is retried once at once, as browsers do.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import socket
 import ssl
-import zlib
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from typing import Any
 
-import h11
+import aiohttp
+from aiohttp import http_exceptions
+from yarl import URL
 
-from ..errors import EndpointError, FatalAPIError
+from ..errors import EndpointError
 from ._proxy import Proxy, proxy_for, shown_url
 from ._sse import SSEDecoder
 
-MAX_HEAD = 64 * 1024  # bytes of status line and headers, interim answers included
-FIRST_OPENINGS = 8  # connections opened at once at the start; each one that opens lets one more start
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
-# h11 frames the answer by the request's method; the head we send is our own, built once per URL
-_POST = h11.Request(method="POST", target="/", headers=[("Host", "h"), ("Content-Length", "0")])
-_CONNECT = h11.Request(method="CONNECT", target="h:1", headers=[("Host", "h:1")])
-_END = h11.EndOfMessage()
+BYTES_PER_EVENT = 64  # a real chunk of a streamed reply is 100-300 bytes; `data: {}` is 10
+BYTES_PER_NODE = 16  # a JSON value of a real reply takes 7 bytes or more; `{},` builds 64 bytes from 3
+DONE_GRACE = 0.5  # seconds to let a stream end its HTTP message after [DONE] and keep the connection
 _FRAMING_HEADERS = ("host", "content-length", "transfer-encoding", "connection")  # ours to set, not a user's
 
 
@@ -56,7 +53,7 @@ class ProxyError(ConnectionError):
 
 
 class ReplyTooLarge(ProtocolError):
-    """The body passed the size limit; an error for its sample, not worth a retry."""
+    """The reply passed a limit on its size or cost; an error for its sample, not worth a retry."""
 
 
 Event = tuple[float, str, str]  # arrival (loop time), event type, data
@@ -65,10 +62,10 @@ Event = tuple[float, str, str]  # arrival (loop time), event type, data
 @dataclass(frozen=True)
 class Response:
     status: int
-    headers: dict[str, str]  # lower-case names; a repeated header's values joined with ", "
+    headers: Mapping[str, str]  # looked up whatever the case of the name
     body: bytes  # empty when the answer was a stream of events
     events: list[Event] | None = None  # server-sent events, when streaming was asked and answered
-    sent: float = 0.0  # loop time the request was written
+    sent: float = 0.0  # loop time the request was sent
 
 
 def merge_headers(*layers: Mapping[str, str]) -> dict[str, str]:
@@ -84,297 +81,106 @@ def merge_headers(*layers: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a URL points, how to get there, and the start of every request head sent there."""
+    """Where a URL points and how to get there: the arguments of every request sent there."""
 
+    url: URL
     host: str
     port: int
     tls: bool
-    head: bytes  # request line and fixed headers, up to (not including) Content-Length
-    proxy: Proxy | None = None  # https goes through it in a CONNECT tunnel, http in absolute form
+    proxy: Proxy | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # headers, proxy and TLS arguments for aiohttp
 
     @classmethod
     def parse(cls, url: str, headers: dict[str, str], proxy: Proxy | None = None) -> Target:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        """The headers go with each request, never as the session's defaults: aiohttp would add those
+        to a CONNECT, handing the proxy the API key (as Proxy-Authorization, even)."""
+        parsed = URL(url, encoded=True)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ValueError(f"not an http(s) URL: {shown_url(url)}")
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        netloc = parts.netloc.rpartition("@")[2]
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        fixed = (f"{k}: {v}" for k, v in headers.items() if k.lower() not in _FRAMING_HEADERS)
-        lines = [f"POST {path} HTTP/1.1", f"Host: {netloc}", *fixed]
-        if proxy is not None and not tls:
-            lines[0] = f"POST http://{netloc}{path} HTTP/1.1"
-            if proxy.authorization:
-                lines.append(f"Proxy-Authorization: {proxy.authorization}")
-        return cls(parts.hostname, port, tls, ("\r\n".join(lines) + "\r\n").encode("latin-1"), proxy)
-
-    @property
-    def key(self) -> tuple[str, int, bool, Proxy | None]:
-        return self.host, self.port, self.tls, self.proxy
+        tls = parsed.scheme == "https"
+        options: dict[str, Any] = {"headers": headers}
+        if proxy is not None:
+            options["proxy"] = URL.build(scheme="http", host=proxy.host, port=proxy.port)
+            if proxy.authorization and tls:  # on the CONNECT
+                options["proxy_headers"] = {"Proxy-Authorization": proxy.authorization}
+            elif proxy.authorization:  # on each request, which the proxy forwards
+                options["headers"] = {**headers, "Proxy-Authorization": proxy.authorization}
+        return cls(parsed, parsed.host, parsed.port or (443 if tls else 80), tls, proxy, options)
 
     @property
     def authority(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-    @property
-    def tunnel_request(self) -> bytes:
-        lines = [f"CONNECT {self.authority} HTTP/1.1", f"Host: {self.authority}"]
-        if self.proxy is not None and self.proxy.authorization:
-            lines.append(f"Proxy-Authorization: {self.proxy.authorization}")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-class _Inflate:
-    """One content coding undone incrementally; `room` bounds the output of each call."""
-
-    def __init__(self, coding: str) -> None:
-        if coding in ("gzip", "x-gzip"):
-            self._wbits = 16 + zlib.MAX_WBITS
-        elif coding == "deflate":  # zlib-wrapped as the RFC says, or raw as some servers send it
-            self._wbits = zlib.MAX_WBITS
-        else:
-            raise ProtocolError(f"the body is encoded as {coding!r}, which coinflip cannot decode")
-        self.coding = coding
-        self._z = zlib.decompressobj(self._wbits)
-        self._started = False
-
-    def feed(self, data: bytes, room: int) -> bytes:
-        try:
-            out = self._z.decompress(data, room + 1)
-        except zlib.error:
-            if self._started or self._wbits != zlib.MAX_WBITS:
-                raise ProtocolError(f"the body does not decode as {self.coding}") from None
-            self._wbits = -zlib.MAX_WBITS  # raw deflate, as httpx falls back to
-            self._z = zlib.decompressobj(self._wbits)
-            return self.feed(data, room)
-        self._started = True
-        if len(out) > room:
-            raise ReplyTooLarge(f"the reply is larger than {_mb(room)} once decoded")
-        return out
-
-    def flush(self) -> bytes:
-        if self._started and not self._z.eof:
-            raise ProtocolError(f"the body ends before its {self.coding} data does")
-        return self._z.flush()
-
-
-class _Decoder:
-    """Content-Encoding, undone as the body arrives (`gzip, gzip` twice, as httpx does)."""
-
-    def __init__(self, header: str) -> None:
-        codings = [c.strip().lower() for c in header.split(",")]
-        self._steps = [_Inflate(c) for c in reversed(codings) if c and c != "identity"]
-
-    def feed(self, data: bytes, room: int) -> bytes:
-        for step in self._steps:
-            data = step.feed(data, room)
-        return data
-
-    def flush(self, room: int) -> bytes:
-        data = b""
-        for step in self._steps:
-            data = step.feed(data, room) if data else b""
-            data += step.flush()
-        return data
 
 
 def _mb(size: int) -> str:
     return f"{size / 1024 / 1024:g} MB"
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; h11 frames one answer at a time into `waiter`."""
+_BYTES_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_TEXT_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 
-    def __init__(self, max_body: int = DEFAULT_MAX_BODY) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.parser = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
+
+def json_values(text: bytes | str) -> int:
+    """At most how many values a JSON text holds: each but a container's first follows a comma."""
+    if isinstance(text, bytes):
+        return text.count(b"{") + text.count(b"[") + text.count(b",") + 1
+    return text.count("{") + text.count("[") + text.count(",") + 1
+
+
+def _without_strings(text: bytes | str) -> bytes | str:
+    """The text with each JSON string emptied, so that braces and commas inside them do not count."""
+    if isinstance(text, bytes):
+        return _BYTES_STRING.sub(b'""', text)
+    return _TEXT_STRING.sub('""', text)
+
+
+class _Limits:
+    """What one reply may cost; ReplyTooLarge as soon as it passes."""
+
+    def __init__(self, max_body: int) -> None:
         self.max_body = max_body
-        self.waiter: asyncio.Future[Response] | None = None
-        self.keep_alive = True
-        self._reset()
+        self.max_events = max(1, max_body // BYTES_PER_EVENT)
+        self.max_values = max(1, max_body // BYTES_PER_NODE)
 
-    def _reset(self, stream: bool = False, tunnel: bool = False) -> None:
-        self.received = False  # any byte of the current answer yet
-        self.stream = stream  # split a text/event-stream answer into events
-        self.tunnel = tunnel  # the current request is a CONNECT: a 2xx answer has no body
-        self.fed = 0  # bytes of the current answer so far
-        self.status = 0
-        self.headers: dict[str, str] = {}
-        self.body = bytearray()
-        self.raw_size = 0
-        self.size = 0
-        self.decoder: _Decoder | None = None
-        self.sse: SSEDecoder | None = None
-        self.events: list[Event] | None = None
-        self.sent = 0.0
-
-    # asyncio callbacks: they never raise; whatever goes wrong fails the waiter
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        if self.waiter is None:  # nothing was asked: the stream is out of step, drop it
-            self.close()
-            return
-        self.received = True
-        self.fed += len(data)
-        try:
-            self.parser.receive_data(data)
-            self._pump()
-            if self.sse is not None and self.body:
-                self._split_events()
-        except Exception as exc:
-            self._fail(_framing_error(exc))
-
-    def eof_received(self) -> bool | None:
-        return False  # close our side too
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        if self.waiter is None:
-            return
-        try:
-            self.parser.receive_data(b"")
-            self._pump()  # a close-delimited body ends here
-        except h11.RemoteProtocolError:
-            pass
-        except Exception as error:
-            self._fail(_framing_error(error))
-            return
-        self._fail(ConnectionResetError("the server closed the connection before the reply was complete"))
-
-    # the events h11 finds
-    def _pump(self) -> None:
-        while self.waiter is not None:
-            event = self.parser.next_event()
-            kind = type(event)
-            if kind is h11.Data:
-                self._take(event.data)  # type: ignore[union-attr]
-            elif kind is h11.Response:
-                self._head(event)  # type: ignore[arg-type]
-            elif kind is h11.EndOfMessage:
-                self._finish()
-            elif kind is not h11.InformationalResponse:  # NEED_DATA, PAUSED
-                return
-
-    def _head(self, event: h11.Response) -> None:
-        if self.fed > MAX_HEAD and self.fed - len(self.parser.trailing_data[0]) > MAX_HEAD:
-            raise ProtocolError(f"the response headers are larger than {MAX_HEAD // 1024} KiB")
-        headers: dict[str, str] = {}
-        for name, value in event.headers:
-            key, text = name.decode("latin-1"), value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        self.status, self.headers = event.status_code, headers
-        if self.tunnel and 200 <= event.status_code < 300:
-            self._finish()
-            return
-        length = headers.get("content-length")
-        if length is not None and int(length) > self.max_body:
-            raise ReplyTooLarge(f"the reply is {int(length)} bytes, larger than {_mb(self.max_body)}")
-        if "content-encoding" in headers:
-            self.decoder = _Decoder(headers["content-encoding"])
-        if self.stream and event.status_code == 200 and "text/event-stream" in headers.get("content-type", ""):
-            self.sse, self.events = SSEDecoder(), []
-
-    def _take(self, data: bytes) -> None:
-        self.raw_size += len(data)
-        if self.raw_size > self.max_body:
+    def size(self, size: int) -> None:
+        if size > self.max_body:
             raise ReplyTooLarge(f"the reply is larger than {_mb(self.max_body)}")
-        if self.decoder is not None:
-            self._deliver(self.decoder.feed(data, self.max_body - self.size))
-        else:
-            self.size = self.raw_size
-            self.body += data
 
-    def _deliver(self, data: bytes) -> None:
-        self.size += len(data)
-        if self.size > self.max_body:
-            raise ReplyTooLarge(f"the reply is larger than {_mb(self.max_body)}")
-        self.body += data  # a stream's bytes wait here until the read is parsed: one split per read
+    def json(self, text: bytes | str) -> None:
+        if json_values(text) > self.max_values and json_values(_without_strings(text)) > self.max_values:
+            raise ReplyTooLarge(
+                f"the reply holds more than {self.max_values} JSON values (one per {BYTES_PER_NODE} bytes of "
+                f"{_mb(self.max_body)})"
+            )
 
-    def _split_events(self) -> None:
-        assert self.sse is not None and self.events is not None
-        now = asyncio.get_running_loop().time()
-        self.events.extend((now, kind, text) for kind, text in self.sse.feed(bytes(self.body)))
-        self.body.clear()
-
-    def _finish(self) -> None:
-        if self.decoder is not None:
-            self._deliver(self.decoder.flush(self.max_body - self.size))
-        if self.sse is not None and self.body:
-            self._split_events()
-        waiter, self.waiter = self.waiter, None
-        parser = self.parser
-        if parser.their_state is h11.DONE and parser.our_state is h11.DONE and not parser.trailing_data[0]:
-            parser.start_next_cycle()
-        elif not self.tunnel:  # the server will close, or sent stray bytes: the stream can't be trusted
-            self.keep_alive = False
-        if waiter is not None and not waiter.done():
-            waiter.set_result(Response(self.status, self.headers, bytes(self.body), self.events, self.sent))
-
-    def _fail(self, exc: Exception) -> None:
-        self.keep_alive = False
-        if self.transport is not None:
-            self.transport.close()
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(exc)
-        self.waiter = None
-
-    # used by the pool
-    @property
-    def usable(self) -> bool:
-        return self.transport is not None and not self.transport.is_closing() and self.keep_alive
-
-    def send(self, data: bytes, stream: bool = False, tunnel: bool = False) -> asyncio.Future[Response]:
-        assert self.transport is not None
-        self._reset(stream, tunnel)
-        try:
-            self.parser.send(_CONNECT if tunnel else _POST)
-            self.parser.send(_END)
-        except h11.LocalProtocolError as exc:  # the connection is out of step: never reuse it
-            self.close()
-            raise ProtocolError(f"the connection cannot carry another request ({exc})") from None
-        loop = asyncio.get_running_loop()
-        self.waiter = loop.create_future()
-        self.sent = loop.time()
-        self.transport.write(data)
-        return self.waiter
-
-    def tunnelled(self) -> None:
-        """The proxy opened the tunnel: what follows is a new HTTP conversation with the server."""
-        self.parser = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
-        self.keep_alive = True
-
-    def expire(self, timeout: float) -> None:
-        got = f" ({len(self.events)} events received)" if self.events else ""
-        self._fail(TimeoutError(f"no complete reply within {timeout:g} s{got}"))
-
-    def close(self) -> None:
-        self.keep_alive = False
-        if self.transport is not None:
-            self.transport.close()
+    def events(self, count: int) -> None:
+        if count > self.max_events:
+            raise ReplyTooLarge(
+                f"the stream sent more than {self.max_events} events (one per {BYTES_PER_EVENT} bytes of "
+                f"{_mb(self.max_body)})"
+            )
 
 
-def _framing_error(exc: Exception) -> Exception:
-    if isinstance(exc, ProtocolError):
-        return exc
-    if isinstance(exc, h11.RemoteProtocolError):
-        detail = re.sub(r"bytearray\((b['\"].*?['\"])\)", r"\1", str(exc))
-        return ProtocolError(f"the reply is not valid HTTP/1.1 ({detail[:200]})")
-    return ProtocolError(f"the reply could not be read ({type(exc).__name__}: {exc})")
+@dataclass
+class _Progress:
+    """How far one attempt got: whether its answer's head came, how many events."""
+
+    head: bool = False
+    events: int = 0
 
 
-def _check_tunnel(answer: Response, target: Target) -> None:
-    if 200 <= answer.status < 300:
-        return
-    assert target.proxy is not None
-    where = f"proxy {target.proxy.host}:{target.proxy.port}"
-    if answer.status == 407:
-        raise EndpointError(
-            f"{where} wants credentials (407): put them in the proxy URL, http://user:password@host:port"
-        )
-    raise ProxyError(f"{where} answered {answer.status} to CONNECT {target.authority}")
+def _check_framing(headers: Any) -> None:
+    """What aiohttp would read some way of its own fails the attempt instead: a Transfer-Encoding
+    other than chunked (read as if it ended the body), and a Content-Encoding of more than one
+    coding (aiohttp would hand over the body still encoded)."""
+    if "Transfer-Encoding" in headers:
+        transfer = ",".join(headers.getall("Transfer-Encoding"))
+        if transfer.strip().lower() != "chunked":
+            raise ProtocolError(f"the reply's Transfer-Encoding is {transfer!r}; only chunked is read")
+    if "Content-Encoding" in headers:
+        codings = [c.strip() for v in headers.getall("Content-Encoding") for c in v.split(",")]
+        if len(codings) > 1:
+            raise ProtocolError(f"the body is encoded in layers ({', '.join(codings)}); coinflip undoes one coding")
 
 
 def _never_resolves(host: str) -> bool:
@@ -383,7 +189,7 @@ def _never_resolves(host: str) -> bool:
 
 
 class ConnectionPool:
-    """Keep-alive connections per origin, opened on demand: as many as requests in flight."""
+    """One aiohttp session: keep-alive connections per origin, opened on demand."""
 
     def __init__(
         self,
@@ -395,15 +201,17 @@ class ConnectionPool:
     ) -> None:
         """`proxy` sends everything through that proxy; without it, the environment's
         HTTP(S)_PROXY and NO_PROXY decide per URL."""
-        self.headers = merge_headers({"Accept": "application/json", "Accept-Encoding": "identity"}, headers)
+        import os
+
+        defaults = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        self.headers = {k: v for k, v in merge_headers(defaults, headers).items() if k.lower() not in _FRAMING_HEADERS}
         self.timeout = timeout
-        self.max_body = max_body
+        self.limits = _Limits(max_body)
         self._proxy = Proxy.parse(proxy) if proxy else None
         self._environ = os.environ if environ is None else environ
         self._targets: dict[str, Target] = {}
-        self._idle: dict[tuple[str, int, bool, Proxy | None], deque[_Connection]] = {}
+        self._session: aiohttp.ClientSession | None = None
         self._ssl: ssl.SSLContext | None = None
-        self._opening: asyncio.Semaphore | None = None
 
     def target(self, url: str) -> Target:
         target = self._targets.get(url)
@@ -412,118 +220,183 @@ class ConnectionPool:
             target = self._targets[url] = Target.parse(url, self.headers, proxy)
         return target
 
-    async def check(self, url: str) -> None:
-        """Open the first connection to `url` now and keep it for the first request; EndpointError
-        (one line saying what is wrong) when it cannot be opened."""
-        target = self.target(url)
-        deadline = asyncio.get_running_loop().time() + self.timeout
-        try:
-            conn = await self._open(target, deadline)
-        except FatalAPIError:
-            raise
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise EndpointError(describe_connect_error(exc, target, self.timeout)) from None
-        self._idle.setdefault(target.key, deque()).append(conn)
-
-    async def post(self, url: str, body: bytes, stream: bool = False) -> Response:
-        """The whole answer within `timeout` seconds; OSError (TimeoutError included) otherwise."""
-        target = self.target(url)
-        data = target.head + b"Content-Length: %d\r\n\r\n" % len(body) + body
-        deadline = asyncio.get_running_loop().time() + self.timeout
-        idle = self._idle.setdefault(target.key, deque())
-        while idle:
-            conn = idle.pop()
-            if not conn.usable:
-                continue
-            try:
-                return await self._exchange(conn, data, idle, deadline, stream)
-            except ConnectionResetError:
-                if conn.received:  # the server did answer something: a real failure, not a stale socket
-                    raise
-        return await self._exchange(await self._connect(target, deadline), data, idle, deadline, stream)
-
-    async def _exchange(
-        self, conn: _Connection, data: bytes, idle: deque[_Connection], deadline: float, stream: bool
-    ) -> Response:
-        """A timer, not a wrapping task, enforces the deadline: one hop less per reply."""
-        timer = asyncio.get_running_loop().call_at(deadline, conn.expire, self.timeout)
-        clean = False
-        try:
-            response = await conn.send(data, stream)
-            clean = True
-        finally:
-            timer.cancel()
-            if clean and conn.usable:
-                idle.append(conn)
-            else:
-                conn.close()
-        return response
-
-    async def _connect(self, target: Target, deadline: float) -> _Connection:
-        """Opens ramp up like TCP slow start (8, 16, 32, ...): opening 128 at once would hold every
-        first request back until the last handshake is done, and a run ends a fixed number of
-        round trips after its earliest requests start."""
-        if self._opening is None:
-            self._opening = asyncio.Semaphore(FIRST_OPENINGS)
-        async with self._opening:
-            conn = await self._open(target, deadline)
-        self._opening.release()
-        return conn
-
-    async def _open(self, target: Target, deadline: float) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            return await asyncio.wait_for(self._handshake(target), max(0.0, deadline - loop.time()))
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no connection to {target.authority} within {self.timeout:g} s") from None
-
-    def _new(self) -> _Connection:
-        return _Connection(self.max_body)
-
-    async def _handshake(self, target: Target) -> _Connection:
-        loop = asyncio.get_running_loop()
-        context = self._ssl_context() if target.tls else None
-        if target.proxy is None:
-            if _never_resolves(target.host):
-                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-            _, conn = await loop.create_connection(
-                self._new, target.host, target.port, ssl=context, server_hostname=target.host if context else None
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+                skip_auto_headers=("User-Agent",),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                auto_decompress=True,
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
-            return conn
-        conn = await self._reach_proxy(target.proxy)
-        if context is None:
-            return conn
-        try:
-            answer = await conn.send(target.tunnel_request, tunnel=True)
-            _check_tunnel(answer, target)
-            assert conn.transport is not None
-            conn.transport = await loop.start_tls(conn.transport, conn, context, server_hostname=target.host)
-            conn.tunnelled()
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return self._session
 
-    async def _reach_proxy(self, proxy: Proxy) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            if _never_resolves(proxy.host):
-                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-            _, conn = await loop.create_connection(self._new, proxy.host, proxy.port)
-        except OSError as exc:
-            raise ProxyError(f"proxy {proxy.host}:{proxy.port} is unreachable ({_reason(exc)})") from None
-        return conn
+    def _options(self, target: Target) -> dict[str, Any]:
+        if target.tls and "ssl" not in target.options:
+            target.options["ssl"] = self._ssl_context()  # SSL_CERT_FILE as it is when the first request goes
+        return target.options
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
             self._ssl = ssl.create_default_context()
         return self._ssl
 
+    async def check(self, url: str) -> None:
+        """Open the first connection to `url` now and keep it for the first request; EndpointError
+        (one line saying what is wrong) when it cannot be opened."""
+        target = self.target(url)
+        session = self.session
+        options = self._options(target)
+        request = aiohttp.ClientRequest(
+            "POST",
+            target.url,
+            loop=asyncio.get_running_loop(),
+            ssl=options.get("ssl", True),
+            proxy=options.get("proxy"),
+            proxy_headers=options.get("proxy_headers"),
+        )
+        try:
+            if _never_resolves(target.host) and target.proxy is None:
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            assert session.connector is not None
+            connection = await asyncio.wait_for(session.connector.connect(request, [], session.timeout), self.timeout)
+        except (OSError, asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            reason = _translated(exc, target, self.timeout)
+            raise EndpointError(describe_connect_error(reason, target, self.timeout)) from None
+        connection.release()
+
+    async def post(self, url: str, body: bytes, stream: bool = False) -> Response:
+        """The whole answer within `timeout` seconds; OSError (TimeoutError included) otherwise."""
+        target = self.target(url)
+        if _never_resolves(target.host) and target.proxy is None:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        for attempt in (1, 2):
+            progress = _Progress()
+            try:
+                return await self._exchange(target, body, stream, progress)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                stale = not progress.head and not isinstance(exc, aiohttp.ClientConnectorError)
+                if attempt == 2 or not stale:  # a kept connection the server had closed: once more
+                    raise _translated(exc, target, self.timeout) from None
+            except asyncio.TimeoutError:
+                got = f" ({progress.events} events received)" if progress.events else ""
+                raise TimeoutError(f"no complete reply within {self.timeout:g} s{got}") from None
+            except (aiohttp.ClientError, http_exceptions.HttpProcessingError) as exc:
+                raise _translated(exc, target, self.timeout) from None
+        raise AssertionError("unreachable")
+
+    async def _exchange(self, target: Target, body: bytes, stream: bool, progress: _Progress) -> Response:
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        options = self._options(target)
+        async with self.session.post(target.url, data=body, allow_redirects=False, **options) as resp:
+            progress.head = True
+            _check_framing(resp.headers)
+            length = resp.content_length
+            if length is not None and length > self.limits.max_body:
+                raise ReplyTooLarge(f"the reply is {length} bytes, larger than {_mb(self.limits.max_body)}")
+            if stream and resp.status == 200 and "text/event-stream" in resp.headers.get("Content-Type", ""):
+                events = await self._events(resp, loop, progress)
+                return Response(resp.status, resp.headers, b"", events, sent)
+            if length is not None and "Content-Encoding" not in resp.headers:
+                data = await resp.read()  # framed by its length: no larger than checked above
+            else:
+                data = await self._read(resp)
+            self.limits.json(data)
+            return Response(resp.status, resp.headers, data, None, sent)
+
+    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
+        body = bytearray()
+        async for chunk in resp.content.iter_any():
+            body += chunk
+            self.limits.size(len(body))
+        return bytes(body)
+
+    async def _events(
+        self, resp: aiohttp.ClientResponse, loop: asyncio.AbstractEventLoop, progress: _Progress
+    ) -> list[Event]:
+        decoder, events, size = SSEDecoder(), [], 0
+        limits = self.limits
+        async for chunk in resp.content.iter_any():
+            size += len(chunk)
+            limits.size(size)
+            now = loop.time()
+            for kind, data in decoder.feed(chunk):
+                limits.json(data)
+                events.append((now, kind, data))
+                if data.strip() == "[DONE]":
+                    await self._after_done(resp, size)
+                    return events
+            limits.events(len(events))
+            progress.events = len(events)
+        return events
+
+    async def _after_done(self, resp: aiohttp.ClientResponse, size: int) -> None:
+        """[DONE] is the reply's end: let the message end too (the connection is then kept), or drop it."""
+        if resp.content.at_eof():
+            return
+
+        async def rest() -> None:
+            total = size
+            async for chunk in resp.content.iter_any():
+                total += len(chunk)
+                self.limits.size(total)
+
+        try:
+            await asyncio.wait_for(rest(), DONE_GRACE)
+        except (asyncio.TimeoutError, aiohttp.ClientError, ReplyTooLarge):
+            resp.close()
+
     async def aclose(self) -> None:
-        for idle in self._idle.values():
-            while idle:
-                idle.pop().close()
-        await asyncio.sleep(0)  # let transports finish closing
+        if self._session is not None:
+            await self._session.close()
+
+
+def _cause(exc: BaseException) -> BaseException | None:
+    return exc.__cause__ or exc.__context__
+
+
+def _translated(exc: BaseException, target: Target, timeout: float) -> BaseException:
+    """aiohttp's exceptions as ours: what went wrong, in words a user can act on."""
+    if isinstance(exc, ProtocolError | ProxyError | socket.gaierror):
+        return exc
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        where = f"proxy {target.proxy.host}:{target.proxy.port}" if target.proxy else "the proxy"
+        if exc.status == 407:
+            return EndpointError(
+                f"{where} wants credentials (407): put them in the proxy URL, http://user:password@host:port"
+            )
+        return ProxyError(f"{where} answered {exc.status} to CONNECT {target.authority}")
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        assert target.proxy is not None
+        return ProxyError(f"proxy {target.proxy.host}:{target.proxy.port} is unreachable ({_reason(exc.os_error)})")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return exc.certificate_error
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return exc.os_error
+    if isinstance(exc, asyncio.TimeoutError):
+        return TimeoutError(f"no complete reply within {timeout:g} s")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return ConnectionResetError("the server closed the connection before the reply was complete")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        cause = _cause(exc)
+        if isinstance(cause, http_exceptions.ContentEncodingError | http_exceptions.DecompressSizeError):
+            return ProtocolError(f"the body does not decode ({_detail(cause)})")
+        if isinstance(cause, http_exceptions.ContentLengthError) or "not completed" in str(exc):
+            return ConnectionResetError("the server closed the connection before the reply was complete")
+        return ProtocolError(f"the reply is not valid HTTP/1.1 ({_detail(cause or exc)})")
+    if isinstance(exc, aiohttp.ClientResponseError | http_exceptions.HttpProcessingError):
+        return ProtocolError(f"the reply is not valid HTTP/1.1 ({_detail(exc)})")
+    if isinstance(exc, aiohttp.ClientOSError):
+        return ConnectionResetError(str(exc) or "the connection failed")
+    return ProtocolError(f"the reply could not be read ({type(exc).__name__}: {exc})")
+
+
+def _detail(exc: BaseException) -> str:
+    text = getattr(exc, "message", None) or str(exc)
+    return " ".join(str(text).split())[:200] or type(exc).__name__
 
 
 def _reason(exc: BaseException) -> str:
@@ -538,6 +411,8 @@ def _reason(exc: BaseException) -> str:
 def describe_connect_error(exc: BaseException, target: Target, timeout: float) -> str:
     """One line for a connection that could not be opened before the run."""
     where = f"{'https' if target.tls else 'http'}://{target.authority}"
+    if isinstance(exc, EndpointError):
+        return str(exc)
     if isinstance(exc, ProxyError):
         return f"{exc} - check HTTP_PROXY / HTTPS_PROXY / NO_PROXY"
     if isinstance(exc, ssl.SSLCertVerificationError):

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown_url
+
+__all__ = ["Proxy", "proxy_for", "shown_url"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Proxy:
     @classmethod
     def parse(cls, url: str) -> Proxy:
         parts = urlsplit(url if "://" in url else f"http://{url}")
-        shown = _without_credentials(url)
+        shown = shown_url(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ConfigError(f"proxy {shown!r}: give an http:// proxy URL, e.g. http://proxy.example:3128")
         try:
@@ -37,22 +39,6 @@ class Proxy:
             pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             authorization = "Basic " + base64.b64encode(pair.encode()).decode()
         return cls(parts.hostname, port, authorization)
-
-
-def _without_credentials(url: str) -> str:
-    """A proxy URL has no use for `@` but to end its credentials: drop everything before the last one."""
-    scheme, sep, rest = url.rpartition("://") if "://" in url.partition("@")[0] else ("", "", url)
-    return f"{scheme}{sep}{rest.rpartition('@')[2]}"
-
-
-def shown_url(url: str) -> str:
-    """A URL fit to print: any user:password@ before the host removed."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority, tail = rest[:end], rest[end:]
-    return f"{scheme}{sep}{authority.rpartition('@')[2]}{tail}"
 
 
 def proxy_for(url: str, environ: Mapping[str, str]) -> Proxy | None:

@@ -16,7 +16,7 @@ class SSEDecoder:
     """Feed it body bytes in any split; it hands back each complete event as (type, data)."""
 
     def __init__(self) -> None:
-        self._partial = b""  # the start of a line whose end has not arrived yet
+        self._partial = bytearray()  # the start of a line whose end has not arrived yet
         self._after_cr = False  # the last read ended with CR: a leading LF now ends nothing
         self._first = True  # a UTF-8 byte order mark may open the stream
         self._data: list[str] = []
@@ -25,11 +25,15 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
         if self._after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
+            self._after_cr = False  # that LF was the end of the CRLF: the next one is a line of its own
         if not chunk:
             return []
         self._after_cr = chunk.endswith(b"\r")
-        lines = (self._partial + chunk).splitlines(keepends=True)
-        self._partial = b"" if lines[-1].endswith((b"\n", b"\r")) else lines.pop()
+        if b"\n" not in chunk and b"\r" not in chunk:  # the middle of a long line: no copy of what came
+            self._partial += chunk
+            return []
+        lines = (bytes(self._partial) + chunk).splitlines(keepends=True)
+        self._partial = bytearray() if lines[-1].endswith((b"\n", b"\r")) else bytearray(lines.pop())
         events: list[tuple[str, str]] = []
         for raw in lines:
             line = raw.rstrip(b"\r\n")
