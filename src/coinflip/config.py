@@ -704,6 +704,9 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
     return value
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
+
+
 def _check_generation_values(value: dict[str, Any]) -> None:
     for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
         if key in value and (isinstance(value[key], bool) or not isinstance(value[key], (int, float))):
@@ -732,6 +735,9 @@ def _check_generation_values(value: dict[str, Any]) -> None:
     for key, item in value.get("extra_headers", {}).items():
         if not isinstance(item, str) or any(c in f"{key}{item}" for c in "\r\n\0") or not key.strip():
             raise ConfigError(f"generation_config extra_headers {key!r}: a header is a name and a one-line text")
+        if not _HEADER_NAME.fullmatch(str(key)):  # a ':' or a space would forge or break the request's head
+            raise ConfigError(f"generation_config extra_headers {key!r}: a header name is letters, digits and "
+                              "!#$%&'*+-.^_`|~ (no ':' or space)")  # fmt: skip
         _check_header_value(f"generation_config extra_headers {key!r}", f"{key}{item}")
     bad = _non_finite(value)
     if bad:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import forced
+from ._terminal import printable
 from .config import DEFAULT_BATCH, METRIC_COMPATS, REDACTED, TaskConfig, check_choice
 from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
 from .models import Reply, Request, is_local, open_model, serve_local
@@ -504,13 +505,21 @@ class _LogFile(logging.FileHandler):
         return None
 
 
+class _Printable(logging.Formatter):
+    """Log lines with control characters shown as U+FFFD: a server's message may hold escape
+    sequences, which `cat eval_log.log` would otherwise act on."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 def _attach_log(path: Path) -> logging.Handler:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handler: logging.Handler = _LogFile(path, encoding="utf-8")
     except OSError:
         handler = logging.NullHandler()  # a read-only run dir: rescore still reports what it can
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.setFormatter(_Printable("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     return handler

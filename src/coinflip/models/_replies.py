@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from .._terminal import printable
 from .base import Reply
 
 MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough for any real one
@@ -46,7 +47,9 @@ def load_json(raw: bytes | str) -> Any:
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
-    text = " ".join(text.split())
+    """A server's message fit for a log, a file or a terminal: one line, control characters
+    (escape sequences) shown as U+FFFD, at most `limit` characters."""
+    text = printable(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
