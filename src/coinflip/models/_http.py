@@ -11,9 +11,10 @@ an evaluation needs on top of any client:
   run; `describe_connect_error`), and our own exceptions instead of aiohttp's, so callers see
   OSError, TimeoutError, ProtocolError, ProxyError or ReplyTooLarge;
 - the cost of a reply bounded, not only its bytes: a body or stream over `max_body` bytes, a
-  stream of more than one event per 64 bytes of `max_body`, or a JSON document of more than one
-  value per 16 bytes of it fails with ReplyTooLarge as soon as it is seen, so `--eval-batch-size`
-  replies in flight cost at most a small multiple of the cap in memory;
+  JSON document of more than one value per 16 bytes of `max_body`, or a stream whose events
+  average under 32 bytes fails with ReplyTooLarge as soon as it is seen; a stream's events go
+  to a sink as they arrive (`StreamReply` keeps only the text), so `--eval-batch-size` replies
+  in flight cost at most a small multiple of the cap in memory;
 - server-sent events split as they arrive (`_sse.py`), each with its arrival time; `data:
   [DONE]` completes the reply, whether or not the server then ends its HTTP message;
 - a reused connection the server had already closed is retried once at once, as browsers do.
@@ -25,9 +26,9 @@ import asyncio
 import re
 import socket
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import http_exceptions
@@ -38,7 +39,8 @@ from ._proxy import Proxy, proxy_for, shown_url
 from ._sse import SSEDecoder
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
-BYTES_PER_EVENT = 64  # a real chunk of a streamed reply is 100-300 bytes; `data: {}` is 10
+BYTES_PER_EVENT = 32  # a real event of a streamed reply is 50-300 bytes; `data: {}` is 10
+FREE_EVENTS = 256  # events allowed before their size is looked at
 BYTES_PER_NODE = 16  # a JSON value of a real reply takes 7 bytes or more; `{},` builds 64 bytes from 3
 DONE_GRACE = 0.5  # seconds to let a stream end its HTTP message after [DONE] and keep the connection
 _FRAMING_HEADERS = ("host", "content-length", "transfer-encoding", "connection")  # ours to set, not a user's
@@ -59,12 +61,28 @@ class ReplyTooLarge(ProtocolError):
 Event = tuple[float, str, str]  # arrival (loop time), event type, data
 
 
+class EventSink(Protocol):
+    """Where a stream's events go as they arrive, so that no list of them need be kept."""
+
+    def add(self, at: float, kind: str, data: str) -> bool:
+        """Take one event; True when no more is needed (the reply is complete, or failed)."""
+        ...
+
+
+class EventList(list[Event]):
+    """The plain sink: every event kept, up to [DONE]."""
+
+    def add(self, at: float, kind: str, data: str) -> bool:
+        self.append((at, kind, data))
+        return data.strip() == "[DONE]"
+
+
 @dataclass(frozen=True)
 class Response:
     status: int
     headers: Mapping[str, str]  # looked up whatever the case of the name
     body: bytes  # empty when the answer was a stream of events
-    events: list[Event] | None = None  # server-sent events, when streaming was asked and answered
+    events: EventSink | None = None  # what took the server-sent events, when streaming was asked and answered
     sent: float = 0.0  # loop time the request was sent
 
 
@@ -134,30 +152,33 @@ def _without_strings(text: bytes | str) -> bytes | str:
     return _TEXT_STRING.sub('""', text)
 
 
+_HINT = "; raise max_reply_mb to keep such replies"
+
+
 class _Limits:
     """What one reply may cost; ReplyTooLarge as soon as it passes."""
 
     def __init__(self, max_body: int) -> None:
         self.max_body = max_body
-        self.max_events = max(1, max_body // BYTES_PER_EVENT)
         self.max_values = max(1, max_body // BYTES_PER_NODE)
 
     def size(self, size: int) -> None:
         if size > self.max_body:
-            raise ReplyTooLarge(f"the reply is larger than {_mb(self.max_body)}")
+            raise ReplyTooLarge(f"the reply is larger than {_mb(self.max_body)}{_HINT}")
 
     def json(self, text: bytes | str) -> None:
         if json_values(text) > self.max_values and json_values(_without_strings(text)) > self.max_values:
             raise ReplyTooLarge(
                 f"the reply holds more than {self.max_values} JSON values (one per {BYTES_PER_NODE} bytes of "
-                f"{_mb(self.max_body)})"
+                f"{_mb(self.max_body)}){_HINT}"
             )
 
-    def events(self, count: int) -> None:
-        if count > self.max_events:
+    def events(self, count: int, size: int) -> None:
+        """Each event costs the same whatever its size: tiny ones are the costly kind of stream."""
+        if count > FREE_EVENTS + size // BYTES_PER_EVENT:
             raise ReplyTooLarge(
-                f"the stream sent more than {self.max_events} events (one per {BYTES_PER_EVENT} bytes of "
-                f"{_mb(self.max_body)})"
+                f"the stream sent {count} events in {size} bytes; real streams' events average over "
+                f"{BYTES_PER_EVENT} bytes"
             )
 
 
@@ -198,15 +219,17 @@ class ConnectionPool:
         proxy: str | None = None,
         environ: Mapping[str, str] | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        sink: Callable[[], EventSink] = EventList,
     ) -> None:
         """`proxy` sends everything through that proxy; without it, the environment's
-        HTTP(S)_PROXY and NO_PROXY decide per URL."""
+        HTTP(S)_PROXY and NO_PROXY decide per URL. `sink` makes what takes each stream's events."""
         import os
 
         defaults = {"Accept": "application/json", "Accept-Encoding": "identity"}
         self.headers = {k: v for k, v in merge_headers(defaults, headers).items() if k.lower() not in _FRAMING_HEADERS}
         self.timeout = timeout
         self.limits = _Limits(max_body)
+        self.sink = sink
         self._proxy = Proxy.parse(proxy) if proxy else None
         self._environ = os.environ if environ is None else environ
         self._targets: dict[str, Target] = {}
@@ -296,7 +319,7 @@ class ConnectionPool:
             _check_framing(resp.headers)
             length = resp.content_length
             if length is not None and length > self.limits.max_body:
-                raise ReplyTooLarge(f"the reply is {length} bytes, larger than {_mb(self.limits.max_body)}")
+                raise ReplyTooLarge(f"the reply is {length} bytes, larger than {_mb(self.limits.max_body)}{_HINT}")
             if stream and resp.status == 200 and "text/event-stream" in resp.headers.get("Content-Type", ""):
                 events = await self._events(resp, loop, progress)
                 return Response(resp.status, resp.headers, b"", events, sent)
@@ -316,8 +339,8 @@ class ConnectionPool:
 
     async def _events(
         self, resp: aiohttp.ClientResponse, loop: asyncio.AbstractEventLoop, progress: _Progress
-    ) -> list[Event]:
-        decoder, events, size = SSEDecoder(), [], 0
+    ) -> EventSink:
+        decoder, sink, size = SSEDecoder(), self.sink(), 0
         limits = self.limits
         async for chunk in resp.content.iter_any():
             size += len(chunk)
@@ -325,13 +348,15 @@ class ConnectionPool:
             now = loop.time()
             for kind, data in decoder.feed(chunk):
                 limits.json(data)
-                events.append((now, kind, data))
-                if data.strip() == "[DONE]":
-                    await self._after_done(resp, size)
-                    return events
-            limits.events(len(events))
-            progress.events = len(events)
-        return events
+                progress.events += 1
+                if sink.add(now, kind, data):  # complete at [DONE], or failed: read no further
+                    if data.strip() == "[DONE]":
+                        await self._after_done(resp, size)
+                    else:
+                        resp.close()
+                    return sink
+            limits.events(progress.events, size)
+        return sink
 
     async def _after_done(self, resp: aiohttp.ClientResponse, size: int) -> None:
         """[DONE] is the reply's end: let the message end too (the connection is then kept), or drop it."""

@@ -8,7 +8,8 @@ non-negative token counts only (a numeric string such as "120" is read as the nu
 Infinity, fractions and other types are dropped), so the predictions file stays strict JSON.
 Log probabilities become one entry per token, {"token", "logprob", "top"}, with `logprob` None
 and `top` entries dropped where the server sent no finite number. A streamed answer is the same
-fields spread over chunks: deltas are joined per choice, usage comes from the chunk that has it.
+fields spread over chunks, read as they arrive (`StreamReply`): deltas are joined per choice,
+usage comes from the chunk that has it.
 """
 
 from __future__ import annotations
@@ -244,34 +245,61 @@ class _Choice:
         )
 
 
-def parse_stream(events: list[tuple[float, str, str]], mode: str, sent: float) -> Reply:
-    """Server-sent chunks to one Reply; `ttft_s` counts from `sent` to the first text or reasoning."""
-    choices: dict[int, _Choice] = {}
-    found_usage: dict[str, int] | None = None
-    first: float | None = None
-    done = False
-    for at, kind, data in events:
+class StreamReply:
+    """A streamed answer put together as its events arrive, keeping only what the Reply needs:
+    a stream then costs what its text costs, however many events carry it. The first malformed
+    or error event ends it (`add` says stop) and `reply` raises it."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.choices: dict[int, _Choice] = {}
+        self.usage: dict[str, int] | None = None
+        self.first: float | None = None  # arrival of the first text or reasoning
+        self.done = False
+        self.error: BadReply | None = None
+
+    def add(self, at: float, kind: str, data: str) -> bool:
+        """Take one event (arrival time, type, data); True when the reply needs no more."""
         if data.strip() == "[DONE]":
-            done = True
+            self.done = True
+            return True
+        try:
+            chunk = load_json(data)
+            if kind == "error" or (isinstance(chunk, dict) and chunk.get("error")):
+                raise ServerSaidError(f"the stream carried an error: {one_line(_message_of(chunk))}")
+            if not isinstance(chunk, dict):
+                raise BadReply("malformed stream chunk (not a JSON object)")
+            self.usage = usage(chunk.get("usage")) or self.usage
+            for item in chunk.get("choices") or ():
+                if isinstance(item, dict) and _add_delta(self.choices, item, self.mode) and self.first is None:
+                    self.first = at
+        except BadReply as exc:
+            self.error = exc
+            return True
+        return False
+
+    def reply(self, sent: float) -> Reply:
+        """The Reply; `ttft_s` counts from `sent` to the first text or reasoning."""
+        if self.error is not None:
+            raise self.error
+        if not self.choices:
+            raise BadReply("the stream ended without any choice")
+        if not self.done and any(c.finish is None for c in self.choices.values()):  # a proxy cut it off
+            raise BadReply("the stream ended before the reply was complete (no finish_reason and no [DONE])")
+        replies = [self.choices[i].reply() for i in sorted(self.choices)]
+        replies[0].usage = self.usage
+        replies[0].more = replies[1:]
+        replies[0].ttft_s = None if self.first is None else max(0.0, self.first - sent)
+        return replies[0]
+
+
+def parse_stream(events: list[tuple[float, str, str]], mode: str, sent: float) -> Reply:
+    """Server-sent chunks, all at once, to one Reply."""
+    stream = StreamReply(mode)
+    for at, kind, data in events:
+        if stream.add(at, kind, data):
             break
-        chunk = load_json(data)
-        if kind == "error" or (isinstance(chunk, dict) and chunk.get("error")):
-            raise ServerSaidError(f"the stream carried an error: {one_line(_message_of(chunk))}")
-        if not isinstance(chunk, dict):
-            raise BadReply("malformed stream chunk (not a JSON object)")
-        found_usage = usage(chunk.get("usage")) or found_usage
-        for item in chunk.get("choices") or ():
-            if isinstance(item, dict) and _add_delta(choices, item, mode) and first is None:
-                first = at
-    if not choices:
-        raise BadReply("the stream ended without any choice")
-    if not done and any(c.finish is None for c in choices.values()):  # a proxy cut it off: ask again
-        raise BadReply("the stream ended before the reply was complete (no finish_reason and no [DONE])")
-    replies = [choices[i].reply() for i in sorted(choices)]
-    replies[0].usage = found_usage
-    replies[0].more = replies[1:]
-    replies[0].ttft_s = None if first is None else max(0.0, first - sent)
-    return replies[0]
+    return stream.reply(sent)
 
 
 def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> bool:

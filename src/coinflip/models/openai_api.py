@@ -37,7 +37,7 @@ from ..errors import EndpointBroken, EndpointError, FatalAPIError
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, Response, merge_headers
 from ._proxy import shown_url
 from ._redact import Redactor
-from ._replies import BadReply, one_line, parse_body, parse_stream, server_message
+from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
 from .base import Reply, Request
 
 FATAL_STATUS = {
@@ -181,7 +181,9 @@ class OpenAIClient:
             headers["Accept"] = "text/event-stream"
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._pool = ConnectionPool(merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes)
+        self._pool = ConnectionPool(
+            merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes, sink=lambda: StreamReply(mode)
+        )
 
     async def start(self) -> None:
         """Open the first connection to every replica now (kept for the first request): a wrong
@@ -213,7 +215,7 @@ class OpenAIClient:
             except RetryableError as exc:
                 message, status, wait = str(exc), exc.status, exc.retry_after
             except ReplyTooLarge as exc:
-                message, status = f"{exc} (raise max_reply_mb to keep such replies)", None
+                message, status = str(exc), None
                 break
             except (OSError, asyncio.TimeoutError) as exc:
                 message, status = f"{type(exc).__name__}: {exc}".rstrip(": "), None
@@ -264,8 +266,8 @@ class OpenAIClient:
             )
         if 200 <= status < 300:
             try:
-                if response.events is not None:
-                    return parse_stream(response.events, self.mode, response.sent)
+                if isinstance(response.events, StreamReply):
+                    return response.events.reply(response.sent)
                 return parse_body(response.body, self.mode)
             except BadReply as exc:
                 raise RetryableError(str(exc), status=status) from None
