@@ -4,7 +4,8 @@ Starts the fake OpenAI-compatible server on 127.0.0.1 (the one the tests use; it
 counted from each request's arrival, so its own work is part of the 200 ms), then measures
 whole processes: a bare aiohttp client (the ceiling) against a full `coinflip eval` of the
 3,333-sample test split, run through the installed `coinflip` command, instant and at 200 ms
-latency, plus memory, start-up and generation. Prints each figure as measured / target.
+latency, plus memory, start-up, generation, and what replies that cost more than their bytes cost
+a run (`costly_replies.py`). Prints each figure as measured / target.
 The package's bytecode is compiled first, as `pip install` does: an editable install under
 PYTHONDONTWRITEBYTECODE=1 would otherwise recompile every module in every process.
 """
@@ -223,13 +224,17 @@ def main() -> None:
 
     helps = [timed([COINFLIP, "--help"])[0] for _ in range(5)]
     lines.append(row("coinflip --help (best of 5)", min(helps), 0.3, "s"))
-    heavy = "('asyncio','ssl','aiohttp','h11','numpy','rich','yaml','pyarrow','click')"
+    heavy = "('asyncio','ssl','aiohttp','yarl','numpy','rich','yaml','pyarrow','click')"
     probe = f"import sys,coinflip;print(sorted(m for m in {heavy} if m in sys.modules))"
     loaded = subprocess.run([PY, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     lines.append(f"{'modules loaded by import coinflip':<58} {loaded} (target: [])")
 
     gen = [timed([COINFLIP, "generate", "--count", "1000000", "--out", str(tmp / "m.jsonl")])[0] for _ in range(2)]
     lines.append(row("coinflip generate --count 1000000 (whole process)", min(gen), 5.0, "s"))
+
+    import costly_replies  # replies that cost more than their bytes: tiny-event streams, small JSON objects
+
+    costly_replies.main(lines)
 
     shutil.rmtree(tmp, ignore_errors=True)
 
