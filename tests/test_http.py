@@ -247,7 +247,7 @@ def test_a_truncated_gzip_body_fails_its_sample_at_once_as_malformed(scripted: A
     srv = scripted(Say([ok(gzip.compress(body)[:-30], "Content-Encoding: gzip")]))
 
     async def go() -> Any:
-        chat = OpenAIChat("m", [srv.url()], retries=0, timeout=10)
+        chat = OpenAIClient("m", [srv.url()], retries=0, timeout=10)
         try:
             return await chat.complete(Request(0, "p", "q", [{"role": "user", "content": "p"}]))
         finally:

@@ -20,7 +20,7 @@ from coinflip.config import parse_generation_config
 from coinflip.errors import ConfigError
 from coinflip.models._sse import SSEDecoder
 from coinflip.models.base import Reply, Request
-from coinflip.models.openai_api import OpenAIChat
+from coinflip.models.openai_api import OpenAIClient
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Pieces, answer, chat
@@ -33,7 +33,7 @@ MB = 1024 * 1024
 
 def ask(url: str, **options: Any) -> Reply:
     async def go() -> Reply:
-        chat = OpenAIChat("m", [url], **{"stream": True, "retries": 0, **options})
+        chat = OpenAIClient("m", [url], **{"stream": True, "retries": 0, **options})
         await chat.start()
         try:
             return await chat.complete(Request(0, QUESTION, QUESTION, [{"role": "user", "content": QUESTION}]))
@@ -173,7 +173,7 @@ def test_done_keeps_the_connection_when_the_message_ends_just_after() -> None:
     try:
 
         async def twice() -> list[Reply]:
-            chat = OpenAIChat("m", [srv.url()], stream=True, retries=0)
+            chat = OpenAIClient("m", [srv.url()], stream=True, retries=0)
             request = Request(0, QUESTION, QUESTION, [{"role": "user", "content": QUESTION}])
             try:
                 return [await chat.complete(request), await chat.complete(request)]
