@@ -2,9 +2,9 @@
 
 Each step is saved in the run directory (batch/state.json) before the next is taken:
 requests owed -> request lines (JSON Lines, split at the API's limits; their custom_ids kept)
--> uploaded (file id saved) -> batch created (batch id saved) -> polled until it ends -> its output and error files
-downloaded -> lines joined to requests by custom_id -> predictions written as online replies
-are (the runner's `on_replies`). A killed run, resumed with --use-cache, finds the saved ids
+-> uploaded (file id saved) -> batch created (batch id saved) -> polled until it ends -> its
+output and error files downloaded -> lines joined to requests by custom_id -> predictions
+written as online replies are (the runner's `on_replies`). A killed run, resumed with --use-cache, finds the saved ids
 and polls the same batches: a request in a batch that is still open is never sent again.
 
 What a batch did not answer (it expired, failed or was cancelled; a line failed) is recorded as
