@@ -77,6 +77,7 @@ def test_a_batch_run_gives_the_online_run_s_predictions(tmp_path: Path, extra: t
     assert not extra or forced_asked > 0
     assert _report(got)["batch"] is True and "ttft_s" not in _report(got)["usage"]
     assert any("time to first token does not exist" in n for n in _report(got)["notes"])
+    assert "batch turnaround median" in batch.stdout and "time to first token" in batch.stdout
 
 
 @pytest.mark.parametrize("unsaved", [False, True], ids=["batch-id-saved", "killed-before-saving-its-id"])

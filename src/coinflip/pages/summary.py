@@ -45,7 +45,8 @@ def timing_line(report: dict[str, Any]) -> str | None:
     """Latency and, for streamed runs, time to first token (medians and p90, in seconds)."""
     usage = report.get("usage") or {}
     shown = []
-    for key, name in (("latency_s", "latency"), ("ttft_s", "time to first token")):
+    latency = "batch turnaround" if report.get("batch") else "latency"  # a batch has no per-request time
+    for key, name in (("latency_s", latency), ("ttft_s", "time to first token")):
         q = usage.get(key)
         if isinstance(q, dict) and q.get("p50") is not None:
             shown.append(f"{name} median {q['p50']:.2f} s, p90 {q['p90']:.2f} s")

@@ -112,7 +112,7 @@ def cost_report(config: dict[str, Any], found: dict[str, Any], batch: bool) -> d
 def cost_line(report: dict[str, Any]) -> str | None:
     """One line for the terminal and the pages: tokens, and the cost where prices were given."""
     t = report.get("tokens")
-    if not isinstance(t, dict):
+    if not isinstance(t, dict) or not (t.get("requests") or report.get("cost")):  # a baseline uses none
         return None
     line = (
         f"tokens: {t['prompt']:,} prompt, {t['completion']:,} completion ({t['reasoning']:,} reasoning) "

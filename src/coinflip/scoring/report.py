@@ -219,19 +219,19 @@ def _below_baselines(report: dict[str, Any]) -> list[str]:
 
 def notes(report: dict[str, Any]) -> list[str]:
     out = []
-    spent = cost_line(report)  # tokens always; the cost where prices were given
-    if spent:
-        out.append(spent)
-    if report.get("batch"):
-        out.append(
-            "batch mode: time to first token does not exist there; latency is each batch's turnaround "
-            "(creation to end), not a request's"
-        )
     if report["dataset"].get("source") == "bundled":
         out.append(
             "data: coinflip's bundled generated set, shaped like the official one but not it; "
             "for extraordinarylab/coin-flip use --dataset-hub huggingface (or modelscope)"
         )
+    if report.get("batch"):
+        out.append(
+            "batch mode: time to first token does not exist there; latency is each batch's turnaround "
+            "(creation to end), not a request's"
+        )
+    spent = cost_line(report)  # tokens where a server reported them; the cost where prices were given
+    if spent:
+        out.append(spent)
     return out
 
 
