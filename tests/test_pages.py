@@ -123,6 +123,24 @@ def forced_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return only_run_dir(work)
 
 
+@pytest.fixture(scope="module")
+def repeats_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("repeats")
+    result = run_cli("eval", "--model", "random", "--limit", "20", "--repeats", "3", "--work-dir", str(work))
+    assert result.returncode == 0, result.stderr
+    return only_run_dir(work)
+
+
+def test_repeats_panel_lists_each_repeat(repeats_run: Path) -> None:
+    report = json.loads((repeats_run / "reports/random/coin_flip.json").read_text())
+    html = (repeats_run / "reports/random/coin_flip.html").read_text()
+    page = assert_clean(html, scripts=1)
+    for name, spread in report["repeat_metrics"]["per_repeat"].items():
+        each = " ".join(f"{v:.4f}" for v in spread["values"])
+        assert f"<td>{name}</td><td>{spread['mean']:.4f}</td><td>{spread['std']:.4f}</td><td>{each}</td>" in html
+    assert "built-in" not in "".join(page.text)
+
+
 def _samples(run: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     predictions = read_jsonl(run / "predictions/m/coin_flip.jsonl")
     reviews = read_jsonl(run / "reviews/m/coin_flip.jsonl")
@@ -130,9 +148,11 @@ def _samples(run: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("keys", [False, True], ids=["values", "values-and-keys"])
-def test_run_page_shows_hostile_values_in_every_field_as_text(forced_run: Path, keys: bool) -> None:
+def test_run_page_shows_hostile_values_in_every_field_as_text(forced_run: Path, repeats_run: Path, keys: bool) -> None:
     report = json.loads((forced_run / "reports/m/coin_flip.json").read_text())
     assert report["forced"] and report["calibration"]["available"]  # the page draws every panel
+    repeated = json.loads((repeats_run / "reports/random/coin_flip.json").read_text())
+    report["repeat_metrics"] = repeated["repeat_metrics"]  # and the repeats panel
     bad = hostile(report, cycle(PAYLOADS))
     bad = with_hostile_keys(bad) if keys else bad
     samples = hostile([list(s) for s in _samples(forced_run)], cycle(PAYLOADS))

@@ -107,7 +107,9 @@ def subset_of(report: dict[str, Any]) -> str:
     if count is None or of is None or count >= of:
         return ""
     seed = subset.get("seed")
-    return text(f"{subset.get('mode', 'first')} {count:.0f} of {of:.0f}" + (f", seed {seed}" if seed is not None else ""), 80)
+    return text(
+        f"{subset.get('mode', 'first')} {count:.0f} of {of:.0f}" + (f", seed {seed}" if seed is not None else ""), 80
+    )
 
 
 def _metric(report: dict[str, Any], name: str) -> list[float | None]:

@@ -168,6 +168,10 @@ def _calibration(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
 def _repeats(report: dict[str, Any]) -> dict[str, Any] | None:
     r = report.get("repeat_metrics")
     if not isinstance(r, dict):
@@ -177,7 +181,7 @@ def _repeats(report: dict[str, Any]) -> dict[str, Any] | None:
             "name": name,
             "mean": fmt(dig(s, "mean")),
             "std": fmt(dig(s, "std")),
-            "values": " ".join(fmt(v) for v in (dig(s, "values") or [])),
+            "each": " ".join(fmt(v) for v in _listed(dig(s, "values"))),
             "majority": fmt(dig(r, "majority_vote", name)),
         }
         for name, s in mapping(r.get("per_repeat")).items()
