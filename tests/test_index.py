@@ -193,6 +193,20 @@ def test_screenshot(work: Work, tmp_path: Path) -> None:
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
 
 
+def test_the_key_columns_fit_1280_pixels(work: Work, tmp_path: Path) -> None:
+    """Invalid %, errors, forced accuracy and AUROC are visible without scrolling sideways."""
+    root = shutil.copytree(work.root, tmp_path / "w", symlinks=True)  # the shared fixture stays as it is
+    oracle = root / work.runs["oracle"].relative_to(work.root)
+    _edit_report(oracle, {"calibration": {"auroc": 0.93}, "forced": {"metrics": {"accuracy": 0.5}}})
+    assert run_cli("view", str(root)).returncode == 0
+    flags = (f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--window-size=1280,900")
+    dom = _chromium(*flags, "--dump-dom", (root / "index.html").as_uri()).stdout
+    assert 'data-ready="1"' in dom and re.search(r'data-board-overflow="0"', dom), re.search(r"<body[^>]*>", dom)
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", dom.split('id="board"')[1].split("</thead>")[0])
+    for column in ("invalid", "errors", "forced acc.", "AUROC", "status"):
+        assert any(h.startswith(column) for h in head), (column, head)
+
+
 def test_sorting_and_filters_follow_the_url_fragment(work: Work, tmp_path: Path) -> None:
     rows = _rows(_dom(work, tmp_path, "sort=accuracy&dir=asc"))
     accuracy = {_rel(work, k): _report(work.runs[k])["metrics"]["accuracy"] for k in LEADERBOARD}

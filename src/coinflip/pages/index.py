@@ -17,6 +17,7 @@ from datetime import datetime
 from itertools import combinations
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .._terminal import printable
 from ..errors import ConfigError, StorageError
@@ -134,7 +135,7 @@ def _probes(work_dir: Path, found: list[Found]) -> list[dict[str, Any]]:
             entry = summary(folder)
             if entry is not None:
                 page = (folder / PAGE_FILE).relative_to(work_dir.expanduser()).as_posix()
-                out.append({**entry, "page": page})
+                out.append({**entry, "page": "./" + quote(page)})  # "./": no folder name reads as a scheme
     return out
 
 
