@@ -126,7 +126,8 @@ function filters(){var models={};RUNS.forEach(function(r){models[r.model]=1});
  options($('f-data'),[['','all data']].concat(D.datasets.map(function(d){return [d.key,d.tag+' \u00b7 '+d.label+' \u00b7 '+d.sha+' ('+d.runs+' runs)']})),S.data);
  $('f-status').value=S.status;if($('f-q').value!==S.q)$('f-q').value=S.q}
 function update(){var t0=performance.now();writeHash();VIEW=visible();LIMIT=PAGE;head();table();var drawn=selected(VIEW);chart(drawn);bars('latency',drawn,'lat');bars('tokens',drawn,'tok');pairView(VIEW);
- document.body.setAttribute('data-rows',VIEW.length);void document.body.offsetHeight;var sc=document.querySelector('.scroll');document.body.setAttribute('data-board-overflow',Math.max(0,sc.scrollWidth-sc.clientWidth));document.body.setAttribute('data-render-ms',(performance.now()-t0).toFixed(1));document.body.setAttribute('data-ready','1')}
+ document.body.setAttribute('data-rows',VIEW.length);void document.body.offsetHeight;document.body.setAttribute('data-render-ms',(performance.now()-t0).toFixed(1));document.body.setAttribute('data-ready','1');
+ var sc=document.querySelector('.scroll');document.body.setAttribute('data-board-overflow',Math.max(0,sc.scrollWidth-sc.clientWidth));}
 function bind(id,key,ev){$(id).addEventListener(ev||'change',function(){S[key]=$(id).value;if(key==='a')S.b='';update()})}
 readHash();filters();bind('f-model','model');bind('f-data','data');bind('f-status','status');bind('f-q','q','input');bind('p-a','a');bind('p-b','b');
 window.addEventListener('hashchange',function(){readHash();filters();update()});
