@@ -430,3 +430,15 @@ def test_a_run_past_the_api_limits_is_split_into_batches(tmp_path: Path, monkeyp
         )
         counts = sorted(b["request_counts"]["total"] for b in srv.state.batches.batches.values())
     assert counts == [6, 7, 7] and report["complete"] and report["counts"]["samples"] == 20
+
+
+def test_a_wrong_endpoint_fails_in_one_line_before_any_batch(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", "--work-dir", str(tmp_path))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"127.0.0.1:{port}" in result.stderr and not any(tmp_path.iterdir())

@@ -8,8 +8,10 @@ A batch input file is JSON Lines, one request a line: `{"custom_id", "method": "
 answer and an online one become the same Reply. Lines come back in any order: they are
 joined by `custom_id`.
 
-The calls (upload to /v1/files, create, retrieve and cancel at /v1/batches, download a file's
-content) go through aiohttp: a handful per run, none on a hot path. 429, 5xx and dropped
+The calls (upload to /v1/files, create, retrieve and list at /v1/batches, download a file's
+content) go through the run's HTTP client (`_http.ConnectionPool`: its session, its proxies from
+the environment, its one-line errors for a wrong endpoint, the headers on each request and never
+on a proxy's CONNECT): a handful per run, none on a hot path. 429, 5xx and dropped
 connections are retried with backoff; any other refusal ends the run with the server's message.
 """
 
@@ -24,6 +26,7 @@ from typing import Any, overload
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import EndpointBroken, FatalAPIError
+from ._http import ConnectionPool, merge_headers
 from ._redact import Redactor
 from ._replies import BadReply, load_json, one_line, parse_body, server_message
 from .base import Reply
@@ -118,21 +121,22 @@ class BatchAPI:
         headers.update({str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()})
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self.headers = headers
         self.timeout = timeout
         self.redact = redact
         self.retries = retries
-        self.session: Any = None
+        self.pool = ConnectionPool(merge_headers(headers), timeout)
 
     async def __aenter__(self) -> BatchAPI:
-        import aiohttp
-
-        timeout = aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=self.timeout)
-        self.session = aiohttp.ClientSession(headers=self.headers, timeout=timeout, trust_env=True)
+        """A wrong endpoint (nothing listening, unknown host, TLS, proxy) fails here, in one line."""
+        try:
+            await self.pool.check(self._url("/files"))
+        except BaseException:
+            await self.pool.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.session.close()
+        await self.pool.aclose()
 
     def _url(self, path: str) -> str:
         return f"{self.base}{path}" + (f"?{self.query}" if self.query else "")
@@ -219,7 +223,12 @@ class BatchAPI:
             wait = min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.5)
             try:
                 data = form() if form is not None else None
-                request = self.session.request(method, self._url(path), json=body, data=data, params=params)
+                url = self._url(path)
+                options = self.pool.target(url).options  # headers per request, proxy from the environment
+                timeout = aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=self.timeout)  # no total: files
+                request = self.pool.session.request(
+                    method, url, json=body, data=data, params=params, timeout=timeout, **options
+                )
                 async with request as response:
                     if response.status < 300:
                         return await _read(response, into)
