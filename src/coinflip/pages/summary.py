@@ -95,6 +95,13 @@ def print_summary(
         console.print(Text(printable(hint)), soft_wrap=True)
 
 
+def _expected(report: dict[str, Any]) -> str | None:
+    """What a bundled local model is expected to score, so a tiny model's zeros read as expected."""
+    from ..models.llama_local import EXPECTED
+
+    return EXPECTED.get(str(report.get("served_model")))
+
+
 def _incomplete(warning: str) -> bool:
     return "resume" in warning
 
@@ -135,6 +142,9 @@ def lines(report: dict[str, Any]) -> list[str]:
             f"P(YES) on {calibration['samples']} samples: AUROC {value(calibration.get('auroc'))}  "
             f"Brier {value(calibration.get('brier'))}  ECE {value(calibration.get('ece'))}"
         )
+    expected = _expected(report)
+    if expected:
+        out.append(expected)
     base = report.get("baselines", {})
     if base:
         out.append(

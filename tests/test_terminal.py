@@ -1,4 +1,5 @@
-"""The progress line: a rate that moves for slow models, and an ETA that does not jump about."""
+"""What the terminal shows: a progress rate that moves for slow models, an ETA that does not jump
+about, and a summary header that tells runs apart."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def test_the_eta_of_a_slow_uneven_model_does_not_jump() -> None:
 def test_the_summary_header_tells_shots_and_timing_apart() -> None:
     report = {
         "model": "smollm2",
+        "served_model": "smollm2",
         "few_shot_num": 3,
         "api_mode": "completions",
         "repeats": 1,
@@ -72,4 +74,7 @@ def test_the_summary_header_tells_shots_and_timing_apart() -> None:
         "metric_compat": "coinflip",
         "dataset": {"source": "bundled", "split": "test", "sha256": "0" * 64},
     }
-    assert line in lines({**report, **base})
+    shown = lines({**report, **base})
+    assert line in shown
+    assert any(x.startswith("expected of SmolLM2-135M") for x in shown)  # a tiny model's zeros are expected
+    assert not any(x.startswith("expected of") for x in lines({**report, **base, "served_model": "gpt-x"}))
