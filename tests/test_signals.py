@@ -117,7 +117,7 @@ def test_signals_at_random_moments_end_the_run_cleanly_and_it_resumes(tmp_path: 
                     tmp_path / f"{round_}-{i}",
                     moment=rng.choice(MOMENTS),
                     sig=rng.choice(SIGNALS),
-                    delay=rng.uniform(0, 1.5),
+                    delay=rng.uniform(0, 0.8),  # a run's requests take about a second
                     twice=rng.random() < 0.1,
                 )
                 for i in range(AT_ONCE)

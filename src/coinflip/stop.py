@@ -18,7 +18,6 @@ exits at once with one line (what finished is on disk line by line and the run r
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -26,7 +25,10 @@ import sys
 import threading
 from collections.abc import Coroutine, Iterator
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio  # imported when requests go out, not when the CLI starts
 
 T = TypeVar("T")
 
@@ -117,6 +119,8 @@ class StopRequest:
 def run_until_stopped(main: Coroutine[Any, Any, T], stop: StopRequest | None = None) -> T:
     """`asyncio.run(main)`, where a stop signal cancels `main` from inside its event loop; once the
     loop is closed, `Interrupted` says which signal it was. `stop`: the installed one by default."""
+    import asyncio
+
     stop = stop or current() or StopRequest()
 
     async def cancellable() -> T:
