@@ -212,3 +212,12 @@ def test_a_gateway_gets_its_header_and_query_parameter(tmp_path: Path) -> None:
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert refused.returncode == 2 and "header api-key missing" in one_line(refused)
     assert "azure-key-0123456789" not in result.stderr + refused.stderr
+
+
+@pytest.mark.parametrize("password", ["s3cret/PW", "s3?cret", "s3#cret", "s3@cret", "s3cret"])
+def test_a_password_in_the_api_url_is_never_shown_whatever_it_holds(password: str, tmp_path: Path) -> None:
+    """One definition of a URL fit to print (errors.shown_url): all before the last `@` goes."""
+    result, _ = timed_eval(f"http://user:{password}@api.example.invalid/v1", tmp_path)
+    assert result.returncode == 2
+    line = one_line(result)
+    assert "api.example.invalid" in line and "s3" not in line and "user" not in line

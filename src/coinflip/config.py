@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import _evalscope
-from .errors import ConfigError, UnknownSettingError, short
+from .errors import ConfigError, UnknownSettingError, short, shown_url
 
 BENCHMARK = "coin_flip"
 HUBS = ("bundled", "huggingface", "modelscope", "local")
@@ -615,7 +615,8 @@ def check_url(url: Any) -> None:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ConfigError(f"api_url {_shown(url)!r} is not a valid URL ({exc}), {example}") from None
+        reason = "its host or port is malformed" if "@" in url else str(exc)  # the text would quote a password
+        raise ConfigError(f"api_url {_shown(url)!r} is not a valid URL ({reason}), {example}") from None
     if parts.username is not None or parts.password is not None:
         raise ConfigError(
             f"api_url {_shown(url)!r} carries credentials; pass the key with --api-key or $COINFLIP_API_KEY "
@@ -629,12 +630,8 @@ def check_url(url: Any) -> None:
 
 
 def _shown(url: Any) -> Any:
-    """A URL fit to print: user and password removed."""
-    if not isinstance(url, str) or "@" not in url:
-        return url
-    scheme, sep, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{path}"
+    """A URL fit to print (`errors.shown_url`: credentials removed, whatever they hold)."""
+    return shown_url(url) if isinstance(url, str) else url
 
 
 def _check_limit(value: Any) -> int | float | None:
