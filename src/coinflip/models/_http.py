@@ -247,7 +247,7 @@ class ConnectionPool:
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+                connector=aiohttp.TCPConnector(limit=0),
                 skip_auto_headers=("User-Agent",),
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
                 auto_decompress=True,
