@@ -463,6 +463,33 @@ def test_https_through_a_proxy_tunnel(scripted: Any, monkeypatch: pytest.MonkeyP
     assert srv.requests[0].startswith(b"POST /v1/chat/completions HTTP/1.1")  # the server saw origin form
 
 
+def test_the_connection_checked_before_a_run_carries_its_first_request(
+    scripted: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """`check` opens the first connection (through the proxy's tunnel here) and the pool keeps it."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    srv, proxy = scripted(Say([ok(b"first")]), tls=server_context), ForwardProxy()
+
+    async def go() -> Response:
+        client = ConnectionPool({"Authorization": "Bearer k"}, 5.0, proxy.url)
+        try:
+            await client.check(srv.url("https"))
+            return await client.post(srv.url("https"), b"{}")
+        finally:
+            await client.aclose()
+
+    try:
+        assert asyncio.run(go()).body == b"first"
+    finally:
+        proxy.close()
+    assert proxy.connections == 1 and srv.connections == 1 and "Bearer k" not in proxy.heads[0]
+
+
 def test_a_proxy_that_wants_credentials_stops_the_run(scripted: Any) -> None:
     proxy = ForwardProxy(answer_connect=b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
     try:

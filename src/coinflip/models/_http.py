@@ -237,10 +237,13 @@ class ConnectionPool:
         self._ssl: ssl.SSLContext | None = None
 
     def target(self, url: str) -> Target:
+        """Where `url` points; its `options` are the arguments of every aiohttp request sent there."""
         target = self._targets.get(url)
         if target is None:
             proxy = self._proxy or proxy_for(url, self._environ)
             target = self._targets[url] = Target.parse(url, self.headers, proxy)
+            if target.tls:  # SSL_CERT_FILE as it is when the first request goes
+                target.options["ssl"] = self._ssl_context()
         return target
 
     @property
@@ -256,11 +259,6 @@ class ConnectionPool:
             )
         return self._session
 
-    def _options(self, target: Target) -> dict[str, Any]:
-        if target.tls and "ssl" not in target.options:
-            target.options["ssl"] = self._ssl_context()  # SSL_CERT_FILE as it is when the first request goes
-        return target.options
-
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
             self._ssl = ssl.create_default_context()
@@ -271,7 +269,7 @@ class ConnectionPool:
         (one line saying what is wrong) when it cannot be opened."""
         target = self.target(url)
         session = self.session
-        options = self._options(target)
+        options = target.options
         request = aiohttp.ClientRequest(
             "POST",
             target.url,
@@ -313,8 +311,7 @@ class ConnectionPool:
     async def _exchange(self, target: Target, body: bytes, stream: bool, progress: _Progress) -> Response:
         loop = asyncio.get_running_loop()
         sent = loop.time()
-        options = self._options(target)
-        async with self.session.post(target.url, data=body, allow_redirects=False, **options) as resp:
+        async with self.session.post(target.url, data=body, allow_redirects=False, **target.options) as resp:
             progress.head = True
             _check_framing(resp.headers)
             length = resp.content_length
