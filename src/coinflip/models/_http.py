@@ -17,6 +17,8 @@ an evaluation needs on top of any client:
   in flight cost at most a small multiple of the cap in memory;
 - server-sent events split as they arrive (`_sse.py`), each with its arrival time; `data:
   [DONE]` completes the reply, whether or not the server then ends its HTTP message;
+- what aiohttp would read in a way of its own fails the attempt instead (`_check_framing`: a
+  Transfer-Encoding other than chunked, a Content-Encoding in layers);
 - a reused connection the server had already closed is retried once at once, as browsers do.
 """
 
