@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
@@ -255,54 +255,30 @@ def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
 
 
 def compact_predictions(path: Path) -> PredictionIndex:
-    """Rewrite the file as one line per sample in id order, streamed line by line."""
+    """Rewrite the file as one line per sample in id order, line by line through a temporary file;
+    on a full or read-only disk the original stays as it was."""
     index = index_predictions(path)
     keys = sorted(index.where)
-    offsets = [index.start(k) for k in keys]
-    if index.lines == len(offsets) and all(a < b for a, b in pairwise(offsets)):
+    if index.lines == len(keys) and all(index.start(a) < index.start(b) for a, b in pairwise(keys)):
         return index
     where: dict[int, int] = {}
-
-    def in_order(src: BinaryIO) -> Iterator[bytes]:
-        position = 0
-        for key, offset in zip(keys, offsets, strict=True):
-            line = _line_at(src, offset)
-            where[key] = position if index.replied(key) else ~position
-            position += len(line)
-            yield line
-
-    _rewrite(path, in_order)
-    return PredictionIndex(where, len(where), index.pending, index.unreadable)
-
-
-def _rewrite(path: Path, lines: Callable[[BinaryIO], Iterable[bytes]]) -> None:
-    """Replace `path` with the lines `lines` picks out of it, through a temporary file; on a full
-    or read-only disk the original stays as it was."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with path.open("rb") as src, tmp.open("wb", buffering=1 << 20) as dst:  # a write call per megabyte
-            dst.writelines(lines(src))
+            for key in keys:
+                where[key] = dst.tell() if index.replied(key) else ~dst.tell()
+                dst.write(_line_at(src, index.start(key)))
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise storage_error(tmp if exc.filename == str(tmp) else path, exc) from None
+    return PredictionIndex(where, len(where), index.pending, index.unreadable)
 
 
 def _line_at(src: BinaryIO, offset: int) -> bytes:
-    """The line starting at `offset`: one pread for a typical line, no seek, no buffer refill."""
-    if not hasattr(os, "pread"):  # Windows
-        src.seek(offset)
-        return src.readline()
-    size = 8192
-    while True:
-        data = os.pread(src.fileno(), size, offset)
-        end = data.find(b"\n")
-        if end >= 0:
-            return data[: end + 1]
-        if len(data) < size:
-            return data
-        size *= 4
+    src.seek(offset)
+    return src.readline()
 
 
 def iter_predictions(path: Path) -> Iterator[Prediction]:

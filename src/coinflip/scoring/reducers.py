@@ -43,10 +43,6 @@ def reduce(outcomes: Outcomes, compat: str) -> dict[str, Any]:
     }
 
 
-def _majority(matrix: Any) -> Any:
-    return _majority_rows(matrix).sum(axis=0)
-
-
 def majority(says_yes: Any, says_no: Any) -> Any:
     """The majority vote of each question from its counts of valid YES and NO answers: the more
     frequent one; a tie, or no valid answer, is no answer (invalid answers and errors do not
@@ -68,11 +64,10 @@ def majority_right(votes: dict[str, list[int]]) -> dict[str, bool]:
     return dict(zip(votes, right.tolist(), strict=True))
 
 
-def _majority_rows(matrix: Any) -> Any:
+def _majority(matrix: Any) -> Any:
+    """The six cell counts (metrics.CELLS) of the questions' majority answers, one per question."""
     import numpy as np
 
     yes_target = matrix[:, :3].sum(axis=1) > 0
     answer = majority(matrix[:, 0] + matrix[:, 3], matrix[:, 1] + matrix[:, 4])
-    rows = np.zeros_like(matrix)
-    rows[np.arange(len(matrix)), np.where(yes_target, answer, answer + 3)] = 1
-    return rows
+    return np.bincount(np.where(yes_target, answer, answer + 3), minlength=6)

@@ -86,12 +86,6 @@ def _read(prediction: Prediction, compat: str) -> tuple[str | None, str | None]:
     return read_answer(reply, finish)
 
 
-def evalscope_reasons() -> tuple[str, ...]:
-    from .evalscope import REASONS as EVALSCOPE
-
-    return EVALSCOPE
-
-
 class Columns:
     """Reviews as typed arrays, one entry a sample in arrival order: a few bytes a sample where a
     dict would take hundreds. Each column holds one field of records.Review; `answer` and
@@ -298,7 +292,9 @@ class Scorer:
         """Invalid answers by reason (every reason of the scorer's rule, zeros included)."""
         import numpy as np
 
-        names = evalscope_reasons() if self.compat == "evalscope" else extract.REASONS
+        from .evalscope import REASONS as EVALSCOPE
+
+        names = EVALSCOPE if self.compat == "evalscope" else extract.REASONS
         counts = np.bincount(self.column("reason"), minlength=len(REASONS)).tolist() if len(self) else []
         found = {str(REASONS[i]): int(n) for i, n in enumerate(counts) if i}
         return {name: found.get(name, 0) for name in names}
