@@ -139,8 +139,8 @@ def _calibration(scorer: Scorer, outcomes: Outcomes) -> dict[str, Any] | None:
     import numpy as np
 
     p = scorer.probabilities()
-    known = np.isfinite(p) if p is not None else None
-    if p is None or known is None or not known.any():
+    known = np.isfinite(p)
+    if not known.any():
         return None
     order = scorer.order()  # sums in key order: a live run and its rescore give the same floats
     if order is not None:

@@ -99,16 +99,13 @@ class Columns:
         self.reason = array("b")
         self.forced = array("b")
         self.people = array("i")
-        self.p_yes: array[float] | None = None  # made when the first P(YES) lands
+        self.p_yes = array("d")  # NaN: none
 
     def __len__(self) -> int:
         return len(self.key)
 
     def append(self, r: Review) -> None:
-        if r["p_yes"] is not None and self.p_yes is None:
-            self.p_yes = array("d", [math.nan]) * len(self.key)
-        if self.p_yes is not None:
-            self.p_yes.append(math.nan if r["p_yes"] is None else r["p_yes"])
+        self.p_yes.append(math.nan if r["p_yes"] is None else r["p_yes"])
         self.key.append(sample_key(r["id"], r["repeat"]))
         self.target_no.append(r["target"] == "NO")
         self.answer.append(ANSWERS.index(r["extracted"]))
@@ -120,7 +117,7 @@ class Columns:
     def review(self, i: int) -> Review:
         """The review at position `i`, as `review()` made it."""
         question, repeat = split_key(self.key[i])
-        probability = math.nan if self.p_yes is None else self.p_yes[i]
+        probability = self.p_yes[i]
         return make_review(
             question,
             repeat,
@@ -326,8 +323,7 @@ class Scorer:
         return Outcomes(question, repeat.astype(np.int16), cell, error, people)
 
     def probabilities(self) -> Any:
-        """P(YES) of every sample, NaN where it has none; None when no sample has one."""
+        """P(YES) of every sample, NaN where it has none."""
         import numpy as np
 
-        p = self.reviews.p_yes
-        return None if p is None else np.frombuffer(p, dtype=np.float64)
+        return np.frombuffer(self.reviews.p_yes, dtype=np.float64)
