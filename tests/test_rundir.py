@@ -33,7 +33,7 @@ def test_the_line_that_counts_and_a_garbage_line(tmp_path: Path) -> None:
     index = index_predictions(path)
     keys = [sample_key(i) for i in (0, 1, 2)]
     assert sorted(index.where) == keys and all(index.ok(k) for k in keys)
-    assert index.lines == 6
+    assert index.lines == 6 and index.unreadable == 1  # counted and skipped, never fatal
 
 
 def test_compaction_keeps_one_line_per_sample_in_order(tmp_path: Path) -> None:
@@ -110,3 +110,30 @@ def test_repeats_are_samples_of_their_own_and_a_forced_answer_owed_is_remembered
         (4, 2, {"reply": "ANSWER: NO", "error": None}),
         (5, 0, {"reply": None, "error": "HTTP 500"}),
     ]
+
+
+def test_lines_are_read_by_their_fields_not_their_key_order(tmp_path: Path) -> None:
+    """A line written with its keys in another order (another tool, a hand edit) reads the same;
+    a line that is not a record (no whole id, a repeat out of range, not JSON, NaN) is skipped."""
+    from coinflip.pages.catalog import _questions
+    from coinflip.records import read_review
+    from coinflip.rundir import iter_reviews
+
+    row = {"id": 7, "repeat": 2, "target": "NO", "question": "Q?", "reply": "ANSWER: NO", "error": None}
+    lines = [
+        json.dumps(dict(reversed(list(row.items())))),
+        '{"id": "8", "question": "Q8"}',
+        '{"id": 9, "repeat": 4096, "question": "Q9"}',
+        '{"id": 10, "question": "Q10", "latency_s": NaN}',
+        "[1, 2]",
+    ]
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    index = index_predictions(path)
+    assert list(index.where) == [sample_key(7, 2)] and index.unreadable == 4
+    assert [r["reply"] for r in iter_predictions(path)] == ["ANSWER: NO"]
+    assert _questions(path) == ({7: "Q?"}, {7: 0})
+    review = {"p_yes": None, "correct": True, "target": "NO", "repeat": 2, "id": 7}
+    reviews = tmp_path / "r.jsonl"
+    reviews.write_text(json.dumps(review) + "\n" + '{"id": -1}\n')
+    assert list(iter_reviews(reviews)) == [review] and read_review('{"id": true}') is None

@@ -15,9 +15,12 @@ first reply is kept until its forced answer is:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .records import ANSWERS, FORCED_ANSWERS, Forced, Prediction
+
+if TYPE_CHECKING:
+    from .models.base import Reply
 
 PENDING: Forced = {"pending": True}  # asked for, no reply yet
 ERROR, STARTED, DONE = 0, 1, 2  # how far a row got: an error, a reply with its forced answer pending, done
@@ -50,8 +53,21 @@ def progress(row: Prediction) -> int:
     return STARTED if pending(row) else DONE
 
 
-def answered(first: Prediction, forced: Forced) -> Prediction:
-    """The first reply's row again, now holding its forced answer."""
+def answered(first: Prediction, reply: Reply) -> Prediction:
+    """The first reply's row again, now holding the forced follow-up's reply."""
+    from .scoring.calibration import answer_window
+
+    forced: Forced = {
+        "reply": reply.text,
+        "finish_reason": reply.finish_reason,
+        "usage": reply.usage,
+        "latency_s": round(reply.latency_s, 6),
+        "attempts": reply.attempts,
+        "error": reply.error,
+    }
+    window = answer_window(reply.logprobs, bare=True)
+    if window is not None:
+        forced["answer_logprobs"] = window
     row: Prediction = {k: v for k, v in first.items() if k not in ("forced", "error")}  # type: ignore[assignment]
     row["forced"] = forced
     row["error"] = first.get("error")

@@ -29,7 +29,7 @@ from .models import Reply, Request, is_local, open_model, serve_local
 from .models.predict import run_requests
 from .plan import Plan, prepare, provenance
 from .progress import Progress
-from .records import Forced, Prediction, sample_key, split_key
+from .records import Prediction, sample_key, split_key
 from .rundir import (
     PredictionIndex,
     PredictionWriter,
@@ -269,7 +269,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             if job.saved is None:
                 rows = first_rows(job.record, request, reply, plan.build.choices, config.force_answer)
             else:
-                rows = [forced.answered(job.saved, forced_reply(reply))]
+                rows = [forced.answered(job.saved, reply)]
             for row in rows:
                 writer.write(row)
                 if forced.scored(row):
@@ -407,22 +407,6 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
     if reply.status is not None and reply.error is not None:
         row["status"] = reply.status
     return row
-
-
-def forced_reply(reply: Reply) -> Forced:
-    """A forced follow-up's reply, as the row keeps it."""
-    answer: Forced = {
-        "reply": reply.text,
-        "finish_reason": reply.finish_reason,
-        "usage": reply.usage,
-        "latency_s": round(reply.latency_s, 6),
-        "attempts": reply.attempts,
-        "error": reply.error,
-    }
-    window = answer_window(reply.logprobs, bare=True)
-    if window is not None:
-        answer["answer_logprobs"] = window
-    return answer
 
 
 def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None) -> dict[str, Any]:
