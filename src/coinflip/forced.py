@@ -2,7 +2,7 @@
 
 A reply without a valid answer (by the strict rule) is asked once more, for only its answer line
 (plan.py `RequestBuilder.forced` builds that request). A sample is *pending* from the moment its
-first reply is kept until its forced answer is:
+first reply is kept until its forced answer lands:
 
 1. its row is written with `"forced": {"pending": true}` (`PENDING`) as soon as the reply lands;
 2. the follow-up's reply lands: the row is written again, holding it (`answered`); on reading,

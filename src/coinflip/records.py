@@ -3,9 +3,10 @@ in predictions/), the forced answer it may carry, and a review (one line per sam
 
 Writers build these types and write them with `dumps`; readers parse every line with
 `read_prediction` or `read_review`, which keep a line only if it has the shape declared here
-(never by the writers' key order): anything else is skipped by the caller, and counted where a
-report says how many. A saved file may come from an older version or a hand edit, so a reader
-checks only what it needs to place a row (its id and repeat); the scorer copes with the rest.
+(never by the writers' key order): anything else is skipped, never fatal, and counted
+(rundir.PredictionIndex.unreadable). A saved file may come from an older version or a hand
+edit, so a reader checks only what it needs to place a row (its id and repeat); the scorer copes
+with the rest.
 """
 
 from __future__ import annotations

@@ -54,10 +54,13 @@ class StopRequest:
         self.signal: str | None = None
         self.hint = ""  # appended to the line a forced exit prints: how to resume
         self._held = 0
+        self.settled = False
         self._task: asyncio.Task[object] | None = None
 
     def handler(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        if self.settled:
+            return
         if self.signal is not None:  # the second signal: no more waiting
             self.exit_now(f"{stopped_by(name)} again")
         self.signal = name
@@ -112,8 +115,13 @@ class StopRequest:
         return self.signal is not None
 
     def settle(self) -> None:
-        """From now on a signal is only kept: the process is printing its outcome and ending."""
+        """The process is printing its outcome and ending: from now on the stop signals are
+        ignored, by the OS too, since the interpreter's shutdown puts back the default handlers,
+        under which a late signal would turn the exit code into a death by signal."""
         self._held += 1
+        self.settled = True  # a signal already received but not yet handled changes nothing now
+        for sig in SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def run_until_stopped(main: Coroutine[Any, Any, T], stop: StopRequest | None = None) -> T:
