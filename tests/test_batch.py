@@ -251,6 +251,8 @@ def test_tokens_and_cost_add_up_and_max_cost_stops_before_passing_it(tmp_path: P
         more = run_cli("eval", "--use-cache", str(run), "--max-cost", "1")
     assert more.returncode == 0, more.stderr
     assert _report(run)["cost"]["total"] == pytest.approx(report["cost"]["total"])  # what the whole run costs
+    rescored = run_cli("rescore", str(run))
+    assert rescored.returncode == 0 and _report(run)["cost"] == _report(only_run_dir(tmp_path / "full"))["cost"]
 
 
 def test_a_pricing_file_and_the_batch_discount(tmp_path: Path) -> None:
