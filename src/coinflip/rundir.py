@@ -262,17 +262,13 @@ def compact_predictions(path: Path) -> PredictionIndex:
     if index.lines == len(keys) and all(index.start(a) < index.start(b) for a, b in pairwise(keys)):
         return index
     where: dict[int, int] = {}
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        with path.open("rb") as src, tmp.open("wb", buffering=1 << 20) as dst:  # a write call per megabyte
+        with path.open("rb") as src, replacing(path) as dst:
             for key in keys:
                 where[key] = dst.tell() if index.replied(key) else ~dst.tell()
                 dst.write(_line_at(src, index.start(key)))
-        os.replace(tmp, path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise storage_error(tmp if exc.filename == str(tmp) else path, exc) from None
+        raise storage_error(Path(exc.filename) if exc.filename else path, exc) from None
     return PredictionIndex(where, len(where), index.pending, index.unreadable)
 
 
@@ -349,8 +345,22 @@ class PredictionWriter:
                 index_predictions(self.path, repair=True)
 
 
-def _atomic_write(path: Path, text: str) -> None:
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[BinaryIO]:
+    """A file that takes `path`'s place once written whole (through `path`.tmp); on any failure
+    (a full or read-only disk) the original stays as it was and the temporary file goes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb", buffering=1 << 20) as out:  # a write call per megabyte
+            yield out
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    with replacing(path) as out:
+        out.write(text.encode("utf-8"))
