@@ -14,7 +14,7 @@ from coinflip.config import TaskConfig
 from coinflip.data import load_file
 from coinflip.data.grammar import parse, solve
 from coinflip.probes.run import ProbeOptions, probe
-from coinflip.testing.server import FakeOpenAIServer
+from coinflip.testing.server import FakeOpenAIServer, Policy
 
 from .conftest import read_jsonl, run_cli
 from .test_reports import _chromium
@@ -101,14 +101,82 @@ def test_a_contaminated_model_is_caught_by_its_fresh_twin(tmp_path: Path) -> Non
         assert "the base set is memorised" in verdict or verdict.startswith("holds"), verdict
 
 
-def test_a_state_tracker_behind_a_server_passes_with_streaming_repeats_and_forced_answers(tmp_path: Path) -> None:
+def test_a_state_tracker_behind_a_server_passes_with_streaming_repeats_and_p_yes(tmp_path: Path) -> None:
     with FakeOpenAIServer("correct") as server:
         result = _probe(
-            tmp_path, model="m", api_url=server.url, stream=True, repeats=2, force_answer=True, limit_mode="first"
+            tmp_path,
+            model="m",
+            api_url=server.url,
+            stream=True,
+            repeats=2,
+            limit_mode="first",
+            generation_config="logprobs=true,top_logprobs=2",
         )
     for v in result["variants"]:
         assert v["metrics"]["accuracy"] == 1.0 and v["samples"] == 80, v["name"]
+        report = json.loads((Path(result["directory"]) / v["run"] / "reports/m/coin_flip.json").read_text())
+        assert report["repeats"] == 2 and report["calibration"]["samples"] == 80  # P(YES) read on every sample
     assert result["complete"] and "holds on all 6 surface variants" in result["headline"]
+
+
+def test_with_forced_answers_the_probe_reads_the_forced_view(tmp_path: Path) -> None:
+    with FakeOpenAIServer("mixed") as server:
+        config = TaskConfig(
+            work_dir=str(tmp_path / "w"), limit=60, progress=False, model="m", api_url=server.url, force_answer=True
+        )
+        result = probe(config, ProbeOptions(variants=("rephrased",), lengths="0"))
+    assert result["view"] == "forced"
+    root = Path(result["directory"])
+    for v in result["variants"]:
+        report = json.loads((root / v["run"] / "reports/m/coin_flip.json").read_text())
+        assert v["metrics"] == report["forced"]["metrics"] and v["strict_metrics"] == report["metrics"]
+        assert v["metrics"]["accuracy"] > report["metrics"]["accuracy"]  # forcing recovered some answers
+    policy = Policy("mixed")  # the paired counts by hand: a sample is right by its strict answer, else its forced one
+    base = read_jsonl(root / "runs/base/predictions/m/coin_flip.jsonl")
+    variant = read_jsonl(root / "runs/rephrased/predictions/m/coin_flip.jsonl")
+
+    def right(row: dict[str, Any]) -> bool:
+        said = policy.expected(row["question"])
+        if said is None:
+            said = policy.forced(row["question"])
+        return said == row["target"]
+
+    only_base = sum(right(a) and not right(b) for a, b in zip(base, variant, strict=True))
+    only_variant = sum(right(b) and not right(a) for a, b in zip(base, variant, strict=True))
+    paired = _by_name(result)["rephrased"]["paired"]
+    assert (paired["only_a"], paired["only_b"], paired["shared"]) == (only_base, only_variant, 60)
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "n", "start"),
+    [(0, 0, 40, "holds when flips are phrased as 'turns the coin over': within 0 points, p = 1.00"),
+     (20, 1, 40, "drops 47.5 points when flips are phrased as 'turns the coin over': counts the phrase, not the state"),
+     (1, 20, 40, "gains 47.5 points when flips are phrased as 'turns the coin over'"),
+     (4, 2, 300, "holds when flips are phrased as 'turns the coin over': within 0.7 points, p = 0.69")],
+)  # fmt: skip
+def test_verdicts_say_what_the_paired_difference_says(b: int, c: int, n: int, start: str) -> None:
+    from coinflip.probes.variants import BY_NAME
+    from coinflip.probes.verdicts import verdict
+    from coinflip.scoring.paired import difference, mcnemar
+
+    stats = {"shared": n, **mcnemar(b, c), **difference(b, c, n)}
+    assert verdict(BY_NAME["rephrased"], stats).startswith(start)
+    assert stats["low"] <= stats["difference"] <= stats["high"]
+    assert (stats["low"] > 0 or stats["high"] < 0) == (min(b, c) * 5 < max(b, c))  # the clear cases only
+
+
+def test_the_fresh_twin_verdict_names_contamination_only_when_the_base_set_is_better() -> None:
+    from coinflip.probes.variants import FRESH
+    from coinflip.probes.verdicts import verdict
+    from coinflip.scoring.paired import difference, mcnemar
+
+    def line(b: int, c: int, bundled: bool = False) -> str:
+        return verdict(FRESH, {"shared": 100, **mcnemar(b, c), **difference(b, c, 100)}, bundled)
+
+    assert line(30, 2).startswith("sign of contamination: the base set scores 28 points above its fresh twin")
+    assert line(3, 2) == "no sign of contamination: fresh twin within 1 points, p = 1.00"
+    assert line(2, 30).startswith("no sign of contamination: the fresh twin scores 28 points above")
+    assert "bundled set: coinflip generated it" in line(3, 2, bundled=True)
 
 
 def test_the_page_shows_the_variants_side_by_side_with_intervals_in_chromium(tmp_path: Path) -> None:
