@@ -98,7 +98,7 @@ def test_a_contaminated_model_is_caught_by_its_fresh_twin(tmp_path: Path) -> Non
     assert result["headline"].startswith("sign of contamination")
     for name in SURFACE:  # a drop no worse than the twin's is the memorised base set's, not the variant's
         verdict = _by_name(result)[name]["verdict"]
-        assert "the base set is memorised" in verdict or verdict.startswith("holds"), verdict
+        assert "the base set is memorised" in verdict or verdict.startswith(("holds", "no clear change")), verdict
 
 
 def test_a_state_tracker_behind_a_server_passes_with_streaming_repeats_and_p_yes(tmp_path: Path) -> None:
@@ -152,7 +152,8 @@ def test_with_forced_answers_the_probe_reads_the_forced_view(tmp_path: Path) -> 
     [(0, 0, 40, "holds when flips are phrased as 'turns the coin over': within 0 points, p = 1.00"),
      (20, 1, 40, "drops 47.5 points when flips are phrased as 'turns the coin over': counts the phrase, not the state"),
      (1, 20, 40, "gains 47.5 points when flips are phrased as 'turns the coin over'"),
-     (4, 2, 300, "holds when flips are phrased as 'turns the coin over': within 0.7 points, p = 0.69")],
+     (4, 2, 300, "holds when flips are phrased as 'turns the coin over': within 0.7 points, p = 0.69"),
+     (7, 3, 20, "no clear change when flips are phrased as 'turns the coin over': -20 points, p = 0.34 (too few")],
 )  # fmt: skip
 def test_verdicts_say_what_the_paired_difference_says(b: int, c: int, n: int, start: str) -> None:
     from coinflip.probes.variants import BY_NAME

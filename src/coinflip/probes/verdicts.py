@@ -14,6 +14,7 @@ from ..scoring.paired import difference, pair
 from .variants import Variant
 
 ALPHA = 0.05
+UNCLEAR = 0.1  # a difference this large that is not significant says "too few questions", not "holds"
 BUNDLED_NOTE = (
     " [bundled set: coinflip generated it, so no model has seen it; --dataset-hub huggingface probes the official set]"
 )
@@ -41,6 +42,9 @@ def verdict(
     if variant.name == "fresh":
         return _contamination(stats, bundled)
     points, p = _points(stats["difference"]), _p(stats["p_exact"])
+    if not significant(stats) and abs(stats["difference"]) >= UNCLEAR:
+        signed = f"{stats['difference'] * 100:+.1f}".replace(".0", "")
+        return f"no clear change {variant.change}: {signed} points, {p} (too few questions to tell)"
     if not significant(stats):
         return f"holds {variant.change}: within {points} points, {p}"
     if stats["difference"] > 0:
@@ -86,7 +90,14 @@ def headline(
     elif surface and "fresh" in verdicts and drops(stats["fresh"]):
         parts.append(f"the {len(surface)} surface variants drop no more than the fresh twin")
     elif surface:
-        parts.append(f"holds on all {len(surface)} surface variants")
+        unclear = [v for v in surface if not significant(stats[v.name]) and abs(stats[v.name]["difference"]) >= UNCLEAR]
+        if unclear:
+            parts.append(
+                f"no significant drop on the {len(surface)} surface variants "
+                f"({len(unclear)} moved 10 points or more: too few questions to tell)"
+            )
+        else:
+            parts.append(f"holds on all {len(surface)} surface variants")
     return "; ".join(parts)
 
 
