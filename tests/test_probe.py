@@ -270,3 +270,21 @@ def test_probe_help_reads_well() -> None:
     assert result.returncode == 0
     for word in ("--variants", "--lengths", "--length-count", "--limit", "--api-url", "--use-cache", "fresh twin"):
         assert word in result.stdout
+
+
+def test_the_fresh_twin_of_the_official_set_draws_on_its_own_names(tmp_path: Path) -> None:
+    from .conftest import SKRISHNA, shared
+
+    official = shared(SKRISHNA)
+    config = TaskConfig(model="oracle", dataset_path=str(official), limit=30, work_dir=str(tmp_path), progress=False)
+    result = probe(config, ProbeOptions(variants=("fresh",), lengths="0"))
+    assert not result["base"]["bundled"] and "bundled set" not in result["headline"]
+    assert all(v["metrics"]["accuracy"] == 1.0 for v in result["variants"])
+    theirs = {p for r in load_file(official) for p, _ in parse(r.question).sequence.steps}  # type: ignore[union-attr]
+    root = Path(result["directory"])
+    base = [r["question"] for r in read_jsonl(root / "runs/base/predictions/oracle/coin_flip.jsonl")]
+    for row, question in zip(read_jsonl(root / "data/fresh/test.jsonl"), base, strict=True):
+        twin, original = parse(row["question"]), parse(question)
+        assert twin is not None and original is not None and row["question"] != question
+        assert {p for p, _ in twin.sequence.steps} <= theirs  # the evaluated set's name pool
+        assert [len(p) for p, _ in twin.sequence.steps] == [len(p) for p, _ in original.sequence.steps]
