@@ -47,7 +47,7 @@ def test_usage_keeps_whole_token_counts_only(raw: Any, expected: dict[str, int] 
     assert usage(raw) == expected
 
 
-def test_non_finite_log_probabilities_are_dropped() -> None:
+def test_non_finite_log_probabilities_are_kept_by_name() -> None:
     body = (
         b'{"choices": [{"message": {"content": "ab"}, "logprobs": {"content": ['
         b'{"token": "a", "logprob": -Infinity, "top_logprobs": '
@@ -55,7 +55,8 @@ def test_non_finite_log_probabilities_are_dropped() -> None:
         b'{"token": 7, "logprob": -1}, {"token": "b", "logprob": -0.5, "top_logprobs": "oops"}]}}]}'
     )  # fmt: skip
     reply = parse_body(body, "chat")
-    a, b = {"token": "a", "logprob": None, "top": {"b": -2.0}}, {"token": "b", "logprob": -0.5, "top": {}}
+    a = {"token": "a", "logprob": "-Infinity", "top": {"a": "NaN", "b": -2.0}}
+    b = {"token": "b", "logprob": -0.5, "top": {}}
     assert reply.logprobs == [a, b]
 
 

@@ -7,14 +7,12 @@ with a note, and what coinflip cannot do is refused with what to do instead.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .config import TaskConfig
-
 
 
 class EvalType:
@@ -83,11 +81,11 @@ def _dataset_args(config: TaskConfig) -> None:
     if not value:
         return
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"dataset_args is not valid JSON: {exc.msg} at column {exc.colno}") from None
+        from .config import check_values, parse_json
+
+        value = parse_json("dataset_args", value)
         config.dataset_args = value
+        check_values(config)
     args = value.get("coin_flip", {}) if isinstance(value, dict) else None
     if not isinstance(args, dict) or not isinstance(value, dict):
         raise ConfigError('dataset_args must look like {"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}')

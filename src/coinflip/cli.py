@@ -354,8 +354,14 @@ def main(argv: list[str] | None = None) -> None:
 def _dispatch(argv: list[str] | None) -> None:
     from .stop import Interrupted, stopped_by
 
+    args = sys.argv[1:] if argv is None else argv
+    odd = next((i for i, arg in enumerate(args) if not _utf8(arg)), None)
+    if odd is not None:  # Python hands such bytes over as lone surrogates; nothing could write them
+        named = f" (after {printable(args[odd - 1])!s})" if odd and _utf8(args[odd - 1]) else ""
+        click.echo(f"error: argument {odd + 1}{named} holds bytes that are not UTF-8: give it as UTF-8 text", err=True)
+        sys.exit(2)
     try:
-        app.main(args=argv, prog_name="coinflip", standalone_mode=False)
+        app.main(args=args, prog_name="coinflip", standalone_mode=False)
     except click.UsageError as exc:
         if type(exc).__name__.startswith("NoArgsIsHelp") and exc.ctx is not None:  # bare `coinflip`
             click.echo(exc.ctx.get_help())
@@ -374,6 +380,14 @@ def _dispatch(argv: list[str] | None) -> None:
         sys.exit(1)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -53,7 +53,44 @@ GENERATION_KEYS = (
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 REDACTED = "***"
 SECRET_NAME = re.compile(r"key|auth|token|secret|password|passwd|signature|sig\b|credential|cookie|session|code", re.I)
+GATEWAY_KEYS = ("extra_headers", "extra_query", "extra_body")  # what a gateway may read a secret from
+# Keys whose values are plainly settings, never secrets: kept in the run directory and shown
+# (matched without case). Every other text in extra_headers, extra_query and extra_body is
+# treated as a secret: masked when saved and shown, asked for again on a resume.
+PLAIN_KEYS = frozenset(
+    {
+        "api-version",
+        "api_version",
+        "anthropic-version",
+        "openai-beta",
+        "accept",
+        "content-type",
+        "user-agent",
+        "guided_choice",
+        "guided_regex",
+        "guided_json",
+        "guided_grammar",
+        "response_format",
+        "reasoning_effort",
+    }
+)
 OWN_BODY_KEYS = ("model", "messages", "prompt", "stream", "stream_options", "n")
+MAX_NESTING = 64  # levels of objects and lists in a setting: deeper JSON or YAML is a mistake or an attack
+MAX_PARTS = 100_000  # items in all of a setting's objects and lists together
+MAX_WHOLE = 2**63  # whole numbers in settings stay within 64 bits (what servers and numpy take)
+MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
+MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows
+PATH_SETTINGS = (
+    "work_dir",
+    "use_cache",
+    "dataset_path",
+    "dataset_dir",
+    "model_path",
+    "batch_write",
+    "batch_results",
+    "pricing_file",
+)
 REPEATS_BITS = 12  # a sample is (question, repeat), one int key: question << REPEATS_BITS | repeat
 REPEATS_MAX = 1 << REPEATS_BITS
 
@@ -368,6 +405,7 @@ class TaskConfig:
         return cls(**values, given=frozenset(values))
 
     def __post_init__(self) -> None:
+        check_values(self)  # first: nothing below walks a value that is too deep, shared or not UTF-8
         if not self.given:
             self.given = frozenset(s.name for s in settings() if getattr(self, s.name) != s.default)
         _evalscope.apply(self)
@@ -379,6 +417,9 @@ class TaskConfig:
         _check_header_value("api_key", self.api_key)
         self.limit = _check_limit(self.limit)
         self.generation_config = parse_generation_config(self.generation_config)
+        check_values(self)  # again: JSON text was parsed into objects above
+        for name in PATH_SETTINGS:
+            _check_path(name, getattr(self, name))
         if self.eval_batch_size is not None:
             _check_int("eval_batch_size", self.eval_batch_size, 1)
         for name in ("few_shot_num", "few_shot_seed", "retries", "seed"):
@@ -394,8 +435,8 @@ class TaskConfig:
             ("limit_mode", LIMIT_MODES),
         ):
             check_choice(name, getattr(self, name), choices)
-        _check_positive("timeout", self.timeout, "seconds")
-        _check_positive("max_reply_mb", self.max_reply_mb, "megabytes")
+        _check_positive("timeout", self.timeout, "seconds", MAX_TIMEOUT)
+        _check_positive("max_reply_mb", self.max_reply_mb, "megabytes", MAX_REPLY_MB)
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
             raise ConfigError("model is empty: pass a model name, e.g. --model oracle or --model smollm2")
         if self.model is None and self.model_path:  # a GGUF file names its model
@@ -444,33 +485,79 @@ class TaskConfig:
 
 
 def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
-    """Generation settings fit for a file: the values of extra_headers, extra_query and
-    extra_body whose names look secret (api-key, Authorization, Cookie, token, sig, ...) are masked."""
+    """Generation settings fit for a file: every text in extra_headers, extra_query and
+    extra_body (nested too) is masked, as a gateway may read a secret from any of them, except
+    under the keys of PLAIN_KEYS; numbers, booleans and null stay (they are settings)."""
     out = dict(generation)
-    for key in ("extra_headers", "extra_query", "extra_body"):
-        if isinstance(out.get(key), dict):
-            out[key] = {k: REDACTED if SECRET_NAME.search(str(k)) else v for k, v in out[key].items()}
+    for key in GATEWAY_KEYS:
+        if key in out:
+            out[key] = _masked(out[key])
     return out
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: v if str(k).lower() in PLAIN_KEYS else _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    if isinstance(value, str) and value:
+        return REDACTED
+    return value
 
 
 def secrets_in(generation: dict[str, Any]) -> list[str]:
     """The values `redacted_generation` masks: also masked wherever a server echoes them."""
-    found = []
-    for key in ("extra_headers", "extra_query", "extra_body"):
-        if isinstance(generation.get(key), dict):
-            found += [str(v) for k, v in generation[key].items() if SECRET_NAME.search(str(k))]
+    found: list[str] = []
+    for key in GATEWAY_KEYS:
+        _texts(generation.get(key), found)
     return found
 
 
+def _texts(value: Any, found: list[str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if str(k).lower() not in PLAIN_KEYS:
+                _texts(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            _texts(v, found)
+    elif isinstance(value, str) and value and value != REDACTED:
+        found.append(value)
+
+
+def masked_somewhere(generation: dict[str, Any]) -> bool:
+    """Whether saved generation settings had a secret masked (a resume must be given it again)."""
+    found: list[str] = []
+    for key in GATEWAY_KEYS:
+        _all_texts(generation.get(key), found)
+    return REDACTED in found
+
+
+def _all_texts(value: Any, found: list[str]) -> None:
+    if isinstance(value, dict):
+        for v in value.values():
+            _all_texts(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            _all_texts(v, found)
+    elif isinstance(value, str):
+        found.append(value)
+
+
 def redacted_url(url: Any) -> Any:
-    """A URL fit for a file: query parameters with secret-looking names (key, code, sig, ...) masked."""
+    """A URL fit for a file: every query value masked (a SAS token hides in `sv` and `sig`, a
+    function key in `code`), except under the keys of PLAIN_KEYS (api-version)."""
     if not isinstance(url, str) or "?" not in url:
         return url
     from urllib.parse import parse_qsl, urlencode
 
     head, _, query = url.partition("?")
-    pairs = [(k, REDACTED if SECRET_NAME.search(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)]
+    pairs = [(k, REDACTED if _secret_query(k, v) else v) for k, v in parse_qsl(query, keep_blank_values=True)]
     return f"{head}?{urlencode(pairs, safe='*')}"
+
+
+def _secret_query(key: str, value: str) -> bool:
+    return bool(value) and key.lower() not in PLAIN_KEYS
 
 
 def url_secrets(urls: Any) -> list[str]:
@@ -480,8 +567,13 @@ def url_secrets(urls: Any) -> list[str]:
     found = []
     for url in [urls] if isinstance(urls, str) else list(urls or []):
         query = url.partition("?")[2]
-        found += [v for k, v in parse_qsl(query, keep_blank_values=True) if SECRET_NAME.search(k)]
+        found += [v for k, v in parse_qsl(query, keep_blank_values=True) if _secret_query(k, v)]
     return found
+
+
+def url_masked(urls: Any) -> bool:
+    """Whether a saved --api-url had query values masked (a resume must be given it again)."""
+    return any(REDACTED in url.partition("?")[2] for url in ([urls] if isinstance(urls, str) else urls or []))
 
 
 _KIND_TYPES: dict[str, tuple[type, ...]] = {"text": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
@@ -661,9 +753,86 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
         raise ConfigError(f"{name} must be a whole number >= {minimum}, got {value!r}")
 
 
-def _check_positive(name: str, value: Any, unit: str) -> None:
+def _check_positive(name: str, value: Any, unit: str, most: float = MAX_TIMEOUT) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a positive number of {unit}, got {value!r}")
+        raise ConfigError(f"{name} must be a positive number of {unit}, got {short(value)}")
+    if value > most:
+        raise ConfigError(f"{name} must be at most {most:,.0f} {unit}, got {short(value)}")
+
+
+def check_values(config: TaskConfig) -> None:
+    """Every value of every setting can be sent, saved and read back: text is Unicode (no bytes
+    that were not UTF-8), objects and lists are not too deep or large and share no part (a YAML
+    alias bomb), keys are texts, numbers are finite and whole numbers fit in 64 bits."""
+    for f in fields(TaskConfig):
+        problem = odd_value(getattr(config, f.name))
+        if problem:
+            raise ConfigError(f"{f.name} {problem}")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def odd_value(value: Any) -> str | None:
+    """Why `value` cannot be a setting's value, or None; a walk with its own stack, so any depth is safe."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    seen: set[int] = set()
+    parts = 0
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return "holds bytes that are not UTF-8 text: give it as UTF-8"
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not -MAX_WHOLE <= item < MAX_WHOLE:
+                return f"holds {short(item)}: whole numbers must fit in 64 bits"
+        elif isinstance(item, float):
+            if depth and not math.isfinite(item):  # a setting that is a number says so in its own words
+                return f"holds {item}: not a finite number (NaN and Infinity are not JSON)"
+        elif isinstance(item, (dict, list, tuple)):
+            if depth >= MAX_NESTING:
+                return f"is nested more than {MAX_NESTING} levels deep"
+            if id(item) in seen:
+                return "uses a part twice (YAML anchors and aliases are not supported in settings)"
+            seen.add(id(item))
+            parts += len(item)
+            if parts > MAX_PARTS:
+                return f"holds more than {MAX_PARTS} items"
+            if isinstance(item, dict):
+                bad = next((k for k in item if not isinstance(k, str)), None)
+                if bad is not None:
+                    return f"has a key {short(bad)} that is not a text: quote it"
+                stack += [(k, depth + 1) for k in item] + [(v, depth + 1) for v in item.values()]
+            else:
+                stack += [(v, depth + 1) for v in item]
+    return None
+
+
+def _check_path(name: str, value: Any) -> None:
+    """A path the file system can take: no NUL, no component longer than it allows."""
+    if not isinstance(value, str):
+        return
+    if "\0" in value:
+        raise ConfigError(f"{name} holds a NUL character")
+    longest = max((len(part.encode("utf-8")) for part in re.split(r"[/\\]", value)), default=0)
+    if longest > NAME_MAX:
+        raise ConfigError(f"{name} has a folder or file name of {longest} bytes; the file system takes {NAME_MAX}")
+
+
+def parse_json(name: str, text: str) -> Any:
+    """JSON text of a setting; every way it can fail is one line."""
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{name} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise ConfigError(f"{name} is nested more than {MAX_NESTING} levels deep") from None
+    except ValueError as exc:  # a whole number of more than 4,300 digits
+        raise ConfigError(f"{name} is not usable JSON: {short(str(exc))}") from None
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -673,17 +842,12 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 
 def parse_pairs(value: Any) -> dict[str, Any]:
     """A dict, a JSON object, or `key=value,key=value` (values parsed as JSON when they can be)."""
-    import json
-
     if value is None or value == "":
         return {}
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("{"):
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"generation_config is not valid JSON: {exc.msg} at column {exc.colno}") from None
+            value = parse_json("generation_config", text)
         else:
             value = dict(_parse_pair(part) for part in _split_pairs(text))
     if not isinstance(value, dict):
@@ -814,6 +978,8 @@ def _parse_pair(part: str) -> tuple[str, Any]:
             return key.strip(), json.loads(raw)
         except json.JSONDecodeError:
             pass
+        except (RecursionError, ValueError):  # nested too deep, or a whole number of thousands of digits
+            raise ConfigError(f"generation_config {key.strip()!r}: {short(raw)} is too deep or too long") from None
     try:
         return key.strip(), json.loads('"' + raw.replace('"', '\\"') + '"')
     except json.JSONDecodeError:

@@ -7,8 +7,10 @@ line is dropped on reopen, and a resumed run appends only what was missing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,12 +19,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from . import forced
-from .config import BENCHMARK, safe_name
+from ._files import UnreadableFile, open_regular, read_regular
+from .config import BENCHMARK, TaskConfig, safe_name
 from .errors import ConfigError, storage_error
-from .records import Prediction, Review, dumps, key_of, read_prediction, read_review
+from .records import Prediction, Review, dumps, key_of, loads, read_prediction, read_review
 
 CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
+CONFIG_LIMIT = 16 << 20  # bytes of task_config.yaml read (long prompts fit many times over)
+MAX_ID = 1 << 48  # question ids beyond this are not ids coinflip wrote
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class RunDir:
     model: str
     made_work_dir: bool = False  # the work directory did not exist before this run
     arithmetic: str = ""  # a rescore in another arithmetic: its reviews and report sit beside the run's own
+    draft: bool = False  # made by `create` under a hidden name; `publish` gives it its timestamp
 
     @property
     def _m(self) -> str:
@@ -84,16 +90,31 @@ class RunDir:
             return cls(work_dir, model)
         stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
         made = not work_dir.exists()
+        try:  # filled under a hidden name, then renamed: a kill never leaves a half-made run
+            work_dir.mkdir(parents=True, exist_ok=True)
+            draft = Path(tempfile.mkdtemp(prefix=f".{stamp}.", suffix=".new", dir=work_dir))
+        except OSError as exc:
+            raise ConfigError(f"cannot create run directory in {work_dir}: {exc.strerror}") from None
+        return cls(draft, model, made, draft=True)
+
+    def publish(self) -> RunDir:
+        """A run made by `create` under its hidden name, now filled, under its timestamp: the
+        first free one of `STAMP`, `STAMP_1`, ... (a rename never replaces a folder that holds files)."""
+        if not self.draft:
+            return self
+        stamp = self.root.name[1:].split(".")[0]
         for n in range(1000):
-            root = work_dir / (stamp if n == 0 else f"{stamp}_{n}")
-            try:
-                root.mkdir(parents=True)
-                break
-            except FileExistsError:
+            root = self.root.parent / (stamp if n == 0 else f"{stamp}_{n}")
+            if root.exists():
                 continue
+            try:
+                os.rename(self.root, root)
             except OSError as exc:
-                raise ConfigError(f"cannot create run directory in {work_dir}: {exc.strerror}") from None
-        return cls(root, model, made)
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    continue
+                raise storage_error(root, exc) from None
+            return RunDir(root, self.model, self.made_work_dir)
+        raise ConfigError(f"{self.root.parent} holds a thousand runs started in the same second")
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
@@ -108,8 +129,11 @@ class RunDir:
         as it was."""
         import yaml
 
-        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-        text = yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True)
+        class Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+            def ignore_aliases(self, data: Any) -> bool:  # never an alias: the reader refuses them
+                return True
+
+        text = yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True)
         try:
             _atomic_write(self.config_file, text)
         except OSError as exc:
@@ -151,26 +175,47 @@ class RunDir:
     def subset(self) -> frozenset[int] | None:
         """The question ids a run with a drawn subset asked; None: the first `samples` questions."""
         path = self.root / SUBSET_FILE
-        if not path.is_file():
-            return None
         try:
-            return frozenset(int(i) for i in json.loads(path.read_text(encoding="utf-8")))
-        except (ValueError, TypeError):
-            raise ConfigError(f"{path}: not a list of question ids") from None
+            ids = loads(read_regular(path, CONFIG_LIMIT * 4, within=self.root))
+        except FileNotFoundError:
+            return None
+        except (UnreadableFile, OSError, ValueError, RecursionError) as exc:
+            raise ConfigError(f"{path}: not a list of question ids ({exc})") from None
+        if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < MAX_ID for i in ids):
+            raise ConfigError(f"{path}: not a list of question ids")
+        return frozenset(ids)
 
 
-def load_saved_config(root: Path) -> dict[str, Any]:
+def parse_yaml(text: str) -> Any:
+    """A YAML (or JSON) document without anchors and aliases: a kilobyte of aliases can stand
+    for billions of nodes. Any error is a yaml.YAMLError (or RecursionError)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader)):
+        raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
+    return yaml.load(text, Loader=loader)
+
+
+def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:
+    """The saved settings of the run at `root`, checked as strictly as settings typed on the
+    command line (a hand-edited `seed: "abc"` is one line, not a traceback later). `check=False`
+    reads them only to be shown as text (the index lists whatever a run holds)."""
     import yaml
 
     path = root / CONFIG_FILE
-    if not path.is_file():
-        raise ConfigError(f"{root} is not a coinflip run directory (no {CONFIG_FILE})")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
-        raise ConfigError(f"{path}: not valid YAML") from None
+        text = read_regular(path, CONFIG_LIMIT, within=root).decode("utf-8")
+        data = parse_yaml(text)
+    except FileNotFoundError:
+        raise ConfigError(f"{root} is not a coinflip run directory (no {CONFIG_FILE})") from None
+    except UnreadableFile as exc:
+        raise ConfigError(str(exc)) from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        why = str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) and str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: not valid YAML ({why})") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("config"), dict)
@@ -178,7 +223,24 @@ def load_saved_config(root: Path) -> dict[str, Any]:
         or not data["config"].get("model")
     ):
         raise ConfigError(f"{path}: not a coinflip task config")
+    if check:
+        _check_saved(path, data)
     return data
+
+
+def _check_saved(path: Path, data: dict[str, Any]) -> None:
+    """The saved settings pass TaskConfig's checks (fields this version does not know are left
+    alone: a newer coinflip may have written them); the counts are counts."""
+    known = set(TaskConfig.field_names()) - {"dataset_args", "use_cache", "api_key", "pricing_file"}  # folded in
+    try:
+        TaskConfig(**{k: v for k, v in data["config"].items() if k in known})
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    samples, subset = data.get("samples"), data.get("subset")
+    if samples is not None and (type(samples) is not int or samples < 0):
+        raise ConfigError(f"{path}: samples must be a whole number >= 0")
+    if subset is not None and (not isinstance(subset, dict) or type(subset.get("count", 0)) is not int):
+        raise ConfigError(f"{path}: subset must hold a whole number as its count")
 
 
 @dataclass
@@ -217,10 +279,8 @@ class PredictionIndex:
 def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
     """One pass over the file; `repair` cuts a half-written last line (a crash mid-write) before appending."""
     index = PredictionIndex({}, 0)
-    if not path.exists():
-        return index
     try:
-        with path.open("r+b" if repair else "rb") as handle:
+        with open_regular(path, write=repair) as handle:  # never a FIFO or a device
             offset = 0
             for line in handle:
                 if not line.endswith(b"\n"):
@@ -230,6 +290,10 @@ def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
                 index.lines += 1
                 _note(index, line, offset)
                 offset += len(line)
+    except FileNotFoundError:
+        return index
+    except UnreadableFile as exc:
+        raise ConfigError(str(exc)) from None
     except OSError as exc:
         if repair:
             raise storage_error(path, exc) from None

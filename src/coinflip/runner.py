@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import logging
 import shutil
 import sys
@@ -22,8 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import forced
+from ._files import replacing
 from ._terminal import printable
-from .config import DEFAULT_BATCH, METRIC_COMPATS, REDACTED, TaskConfig, check_choice
+from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
 from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
 from .models import Reply, Request, is_local, open_model, serve_local
 from .models.predict import run_requests
@@ -116,11 +118,15 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
         take = name in saved and name not in NOT_CARRIED and name not in config.given
         merged[name] = saved[name] if take else getattr(config, name)
     merged["dataset_args"] = None  # already folded into the saved fields
-    gateway = [merged["generation_config"].get(k) or {} for k in ("extra_headers", "extra_query")]
-    if any(value == REDACTED for part in gateway for value in part.values()):
+    if masked_somewhere(merged["generation_config"]):
         raise ConfigError(
-            "the run's gateway headers or query parameters held secrets, which were not saved: "
-            "give --generation-config with them again to resume"
+            "the run's extra_headers, extra_query or extra_body held texts, which are not saved (any may be a "
+            "gateway's secret): give --generation-config with them again to resume"
+        )
+    if url_masked(merged["api_url"]):
+        raise ConfigError(
+            "the run's --api-url held query values, which are not saved (any may be a secret): "
+            "give --api-url again to resume"
         )
     return TaskConfig(**merged, given=config.given)
 
@@ -137,8 +143,14 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     }
     if not config.use_cache:
         run = RunDir.create(Path(config.work_dir).expanduser(), config.name, config.no_timestamp)
-        run.save_config(content)
-        run.save_subset(plan.subset.ids)
+        try:
+            run.save_config(content)
+            run.save_subset(plan.subset.ids)
+            run = run.publish()  # under its timestamp only once its settings are there
+        except BaseException:
+            if run.draft:
+                shutil.rmtree(run.root, ignore_errors=True)
+            raise
         return run, True
     root = Path(config.use_cache).expanduser()
     saved = load_saved_config(root)
@@ -247,6 +259,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     """
     config = plan.config
     index = index_predictions(run.predictions, repair=True)
+    if index.unreadable:
+        log.warning("%d saved line(s) hold no prediction and were skipped; asked again", index.unreadable)
     todo = samples_left(plan, index)
     log.info("%d of %d samples already done; %d to go", plan.samples - todo, plan.samples, todo)
     if not todo:
@@ -316,7 +330,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             if budget is not None:
                 work, on_replies = budget.gate(work), budget.watch(on_replies)
             if not config.batch or config.batch_rest_online:
-                run_until_stopped(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up), stop)
+                run_until_stopped(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up, todo), stop)
             if budget is not None and budget.stopped:
                 print(f"note: {budget.note()}", file=sys.stderr)
     except EndpointBroken as exc:
@@ -361,9 +375,12 @@ async def _send(
     work: Iterator[tuple[Job, Request]],
     on_replies: Any,
     follow_up: Any,
+    todo: int,
 ) -> None:
+    """Send `work`; never more workers than samples to finish (a forced answer follows its first
+    reply in the same worker), whatever --eval-batch-size says."""
     async with open_model(plan.config, urls, plan.generation, concurrency) as model:
-        await run_requests(model, work, concurrency, on_replies, follow_up)
+        await run_requests(model, work, min(concurrency, todo), on_replies, follow_up)
 
 
 def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[Prediction]:
@@ -427,9 +444,8 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
             compact_predictions(run.predictions)
     else:
         scorer = _score_saved(run, saved, compat)
-    try:
-        run.reviews.parent.mkdir(parents=True, exist_ok=True)
-        with run.reviews.open("w", encoding="utf-8") as reviews:
+    try:  # under a temporary name, then renamed: never written through a link or into a FIFO
+        with replacing(run.reviews) as raw, io.TextIOWrapper(raw, encoding="utf-8") as reviews:
             scorer.write_reviews(reviews)
     except OSError as exc:
         raise storage_error(run.reviews, exc) from None
@@ -455,6 +471,7 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
     subset = run.subset()
     questions = int((saved.get("subset") or {}).get("count") or 0)
     scorer = Scorer(compat=compat)
+    scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):
         if not forced.scored(p):
             continue

@@ -1,24 +1,25 @@
 """Secrets out of everything a run keeps or shows: error messages, replies, reasoning.
 
-A server may echo the key back in any of the forms it travelled or was stored in: raw (and so
-inside `Bearer KEY`), escaped for JSON (`\\/`, `\\u00..`), for HTML (`&amp;`, `&#x27;`), or
-URL-encoded (either case of hex, `+` for space). Each form is replaced by `***`.
+A server may echo the key back in any of the forms it travelled or was stored in, and a form may
+differ character by character: raw (and so inside `Bearer KEY`), escaped for JSON (`\\/`,
+`\\u0073`, a surrogate pair), for HTML (`&amp;`, `&#115;`, `&#x73;`, leading zeros, either case),
+or URL-encoded (the UTF-8 bytes as `%hh` in either case, `+` for a space). The secret is matched
+as a sequence of characters each in any of its forms, so every mixture is masked as `***`.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import replace
-from urllib.parse import quote, quote_plus
 
 from ..config import REDACTED as MASK  # one mask for what is saved and what is shown
 from .base import Reply
 
 MIN_SECRET = 8  # shorter values would mask ordinary words ("none", "EMPTY"); real keys are far longer
 PLACEHOLDERS = {"empty", "none", "dummy", "ollama", "lm-studio", "sk-no-key-required", "not-needed", "no-key"}
+_JSON_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_HTML_NAMED = {"&": "amp", "<": "lt", ">": "gt", '"': "quot", "'": "apos"}
 
 
 def is_secret(value: str | None) -> bool:
@@ -26,24 +27,41 @@ def is_secret(value: str | None) -> bool:
     return bool(value) and len(value or "") >= MIN_SECRET and (value or "").lower() not in PLACEHOLDERS
 
 
-def _forms(secret: str) -> set[str]:
-    forms = {secret, html.escape(secret), html.escape(secret, quote=False)}
-    forms.add(html.escape(secret).replace("&#x27;", "&#39;"))
-    for ascii_only in (True, False):
-        escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
-        forms |= {escaped, escaped.replace("/", "\\/")}
-    for encoded in (quote(secret, safe=""), quote_plus(secret, safe=""), quote(secret)):
-        forms |= {encoded, re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), encoded)}
-    return {f for f in forms if len(f) >= MIN_SECRET}
+def _hex(number: int, width: int = 1) -> str:
+    """A pattern for `number` in hex digits of either case, zero-padded to `width`."""
+    return "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{number:0{width}x}")
+
+
+def _char(c: str) -> str:
+    """A pattern for one character in any of the forms above."""
+    code = ord(c)
+    forms = [re.escape(c), f"&#0*{code};", f"&#[xX]0*{_hex(code)};"]
+    if code > 0xFFFF:  # JSON spells it as a surrogate pair
+        high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+        forms.append(f"\\\\u{_hex(high, 4)}\\\\u{_hex(low, 4)}")
+    else:
+        forms.append(f"\\\\u{_hex(code, 4)}")
+    if c in _JSON_SHORT:
+        forms.append(re.escape(_JSON_SHORT[c]))
+    if c in _HTML_NAMED:
+        forms.append(f"&{_HTML_NAMED[c]};")
+    forms.append("".join(f"%{_hex(byte, 2)}" for byte in c.encode("utf-8", "surrogatepass")))
+    if c == " ":
+        forms.append(re.escape("+"))
+    return f"(?:{'|'.join(forms)})"
+
+
+def pattern(secret: str) -> str:
+    """A pattern matching `secret` however each of its characters was escaped."""
+    return "".join(_char(c) for c in secret)
 
 
 class Redactor:
     """Masks every form of the given secrets; a no-op without any."""
 
     def __init__(self, secrets: Iterable[str | None]) -> None:
-        forms = set().union(*(_forms(s) for s in secrets if s is not None and is_secret(s)))
-        longest_first = sorted(forms, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, longest_first))) if forms else None
+        kept = sorted({s for s in secrets if s is not None and is_secret(s)}, key=len, reverse=True)
+        self._pattern = re.compile("|".join(pattern(s) for s in kept)) if kept else None
 
     def __call__(self, text: str) -> str:
         return text if self._pattern is None else self._pattern.sub(MASK, text)

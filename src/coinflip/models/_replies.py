@@ -7,9 +7,11 @@ likely as invalid), or null (empty text); an object is a BadReply. Usage keeps w
 non-negative token counts only (a numeric string such as "120" is read as the number; NaN,
 Infinity, fractions and other types are dropped), so the predictions file stays strict JSON.
 Log probabilities become one entry per token, {"token", "logprob", "top"}, with `logprob` None
-and `top` entries dropped where the server sent no finite number. A streamed answer is the same
-fields spread over chunks, read as they arrive (`StreamReply`): deltas are joined per choice,
-usage comes from the chunk that has it.
+and `top` entries dropped where the server sent no number; NaN and infinities are kept by name
+("NaN", "Infinity", "inf": strict JSON has no such numbers), so that P(YES) can tell an impossible
+value from a missing one (scoring/calibration.py). A streamed answer is the same fields spread
+over chunks, read as they arrive (`StreamReply`): deltas are joined per choice, usage comes from
+the chunk that has it.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ class ServerSaidError(BadReply):
     """The server answered with an error object, in a 200 body or a stream event."""
 
 
-_DECODER = json.JSONDecoder(parse_constant=lambda _: None)  # one for all: json.loads(..., **kw) builds one a call
+_DECODER = json.JSONDecoder(parse_constant=str)  # one for all: json.loads(..., **kw) builds one a call
 
 
 def load_json(raw: bytes | str) -> Any:
-    """JSON with NaN and Infinity read as null; nesting too deep for Python is a BadReply."""
+    """JSON with NaN and Infinity read as their names ("NaN", "Infinity"): never a float that is
+    not a number, and a log probability of NaN stays an impossible one, not a missing one;
+    nesting too deep for Python is a BadReply."""
     try:
         text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
         return _DECODER.decode(text)
@@ -190,11 +194,22 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _logprob(value: Any) -> float | str | None:
+    """A log probability as sent: a finite number; None if none was sent; else a text saying what
+    came instead ("NaN", "Infinity", "inf", "not a number"), which calibration counts as impossible."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value if isinstance(value, str) else "not a number"
+    number = float(value)
+    return number if math.isfinite(number) else str(number)
+
+
 def _entry(token: Any, logprob: Any, top: Iterable[tuple[Any, Any]]) -> dict[str, Any] | None:
     if not isinstance(token, str):
         return None
-    alternatives = {t: f for t, lp in top if isinstance(t, str) and (f := _finite(lp)) is not None}
-    return {"token": token, "logprob": _finite(logprob), "top": alternatives}
+    alternatives = {t: f for t, lp in top if isinstance(t, str) and (f := _logprob(lp)) is not None}
+    return {"token": token, "logprob": _logprob(logprob), "top": alternatives}
 
 
 def chat_logprobs(value: Any) -> list[dict[str, Any]]:

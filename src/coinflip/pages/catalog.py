@@ -5,6 +5,11 @@ run is the work directory itself, and may hold timestamped runs too). Whatever i
 folder ends up as a run, an incomplete run, a broken one or a foreign folder, never as an
 exception: reports are read field by field, because other versions of coinflip write more (or
 fewer) fields than this one.
+
+A work directory is untrusted: only plain files inside their run folder are read (never a FIFO,
+a device, or a link out of the tree: `_files.open_regular`), each up to a size, and the walk
+follows no link out of the work directory and stops at a time budget. Another run's files can
+make that run broken, never slow or fail the command that reads them.
 """
 
 from __future__ import annotations
@@ -12,17 +17,22 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._files import UnreadableFile, inside, open_regular, read_regular
 from ..config import BENCHMARK, safe_name
-from ..records import Review, read_prediction
-from ..rundir import CONFIG_FILE, iter_reviews, load_saved_config
+from ..records import Review, read_prediction, read_review
+from ..rundir import CONFIG_FILE, load_saved_config
 
 RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs"})
 MAX_DEPTH = 8
+LINE_LIMIT = 64 << 20  # bytes of one line read at a time (a longer one is not a row)
+REPORT_LIMIT = 64 << 20  # bytes read of a report (a real one is tens of kilobytes)
+ROWS_LIMIT = 1 << 30  # bytes read of a predictions or reviews file (a million samples fit)
+SCAN_BUDGET_S = 60.0  # seconds the walk over a work directory may take before it lists the rest as not read
 _STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})_(\d{2})(\d{2})(\d{2})")
 
 
@@ -42,31 +52,54 @@ class Found:
         return self.path / part / self.model_dir / f"{BENCHMARK}.{suffix}"
 
 
-def scan(work_dir: Path) -> list[Found]:
-    """Every run, incomplete, broken and foreign folder under `work_dir`, in path order."""
+def scan(work_dir: Path, budget_s: float = SCAN_BUDGET_S) -> list[Found]:
+    """Every run, incomplete, broken and foreign folder under `work_dir`, in path order; folders
+    not reached within `budget_s` seconds are listed as one broken entry."""
+    import time
+
     root = work_dir.expanduser()
     found: list[Found] = []
-    _walk(root, root, 0, set(), found)
+    _walk(root, root, 0, _Seen(time.monotonic() + budget_s), found)
     return sorted(found, key=lambda f: f.rel)
+
+
+@dataclass
+class _Seen:
+    """What the walk has visited (a folder reached twice through links is listed once), and when it must stop."""
+
+    deadline: float
+    folders: set[tuple[int, int]] = field(default_factory=set)
+    late: bool = False
+
+    def over(self) -> bool:
+        import time
+
+        return time.monotonic() > self.deadline
 
 
 def runs_of(found: Iterable[Found]) -> list[Found]:
     return [f for f in found if f.kind == "run"]
 
 
-def _walk(root: Path, folder: Path, depth: int, seen: set[tuple[int, int]], out: list[Found]) -> bool:
+def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -> bool:
     """Adds what `folder` holds to `out`; True when it or something below it was listed."""
+    if seen.over():
+        if not seen.late:
+            seen.late = True
+            reason = f"not read: listing the work directory took over {SCAN_BUDGET_S:.0f} s; the folders from here on are left out"
+            out.append(Found(folder, _rel(root, folder), "broken", reason))
+        return True
     try:
         info = folder.stat()
-        if (info.st_dev, info.st_ino) in seen:  # a symlink loop, or the same folder twice: listed once
+        if (info.st_dev, info.st_ino) in seen.folders:  # a symlink loop, or the same folder twice: listed once
             return True
-        seen.add((info.st_dev, info.st_ino))
+        seen.folders.add((info.st_dev, info.st_ino))
         entries = list(os.scandir(folder))
     except OSError as exc:
         out.append(Found(folder, _rel(root, folder), "broken", f"cannot read the folder: {exc.strerror or exc}"))
         return True
     names = {e.name for e in entries}
-    is_run = "configs" in names and (folder / CONFIG_FILE).is_file()
+    is_run = "configs" in names and os.path.lexists(folder / CONFIG_FILE)  # whatever it is: read_run says
     if is_run:
         out.append(read_run(root, folder))
     elif names & {"predictions", "reports", "reviews"}:  # another tool's run, or one that never started
@@ -79,7 +112,7 @@ def _walk(root: Path, folder: Path, depth: int, seen: set[tuple[int, int]], out:
     holds_runs = is_run
     empty: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        if entry.name.startswith((".", "__")) or entry.name in skip or not _is_dir(entry):
+        if entry.name.startswith((".", "__")) or entry.name in skip or not _is_dir(entry, root):
             continue
         if depth >= MAX_DEPTH:
             continue
@@ -94,9 +127,10 @@ def _walk(root: Path, folder: Path, depth: int, seen: set[tuple[int, int]], out:
     return holds_runs
 
 
-def _is_dir(entry: os.DirEntry[str]) -> bool:
+def _is_dir(entry: os.DirEntry[str], root: Path) -> bool:
+    """A folder to walk into: a real one, or a link to a folder inside the work directory."""
     try:
-        return entry.is_dir()
+        return entry.is_dir() and (not entry.is_symlink() or inside(Path(entry.path), root))
     except OSError:
         return False
 
@@ -117,7 +151,7 @@ def read_run(root: Path, folder: Path) -> Found:
     """A run folder as a leaderboard row; never raises, whatever its files hold."""
     rel = _rel(root, folder)
     try:
-        saved = load_saved_config(folder)
+        saved = load_saved_config(folder, check=False)  # shown as text; rescore and resume check it
         config = saved["config"] if isinstance(saved.get("config"), dict) else {}
     except Exception as exc:  # noqa: BLE001 - any unreadable config makes a broken run, not a crash
         return Found(folder, rel, "broken", _short(exc))
@@ -131,19 +165,22 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
     names = [n for n in (run.config.get("model_id"), run.config.get("model")) if isinstance(n, str) and n]
     candidates = [safe_name(n) for n in names]
     reports = run.path / "reports"
-    if reports.is_dir():
-        candidates += sorted(p.name for p in reports.iterdir() if (p / f"{BENCHMARK}.json").is_file())
-    run.model_dir = next((c for c in candidates if (reports / c / f"{BENCHMARK}.json").is_file()), "")
+    if reports.is_dir() and inside(reports, run.path):
+        candidates += sorted(p.name for p in reports.iterdir() if os.path.lexists(p / f"{BENCHMARK}.json"))
+    run.model_dir = next((c for c in candidates if os.path.lexists(reports / c / f"{BENCHMARK}.json")), "")
     if not run.model_dir:
         run.model_dir = candidates[0] if candidates else "model"
-        done, asked = count_lines(run.file("predictions")), saved.get("samples")
+        done, asked = count_lines(run.file("predictions"), run.path), saved.get("samples")
         of = f" of {asked}" if isinstance(asked, int) else ""
         run.kind = "incomplete"
         run.reason = f"no report: stopped before the end ({done}{of} predictions saved); resume it with `coinflip eval --use-cache`, or score what it has with `coinflip rescore`"
         return run
     try:
-        report = json.loads(run.file("reports", "json").read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        report = json.loads(read_regular(run.file("reports", "json"), REPORT_LIMIT, within=run.path))
+    except UnreadableFile as exc:
+        run.kind, run.reason = "broken", _short(exc)
+        return run
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         run.kind, run.reason = (
             "broken",
             f"reports/{run.model_dir}/{BENCHMARK}.json is not valid JSON ({_short(exc)}); `coinflip rescore` rewrites it",
@@ -156,12 +193,18 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
     return run
 
 
-def count_lines(path: Path) -> int:
+def count_lines(path: Path, within: Path) -> int:
     try:
-        with path.open("rb") as handle:
+        with open_regular(path, ROWS_LIMIT, within) as handle:
             return sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
-    except OSError:
+    except (OSError, UnreadableFile):
         return 0
+
+
+def _lines(path: Path, within: Path) -> Iterator[bytes]:
+    """The lines of a plain file inside `within`, each read up to LINE_LIMIT bytes."""
+    with open_regular(path, ROWS_LIMIT, within) as handle:
+        yield from iter(lambda: handle.readline(LINE_LIMIT), b"")
 
 
 def _short(exc: BaseException) -> str:
@@ -197,17 +240,22 @@ class Answers:
     first: dict[str, tuple[int, str, str, int]]  # question -> (id, answer, target, people) of its first row
     predictions: Path
     offsets: dict[int, int]  # where each id's first line starts in the predictions file
+    run: Path  # the run folder: the predictions file is read only inside it
 
     def replies(self, questions: Iterable[str]) -> dict[str, str]:
         """The saved reply (or error) of each question's first row, read line by line where it is."""
         out: dict[str, str] = {}
-        with self.predictions.open("rb") as handle:
+        try:
+            handle = open_regular(self.predictions, ROWS_LIMIT, self.run)
+        except (OSError, UnreadableFile):
+            return out
+        with handle:
             for q in questions:
                 offset = self.offsets.get(self.first[q][0]) if q in self.first else None
                 if offset is None:
                     continue
                 handle.seek(offset)
-                row = read_prediction(handle.readline())
+                row = read_prediction(handle.readline(LINE_LIMIT))
                 if row is None:
                     continue
                 error = row.get("error")
@@ -219,12 +267,13 @@ class Answers:
 def read_answers(run: Found) -> Answers | None:
     """None when the run's reviews or predictions cannot be read (the run is then left out of pairs)."""
     try:
-        questions, offsets = _questions(run.file("predictions"))
+        questions, offsets = _questions(run.file("predictions"), run.path)
         votes: dict[str, list[int]] = {}  # question -> [YES answers, NO answers, target is YES]
         first: dict[str, tuple[int, str, str, int]] = {}
-        for review in iter_reviews(run.file("reviews")):
-            question = questions.get(review["id"])
-            if question is None:
+        for line in _lines(run.file("reviews"), run.path):
+            review = read_review(line)
+            question = questions.get(review["id"]) if review is not None else None
+            if review is None or question is None:
                 continue
             answer = _answer(review)
             count = votes.setdefault(question, [0, 0, review.get("target") == "YES"])
@@ -236,7 +285,7 @@ def read_answers(run: Found) -> Answers | None:
         return None
     from ..scoring.reducers import majority_right
 
-    return Answers(majority_right(votes), first, run.file("predictions"), offsets)
+    return Answers(majority_right(votes), first, run.file("predictions"), offsets, run.path)
 
 
 def _people(review: Review) -> int:
@@ -251,16 +300,15 @@ def _answer(review: Review) -> str:
     return extracted if extracted in ("YES", "NO") else "invalid"
 
 
-def _questions(path: Path) -> tuple[dict[int, str], dict[int, int]]:
+def _questions(path: Path, within: Path) -> tuple[dict[int, str], dict[int, int]]:
     """Question text by id, and where each id's first line starts."""
     questions: dict[int, str] = {}
     offsets: dict[int, int] = {}
     position = 0
-    with path.open("rb") as handle:
-        for line in handle:
-            start, position = position, position + len(line)
-            row = read_prediction(line)
-            if row is None or not isinstance(row.get("question"), str) or row["id"] in questions:
-                continue
-            questions[row["id"]], offsets[row["id"]] = row["question"], start
+    for line in _lines(path, within):
+        start, position = position, position + len(line)
+        row = read_prediction(line)
+        if row is None or not isinstance(row.get("question"), str) or row["id"] in questions:
+            continue
+        questions[row["id"]], offsets[row["id"]] = row["question"], start
     return questions, offsets

@@ -289,8 +289,10 @@ def render(
 
 def write_html(path: Path, report: dict[str, Any], scorer: Scorer) -> None:
     page = render(report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
+    from .._files import replacing
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(utf8(page))  # a lone surrogate in a reply must not fail the run
+        with replacing(path) as handle:  # never written through a link or into a FIFO
+            handle.write(utf8(page))  # a lone surrogate in a reply must not fail the run
     except OSError as exc:
         raise storage_error(path, exc) from None

@@ -8,6 +8,10 @@ brackets. The word written there must be yes or no (in any case, across tokens: 
 alternatives the server sent are summed per side, every tokenisation counting (" YES", "YES",
 "Yes", "yes", " Y", "N": any start of yes or no), then normalised: P(YES) / (P(YES) + P(NO)).
 
+A log probability is a finite number not above 0 (up to rounding, `ROUNDING`): a sample whose
+answer position holds any other value (+50, NaN, infinity: the reply parser keeps these by name)
+has no P(YES), and is counted as such (`impossible`), rather than clamped into a confident one.
+
 Over the samples that have one: AUROC of P(YES) against the target (YES positive; ties count
 half), the Brier score, and the expected calibration error over 10 equal-width bins of P(YES)
 (the gap between each bin's mean P(YES) and its observed share of YES targets, weighted by the
@@ -18,12 +22,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .extract import _MARKER
 
 WINDOW = 8  # tokens kept after the token holding the last marker
+ROUNDING = 1e-4  # a log probability up to this far above 0 is float rounding of a certain token
 BINS = 10
 _WORD = re.compile(r"[A-Za-z]+")
 _FILLER = r"\s*_`#>\"'“”‘’«»\[\](){}$\\"  # spaces, markdown, quotes and brackets before the answer
@@ -52,7 +57,35 @@ def answer_window(logprobs: Sequence[dict[str, Any]] | None, bare: bool = False)
 
 def p_yes(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> float | None:
     """P(YES) at the answer position of a window from `answer_window`; None when the word written
-    there is not yes or no, or the server sent no probability for either."""
+    there is not yes or no, the server sent no probability for either, or an impossible one."""
+    entry = _answer_entry(window, bare)
+    return None if entry is None or _impossible(entry) else _normalised(entry)
+
+
+def impossible(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> bool:
+    """Whether the answer position holds a log probability that cannot be one (the sample then has no P(YES))."""
+    entry = _answer_entry(window, bare)
+    return entry is not None and _impossible(entry)
+
+
+def impossible_in(prediction: Mapping[str, Any]) -> bool:
+    """Whether a saved row's reply or forced answer holds an impossible log probability at its answer position."""
+    forced = prediction.get("forced")
+    again = forced.get("answer_logprobs") if isinstance(forced, dict) else None
+    return impossible(prediction.get("answer_logprobs")) or impossible(again, bare=True)
+
+
+def _impossible(entry: dict[str, Any]) -> bool:
+    top = entry.get("top")
+    values = [entry.get("logprob"), *(top.values() if isinstance(top, dict) else ())]
+    return any(
+        v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not -math.inf < v <= ROUNDING)
+        for v in values
+    )
+
+
+def _answer_entry(window: Sequence[dict[str, Any]] | None, bare: bool) -> dict[str, Any] | None:
+    """The token entry at the answer position, when the word written there is yes or no."""
     if not isinstance(window, list) or not window or not all(isinstance(e, dict) for e in window):
         return None  # nothing, or not what a run writes (a hand-edited file)
     tokens = [str(e.get("token", "")) for e in window]
@@ -68,7 +101,8 @@ def p_yes(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> float 
             continue  # still inside the marker, or only spaces, markdown, quotes
         if _word(rest, tokens[i + 1 :]).lower() not in ("yes", "no"):
             return None
-        return _normalised(window[i])
+        entry: dict[str, Any] = window[i]
+        return entry
     return None
 
 
@@ -100,7 +134,7 @@ def _normalised(entry: dict[str, Any]) -> float | None:
     mass = {"yes": 0.0, "no": 0.0}
     for token, logprob in options.items():
         side = _side(str(token))
-        if side is not None and isinstance(logprob, (int, float)) and math.isfinite(logprob):
+        if side is not None and isinstance(logprob, (int, float)):  # possible values only (see _impossible)
             mass[side] += math.exp(min(logprob, 0.0))
     total = mass["yes"] + mass["no"]
     return mass["yes"] / total if total > 0 else None

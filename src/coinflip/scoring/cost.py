@@ -50,8 +50,13 @@ def apply_pricing_file(config: TaskConfig) -> None:
 def _read_table(path: Path) -> dict[str, Any]:
     import yaml
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    from .._files import UnreadableFile, read_regular
+    from ..rundir import parse_yaml
+
+    try:  # a plain file of at most 16 MB, without YAML aliases
+        data = parse_yaml(read_regular(path, 16 << 20).decode("utf-8"))
+    except UnreadableFile as exc:
+        raise ConfigError(f"pricing file {exc}") from None
     except OSError as exc:
         raise ConfigError(f"pricing file {path}: cannot read ({exc.strerror})") from None
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError):

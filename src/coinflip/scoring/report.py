@@ -21,6 +21,7 @@ from .scorer import Scorer
 
 EXTRACTION = "coinflip.extract_answer/1"
 EXTRACTION_EVALSCOPE = EVALSCOPE_EXTRACTION
+IMPOSSIBLE_LOGPROBS = "the server's log probabilities at the answer were impossible (above 0, NaN or infinite)"
 NO_LOGPROBS = (
     "no log probabilities in the replies: ask for them with --generation-config logprobs=5 "
     "(OpenAI, vLLM and llama.cpp servers return them)"
@@ -67,11 +68,24 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         report["repeat_metrics"] = reduce(outcomes, compat)
     if config.get("force_answer"):
         report["forced"] = _forced(scorer, outcomes, compat, seed)
-    report["calibration"] = _calibration(scorer, outcomes) or {"available": False, "reason": _no_probabilities(report)}
+    report["calibration"] = _calibration(scorer, outcomes) or {
+        "available": False,
+        "reason": IMPOSSIBLE_LOGPROBS if scorer.impossible_logprobs else _no_probabilities(report),
+    }
+    if scorer.impossible_logprobs:  # samples left without P(YES), rather than given a clamped one
+        report["calibration"]["impossible_logprobs"] = scorer.impossible_logprobs
     report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
     report["warnings"] = warnings(report, expected, len(outcomes))
-    if scorer.unreadable:
-        report["warnings"].append(f"{scorer.unreadable} saved row(s) have no YES or NO target and were left out")
+    if scorer.impossible_logprobs:
+        report["warnings"].append(
+            f"{scorer.impossible_logprobs} sample(s) have no P(YES): the server sent log probabilities that cannot "
+            "be (above 0, NaN or infinite) at the answer position"
+        )
+    if scorer.unreadable:  # counted where the saved lines are read (rundir and the runner)
+        report["unreadable_rows"] = scorer.unreadable
+        report["warnings"].append(
+            f"{scorer.unreadable} saved row(s) could not be read (not a row, or no YES or NO target) and were left out"
+        )
     report["notes"] = notes(report)
     return report
 
@@ -235,9 +249,20 @@ def notes(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
+def _utf8_json(report: dict[str, Any], text: str) -> bytes:
+    """UTF-8, or where half a surrogate pair slipped in, the same JSON with \\u escapes."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(report, indent=2) + "\n").encode("ascii")
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    from .._files import replacing
+
+    try:
+        with replacing(path) as handle:  # never written through a link or into a FIFO
+            text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+            handle.write(_utf8_json(report, text))
     except OSError as exc:
         raise storage_error(path, exc) from None

@@ -22,7 +22,7 @@ from ..config import REPEATS_MAX
 from ..errors import DataError
 from ..records import ANSWERS, FORCED_ANSWERS, Prediction, Review, make_review, sample_key, split_key
 from . import extract
-from .calibration import p_yes
+from .calibration import impossible_in, p_yes
 from .evalscope import read_verdict
 from .extract import read_answer
 from .metrics import Outcomes
@@ -258,11 +258,14 @@ class Scorer:
         self.forced_usage = Usage()
         self.showcase = Showcase(showcase_cap)
         self.unreadable = 0  # saved lines left out: no prediction, or no YES or NO target (a hand-edited file)
+        self.impossible_logprobs = 0  # samples without P(YES): the server sent an impossible log probability
         self.reviews = Columns()
 
     def add(self, prediction: Prediction) -> None:
         r = review(prediction, self.compat)
         self.reviews.append(r)
+        if r["p_yes"] is None and impossible_in(prediction):
+            self.impossible_logprobs += 1
         self.usage.add(prediction)
         forced = prediction.get("forced")
         if isinstance(forced, dict):

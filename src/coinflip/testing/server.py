@@ -24,6 +24,9 @@ answered in both forms. A gateway is imitated by `require_headers` and `require_
 Forced answers: a request that continues a reply with coinflip's forced-answer turn (chat) or
 cue (completions) gets the policy's `forced` answer line. Log probabilities put the policy's
 `confidence` on the answer token and the rest on the other answer, so P(YES) is known.
+`impossible_logprobs` sends log probabilities no model can give at the answer of every other
+question (`ServerState.impossible`): "positive" puts +50 on the other answer, "nan" puts NaN on
+the answer token and +Infinity on the other answer.
 """
 
 from __future__ import annotations
@@ -163,9 +166,14 @@ class ServerState:
     stream_stalls: list[float] = field(default_factory=list)  # pauses for the first streams, mid-reply
     require_headers: dict[str, str] = field(default_factory=dict)  # a gateway's api-key header, say
     require_query: dict[str, str] = field(default_factory=dict)  # and its api-version parameter
+    impossible_logprobs: str = ""  # "positive" or "nan": impossible values at some answers (see the docstring)
     record: bool = False  # keep each request (path, headers, body) in `seen`
     seen: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
     batches: BatchStore = field(default_factory=BatchStore)  # /v1/files and /v1/batches (batches.py)
+
+    def impossible(self, question: str) -> bool:
+        """Whether this question's answer gets the impossible log probabilities (about half do)."""
+        return bool(self.impossible_logprobs) and self.policy._draw(question, "impossible", 2) == 0
 
 
 @dataclass
@@ -267,12 +275,13 @@ class Handler:
             "total_tokens": (len(prompt) + len(text)) // 4,
         }
         p_yes = state.policy.p_yes(question, answer)
+        fault = state.impossible_logprobs if state.impossible(question) else ""
         scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
         n = body.get("n") if isinstance(body.get("n"), int) else 1
         if body.get("stream"):
             include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
-            return self.stream(text, scratch if chat else None, n, usage if include else None, body, p_yes)
-        logprobs = _logprobs(text, chat, p_yes) if body.get("logprobs") else None
+            return self.stream(text, scratch if chat else None, n, usage if include else None, body, p_yes, fault)
+        logprobs = _logprobs(text, chat, p_yes, fault) if body.get("logprobs") else None
         if not chat:
             choices = [{"index": i, "finish_reason": "stop", "text": text, "logprobs": logprobs} for i in range(n)]
             return _json(200, {"id": "cmpl-fake", "object": "text_completion", "choices": choices, "usage": usage})
@@ -290,7 +299,14 @@ class Handler:
         )
 
     def stream(
-        self, text: str, scratch: str | None, n: int, usage: Any, body: dict[str, Any], p_yes: float | None = 0.5
+        self,
+        text: str,
+        scratch: str | None,
+        n: int,
+        usage: Any,
+        body: dict[str, Any],
+        p_yes: float | None = 0.5,
+        fault: str = "",
     ) -> Stream:
         """Chunks as vLLM streams them: role, reasoning pieces, content pieces, finish, usage, [DONE]."""
         chat = scratch is not None
@@ -307,7 +323,7 @@ class Handler:
                 else:
                     choice = {"index": i, "text": delta["content"], "finish_reason": None}
                 if body.get("logprobs") and delta.get("content"):
-                    choice["logprobs"] = _logprobs(delta["content"], chat, p_yes)
+                    choice["logprobs"] = _logprobs(delta["content"], chat, p_yes, fault)
                 choices.append(choice)
             events.append({"id": "x", "object": kind, "choices": choices})
         finish = {"index": 0, "delta": {}, "finish_reason": "stop"} if chat else {"index": 0, "text": ""}
@@ -357,8 +373,9 @@ def _answer_side(token: str) -> str | None:
     return word if word in ("YES", "NO", "MAYBE") else None
 
 
-def _alternatives(token: str, p_yes: float | None) -> list[tuple[str, float]]:
-    """The answer token and the other answers, with the probabilities that make P(YES) = p_yes."""
+def _alternatives(token: str, p_yes: float | None, fault: str = "") -> list[tuple[str, float]]:
+    """The answer token and the other answers, with the probabilities that make P(YES) = p_yes
+    (with a `fault`, impossible ones)."""
     side = _answer_side(token)
     if side == "MAYBE":
         return [(token, math.log(0.5)), (" YES", math.log(0.3)), (" NO", math.log(0.2))]
@@ -366,12 +383,16 @@ def _alternatives(token: str, p_yes: float | None) -> list[tuple[str, float]]:
         return [(token, -0.25), ("?", -3.0)]
     other = token.replace(side, "NO" if side == "YES" else "YES")
     mine = p_yes if side == "YES" else 1 - p_yes
+    if fault == "positive":
+        return [(token, math.log(mine)), (other, 50.0)]
+    if fault == "nan":
+        return [(token, math.nan), (other, math.inf)]
     return [(token, math.log(mine)), (other, math.log(1 - mine))]
 
 
-def _logprobs(text: str, chat: bool, p_yes: float | None = 0.5) -> dict[str, Any]:
+def _logprobs(text: str, chat: bool, p_yes: float | None = 0.5, fault: str = "") -> dict[str, Any]:
     tokens = _pieces(text)
-    options = [_alternatives(t, p_yes) for t in tokens]
+    options = [_alternatives(t, p_yes, fault) for t in tokens]
     if chat:
         content = [
             {"token": t, "logprob": alts[0][1], "top_logprobs": [{"token": a, "logprob": lp} for a, lp in alts]}

@@ -1,0 +1,98 @@
+"""Options that cannot be used end in one line and exit 2, never a traceback; in-flight work never
+exceeds the work there is."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coinflip.cli import main
+from coinflip.config import settings as declared
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import only_run_dir, run_cli
+
+DEEP = "[" * 3000 + "]" * 3000
+DIGITS = "9" * 5000
+
+
+def _one_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--generation-config", '{"extra_body": {"x": ' + DEEP + "}}"], "nested more than 64 levels"),
+        (["--generation-config", "stop=" + DEEP], "too deep or too long"),
+        (["--dataset-args", '{"coin_flip": {"x": ' + DEEP + "}}"], "nested more than 64 levels"),
+        (["--generation-config", f"seed={DIGITS}"], "too deep or too long"),
+        (["--generation-config", f'{{"seed": {DIGITS}}}'], "generation_config is not usable JSON"),
+        (["--generation-config", '{"seed": 99999999999999999999999}'], "must fit in 64 bits"),
+        (["--seed", DIGITS], "--seed"),
+        (["--max-reply-mb", "1e308"], "max_reply_mb must be at most"),
+        (["--timeout", "1e308"], "timeout must be at most"),
+        (["--work-dir", "w/" + "x" * 256], "work_dir has a folder or file name of 256 bytes"),
+        (["--work-dir", "w/" + "\u00e9" * 128], "work_dir has a folder or file name of 256 bytes"),
+        (["--dataset-path", "d/" + "x" * 300], "dataset_path has a folder or file name of 300 bytes"),
+        (["--use-cache", "r/" + "x" * 300], "use_cache has a folder or file name of 300 bytes"),
+    ],
+)
+def test_unusable_options_are_one_line(tmp_path: Path, flags: list[str], message: str) -> None:
+    result = run_cli("eval", "--model", "oracle", "--limit", "2", *flags, cwd=tmp_path)
+    assert message in _one_line(result)
+    assert [p.name for p in tmp_path.iterdir()] == []  # nothing was made
+
+
+def test_bytes_that_are_not_utf8_are_one_line(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "coinflip.cli", "eval", "--model", "oracle", "--model-id", b"caf\xe9"]
+    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
+    result = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert "argument 5 (after --model-id) holds bytes that are not UTF-8" in _one_line(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+FLAGS = sorted({f.split("/")[0] for s in declared() if s.flag for f in [s.flag]} - {"--html"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(FLAGS), st.binary(min_size=1, max_size=6).filter(lambda b: not _utf8(b)), st.text(max_size=4))
+def test_bytes_that_are_not_utf8_in_any_option_are_one_line(flag: str, raw: bytes, text: str) -> None:
+    value = text + raw.decode("utf-8", "surrogateescape")  # what Python makes of such bytes in argv
+    errors: list[str] = []
+    import click
+
+    echo = click.echo
+    click.echo = lambda message=None, **kw: errors.append(str(message))  # type: ignore[assignment]
+    try:
+        with pytest.raises(SystemExit) as ended:
+            main(["eval", "--model", "oracle", flag, value])
+    finally:
+        click.echo = echo  # type: ignore[assignment]
+    assert ended.value.code == 2 and len(errors) == 1 and "not UTF-8" in errors[0]
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_a_huge_batch_size_costs_no_more_than_the_work(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct") as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--eval-batch-size", "1000000",
+                         "--limit", "2", "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(next(only_run_dir(tmp_path).glob("reports/*/coin_flip.json")).read_text())
+    assert report["counts"]["samples"] == 2

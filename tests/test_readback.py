@@ -1,0 +1,255 @@
+"""Saved state reads back, whatever the user typed: every setting survives the run directory
+and reads back equal (or is refused before anything is sent); a saved line that is not a row is
+counted and skipped, never fatal; a run folder appears whole; config files are read safely."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coinflip.config import TaskConfig
+from coinflip.errors import ConfigError
+from coinflip.rundir import PredictionIndex, RunDir, index_predictions, load_saved_config
+from coinflip.runner import run_task
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+# All of Unicode but lone surrogates (bytes that were not UTF-8 are refused at the edge): C0 and
+# C1 controls, DEL, U+0092, NEL, U+2028, byte order marks, non-characters, astral planes.
+TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
+SOME_TEXT = TEXT.filter(lambda t: t.strip() != "")
+SAVE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _saved_and_read(tmp_path: Path, config: TaskConfig, readable: bool) -> dict[str, Any]:
+    run = RunDir(tmp_path / "run", config.name)
+    run.save_config({"config": config.redacted(), "fingerprint": {"k": config.name}, "samples": 1}, readable)
+    return load_saved_config(run.root)["config"]
+
+
+@SAVE
+@given(
+    model=SOME_TEXT,
+    model_id=TEXT,
+    system_prompt=TEXT,
+    prompt_template=TEXT,
+    dataset_id=TEXT,
+    work_dir=TEXT.filter(lambda t: "\0" not in t),
+    stop=st.lists(TEXT.filter(bool), min_size=1, max_size=3),
+    kwargs=st.dictionaries(TEXT, TEXT, max_size=3),
+    readable=st.booleans(),
+)
+def test_every_setting_reads_back_equal_from_the_run_directory(tmp_path: Path, readable: bool, **values: Any) -> None:
+    stop, kwargs = values.pop("stop"), values.pop("kwargs")
+    template = values.pop("prompt_template") + "{question}"
+    config = TaskConfig(
+        **values,
+        prompt_template=template,
+        generation_config={"stop": stop, "chat_template_kwargs": kwargs, "temperature": 0.5},
+    )
+    read = _saved_and_read(tmp_path, config, readable)
+    assert read == config.redacted()
+    again = TaskConfig(**{k: v for k, v in read.items() if k not in ("api_key", "dataset_args", "use_cache")})
+    assert again.redacted() == config.redacted()  # what a resume builds from it
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--system-prompt", "Don\u0092t overthink."],
+        ["--model-id", "m\x7fodel"],
+        ["--prompt-template", "Q\x7f {question}\nA\u0085:"],
+        ["--generation-config", json.dumps({"stop": ["\x7f", "\u2028x"]})],
+        ["--system-prompt", "\ufeff\x9b2J\ufffe\U0001f600"],
+    ],
+)
+def test_a_run_with_odd_characters_in_its_settings_rescores_and_resumes(tmp_path: Path, flags: list[str]) -> None:
+    work = tmp_path / "w\x7fork"
+    with FakeOpenAIServer("correct") as srv:
+        args = ("--model", "m", "--api-url", srv.url, "--limit", "6", "--limit-mode", "first")
+        done = run_cli("eval", *args, *flags, "--work-dir", str(work))
+        assert done.returncode == 0, done.stderr
+        run = only_run_dir(work)
+        predictions = next(run.glob("predictions/*/coin_flip.jsonl"))
+        lines = predictions.read_bytes().split(b"\n")  # not str.splitlines: U+0085 and U+2028 split those
+        predictions.write_bytes(b"\n".join(lines[:3]) + b"\n")  # half of it lost
+        resumed = run_cli("eval", "--use-cache", str(run), "--api-url", srv.url)
+        assert resumed.returncode == 0, resumed.stderr
+    assert predictions.read_bytes().count(b"\n") == 6
+    rescored = run_cli("rescore", str(run))
+    assert rescored.returncode == 0, rescored.stderr
+
+
+# --- saved rows ---------------------------------------------------------------------------
+
+NOT_IDS = st.one_of(
+    st.just("1e400"), st.just("-1"), st.just("1.0"), st.just("true"), st.just("null"), st.just('"7"'),
+    st.just("[1]"), st.just("281474976710656"), st.just("9" * 5000), st.floats().map(repr),
+)  # fmt: skip
+GARBAGE = st.one_of(
+    NOT_IDS.map(lambda i: f'{{"id": {i}, "target": "YES", "reply": "ANSWER: YES", "error": null}}'),
+    NOT_IDS.filter(lambda r: r != "null").map(  # a null repeat is repeat 0
+        lambda r: f'{{"id": 1, "repeat": {r}, "target": "YES", "reply": "x", "error": null}}'
+    ),
+    st.binary(max_size=40).map(lambda b: b.replace(b"\n", b" ").decode("latin-1")),
+    st.just("[" * 5000 + "]" * 5000),
+    st.just('{"id": NaN}'),
+    st.just("[1, 2]"),
+)
+
+
+def _row(i: int) -> str:
+    return json.dumps({"id": i, "repeat": 0, "target": "YES", "reply": "ANSWER: YES", "error": None})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 5), GARBAGE), max_size=6))
+def test_lines_that_are_not_rows_are_counted_and_skipped(tmp_path: Path, inserted: list[tuple[int, str]]) -> None:
+    lines = [_row(i) for i in range(5)]
+    for where, junk in sorted(inserted, reverse=True):
+        lines.insert(where, junk)
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+    index = index_predictions(path)
+    assert sorted(index.where) == [i * 4096 for i in range(5)]
+    assert index.skipped == len(inserted) and isinstance(index, PredictionIndex)
+
+
+def test_a_row_with_an_impossible_id_is_skipped_reported_and_asked_again(tmp_path: Path) -> None:
+    args = ("--model", "oracle", "--limit", "6", "--limit-mode", "first")
+    assert run_cli("eval", *args, "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    predictions = run / "predictions/oracle/coin_flip.jsonl"
+    text = predictions.read_text()
+    first = text.splitlines()[0]
+    predictions.write_text(text.replace(first, first.replace('{"id": 0,', '{"id": 1e400,', 1), 1))
+    rescored = run_cli("rescore", str(run))
+    assert rescored.returncode == 1 and "Traceback" not in rescored.stderr, rescored.stderr  # incomplete: resume it
+    report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
+    assert report["unreadable_rows"] == 1 and any("could not be read" in w for w in report["warnings"])
+    resumed = run_cli("eval", "--use-cache", str(run))
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(r["id"] for r in read_jsonl(predictions)) == list(range(6))  # the sample was asked again
+    assert json.loads((run / "reports/oracle/coin_flip.json").read_text())["complete"]
+
+
+# --- hand-edited saved values ---------------------------------------------------------------
+
+WRONG = {
+    "seed": st.one_of(TEXT, st.floats(), st.lists(st.integers(), max_size=2), st.integers(max_value=-1)),
+    "repeats": st.one_of(TEXT, st.integers(max_value=0), st.integers(min_value=4097)),
+    "timeout": st.one_of(TEXT, st.just(float("nan")), st.floats(max_value=0), st.booleans()),
+    "metric_compat": TEXT.filter(lambda t: t not in ("coinflip", "evalscope")),
+    "html_report": st.one_of(TEXT, st.integers()),
+    "generation_config": st.one_of(st.integers(), st.just({"temperature": "hot"}), st.just({"bogus": 1})),
+    "model_id": st.one_of(st.integers(), st.lists(TEXT, max_size=2)),
+}
+
+
+@SAVE
+@given(st.sampled_from(sorted(WRONG)).flatmap(lambda k: st.tuples(st.just(k), WRONG[k])))
+def test_hand_edited_saved_values_are_checked_as_typed_ones(tmp_path: Path, edit: tuple[str, Any]) -> None:
+    key, value = edit
+    run = RunDir(tmp_path / "run", "m")
+    run.save_config({"config": {**TaskConfig(model="m").redacted(), key: value}, "fingerprint": {}, "samples": 1})
+    with pytest.raises(ConfigError) as caught:
+        load_saved_config(run.root)
+    message = str(caught.value)
+    assert "task_config.yaml" in message and "\n" not in message.strip()
+
+
+def test_a_hand_edited_seed_is_one_line_in_rescore_and_resume(tmp_path: Path) -> None:
+    assert run_cli("eval", "--model", "oracle", "--limit", "4", "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    saved = run / "configs/task_config.yaml"
+    saved.write_text(saved.read_text().replace("seed: 42", 'seed: "abc"'))
+    for args in (["rescore", str(run)], ["eval", "--use-cache", str(run)]):
+        result = run_cli(*args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "seed must be a whole number" in lines[0], result.stderr
+
+
+# --- a run folder appears whole ---------------------------------------------------------------
+
+KILL_AT = """
+import os, sys
+import coinflip.rundir as rundir
+original = rundir.RunDir.{method}
+def killed(self, *args, **kwargs):
+    {before}
+    os.kill(os.getpid(), 9)
+rundir.RunDir.{method} = killed
+from coinflip.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize(
+    ("method", "before"),
+    [("save_config", "pass"), ("save_subset", "pass"), ("save_subset", "original(self, *args, **kwargs)")],
+)
+def test_a_kill_while_a_run_folder_is_made_leaves_no_half_run(tmp_path: Path, method: str, before: str) -> None:
+    work = tmp_path / "w"
+    code = KILL_AT.format(method=method, before=before)
+    args = ["eval", "--model", "oracle", "--limit", "5", "--work-dir", str(work)]
+    killed = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    assert [p.name for p in work.iterdir() if not p.name.startswith(".")] == []  # nothing a user would resume
+    view = run_cli("view", str(work))
+    assert view.returncode == 0 and "0 runs on 0 data sets; 0 incomplete, 0 broken, 0 foreign" in view.stderr
+    again = run_cli(*args)
+    assert again.returncode == 0, again.stderr
+    (run,) = work.glob("2*")  # the killed one left at most a hidden draft
+    assert run_cli("eval", "--use-cache", str(run)).returncode == 0
+
+
+# --- config files -----------------------------------------------------------------------------
+
+
+def test_a_yaml_alias_bomb_fails_fast(tmp_path: Path) -> None:
+    bomb = ["model: oracle", 'a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for i in range(9):
+        name, before = chr(98 + i), chr(97 + i)
+        bomb.append(f"{name}: &{name} [*{before},*{before},*{before},*{before}]")
+    bomb.append("judge: {x: *j}")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(bomb) + "\n")
+    assert path.stat().st_size < 1024
+    with pytest.raises(ConfigError, match="aliases") as caught:
+        run_task(str(path))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_yaml_bomb_given_as_a_dict_fails_fast() -> None:
+    part: list[Any] = ["x"] * 9
+    for _ in range(30):
+        part = [part] * 9
+    with pytest.raises(ConfigError, match="uses a part twice"):
+        TaskConfig(model="oracle", judge={"x": part})
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-8-sig"])
+def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path: Path, encoding: str) -> None:
+    path = tmp_path / "task.yaml"
+    text = 'model: oracle\nlimit: 3\nsystem_prompt: "Don\\u0092t \u00e9 \U0001f600"\n'
+    bom = {"utf-16-le": b"\xff\xfe", "utf-16-be": b"\xfe\xff"}.get(encoding, b"")
+    path.write_bytes(bom + text.encode(encoding))
+    from coinflip.configfile import read_file
+
+    assert read_file(path) == {"model": "oracle", "limit": 3, "system_prompt": "Don\u0092t \u00e9 \U0001f600"}
+
+
+def test_a_config_file_in_another_encoding_without_a_mark_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "task.yaml"
+    path.write_bytes("model: oracle\n".encode("utf-16-le"))
+    with pytest.raises(ConfigError, match="save it as UTF-8") as caught:
+        run_task(str(path))
+    assert "\n" not in str(caught.value)

@@ -1,0 +1,147 @@
+"""A work directory's contents are untrusted: FIFOs, devices, links out of the tree and huge
+sparse files in sibling runs make those runs broken, never hang, bloat, fail or mislabel the
+command that reads them (eval's index refresh, view, compare, rescore)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_cli
+
+GENEROUS_S = 300  # an outer bound for a wedged process, never a timing assertion
+
+
+def _good_run(work: Path, name: str, *flags: str) -> Path:
+    result = run_cli("eval", "--model", "oracle", "--limit", "6", "--work-dir", str(work / name), "--no-timestamp",
+                     *flags, timeout=GENEROUS_S)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return work / name
+
+
+def _hostile(work: Path, outside: Path) -> dict[str, Path]:
+    """Copies of a good run, each with one file or folder replaced by something hostile."""
+    template = _good_run(work, "good")
+    outside.mkdir()
+    (outside / "secret.json").write_text(json.dumps({"metrics": {"accuracy": 1.0}}))
+    shutil.copytree(template, outside / "elsewhere-run")
+    made = {}
+
+    def copy(name: str) -> Path:
+        made[name] = work / name
+        shutil.copytree(template, made[name])
+        return made[name]
+
+    def replace(path: Path, how: str, target: str = "") -> None:
+        path.unlink()
+        if how == "fifo":
+            os.mkfifo(path)
+        elif how == "link":
+            path.symlink_to(target)
+        else:  # a sparse file of a terabyte: no disk, every byte zero
+            with path.open("wb") as handle:
+                handle.truncate(1 << 40)
+
+    mine = "oracle/coin_flip"
+    replace(copy("zero-reviews") / f"reviews/{mine}.jsonl", "link", "/dev/zero")
+    replace(copy("fifo-predictions") / f"predictions/{mine}.jsonl", "fifo")
+    replace(copy("fifo-reviews") / f"reviews/{mine}.jsonl", "fifo")
+    replace(copy("zero-report") / f"reports/{mine}.json", "link", "/dev/zero")
+    replace(copy("fifo-report") / f"reports/{mine}.json", "fifo")
+    replace(copy("outside-report") / f"reports/{mine}.json", "link", str(outside / "secret.json"))
+    replace(copy("sparse-reviews") / f"reviews/{mine}.jsonl", "sparse")
+    replace(copy("sparse-predictions") / f"predictions/{mine}.jsonl", "sparse")
+    replace(copy("fifo-config") / "configs/task_config.yaml", "fifo")
+    replace(copy("zero-config") / "configs/task_config.yaml", "link", "/dev/zero")
+    replace(copy("sparse-config") / "configs/task_config.yaml", "sparse")
+    shutil.rmtree(copy("zero-incomplete") / "reports")  # no report: the index counts its predictions
+    replace(made["zero-incomplete"] / f"predictions/{mine}.jsonl", "link", "/dev/zero")
+    (work / "root-link").symlink_to("/")
+    (work / "outside-link").symlink_to(outside)
+    (work / "loop").symlink_to(work)
+    return made
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, timeout=GENEROUS_S, env={"COLUMNS": "2000"})  # paths printed whole
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    work = tmp_path / "work"
+    return work, _hostile(work, tmp_path / "outside")
+
+
+def _listed(work: Path) -> dict[str, str]:
+    """folder -> kind, as the index and compare see the work directory."""
+    from coinflip.pages.catalog import scan
+
+    return {found.rel: found.kind for found in scan(work)}
+
+
+def test_eval_in_a_hostile_work_dir_finishes_its_own_run_intact(hostile: tuple[Path, dict[str, Path]]) -> None:
+    work, evil = hostile
+    result = _run("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(work))
+    assert result.returncode == 0, result.stderr
+    assert "stopped" not in result.stderr and "Traceback" not in result.stderr
+    mine = max(work.glob("2*"), key=lambda p: p.name)  # the timestamped run this eval made
+    report = json.loads((mine / "reports/oracle/coin_flip.json").read_text())
+    assert report["complete"] and report["metrics"]["accuracy"] == 1.0
+    kinds = _listed(work)
+    assert kinds[mine.name] == "run" and kinds["good"] == "run" and (work / "index.html").is_file()
+    for name in evil:
+        assert kinds.get(name) in ("broken", "incomplete", "foreign", "run"), (name, kinds)
+    for name in ("zero-config", "fifo-config", "sparse-config", "zero-report", "fifo-report", "outside-report"):
+        assert kinds[name] == "broken", (name, kinds[name])
+    assert not any(k.startswith(("root-link", "outside-link")) for k in kinds), kinds  # links out are not walked
+
+
+def test_view_of_a_hostile_work_dir_lists_the_broken_runs(hostile: tuple[Path, dict[str, Path]]) -> None:
+    work, evil = hostile
+    result = _run("view", str(work))
+    assert result.returncode == 0, result.stderr
+    kinds = _listed(work)
+    assert kinds["good"] == "run"
+    assert kinds["fifo-config"] == "broken" and kinds["zero-report"] == "broken"
+    assert "a FIFO" in result.stderr and "a link to outside" in result.stderr, result.stderr
+
+
+def test_compare_of_a_hostile_work_dir_compares_what_it_can(
+    hostile: tuple[Path, dict[str, Path]], tmp_path: Path
+) -> None:
+    work, evil = hostile
+    second = _good_run(work, "good-too", "--model-id", "oracle-2")
+    result = _run("compare", str(work), "--out", str(tmp_path / "cmp"))
+    assert result.returncode == 0, result.stderr
+    compared = json.loads((tmp_path / "cmp/compare.json").read_text())
+    assert "good-too" in json.dumps(compared) and second.exists()
+    for name in ("zero-reviews", "fifo-predictions", "sparse-reviews"):  # their verdicts cannot be read: left out
+        assert f"skipped {work / name}: no readable reviews" in result.stdout + result.stderr
+
+
+def test_rescore_beside_hostile_runs_and_of_one(hostile: tuple[Path, dict[str, Path]]) -> None:
+    work, evil = hostile
+    good = _run("rescore", str(work / "good"))
+    assert good.returncode == 0, good.stderr
+    assert json.loads((work / "good/reports/oracle/coin_flip.json").read_text())["metrics"]["accuracy"] == 1.0
+    for name, message in (
+        ("fifo-predictions", "a FIFO, not a plain file"),
+        ("zero-config", "a link to outside"),
+        ("sparse-config", "more than the"),
+        ("fifo-config", "a FIFO, not a plain file"),
+    ):
+        result = _run("rescore", str(evil[name]))
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and message in lines[0], (name, result.stderr)
+    for name in ("fifo-reviews", "fifo-report", "zero-reviews", "zero-report"):  # written anew, never through
+        result = _run("rescore", str(evil[name]))
+        assert result.returncode == 0, (name, result.stderr)
+        for part in ("reviews/oracle/coin_flip.jsonl", "reports/oracle/coin_flip.json"):
+            written = evil[name] / part
+            assert written.is_file() and not written.is_symlink(), written
+        assert json.loads((evil[name] / "reports/oracle/coin_flip.json").read_text())["metrics"]["accuracy"] == 1.0
