@@ -29,9 +29,9 @@ SOME_TEXT = TEXT.filter(lambda t: t.strip() != "")
 SAVE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def _saved_and_read(tmp_path: Path, config: TaskConfig, readable: bool) -> dict[str, Any]:
+def _saved_and_read(tmp_path: Path, config: TaskConfig) -> dict[str, Any]:
     run = RunDir(tmp_path / "run", config.name)
-    run.save_config({"config": config.redacted(), "fingerprint": {"k": config.name}, "samples": 1}, readable)
+    run.save_config({"config": config.redacted(), "fingerprint": {"k": config.name}, "samples": 1})
     return load_saved_config(run.root)["config"]
 
 
@@ -45,9 +45,8 @@ def _saved_and_read(tmp_path: Path, config: TaskConfig, readable: bool) -> dict[
     work_dir=TEXT.filter(lambda t: "\0" not in t),
     stop=st.lists(TEXT.filter(bool), min_size=1, max_size=3),
     kwargs=st.dictionaries(TEXT, TEXT, max_size=3),
-    readable=st.booleans(),
 )
-def test_every_setting_reads_back_equal_from_the_run_directory(tmp_path: Path, readable: bool, **values: Any) -> None:
+def test_every_setting_reads_back_equal_from_the_run_directory(tmp_path: Path, **values: Any) -> None:
     stop, kwargs = values.pop("stop"), values.pop("kwargs")
     template = values.pop("prompt_template") + "{question}"
     config = TaskConfig(
@@ -55,7 +54,7 @@ def test_every_setting_reads_back_equal_from_the_run_directory(tmp_path: Path, r
         prompt_template=template,
         generation_config={"stop": stop, "chat_template_kwargs": kwargs, "temperature": 0.5},
     )
-    read = _saved_and_read(tmp_path, config, readable)
+    read = _saved_and_read(tmp_path, config)
     assert read == config.redacted()
     again = TaskConfig(**{k: v for k, v in read.items() if k not in ("api_key", "dataset_args", "use_cache")})
     assert again.redacted() == config.redacted()  # what a resume builds from it
@@ -92,7 +91,7 @@ def test_a_run_with_odd_characters_in_its_settings_rescores_and_resumes(tmp_path
 
 NOT_IDS = st.one_of(
     st.just("1e400"), st.just("-1"), st.just("1.0"), st.just("true"), st.just("null"), st.just('"7"'),
-    st.just("[1]"), st.just("281474976710656"), st.just("9" * 5000), st.floats().map(repr),
+    st.just("[1]"), st.just("0.0"), st.just("9" * 5000), st.floats().map(repr),
 )  # fmt: skip
 GARBAGE = st.one_of(
     NOT_IDS.map(lambda i: f'{{"id": {i}, "target": "YES", "reply": "ANSWER: YES", "error": null}}'),
@@ -120,7 +119,7 @@ def test_lines_that_are_not_rows_are_counted_and_skipped(tmp_path: Path, inserte
     path.write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
     index = index_predictions(path)
     assert sorted(index.where) == [i * 4096 for i in range(5)]
-    assert index.skipped == len(inserted) and isinstance(index, PredictionIndex)
+    assert index.unreadable == len(inserted) and isinstance(index, PredictionIndex)
 
 
 def test_a_row_with_an_impossible_id_is_skipped_reported_and_asked_again(tmp_path: Path) -> None:

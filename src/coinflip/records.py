@@ -165,7 +165,7 @@ def read_prediction(line: bytes | str) -> Prediction | None:
     """The prediction a line holds; None for a line that is not one (no whole id, a repeat that is
     not a whole number, not a JSON object). Every reader of predictions goes through here."""
     row = _object(line)
-    if row is None or not _whole(row.get("id")) or not _whole(row.get("repeat") or 0, REPEATS_MAX):
+    if row is None or not _places(row):
         return None
     return row  # type: ignore[return-value]  # what places the row is checked; the rest is read tolerantly
 
@@ -173,9 +173,15 @@ def read_prediction(line: bytes | str) -> Prediction | None:
 def read_review(line: bytes | str) -> Review | None:
     """The review a line holds; None for a line that is not one."""
     row = _object(line)
-    if row is None or not _whole(row.get("id")) or not _whole(row.get("repeat") or 0, REPEATS_MAX):
+    if row is None or not _places(row):
         return None
     return row  # type: ignore[return-value]
+
+
+def _places(row: dict[str, Any]) -> bool:
+    """A whole id, and a whole repeat below REPEATS_MAX or none (0.0 or false is not one)."""
+    repeat = row.get("repeat")
+    return _whole(row.get("id")) and _whole(0 if repeat is None else repeat, REPEATS_MAX)
 
 
 def dumps(record: Prediction | Review) -> bytes:
