@@ -201,7 +201,7 @@ def count_lines(path: Path, within: Path) -> int:
         return 0
 
 
-def _lines(path: Path, within: Path) -> Iterator[bytes]:
+def _lines(path: Path, within: Path | None) -> Iterator[bytes]:
     """The lines of a plain file inside `within`, each read up to LINE_LIMIT bytes."""
     with open_regular(path, ROWS_LIMIT, within) as handle:
         yield from iter(lambda: handle.readline(LINE_LIMIT), b"")
@@ -300,7 +300,7 @@ def _answer(review: Review) -> str:
     return extracted if extracted in ("YES", "NO") else "invalid"
 
 
-def _questions(path: Path, within: Path) -> tuple[dict[int, str], dict[int, int]]:
+def _questions(path: Path, within: Path | None = None) -> tuple[dict[int, str], dict[int, int]]:
     """Question text by id, and where each id's first line starts."""
     questions: dict[int, str] = {}
     offsets: dict[int, int] = {}
