@@ -8,10 +8,8 @@ reads only a regular file, only inside the folder it belongs to, and only up to 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -55,22 +53,6 @@ def open_regular(path: Path, limit: int = NO_LIMIT, within: Path | None = None, 
     except BaseException:
         os.close(fd)
         raise
-
-
-@contextlib.contextmanager
-def replacing(path: Path) -> Iterator[BinaryIO]:
-    """A file written under a temporary name, then renamed over `path`: whatever was there (a link
-    to /dev/zero, a FIFO that would block the write) is replaced, never written through, and no
-    reader sees half a file. OSError as open and write raise it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as handle:
-            yield handle
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
 
 
 def read_regular(path: Path, limit: int, within: Path | None = None) -> bytes:

@@ -416,6 +416,7 @@ def replacing(path: Path) -> Iterator[BinaryIO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
+        tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
         with tmp.open("wb", buffering=1 << 20) as out:  # a write call per megabyte
             yield out
         os.replace(tmp, path)

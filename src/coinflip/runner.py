@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import forced
-from ._files import replacing
 from ._terminal import printable
 from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
 from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
@@ -40,6 +39,7 @@ from .rundir import (
     index_predictions,
     iter_predictions,
     load_saved_config,
+    replacing,
 )
 from .scoring.calibration import answer_window
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping

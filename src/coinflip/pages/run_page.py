@@ -289,7 +289,7 @@ def render(
 
 def write_html(path: Path, report: dict[str, Any], scorer: Scorer) -> None:
     page = render(report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
-    from .._files import replacing
+    from ..rundir import replacing
 
     try:
         with replacing(path) as handle:  # never written through a link or into a FIFO

@@ -258,7 +258,7 @@ def _utf8_json(report: dict[str, Any], text: str) -> bytes:
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:
-    from .._files import replacing
+    from ..rundir import replacing
 
     try:
         with replacing(path) as handle:  # never written through a link or into a FIFO
