@@ -128,6 +128,9 @@ def test_the_early_stop_rule() -> None:
     assert stop.failure("HTTP 500: request 333 failed")  # digits aside, the same error three times
     mixed = EarlyStop(3)
     assert not any(mixed.failure(m) for m in ("HTTP 500: a", "HTTP 503: b", "HTTP 500: a", "HTTP 500: a"))
-    succeeded = EarlyStop(2)
-    succeeded.success()
-    assert not any(succeeded.failure("HTTP 500: a") for _ in range(5))
+    assert mixed.failure("HTTP 500: a")  # the last three alike
+    revived = EarlyStop(3)  # a server that dies mid-run: the recent outcomes, not only the first
+    revived.success()
+    assert not revived.failure("HTTP 500: a") and not revived.failure("HTTP 500: a")
+    assert revived.failure("Connection refused") is False and not revived.failure("HTTP 500: a")
+    assert not revived.failure("HTTP 500: a") and revived.failure("HTTP 500: a")

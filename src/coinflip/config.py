@@ -194,7 +194,16 @@ class TaskConfig:
     )
     timeout: float = _setting(120.0, "Seconds per request attempt (streaming: also the longest gap between events).")
     retries: int = _setting(
-        5, "Retries per request on 429, 5xx, timeouts and broken replies.", evalscope="generation_config.retries"
+        5,
+        "Retries per request on 5xx, timeouts and broken replies (a 429 waits instead: see --patience).",
+        evalscope="generation_config.retries",
+    )
+    patience: float = _setting(
+        300.0,
+        "Seconds the run waits while the endpoint refuses (429, overloaded) or fails every request; then it "
+        "stops, resumable. Refusals never use up --retries.",
+        evalscope="",
+        metavar="SECONDS",
     )
     stream: bool = _setting(False, "Stream replies (server-sent events); records time to first token.", kind="bool")
     ignore_errors: bool = _setting(
@@ -436,6 +445,7 @@ class TaskConfig:
         ):
             check_choice(name, getattr(self, name), choices)
         _check_positive("timeout", self.timeout, "seconds", MAX_TIMEOUT)
+        _check_positive("patience", self.patience, "seconds", MAX_TIMEOUT)
         _check_positive("max_reply_mb", self.max_reply_mb, "megabytes", MAX_REPLY_MB)
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
             raise ConfigError("model is empty: pass a model name, e.g. --model oracle or --model smollm2")

@@ -71,6 +71,11 @@ class RunDir:
         return self.root / "logs" / "eval_log.log"
 
     @property
+    def requests(self) -> Path:
+        """What the last session sent to the endpoints (models/limits.py's record), for the report."""
+        return self.root / "logs" / "requests.json"
+
+    @property
     def server_log(self) -> Path:
         return self.root / "logs" / "llama_server.log"
 

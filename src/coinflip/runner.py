@@ -26,7 +26,7 @@ from . import forced
 from ._terminal import printable
 from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
 from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
-from .models import Reply, Request, is_local, open_model, serve_local
+from .models import Reply, Request, is_local, limits, open_model, serve_local
 from .models.predict import run_requests
 from .plan import Plan, prepare, provenance
 from .progress import Progress
@@ -215,6 +215,14 @@ class Live:
 
     scorer: Scorer
     in_order: bool
+    traffic: dict[str, Any] | None = None
+
+
+@dataclass
+class Session:
+    """What a resumed run's session leaves for its report: only what went to the endpoints."""
+
+    traffic: dict[str, Any] | None = None
 
 
 def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, list[int]]]:
@@ -251,7 +259,7 @@ def samples_left(plan: Plan, index: PredictionIndex) -> int:
     return sum(len(pending) or plan.build.choices for _, _, pending in _unfinished(plan, index))
 
 
-def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Live | None:
+def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Live | Session | None:
     """Send what has no reply yet; each reply is appended to the predictions file as it lands.
 
     A fresh run also scores each reply as it lands, so the report is ready with the last reply;
@@ -311,6 +319,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
         from .scoring.cost import budget_for
 
         budget = budget_for(config, plan.generation, run.predictions, batch=False)
+    traffic: dict[str, Any] = {}
     try:
         if config.batch_results:  # offline: answers from a result file made elsewhere
             from .batch import read_results
@@ -330,7 +339,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             if budget is not None:
                 work, on_replies = budget.gate(work), budget.watch(on_replies)
             if not config.batch or config.batch_rest_online:
-                run_until_stopped(_send(plan, endpoint.urls, concurrency, work, on_replies, follow_up, todo), stop)
+                sending = _send(plan, endpoint.urls, concurrency, work, on_replies, follow_up, todo, traffic)
+                run_until_stopped(sending, stop)
             if budget is not None and budget.stopped:
                 print(f"note: {budget.note()}", file=sys.stderr)
     except EndpointBroken as exc:
@@ -341,7 +351,11 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
         progress.close()
         writer.close()
         log.info("finished %d samples in %.2f s", progress.done, time.perf_counter() - started)
-    return Live(scorer, writer.in_order) if scorer is not None else None
+        if traffic:
+            log.info("%s", limits.line(traffic))
+            for hint in traffic["hints"]:
+                log.warning("%s", hint)
+    return Live(scorer, writer.in_order, traffic or None) if scorer is not None else Session(traffic or None)
 
 
 def _concurrency(config: TaskConfig) -> int:
@@ -376,11 +390,19 @@ async def _send(
     on_replies: Any,
     follow_up: Any,
     todo: int,
+    traffic: dict[str, Any],
 ) -> None:
     """Send `work`; never more workers than samples to finish (a forced answer follows its first
-    reply in the same worker), whatever --eval-batch-size says."""
+    reply in the same worker), whatever --eval-batch-size says. `traffic` gets what went to the
+    endpoints (also when the run stops early)."""
+    from .models.openai_api import OpenAIClient
+
     async with open_model(plan.config, urls, plan.generation, concurrency) as model:
-        await run_requests(model, work, min(concurrency, todo), on_replies, follow_up)
+        try:
+            await run_requests(model, work, min(concurrency, todo), on_replies, follow_up)
+        finally:
+            if isinstance(model, OpenAIClient):
+                traffic.update(limits.describe(model.traffic(), concurrency))
 
 
 def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[Prediction]:
@@ -426,7 +448,7 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
     return row
 
 
-def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None) -> dict[str, Any]:
+def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | None = None) -> dict[str, Any]:
     """Compact predictions, then write reviews and reports (also used by rescore).
 
     Without `live` results from a fresh run, the saved predictions are read back and scored.
@@ -438,6 +460,9 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
     from .scoring.report import build_report, write_report
 
     saved = load_saved_config(run.root)
+    traffic = live.traffic if live is not None else None
+    if isinstance(live, Session):
+        live = None
     if live is not None:
         scorer = live.scorer
         if not live.in_order:
@@ -450,6 +475,9 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
     except OSError as exc:
         raise storage_error(run.reviews, exc) from None
     report = build_report(saved, run.root.name, scorer, compat)
+    traffic = _requests_record(run, traffic)
+    if traffic is not None:  # the last session's requests, kept for a rescore
+        report["requests"] = traffic
     write_report(run.report_json, report)
     if saved["config"].get("html_report", True):
         write_html(run.report_html, report, scorer)
@@ -460,6 +488,29 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | None = None
     if saved["config"].get("html_report", True):  # the work directory's index; never raises, logs why not
         index.refresh(index.work_dir_of(run.root, saved["config"]))
     return report
+
+
+def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Save this session's record of requests; without one (a rescore), read the last one back:
+    a regular file of a few KiB that reads as the record, else none."""
+    import json
+
+    from .errors import storage_error
+
+    path = run.requests
+    if traffic is not None:
+        try:
+            with replacing(path) as out:  # never written through a link or into a FIFO
+                out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
+        except OSError as exc:
+            raise storage_error(path, exc) from None
+        return traffic
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 64 * 1024:
+            return None
+        return limits.checked(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
 
 
 def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:

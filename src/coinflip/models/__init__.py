@@ -100,6 +100,7 @@ async def open_model(
             mode=config.api_mode,
             stream=bool(config.stream),
             max_reply_bytes=int(config.max_reply_mb * 1024 * 1024),
+            patience=config.patience,
         )
         model = client
         try:

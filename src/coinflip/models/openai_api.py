@@ -1,6 +1,12 @@
 """OpenAI-compatible chat (or text) completions: many requests in flight, retried with care.
 
-Retries (exponential backoff with jitter, honouring Retry-After) on 429, 5xx, timeouts, dropped
+Every attempt waits for a slot at its endpoint's `Limiter` (limits.py): the level of requests in
+flight, a pause that a Retry-After asked for, a pace. A refusal (429, or 503/529 "overloaded")
+slows the endpoint down and the request waits its turn again: it uses up none of --retries.
+What bounds the waiting is the run's patience: when nothing has succeeded for that long while
+the endpoint refuses or fails, `complete` raises EndpointBroken (exit 1, resumable).
+
+Retries (exponential backoff with jitter, honouring Retry-After) on other 5xx, timeouts, dropped
 connections, framing errors, malformed bodies and empty choices. Never retried:
 - 400, 401, 403, 404, 413, 422: a bad key, model name, URL or setting stops the run at once
   (FatalAPIError, exit 2) with the server's own message;
@@ -10,13 +16,15 @@ connections, framing errors, malformed bodies and empty choices. Never retried:
   same scheme, host and port are followed, as a POST may be; any other is refused, with its
   Location shown);
 - a reply larger than `max_reply_bytes`: an error for that sample.
+`start()` also asks each server how many requests it serves at once, where it publishes that
+(llama.cpp's /props), and keeps to it.
 
-Early stop: when the first K requests to end (K = requests in flight, at least 3 and at most 8)
-all end in an error after their retries, with the same message (digits aside), and none has
-succeeded, the endpoint rather than a sample is broken: `complete` raises EndpointBroken (exit 1;
-the run can be resumed) instead of grinding through every sample. A single success, or two
-different errors, turn the rule off.
+Early stop: when the last K requests to end (K = requests in flight, at least 3 and at most 8)
+all ended in an error after their retries, with the same message (digits aside), the endpoint
+rather than a sample is broken - whether it never worked or died mid-run: `complete` raises
+EndpointBroken (exit 1; the run can be resumed) instead of grinding through every sample.
 
+Latency is the model's time: the attempt that succeeded, not the waits and failures before it.
 Errors keep what the server said: "HTTP 500: <its message>" in `Reply.error` and the status in
 `Reply.status`. The API key, and any secret-looking extra header, are masked in every message
 and in reply text (`_redact.py`).
@@ -26,9 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import re
 import time
+from collections import deque
 from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
@@ -39,6 +49,7 @@ from ._proxy import shown_url
 from ._redact import Redactor
 from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
 from .base import Reply, Request
+from .limits import Limiter, Traffic
 
 FATAL_STATUS = {
     400: ("bad request", "check --generation-config, --model and --api-url"),
@@ -50,8 +61,9 @@ FATAL_STATUS = {
 }
 BACKOFF_BASE = 0.25
 BACKOFF_CAP = 8.0
-EARLY_STOP = (3, 8)  # how many first outcomes the early-stop rule looks at: in-flight, within these
+EARLY_STOP = (3, 8)  # how many last outcomes the early-stop rule looks at: in-flight, within these
 MAX_REDIRECTS = 5
+LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
 GATEWAY_KEYS = ("extra_body", "extra_headers", "extra_query")
 
 
@@ -124,24 +136,25 @@ def split_generation(generation: dict[str, Any]) -> tuple[dict[str, Any], dict[s
 
 
 class EarlyStop:
-    """The first `needed` final outcomes: all errors of one kind and no success means a broken endpoint."""
+    """The last `needed` final outcomes all errors of one kind (digits aside): a broken endpoint,
+    whether it never worked or died mid-run."""
 
     def __init__(self, needed: int) -> None:
         self.needed = needed
-        self.errors: list[str] = []
-        self.off = needed < 1
+        self.recent: deque[str | None] = deque(maxlen=max(1, needed))
 
     def success(self) -> None:
-        self.off = True
+        self.recent.append(None)
 
     def failure(self, message: str) -> bool:
         """True when this failure completes the pattern."""
-        if self.off:
-            return False
-        self.errors.append(re.sub(r"\d+(\.\d+)?", "#", message))
-        if len(set(self.errors)) > 1:
-            self.off = True
-        return not self.off and len(self.errors) >= self.needed
+        self.recent.append(re.sub(r"\d+(\.\d+)?", "#", message))
+        return (
+            self.needed >= 1
+            and len(self.recent) == self.needed
+            and self.recent[0] is not None
+            and len(set(self.recent)) == 1
+        )
 
 
 class OpenAIClient:
@@ -161,6 +174,7 @@ class OpenAIClient:
         mode: str = "chat",
         stream: bool = False,
         max_reply_bytes: int = DEFAULT_MAX_BODY,
+        patience: float = 300.0,
     ) -> None:
         generation = dict(generation or {})
         extra_headers = {str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()}
@@ -168,7 +182,15 @@ class OpenAIClient:
         self.mode = mode
         self.stream = stream
         self.urls = [endpoint_url(u, mode, generation.get("extra_query")) for u in urls]
-        self.inflight = dict.fromkeys(self.urls, 0)
+        self.limits = {url: Limiter(concurrency) for url in self.urls}
+        self.patience = patience
+        self.last_success = time.monotonic()  # counted from the start: patience bounds a run that never answers too
+        self.trouble = False  # a refusal or failure since the last success
+        self.last_word = ""  # the latest failure, as the server said it
+        self.holding = 0  # requests held back by the limits now
+        self.held_since = 0.0
+        self.waited_s = 0.0  # wall time during which some request was held back
+        self._freed: asyncio.Future[None] | None = None
         self.api_key = api_key
         self.generation, self.extra_body = split_generation(generation)
         self.retries = retries
@@ -192,6 +214,10 @@ class OpenAIClient:
             await asyncio.gather(*(self._pool.check(url) for url in self.urls))
         except FatalAPIError as exc:
             raise type(exc)(self.redact(str(exc))) from None
+        published = await asyncio.gather(*(asyncio.to_thread(published_slots, url, self.api_key) for url in self.urls))
+        for url, slots in zip(self.urls, published, strict=True):
+            if slots is not None:
+                self.limits[url].serves(slots)
 
     def _body(self, request: Request) -> bytes:
         body = request_body(self.name, self.mode, self.generation, request, self.stream, self.extra_body)
@@ -199,43 +225,116 @@ class OpenAIClient:
 
     async def complete(self, request: Request) -> Reply:
         body = self._body(request)
-        start = time.perf_counter()
-        message, status = "", None
-        for attempt in range(1, self.retries + 2):
-            url = min(self.urls, key=self.inflight.__getitem__)
-            self.inflight[url] += 1
-            wait = None
+        message, status, failures, attempts = "", None, 0, 0
+        while True:
+            url, sent, done_before = await self._slot()
+            attempts += 1
+            limiter, wait, outcome, reply = self.limits[url], None, "failed", None
             try:
                 reply = await self._attempt(url, body)
-                reply.latency_s = time.perf_counter() - start
-                reply.attempts = attempt
-                self.early_stop.success()
-                self.answered = True
-                return self.redact.reply(reply)
+                outcome = "ok"
             except RetryableError as exc:
                 message, status, wait = str(exc), exc.status, exc.retry_after
+                outcome = "rejected" if status in LIMIT_STATUS else "failed"
             except ReplyTooLarge as exc:
                 message, status = str(exc), None
-                break
-            except (OSError, asyncio.TimeoutError) as exc:
+                outcome = "final"
+            except asyncio.TimeoutError as exc:
+                message, status, outcome = f"{type(exc).__name__}: {exc}".rstrip(": "), None, "timeout"
+            except OSError as exc:
                 message, status = f"{type(exc).__name__}: {exc}".rstrip(": "), None
             except FatalAPIError as exc:
                 raise type(exc)(self.redact(str(exc))) from None
             finally:
-                self.inflight[url] -= 1
-            if attempt <= self.retries:
-                await asyncio.sleep(self._delay(attempt, wait))
-        return self._failed(message, status, start, attempt)
+                self._settle(limiter, outcome, sent, wait, reply, done_before)
+            if reply is not None:
+                reply.latency_s = time.monotonic() - sent  # the model's time: not the wait, not the failures
+                reply.attempts = attempts
+                self.early_stop.success()
+                self.answered = True
+                return self.redact.reply(reply)
+            self.last_word = self.redact(one_line(message))
+            if outcome == "rejected":  # slow down, not a failure: bounded by the run's patience
+                self._check_patience(time.monotonic())
+                continue
+            failures += 1
+            if outcome == "final" or failures > self.retries:
+                return self._failed(message, status, sent, attempts)
+            limiter.traffic.retried += 1
+            await asyncio.sleep(self._delay(failures, wait))
 
-    def _failed(self, message: str, status: int | None, start: float, attempts: int) -> Reply:
+    def _settle(
+        self, limiter: Limiter, outcome: str, sent: float, wait: float | None, reply: Reply | None, done_before: int
+    ) -> None:
+        """Tell the endpoint's limiter how an attempt ended, and wake the requests waiting on it."""
+        now = time.monotonic()
+        if outcome == "ok":
+            usage = reply.usage if reply is not None else None
+            limiter.succeeded(now, sent, int((usage or {}).get("completion_tokens") or 0))
+            self.last_success, self.trouble = now, False
+        elif outcome == "rejected":
+            limiter.rejected(now, sent, wait)
+            self.trouble = True
+        elif outcome == "timeout":
+            limiter.timed_out(now, sent, limiter.traffic.succeeded - done_before)
+            self.trouble = True
+        else:
+            limiter.failed()
+            self.trouble = True
+        if self._freed is not None and not self._freed.done():
+            self._freed.set_result(None)
+        self._freed = None
+
+    async def _slot(self) -> tuple[str, float, int]:
+        """Wait until an endpoint may take a new request (its level, pause and pace allow it); the
+        least busy of those that may. Returns it, the moment the request goes, and how many requests
+        it had answered by then."""
+        now = time.monotonic()
+        url = min(self.urls, key=lambda u: (self.limits[u].delay(now), self.limits[u].in_flight))
+        if self.limits[url].delay(now) > 0:
+            self.holding += 1
+            if self.holding == 1:
+                self.held_since = now
+            try:
+                while self.limits[url].delay(now) > 0:
+                    self._check_patience(now)
+                    if self._freed is None:
+                        self._freed = asyncio.get_running_loop().create_future()
+                    await asyncio.wait([self._freed], timeout=min(self.limits[url].delay(now), 1.0))
+                    now = time.monotonic()
+                    url = min(self.urls, key=lambda u: (self.limits[u].delay(now), self.limits[u].in_flight))
+            finally:
+                self.holding -= 1
+                if not self.holding:
+                    self.waited_s += time.monotonic() - self.held_since
+        self.limits[url].send(now)
+        return url, now, self.limits[url].traffic.succeeded
+
+    def _check_patience(self, now: float) -> None:
+        """Nothing has succeeded for `patience` seconds while the endpoint refused or failed: stop
+        (resumable) rather than wait without end."""
+        if self.trouble and now - self.last_success > self.patience:
+            raise EndpointBroken(
+                f"no request has succeeded for {self.patience:g} s (patience), the endpoint still "
+                f"refusing or failing; its last word: {self.last_word}"
+            )
+
+    def traffic(self) -> Traffic:
+        """What went to the endpoints and came back, summed over replicas."""
+        total = Traffic()
+        for limiter in self.limits.values():
+            total = total.add(limiter.traffic)
+        total.waited_s = self.waited_s + (time.monotonic() - self.held_since if self.holding else 0.0)
+        return total
+
+    def _failed(self, message: str, status: int | None, sent: float, attempts: int) -> Reply:
         message = self.redact(one_line(message))
         if self.early_stop.failure(message):
             raise EndpointBroken(
-                f"the first {self.early_stop.needed} requests all failed the same way after "
-                f"{self.retries} retries and none succeeded, so the endpoint, not a sample, is broken: "
-                f"{message}"
+                f"the last {self.early_stop.needed} requests all failed the same way after "
+                f"{self.retries} retries, so the endpoint, not a sample, is broken: {message}"
             )
-        return Reply(text=None, latency_s=time.perf_counter() - start, attempts=attempts, error=message, status=status)
+        return Reply(text=None, latency_s=time.monotonic() - sent, attempts=attempts, error=message, status=status)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         backoff = min(BACKOFF_CAP, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
@@ -282,7 +381,8 @@ class OpenAIClient:
         if status in FATAL_STATUS:
             reason, hint = FATAL_STATUS[status]
             raise FatalAPIError(f"{_place(url)} answered {status} {reason}{': ' + detail if detail else ''} - {hint}")
-        retry = retry_after(response.headers.get("retry-after"))
+        headers = response.headers
+        retry = limit_wait(headers) if status in LIMIT_STATUS else retry_after(headers.get("retry-after"))
         raise RetryableError(f"HTTP {status}{': ' + detail if detail else ''}", retry, status)
 
     async def aclose(self) -> None:
@@ -331,3 +431,60 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     if seconds != seconds:  # NaN
         return None
     return min(max(seconds, 0.0), 60.0)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def limit_wait(headers: Any) -> float | None:
+    """How long a refusal asks to wait: retry-after-ms, Retry-After (seconds or an HTTP date), or
+    OpenAI's x-ratelimit-reset-requests/-tokens ("1s", "6m0s", "20ms"; the sooner of the two)."""
+    try:
+        ms = float(headers.get("retry-after-ms", "nan"))
+    except ValueError:
+        ms = math.nan
+    if math.isfinite(ms):
+        return min(max(ms / 1000.0, 0.0), 60.0)
+    seconds = retry_after(headers.get("retry-after"))
+    if seconds is not None:
+        return seconds
+    resets = [_duration(headers.get(f"x-ratelimit-reset-{kind}")) for kind in ("requests", "tokens")]
+    known = [r for r in resets if r is not None]
+    return min(min(known), 60.0) if known else None
+
+
+def _duration(value: str | None) -> float | None:
+    """A Go-style duration as OpenAI writes its reset headers: 1s, 6m0s, 20ms, 1h2m3.5s."""
+    if not value:
+        return None
+    text = value.strip().lower()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return retry_after(text)  # a plain number of seconds
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def published_slots(url: str, api_key: str | None = None, timeout: float = 2.0) -> int | None:
+    """How many requests the server says it serves at once, where it says so: llama.cpp's server
+    publishes `total_slots` at /props (and one entry per slot at /slots). Anything else - no
+    such route, a gateway, a slow or odd answer - is None: the limits then learn it by watching."""
+    import urllib.request
+
+    parts = urlsplit(url)
+    if parts.hostname and urllib.request.getproxies() and not urllib.request.proxy_bypass(parts.hostname):
+        return None  # behind a proxy: a hosted API, and the proxy need not see more than the run's requests
+    root = parts.path.split("/v1/")[0] if "/v1/" in parts.path else ""
+    headers = {"User-Agent": "coinflip", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for route in ("/props", "/slots"):
+        target = urlunsplit((parts.scheme, parts.netloc, root + route, "", ""))
+        try:
+            with direct.open(urllib.request.Request(target, headers=headers), timeout=timeout) as answer:
+                found = json.loads(answer.read(1 << 20))
+        except (OSError, ValueError):
+            continue
+        slots = found.get("total_slots") if isinstance(found, dict) else len(found) if isinstance(found, list) else None
+        if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= 4096:
+            return slots
+    return None

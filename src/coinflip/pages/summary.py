@@ -115,6 +115,12 @@ def lines(report: dict[str, Any]) -> list[str]:
     ]
     for error in report.get("errors_top", [])[:3]:
         out.append(f"  {error['count']} x {error['message']}")
+    requests = report.get("requests")
+    if requests:
+        from ..models.limits import line
+
+        out.append(line(requests))
+        out.extend(f"  hint: {hint}" for hint in requests.get("hints", []))
     repeats = report.get("repeat_metrics")
     if repeats:
         spread = repeats["per_repeat"][report["primary"]]

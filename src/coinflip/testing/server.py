@@ -21,6 +21,10 @@ it (`stream_options.include_usage`, unless `stream_usage` is off) and `data: [DO
 pause the first streams halfway through. `n` choices and `logprobs` are
 answered in both forms. A gateway is imitated by `require_headers` and `require_query`.
 
+Limits (`limits`, see limited.py): a requests-per-second token bucket and an in-flight cap that
+answer 429, and slots that serve requests one after another, published at /props as llama.cpp
+does. `kill()` makes the server die mid-run (connection refused).
+
 Forced answers: a request that continues a reply with coinflip's forced-answer turn (chat) or
 cue (completions) gets the policy's `forced` answer line. Log probabilities put the policy's
 `confidence` on the answer token and the rest on the other answer, so P(YES) is known.
@@ -49,6 +53,7 @@ from urllib.parse import parse_qsl
 
 from ..data.grammar import solve
 from .batches import BatchRoutes, BatchStore
+from .limited import Gate, Limits
 
 _QUESTION = re.compile(
     r"Q: A coin is (?:heads|tails) up\..*?Is the coin (?:still )?(?:heads|tails) up\?|问：一枚硬币.*?吗？", re.S
@@ -170,6 +175,7 @@ class ServerState:
     record: bool = False  # keep each request (path, headers, body) in `seen`
     seen: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
     batches: BatchStore = field(default_factory=BatchStore)  # /v1/files and /v1/batches (batches.py)
+    limits: Limits = field(default_factory=lambda: Limits())  # rate, in-flight and slot limits
 
     def impossible(self, question: str) -> bool:
         """Whether this question's answer gets the impossible log probabilities (about half do)."""
@@ -205,6 +211,8 @@ class Handler:
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
+        self.limiter = Gate(state.limits)
+        self.connections: set[HttpProtocol] = set()
         state.rng.seed(state.seed)
         self.batch_routes = BatchRoutes(state.batches, self.chat)
 
@@ -219,9 +227,22 @@ class Handler:
             return _json(
                 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models or ("fake",)]}
             )
+        if method == "GET" and path in ("/props", "/slots") and self.limiter.publishes:
+            return _json(200, self.limiter.published(path))
         if method == "GET" and path == "/stats":
             s = self.state
-            return _json(200, {"requests": dict(s.requests), "answered": dict(s.answered), "faults": dict(s.faults)})
+            gate = self.limiter
+            return _json(
+                200,
+                {
+                    "requests": dict(s.requests),
+                    "answered": dict(s.answered),
+                    "faults": dict(s.faults),
+                    "refused": gate.refused,
+                    "peak_in_flight": gate.peak,
+                    "latencies": gate.latencies,
+                },
+            )
         if method == "POST" and path.endswith("/completions"):
             return await self.chat(headers, body, arrived, chat=path.endswith("/chat/completions"))
         if re.search(r"/(files|batches)(/|$)", path):
@@ -259,8 +280,13 @@ class Handler:
         state.arrivals.append(time.monotonic())
         if state.throttle:
             return _json(429, {"error": {"message": "slow down"}}, {"Retry-After": state.throttle.pop(0)})
-        if state.latency:  # counted from arrival, so the server's own work is part of the latency
-            await asyncio.sleep(max(0.0, state.latency - (asyncio.get_running_loop().time() - arrived)))
+        refused = self.limiter.admit()
+        if refused is not None:
+            return refused
+        try:
+            await self.limiter.serve(state.latency, arrived)
+        finally:
+            self.limiter.done()
         if state.fail_rate and state.rng.random() < state.fail_rate:
             return await self.fault()
         forced = _forced_turn(messages, chat)
@@ -419,6 +445,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.handler.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -478,11 +505,12 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.handler.connections.discard(self)
 
 
-async def start_server(state: ServerState, port: int = 0) -> asyncio.base_events.Server:
+async def start_server(state: ServerState, port: int = 0, handler: Handler | None = None) -> asyncio.base_events.Server:
     loop = asyncio.get_running_loop()
-    handler = Handler(state)
+    handler = handler or Handler(state)
     return await loop.create_server(lambda: HttpProtocol(handler), "127.0.0.1", port, backlog=1024)
 
 
@@ -491,6 +519,7 @@ class FakeOpenAIServer:
 
     def __init__(self, policy: str = "correct", **options: Any) -> None:
         self.state = ServerState(Policy(policy), **options)
+        self.handler = Handler(self.state)
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -502,9 +531,28 @@ class FakeOpenAIServer:
 
     def __enter__(self) -> FakeOpenAIServer:
         self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(start_server(self.state), self._loop).result(10)
+        self._server = asyncio.run_coroutine_threadsafe(start_server(self.state, 0, self.handler), self._loop).result(
+            10
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         return self
+
+    @property
+    def gate(self) -> Gate:
+        """The server's limits at work: its latencies, its peak in flight, its refusals."""
+        return self.handler.limiter
+
+    def kill(self) -> None:
+        """Die as a crashed server does: stop listening (connection refused) and drop every connection."""
+
+        async def die() -> None:
+            assert self._server is not None
+            self._server.close()
+            for connection in list(self.handler.connections):
+                if connection.transport is not None:
+                    connection.transport.abort()
+
+        asyncio.run_coroutine_threadsafe(die(), self._loop).result(10)
 
     def __exit__(self, *exc: object) -> None:
         async def stop() -> None:
@@ -530,6 +578,16 @@ def serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds a batch stays in progress")
     parser.add_argument("--batch-expire", type=int, default=0, help="the first N batches expire half done")
     parser.add_argument("--batch-fail-every", type=int, default=0, help="every K-th batch line fails once")
+    parser.add_argument("--rate", type=float, default=0.0, help="requests per second allowed, beyond: 429")
+    parser.add_argument("--burst", type=int, default=1, help="requests allowed at once by --rate")
+    parser.add_argument(
+        "--no-retry-after", dest="retry_after", action="store_false", help="--rate's 429s without Retry-After"
+    )
+    parser.add_argument("--max-in-flight", type=int, default=0, help="requests in flight allowed, beyond: 429")
+    parser.add_argument("--slots", type=int, default=0, help="serve this many at a time, one after another")
+    parser.add_argument(
+        "--hide-slots", dest="publish_slots", action="store_false", help="do not publish --slots at /props"
+    )
     args = parser.parse_args(argv)
     state = ServerState(
         Policy(args.policy),
@@ -538,6 +596,7 @@ def serve(argv: list[str] | None = None) -> None:
         fail_rate=args.fail_rate,
         stream_gap=args.stream_gap,
         batches=BatchStore(delay=args.batch_delay, expire=args.batch_expire, fail_every=args.batch_fail_every),
+        limits=Limits(args.rate, args.burst, args.retry_after, args.max_in_flight, args.slots, args.publish_slots),
     )
 
     async def main() -> None:

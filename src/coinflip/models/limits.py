@@ -1,0 +1,303 @@
+"""How many requests an endpoint gets, and when: one `Limiter` per endpoint (each replica its own).
+
+Pure bookkeeping, no I/O and no clock of its own (every call is given `now`), so the policy is
+tested without servers. The async gate that waits on it lives in `openai_api.py`.
+
+Three signals slow an endpoint down, never below one request in flight:
+- a refusal (429, or 503/529 "overloaded"). With a Retry-After (or retry-after-ms, or OpenAI's
+  x-ratelimit-reset-*), it is a rate limit: every new request to the endpoint waits that long,
+  and new requests are then paced a little under the rate the endpoint was seen to accept.
+  Without one (gateways drop it), the level of requests in flight falls to what was in flight
+  beside the refused one (an in-flight limit); when nothing else was, it is a rate limit too;
+- queueing: when the replies show the server works on about P requests at a time (replies per
+  second times the fastest reply's time per token: Little's law) and far more are in flight,
+  costing real time, the level is held at P + 1: the rest would only wait in the server's queue;
+- a timeout while other requests complete: the level falls to half of what completed meanwhile,
+  so a request waits at most about half a timeout and the retry does not queue behind the copy
+  the server is still working on.
+Each success grows the level by 1/level (one more per round of replies; a quarter near where the
+endpoint last refused) up to the ceiling (--eval-batch-size), where it starts: a server without
+limits is never slowed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+PERIOD_MAX = 4096  # send times kept to measure a rate
+SHORT_S = 0.25  # a stretch shorter than this shows a burst, not a rate
+UNDER = 0.95  # pace this much under the rate the endpoint was measured to accept
+CREEP = 0.02  # per second: how fast a measured pace grows back (linearly)
+CLIMB = 1.0  # doublings per second of a guessed pace (counted over less than a window)
+NEAR = 1.5  # within this factor of the level at the last refusal, the level grows...
+NEAR_GROWTH = 0.25  # ...this much per round of replies, not one
+QUEUE_MIN_S = 0.25  # a reply slower than this, beyond the fastest, is worth a look for queueing
+QUEUE_SAMPLES = 8  # replies needed before the queueing estimate is trusted
+QUEUE_FACTOR = 4  # in flight beyond this many times the served parallelism (plus 2) is a queue
+
+
+@dataclass
+class Traffic:
+    """What one endpoint saw; summed over endpoints for the terminal and the report."""
+
+    sent: int = 0
+    succeeded: int = 0
+    rejected: int = 0  # 429 and 503/529 "overloaded"
+    timeouts: int = 0
+    retried: int = 0  # attempts after a failure that was not a rejection
+    waited_s: float = 0.0  # time requests spent held back by the limits
+    peak: int = 0  # most requests in flight at once
+    low: int = 0  # the lowest level the limits fell to (0: never lowered)
+    slots: int | None = None  # what the server said it can serve at once
+
+    def add(self, other: Traffic) -> Traffic:
+        lows = [x for x in (self.low, other.low) if x]
+        return Traffic(
+            self.sent + other.sent,
+            self.succeeded + other.succeeded,
+            self.rejected + other.rejected,
+            self.timeouts + other.timeouts,
+            self.retried + other.retried,
+            self.waited_s + other.waited_s,
+            self.peak + other.peak,
+            min(lows) if lows else 0,
+            (self.slots or 0) + (other.slots or 0) or None,
+        )
+
+
+def describe(traffic: Traffic, ceiling: int) -> dict[str, Any]:
+    """The report's record of what went to the endpoint, with the hints that fix what went wrong."""
+    hints = []
+    if traffic.timeouts:
+        hints.append(
+            f"{traffic.timeouts} request(s) timed out: the server is slower than --timeout; raise it, or lower "
+            "--eval-batch-size if requests queue at the server"
+        )
+    if traffic.retried > traffic.timeouts:
+        hints.append(f"{traffic.retried} retries after failed requests: see the errors in the log")
+    if traffic.rejected:
+        hints.append(
+            f"the endpoint refused {traffic.rejected} request(s) (429 or overloaded); coinflip slowed down and "
+            "lost none. --eval-batch-size near the endpoint's limit refuses fewer"
+        )
+    if traffic.low and traffic.low < ceiling and not traffic.rejected and not traffic.timeouts:
+        hints.append(
+            f"requests queued at the server: coinflip kept {traffic.low} in flight; --eval-batch-size {traffic.low} "
+            "asks for that from the start"
+        )
+    return {
+        "sent": traffic.sent,
+        "succeeded": traffic.succeeded,
+        "refused": traffic.rejected,
+        "timeouts": traffic.timeouts,
+        "retries": traffic.retried,
+        "in_flight_max": traffic.peak,
+        "in_flight_lowest_limit": traffic.low or None,
+        "in_flight_setting": ceiling,
+        "server_slots": traffic.slots,
+        "waited_on_limits_s": round(traffic.waited_s, 3),
+        "hints": hints,
+    }
+
+
+RECORD_INTS = ("sent", "succeeded", "refused", "timeouts", "retries", "in_flight_max", "in_flight_setting")
+
+
+def checked(data: Any) -> dict[str, Any] | None:
+    """A record read back from a run directory (untrusted), or None where it is not one `describe` wrote."""
+    if not isinstance(data, dict) or set(data) != set(describe(Traffic(), 1)):
+        return None
+    whole = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in whole):
+        return None
+    waited = data["waited_on_limits_s"]
+    if isinstance(waited, bool) or not isinstance(waited, (int, float)) or not 0 <= waited < 1e9:
+        return None
+    hints = data["hints"]
+    if not isinstance(hints, list) or len(hints) > 8 or not all(isinstance(h, str) and len(h) < 500 for h in hints):
+        return None
+    return data
+
+
+def line(requests: dict[str, Any]) -> str:
+    """One line for the terminal: what the report's `requests` record says."""
+    parts = [f"requests {requests['sent']} sent", f"{requests['refused']} refused (429/overloaded)"]
+    parts.append(f"in flight up to {requests['in_flight_max']} of {requests['in_flight_setting']}")
+    if requests.get("in_flight_lowest_limit"):
+        parts[-1] += f" (lowered to {requests['in_flight_lowest_limit']})"
+    if requests.get("server_slots"):
+        parts.append(f"server slots {requests['server_slots']}")
+    parts.append(f"{requests['waited_on_limits_s']:.1f} s waiting on limits")
+    parts.append(f"{requests['timeouts']} timeouts, {requests['retries']} retries")
+    return ", ".join(parts)
+
+
+class Limiter:
+    """One endpoint's level of requests in flight, its pause and its pace."""
+
+    def __init__(self, ceiling: int, now: float = 0.0) -> None:
+        self.ceiling = max(1, ceiling)
+        self.level = float(self.ceiling)
+        self.in_flight = 0
+        self.paused_until = 0.0
+        self.rate: float | None = None  # requests per second; None: unpaced
+        self.rate_set = (now, 0.0, False)  # when the pace was set, to what, and whether it was measured
+        self.next_send = 0.0
+        self.period_start = -math.inf  # since the last pause: what was sent, and refused, since then
+        self.period_sends: deque[float] = deque(maxlen=PERIOD_MAX)  # when each request went
+        self.period_refused: deque[float] = deque(maxlen=PERIOD_MAX)  # when each refused one went
+        self.burst: int | None = None  # what the endpoint took at once before its first rejection
+        self.queue_cap: int | None = None
+        self.refused_at = 0  # requests in flight beside the last refusal without a Retry-After
+        self.spread = False  # send the level's requests spread over a reply's time, not together
+        self.latency = 0.0  # seconds, a moving average of the replies'
+        self.replies: deque[tuple[float, int]] = deque()  # (end, tokens) of the latest replies
+        self.reply_tokens = 0  # their tokens, summed
+        self.fastest = math.inf  # seconds per token of the fastest reply
+        self.traffic = Traffic()
+
+    def serves(self, slots: int) -> None:
+        """The server says it serves `slots` requests at once: more would only queue there."""
+        self.traffic.slots = slots
+        self.ceiling = max(1, min(self.ceiling, slots))
+        self.level = min(self.level, float(self.ceiling))
+
+    # -- when may the next request go ---------------------------------------------------------
+    def allowed(self) -> int:
+        return max(1, min(int(self.level), self.queue_cap or self.ceiling))
+
+    def delay(self, now: float) -> float:
+        """Seconds until a new request may go; math.inf while the level is full (a reply frees it)."""
+        if self.in_flight >= self.allowed():
+            return math.inf
+        wait = max(self.paused_until, self.next_send) - now
+        return max(wait, 0.0)
+
+    def send(self, now: float) -> None:
+        self.in_flight += 1
+        self.traffic.sent += 1
+        self.traffic.peak = max(self.traffic.peak, self.in_flight)
+        if self.period_start < self.paused_until <= now:  # the first request after a pause
+            self.period_start = now
+            self.period_sends.clear()
+            self.period_refused.clear()
+        self.period_sends.append(now)
+        gap = 1.0 / self._pace(now) if self.rate is not None else 0.0
+        if self.spread and self.latency:  # the level's requests spread over half a reply's time: no slower
+            gap = max(gap, self.latency / self.allowed() / 2)
+        if gap:
+            self.next_send = max(now, self.next_send) + gap
+
+    def _pace(self, now: float) -> float:
+        """The pace grows back from where it was set: slowly from a measured rate, doubling each
+        second from a guess."""
+        when, base, measured = self.rate_set
+        dt = max(0.0, now - when)
+        self.rate = base * (1.0 + CREEP * dt) if measured else base * 2.0 ** min(dt * CLIMB, 30.0)
+        return self.rate
+
+    # -- what came back -----------------------------------------------------------------------
+    def succeeded(self, now: float, sent_at: float, tokens: int = 0) -> None:
+        self.in_flight -= 1
+        self.traffic.succeeded += 1
+        self.latency += (now - sent_at - self.latency) * (0.1 if self.latency else 1.0)
+        near = self.level < NEAR * self.refused_at  # probe slowly near where the endpoint refused
+        self.level = min(float(self.ceiling), self.level + (NEAR_GROWTH if near else 1.0) / self.level)
+        self._queueing(now, now - sent_at, tokens)
+
+    def rejected(self, now: float, sent_at: float, retry_after: float | None) -> None:
+        """A 429 (or an overloaded 503): slow down; `retry_after` in seconds when the server said.
+
+        With a Retry-After it is a rate limit: pause, and pace. Without one (gateways drop it) the
+        level falls to what was in flight beside it; when almost nothing was, it is a rate limit too."""
+        self.in_flight -= 1
+        self.traffic.rejected += 1
+        if retry_after is not None and retry_after <= 0:
+            return  # "come back now": a passing refusal, as flaky servers give, not a limit to learn
+        if sent_at >= self.period_start:
+            self.period_refused.append(sent_at)
+        if retry_after is None:
+            self.refused_at = max(1, self.in_flight)
+            self._lower(max(1.0, float(self.in_flight)))
+            if self.in_flight >= 1:  # an in-flight limit, or a bucket refusing requests sent together
+                self.spread = True
+                return
+        self._slow_pace(now)
+        pause = retry_after if retry_after is not None else 1.0 / (self.rate or 1.0)
+        self.paused_until = max(self.paused_until, now + pause)
+
+    def timed_out(self, now: float, sent_at: float, completed: int) -> None:
+        """A timeout while `completed` other requests finished: the server gets through about that
+        many in a timeout, so keep to half of it (a request then waits at most half a timeout),
+        and send nothing new until it has had time to get through what is still in its hands, the
+        abandoned copy included: the retry does not queue behind it. A timeout while nothing else
+        completed (a stalled request) says nothing about load."""
+        self.in_flight -= 1
+        self.traffic.timeouts += 1
+        if completed:
+            self._lower(max(1.0, completed / 2))
+            served = completed / max(now - sent_at, 1e-3)  # requests per second the server gets through
+            self.paused_until = max(self.paused_until, now + min((self.in_flight + 1) / served, now - sent_at))
+
+    def failed(self) -> None:
+        """Any other failed attempt (5xx, a dropped connection, a broken reply): no signal about load."""
+        self.in_flight -= 1
+
+    # -- internals ----------------------------------------------------------------------------
+    def _lower(self, level: float) -> None:
+        if level < self.level:
+            self.level = level
+            low = max(1, int(level))
+            self.traffic.low = min(self.traffic.low, low) if self.traffic.low else low
+
+    def _slow_pace(self, now: float) -> None:
+        """Most rate limits are token buckets: over any stretch up to now that the bucket ran dry,
+        it accepted at most its burst plus the rate times the stretch, so each stretch of the
+        period since the last pause gives a lower bound on the rate; the tightest (at least
+        SHORT_S long) is the measure, paced a little under. A period too short to measure shows
+        the burst instead, and the pace is then a guess (the burst per second) that doubles each
+        second until the next refusal measures the rate; a measured pace creeps up slowly."""
+        burst = self.burst or 0
+        refused = sorted(self.period_refused, reverse=True)
+        best, gone = 0.0, 0
+        for count, sent in enumerate(reversed(self.period_sends), 1):
+            while gone < len(refused) and refused[gone] >= sent:
+                gone += 1
+            if now - sent >= SHORT_S:
+                best = max(best, (count - gone - burst) / (now - sent))
+        if now - self.period_start < SHORT_S:
+            accepted = max(0, len(self.period_sends) - len(self.period_refused))
+            self.burst = accepted if self.burst is None else min(self.burst, accepted)
+        current = self._pace(now) if self.rate is not None else None
+        if best > 0:  # never below half the pace that was refused: a short stretch bounds the rate loosely
+            rate, measured = max(best * UNDER, (current or 0.0) / 2), True
+        else:
+            rate, measured = max(1.0, float(self.burst or 0)), False
+        if self.rate is not None and now - self.rate_set[0] < SHORT_S:
+            rate = min(rate, self.rate)  # the rest of one burst of refusals says nothing new
+        self.rate = rate
+        self.rate_set = (now, rate, measured)
+        self.next_send = max(self.next_send, now)
+
+    def _queueing(self, now: float, latency: float, tokens: int) -> None:
+        """Little's law: replies per second times the fastest reply's time (per token, so long
+        answers do not look like queueing) is how many requests the server works on at once.
+        Far more in flight than that, costing real time, only wait in the server's queue."""
+        tokens = max(1, tokens)
+        self.fastest = min(self.fastest, latency / tokens)
+        self.replies.append((now, tokens))
+        self.reply_tokens += tokens
+        while len(self.replies) > max(QUEUE_SAMPLES, self.allowed()):
+            self.reply_tokens -= self.replies.popleft()[1]
+        span = now - self.replies[0][0]
+        if len(self.replies) < QUEUE_SAMPLES or span <= 0 or latency < QUEUE_MIN_S:
+            return
+        served = (self.reply_tokens - self.replies[0][1]) / span * self.fastest
+        if self.queue_cap is None and self.in_flight + 1 > QUEUE_FACTOR * served + 2:
+            self.queue_cap = max(1, round(served)) + 1
+            self._lower(float(self.queue_cap))
+        elif self.queue_cap is not None:
+            self.queue_cap = max(self.queue_cap, min(self.ceiling, max(1, round(served)) + 1))

@@ -1,0 +1,191 @@
+"""Endpoints at their limits, against real servers on 127.0.0.1 (issues 18, 20, 21): a rate
+limit with and without Retry-After, an in-flight limit, an endpoint that stays limited past the
+run's patience, a one-slot server started outside coinflip, and a server that dies mid-run.
+Nothing is lost: every sample ends with a reply, or the run stops resumably."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip.testing.limited import Limits
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli
+
+BUDGET = 240.0  # seconds for a run that should take a few: generous, for a loaded 2-core machine
+
+
+def run_eval(url: str, tmp: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Path | None]:
+    result = run_cli("eval", "--model", "m", "--api-url", url, "--work-dir", str(tmp), *extra, timeout=BUDGET)
+    runs = [p for p in tmp.iterdir() if p.is_dir()] if tmp.exists() else []
+    return result, runs[0] if len(runs) == 1 else None
+
+
+def report_of(run: Path) -> dict[str, Any]:
+    return json.loads(next(run.glob("reports/*/coin_flip.json")).read_text())
+
+
+def predictions(run: Path) -> list[dict[str, Any]]:
+    return read_jsonl(run / "predictions/m/coin_flip.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("limits", "latency"),
+    [
+        (Limits(rate=20, burst=5), 0.2),  # 429 with Retry-After
+        (Limits(rate=20, burst=5, retry_after=False), 0.2),  # a gateway that drops it
+        (Limits(rate=20, burst=5), 0.0),  # instant replies: only a pace helps
+        (Limits(max_in_flight=4), 0.1),  # 429 without Retry-After
+    ],
+    ids=["rate-retry-after", "rate-no-retry-after", "rate-instant", "in-flight"],
+)
+def test_a_limited_endpoint_loses_no_sample_and_is_refused_a_bounded_number_of_times(
+    limits: Limits, latency: float, tmp_path: Path
+) -> None:
+    samples = 80
+    with FakeOpenAIServer("correct", latency=latency, limits=limits) as srv:
+        result, run = run_eval(srv.url, tmp_path, "--limit", str(samples), "--retries", "1")
+        refused = srv.gate.refused
+    assert result.returncode == 0, result.stderr
+    assert run is not None
+    rows = predictions(run)
+    assert len(rows) == samples and all(r["error"] is None for r in rows)
+    assert refused > 0  # the limit was met...
+    assert refused <= 32 + 0.25 * samples  # ...the first wave of 32 aside, a 429 for at most a quarter of the samples
+    requests = report_of(run)["requests"]
+    assert requests["refused"] == refused and requests["sent"] == samples + refused
+    assert f"{refused} refused (429/overloaded)" in result.stdout
+    if limits.max_in_flight:
+        assert requests["in_flight_lowest_limit"] <= limits.max_in_flight
+
+
+def test_an_endpoint_limited_past_the_patience_stops_the_run_resumably(tmp_path: Path) -> None:
+    """One request a quarter-hour: the run waits out its patience, says what the server said, and resumes."""
+    with FakeOpenAIServer("correct", limits=Limits(rate=1 / 900, burst=1)) as srv:
+        started = time.monotonic()
+        result, run = run_eval(srv.url, tmp_path, "--limit", "20", "--patience", "2", "--retries", "0")
+        elapsed = time.monotonic() - started
+        refused = srv.gate.refused
+    assert result.returncode == 1, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert "patience" in line and "rate limit reached for requests" in line and "coinflip eval --use-cache" in line
+    assert elapsed < BUDGET and refused <= 64  # the Retry-After pause held every request back: no storm
+    assert run is not None
+    rows = predictions(run)
+    assert 1 <= len(rows) < 20 and all(r["error"] is None for r in rows)  # kept what came; no sample failed
+    with FakeOpenAIServer("correct") as good:
+        again = run_cli("eval", "--use-cache", str(run), "--api-url", good.url, timeout=BUDGET)
+    assert again.returncode == 0, again.stderr
+    assert len(predictions(run)) == 20
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def outside_server(*flags: str) -> Iterator[str]:
+    """The test server in its own process, as a user starts a server coinflip knows nothing about."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coinflip.testing.server", "--port", str(port), *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(600):
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(f"{url}/models", timeout=5).read()
+                break
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def stats(url: str) -> dict[str, Any]:
+    root = url.rsplit("/v1", 1)[0]
+    with urllib.request.urlopen(f"{root}/stats", timeout=30) as answer:
+        return dict(json.loads(answer.read()))
+
+
+def test_the_quick_start_against_a_one_slot_server_queues_nothing(tmp_path: Path) -> None:
+    """The specification's quick start, default settings, against a server that answers one request
+    at a time (llama.cpp's server with one slot, which says so at /props)."""
+    with outside_server("--slots", "1", "--latency", "0.2") as url:
+        started = time.monotonic()
+        result = run_cli(
+            "eval", "--model", "M", "--api-url", url, "--api-key", "EMPTY_TOKEN", "--datasets", "coin_flip",
+            "--limit", "10", "--work-dir", str(tmp_path), timeout=BUDGET,
+        )  # fmt: skip
+        elapsed = time.monotonic() - started
+        seen = stats(url)
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    rows = read_jsonl(run / "predictions/M/coin_flip.jsonl")
+    assert len(rows) == 10 and all(r["error"] is None and r["attempts"] == 1 for r in rows)
+    requests = report_of(run)["requests"]
+    assert requests["timeouts"] == 0 and requests["retries"] == 0 and requests["server_slots"] == 1
+    assert seen["peak_in_flight"] <= 2  # one served, at most one waiting
+    assert len(seen["latencies"]) == 10 and sum(seen["latencies"]) <= 2 * elapsed
+    assert all(r["latency_s"] < 2.0 for r in rows)  # the model's time, not a queue's
+    assert run_cli("rescore", str(run), timeout=BUDGET).returncode == 0
+    assert report_of(run)["requests"] == requests  # kept with the run, for a rescore
+
+
+def test_a_one_slot_server_that_publishes_nothing_is_found_by_its_queue(tmp_path: Path) -> None:
+    with outside_server("--slots", "1", "--latency", "0.05", "--hide-slots") as url:
+        result, run = run_eval(url, tmp_path, "--limit", "100")
+        seen = stats(url)
+    assert result.returncode == 0, result.stderr
+    assert run is not None
+    requests = report_of(run)["requests"]
+    assert requests["timeouts"] == 0 and requests["retries"] == 0 and requests["server_slots"] is None
+    assert requests["in_flight_lowest_limit"] == 2  # found from the replies: one served, one waiting
+    assert any("queued at the server" in hint for hint in requests["hints"])
+    late = seen["latencies"][-40:]  # once the first wave of 32 has drained
+    assert sum(late) <= 2.5 * 0.05 * len(late) + 1.0
+
+
+def test_a_server_that_dies_mid_run_stops_the_run_early_and_it_resumes(tmp_path: Path) -> None:
+    """Connection refused after 100 good replies: not 300 samples retried one by one."""
+    with FakeOpenAIServer("correct", latency=0.01) as srv:
+        proc = spawn_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--limit", "400", "--eval-batch-size", "4",
+            "--work-dir", str(tmp_path),
+        )  # fmt: skip
+        deadline = time.monotonic() + BUDGET
+        while sum(srv.state.answered.values()) < 100 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.005)
+        srv.kill()
+        died = time.monotonic()
+        _, err = proc.communicate(timeout=BUDGET)
+        stopped = time.monotonic() - died
+    assert proc.returncode == 1, err
+    line = err.strip().splitlines()[-1]
+    assert "the last 4 requests all failed the same way" in line and "coinflip eval --use-cache" in line
+    assert "Connect" in line or "refused" in line  # the server's last word: nothing listens any more
+    assert stopped < 60.0  # the retries of the requests in flight, not 300 samples' worth
+    run = only_run_dir(tmp_path)
+    rows = predictions(run)
+    good = [r for r in rows if r["error"] is None]
+    assert len(good) >= 100 and len(rows) - len(good) <= 8
+    with FakeOpenAIServer("correct") as again_srv:
+        again = run_cli("eval", "--use-cache", str(run), "--api-url", again_srv.url, timeout=BUDGET)
+    assert again.returncode == 0, again.stderr
+    assert len({r["id"] for r in predictions(run) if r["error"] is None}) == 400
