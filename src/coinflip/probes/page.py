@@ -1,21 +1,21 @@
 """probe.html: the variants side by side with their 95% intervals, the verdicts, and the length curve.
 
-Rendered by Jinja2 with autoescape on, so every text that came from a run (a model name, a path)
-is escaped by construction; the charts are plain SVG whose coordinates are computed here.
-One self-contained file: no script, nothing fetched.
+Drawn by the pages package like every other page (pages/templates/probe.html on base.html and its
+one stylesheet, through the one autoescaping environment), so every text that came from a run
+(a model name, a path) is escaped by construction; the charts are plain SVG whose coordinates are
+computed here. One self-contained file: no script, nothing fetched.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
+
+from ..pages.charts import BLUE
+from ..pages.html import render_template
 
 ROW_H = 30
 CHART_W, LEFT, RIGHT = 1000, 190, 190  # RIGHT: room for each row's numbers
 CURVE_W, CURVE_H, PAD = 760, 260, 40
-
-TEMPLATE = Path(__file__).with_name("probe.html.j2")
-
 
 VIEW_NOTES = {
     "strict": "Accuracy is strict: an answer without a valid ANSWER line counts as wrong.",
@@ -24,25 +24,16 @@ VIEW_NOTES = {
 
 
 def render(result: dict[str, Any]) -> str:
-    from jinja2 import Environment
-
-    env = Environment(autoescape=True)
-    template = env.from_string(TEMPLATE.read_text(encoding="utf-8"))
-    return template.render(
+    return render_template(
+        "probe.html",
         r=result,
         base_label=_base_label(result),
         view_note=VIEW_NOTES.get(result.get("view", "strict"), ""),
         chart=variant_chart(result["variants"]),
         curve=length_curve(result["length"]["points"]),
-        fmt=_fmt,
-        pct=lambda x: "-" if x is None else f"{x:.1%}",
         pts=lambda x: f"{x * 100:+.1f}",
         pval=lambda p: "< 0.001" if p < 0.001 else f"{p:.3f}",
     )
-
-
-def _fmt(value: float | None, digits: int = 4) -> str:
-    return "undefined" if value is None else f"{value:.{digits}f}"
 
 
 def _base_label(result: dict[str, Any]) -> str:
@@ -73,7 +64,7 @@ def variant_chart(variants: list[dict[str, Any]]) -> dict[str, Any]:
                 "high": x(high),
                 "accuracy": f"{accuracy:.3f}",
                 "interval": f"{low:.3f} - {high:.3f}",
-                "colour": "#b3261e" if drop < -0.05 else "#3b6fd8",
+                "colour": "#b3261e" if drop < -0.05 else BLUE,
             }
         )
     height = 20 + len(variants) * ROW_H + 20
