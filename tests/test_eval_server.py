@@ -339,7 +339,9 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path: Path) -> No
         ref_rows = read_jsonl(only_run_dir(tmp_path / "ref") / "predictions/m/coin_flip.jsonl")
         work = tmp_path / "killed"
         proc = spawn_cli(*base, "--work-dir", str(work))
-        time.sleep(rng.uniform(1.0, 2.0))
+        files = "*/predictions/m/coin_flip.jsonl"
+        wait_for(lambda: any(p.stat().st_size for p in work.glob(files)), "the first replies on disk")
+        time.sleep(rng.uniform(0, 1.0))  # then a random moment of the run
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         run = only_run_dir(work)

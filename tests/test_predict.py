@@ -79,7 +79,8 @@ def test_cancelling_hands_on_what_already_landed() -> None:
 
     async def main() -> None:
         task = asyncio.create_task(run_requests(Sleepy(), work(10_000), 8, batches.append))
-        await asyncio.sleep(0.2)
+        while not batches:  # some replies have landed
+            await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
