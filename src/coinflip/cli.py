@@ -196,6 +196,9 @@ def _counts(counts: dict[int, int]) -> str:
 def rescore(run_dir: str, metric_compat: str | None) -> None:
     """Recompute reviews and reports from a run's saved predictions; calls no model.
 
+    In an arithmetic other than the run's own, they are written beside the run's report
+    (reports/MODEL/coin_flip.evalscope.json), which stays as it was.
+
     Exit codes: 0 done, 1 the run is incomplete (resume it), 2 not a run directory.
     """
     from .runner import rescore as do_rescore
