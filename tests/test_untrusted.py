@@ -146,3 +146,22 @@ def test_rescore_beside_hostile_runs_and_of_one(hostile: tuple[Path, dict[str, P
             written = evil[name] / part
             assert written.is_file() and not written.is_symlink(), written
         assert json.loads((evil[name] / "reports/oracle/coin_flip.json").read_text())["metrics"]["accuracy"] == 1.0
+
+
+def test_only_plain_files_inside_their_folder_are_opened(tmp_path: Path) -> None:
+    from coinflip._files import UnreadableFile, open_regular, read_regular
+
+    (tmp_path / "plain").write_bytes(b"12345")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    for path, within, message in (
+        (Path("/dev/zero"), None, "a device, not a plain file"),
+        (tmp_path / "fifo", tmp_path, "a FIFO, not a plain file"),
+        (tmp_path / "zero", tmp_path, "a link to outside"),
+        (tmp_path, None, "a folder"),
+        (tmp_path / "plain", None, "more than the 4 read"),
+    ):
+        with pytest.raises(UnreadableFile, match=message):
+            read_regular(path, 4, within)
+    with open_regular(tmp_path / "plain", 5, tmp_path) as handle:
+        assert handle.read() == b"12345"
