@@ -63,6 +63,7 @@ BACKOFF_BASE = 0.25
 BACKOFF_CAP = 8.0
 EARLY_STOP = (3, 8)  # how many last outcomes the early-stop rule looks at: in-flight, within these
 MAX_REDIRECTS = 5
+PROBE_S = 2.0  # seconds the capacity probe at the start may take
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
 GATEWAY_KEYS = ("extra_body", "extra_headers", "extra_query")
 
@@ -214,10 +215,33 @@ class OpenAIClient:
             await asyncio.gather(*(self._pool.check(url) for url in self.urls))
         except FatalAPIError as exc:
             raise type(exc)(self.redact(str(exc))) from None
-        published = await asyncio.gather(*(asyncio.to_thread(published_slots, url, self.api_key) for url in self.urls))
+        published = await asyncio.gather(*(self._published_slots(url) for url in self.urls))
         for url, slots in zip(self.urls, published, strict=True):
             if slots is not None:
                 self.limits[url].serves(slots)
+
+    async def _published_slots(self, url: str) -> int | None:
+        """How many requests the server says it serves at once, where it says so: llama.cpp's server
+        publishes `total_slots` at /props. Anything else - no such route, a gateway, a slow or odd
+        answer, a proxy on the way (it need not see more than the run's requests) - is None: the
+        limits then learn it by watching. One GET on the connection `check` opened."""
+        import aiohttp
+
+        target = self._pool.target(url)
+        if target.proxy is not None:
+            return None
+        path = target.url.path
+        props = target.url.with_path((path.split("/v1/")[0] if "/v1/" in path else "") + "/props").with_query(None)
+        options = {k: v for k, v in target.options.items() if k in ("headers", "ssl")}
+        try:
+            async with self._pool.session.get(
+                props, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=PROBE_S), **options
+            ) as answer:
+                if answer.status != 200:
+                    return None
+                return slots_in(json.loads(await answer.content.read(1 << 20)))
+        except (OSError, ValueError, asyncio.TimeoutError, aiohttp.ClientError):
+            return None
 
     def _body(self, request: Request) -> bytes:
         body = request_body(self.name, self.mode, self.generation, request, self.stream, self.extra_body)
@@ -465,26 +489,9 @@ def _duration(value: str | None) -> float | None:
     return sum(float(n) * scale[u] for n, u in parts)
 
 
-def published_slots(url: str, api_key: str | None = None, timeout: float = 2.0) -> int | None:
-    """How many requests the server says it serves at once, where it says so: llama.cpp's server
-    publishes `total_slots` at /props (and one entry per slot at /slots). Anything else - no
-    such route, a gateway, a slow or odd answer - is None: the limits then learn it by watching."""
-    import urllib.request
-
-    parts = urlsplit(url)
-    if parts.hostname and urllib.request.getproxies() and not urllib.request.proxy_bypass(parts.hostname):
-        return None  # behind a proxy: a hosted API, and the proxy need not see more than the run's requests
-    root = parts.path.split("/v1/")[0] if "/v1/" in parts.path else ""
-    headers = {"User-Agent": "coinflip", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    for route in ("/props", "/slots"):
-        target = urlunsplit((parts.scheme, parts.netloc, root + route, "", ""))
-        try:
-            with direct.open(urllib.request.Request(target, headers=headers), timeout=timeout) as answer:
-                found = json.loads(answer.read(1 << 20))
-        except (OSError, ValueError):
-            continue
-        slots = found.get("total_slots") if isinstance(found, dict) else len(found) if isinstance(found, list) else None
-        if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= 4096:
-            return slots
+def slots_in(found: Any) -> int | None:
+    """The number of slots in what a server published at /props (llama.cpp's `total_slots`)."""
+    slots = found.get("total_slots") if isinstance(found, dict) else None
+    if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= 4096:
+        return slots
     return None
