@@ -115,7 +115,13 @@ def outside_server(*flags: str) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(30)
+        try:
+            proc.wait(5)
+        except (
+            subprocess.TimeoutExpired
+        ):  # SIGTERM blocked in this process (by a test before) stays blocked in its children
+            proc.kill()
+            proc.wait(30)
 
 
 def stats(url: str) -> dict[str, Any]:
