@@ -45,6 +45,7 @@ from .scoring.calibration import answer_window
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
 if TYPE_CHECKING:
+    from .scoring.schema import Report
     from .scoring.scorer import Scorer
 
 log = logging.getLogger("coinflip")
@@ -64,7 +65,7 @@ def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
     return reports if isinstance(task_cfg, list) else reports[0]
 
 
-def run_one(config: TaskConfig) -> dict[str, Any]:
+def run_one(config: TaskConfig) -> Report | dict[str, Any]:
     with stopping() as stop:
         try:
             config = resume_settings(config)
@@ -448,7 +449,7 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
     return row
 
 
-def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | None = None) -> dict[str, Any]:
+def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | None = None) -> Report:
     """Compact predictions, then write reviews and reports (also used by rescore).
 
     Without `live` results from a fresh run, the saved predictions are read back and scored.
@@ -537,7 +538,7 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
     return scorer
 
 
-def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = True) -> dict[str, Any]:
+def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = True) -> Report:
     """Recompute reviews and reports from saved predictions, calling no model. In an arithmetic
     other than the run's own, they are written beside the run's (coin_flip.evalscope.json)."""
     run = RunDir.open(run_dir)

@@ -8,6 +8,7 @@ shown as written, never trusted as a number).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 STRICT, FORCED = "strict", "forced"
 
 
-def _cards(report: dict[str, Any], block: dict[str, Any]) -> list[dict[str, Any]]:
+def _cards(report: Mapping[str, Any], block: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for name in METRICS:
         pair = dig(block, "intervals", name)
@@ -93,7 +94,7 @@ def _sample(p: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _filters(report: dict[str, Any], samples: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def _filters(report: Mapping[str, Any], samples: list[dict[str, Any]]) -> list[tuple[str, str]]:
     buttons = [
         ("all", "all"),
         ("notok", "not correct"),
@@ -118,7 +119,7 @@ def _by_people(block: Any) -> list[charts.Point]:
     return out
 
 
-def _people_chart(report: dict[str, Any]) -> dict[str, Any]:
+def _people_chart(report: Mapping[str, Any]) -> dict[str, Any]:
     series = [(STRICT, charts.BLUE, _by_people(report.get("by_people")))]
     forced = dig(report, "forced", "by_people")
     if isinstance(forced, dict) and forced:
@@ -128,7 +129,7 @@ def _people_chart(report: dict[str, Any]) -> dict[str, Any]:
     return charts.bars(series, title="accuracy by number of people")
 
 
-def _yes_chart(report: dict[str, Any]) -> dict[str, Any]:
+def _yes_chart(report: Mapping[str, Any]) -> dict[str, Any]:
     counts = mapping(report.get("counts"))
     samples, target_yes = number(counts.get("samples")), number(counts.get("target_yes"))
     true_yes = target_yes / samples if samples and target_yes is not None else None
@@ -152,7 +153,7 @@ def _yes_chart(report: dict[str, Any]) -> dict[str, Any]:
     return chart
 
 
-def _calibration(report: dict[str, Any]) -> dict[str, Any]:
+def _calibration(report: Mapping[str, Any]) -> dict[str, Any]:
     c = mapping(report.get("calibration"))
     if not c.get("available"):
         return {"available": False, "reason": c.get("reason", "not available")}
@@ -172,7 +173,7 @@ def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [] if value is None else [value]
 
 
-def _repeats(report: dict[str, Any]) -> dict[str, Any] | None:
+def _repeats(report: Mapping[str, Any]) -> dict[str, Any] | None:
     r = report.get("repeat_metrics")
     if not isinstance(r, dict):
         return None
@@ -194,7 +195,7 @@ def _repeats(report: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _meta(report: dict[str, Any]) -> list[str]:
+def _meta(report: Mapping[str, Any]) -> list[str]:
     """The settings line under the title, one item each."""
     data, c = mapping(report.get("dataset")), mapping(report.get("counts"))
     subset, template, prov = (
@@ -224,7 +225,7 @@ def _meta(report: dict[str, Any]) -> list[str]:
 
 
 def context(
-    report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
+    report: Mapping[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> dict[str, Any]:
     """Everything the template shows, computed from the report and the listed samples."""
     ordered = sorted(samples, key=lambda pr: (bool(pr[1].get("correct")), _key(pr[1], "id"), _key(pr[1], "repeat")))
@@ -261,7 +262,7 @@ def context(
     }
 
 
-def _extra(report: dict[str, Any]) -> list[tuple[str, str]]:
+def _extra(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Report fields other parts of coinflip add (requests, retries, tokens, cost): one line each
     in the "More about this run" panel, whatever they hold, so a new field shows without a
     change here."""
@@ -281,13 +282,13 @@ def _extra(report: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def render(
-    report: dict[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
+    report: Mapping[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> str:
     """`samples`: (prediction, review) pairs to list; `latency` and `tokens`: values for the histograms."""
     return render_template("run.html", **context(report, samples, latency, tokens))
 
 
-def write_html(path: Path, report: dict[str, Any], scorer: Scorer) -> None:
+def write_html(path: Path, report: Mapping[str, Any], scorer: Scorer) -> None:
     page = render(report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
     from ..rundir import replacing
 

@@ -4,6 +4,7 @@ a model named `[bold red]x` or `x[/]` is shown as written, never read as markup.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ def interval(pair: list[float] | None) -> str:
     return "-" if pair is None else f"{pair[0]:.3f} - {pair[1]:.3f}"
 
 
-def data_line(report: dict[str, Any]) -> str:
+def data_line(report: Mapping[str, Any]) -> str:
     data = report["dataset"]
     where = data.get("id") or data.get("path") or data.get("source")
     template = report.get("template", {})
@@ -31,7 +32,7 @@ def data_line(report: dict[str, Any]) -> str:
     )
 
 
-def title(report: dict[str, Any]) -> str:
+def title(report: Mapping[str, Any]) -> str:
     """What tells two runs of one model apart at a glance: shots, API mode, repeats (the template
     is on the data line below)."""
     parts = [f"coin_flip - {report['model']}", f"{report.get('few_shot_num') or 0}-shot"]
@@ -41,7 +42,7 @@ def title(report: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-def timing_line(report: dict[str, Any]) -> str | None:
+def timing_line(report: Mapping[str, Any]) -> str | None:
     """Latency and, for streamed runs, time to first token (medians and p90, in seconds)."""
     usage = report.get("usage") or {}
     shown = []
@@ -57,7 +58,7 @@ def timing_line(report: dict[str, Any]) -> str | None:
 
 
 def print_summary(
-    report: dict[str, Any], run_dir: Path | None = None, console: Any = None, page: Path | None = None
+    report: Mapping[str, Any], run_dir: Path | None = None, console: Any = None, page: Path | None = None
 ) -> None:
     """The run in a screen; `page` is the HTML report to point to (default: the run's own)."""
     from rich.console import Console
@@ -95,7 +96,7 @@ def print_summary(
         console.print(Text(printable(hint)), soft_wrap=True)
 
 
-def _expected(report: dict[str, Any]) -> str | None:
+def _expected(report: Mapping[str, Any]) -> str | None:
     """What a bundled local model is expected to score, so a tiny model's zeros read as expected."""
     from ..models.llama_local import EXPECTED
 
@@ -106,7 +107,7 @@ def _incomplete(warning: str) -> bool:
     return "resume" in warning
 
 
-def lines(report: dict[str, Any]) -> list[str]:
+def lines(report: Mapping[str, Any]) -> list[str]:
     """The plain lines under the table: counts, errors, forced answers, calibration, data."""
     c = report["counts"]
     out = [

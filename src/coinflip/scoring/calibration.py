@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .extract import _MARKER
+from .schema import Bin, Calibration
 
 WINDOW = 8  # tokens kept after the token holding the last marker
 ROUNDING = 1e-4  # a log probability up to this far above 0 is float rounding of a certain token
@@ -140,7 +141,7 @@ def _normalised(entry: dict[str, Any]) -> float | None:
     return mass["yes"] / total if total > 0 else None
 
 
-def calibration(probabilities: Any, targets: Any) -> dict[str, Any]:
+def calibration(probabilities: Any, targets: Any) -> Calibration:
     """AUROC, Brier and ECE of P(YES) against the targets (1 for YES), with reliability bins."""
     import numpy as np
 
@@ -150,7 +151,8 @@ def calibration(probabilities: Any, targets: Any) -> dict[str, Any]:
         return {"samples": 0}
     edges = np.linspace(0, 1, BINS + 1)
     which = np.clip((p * BINS).astype(np.int64), 0, BINS - 1)  # bin b holds [b/10, (b+1)/10); 1.0 the last
-    bins, ece = [], 0.0
+    bins: list[Bin] = []
+    ece = 0.0
     for b in range(BINS):
         mask = which == b
         n = int(mask.sum())

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError
+from .schema import Cost, Report, Tokens
 
 if TYPE_CHECKING:
     from ..config import TaskConfig
@@ -89,32 +90,39 @@ def price(prompt: float, completion: float, prices: dict[str, float], batch: boo
     return full * prices["batch_discount"] if batch else full
 
 
-def tokens(*usages: Usage) -> dict[str, Any]:
+def tokens(*usages: Usage) -> Tokens:
     """Token totals over first requests and forced ones, and the mean per request that reported usage."""
     requests = sum(len(u.completion) for u in usages)
-    totals = {
-        "prompt": sum(u.prompt_tokens for u in usages),
-        "completion": int(sum(sum(u.completion) for u in usages)),
-        "reasoning": int(sum(sum(u.reasoning) for u in usages)),
-    }
+    prompt = sum(u.prompt_tokens for u in usages)
+    completion = int(sum(sum(u.completion) for u in usages))
+    reasoning = int(sum(sum(u.reasoning) for u in usages))
+    totals = {"prompt": prompt, "completion": completion, "reasoning": reasoning}
     mean = {k: round(v / requests, 2) if requests else None for k, v in totals.items()}
-    return {"requests": requests, **totals, "per_request": mean}
+    return {
+        "requests": requests,
+        "prompt": prompt,
+        "completion": completion,
+        "reasoning": reasoning,
+        "per_request": mean,
+    }
 
 
-def cost_report(config: dict[str, Any], found: dict[str, Any], batch: bool) -> dict[str, Any] | None:
+def cost_report(config: dict[str, Any], found: Tokens, batch: bool) -> Cost | None:
     """The cost section of a report, from the saved settings and the token totals (None: no prices)."""
     prices = prices_of(config)
     if prices is None:
         return None
     return {
-        **prices,
+        "input": prices["input"],
+        "output": prices["output"],
+        "batch_discount": prices["batch_discount"],
         "batch": batch,
         "total": price(found["prompt"], found["completion"], prices, batch),
         "full_price": price(found["prompt"], found["completion"], prices, False),
     }
 
 
-def cost_line(report: dict[str, Any]) -> str | None:
+def cost_line(report: Report) -> str | None:
     """One line for the terminal and the pages: tokens, and the cost where prices were given."""
     t = report.get("tokens")
     if not isinstance(t, dict) or not (t.get("requests") or report.get("cost")):  # a baseline uses none

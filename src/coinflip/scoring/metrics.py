@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .evalscope import report_note
+from .schema import People, Report
 
 METRICS = ("f1_score", "accuracy", "precision", "recall", "yes_ratio")
 PRIMARY = "f1_score"
@@ -99,9 +100,7 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
-def summarize(
-    outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resamples: int = RESAMPLES
-) -> dict[str, Any]:
+def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resamples: int = RESAMPLES) -> Report:
     """All numbers of a report: metrics, intervals, counts, accuracy by number of people."""
     import numpy as np
 
@@ -127,44 +126,46 @@ def summarize(
     errors_on = [int(np.sum(errors & (everything.cell < 3))), int(np.sum(errors & (everything.cell >= 3)))]
     invalid_on = [int(all_cells[2]) - errors_on[0], int(all_cells[5]) - errors_on[1]]
     correct = int(cells[0] + cells[4])
-    extra = {"evalscope": report_note(len(everything) - total, total)} if compat == "evalscope" else {}
-    return {
-        "metric_compat": compat,
-        "primary": PRIMARY,
-        **extra,
-        "metrics": {k: values[k] for k in METRICS},
-        "intervals": {k: _rounded(intervals[k]) for k in METRICS},
-        "undefined": undefined,
-        "counts": {
-            "samples": len(everything),
-            "correct": correct,
-            "tp": int(cells[0]),
-            "fp": int(cells[3]),
-            "tn": int(cells[4]),
-            "fn": int(cells[1]),
-            "invalid": sum(invalid_on),
-            "invalid_rate": sum(invalid_on) / total if total else 0.0,
-            "errors": sum(errors_on),
-            "target_yes": int(all_cells[:3].sum()),
-            "answered_yes": int(cells[0] + cells[3]),
-            "answered_no": int(cells[1] + cells[4]),
-            "invalid_on_yes": invalid_on[0],
-            "invalid_on_no": invalid_on[1],
-            "errors_on_yes": errors_on[0],
-            "errors_on_no": errors_on[1],
-        },
-        "by_people": by_people(everything),
-    }
+    scores: Report = {"metric_compat": compat, "primary": PRIMARY}
+    if compat == "evalscope":
+        scores["evalscope"] = report_note(len(everything) - total, total)
+    scores.update(
+        {
+            "metrics": {k: values[k] for k in METRICS},
+            "intervals": {k: _rounded(intervals[k]) for k in METRICS},
+            "undefined": undefined,
+            "counts": {
+                "samples": len(everything),
+                "correct": correct,
+                "tp": int(cells[0]),
+                "fp": int(cells[3]),
+                "tn": int(cells[4]),
+                "fn": int(cells[1]),
+                "invalid": sum(invalid_on),
+                "invalid_rate": sum(invalid_on) / total if total else 0.0,
+                "errors": sum(errors_on),
+                "target_yes": int(all_cells[:3].sum()),
+                "answered_yes": int(cells[0] + cells[3]),
+                "answered_no": int(cells[1] + cells[4]),
+                "invalid_on_yes": invalid_on[0],
+                "invalid_on_no": invalid_on[1],
+                "errors_on_yes": errors_on[0],
+                "errors_on_no": errors_on[1],
+            },
+            "by_people": by_people(everything),
+        }
+    )
+    return scores
 
 
 def _rounded(pair: tuple[float, float] | None) -> list[float] | None:
     return None if pair is None else [round(pair[0], 6), round(pair[1], 6)]
 
 
-def by_people(outcomes: Outcomes) -> dict[str, Any]:
+def by_people(outcomes: Outcomes) -> dict[str, People]:
     import numpy as np
 
-    out = {}
+    out: dict[str, People] = {}
     right = (outcomes.cell == 0) | (outcomes.cell == 4)
     for k in np.unique(outcomes.people).tolist():
         mask = outcomes.people == k

@@ -13,15 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from .metrics import METRICS, Outcomes, per_question, rates
+from .schema import Repeats, Spread
 
 
-def reduce(outcomes: Outcomes, compat: str) -> dict[str, Any]:
+def reduce(outcomes: Outcomes, compat: str) -> Repeats:
     import numpy as np
 
     ids, matrix = per_question(outcomes)
     k = int(outcomes.repeat.max()) + 1 if len(outcomes) else 0
     per_repeat = [rates(outcomes.where(outcomes.repeat == r).cells(), compat) for r in range(k)]
-    spread = {}
+    spread: dict[str, Spread] = {}
     for name in METRICS:
         values = np.array([float(m[name]) for m in per_repeat])
         finite = values[np.isfinite(values)]

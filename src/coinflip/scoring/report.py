@@ -17,6 +17,7 @@ from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
 from .metrics import METRICS, Outcomes, rates, summarize
 from .reducers import reduce
+from .schema import Calibration, Counts, Forced, Numbers, Report, Subset, Template
 from .scorer import Scorer
 
 EXTRACTION = "coinflip.extract_answer/1"
@@ -28,7 +29,7 @@ NO_LOGPROBS = (
 )
 
 
-def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: str) -> dict[str, Any]:
+def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: str) -> Report:
     """`saved` is the run's task_config.yaml content (config, fingerprint, samples, ...)."""
     if scorer.compat != compat:
         raise ValueError(f"the reviews follow {scorer.compat!r} rules, the report was asked for {compat!r}")
@@ -38,7 +39,9 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     scores = summarize(outcomes, compat, seed)
     counts = scores["counts"]
     expected = int(saved.get("samples") or len(outcomes))
-    report: dict[str, Any] = {
+    subset: Subset = saved.get("subset") or Subset(mode="all", count=expected, of=expected)
+    template: Template = fingerprint.get("template") or Template(name="default")
+    report: Report = {
         "benchmark": BENCHMARK,
         "model": config.get("model_id") or config["model"],
         "served_model": config["model"],
@@ -46,22 +49,26 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "complete": counts["errors"] == 0 and expected <= len(outcomes),
         "warnings": [],
         "notes": [],
-        **scores,
-        "baselines": baselines(scores["counts"], compat),
-        "invalid_reasons": _reasons(scorer),
-        "errors_top": scorer.usage.top_errors(),
-        "dataset": fingerprint["dataset"],
-        "subset": saved.get("subset") or {"mode": "all", "count": expected, "of": expected},
-        "template": fingerprint.get("template") or {"name": "default"},
-        "few_shot_num": config.get("few_shot_num", 0),
-        "repeats": int(fingerprint.get("repeats") or 1),
-        "api_mode": config.get("api_mode", "chat"),
-        "generation_config": fingerprint.get("generation_config", config.get("generation_config", {})),
-        "extraction": EXTRACTION_EVALSCOPE if compat == "evalscope" else EXTRACTION,
-        "usage": scorer.usage.result(),
-        "tokens": tokens(scorer.usage, scorer.forced_usage),
-        "provenance": saved.get("provenance", {}),
     }
+    report.update(scores)
+    report.update(
+        {
+            "baselines": baselines(scores["counts"], compat),
+            "invalid_reasons": _reasons(scorer),
+            "errors_top": scorer.usage.top_errors(),
+            "dataset": fingerprint["dataset"],
+            "subset": subset,
+            "template": template,
+            "few_shot_num": config.get("few_shot_num", 0),
+            "repeats": int(fingerprint.get("repeats") or 1),
+            "api_mode": config.get("api_mode", "chat"),
+            "generation_config": fingerprint.get("generation_config", config.get("generation_config", {})),
+            "extraction": EXTRACTION_EVALSCOPE if compat == "evalscope" else EXTRACTION,
+            "usage": scorer.usage.result(),
+            "tokens": tokens(scorer.usage, scorer.forced_usage),
+            "provenance": saved.get("provenance", {}),
+        }
+    )
     report["batch"] = bool(config.get("batch") or config.get("batch_results"))  # answered by a Batch API
     report["cost"] = cost_report(config, report["tokens"], report["batch"])
     if report["repeats"] > 1 or (len(outcomes) and int(outcomes.repeat.max()) > 0):
@@ -90,7 +97,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     return report
 
 
-def baselines(counts: dict[str, Any], compat: str) -> dict[str, dict[str, float | None]]:
+def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
     """always-yes and always-no on the same targets: the floor a metric must clear to mean anything."""
     yes, no = counts["target_yes"], counts["samples"] - counts["target_yes"]
     out = {}
@@ -104,7 +111,7 @@ def _reasons(scorer: Scorer) -> dict[str, int]:
     return {reason: n for reason, n in scorer.reasons.items() if n}
 
 
-def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> dict[str, Any]:
+def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> Forced:
     """The forced view (strict answer where valid, the forced one where not) and what forcing recovered."""
     import numpy as np
 
@@ -128,7 +135,7 @@ def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> dict[st
     }
 
 
-def _no_probabilities(report: dict[str, Any]) -> str:
+def _no_probabilities(report: Report) -> str:
     """Why no sample has P(YES), from what the run asked for and what its answers were."""
     generation = report["generation_config"]
     if not (generation.get("logprobs") or generation.get("top_logprobs")):
@@ -148,7 +155,7 @@ def _no_probabilities(report: dict[str, Any]) -> str:
     )
 
 
-def _calibration(scorer: Scorer, outcomes: Outcomes) -> dict[str, Any] | None:
+def _calibration(scorer: Scorer, outcomes: Outcomes) -> Calibration | None:
     """None when no sample has P(YES) (`_no_probabilities` says why)."""
     import numpy as np
 
@@ -167,7 +174,7 @@ def _pct(n: int, total: int) -> str:
     return f"{n / total:.0%}" if total else "0%"
 
 
-def warnings(report: dict[str, Any], expected: int, scored: int) -> list[str]:
+def warnings(report: Report, expected: int, scored: int) -> list[str]:
     """One line each; the terminal and the HTML page show them all."""
     c, out = report["counts"], []
     total = c["samples"]
@@ -215,23 +222,21 @@ def warnings(report: dict[str, Any], expected: int, scored: int) -> list[str]:
     return out
 
 
-def _below_baselines(report: dict[str, Any]) -> list[str]:
+def _below_baselines(report: Report) -> list[str]:
     found = []
     for name in ("f1_score", "accuracy"):
         value = report["metrics"][name]
         if value is None:
             continue
-        best = max(
-            ((b, v[name]) for b, v in report["baselines"].items() if v[name] is not None),
-            key=lambda bv: bv[1],
-            default=None,
-        )
+        floors = [(b, v[name]) for b, v in report["baselines"].items()]
+        known = [(b, floor) for b, floor in floors if floor is not None]
+        best = max(known, key=lambda bv: bv[1], default=None)
         if best is not None and value <= best[1] + 1e-12:
             found.append(f"{name} {value:.4f} <= {best[0]} {best[1]:.4f}")
     return found
 
 
-def notes(report: dict[str, Any]) -> list[str]:
+def notes(report: Report) -> list[str]:
     out = []
     if report["dataset"].get("source") == "bundled":
         out.append(
@@ -249,7 +254,7 @@ def notes(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def _utf8_json(report: dict[str, Any], text: str) -> bytes:
+def _utf8_json(report: Report, text: str) -> bytes:
     """UTF-8, or where half a surrogate pair slipped in, the same JSON with \\u escapes."""
     try:
         return text.encode("utf-8")
@@ -257,7 +262,7 @@ def _utf8_json(report: dict[str, Any], text: str) -> bytes:
         return (json.dumps(report, indent=2) + "\n").encode("ascii")
 
 
-def write_report(path: Path, report: dict[str, Any]) -> None:
+def write_report(path: Path, report: Report) -> None:
     from ..rundir import replacing
 
     try:

@@ -26,6 +26,7 @@ from .calibration import impossible_in, p_yes
 from .evalscope import read_verdict
 from .extract import read_answer
 from .metrics import Outcomes
+from .schema import ErrorCount, Quantiles, UsageSummary
 
 MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failures first beyond that
 REASONS: tuple[str | None, ...] = (None, *extract.REASONS)  # EvalScope's reasons are a subset
@@ -131,7 +132,7 @@ class Columns:
         )
 
 
-def _quantiles(values: Sequence[float]) -> dict[str, float]:
+def _quantiles(values: Sequence[float]) -> Quantiles:
     """Mean and order statistics; sorted in one numpy array, not a list of a Python float each."""
     if not values:
         return {}
@@ -182,8 +183,8 @@ class Usage:
         if reasoning is not None:
             self.reasoning.append(float(reasoning))
 
-    def result(self) -> dict[str, Any]:
-        out = {
+    def result(self) -> UsageSummary:
+        out: UsageSummary = {
             "latency_s": _quantiles(self.latency),
             "completion_tokens": _quantiles(self.completion),
             "prompt_tokens_total": self.prompt_tokens,
@@ -197,7 +198,7 @@ class Usage:
             out["reasoning_tokens_total"] = int(sum(self.reasoning))
         return out
 
-    def top_errors(self, n: int = 5) -> list[dict[str, Any]]:
+    def top_errors(self, n: int = 5) -> list[ErrorCount]:
         ranked = sorted(self.errors.items(), key=lambda kv: (-kv[1], kv[0]))
         return [{"message": message, "count": count} for message, count in ranked[:n]]
 

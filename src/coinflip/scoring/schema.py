@@ -1,0 +1,268 @@
+"""The report record (reports/<model>/coin_flip.json), declared once.
+
+`build_report` (scoring/report.py) writes a `Report`; every reader of a saved report (the index,
+`compare`, the leaderboard rows in pages/board.py) goes through `read_report`. A saved report is
+untrusted and may come from another version of coinflip, so reading checks each field against
+its declared type, section by section: a field of another type is left out (a reader then sees
+it missing), a field this version does not declare is kept as it is (the pages list it under
+"more about this run"), and nothing a file holds raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import types
+import typing
+from typing import Any, TypedDict
+
+Numbers = dict[str, float | None]  # one value per metric name (metrics.METRICS); None: undefined
+Intervals = dict[str, list[float] | None]  # [low, high] per metric name
+
+
+class Quantiles(TypedDict, total=False):
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+
+class UsageSummary(TypedDict, total=False):
+    """Latency and token distributions over the requests a report counts (scorer.Usage)."""
+
+    latency_s: Quantiles
+    completion_tokens: Quantiles
+    prompt_tokens_total: int
+    completion_tokens_total: int
+    finish_reasons: dict[str, int]
+    ttft_s: Quantiles
+    reasoning_tokens: Quantiles
+    reasoning_tokens_total: int
+
+
+class Counts(TypedDict, total=False):
+    samples: int
+    correct: int
+    tp: int
+    fp: int
+    tn: int
+    fn: int
+    invalid: int
+    invalid_rate: float
+    errors: int
+    target_yes: int
+    answered_yes: int
+    answered_no: int
+    invalid_on_yes: int
+    invalid_on_no: int
+    errors_on_yes: int
+    errors_on_no: int
+
+
+class People(TypedDict, total=False):
+    """Accuracy on the questions with one number of people (by_people, keyed by that number)."""
+
+    samples: int
+    correct: int
+    accuracy: float
+    interval: list[float]
+
+
+class Forced(TypedDict, total=False):
+    """--force-answer: the forced view (strict answer where valid, the forced one where not)."""
+
+    metrics: Numbers
+    intervals: Intervals
+    counts: Counts
+    by_people: dict[str, People]
+    invalid_strict: int
+    asked: int
+    recovered_correct: int
+    recovered_wrong: int
+    still_invalid: int
+    usage: UsageSummary
+
+
+class Spread(TypedDict, total=False):
+    mean: float | None
+    std: float | None
+    values: list[float | None]
+
+
+class Repeats(TypedDict, total=False):
+    """--repeats above 1 (scoring/reducers.py)."""
+
+    k: int
+    questions: int
+    per_repeat: dict[str, Spread]
+    majority_vote: Numbers
+    pass_at_k: float | None
+    consistency: float | None
+
+
+class Bin(TypedDict, total=False):
+    lo: float
+    hi: float
+    samples: int
+    mean_p_yes: float | None
+    yes_share: float | None
+
+
+class Calibration(TypedDict, total=False):
+    """P(YES) against the targets (scoring/calibration.py); `available` False says `reason`."""
+
+    available: bool
+    reason: str
+    coverage: float
+    samples: int
+    auroc: float | None
+    brier: float
+    ece: float
+    bins: list[Bin]
+
+
+class Tokens(TypedDict, total=False):
+    requests: int
+    prompt: int
+    completion: int
+    reasoning: int
+    per_request: dict[str, float | None]
+
+
+class Cost(TypedDict, total=False):
+    """Prices per million tokens and what the run cost (scoring/cost.py)."""
+
+    input: float
+    output: float
+    batch_discount: float
+    batch: bool
+    total: float
+    full_price: float
+
+
+class ErrorCount(TypedDict):
+    message: str
+    count: int
+
+
+class Dataset(TypedDict, total=False):
+    source: str
+    path: str
+    id: str
+    split: str
+    rows: int
+    sha256: str
+
+
+class Subset(TypedDict, total=False):
+    mode: str
+    seed: int
+    count: int
+    of: int
+
+
+class Template(TypedDict, total=False):
+    name: str
+    sha256: str
+    multiturn: bool
+    text: str
+
+
+class Report(TypedDict, total=False):
+    """A run's report: its settings, its scores and what a reader must not miss (warnings)."""
+
+    benchmark: str
+    model: str  # the name shown (model_id where given)
+    served_model: str  # the name sent to the server
+    run: str
+    complete: bool
+    warnings: list[str]
+    notes: list[str]
+    metric_compat: str  # metric_compat to by_people: metrics.summarize, for the forced view too
+    primary: str
+    evalscope: dict[str, Any]  # evalscope arithmetic only: how the numbers relate to EvalScope's
+    metrics: Numbers
+    intervals: Intervals
+    undefined: list[str]
+    counts: Counts
+    by_people: dict[str, People]
+    baselines: dict[str, Numbers]  # always-yes, always-no on the same targets
+    invalid_reasons: dict[str, int]
+    errors_top: list[ErrorCount]
+    dataset: Dataset
+    subset: Subset
+    template: Template
+    few_shot_num: int
+    repeats: int
+    api_mode: str
+    generation_config: dict[str, Any]
+    extraction: str
+    usage: UsageSummary
+    tokens: Tokens
+    provenance: dict[str, Any]
+    batch: bool  # answered by a Batch API
+    cost: Cost | None  # None: no prices given
+    repeat_metrics: Repeats
+    forced: Forced
+    calibration: Calibration
+    errors_ignored: bool
+
+
+def read_report(raw: bytes | str) -> Report | None:
+    """The report a file holds, each field checked against `Report`; None when the file is not
+    a JSON object. The one way a saved report is read."""
+    try:
+        found = json.loads(raw)  # Python's parser: NaN and numbers past a float's range still read
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return typed(found, Report) if isinstance(found, dict) else None  # type: ignore[return-value]
+
+
+_LEFT_OUT = object()
+
+
+def typed(found: dict[str, Any], declared: Any) -> dict[str, Any]:
+    """The fields of `found` that have the type `declared` (a TypedDict) gives them, nested
+    sections checked field by field the same way, and the fields it does not declare."""
+    hints = _hints(declared)
+    out = {}
+    for key, value in found.items():
+        kept = _checked(value, hints[key]) if key in hints else value
+        if kept is not _LEFT_OUT:
+            out[key] = kept
+    return out
+
+
+def _checked(value: Any, hint: Any) -> Any:
+    """`value` if it has type `hint`, a section's fields that do, `_LEFT_OUT` otherwise."""
+    import msgspec  # with the first report read, not with coinflip
+
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for option in options:
+        if typing.is_typeddict(option) or typing.get_origin(option) is dict:
+            if isinstance(value, dict):
+                return typed(value, option) if typing.is_typeddict(option) else _entries(value, option)
+            continue
+        try:
+            msgspec.convert(value, option)  # checks only: the value is kept as it was written
+        except (msgspec.ValidationError, RecursionError):
+            continue
+        return value
+    return _LEFT_OUT
+
+
+@functools.cache
+def _hints(declared: Any) -> dict[str, Any]:
+    return typing.get_type_hints(declared)
+
+
+def _entries(found: dict[str, Any], hint: Any) -> dict[str, Any]:
+    """A mapping's entries whose values have the declared type (one odd metric leaves the rest)."""
+    _, declared = typing.get_args(hint)
+    out = {}
+    for key, value in found.items():
+        kept = _checked(value, declared)
+        if kept is not _LEFT_OUT:
+            out[key] = kept
+    return out
