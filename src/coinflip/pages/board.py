@@ -1,19 +1,21 @@
 """A run's report as one leaderboard row: every field read on its own, shown when present.
 
-Reports grow new fields (repeats, forced answers, calibration, invalid reasons, templates,
-provenance); a field this version does not know lands in the row's details, and a field that
-is missing or of another type becomes None, never an exception.
+The report comes through scoring/schema.py `read_report`, so each field it declares has its
+declared type or is missing (a missing one shows as None); a field this version does not
+know lands in the row's details, never an exception.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
 from ..config import BENCHMARK
 from ..scoring.metrics import METRICS
+from ..scoring.schema import Counts, Dataset, Report, Subset, Template, UsageSummary
 from .catalog import Found, started
 from .html import number
 
@@ -57,75 +59,65 @@ def utf8(page: str) -> bytes:
     return _SURROGATE.sub("\ufffd", page).encode("utf-8")
 
 
-def data_of(report: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def data_of(report: Report, config: dict[str, Any]) -> dict[str, Any]:
     """The data a run used: a key that is the same for the same file and split, and a label."""
-    data = mapping(report.get("dataset"))
+    data = report.get("dataset", Dataset())
     source = text(data.get("source") or config.get("dataset_hub") or "unknown", 60)
     where = data.get("path") or data.get("id") or config.get("dataset_path") or ""
     split = text(data.get("split") or config.get("split") or "test", 30)
-    sha = data.get("sha256") if isinstance(data.get("sha256"), str) else ""
+    sha = data.get("sha256", "")
     name = os.path.basename(str(where).rstrip("/")) if source in ("file", "local") else str(where)
     label = f"{source} {split}" if source == "bundled" else f"{source} {text(name, 80)} ({split})"
     key = f"{sha[:12]}/{split}" if sha else f"{source}:{where}/{split}"
     return {"key": key, "label": label, "sha": sha, "rows": number(data.get("rows")), "where": text(where)}
 
 
-def template_of(report: dict[str, Any], config: dict[str, Any]) -> tuple[str, str, str]:
+def template_of(report: Report, config: dict[str, Any]) -> tuple[str, str, str]:
     """(name, short hash, full text or name) of the prompt template."""
-    found = report.get("template", report.get("prompt_template"))
-    name, digest, full = "", "", ""
-    if isinstance(found, dict):
-        name = text(found.get("name"), 200)
-        digest = text(found.get("sha256") or found.get("hash"), 64)
-        full = text(found.get("text"), 2000)
-    elif isinstance(found, str):
-        name = found
-    digest = digest or text(report.get("template_hash") or report.get("prompt_template_hash"), 64)
-    name = name or text(config.get("prompt_template") or "default", 2000)
+    found = report.get("template", Template())
+    digest, full = text(found.get("sha256"), 64), text(found.get("text"), 2000)
+    name = text(found.get("name") or config.get("prompt_template") or "default", 2000)
     if "{question}" in name:
         full, name = full or name, "custom"
     return text(name, 40), digest[:10], text(full or name, 2000)
 
 
-def repeats_of(report: dict[str, Any], config: dict[str, Any]) -> int:
-    for value in (
-        report.get("repeats"),
-        dig(report, "repeats", "k"),
-        dig(report, "repeats", "count"),
-        config.get("repeats"),
-    ):
+def repeats_of(report: Report, config: dict[str, Any]) -> int:
+    for value in (report.get("repeats"), config.get("repeats")):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return 1
 
 
-def subset_of(report: dict[str, Any]) -> str:
+def subset_of(report: Report) -> str:
     """Which questions of the data a run asked, as a key: "" for all of them. Runs on different
     subsets (another --seed) may share no question, so they are not ranked together."""
-    subset = mapping(report.get("subset"))
-    count, of = number(subset.get("count")), number(subset.get("of"))
+    subset = report.get("subset", Subset())
+    count, of = subset.get("count"), subset.get("of")
     if count is None or of is None or count >= of:
         return ""
     seed = subset.get("seed")
     return text(
-        f"{subset.get('mode', 'first')} {count:.0f} of {of:.0f}" + (f", seed {seed}" if seed is not None else ""), 80
+        f"{subset.get('mode', 'first')} {count} of {of}" + (f", seed {seed}" if seed is not None else ""), 80
     )
 
 
-def _metric(report: dict[str, Any], name: str) -> list[float | None]:
-    interval = dig(report, "intervals", name)
-    if not (isinstance(interval, list) and len(interval) == 2):
-        interval = [None, None]
-    return [number(dig(report, "metrics", name)), number(interval[0]), number(interval[1])]
+def _metric(report: Report, name: str) -> list[float | None]:
+    lo, hi = _pair(report.get("intervals", {}).get(name))
+    return [number(report.get("metrics", {}).get(name)), lo, hi]
 
 
-def _by_people(report: dict[str, Any]) -> dict[str, list[float | None]]:
+def _pair(interval: list[float] | None) -> tuple[float | None, float | None]:
+    """An interval's ends; (None, None) where it is not two numbers."""
+    return (number(interval[0]), number(interval[1])) if interval and len(interval) == 2 else (None, None)
+
+
+def _by_people(report: Report) -> dict[str, list[float | None]]:
     out = {}
-    for key, cell in mapping(report.get("by_people")).items():
-        if isinstance(cell, dict) and str(key).lstrip("-").isdigit():
-            interval = cell.get("interval")
-            lo, hi = (list(interval) + [None, None])[:2] if isinstance(interval, list) else (None, None)
-            out[str(key)] = [number(cell.get("accuracy")), number(lo), number(hi), number(cell.get("samples"))]
+    for key, cell in report.get("by_people", {}).items():
+        if key.lstrip("-").isdigit():
+            lo, hi = _pair(cell.get("interval"))
+            out[key] = [number(cell.get("accuracy")), lo, hi, number(cell.get("samples"))]
     return out
 
 
@@ -133,15 +125,15 @@ def _quantiles(value: Any) -> dict[str, float | None]:
     return {k: number(dig(value, k)) for k in ("mean", "p50", "p90", "p99")}
 
 
-def version_of(report: dict[str, Any], config: dict[str, Any]) -> str:
-    for where in (report, report.get("provenance"), config, config.get("provenance")):
+def version_of(report: Report, config: dict[str, Any]) -> str:
+    for where in (report.get("provenance"), config.get("provenance")):
         value = dig(where, "coinflip_version")
         if isinstance(value, str):
             return text(value, 40)
     return ""
 
 
-def details(report: dict[str, Any]) -> list[list[str]]:
+def details(report: Mapping[str, Any]) -> list[list[str]]:
     """Report fields the leaderboard has no column for, flattened to (key, value) lines."""
     out: list[list[str]] = []
 
@@ -182,12 +174,9 @@ def href(found: Found) -> str:
 def row(found: Found) -> dict[str, Any]:
     """The leaderboard row of a run that has a report."""
     report, config = found.report, found.config
-    counts = mapping(report.get("counts"))
+    counts = report.get("counts", Counts())
     name, digest, full = template_of(report, config)
-    usage = report.get("usage")
-    warnings = report.get("warnings")
-    warnings = warnings if isinstance(warnings, list) else []
-    complete = report.get("complete")
+    usage = report.get("usage", UsageSummary())
     samples = number(counts.get("samples"))
     return {
         "id": found.rel,
@@ -205,24 +194,24 @@ def row(found: Found) -> dict[str, Any]:
         "m": {m: _metric(report, m) for m in METRICS},
         "invalid_rate": number(counts.get("invalid_rate")),
         "invalid": number(counts.get("invalid")),
-        "invalid_reasons": _reasons(report, counts),
+        "invalid_reasons": _reasons(report),
         "errors": number(counts.get("errors")),
-        "complete": complete is not False,
-        "warnings": [text(w) for w in warnings[:6]],
+        "complete": report.get("complete") is not False,
+        "warnings": [text(w) for w in report.get("warnings", [])[:6]],
         "compat": text(report.get("metric_compat"), 20),
         "href": href(found),
         "people": _by_people(report),
-        "lat": _quantiles(dig(usage, "latency_s")),
-        "tok": _quantiles(dig(usage, "completion_tokens")),
-        "ptok": number(dig(usage, "prompt_tokens_total")),
-        "ctok": number(dig(usage, "completion_tokens_total")),
+        "lat": _quantiles(usage.get("latency_s")),
+        "tok": _quantiles(usage.get("completion_tokens")),
+        "ptok": number(usage.get("prompt_tokens_total")),
+        "ctok": number(usage.get("completion_tokens_total")),
         "version": version_of(report, config),
         "extra": {key: _first(report, paths) for key, _, paths in EXTRAS},
         "details": details(report),
     }
 
 
-def _first(report: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> float | None:
+def _first(report: Report, paths: tuple[tuple[str, ...], ...]) -> float | None:
     for path in paths:
         value = number(dig(report, *path))
         if value is not None:
@@ -230,10 +219,8 @@ def _first(report: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> float 
     return None
 
 
-def _reasons(report: dict[str, Any], counts: dict[str, Any]) -> str:
-    reasons = report.get("invalid_reasons", counts.get("invalid_reasons"))
-    if not isinstance(reasons, dict):
-        return ""
+def _reasons(report: Report) -> str:
+    reasons = report.get("invalid_reasons", {})
     return text(", ".join(f"{k}: {_shown(v)}" for k, v in reasons.items()), 300)
 
 

@@ -14,7 +14,6 @@ make that run broken, never slow or fail the command that reads them.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -26,6 +25,7 @@ from .._files import UnreadableFile, inside, open_regular, read_regular
 from ..config import BENCHMARK, safe_name
 from ..records import Review, read_prediction, read_review
 from ..rundir import CONFIG_FILE, load_saved_config
+from ..scoring.schema import Report, read_report
 
 RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs"})
 MAX_DEPTH = 8
@@ -44,7 +44,7 @@ class Found:
     rel: str  # relative to the work directory, with "/"; "." for the work directory itself
     kind: str
     reason: str = ""
-    report: dict[str, Any] = field(default_factory=dict)
+    report: Report = field(default_factory=lambda: Report())
     config: dict[str, Any] = field(default_factory=dict)
     model_dir: str = ""  # the model's folder under predictions/, reviews/, reports/
 
@@ -75,10 +75,6 @@ class _Seen:
         import time
 
         return time.monotonic() > self.deadline
-
-
-def runs_of(found: Iterable[Found]) -> list[Found]:
-    return [f for f in found if f.kind == "run"]
 
 
 def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -> bool:
@@ -176,17 +172,17 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
         run.reason = f"no report: stopped before the end ({done}{of} predictions saved); resume it with `coinflip eval --use-cache`, or score what it has with `coinflip rescore`"
         return run
     try:
-        report = json.loads(read_regular(run.file("reports", "json"), REPORT_LIMIT, within=run.path))
+        report = read_report(read_regular(run.file("reports", "json"), REPORT_LIMIT, within=run.path))
     except UnreadableFile as exc:
         run.kind, run.reason = "broken", _short(exc)
         return run
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+    if report is None:
         run.kind, run.reason = (
             "broken",
-            f"reports/{run.model_dir}/{BENCHMARK}.json is not valid JSON ({_short(exc)}); `coinflip rescore` rewrites it",
+            f"reports/{run.model_dir}/{BENCHMARK}.json is not valid JSON or not an object; `coinflip rescore` rewrites it",
         )
         return run
-    if not isinstance(report, dict) or not isinstance(report.get("metrics"), dict):
+    if "metrics" not in report:
         run.kind, run.reason = "broken", f"reports/{run.model_dir}/{BENCHMARK}.json holds no metrics"
         return run
     run.report = report

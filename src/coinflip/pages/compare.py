@@ -27,7 +27,6 @@ __all__ = ["Run", "compare", "load_run", "mcnemar", "to_html", "to_markdown"]
 @dataclass(frozen=True)
 class Run:
     path: Path
-    report: dict[str, Any]
     correct: dict[str, bool]  # by question text, so runs pair on the sample itself
     row: dict[str, Any]  # the run as the index shows it: run id, samples, data, template, few-shot
 
@@ -57,7 +56,7 @@ def _usable(found: Found) -> tuple[Run | None, str]:
     answers = read_answers(found)
     if answers is None or not answers.correct:
         return None, f"no readable reviews; run `coinflip rescore {found.path}`"
-    return Run(found.path, found.report, answers.correct, row(found)), ""
+    return Run(found.path, answers.correct, row(found)), ""
 
 
 def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
@@ -224,17 +223,6 @@ def _unique_names(runs: list[Run]) -> None:
     for r in runs:
         if names.count(r.row["run"]) > 1:
             r.row["run"] = r.path.resolve().relative_to(common).as_posix() or r.row["run"]
-
-
-def _by_data(runs: list[Run]) -> str:
-    groups: dict[str, list[str]] = {}
-    for r in runs:
-        groups.setdefault(_data(r.row), []).append(r.label)
-    parts = []
-    for data, labels in groups.items():
-        shown = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
-        parts.append(f"{data}: {shown}")
-    return "; ".join(parts)
 
 
 def _data(row: dict[str, Any]) -> str:

@@ -20,7 +20,11 @@ def number(value: Any) -> float | None:
     """A finite number, or None for anything else (a string where a count should be, NaN, a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        value = float(value)
+    except OverflowError:  # a whole number past a float's range
+        return None
+    return value if math.isfinite(value) else None
 
 
 def fmt(value: Any, spec: str = ".4f", missing: str = "undefined") -> str:
