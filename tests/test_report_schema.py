@@ -1,0 +1,134 @@
+"""The report record (scoring/schema.py): what is written reads back the same, and whatever a
+saved report holds reads without an exception, each field of the wrong type left out."""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coinflip.pages.board import row
+from coinflip.pages.catalog import read_run
+from coinflip.scoring.report import write_report
+from coinflip.scoring.schema import Report, read_report
+
+from .conftest import run_cli
+
+_TEXT = st.text(max_size=8)
+
+
+def _strategy(hint: Any) -> st.SearchStrategy[Any]:
+    """Values of a declared type, sections built from their declaration (JSON's own values only:
+    finite floats, string keys)."""
+    if typing.is_typeddict(hint):
+        hints = typing.get_type_hints(hint)
+        required = {k: _strategy(hints[k]) for k in hint.__required_keys__}
+        optional = {k: _strategy(hints[k]) for k in hint.__optional_keys__}
+        return st.fixed_dictionaries(required, optional=optional)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return st.one_of(*(_strategy(a) for a in args))
+    if origin is list:
+        return st.lists(_strategy(args[0]), max_size=3)
+    if origin is dict:
+        return st.dictionaries(_TEXT, _strategy(args[1]), max_size=3)
+    simple: dict[Any, st.SearchStrategy[Any]] = {
+        str: _TEXT,
+        int: st.integers(),
+        float: st.floats(allow_nan=False, allow_infinity=False),
+        bool: st.booleans(),
+        type(None): st.none(),
+        Any: st.none() | st.integers() | _TEXT | st.lists(st.integers(), max_size=2),
+    }
+    return simple[hint]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(report=_strategy(Report))
+def test_a_report_written_reads_back_equal(report: Report, tmp_path: Path) -> None:
+    path = tmp_path / "reports" / "m" / "coin_flip.json"
+    write_report(path, report)
+    assert read_report(path.read_bytes()) == report
+
+
+def test_a_real_run_report_reads_back_as_written(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    args = ("--model", "random", "--limit", "12", "--repeats", "2", "--force-answer", "--no-timestamp")
+    assert run_cli("eval", *args, "--work-dir", str(work)).returncode == 0
+    saved = (work / "reports/random/coin_flip.json").read_bytes()
+    report = read_report(saved)
+    assert report == json.loads(saved) and report is not None
+    assert report["repeat_metrics"]["k"] == 2 and "forced" in report and report["counts"]["samples"] == 24
+
+
+HOSTILE: list[dict[str, Any]] = [
+    {},  # every section missing
+    {"metrics": {"accuracy": "high", "f1_score": [1], "recall": 0.5}, "counts": "many", "warnings": "not a list"},
+    {"metrics": {}, "by_people": [], "intervals": {"accuracy": [1], "f1_score": ["a", "b"]}, "usage": 7},
+    {"metrics": {}, "counts": {"samples": 10**400, "invalid_rate": 10**400}, "repeats": 10**30, "few_shot_num": -1},
+    {"metrics": {}, "subset": {"count": 10**400, "of": 1e308}, "dataset": {"rows": 10**400, "sha256": 5}},
+    {"metrics": {}, "template": "a string", "calibration": {"auroc": True, "bins": [{"lo": "x"}]}, "cost": "free"},
+    {"metrics": {}, "forced": {"metrics": {"accuracy": 0.5}, "asked": True}, "repeat_metrics": {"k": "3"}},
+    {"metrics": {}, "by_people": {"2": {"accuracy": "x", "interval": [0, 1, 2]}, "x": {}}, "errors_top": [{}]},
+    {"metrics": {}, "future_field": {"nested": [1, {"deep": None}]}, "provenance": {"coinflip_version": 9}},
+    {"metrics": {"accuracy": float("nan")}, "usage": {"latency_s": {"mean": float("inf")}}, "complete": "yes"},
+]
+
+
+FIELDS = sorted(typing.get_type_hints(Report)) + ["unknown", "2", "mean", "accuracy", "samples", "interval"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(FIELDS), inner, max_size=4),
+        max_leaves=20,
+    )
+)
+def test_any_json_reads_without_an_exception(found: Any) -> None:
+    report = read_report(json.dumps(found))
+    if not isinstance(found, dict):
+        assert report is None
+        return
+    assert report is not None and set(report) <= set(found)
+
+
+def test_odd_reports_read_as_their_well_typed_fields(tmp_path: Path) -> None:
+    for found in HOSTILE:
+        report = read_report(json.dumps(found))
+        assert report is not None and set(report) <= set(found)
+    special = read_report(json.dumps(HOSTILE[9]))  # NaN and Infinity, as Python's json writes them
+    assert special is not None and set(special) == {"metrics", "usage"}  # "complete": "yes" left out
+    assert special["usage"] == {"latency_s": {"mean": float("inf")}}
+    odd = read_report(json.dumps(HOSTILE[1]))
+    assert odd == {"metrics": {"recall": 0.5}}  # wrong types left out, one by one inside a mapping
+    future = read_report(json.dumps(HOSTILE[8]))
+    assert future is not None and future["future_field"] == HOSTILE[8]["future_field"]  # kept for the details
+    assert "coinflip_version" in future["provenance"]  # provenance is free-form: read as text where shown
+    forced = read_report(json.dumps(HOSTILE[6]))
+    assert forced == {"metrics": {}, "forced": {"metrics": {"accuracy": 0.5}}, "repeat_metrics": {}}
+    assert read_report(b"[1, 2]") is None and read_report(b"{truncated") is None and read_report(b"\xff") is None
+
+
+def test_odd_reports_become_rows_without_an_exception(tmp_path: Path) -> None:
+    """The leaderboard (index and compare) reads each odd report into a row, shown or left empty."""
+    work = tmp_path / "w"
+    assert (
+        run_cli("eval", "--model", "oracle", "--limit", "5", "--no-timestamp", "--work-dir", str(work)).returncode == 0
+    )
+    path = work / "reports/oracle/coin_flip.json"
+    for found in HOSTILE[1:]:
+        path.write_text(json.dumps(found))
+        run = read_run(work, work)
+        assert run.kind == "run", run.reason
+        shown = row(run)
+        assert shown["samples"] is None or isinstance(shown["samples"], float)
+        assert all(isinstance(w, str) for w in shown["warnings"])
+    path.write_text(json.dumps(HOSTILE[0]))
+    assert read_run(work, work).kind == "broken"  # no metrics at all: not a report
