@@ -97,9 +97,7 @@ def subset_of(report: Report) -> str:
     if count is None or of is None or count >= of:
         return ""
     seed = subset.get("seed")
-    return text(
-        f"{subset.get('mode', 'first')} {count} of {of}" + (f", seed {seed}" if seed is not None else ""), 80
-    )
+    return text(f"{subset.get('mode', 'first')} {count} of {of}" + (f", seed {seed}" if seed is not None else ""), 80)
 
 
 def _metric(report: Report, name: str) -> list[float | None]:

@@ -3,8 +3,8 @@
 A run directory is any folder holding configs/task_config.yaml, at any depth (a `--no-timestamp`
 run is the work directory itself, and may hold timestamped runs too). Whatever is on disk, a
 folder ends up as a run, an incomplete run, a broken one or a foreign folder, never as an
-exception: reports are read field by field, because other versions of coinflip write more (or
-fewer) fields than this one.
+exception: reports are read through scoring/schema.py `read_report`, which keeps each field of
+its declared type and the fields other versions of coinflip write that this one does not know.
 
 A work directory is untrusted: only plain files inside their run folder are read (never a FIFO,
 a device, or a link out of the tree: `_files.open_regular`), each up to a size, and the walk

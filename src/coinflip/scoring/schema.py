@@ -120,6 +120,7 @@ class Calibration(TypedDict, total=False):
     brier: float
     ece: float
     bins: list[Bin]
+    impossible_logprobs: int  # samples left without P(YES): the server sent impossible log probabilities
 
 
 class Tokens(TypedDict, total=False):
@@ -207,6 +208,7 @@ class Report(TypedDict, total=False):
     forced: Forced
     calibration: Calibration
     errors_ignored: bool
+    unreadable_rows: int  # saved lines left out: not a row, or no YES or NO target
 
 
 def read_report(raw: bytes | str) -> Report | None:
