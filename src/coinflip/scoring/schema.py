@@ -218,33 +218,36 @@ def read_report(raw: bytes | str) -> Report | None:
         found = json.loads(raw)  # Python's parser: NaN and numbers past a float's range still read
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
-    return typed(found, Report) if isinstance(found, dict) else None  # type: ignore[return-value]
+    return _fields(found, Report) if isinstance(found, dict) else None  # type: ignore[return-value]
 
 
 _LEFT_OUT = object()
 
 
-def typed(found: dict[str, Any], declared: Any) -> dict[str, Any]:
-    """The fields of `found` that have the type `declared` (a TypedDict) gives them, nested
-    sections checked field by field the same way, and the fields it does not declare."""
-    hints = _hints(declared)
+def _fields(found: dict[str, Any], declared: Any) -> dict[str, Any]:
+    """The entries of `found` that have their declared type, nested sections checked the same
+    way; `declared` is a TypedDict (a type per field; a field it does not name is kept as it is)
+    or dict[str, T] (T for every entry: one odd metric leaves the others)."""
+    hints = _hints(declared) if typing.is_typeddict(declared) else None
+    every = None if hints is not None else typing.get_args(declared)[1]
     out = {}
     for key, value in found.items():
-        kept = _checked(value, hints[key]) if key in hints else value
+        hint = hints.get(key, Any) if hints is not None else every
+        kept = _checked(value, hint)
         if kept is not _LEFT_OUT:
             out[key] = kept
     return out
 
 
 def _checked(value: Any, hint: Any) -> Any:
-    """`value` if it has type `hint`, a section's fields that do, `_LEFT_OUT` otherwise."""
+    """`value` if it has type `hint`, a section's entries that do, `_LEFT_OUT` otherwise."""
     import msgspec  # with the first report read, not with coinflip
 
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     for option in options:
         if typing.is_typeddict(option) or typing.get_origin(option) is dict:
             if isinstance(value, dict):
-                return typed(value, option) if typing.is_typeddict(option) else _entries(value, option)
+                return _fields(value, option)
             continue
         try:
             msgspec.convert(value, option)  # checks only: the value is kept as it was written
@@ -257,14 +260,3 @@ def _checked(value: Any, hint: Any) -> Any:
 @functools.cache
 def _hints(declared: Any) -> dict[str, Any]:
     return typing.get_type_hints(declared)
-
-
-def _entries(found: dict[str, Any], hint: Any) -> dict[str, Any]:
-    """A mapping's entries whose values have the declared type (one odd metric leaves the rest)."""
-    _, declared = typing.get_args(hint)
-    out = {}
-    for key, value in found.items():
-        kept = _checked(value, declared)
-        if kept is not _LEFT_OUT:
-            out[key] = kept
-    return out
