@@ -209,6 +209,7 @@ class Report(TypedDict, total=False):
     calibration: Calibration
     errors_ignored: bool
     unreadable_rows: int  # saved lines left out: not a row, or no YES or NO target
+    requests: dict[str, Any]  # the last session's requests: models/limits.py `describe` writes it, `checked` reads it
 
 
 def read_report(raw: bytes | str) -> Report | None:
