@@ -64,13 +64,21 @@ class CostlyServer:
                 if not line:
                     return
                 head += line
-            length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length"))
-            reader.read(length)
+            reader.read(body_length(head))
             with contextlib.suppress(OSError):  # the client gave up on the reply, as it should
                 conn.sendall(self.reply)
 
     def close(self) -> None:
         self.sock.close()
+
+
+def body_length(head: bytes) -> int:
+    """The request body's length; 0 when the head has no Content-Length (a GET such as /props)."""
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip() or 0)
+    return 0
 
 
 def run(url: str, work: Path, *extra: str) -> tuple[float, float]:
