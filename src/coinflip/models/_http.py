@@ -169,6 +169,8 @@ class _Limits:
             raise ReplyTooLarge(f"the reply is larger than {_mb(self.max_body)}{_HINT}")
 
     def json(self, text: bytes | str) -> None:
+        if len(text) < self.max_values:  # at most one value per character (plus one): nothing to count
+            return
         if json_values(text) > self.max_values and json_values(_without_strings(text)) > self.max_values:
             raise ReplyTooLarge(
                 f"the reply holds more than {self.max_values} JSON values (one per {BYTES_PER_NODE} bytes of "

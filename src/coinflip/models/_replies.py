@@ -16,6 +16,7 @@ the chunk that has it.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable
@@ -38,10 +39,29 @@ class ServerSaidError(BadReply):
 _DECODER = json.JSONDecoder(parse_constant=str)  # one for all: json.loads(..., **kw) builds one a call
 
 
+@functools.cache
+def _fast() -> Any:
+    import msgspec  # with the transport, not with `import coinflip`
+
+    return msgspec.json.Decoder(), (msgspec.DecodeError, UnicodeError)
+
+
 def load_json(raw: bytes | str) -> Any:
     """JSON with NaN and Infinity read as their names ("NaN", "Infinity"): never a float that is
     not a number, and a log probability of NaN stays an impossible one, not a missing one;
-    nesting too deep for Python is a BadReply."""
+    nesting too deep for Python is a BadReply.
+
+    msgspec reads first (a streamed reply is a JSON document per event: json's Python-level
+    wrapper was a fifth of a stream's cost); what it refuses (NaN, 1e400, a lone surrogate,
+    UTF-16, a byte order mark, anything malformed) is read again by json, so the result is
+    json's in every case."""
+    fast, refused = _fast()
+    try:
+        return fast.decode(raw)
+    except refused:
+        pass
+    except RecursionError:
+        raise BadReply("malformed response body (JSON nested too deeply)") from None
     try:
         text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
         return _DECODER.decode(text)
