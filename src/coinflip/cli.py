@@ -5,13 +5,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ._terminal import printable
 from .config import METRIC_COMPATS, SPLITS, Setting, settings
 from .errors import CoinflipError
+
+if TYPE_CHECKING:
+    from .stop import StopRequest
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -339,10 +342,23 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: every user-fixable problem ends as one line on stderr and exit code 2.
 
     SIGINT, SIGTERM and SIGHUP are handled from the first moment (stop.py): a run stops cleanly;
-    once the outcome is being printed, a signal no longer interrupts it."""
-    from .stop import Interrupted, install, stopped_by
+    once the outcome is being printed, a signal no longer interrupts it. `argv` None: this is the
+    process's own command line, which ends right after, so the signals stay ignored to the end;
+    `argv` given: a call from Python (tests), whose caller gets its handlers back."""
+    from .stop import install
 
     stop = install()
+    try:
+        _settled(stop, argv)
+    finally:
+        if stop is not None and argv is not None:
+            stop.restore()
+
+
+def _settled(stop: StopRequest | None, argv: list[str] | None) -> None:
+    """The command, then its outcome printed with the stop signals ignored (StopRequest.settle)."""
+    from .stop import Interrupted, stopped_by
+
     try:
         try:
             _dispatch(argv)

@@ -34,6 +34,7 @@ T = TypeVar("T")
 
 GRACE_S = 20  # the longest a first signal may take to end the process
 SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+HANDLED = (*SIGNALS, *((signal.SIGALRM,) if hasattr(signal, "SIGALRM") else ()))  # what `install` replaces
 
 
 class Interrupted(BaseException):
@@ -56,6 +57,7 @@ class StopRequest:
         self._held = 0
         self.settled = False
         self._task: asyncio.Task[object] | None = None
+        self.previous: dict[int, Any] = {}  # the handlers `install` replaced, for `restore`
 
     def handler(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -123,6 +125,16 @@ class StopRequest:
         for sig in SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
 
+    def restore(self) -> None:
+        """Put back the handlers `install` replaced: a library call (or a test) leaves its caller as
+        it found it, never with a stop signal ignored, which every process it starts later would
+        inherit (SIG_IGN survives exec) and could then not be stopped."""
+        if self.previous and hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+        for sig, old in self.previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)  # None: set outside Python
+        self.previous = {}
+
 
 def run_until_stopped(main: Coroutine[Any, Any, T], stop: StopRequest | None = None) -> T:
     """`asyncio.run(main)`, where a stop signal cancels `main` from inside its event loop; once the
@@ -146,6 +158,15 @@ def run_until_stopped(main: Coroutine[Any, Any, T], stop: StopRequest | None = N
     raise Interrupted(stop.signal)  # held() raised it already, unless a caller holds on
 
 
+def default_signals() -> None:
+    """The stop signals at their defaults and unblocked, in a child before it execs (preexec_fn):
+    an ignored or blocked signal survives exec, and a caller may have them ignored (`settle`),
+    so a process started from that state could otherwise never be stopped by SIGTERM or Ctrl-C."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+
+
 def current() -> StopRequest | None:
     """The StopRequest whose handler is installed, if any."""
     handler = signal.getsignal(signal.SIGTERM)
@@ -159,6 +180,7 @@ def install() -> StopRequest | None:
     if threading.current_thread() is not threading.main_thread():
         return None
     stop = StopRequest()
+    stop.previous = {sig: signal.getsignal(sig) for sig in HANDLED}
     for sig in SIGNALS:
         signal.signal(sig, stop.handler)
     if hasattr(signal, "SIGALRM"):
@@ -177,13 +199,9 @@ def stopping() -> Iterator[StopRequest]:
     if threading.current_thread() is not threading.main_thread():
         yield StopRequest()
         return
-    previous = {sig: signal.getsignal(sig) for sig in (*SIGNALS, getattr(signal, "SIGALRM", None)) if sig is not None}
     stop = install()
     assert stop is not None
     try:
         yield stop
     finally:
-        if hasattr(signal, "SIGALRM"):
-            signal.alarm(0)
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        stop.restore()

@@ -1,0 +1,86 @@
+"""coinflip used from Python leaves its caller's signal handlers as it found them.
+
+The command line ignores the stop signals while it prints its outcome (stop.py, `settle`), which
+is right only because its process ends right after: in a caller's process an ignored SIGTERM
+would be inherited by every process started later (SIG_IGN survives exec), which then could not
+be stopped. The servers coinflip starts itself get the default dispositions whatever its own are.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip import run_task
+from coinflip.cli import main
+from coinflip.stop import default_signals
+from coinflip.testing.server import FakeOpenAIServer
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM)
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+EXIT_BUDGET_S = 60.0  # a child dies on SIGTERM at once; generous for a loaded machine
+
+
+def handlers() -> dict[int, Any]:
+    return {sig: signal.getsignal(sig) for sig in SIGNALS}
+
+
+def dies_on_sigterm(proc: subprocess.Popen[bytes]) -> bool:
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=EXIT_BUDGET_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode == -signal.SIGTERM
+
+
+def ignores_sigterm(pid: int) -> bool:
+    """Whether the process has SIGTERM ignored (Linux: SigIgn in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigIgn:"))
+    return bool(ignored >> (signal.SIGTERM - 1) & 1)
+
+
+def by_run_task(url: str, work: Path) -> None:
+    run_task({"model": "m", "api_url": url, "limit": 2, "work_dir": str(work)})
+
+
+def by_main(url: str, work: Path) -> None:
+    try:
+        main(["eval", "--model", "m", "--api-url", url, "--limit", "2", "--work-dir", str(work)])
+    except SystemExit as ended:
+        assert ended.code in (0, None)
+
+
+@pytest.mark.parametrize("call", [by_run_task, by_main], ids=["run_task", "cli.main"])
+def test_a_run_in_process_puts_back_the_callers_handlers(tmp_path: Path, call: Callable[[str, Path], None]) -> None:
+    before = handlers()
+    with FakeOpenAIServer("correct") as srv:
+        call(srv.url, tmp_path)
+    assert list(tmp_path.glob("*/reports/*/coin_flip.json")), "the run did not finish"
+    assert handlers() == before
+    assert dies_on_sigterm(subprocess.Popen(SLEEPER))  # nothing ignored is passed on
+
+
+def test_a_child_started_with_default_signals_dies_on_sigterm_though_its_parent_ignores_it() -> None:
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        ignoring = subprocess.Popen(SLEEPER)
+        reset = subprocess.Popen(SLEEPER, preexec_fn=default_signals)  # as the llama.cpp server starts
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    try:
+        assert ignores_sigterm(ignoring.pid)  # what a child inherits without the reset
+    finally:
+        ignoring.kill()
+        ignoring.wait()
+    assert not ignores_sigterm(reset.pid)
+    assert dies_on_sigterm(reset)
