@@ -115,13 +115,7 @@ def outside_server(*flags: str) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        try:
-            proc.wait(5)
-        except (
-            subprocess.TimeoutExpired
-        ):  # SIGTERM blocked in this process (by a test before) stays blocked in its children
-            proc.kill()
-            proc.wait(30)
+        proc.wait(30)
 
 
 def stats(url: str) -> dict[str, Any]:
