@@ -5,9 +5,9 @@ it with default settings, as a new user would:
 - 500 ms replies, 20 requests/s with a burst of 5, 429 with Retry-After beyond (ideal 20 s);
 - 200 ms replies, 8 in flight, 429 without Retry-After beyond (ideal 10 s);
 - instant replies, 20 requests/s with a burst of 5 (ideal 20 s: only pacing helps there).
-Prints, for each: samples lost, exit code, requests sent, 429s, and the time the limit cost (the
-run's wall time less that of the same run against the server without limits, measured first:
-start-up and the harness's own work) against the ideal.
+Prints, for each: samples lost, exit code, requests sent, 429s, and the whole process's wall time
+against the ideal (the target is judged on it), with, for context, the time the limit alone cost:
+the wall time less that of the same run against the server without limits, measured first.
 Targets: nothing lost and exit 0 in all three; the first two within 1.3x of ideal with refusals at
 most 20% of the samples; the third within 2x of ideal.
 """
@@ -73,14 +73,14 @@ def run(
     lost = SAMPLES - sum(1 for r in rows if r.get("error") is None)
     refused = int(requests.get("refused", -1))
     spent = wall - overhead  # the limit's share: the same run against a server without limits is the rest
-    ok = lost == 0 and result.returncode == 0 and spent <= factor * ideal
+    ok = lost == 0 and result.returncode == 0 and wall <= factor * ideal  # the whole process, start-up included
     ok = ok and (refusals is None or 0 <= refused <= refusals * SAMPLES)
     print(
         f"{name}: lost {lost}, exit {result.returncode}, {requests.get('sent', '?')} requests, {refused} refused, "
         f"in flight up to {requests.get('in_flight_max', '?')} "
         f"(lowest limit {requests.get('in_flight_lowest_limit')}), "
-        f"{requests.get('waited_on_limits_s', '?')} s held back; {wall:.1f} s, less {overhead:.1f} s without "
-        f"limits = {spent / ideal:.2f} x ideal "
+        f"{requests.get('waited_on_limits_s', '?')} s held back; {wall:.1f} s = {wall / ideal:.2f} x ideal "
+        f"({spent / ideal:.2f} x less the {overhead:.1f} s of the same run without limits) "
         f"(target {factor} x{'' if refusals is None else f', refused <= {refusals:.0%}'}) {'ok' if ok else 'MISSED'}",
         flush=True,
     )
