@@ -167,7 +167,7 @@ def test_the_quick_start_against_a_one_slot_server_queues_nothing(tmp_path: Path
 def test_a_one_slot_server_that_publishes_nothing_is_found_by_its_first_two_replies(tmp_path: Path) -> None:
     """The Python llama.cpp server serves one request at a time behind a lock and has no /props:
     the first two requests, answered one after the other, show it; the rest go two at a time."""
-    with outside_server("--slots", "1", "--latency", "0.3", "--hide-slots") as url:
+    with outside_server("--slots", "1", "--latency", "0.2", "--hide-slots") as url:
         result, elapsed = quick_start(url, tmp_path)
         seen = stats(url)
     requests = assert_queued_nothing(result, tmp_path, seen, elapsed)

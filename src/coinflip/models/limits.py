@@ -45,8 +45,7 @@ QUEUE_SAMPLES = 8  # replies needed before the queueing estimate is trusted
 QUEUE_FACTOR = 4  # in flight beyond this many times the served parallelism (plus 2) is a queue
 TRIAL = 2  # requests in the first wave to an endpoint that does not publish its capacity
 SERIAL_RATIO = 1.6  # the later of the two took this much of the earlier's time beyond its own: served in turn
-SERIAL_MIN_S = 0.1  # ...and this much longer than its own: above the jitter of a loaded machine (a queue at a
-# faster server costs little, and a false finding would hold it at two: the queueing check ignores fast replies)
+SERIAL_MIN_S = 0.02  # ...and at least this much longer than its own: above timer noise
 
 
 @dataclass
