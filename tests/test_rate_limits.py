@@ -124,55 +124,42 @@ def stats(url: str) -> dict[str, Any]:
         return dict(json.loads(answer.read()))
 
 
-def quick_start(url: str, tmp: Path, limit: int = 10) -> tuple[subprocess.CompletedProcess[str], float]:
-    """The specification's quick start, default settings; the run's time with it."""
-    started = time.monotonic()
-    result = run_cli(
-        "eval", "--model", "M", "--api-url", url, "--api-key", "EMPTY_TOKEN", "--datasets", "coin_flip",
-        "--limit", str(limit), "--work-dir", str(tmp), timeout=BUDGET,
-    )  # fmt: skip
-    return result, time.monotonic() - started
-
-
-def assert_queued_nothing(
-    result: subprocess.CompletedProcess[str], tmp: Path, seen: dict[str, Any], elapsed: float
-) -> dict[str, Any]:
-    """Every sample answered at its first attempt, and at most one request waited at the server
-    beside the one it served: the server's latencies add up to at most twice the run's time."""
+def test_the_quick_start_against_a_one_slot_server_queues_nothing(tmp_path: Path) -> None:
+    """The specification's quick start, default settings, against a server that answers one request
+    at a time (llama.cpp's server with one slot, which says so at /props)."""
+    with outside_server("--slots", "1", "--latency", "0.2") as url:
+        started = time.monotonic()
+        result = run_cli(
+            "eval", "--model", "M", "--api-url", url, "--api-key", "EMPTY_TOKEN", "--datasets", "coin_flip",
+            "--limit", "10", "--work-dir", str(tmp_path), timeout=BUDGET,
+        )  # fmt: skip
+        elapsed = time.monotonic() - started
+        seen = stats(url)
     assert result.returncode == 0, result.stderr
-    run = only_run_dir(tmp)
+    run = only_run_dir(tmp_path)
     rows = read_jsonl(run / "predictions/M/coin_flip.jsonl")
     assert len(rows) == 10 and all(r["error"] is None and r["attempts"] == 1 for r in rows)
     requests = report_of(run)["requests"]
-    assert requests["timeouts"] == 0 and requests["retries"] == 0 and requests["refused"] == 0
+    assert requests["timeouts"] == 0 and requests["retries"] == 0 and requests["server_slots"] == 1
     assert seen["peak_in_flight"] <= 2  # one served, at most one waiting
     assert len(seen["latencies"]) == 10 and sum(seen["latencies"]) <= 2 * elapsed
     assert all(r["latency_s"] < 2.0 for r in rows)  # the model's time, not a queue's
-    return dict(requests)
-
-
-def test_the_quick_start_against_a_one_slot_server_queues_nothing(tmp_path: Path) -> None:
-    """Against a server that answers one request at a time (llama.cpp's server with one slot,
-    which says so at /props)."""
-    with outside_server("--slots", "1", "--latency", "0.2") as url:
-        result, elapsed = quick_start(url, tmp_path)
-        seen = stats(url)
-    requests = assert_queued_nothing(result, tmp_path, seen, elapsed)
-    assert requests["server_slots"] == 1
-    run = only_run_dir(tmp_path)
     assert run_cli("rescore", str(run), timeout=BUDGET).returncode == 0
     assert report_of(run)["requests"] == requests  # kept with the run, for a rescore
 
 
-def test_a_one_slot_server_that_publishes_nothing_is_found_by_its_first_two_replies(tmp_path: Path) -> None:
-    """The Python llama.cpp server serves one request at a time behind a lock and has no /props:
-    the first two requests, answered one after the other, show it; the rest go two at a time."""
-    with outside_server("--slots", "1", "--latency", "0.2", "--hide-slots") as url:
-        result, elapsed = quick_start(url, tmp_path)
+def test_a_one_slot_server_that_publishes_nothing_is_found_by_its_queue(tmp_path: Path) -> None:
+    with outside_server("--slots", "1", "--latency", "0.05", "--hide-slots") as url:
+        result, run = run_eval(url, tmp_path, "--limit", "100")
         seen = stats(url)
-    requests = assert_queued_nothing(result, tmp_path, seen, elapsed)
-    assert requests["server_slots"] is None and requests["in_flight_lowest_limit"] == 2
+    assert result.returncode == 0, result.stderr
+    assert run is not None
+    requests = report_of(run)["requests"]
+    assert requests["timeouts"] == 0 and requests["retries"] == 0 and requests["server_slots"] is None
+    assert requests["in_flight_lowest_limit"] == 2  # found from the replies: one served, one waiting
     assert any("queued at the server" in hint for hint in requests["hints"])
+    late = seen["latencies"][-40:]  # once the first wave of 32 has drained
+    assert sum(late) <= 2.5 * 0.05 * len(late) + 1.0
 
 
 def test_a_server_that_dies_mid_run_stops_the_run_early_and_it_resumes(tmp_path: Path) -> None:
