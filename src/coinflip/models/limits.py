@@ -18,12 +18,6 @@ Three signals slow an endpoint down, never below one request in flight:
 Each success grows the level by 1/level (one more per round of replies; a quarter near where the
 endpoint last refused) up to the ceiling (--eval-batch-size), where it starts: a server without
 limits is never slowed.
-
-Where the server does not say how many it serves at once (`serves`), the first wave is two real
-requests, and nothing more goes until both answered (one round of latency): a server that served
-them one after the other (the later took about the earlier's time on top of its own, like the
-Python llama.cpp server behind its lock) is held at two, one served and one waiting, as queueing
-would find; otherwise the level is the ceiling. A refusal or failure among the two ends the trial.
 """
 
 from __future__ import annotations
@@ -43,9 +37,6 @@ NEAR_GROWTH = 0.25  # ...this much per round of replies, not one
 QUEUE_MIN_S = 0.25  # a reply slower than this, beyond the fastest, is worth a look for queueing
 QUEUE_SAMPLES = 8  # replies needed before the queueing estimate is trusted
 QUEUE_FACTOR = 4  # in flight beyond this many times the served parallelism (plus 2) is a queue
-TRIAL = 2  # requests in the first wave to an endpoint that does not publish its capacity
-SERIAL_RATIO = 1.6  # the later of the two took this much of the earlier's time beyond its own: served in turn
-SERIAL_MIN_S = 0.02  # ...and at least this much longer than its own: above timer noise
 
 
 @dataclass
@@ -166,20 +157,16 @@ class Limiter:
         self.replies: deque[tuple[float, int]] = deque()  # (end, tokens) of the latest replies
         self.reply_tokens = 0  # their tokens, summed
         self.fastest = math.inf  # seconds per token of the fastest reply
-        self.trial: list[tuple[float, int]] | None = [] if self.ceiling > TRIAL else None  # (latency, tokens)
         self.traffic = Traffic()
 
     def serves(self, slots: int) -> None:
         """The server says it serves `slots` requests at once: more would only queue there."""
         self.traffic.slots = slots
-        self.trial = None
         self.ceiling = max(1, min(self.ceiling, slots))
         self.level = min(self.level, float(self.ceiling))
 
     # -- when may the next request go ---------------------------------------------------------
     def allowed(self) -> int:
-        if self.trial is not None:  # two go, and no more until both answered
-            return TRIAL - len(self.trial)
         return max(1, min(int(self.level), self.queue_cap or self.ceiling))
 
     def delay(self, now: float) -> float:
@@ -220,10 +207,6 @@ class Limiter:
         near = self.level < NEAR * self.refused_at  # probe slowly near where the endpoint refused
         self.level = min(float(self.ceiling), self.level + (NEAR_GROWTH if near else 1.0) / self.level)
         self._queueing(now, now - sent_at, tokens)
-        if self.trial is not None:
-            self.trial.append((now - sent_at, tokens))
-            if len(self.trial) == TRIAL:
-                self._judge_trial(now, *self.trial)
 
     def rejected(self, now: float, sent_at: float, retry_after: float | None) -> None:
         """A 429 (or an overloaded 503): slow down; `retry_after` in seconds when the server said.
@@ -232,7 +215,6 @@ class Limiter:
         level falls to what was in flight beside it; when almost nothing was, it is a rate limit too."""
         self.in_flight -= 1
         self.traffic.rejected += 1
-        self.trial = None
         if retry_after is not None and retry_after <= 0:
             return  # "come back now": a passing refusal, as flaky servers give, not a limit to learn
         if sent_at >= self.period_start:
@@ -255,7 +237,6 @@ class Limiter:
         completed (a stalled request) says nothing about load."""
         self.in_flight -= 1
         self.traffic.timeouts += 1
-        self.trial = None
         if completed:
             self._lower(max(1.0, completed / 2))
             served = completed / max(now - sent_at, 1e-3)  # requests per second the server gets through
@@ -264,29 +245,8 @@ class Limiter:
     def failed(self) -> None:
         """Any other failed attempt (5xx, a dropped connection, a broken reply): no signal about load."""
         self.in_flight -= 1
-        self.trial = None
 
     # -- internals ----------------------------------------------------------------------------
-    def _judge_trial(self, now: float, first: tuple[float, int], later: tuple[float, int]) -> None:
-        """Two requests sent together: served side by side, the later reply took its own time
-        (the earlier's, scaled by its tokens); served in turn, the earlier's on top of that. Replies
-        per second count from the next wave (two in flight say nothing of the server's pace), and
-        after a long round so does a rate: a bucket refilled meanwhile."""
-        self.trial = None
-        self.replies.clear()
-        self.reply_tokens = 0
-        if now - self.period_start >= SHORT_S:
-            self.period_start = self.paused_until = now
-            self.period_sends.clear()
-            self.period_refused.clear()
-        (took, tokens), (later_took, later_tokens) = first, later
-        # bounded: the prompt's part of a reply's time does not scale with the answer's tokens
-        scale = min(max(later_tokens / tokens, 0.5), 2.0) if tokens and later_tokens else 1.0
-        own = took * scale
-        if later_took >= own + (SERIAL_RATIO - 1.0) * took and later_took - own > SERIAL_MIN_S:
-            self.queue_cap = TRIAL
-            self._lower(float(TRIAL))
-
     def _lower(self, level: float) -> None:
         if level < self.level:
             self.level = level
