@@ -103,3 +103,22 @@ def test_no_server_left_after_a_signal(tmp_path: Path, sig: signal.Signals) -> N
     if sig != signal.SIGKILL:
         assert proc.returncode == 1 and "Traceback" not in err
         assert "--use-cache" in err and (sig == signal.SIGINT or sig.name in err)
+
+
+def test_the_quick_start_against_the_python_llama_server_waits_on_no_queue(tmp_path: Path) -> None:
+    """`python -m llama_cpp.server`, started by the user: one request at a time behind its lock, no
+    /props, but its /v1/models owns every model as "me": one request goes at a time, none queues."""
+    from coinflip.models.llama_local import bundled_gguf, llama_server
+
+    with llama_server(bundled_gguf("smollm2"), "M", tmp_path / "llama.log", threads=2) as url:
+        result = run_cli(
+            "eval", "--model", "M", "--api-url", url, "--api-key", "EMPTY_TOKEN", "--datasets", "coin_flip",
+            "--limit", "4", "--generation-config", "max_tokens=32,temperature=0", "--work-dir", str(tmp_path / "runs"),
+            timeout=MODEL_BUDGET_S,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path / "runs")
+    assert len(read_jsonl(run / "predictions/M/coin_flip.jsonl")) == 4
+    requests = json.loads(next(run.glob("reports/*/coin_flip.json")).read_text())["requests"]
+    assert requests["timeouts"] == 0 and requests["retries"] == 0 and requests["server_slots"] == 1
+    assert requests["sent"] == 4 and requests["in_flight_max"] == 1, requests

@@ -124,10 +124,16 @@ def stats(url: str) -> dict[str, Any]:
         return dict(json.loads(answer.read()))
 
 
-def test_the_quick_start_against_a_one_slot_server_queues_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "says",
+    [("--slots", "1"), ("--slots", "1", "--hide-slots", "--owned-by", "me")],
+    ids=["llama.cpp-props", "python-llama-models"],
+)
+def test_the_quick_start_against_a_one_slot_server_queues_nothing(tmp_path: Path, says: tuple[str, ...]) -> None:
     """The specification's quick start, default settings, against a server that answers one request
-    at a time (llama.cpp's server with one slot, which says so at /props)."""
-    with outside_server("--slots", "1", "--latency", "0.2") as url:
+    at a time: llama.cpp's server with one slot, which says so at /props, or the Python llama.cpp
+    server, which publishes no capacity but names itself at /v1/models (owned_by "me")."""
+    with outside_server(*says, "--latency", "0.2") as url:
         started = time.monotonic()
         result = run_cli(
             "eval", "--model", "M", "--api-url", url, "--api-key", "EMPTY_TOKEN", "--datasets", "coin_flip",

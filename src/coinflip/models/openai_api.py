@@ -222,24 +222,36 @@ class OpenAIClient:
 
     async def _published_slots(self, url: str) -> int | None:
         """How many requests the server says it serves at once, where it says so: llama.cpp's server
-        publishes `total_slots` at /props. Anything else - no such route, a gateway, a slow or odd
-        answer, a proxy on the way (it need not see more than the run's requests) - is None: the
-        limits then learn it by watching. One GET on the connection `check` opened."""
-        import aiohttp
-
+        publishes `total_slots` at /props; the Python llama.cpp server (llama-cpp-python), which
+        serves one request at a time behind a lock, names itself by owning its models as "me" at
+        /v1/models. Anything else - no such route, a gateway, a slow or odd answer, a proxy on the
+        way (it need not see more than the run's requests) - is None: the limits then learn it by
+        watching. GETs on the connection `check` opened."""
         target = self._pool.target(url)
         if target.proxy is not None:
             return None
         path = target.url.path
-        props = target.url.with_path((path.split("/v1/")[0] if "/v1/" in path else "") + "/props").with_query(None)
+        root = path.split("/v1/")[0] if "/v1/" in path else ""
+        slots = slots_in(await self._get_json(target, root + "/props"))
+        if slots is None and one_at_a_time(await self._get_json(target, root + "/v1/models")):
+            slots = 1
+        return slots
+
+    async def _get_json(self, target: Any, path: str) -> Any:
+        """A server's JSON answer to a GET of `path`, or None for anything else."""
+        import aiohttp
+
         options = {k: v for k, v in target.options.items() if k in ("headers", "ssl")}
         try:
             async with self._pool.session.get(
-                props, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=PROBE_S), **options
+                target.url.with_path(path).with_query(None),
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=PROBE_S),
+                **options,
             ) as answer:
                 if answer.status != 200:
                     return None
-                return slots_in(json.loads(await answer.content.read(1 << 20)))
+                return json.loads(await answer.content.read(1 << 20))
         except (OSError, ValueError, asyncio.TimeoutError, aiohttp.ClientError):
             return None
 
@@ -487,6 +499,16 @@ def _duration(value: str | None) -> float | None:
         return retry_after(text)  # a plain number of seconds
     scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     return sum(float(n) * scale[u] for n, u in parts)
+
+
+def one_at_a_time(found: Any) -> bool:
+    """Whether /v1/models came from the Python llama.cpp server, which owns every model as "me"."""
+    models = found.get("data") if isinstance(found, dict) else None
+    return (
+        isinstance(models, list)
+        and bool(models)
+        and all(isinstance(m, dict) and m.get("owned_by") == "me" for m in models)
+    )
 
 
 def slots_in(found: Any) -> int | None:

@@ -33,6 +33,7 @@ class Limits:
     max_in_flight: int = 0  # 429 without Retry-After beyond this many in flight; 0: no limit
     slots: int = 0  # serve this many at a time, the rest wait in line; 0: all at once
     publish_slots: bool = True  # say so at /props and /slots, as llama.cpp's server does
+    owned_by: str = ""  # what /v1/models names as each model's owner ("me": as the Python llama.cpp server)
 
 
 class Gate:

@@ -224,9 +224,9 @@ class Handler:
         if refused is not None:
             return refused
         if method == "GET" and path.endswith("/models"):
-            return _json(
-                200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.state.models or ("fake",)]}
-            )
+            owner = {"owned_by": self.limiter.limits.owned_by} if self.limiter.limits.owned_by else {}
+            models = [{"id": m, "object": "model", **owner} for m in self.state.models or ("fake",)]
+            return _json(200, {"object": "list", "data": models})
         if method == "GET" and path in ("/props", "/slots") and self.limiter.publishes:
             return _json(200, self.limiter.published(path))
         if method == "GET" and path == "/stats":
@@ -588,6 +588,9 @@ def serve(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--hide-slots", dest="publish_slots", action="store_false", help="do not publish --slots at /props"
     )
+    parser.add_argument(
+        "--owned-by", default="", help="the owner /v1/models names (me: like the Python llama.cpp server)"
+    )
     args = parser.parse_args(argv)
     state = ServerState(
         Policy(args.policy),
@@ -596,7 +599,9 @@ def serve(argv: list[str] | None = None) -> None:
         fail_rate=args.fail_rate,
         stream_gap=args.stream_gap,
         batches=BatchStore(delay=args.batch_delay, expire=args.batch_expire, fail_every=args.batch_fail_every),
-        limits=Limits(args.rate, args.burst, args.retry_after, args.max_in_flight, args.slots, args.publish_slots),
+        limits=Limits(
+            args.rate, args.burst, args.retry_after, args.max_in_flight, args.slots, args.publish_slots, args.owned_by
+        ),
     )
 
     async def main() -> None:
