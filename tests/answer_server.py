@@ -102,8 +102,9 @@ class AnswerServer:
                 raw = reader.read(content_length(head))
                 lines = head.decode("latin-1").split("\r\n")
                 headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-                if lines[0].startswith("GET /props") or lines[0].startswith("GET /slots"):
-                    conn.sendall(answer({"error": "not found"}, 404))  # coinflip asks for a server's slots
+                method, path = lines[0].split(" ")[:2]
+                if method == "GET" and (path in ("/props", "/slots") or path.endswith("/models")):
+                    conn.sendall(answer({"error": "not found"}, 404))  # coinflip asks what a server can serve
                     continue
                 with self.lock:
                     seen = Seen(len(self.seen), lines[0].split(" ")[1], headers, json.loads(raw or b"null"))
