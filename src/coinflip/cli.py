@@ -345,9 +345,13 @@ def main(argv: list[str] | None = None) -> None:
     once the outcome is being printed, a signal no longer interrupts it. `argv` None: this is the
     process's own command line, which ends right after, so the signals stay ignored to the end;
     `argv` given: a call from Python (tests), whose caller gets its handlers back."""
-    from .stop import install
+    from .stop import Interrupted, install, stopped_by
 
-    stop = install()
+    try:
+        stop = install()
+    except Interrupted as exc:  # a signal while the handlers were being put in place: nothing began
+        click.echo(stopped_by(exc), err=True)
+        sys.exit(1)
     try:
         _settled(stop, argv)
     finally:

@@ -181,10 +181,10 @@ def install() -> StopRequest | None:
         return None
     stop = StopRequest()
     stop.previous = {sig: signal.getsignal(sig) for sig in HANDLED}
+    if hasattr(signal, "SIGALRM"):  # first: a stop signal's handler may set the alarm at once
+        signal.signal(signal.SIGALRM, stop.overdue)
     for sig in SIGNALS:
         signal.signal(sig, stop.handler)
-    if hasattr(signal, "SIGALRM"):
-        signal.signal(signal.SIGALRM, stop.overdue)
     return stop
 
 
