@@ -330,14 +330,20 @@ def test_silence_times_out(scripted: Any) -> None:
     assert time.perf_counter() - started < 3
 
 
-def test_tls_with_a_trusted_certificate(scripted: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+def trusted_tls(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> ssl.SSLContext:
+    """A server context for 127.0.0.1 whose throwaway CA the client trusts through SSL_CERT_FILE."""
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(server_context)
-    srv = scripted(Say([ok(b"secret")]), tls=server_context)
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # how users trust a private CA
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    return server_context
+
+
+def test_tls_with_a_trusted_certificate(scripted: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    server_context = trusted_tls(monkeypatch, tmp_path)  # SSL_CERT_FILE: how users trust a private CA
+    srv = scripted(Say([ok(b"secret")]), tls=server_context)
     assert post_all(srv.url("https"))[0].body == b"secret"
 
 
@@ -446,12 +452,7 @@ def test_http_through_a_proxy_in_absolute_form_with_credentials(scripted: Any) -
 
 
 def test_https_through_a_proxy_tunnel(scripted: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_context)
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    server_context = trusted_tls(monkeypatch, tmp_path)
     srv, proxy = scripted(Say([ok(b"secret")]), Say([ok(b"again")]), tls=server_context), ForwardProxy()
     try:
         assert [r.body for r in post_all(srv.url("https"), 2, proxy=proxy.url)] == [b"secret", b"again"]
@@ -467,12 +468,7 @@ def test_the_connection_checked_before_a_run_carries_its_first_request(
     scripted: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     """`check` opens the first connection (through the proxy's tunnel here) and the pool keeps it."""
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_context)
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    server_context = trusted_tls(monkeypatch, tmp_path)
     srv, proxy = scripted(Say([ok(b"first")]), tls=server_context), ForwardProxy()
 
     async def go() -> Response:

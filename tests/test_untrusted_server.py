@@ -26,21 +26,9 @@ from coinflip.testing.server import FakeOpenAIServer
 from .answer_server import AnswerServer, Pieces, answer, chat
 from .conftest import only_run_dir, read_jsonl, run_cli
 from .test_http import Say, ScriptedServer
+from .test_streaming import QUESTION, ask
 
-QUESTION = "Q: A coin is heads up. Ann flips the coin. Bob does not flip the coin. Is the coin still heads up?"
 MB = 1024 * 1024
-
-
-def ask(url: str, **options: Any) -> Reply:
-    async def go() -> Reply:
-        chat = OpenAIClient("m", [url], **{"stream": True, "retries": 0, **options})
-        await chat.start()
-        try:
-            return await chat.complete(Request(0, QUESTION, QUESTION, [{"role": "user", "content": QUESTION}]))
-        finally:
-            await chat.aclose()
-
-    return asyncio.run(go())
 
 
 def _real_stream() -> bytes:
