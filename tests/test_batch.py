@@ -326,6 +326,29 @@ def test_max_cost_limits_what_a_batch_submits(tmp_path: Path) -> None:
     assert len(_answers(run)) == 20 and srv.state.batches.created == 2
 
 
+def test_max_cost_holds_for_what_a_batch_left_and_went_online(tmp_path: Path) -> None:
+    prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
+    store = BatchStore(fail_batches=1)  # the one batch fails: all 20 requests are left for the online pass
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, *prices, "--eval-batch-size", "1")
+        full = run_cli(*args, "--work-dir", str(tmp_path / "full"))
+        assert full.returncode == 0, full.stderr
+        limit = _report(only_run_dir(tmp_path / "full"))["cost"]["total"] / 2  # half of what all 20 cost online
+        batch = ("--batch", *FAST, "--batch-rest-online", "--batch-discount", "0.1")  # the batch affords all 20
+        capped = run_cli(*args, *batch, "--max-cost", f"{limit}", "--work-dir", str(tmp_path / "capped"))
+        run = only_run_dir(tmp_path / "capped")
+        assert store.created == 1 and store.batches["batch_000001"]["request_counts"]["total"] == 20
+        rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+        online = [r["usage"] for r in rows if r.get("usage")]  # the failed batch answered none: all came online
+        spent = sum(u["prompt_tokens"] * 2 + u["completion_tokens"] * 8 for u in online) / 1e6
+        rest = run_cli("eval", "--use-cache", str(run), "--max-cost", "1", *FAST)
+    assert capped.returncode == 1, capped.stderr
+    assert "--max-cost" in capped.stderr and "resume with: coinflip eval --use-cache" in capped.stderr
+    assert 0 < len(online) < 20 and spent <= limit
+    assert rest.returncode == 0, rest.stderr
+    assert len(_answers(run)) == 20 and _report(run)["complete"]
+
+
 def test_a_batch_the_server_forgot_is_sent_again(tmp_path: Path) -> None:
     store = BatchStore(delay=3600.0)
     with FakeOpenAIServer("mixed", batches=store) as srv:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .plan import Plan
     from .rundir import RunDir
     from .runner import Job
+    from .scoring.cost import Budget
 
 log = logging.getLogger("coinflip")
 STATE_FILE = "batch/state.json"
@@ -178,8 +179,10 @@ def send_batches(
     work: Iterable[tuple[Job, Request]],
     on_replies: OnReplies,
     follow_up: FollowUp,
+    budget: Budget | None = None,
 ) -> Work:
-    """Send `work` through the Batch API; returns what is left for an online pass (--batch-rest-online)."""
+    """Send `work` through the Batch API; returns what is left for an online pass (--batch-rest-online).
+    `budget` (--max-cost) decides what is submitted and counts what the batches answered."""
     from .config import secrets_in, url_secrets
     from .models._redact import Redactor
     from .models.batch_api import BatchAPI
@@ -191,7 +194,7 @@ def send_batches(
     state = State(run)
     redact = Redactor([config.api_key, *secrets_in(plan.generation), *url_secrets(config.api_url)])
     api = BatchAPI(url, config.api_key, plan.generation, config.timeout, redact)
-    sender = _Sender(plan, state, api, on_replies, follow_up)
+    sender = _Sender(plan, state, api, on_replies, follow_up, budget)
     try:
         return run_until_stopped(sender.run(list(work)))
     except Interrupted as exc:
@@ -205,7 +208,9 @@ def send_batches(
 class _Sender:
     """One run's passes: submit what is owed, poll until every open batch ends, collect, repeat."""
 
-    def __init__(self, plan: Plan, state: State, api: BatchAPI, on_replies: OnReplies, follow_up: FollowUp) -> None:
+    def __init__(
+        self, plan: Plan, state: State, api: BatchAPI, on_replies: OnReplies, follow_up: FollowUp, budget: Budget | None
+    ) -> None:
         self.plan = plan
         self.config = plan.config
         self.state = state
@@ -215,12 +220,11 @@ class _Sender:
         self.owed: dict[str, tuple[Job, Request]] = {}
         self.sends: Counter[str] = Counter()
         self.shown = False if self.config.quiet and self.config.progress is None else self.config.progress
-        self.budget: Any = None
+        self.budget = budget
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
 
     async def run(self, work: Work) -> Work:
         self.owed = {custom_id(job, request): (job, request) for job, request in work}
-        self.budget = _budget(self.plan, self.state.run)
         for batch in self.state.open():
             if batch.file_id is None:  # killed before its upload: its requests are simply owed again
                 batch.collected = True
@@ -374,14 +378,6 @@ class _Sender:
         failed = sum(reply.error is not None for _, _, reply in landed)
         log.info("batch %s ended %s: %d answers, %d failed", batch.batch_id, batch.status, len(landed) - failed, failed)
         return again
-
-
-def _budget(plan: Plan, run: RunDir) -> Any:
-    if plan.config.max_cost is None:
-        return None
-    from .scoring.cost import budget_for
-
-    return budget_for(plan.config, plan.generation, run.predictions, batch=True)
 
 
 def _counted(info: dict[str, Any]) -> int:

@@ -320,10 +320,10 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
 
     endpoint_concurrency = _concurrency(config)
     budget = None
-    if config.max_cost is not None and not config.batch:
+    if config.max_cost is not None:
         from .scoring.cost import budget_for
 
-        budget = budget_for(config, plan.generation, run.predictions, batch=False)
+        budget = budget_for(config, plan.generation, run.predictions, batch=bool(config.batch))
     traffic: dict[str, Any] = {}
     try:
         if config.batch_results:  # offline: answers from a result file made elsewhere
@@ -340,7 +340,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
                 from .batch import send_batches
 
                 url = endpoint.urls[0] if endpoint.urls else None
-                work = iter(send_batches(plan, run, url, work, on_replies, follow_up))
+                work = iter(send_batches(plan, run, url, work, on_replies, follow_up, budget))
+                budget = budget.online() if budget is not None else None  # what it left goes at full price
             if budget is not None:
                 work, on_replies = budget.gate(work), budget.watch(on_replies)
             if not config.batch or config.batch_rest_online:

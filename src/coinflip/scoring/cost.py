@@ -199,6 +199,14 @@ class Budget:
 
         return counted
 
+    def online(self) -> Budget:
+        """The budget for what a batch left, sent online (--batch-rest-online): the same limit, with
+        what the batches cost as spent, and each new request at the full price. Its mean starts
+        afresh: a batch's discounted replies would make an online request look cheaper than it is."""
+        rest = Budget(self.limit, self.prices, False, self.generation)
+        rest.saved = self.saved + self.spent
+        return rest
+
     def note(self) -> str:
         return (
             f"stopped before passing --max-cost {self.limit:g}: the run has cost {self.saved + self.spent:.4f}; "
