@@ -5,8 +5,10 @@ counted and skipped, never fatal; a run folder appears whole; config files are r
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +210,49 @@ def test_a_kill_while_a_run_folder_is_made_leaves_no_half_run(tmp_path: Path, me
     assert again.returncode == 0, again.stderr
     (run,) = work.glob("2*")  # the killed one left at most a hidden draft
     assert run_cli("eval", "--use-cache", str(run)).returncode == 0
+
+
+HOLD_DRAFT = """
+import sys
+from pathlib import Path
+from coinflip.rundir import RunDir
+run = RunDir.create(Path(sys.argv[1]), "m")
+print(run.root.name, flush=True)
+sys.stdin.readline()  # still filling its draft, until the test lets it go
+"""
+
+
+def test_the_next_run_removes_a_killed_run_s_draft_and_never_a_live_one(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    args = ["eval", "--model", "oracle", "--limit", "5", "--work-dir", str(work)]
+    code = KILL_AT.format(method="save_subset", before="original(self, *args, **kwargs)")
+    for _ in range(2):
+        killed = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+        assert killed.returncode == -9, killed.stderr
+    lost, recent = sorted(work.glob(".*.new"))  # two drafts whose makers were killed
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_DRAFT, str(work)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        live = work / holder.stdout.readline().strip()
+        an_hour_ago = time.time() - 3600
+        for draft in (lost, live):  # as old as a draft left an hour ago
+            os.utime(draft, (an_hour_ago, an_hour_ago))
+        view = run_cli("view", str(work))
+        again = run_cli(*args)
+        left = sorted(work.glob(".*.new"))
+    finally:
+        if holder.stdin is not None:
+            holder.stdin.close()
+        holder.wait(60)
+    assert view.returncode == 0 and ".new" not in view.stdout + view.stderr
+    assert "0 runs on 0 data sets; 0 incomplete, 0 broken, 0 foreign" in view.stderr
+    assert again.returncode == 0, again.stderr
+    # the lost one is gone; a live maker's is kept however old, and a recent one (its maker may be
+    # between making it and locking it) until it is a minute old
+    assert left == sorted([recent, live]) and live.is_dir()
+    assert len(list(work.glob("2*"))) == 1 and ".new" not in (work / "index.html").read_text()
 
 
 # --- config files -----------------------------------------------------------------------------

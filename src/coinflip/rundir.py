@@ -10,7 +10,10 @@ import contextlib
 import errno
 import json
 import os
+import re
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +31,9 @@ CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
 CONFIG_LIMIT = 16 << 20  # bytes of task_config.yaml read (long prompts fit many times over)
 MAX_ID = 1 << 48  # question ids beyond this are not ids coinflip wrote
+DRAFT = re.compile(r"\.\d{8}_\d{6}\..+\.new")  # a run being made, under the hidden name `create` gives it
+DRAFT_GRACE_S = 60.0  # a draft this much older than its last change, and unlocked, has lost its maker
+DRAFT_UNLOCKED_S = 86400.0  # without advisory locks (Windows): only the age tells, so a day
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class RunDir:
     made_work_dir: bool = False  # the work directory did not exist before this run
     arithmetic: str = ""  # a rescore in another arithmetic: its reviews and report sit beside the run's own
     draft: bool = False  # made by `create` under a hidden name; `publish` gives it its timestamp
+    held: Any = field(default=None, compare=False, repr=False)  # a draft's lock, held until it is published
 
     @property
     def _m(self) -> str:
@@ -97,10 +104,12 @@ class RunDir:
         made = not work_dir.exists()
         try:  # filled under a hidden name, then renamed: a kill never leaves a half-made run
             work_dir.mkdir(parents=True, exist_ok=True)
+            clear_lost_drafts(work_dir)
             draft = Path(tempfile.mkdtemp(prefix=f".{stamp}.", suffix=".new", dir=work_dir))
+            held = _lock_draft(draft)
         except OSError as exc:
             raise ConfigError(f"cannot create run directory in {work_dir}: {exc.strerror}") from None
-        return cls(draft, model, made, draft=True)
+        return cls(draft, model, made, draft=True, held=held)
 
     def publish(self) -> RunDir:
         """A run made by `create` under its hidden name, now filled, under its timestamp: the
@@ -118,8 +127,16 @@ class RunDir:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
                     continue
                 raise storage_error(root, exc) from None
+            self.discard()  # only its lock: the folder is the run now
             return RunDir(root, self.model, self.made_work_dir)
         raise ConfigError(f"{self.root.parent} holds a thousand runs started in the same second")
+
+    def discard(self, folder: bool = False) -> None:
+        """Let go of a draft's lock (and with `folder`, of the draft itself: a run that never started)."""
+        if self.held is not None:
+            self.held.close()
+        if folder and self.draft:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
@@ -189,6 +206,66 @@ class RunDir:
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < MAX_ID for i in ids):
             raise ConfigError(f"{path}: not a list of question ids")
         return frozenset(ids)
+
+
+def _lock_draft(draft: Path) -> Any:
+    """The lock its maker holds on a draft until it is published (the run's own run.lock): the
+    kernel lets go of it when the maker dies, which is how `clear_lost_drafts` tells. None
+    without advisory locks (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    (draft / "configs").mkdir()
+    handle = (draft / "configs" / "run.lock").open("a")
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new folder: nobody else has it
+    return handle
+
+
+def clear_lost_drafts(work_dir: Path) -> None:
+    """Remove the drafts of runs whose maker was killed while making them (hidden `.STAMP.xxxx.new`
+    folders, which nothing lists or resumes). A draft is lost when nobody holds its lock and it has
+    not changed for DRAFT_GRACE_S: its maker takes the lock within microseconds of making it and
+    holds it until the rename, so the age covers only that gap (and a lock file not yet there). The
+    lock is taken before removing, so two new runs never both remove it, and a live maker never
+    loses its folder. Without advisory locks only the age tells: a day. A link is never followed."""
+    try:
+        entries = [e for e in os.scandir(work_dir) if DRAFT.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in entries:
+        with contextlib.suppress(OSError), _lost(Path(entry.path)) as lost:
+            if lost:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _lost(draft: Path) -> Iterator[bool]:
+    """Whether `draft` has lost its maker, its lock held (where there is one) while the caller acts."""
+    age = time.time() - draft.lstat().st_mtime
+    try:
+        import fcntl
+    except ImportError:
+        yield age > DRAFT_UNLOCKED_S
+        return
+    if age <= DRAFT_GRACE_S:
+        yield False
+        return
+    try:  # never a FIFO's wait, never through a link
+        fd = os.open(draft / "configs" / "run.lock", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:  # killed before its lock existed
+        yield True
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # its maker is alive (or it is not a file coinflip locks): left alone
+        os.close(fd)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.close(fd)
 
 
 def parse_yaml(text: str) -> Any:

@@ -149,8 +149,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
             run.save_subset(plan.subset.ids)
             run = run.publish()  # under its timestamp only once its settings are there
         except BaseException:
-            if run.draft:
-                shutil.rmtree(run.root, ignore_errors=True)
+            run.discard(folder=True)
             raise
         return run, True
     root = Path(config.use_cache).expanduser()
