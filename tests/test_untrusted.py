@@ -165,3 +165,18 @@ def test_only_plain_files_inside_their_folder_are_opened(tmp_path: Path) -> None
             read_regular(path, 4, within)
     with open_regular(tmp_path / "plain", 5, tmp_path) as handle:
         assert handle.read() == b"12345"
+
+
+@pytest.mark.parametrize("linked", ["reports/oracle", "reports", "reviews/oracle"])
+def test_reports_are_never_written_through_a_linked_folder(tmp_path: Path, linked: str) -> None:
+    run = _good_run(tmp_path, "run")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run / linked, elsewhere)  # the folder now lies outside the run, a link in its place
+    (run / linked).symlink_to(elsewhere, target_is_directory=True)
+    before = {p: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()}
+    result = _run("rescore", str(run))
+    assert result.returncode == 0, result.stderr
+    assert {p: p.read_bytes() for p in elsewhere.rglob("*") if p.is_file()} == before  # nothing written there
+    assert not (run / linked).is_symlink() and (run / linked).is_dir()  # a real folder took the link's place
+    report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
+    assert report["metrics"]["accuracy"] == 1.0 and (run / "reviews/oracle/coin_flip.jsonl").is_file()

@@ -138,6 +138,21 @@ class RunDir:
         if folder and self.draft:
             shutil.rmtree(self.root, ignore_errors=True)
 
+    def own_folders(self, *files: Path) -> None:
+        """Make each folder from the run's root down to `files` a real one: a link there is
+        replaced by an empty folder (its target left alone), as `replacing` replaces a linked file,
+        so reports are written in the run itself, never through a link to elsewhere."""
+        for file in files:
+            folder = self.root
+            for part in file.parent.relative_to(self.root).parts:
+                folder = folder / part
+                try:
+                    if folder.is_symlink():
+                        folder.unlink()
+                    folder.mkdir(exist_ok=True)
+                except OSError as exc:
+                    raise storage_error(folder, exc) from None
+
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
         root = Path(path).expanduser()

@@ -474,6 +474,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | N
             compact_predictions(run.predictions)
     else:
         scorer = _score_saved(run, saved, compat)
+    run.own_folders(run.reviews, run.report_json)  # never written through a linked folder either
     try:  # under a temporary name, then renamed: never written through a link or into a FIFO
         with replacing(run.reviews) as raw, io.TextIOWrapper(raw, encoding="utf-8") as reviews:
             scorer.write_reviews(reviews)
