@@ -372,6 +372,26 @@ def test_a_reply_with_a_lone_surrogate_is_kept_and_scored(scripted: Any) -> None
     assert reply.error is None and reply.text == "\ud83d ANSWER: YES"
 
 
+def test_a_lone_surrogate_sent_back_to_the_server_goes_as_an_escape(scripted: Any) -> None:
+    """A forced answer sends the reply back; half a surrogate pair in it is JSON's \\ud83d escape,
+    not a crash of the body's encoder."""
+    body = json.dumps({"choices": [{"message": {"content": "ANSWER: YES"}}]}).encode()
+    srv = scripted(Say([ok(body)]))
+    messages = [{"role": "user", "content": "p"}, {"role": "assistant", "content": "\ud83d maybe"}]
+
+    async def go() -> Any:
+        chat = OpenAIClient("m", [srv.url()], retries=0)
+        try:
+            return await chat.complete(Request(0, "p", "q", messages))
+        finally:
+            await chat.aclose()
+
+    reply = asyncio.run(go())
+    assert reply.error is None and reply.text == "ANSWER: YES"
+    sent = json.loads(srv.requests[-1].split(b"\r\n\r\n", 1)[1])
+    assert sent["messages"][-1]["content"] == "\ud83d maybe"
+
+
 class ForwardProxy:
     """A real proxy on 127.0.0.1: CONNECT tunnels for https, absolute-form requests for http."""
 

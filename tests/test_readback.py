@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -131,7 +132,8 @@ def test_a_row_with_an_impossible_id_is_skipped_reported_and_asked_again(tmp_pat
     predictions = run / "predictions/oracle/coin_flip.jsonl"
     text = predictions.read_text()
     first = text.splitlines()[0]
-    predictions.write_text(text.replace(first, first.replace('{"id": 0,', '{"id": 1e400,', 1), 1))
+    assert json.loads(first)["id"] == 0
+    predictions.write_text(text.replace(first, re.sub(r'^\{"id":\s*0,', '{"id": 1e400,', first), 1))
     rescored = run_cli("rescore", str(run))
     assert rescored.returncode == 1 and "Traceback" not in rescored.stderr, rescored.stderr  # incomplete: resume it
     report = json.loads((run / "reports/oracle/coin_flip.json").read_text())

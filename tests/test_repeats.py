@@ -179,7 +179,7 @@ def test_one_majority_vote_for_the_report_compare_and_the_index(tmp_path: Path) 
     report = build_report({**SAVED, "samples": 9}, "r", scorer, "coinflip")
     assert report["repeat_metrics"]["majority_vote"]["accuracy"] == pytest.approx(1 / 3)  # q0 right; q1 wrong; q2 a tie
     (folder / "reviews" / "m").mkdir(parents=True)
-    with (folder / "reviews" / "m" / "coin_flip.jsonl").open("w") as out:
+    with (folder / "reviews" / "m" / "coin_flip.jsonl").open("wb") as out:
         scorer.write_reviews(out)
     verdicts = read_answers(Found(folder, "run", "run", model_dir="m"))
     assert verdicts is not None and verdicts.correct == {"q0": True, "q1": False, "q2": False}

@@ -40,9 +40,9 @@ def score(rows: list[dict[str, Any]], cap: int) -> tuple[str, dict[str, Any], li
     scorer = Scorer(cap)
     for row in rows:
         scorer.add(row)
-    out = io.StringIO()
+    out = io.BytesIO()
     scorer.write_reviews(out)
-    return out.getvalue(), build_report(SAVED, "r", scorer, "coinflip"), scorer.showcase.rows()
+    return out.getvalue().decode(), build_report(SAVED, "r", scorer, "coinflip"), scorer.showcase.rows()
 
 
 @pytest.mark.parametrize("cap", [1000, 25])

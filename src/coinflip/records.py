@@ -185,15 +185,20 @@ def _places(row: dict[str, Any]) -> bool:
 
 
 def dumps(record: Prediction | Review) -> bytes:
-    """One JSON line; never NaN or Infinity (not JSON), never a crash on half a surrogate pair."""
+    """One JSON line; NaN and Infinity (not JSON) become null, and half a surrogate pair from a
+    server is kept as a \\u escape rather than crashing the run. msgspec writes it: a tenth of
+    json's time, on every sample."""
     try:
-        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
-    except ValueError:  # a non-finite number slipped through: it becomes null
-        return dumps(_finite(record))
-    try:
-        return (text + "\n").encode("utf-8")
-    except UnicodeEncodeError:  # half a surrogate pair from the server: keep it as a \u escape
-        return (json.dumps(record, allow_nan=False) + "\n").encode("utf-8")
+        return _encoder().encode(record) + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate: json escapes it, msgspec cannot
+        return (json.dumps(_finite(record), allow_nan=False) + "\n").encode("utf-8")
+
+
+@functools.cache
+def _encoder() -> Any:
+    import msgspec
+
+    return msgspec.json.Encoder()
 
 
 def _finite(value: Any) -> Any:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import logging
 import shutil
 import sys
@@ -229,8 +228,12 @@ def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, 
     """(record, draw, keys) for each request still to send, in question order: `keys` empty for a
     whole request (a choice missing or failed), else the samples whose forced answer is pending."""
     n = plan.build.choices
+    fresh = not index.where and not index.pending  # nothing saved: every request, no key to look up
     for record in plan.dataset:
         for draw in range(plan.config.repeats):
+            if fresh:
+                yield record, draw, []
+                continue
             keys = [sample_key(record.id, draw * n + i) for i in range(n)]
             if not all(index.replied(k) for k in keys):
                 yield record, draw, []
@@ -476,7 +479,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | N
         scorer = _score_saved(run, saved, compat)
     run.own_folders(run.reviews, run.report_json)  # never written through a linked folder either
     try:  # under a temporary name, then renamed: never written through a link or into a FIFO
-        with replacing(run.reviews) as raw, io.TextIOWrapper(raw, encoding="utf-8") as reviews:
+        with replacing(run.reviews) as reviews:
             scorer.write_reviews(reviews)
     except OSError as exc:
         raise storage_error(run.reviews, exc) from None

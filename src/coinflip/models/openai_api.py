@@ -33,6 +33,7 @@ and in reply text (`_redact.py`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import random
@@ -257,7 +258,10 @@ class OpenAIClient:
 
     def _body(self, request: Request) -> bytes:
         body = request_body(self.name, self.mode, self.generation, request, self.stream, self.extra_body)
-        return json.dumps(body).encode()
+        try:
+            return _encoder().encode(body)  # msgspec: a tenth of json's time, on every request
+        except UnicodeEncodeError:  # half a surrogate pair (a server's reply, sent back to force an answer)
+            return json.dumps(body).encode()
 
     async def complete(self, request: Request) -> Reply:
         body = self._body(request)
@@ -429,6 +433,13 @@ def _web_page(response: Response) -> bool:
     """An HTML page (a web UI's root, a login or captive portal) where JSON or a stream was due."""
     kind = response.headers.get("content-type", "").lower()
     return "text/html" in kind or (response.events is None and response.body.lstrip()[:1] == b"<")
+
+
+@functools.cache
+def _encoder() -> Any:
+    import msgspec
+
+    return msgspec.json.Encoder()
 
 
 def _location(url: str, response: Response) -> str:

@@ -10,17 +10,16 @@ old or hand-edited file), a review is made; only a target that is not YES or NO 
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 from .. import forced as forcing
 from ..config import REPEATS_MAX
 from ..errors import DataError
-from ..records import ANSWERS, FORCED_ANSWERS, Prediction, Review, make_review, sample_key, split_key
+from ..records import ANSWERS, FORCED_ANSWERS, Prediction, Review, dumps, make_review, sample_key, split_key
 from . import extract
 from .calibration import impossible_in, p_yes
 from .evalscope import read_verdict
@@ -307,12 +306,12 @@ class Scorer:
         keys = self.keys
         return None if bool((keys[1:] > keys[:-1]).all()) else np.argsort(keys, kind="stable")
 
-    def write_reviews(self, out: TextIO) -> None:
+    def write_reviews(self, out: BinaryIO) -> None:
         order = self.order()
         positions = range(len(self)) if order is None else order.tolist()
         for first in range(0, len(self), 4096):  # a slice at a time keeps Python objects few
             part = positions[first : first + 4096]
-            out.write("".join(json.dumps(self.reviews.review(i)) + "\n" for i in part))
+            out.write(b"".join(dumps(self.reviews.review(i)) for i in part))
 
     def outcomes(self, forced: bool = False) -> Outcomes:
         """Every sample as small arrays; with `forced`, an invalid strict answer is replaced by its forced one."""
