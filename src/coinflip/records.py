@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .config import REPEATS_MAX
+
+if TYPE_CHECKING:
+    import msgspec
 
 ANSWERS: tuple[str | None, ...] = ("YES", "NO", None)  # the index of an answer in arrays; None: no answer
 FORCED_ANSWERS: tuple[str | None, ...] = (None, "YES", "NO", "invalid")  # None: no forced answer asked
@@ -195,7 +198,7 @@ def dumps(record: Prediction | Review) -> bytes:
 
 
 @functools.cache
-def _encoder() -> Any:
+def _encoder() -> msgspec.json.Encoder:
     import msgspec
 
     return msgspec.json.Encoder()

@@ -40,7 +40,7 @@ import random
 import re
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 from ..config import secrets_in, url_secrets
@@ -51,6 +51,9 @@ from ._redact import Redactor
 from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
 from .base import Reply, Request
 from .limits import Limiter, Traffic
+
+if TYPE_CHECKING:
+    import msgspec
 
 FATAL_STATUS = {
     400: ("bad request", "check --generation-config, --model and --api-url"),
@@ -436,7 +439,7 @@ def _web_page(response: Response) -> bool:
 
 
 @functools.cache
-def _encoder() -> Any:
+def _encoder() -> msgspec.json.Encoder:
     import msgspec
 
     return msgspec.json.Encoder()
