@@ -10,9 +10,11 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +197,56 @@ def test_a_server_that_dies_mid_run_stops_the_run_early_and_it_resumes(tmp_path:
         again = run_cli("eval", "--use-cache", str(run), "--api-url", again_srv.url, timeout=BUDGET)
     assert again.returncode == 0, again.stderr
     assert len({r["id"] for r in predictions(run) if r["error"] is None}) == 400
+
+
+class _AnswersPropsOnceModelsIsAsked(BaseHTTPRequestHandler):
+    """/props answers (one slot) only once /v1/models has been asked too: asked one after the
+    other, /props waits out the client's probe time and says nothing; asked together, it answers."""
+
+    models_asked = threading.Event()
+    in_flight, peak = 0, 0
+    lock = threading.Lock()
+
+    def _send(self, status: int, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path.endswith("/models"):
+            self.models_asked.set()
+            self._send(404, {"error": {"message": "not found"}})
+        elif self.path == "/props" and self.models_asked.wait(BUDGET):
+            self._send(200, {"total_slots": 1})
+        else:
+            self._send(404, {"error": {"message": "not found"}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        cls = type(self)
+        with cls.lock:
+            cls.in_flight += 1
+            cls.peak = max(cls.peak, cls.in_flight)
+        self._send(200, {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]})
+        with cls.lock:
+            cls.in_flight -= 1
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+def test_the_two_capacity_questions_are_asked_together(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AnswersPropsOnceModelsIsAsked)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        result, run = run_eval(url, tmp_path, "--limit", "6")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0, result.stderr
+    assert run is not None and report_of(run)["requests"]["server_slots"] == 1
+    assert _AnswersPropsOnceModelsIsAsked.peak == 1  # the published slot was kept to

@@ -230,14 +230,18 @@ class OpenAIClient:
         serves one request at a time behind a lock, names itself by owning its models as "me" at
         /v1/models. Anything else - no such route, a gateway, a slow or odd answer, a proxy on the
         way (it need not see more than the run's requests) - is None: the limits then learn it by
-        watching. GETs on the connection `check` opened."""
+        watching. Both GETs go together (one on the connection `check` opened): one round trip at
+        the start, not two, for a server that publishes neither."""
         target = self._pool.target(url)
         if target.proxy is not None:
             return None
         path = target.url.path
         root = path.split("/v1/")[0] if "/v1/" in path else ""
-        slots = slots_in(await self._get_json(target, root + "/props"))
-        if slots is None and one_at_a_time(await self._get_json(target, root + "/v1/models")):
+        props, models = await asyncio.gather(
+            self._get_json(target, root + "/props"), self._get_json(target, root + "/v1/models")
+        )
+        slots = slots_in(props)
+        if slots is None and one_at_a_time(models):
             slots = 1
         return slots
 
