@@ -272,6 +272,27 @@ def test_a_pricing_file_and_the_batch_discount(tmp_path: Path) -> None:
     assert unknown.returncode == 2 and "no prices for 'x'" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
+def test_a_run_answered_by_a_batch_and_online_prices_each_answer_by_how_it_came(tmp_path: Path) -> None:
+    prices = ("--price-input", "2", "--price-output", "8", "--batch-discount", "0.25")
+    with FakeOpenAIServer("mixed", batches=BatchStore(fail_every=3)) as srv:  # every third line fails in the batch
+        args = ("eval", "--model", "m", "--limit", "12", "--api-url", srv.url, *prices, "--work-dir", str(tmp_path))
+        result = run_cli(*args, "--batch", *FAST, "--batch-rest-online")  # the failed lines go online
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+
+    def cost(kept: list[dict[str, Any]]) -> float:
+        return sum(r["usage"]["prompt_tokens"] * 2 + r["usage"]["completion_tokens"] * 8 for r in kept) / 1e6
+
+    batch, online = [r for r in rows if r.get("batch") is True], [r for r in rows if "batch" not in r]
+    assert batch and online and len(batch) + len(online) == 12
+    report = _report(run)
+    assert report["cost"]["total"] == pytest.approx(cost(batch) * 0.25 + cost(online))
+    assert report["cost"]["full_price"] == pytest.approx(cost(rows))
+    rescored = run_cli("rescore", str(run))
+    assert rescored.returncode == 0 and _report(run)["cost"] == report["cost"]
+
+
 def test_split_at_the_api_limits() -> None:
     lines = [b"x" * 10 + b"\n"] * 7
     assert [len(g) for g in split_lines(lines, max_requests=3)] == [3, 3, 1]
@@ -423,6 +444,8 @@ def test_reasoning_tokens_from_a_result_file_are_totalled(tmp_path: Path) -> Non
         "completion": 200,
         "reasoning": 150,
         "per_request": {"prompt": 102.0, "completion": 40.0, "reasoning": 30.0},
+        "batch_prompt": 510,
+        "batch_completion": 200,
     }
     assert report["cost"]["total"] == pytest.approx((510 * 1 + 200 * 10) / 1e6 * 0.5)  # a batch's price
     assert "150 reasoning" in scored.stdout

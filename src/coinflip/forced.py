@@ -68,6 +68,8 @@ def answered(first: Prediction, reply: Reply) -> Prediction:
     window = answer_window(reply.logprobs, bare=True)
     if window is not None:
         forced["answer_logprobs"] = window
+    if reply.batch:
+        forced["batch"] = True
     row: Prediction = {k: v for k, v in first.items() if k not in ("forced", "error")}  # type: ignore[assignment]
     row["forced"] = forced
     row["error"] = first.get("error")

@@ -36,6 +36,7 @@ class Forced(TypedDict, total=False):
     attempts: int
     error: str | None
     answer_logprobs: list[Any]
+    batch: bool  # answered through a Batch API (priced at its discount); absent: online
 
 
 class _Sample(TypedDict):
@@ -63,6 +64,7 @@ class Prediction(_Sample, total=False):
     answer_logprobs: list[Any]  # log probabilities around the answer (scoring/calibration.py)
     status: int  # the HTTP status of a failed request
     forced: Forced  # --force-answer, for a reply without a valid answer
+    batch: bool  # answered through a Batch API (priced at its discount); absent: online
 
 
 class Review(TypedDict):

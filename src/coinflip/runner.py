@@ -453,6 +453,8 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         row["answer_logprobs"] = window
     if reply.status is not None and reply.error is not None:
         row["status"] = reply.status
+    if reply.batch:
+        row["batch"] = True
     return row
 
 

@@ -43,6 +43,7 @@ class Reply:
     ttft_s: float | None = None  # streaming: seconds to the first content or reasoning token
     logprobs: list[dict[str, Any]] | None = None
     more: list[Reply] = field(default_factory=list)
+    batch: bool = False  # answered through a Batch API, which bills at its discount
 
 
 class Model(Protocol):

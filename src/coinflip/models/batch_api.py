@@ -86,9 +86,12 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
     body = response.get("body") if isinstance(response, dict) else None
     if isinstance(status, int) and 200 <= status < 300 and not error:
         try:
-            return data["custom_id"], parse_body(json.dumps(body).encode(), mode)
+            reply = parse_body(json.dumps(body).encode(), mode)
         except BadReply as exc:
             return data["custom_id"], Reply(None, error=str(exc), status=status)
+        for choice in (reply, *reply.more):
+            choice.batch = True
+        return data["custom_id"], reply
     if isinstance(status, int):
         detail = server_message(json.dumps(body).encode()) if body is not None else ""
         return data["custom_id"], Reply(None, error=f"HTTP {status}{': ' + detail if detail else ''}", status=status)

@@ -2,7 +2,8 @@
 
 Prices are per million tokens, input (prompt) and output (completion; a reasoning model's
 reasoning tokens are part of its completion tokens, as OpenAI bills them), from the command line
-or a pricing file keyed by model. A batch pays `batch_discount` of the price (OpenAI: half).
+or a pricing file keyed by model. An answer a Batch API gave pays `batch_discount` of the price
+(OpenAI: half); one sent online pays it all, also in a run that used both.
 The cost covers every request the run's saved predictions hold, forced answers included: a
 resumed or rescored run shows what the whole run costs, not only its last part.
 `Budget` stops sending before a run would pass --max-cost.
@@ -104,20 +105,26 @@ def tokens(*usages: Usage) -> Tokens:
         "completion": completion,
         "reasoning": reasoning,
         "per_request": mean,
+        "batch_prompt": sum(u.batch_tokens[0] for u in usages),
+        "batch_completion": sum(u.batch_tokens[1] for u in usages),
     }
 
 
-def cost_report(config: dict[str, Any], found: Tokens, batch: bool) -> Cost | None:
-    """The cost section of a report, from the saved settings and the token totals (None: no prices)."""
+def cost_report(config: dict[str, Any], found: Tokens) -> Cost | None:
+    """The cost section of a report, from the saved settings and the token totals (None: no prices).
+    Each answer is priced by how it came: a Batch API's at the discount, the rest (sent online, or
+    left by a batch and sent with --batch-rest-online) at the full price."""
     prices = prices_of(config)
     if prices is None:
         return None
+    batch = (_count(found.get("batch_prompt")), _count(found.get("batch_completion")))
+    online = (found["prompt"] - batch[0], found["completion"] - batch[1])
     return {
         "input": prices["input"],
         "output": prices["output"],
         "batch_discount": prices["batch_discount"],
-        "batch": batch,
-        "total": price(found["prompt"], found["completion"], prices, batch),
+        "batch": any(batch),
+        "total": price(*online, prices, False) + price(*batch, prices, True),
         "full_price": price(found["prompt"], found["completion"], prices, False),
     }
 
@@ -133,7 +140,8 @@ def cost_line(report: Report) -> str | None:
     )
     cost = report.get("cost")
     if isinstance(cost, dict):
-        how = f" (batch: {cost['batch_discount']:g} of {cost['full_price']:.4f})" if cost.get("batch") else ""
+        how = f" (batch answers at {cost['batch_discount']:g} of the price; all at full price {cost['full_price']:.4f})"
+        how = how if cost.get("batch") else ""
         line += f"; cost {cost['total']:.4f} at {cost['input']:g}/{cost['output']:g} per million in/out{how}"
     return line
 

@@ -70,7 +70,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         }
     )
     report["batch"] = bool(config.get("batch") or config.get("batch_results"))  # answered by a Batch API
-    report["cost"] = cost_report(config, report["tokens"], report["batch"])
+    report["cost"] = cost_report(config, report["tokens"])
     if report["repeats"] > 1 or (len(outcomes) and int(outcomes.repeat.max()) > 0):
         report["repeat_metrics"] = reduce(outcomes, compat)
     if config.get("force_answer"):

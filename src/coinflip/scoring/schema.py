@@ -129,6 +129,8 @@ class Tokens(TypedDict, total=False):
     completion: int
     reasoning: int
     per_request: dict[str, float | None]
+    batch_prompt: int  # of `prompt`, what a Batch API answered (billed at its discount)
+    batch_completion: int
 
 
 class Cost(TypedDict, total=False):

@@ -160,6 +160,7 @@ class Usage:
         self.completion = array("d")
         self.reasoning = array("d")
         self.prompt_tokens = 0
+        self.batch_tokens = [0, 0]  # prompt and completion tokens of the replies a Batch API gave
         self.finish: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
 
@@ -174,10 +175,13 @@ class Usage:
         else:
             self.errors[" ".join(str(error).split())[:300]] += 1
         usage = p.get("usage")
-        self.prompt_tokens += _tokens(usage, "prompt_tokens") or 0
-        completion = _tokens(usage, "completion_tokens")
+        prompt, completion = _tokens(usage, "prompt_tokens") or 0, _tokens(usage, "completion_tokens")
+        self.prompt_tokens += prompt
         if completion is not None:
             self.completion.append(float(completion))
+        if p.get("batch") is True:
+            self.batch_tokens[0] += prompt
+            self.batch_tokens[1] += completion or 0
         reasoning = _tokens(usage, "reasoning_tokens")
         if reasoning is not None:
             self.reasoning.append(float(reasoning))
