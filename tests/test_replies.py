@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coinflip.models._replies import BadReply, parse_body, parse_stream, server_message, text_of, usage
+from coinflip.models._replies import BadReply, StreamReply, parse_body, server_message, text_of, usage
 from coinflip.models.openai_api import EarlyStop, endpoint_url
 
 
@@ -104,8 +104,10 @@ def test_the_servers_message_is_kept_on_one_line(body: bytes, message: str) -> N
 
 def test_a_stream_without_choices_is_a_bad_reply() -> None:
     with pytest.raises(BadReply, match="without any choice"):
-        events = [(0.0, "message", '{"choices": [], "usage": {"prompt_tokens": 1}}'), (0.0, "message", "[DONE]")]
-        parse_stream(events, "chat", 0.0)
+        stream = StreamReply("chat")
+        stream.add(0.0, "message", '{"choices": [], "usage": {"prompt_tokens": 1}}')
+        assert stream.add(0.0, "message", "[DONE]")
+        stream.reply(0.0)
 
 
 @pytest.mark.parametrize(

@@ -328,15 +328,6 @@ class StreamReply:
         return replies[0]
 
 
-def parse_stream(events: list[tuple[float, str, str]], mode: str, sent: float) -> Reply:
-    """Server-sent chunks, all at once, to one Reply."""
-    stream = StreamReply(mode)
-    for at, kind, data in events:
-        if stream.add(at, kind, data):
-            break
-    return stream.reply(sent)
-
-
 def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> bool:
     """Add one chunk's part of a choice; True when it brought text or reasoning."""
     index = item.get("index", 0)
