@@ -5,6 +5,7 @@ survives, and the payloads are there as text."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -15,8 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
+from rich.console import Console
 
-from coinflip.pages import compare, index, run_page
+from coinflip.pages import compare, index, run_page, summary
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, answer, chat
@@ -162,6 +164,10 @@ def test_run_page_shows_hostile_values_in_every_field_as_text(forced_run: Path, 
     for payload in PAYLOADS:
         assert payload in text  # shown, as text
     assert "49jinja" not in text  # a value is never evaluated as a template
+    # the terminal summary reads the same report through the same declaration: no crash, no markup
+    shown = io.StringIO()
+    summary.print_summary(bad, console=Console(file=shown, width=300))
+    assert f"coin_flip - {bad['model']}" in shown.getvalue() and "samples ?  invalid ? (?)" in shown.getvalue()
 
 
 def test_run_page_of_real_values_draws_every_panel(forced_run: Path) -> None:
@@ -249,6 +255,29 @@ def test_a_config_value_edited_into_markup_stays_text_after_rescore(tmp_path: Pa
         assert f"few-shot {PAYLOADS[0]}" in "".join(page.text)
     else:  # or refused in one line, the page untouched
         assert rescored.returncode == 2 and len(rescored.stderr.strip().splitlines()) == 1
+
+
+def test_saved_settings_of_the_wrong_type_are_left_out_of_the_page_and_summary(tmp_path: Path) -> None:
+    """A rescore builds the report from task_config.yaml's fingerprint and provenance, which are not
+    checked as settings: a section that is text, text where a count belongs, a number where a hash
+    does. The page and the summary read the report through its declaration, so each such value
+    shows as unknown, never used as its wrong type (nor crashes the summary)."""
+    result = run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    config_file = run / "configs/task_config.yaml"
+    saved = yaml.safe_load(config_file.read_text())
+    saved["fingerprint"]["template"] = PAYLOADS[0]
+    saved["fingerprint"]["dataset"].update(rows=PAYLOADS[1], sha256=5)
+    saved["provenance"] = {"created": [PAYLOADS[2]], "coinflip_version": 7}  # free-form: shown as text
+    config_file.write_text(yaml.safe_dump(saved))
+    rescored = run_cli("rescore", str(run))
+    assert rescored.returncode == 0, rescored.stderr
+    assert "data bundled:coinflip/_data/test.jsonl (test, sha256 ?)  template default" in rescored.stdout
+    page = assert_clean((run / "reports/oracle/coin_flip.html").read_text(), scripts=1)
+    text = "".join(page.text)
+    assert "(test, ? rows, sha256 ?)" in text and "template default ()" in text and "coinflip 7," in text
+    assert PAYLOADS[0] not in text and PAYLOADS[1] not in text and PAYLOADS[2] in text
 
 
 def test_templates_never_mark_a_value_safe() -> None:

@@ -9,13 +9,15 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from coinflip import run_task
 from coinflip.pages.board import row
 from coinflip.pages.catalog import read_run
 from coinflip.scoring.report import write_report
-from coinflip.scoring.schema import Report, read_report
+from coinflip.scoring.schema import Report, checked, read_report
 
 from .conftest import run_cli
 
@@ -64,6 +66,13 @@ def test_a_real_run_report_reads_back_as_written(tmp_path: Path) -> None:
     report = read_report(saved)
     assert report == json.loads(saved) and report is not None
     assert report["repeat_metrics"]["k"] == 2 and "forced" in report and report["counts"]["samples"] == 24
+
+
+def test_a_report_as_built_is_checked_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run page and the summary read a fresh report through `checked`: it must lose nothing."""
+    monkeypatch.chdir(tmp_path)
+    report = run_task(model="random", limit=12, repeats=2, force_answer=True, quiet=True)
+    assert "forced" in report and "repeat_metrics" in report and checked(report) == report
 
 
 HOSTILE: list[dict[str, Any]] = [

@@ -17,7 +17,7 @@ from ..config import BENCHMARK
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Dataset, Report, Subset, Template, UsageSummary
 from .catalog import Found, started
-from .html import number
+from .html import ends, number
 
 # optional columns: (key, label, where to look in a report, first match wins)
 EXTRAS: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
@@ -44,10 +44,6 @@ def dig(data: Any, *keys: str) -> Any:
 def text(value: Any, limit: int = 300) -> str:
     out = value if isinstance(value, str) else "" if value is None else str(value)
     return out if len(out) <= limit else out[: limit - 1] + "…"
-
-
-def mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -101,21 +97,14 @@ def subset_of(report: Report) -> str:
 
 
 def _metric(report: Report, name: str) -> list[float | None]:
-    lo, hi = _pair(report.get("intervals", {}).get(name))
-    return [number(report.get("metrics", {}).get(name)), lo, hi]
-
-
-def _pair(interval: list[float] | None) -> tuple[float | None, float | None]:
-    """An interval's ends; (None, None) where it is not two numbers."""
-    return (number(interval[0]), number(interval[1])) if interval and len(interval) == 2 else (None, None)
+    return [number(report.get("metrics", {}).get(name)), *ends(report.get("intervals", {}).get(name))]
 
 
 def _by_people(report: Report) -> dict[str, list[float | None]]:
     out = {}
     for key, cell in report.get("by_people", {}).items():
         if key.lstrip("-").isdigit():
-            lo, hi = _pair(cell.get("interval"))
-            out[key] = [number(cell.get("accuracy")), lo, hi, number(cell.get("samples"))]
+            out[key] = [number(cell.get("accuracy")), *ends(cell.get("interval")), number(cell.get("samples"))]
     return out
 
 

@@ -40,6 +40,17 @@ def fmt(value: Any, spec: str = ".4f", missing: str = "undefined") -> str:
     return format(value, spec)
 
 
+def ends(pair: list[float] | None) -> tuple[float | None, float | None]:
+    """An interval's two ends as finite numbers (None where it is not two of them)."""
+    return (number(pair[0]), number(pair[1])) if pair and len(pair) == 2 else (None, None)
+
+
+def span(pair: list[float] | None) -> str:
+    """An interval as "low - high", or "-" where it has no two finite ends."""
+    lo, hi = ends(pair)
+    return "-" if lo is None or hi is None else f"{lo:.3f} - {hi:.3f}"
+
+
 @functools.cache
 def environment() -> Environment:
     """The one template environment: autoescape everywhere, undefined names fail loudly."""

@@ -2,8 +2,8 @@
 
 The page is templates/run.html, rendered with autoescape: a reply holding <script>, or a config
 value someone edited into markup, is shown as text and runs nothing. This module only decides
-what to show; it reads the report as it would read any file (a value of the wrong type is
-shown as written, never trusted as a number).
+what to show. `render` takes the report through scoring/schema.py `checked`, so each field read
+here has its declared type or is missing (shown as "?" or not at all).
 """
 
 from __future__ import annotations
@@ -14,30 +14,29 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import storage_error
 from ..scoring.metrics import METRICS
+from ..scoring.schema import Counts, Forced, People, Report, checked
 from . import charts
-from .board import dig, mapping, utf8
-from .html import fmt, number, render_template
+from .board import utf8
+from .html import ends, fmt, number, render_template, span
 
 if TYPE_CHECKING:
     from ..scoring.scorer import Scorer
 
 STRICT, FORCED = "strict", "forced"
+FORCED_COUNTS = ("asked", "invalid_strict", "recovered_correct", "recovered_wrong", "still_invalid")
 
 
-def _cards(report: Mapping[str, Any], block: Mapping[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for name in METRICS:
-        pair = dig(block, "intervals", name)
-        lo, hi = (pair + [None, None])[:2] if isinstance(pair, list) else (None, None)
-        out.append(
-            {
-                "name": name,
-                "primary": name == report.get("primary"),
-                "value": fmt(dig(block, "metrics", name)),
-                "interval": "95% -" if number(lo) is None or number(hi) is None else f"95% {lo:.3f} - {hi:.3f}",
-            }
-        )
-    return out
+def _cards(primary: str | None, block: Report | Forced) -> list[dict[str, Any]]:
+    metrics, intervals = block.get("metrics", {}), block.get("intervals", {})
+    return [
+        {
+            "name": name,
+            "primary": name == primary,
+            "value": fmt(metrics.get(name)),
+            "interval": f"95% {span(intervals.get(name))}",
+        }
+        for name in METRICS
+    ]
 
 
 def _key(r: dict[str, Any], name: str) -> float:
@@ -94,7 +93,7 @@ def _sample(p: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _filters(report: Mapping[str, Any], samples: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def _filters(report: Report, samples: list[dict[str, Any]]) -> list[tuple[str, str]]:
     buttons = [
         ("all", "all"),
         ("notok", "not correct"),
@@ -105,115 +104,92 @@ def _filters(report: Mapping[str, Any], samples: list[dict[str, Any]]) -> list[t
     if report.get("forced"):
         n = sum(1 for s in samples if "recovered" in s["classes"].split())
         buttons.append(("recovered", f"recovered by forcing ({n})"))
-    reasons = mapping(report.get("invalid_reasons"))
-    buttons += [(f"r-{reason}", f"invalid: {reason} ({fmt(n, 'd')})") for reason, n in reasons.items()]
+    buttons += [(f"r-{reason}", f"invalid: {reason} ({n})") for reason, n in report.get("invalid_reasons", {}).items()]
     return buttons
 
 
-def _by_people(block: Any) -> list[charts.Point]:
-    out = []
-    for k, v in mapping(block).items():
-        pair = dig(v, "interval")
-        lo, hi = (pair + [None, None])[:2] if isinstance(pair, list) else (None, None)
-        out.append((f"{k}p", dig(v, "accuracy"), lo, hi))
-    return out
+def _by_people(block: dict[str, People]) -> list[charts.Point]:
+    return [(f"{k}p", v.get("accuracy"), *ends(v.get("interval"))) for k, v in block.items()]
 
 
-def _people_chart(report: Mapping[str, Any]) -> dict[str, Any]:
-    series = [(STRICT, charts.BLUE, _by_people(report.get("by_people")))]
-    forced = dig(report, "forced", "by_people")
-    if isinstance(forced, dict) and forced:
+def _people_chart(report: Report) -> dict[str, Any]:
+    series = [(STRICT, charts.BLUE, _by_people(report.get("by_people", {})))]
+    forced = report.get("forced", {}).get("by_people")
+    if forced:
         strict_keys = [p[0] for p in series[0][2]]
         points = {p[0]: p for p in _by_people(forced)}
         series.append((FORCED, charts.ORANGE, [points.get(k, (k, None, None, None)) for k in strict_keys]))
     return charts.bars(series, title="accuracy by number of people")
 
 
-def _yes_chart(report: Mapping[str, Any]) -> dict[str, Any]:
-    counts = mapping(report.get("counts"))
-    samples, target_yes = number(counts.get("samples")), number(counts.get("target_yes"))
-    true_yes = target_yes / samples if samples and target_yes is not None else None
-    points: list[tuple[str, str, list[charts.Point]]] = []
+def _yes_chart(report: Report) -> dict[str, Any]:
+    counts = report.get("counts", {})
+    samples, target_yes = counts.get("samples", 0), counts.get("target_yes", 0)
+    true_yes = target_yes / samples if 0 <= target_yes <= samples and samples else None  # a share: never past 1
 
-    def ratio(block: Any, name: str) -> tuple[str, str, list[charts.Point]]:
-        pair = dig(block, "intervals", "yes_ratio")
-        lo, hi = (pair + [None, None])[:2] if isinstance(pair, list) else (None, None)
-        return (
-            name,
-            "#8a63d2" if name == STRICT else charts.ORANGE,
-            [("yes_ratio", dig(block, "metrics", "yes_ratio"), lo, hi)],
-        )
+    def ratio(name: str, block: Report | Forced) -> tuple[str, str, list[charts.Point]]:
+        pair = ends(block.get("intervals", {}).get("yes_ratio"))
+        color = "#8a63d2" if name == STRICT else charts.ORANGE
+        return name, color, [("yes_ratio", block.get("metrics", {}).get("yes_ratio"), *pair)]
 
-    points.append(ratio(report, STRICT))
-    if report.get("forced"):
-        points.append(ratio(report.get("forced"), FORCED))
-    chart = charts.bars(
+    points = [ratio(STRICT, report)] + ([ratio(FORCED, report["forced"])] if report.get("forced") else [])
+    return charts.bars(
         points + [("true YES share", "#7a8291", [("yes_ratio", true_yes, None, None)])], title="yes_ratio"
     )
-    return chart
 
 
-def _calibration(report: Mapping[str, Any]) -> dict[str, Any]:
-    c = mapping(report.get("calibration"))
+def _calibration(report: Report) -> dict[str, Any]:
+    c = report.get("calibration", {})
     if not c.get("available"):
         return {"available": False, "reason": c.get("reason", "not available")}
-    coverage = number(c.get("coverage"))
     return {
         "available": True,
         "auroc": fmt(c.get("auroc")),
         "brier": fmt(c.get("brier")),
         "ece": fmt(c.get("ece")),
         "samples": fmt(c.get("samples"), "d"),
-        "coverage": fmt(coverage, ".0%", "?"),
-        "chart": charts.reliability(c.get("bins")),
+        "coverage": fmt(c.get("coverage"), ".0%", "?"),
+        "chart": charts.reliability(c.get("bins", [])),
     }
 
 
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [] if value is None else [value]
-
-
-def _repeats(report: Mapping[str, Any]) -> dict[str, Any] | None:
+def _repeats(report: Report) -> dict[str, Any] | None:
     r = report.get("repeat_metrics")
-    if not isinstance(r, dict):
+    if r is None:
         return None
+    majority = r.get("majority_vote", {})
     rows = [
         {
             "name": name,
-            "mean": fmt(dig(s, "mean")),
-            "std": fmt(dig(s, "std")),
-            "each": " ".join(fmt(v) for v in _listed(dig(s, "values"))),
-            "majority": fmt(dig(r, "majority_vote", name)),
+            "mean": fmt(s.get("mean")),
+            "std": fmt(s.get("std")),
+            "each": " ".join(fmt(v) for v in s.get("values", [])),
+            "majority": fmt(majority.get(name)),
         }
-        for name, s in mapping(r.get("per_repeat")).items()
+        for name, s in r.get("per_repeat", {}).items()
     ]
     return {
-        "k": r.get("k"),
+        "k": r.get("k", "?"),
         "rows": rows,
         "pass_at_k": fmt(r.get("pass_at_k")),
         "consistency": fmt(r.get("consistency")),
     }
 
 
-def _meta(report: Mapping[str, Any]) -> list[str]:
+def _meta(report: Report) -> list[str]:
     """The settings line under the title, one item each."""
-    data, c = mapping(report.get("dataset")), mapping(report.get("counts"))
-    subset, template, prov = (
-        mapping(report.get("subset")),
-        mapping(report.get("template")),
-        mapping(report.get("provenance")),
-    )
+    data, samples = report.get("dataset", {}), report.get("counts", {}).get("samples")
+    subset, template, prov = report.get("subset", {}), report.get("template", {}), report.get("provenance", {})
     source = data.get("id") or data.get("path") or data.get("source")
-    sha = data.get("sha256")
     return [
         f"run {report.get('run')}",
         f"data {data.get('source')}: {source} ({data.get('split')}, {fmt(data.get('rows'), 'd', '?')} rows, "
-        f"sha256 {str(sha)[:16] if sha else '?'})",
-        f"subset {subset.get('mode', 'all')} {fmt(subset.get('count', c.get('samples')), 'd', '?')} of "
-        f"{fmt(subset.get('of', c.get('samples')), 'd', '?')}",
-        f"template {template.get('name', 'default')} ({str(template.get('sha256', ''))[:12]})",
-        f"few-shot {fmt(report.get('few_shot_num'), 'd', '0')}",
-        f"repeats {fmt(report.get('repeats', 1), 'd', '1')}",
+        f"sha256 {(data.get('sha256') or '?')[:16]})",
+        f"subset {subset.get('mode', 'all')} {fmt(subset.get('count', samples), 'd', '?')} of "
+        f"{fmt(subset.get('of', samples), 'd', '?')}",
+        f"template {template.get('name', 'default')} ({template.get('sha256', '')[:12]})",
+        f"few-shot {report.get('few_shot_num', '?')}",
+        f"repeats {report.get('repeats', 1)}",
         f"arithmetic {report.get('metric_compat')}",
         f"extraction {report.get('extraction')}",
         f"coinflip {prov.get('coinflip_version', '')}, Python {prov.get('python', '')}",
@@ -225,34 +201,33 @@ def _meta(report: Mapping[str, Any]) -> list[str]:
 
 
 def context(
-    report: Mapping[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
+    report: Report, samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> dict[str, Any]:
-    """Everything the template shows, computed from the report and the listed samples."""
+    """Everything the template shows, computed from the checked report and the listed samples."""
     ordered = sorted(samples, key=lambda pr: (bool(pr[1].get("correct")), _key(pr[1], "id"), _key(pr[1], "repeat")))
     rows = [_sample(p, r) for p, r in ordered]
-    forced = mapping(report.get("forced"))
-    cards = [{"title": "Strict (the specification's score)" if forced else "", "cards": _cards(report, report)}]
+    primary, forced = report.get("primary"), report.get("forced")
+    cards = [{"title": "Strict (the specification's score)" if forced else "", "cards": _cards(primary, report)}]
     if forced:
-        cards.append({"title": "Forced (invalid answers asked again)", "cards": _cards(report, forced)})
-    counts = mapping(report.get("counts"))
-    usage = mapping(report.get("usage"))
+        cards.append({"title": "Forced (invalid answers asked again)", "cards": _cards(primary, forced)})
+    counts = report.get("counts", {})
     return {
         "model": report.get("model"),
         "complete": report.get("complete") is not False,
-        "warnings": [w for w in report.get("warnings") or []],
-        "notes": [n for n in report.get("notes") or []],
+        "warnings": report.get("warnings", []),
+        "notes": report.get("notes", []),
         "meta": _meta(report),
         "card_groups": cards,
-        "counts": counts,
+        "counts": {k: fmt(counts.get(k), "d", "?") for k in Counts.__annotations__},
         "invalid_rate": fmt(counts.get("invalid_rate"), ".1%", "?"),
         "people_chart": _people_chart(report),
         "yes_chart": _yes_chart(report),
-        "reasons": list(mapping(report.get("invalid_reasons")).items()),
-        "finish": list(mapping(usage.get("finish_reasons")).items()),
-        "errors_top": [e for e in report.get("errors_top") or [] if isinstance(e, dict)],
+        "reasons": list(report.get("invalid_reasons", {}).items()),
+        "finish": list(report.get("usage", {}).get("finish_reasons", {}).items()),
+        "errors_top": report.get("errors_top", []),
         "extra": _extra(report),
         "repeats": _repeats(report),
-        "forced": forced or None,
+        "forced": {k: fmt(forced.get(k), "d", "?") for k in FORCED_COUNTS} if forced else None,
         "calibration": _calibration(report),
         "latency": charts.histogram(list(latency), "s"),
         "tokens": charts.histogram(list(tokens), "tokens"),
@@ -262,7 +237,7 @@ def context(
     }
 
 
-def _extra(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _extra(report: Report) -> list[list[str]]:
     """Report fields other parts of coinflip add (requests, retries, tokens, cost): one line each
     in the "More about this run" panel, whatever they hold, so a new field shows without a
     change here."""
@@ -274,18 +249,19 @@ def _extra(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     }  # fmt: skip
     from .board import details
 
-    out = [(k, v) for k, v in details({k: v for k, v in report.items() if k not in known})]
-    for key, value in mapping(report.get("usage")).items():
+    out = details({k: v for k, v in report.items() if k not in known})
+    for key, value in report.get("usage", {}).items():
         if key not in ("finish_reasons", "latency_s", "completion_tokens") and not isinstance(value, (dict, list)):
-            out.append((f"usage.{key}", fmt(value, ".6g", "—")))
-    return [(str(k), str(v)) for k, v in out]
+            out.append([f"usage.{key}", fmt(value, ".6g", "—")])
+    return out
 
 
 def render(
     report: Mapping[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> str:
-    """`samples`: (prediction, review) pairs to list; `latency` and `tokens`: values for the histograms."""
-    return render_template("run.html", **context(report, samples, latency, tokens))
+    """`report` as built or read (checked here, once); `samples`: (prediction, review) pairs to
+    list; `latency` and `tokens`: values for the histograms."""
+    return render_template("run.html", **context(checked(report), samples, latency, tokens))
 
 
 def write_html(path: Path, report: Mapping[str, Any], scorer: Scorer) -> None:

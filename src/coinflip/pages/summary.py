@@ -1,5 +1,7 @@
 """The terminal summary of a run. Everything a user or a model wrote is printed as literal text:
-a model named `[bold red]x` or `x[/]` is shown as written, never read as markup."""
+a model named `[bold red]x` or `x[/]` is shown as written, never read as markup. `print_summary`
+takes the report through scoring/schema.py `checked`, so each field read here has its declared
+type or is missing (shown as "?")."""
 
 from __future__ import annotations
 
@@ -10,49 +12,44 @@ from typing import Any
 
 from .._terminal import printable
 from ..scoring.metrics import METRICS
+from ..scoring.schema import Report, checked
+from .html import fmt, span
 
 
 def value(x: float | None, undefined: bool = False) -> str:
-    if x is None:
-        return "undefined"
-    return f"{x:.4f}" + (" (undefined)" if undefined else "")
+    return fmt(x) + (" (undefined)" if undefined and x is not None else "")
 
 
-def interval(pair: list[float] | None) -> str:
-    return "-" if pair is None else f"{pair[0]:.3f} - {pair[1]:.3f}"
-
-
-def data_line(report: Mapping[str, Any]) -> str:
-    data = report["dataset"]
+def data_line(report: Report) -> str:
+    data = report.get("dataset", {})
     where = data.get("id") or data.get("path") or data.get("source")
-    template = report.get("template", {})
     return (
-        f"data {data['source']}:{where} ({data['split']}, sha256 {str(data['sha256'])[:12]})  "
-        f"template {template.get('name', 'default')}  arithmetic {report['metric_compat']}"
+        f"data {data.get('source')}:{where} ({data.get('split')}, sha256 {(data.get('sha256') or '?')[:12]})  "
+        f"template {report.get('template', {}).get('name', 'default')}  arithmetic {report.get('metric_compat')}"
     )
 
 
-def title(report: Mapping[str, Any]) -> str:
+def title(report: Report) -> str:
     """What tells two runs of one model apart at a glance: shots, API mode, repeats (the template
     is on the data line below)."""
-    parts = [f"coin_flip - {report['model']}", f"{report.get('few_shot_num') or 0}-shot"]
-    parts.append(str(report.get("api_mode", "chat")))
-    if int(report.get("repeats") or 1) > 1:
-        parts.append(f"{report['repeats']} repeats")
+    parts = [f"coin_flip - {report.get('model')}", f"{report.get('few_shot_num', '?')}-shot"]
+    parts.append(report.get("api_mode", "chat"))
+    if report.get("repeats", 1) > 1:
+        parts.append(f"{report.get('repeats')} repeats")
     return "  ".join(parts)
 
 
-def timing_line(report: Mapping[str, Any]) -> str | None:
+def timing_line(report: Report) -> str | None:
     """Latency and, for streamed runs, time to first token (medians and p90, in seconds)."""
-    usage = report.get("usage") or {}
-    shown = []
+    usage = report.get("usage", {})
     latency = "batch turnaround" if report.get("batch") else "latency"  # a batch has no per-request time
-    for key, name in (("latency_s", latency), ("ttft_s", "time to first token")):
-        q = usage.get(key)
-        if isinstance(q, dict) and q.get("p50") is not None:
-            shown.append(f"{name} median {q['p50']:.2f} s, p90 {q['p90']:.2f} s")
-    tokens = usage.get("completion_tokens")
-    if isinstance(tokens, dict) and tokens.get("p50") is not None:
+    shown = [
+        f"{name} median {q['p50']:.2f} s, p90 {q['p90']:.2f} s"
+        for name, q in ((latency, usage.get("latency_s", {})), ("time to first token", usage.get("ttft_s", {})))
+        if "p50" in q and "p90" in q
+    ]
+    tokens = usage.get("completion_tokens", {})
+    if "p50" in tokens:
         shown.append(f"reply tokens median {tokens['p50']:.0f}")
     return "  ".join(shown) or None
 
@@ -65,9 +62,10 @@ def print_summary(
     from rich.table import Table
     from rich.text import Text
 
+    report = checked(report)
     console = console or Console()
-    for warning in report["warnings"]:
-        label = "INCOMPLETE: " if not report["complete"] and _incomplete(warning) else "WARNING: "
+    for warning in report.get("warnings", []):
+        label = "INCOMPLETE: " if report.get("complete") is False and _incomplete(warning) else "WARNING: "
         style = "bold red" if label.startswith("INC") else "bold yellow"
         console.print(Text.assemble((label, style), printable(warning)), soft_wrap=True)
     table = Table(title=Text(printable(title(report))), title_justify="left")
@@ -77,12 +75,12 @@ def print_summary(
     forced = report.get("forced")
     if forced:
         table.add_column("forced", justify="right")
-    undefined = set(report.get("undefined", []))
+    metrics, intervals, undefined = report.get("metrics", {}), report.get("intervals", {}), report.get("undefined", [])
     for name in METRICS:
-        label = f"{name} (primary)" if name == report["primary"] else name
-        row = [label, value(report["metrics"][name], name in undefined), interval(report["intervals"][name])]
+        label = f"{name} (primary)" if name == report.get("primary") else name
+        row = [label, value(metrics.get(name), name in undefined), span(intervals.get(name))]
         if forced:
-            row.append(value(forced["metrics"][name]))
+            row.append(value(forced.get("metrics", {}).get(name)))
         table.add_row(*row)
     console.print(table)
     for line in lines(report):
@@ -96,7 +94,7 @@ def print_summary(
         console.print(Text(printable(hint)), soft_wrap=True)
 
 
-def _expected(report: Mapping[str, Any]) -> str | None:
+def _expected(report: Report) -> str | None:
     """What a bundled local model is expected to score, so a tiny model's zeros read as expected."""
     from ..models.llama_local import EXPECTED
 
@@ -107,46 +105,46 @@ def _incomplete(warning: str) -> bool:
     return "resume" in warning
 
 
-def lines(report: Mapping[str, Any]) -> list[str]:
+def lines(report: Report) -> list[str]:
     """The plain lines under the table: counts, errors, forced answers, calibration, data."""
-    c = report["counts"]
+    c, primary = report.get("counts", {}), report.get("primary", "accuracy")
     out = [
-        f"samples {c['samples']}  invalid {c['invalid']} ({c['invalid_rate']:.1%})  errors {c['errors']}  "
+        f"samples {c.get('samples', '?')}  invalid {c.get('invalid', '?')} ({fmt(c.get('invalid_rate'), '.1%', '?')})"
+        f"  errors {c.get('errors', '?')}  "
         + "  ".join(f"{k} {v}" for k, v in report.get("invalid_reasons", {}).items())
     ]
-    for error in report.get("errors_top", [])[:3]:
-        out.append(f"  {error['count']} x {error['message']}")
-    requests = report.get("requests")
-    if requests:
-        from ..models.limits import line
+    out += [f"  {error['count']} x {error['message']}" for error in report.get("errors_top", [])[:3]]
+    from ..models import limits
 
-        out.append(line(requests))
+    requests = limits.checked(report.get("requests"))  # the record models/limits.py declares
+    if requests:
+        out.append(limits.line(requests))
         out.extend(f"  hint: {hint}" for hint in requests.get("hints", []))
     repeats = report.get("repeat_metrics")
     if repeats:
-        spread = repeats["per_repeat"][report["primary"]]
+        spread, k = repeats.get("per_repeat", {}).get(primary, {}), repeats.get("k", "?")
         out.append(
-            f"repeats {repeats['k']}: {report['primary']} per repeat {value(spread['mean'])} +- "
-            f"{value(spread['std'])}, majority vote {value(repeats['majority_vote'][report['primary']])}, "
-            f"pass@{repeats['k']} {value(repeats['pass_at_k'])}, consistency {value(repeats['consistency'])}"
+            f"repeats {k}: {primary} per repeat {value(spread.get('mean'))} +- {value(spread.get('std'))}, "
+            f"majority vote {value(repeats.get('majority_vote', {}).get(primary))}, "
+            f"pass@{k} {value(repeats.get('pass_at_k'))}, consistency {value(repeats.get('consistency'))}"
         )
     forced = report.get("forced")
     if forced:
-        strict, again = report["metrics"]["accuracy"], forced["metrics"]["accuracy"]
+        strict, again = report.get("metrics", {}).get("accuracy"), forced.get("metrics", {}).get("accuracy")
         gap = f"{again - strict:+.4f}" if strict is not None and again is not None else "undefined"
         out.append(
-            f"forced answers for {forced['asked']} of {forced['invalid_strict']} invalid: "
-            f"{forced['recovered_correct']} right, {forced['recovered_wrong']} wrong, {forced['still_invalid']} "
-            f"still invalid. Accuracy strict {value(strict)}, forced {value(again)} ({gap}): the strict score "
+            f"forced answers for {forced.get('asked', '?')} of {forced.get('invalid_strict', '?')} invalid: "
+            f"{forced.get('recovered_correct', '?')} right, {forced.get('recovered_wrong', '?')} wrong, "
+            f"{forced.get('still_invalid', '?')} still invalid. Accuracy strict {value(strict)}, forced {value(again)} ({gap}): the strict score "
             "counts format and state tracking together, the forced one mostly state tracking"
         )
     timing = timing_line(report)
     if timing:
         out.append(timing)
-    calibration = report.get("calibration") or {}
+    calibration = report.get("calibration", {})
     if calibration.get("available"):
         out.append(
-            f"P(YES) on {calibration['samples']} samples: AUROC {value(calibration.get('auroc'))}  "
+            f"P(YES) on {calibration.get('samples', '?')} samples: AUROC {value(calibration.get('auroc'))}  "
             f"Brier {value(calibration.get('brier'))}  ECE {value(calibration.get('ece'))}"
         )
     expected = _expected(report)
@@ -156,7 +154,9 @@ def lines(report: Mapping[str, Any]) -> list[str]:
     if base:
         out.append(
             "baselines on the same questions: "
-            + ", ".join(f"{name} f1 {value(v['f1_score'])} acc {value(v['accuracy'])}" for name, v in base.items())
+            + ", ".join(
+                f"{name} f1 {value(v.get('f1_score'))} acc {value(v.get('accuracy'))}" for name, v in base.items()
+            )
         )
     out.append(data_line(report))
     out.extend(report.get("notes", []))

@@ -1,11 +1,13 @@
 """The report record (reports/<model>/coin_flip.json), declared once.
 
-`build_report` (scoring/report.py) writes a `Report`; every reader of a saved report (the index,
-`compare`, the leaderboard rows in pages/board.py) goes through `read_report`. A saved report is
-untrusted and may come from another version of coinflip, so reading checks each field against
-its declared type, section by section: a field of another type is left out (a reader then sees
-it missing), a field this version does not declare is kept as it is (the pages list it under
-"more about this run"), and nothing a file holds raises.
+`build_report` (scoring/report.py) writes a `Report`; every reader goes through `checked`: the
+run page and the terminal summary with the report just built (its settings come from a run
+directory's files), the index, `compare` and the leaderboard rows (pages/board.py) with a saved
+one through `read_report`. Either is untrusted and a saved one may come from another version of
+coinflip, so `checked` tests each field against its declared type, section by section: a field of
+another type is left out (a reader then sees it missing), a field this version does not declare
+is kept as it is (the pages list it under "more about this run"), and nothing a report holds
+raises. Readers then read fields by their declared types, with no checks of their own.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import functools
 import json
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 Numbers = dict[str, float | None]  # one value per metric name (metrics.METRICS); None: undefined
@@ -217,25 +220,29 @@ class Report(TypedDict, total=False):
 def read_report(raw: bytes | str) -> Report | None:
     """The report a file holds, each field checked against `Report`; None when the file is not
     a JSON object. The one way a saved report is read."""
-    import msgspec  # with the first report read, not with coinflip
-
     try:
         found = json.loads(raw)  # Python's parser: NaN and numbers past a float's range still read
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
-    if not isinstance(found, dict):
-        return None
+    return checked(found) if isinstance(found, dict) else None
+
+
+def checked(report: Mapping[str, Any]) -> Report:
+    """`report` as a `Report`: each field of its declared type, the others left out. The one
+    edge every page and summary reads a report through."""
+    import msgspec  # with the first report read, not with coinflip
+
     try:  # a report as written checks whole in one call (30 us, against 1 ms field by field)
-        msgspec.convert(found, Report)
-        return found  # type: ignore[return-value]
+        msgspec.convert(report, Report)
+        return report  # type: ignore[return-value]
     except (msgspec.ValidationError, RecursionError):
-        return _fields(found, Report)  # type: ignore[return-value]
+        return _fields(report, Report)  # type: ignore[return-value]
 
 
 _LEFT_OUT = object()
 
 
-def _fields(found: dict[str, Any], declared: Any) -> dict[str, Any]:
+def _fields(found: Mapping[str, Any], declared: Any) -> dict[str, Any]:
     """The entries of `found` that have their declared type, nested sections checked the same
     way; `declared` is a TypedDict (a type per field; a field it does not name is kept as it is)
     or dict[str, T] (T for every entry: one odd metric leaves the others)."""
