@@ -278,6 +278,8 @@ def test_saved_settings_of_the_wrong_type_are_left_out_of_the_page_and_summary(t
     text = "".join(page.text)
     assert "(test, ? rows, sha256 ?)" in text and "template default ()" in text and "coinflip 7," in text
     assert PAYLOADS[0] not in text and PAYLOADS[1] not in text and PAYLOADS[2] in text
+    written = json.loads((run / "reports/oracle/coin_flip.json").read_text())  # saved as it is read: checked
+    assert "template" not in written and "sha256" not in written["dataset"] and "rows" not in written["dataset"]
 
 
 def test_templates_never_mark_a_value_safe() -> None:

@@ -468,6 +468,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | N
     from .pages.run_page import write_html
     from .pages.summary import print_summary
     from .scoring.report import build_report, write_report
+    from .scoring.schema import checked
 
     saved = load_saved_config(run.root)
     traffic = live.traffic if live is not None else None
@@ -485,7 +486,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | N
             scorer.write_reviews(reviews)
     except OSError as exc:
         raise storage_error(run.reviews, exc) from None
-    report = build_report(saved, run.root.name, scorer, compat)
+    report = checked(build_report(saved, run.root.name, scorer, compat))  # as read back: each field its type
     traffic = _requests_record(run, traffic)
     if traffic is not None:  # the last session's requests, kept for a rescore
         report["requests"] = traffic
