@@ -7,6 +7,7 @@ be compared (no report yet, unreadable files) are skipped with a note, not a cra
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -16,12 +17,10 @@ from .._terminal import printable
 from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
-from ..scoring.paired import mcnemar, pair
+from ..scoring.paired import pair
 from .board import label, row, utf8
 from .catalog import Found, read_answers, read_run, scan
 from .html import fmt, render_template
-
-__all__ = ["Run", "compare", "load_run", "mcnemar", "to_html", "to_markdown"]
 
 
 @dataclass(frozen=True)
@@ -37,17 +36,6 @@ class Run:
     @property
     def name(self) -> str:
         return label(self.row)
-
-
-def load_run(path: str | Path) -> Run:
-    """One run directory, ready to compare; one line saying why when it is not."""
-    folder = Path(path).expanduser()
-    if not (folder / CONFIG_FILE).is_file():
-        raise ConfigError(f"{folder} is not a coinflip run directory (no {CONFIG_FILE})")
-    run, why = _usable(read_run(folder.parent, folder))
-    if run is None:
-        raise ConfigError(f"{folder}: {why}")
-    return run
 
 
 def _usable(found: Found) -> tuple[Run | None, str]:
@@ -109,8 +97,11 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
         "same_data": len({r.row["data"]["key"] for r in runs}) == 1,
         "warnings": [],
         "skipped": skipped,
+        "leaderboard": [],
+        "pairs": [],
+        "untested": [],
+        "groups": [],
     }
-    out.update(leaderboard=[], pairs=[], untested=[], groups=[])
     for n, group in enumerate(groups, 1):
         board = sorted((runs[i] for i in group), key=lambda r: -(r.row["m"]["f1_score"][0] or 0.0))
         rank = {id(r): k for k, r in enumerate(board, 1)}
@@ -169,14 +160,9 @@ def _few(items: list[str], keep: int = 3) -> str:
 
 def _left_out(runs: list[Run], alone: list[int], force: bool) -> list[str]:
     """Runs in no group, one line per reason."""
-    by_data: dict[str, int] = {}
-    for r in runs:
-        by_data[r.row["data"]["key"]] = by_data.get(r.row["data"]["key"], 0) + 1
-    only: list[int] = []
-    apart: list[int] = []
-    for i in alone:
-        r = runs[i]
-        (only if by_data[r.row["data"]["key"]] == 1 and not force else apart).append(i)
+    by_data = Counter(r.row["data"]["key"] for r in runs)
+    only = [i for i in alone if by_data[runs[i].row["data"]["key"]] == 1 and not force]
+    apart = [i for i in alone if i not in only]
     out = []
     if only:
         names = [f"{runs[i].row['model']} [{runs[i].row['run']}] on {_data(runs[i].row)}" for i in only]
@@ -194,9 +180,7 @@ def _left_out(runs: list[Run], alone: list[int], force: bool) -> list[str]:
 
 
 def _nothing_to_compare(runs: list[Run], force: bool) -> str:
-    sets: dict[str, int] = {}
-    for r in runs:
-        sets[_data(r.row)] = sets.get(_data(r.row), 0) + 1
+    sets = Counter(_data(r.row) for r in runs)
     if force:
         return f"nothing to compare: no two of the {len(runs)} runs share a question, and a paired test needs shared questions"
     if all(n == 1 for n in sets.values()):
@@ -297,8 +281,11 @@ PAIR_HEAD = (
 )
 
 
+BOARD_HEAD = ("rank", "model", "run", "samples", "data", "template", "few-shot", *METRICS, "invalid")
+
+
 def _board_cells(r: dict[str, Any]) -> list[str]:
-    """One leaderboard row as text cells, in the order of `_board_head`."""
+    """One leaderboard row as text cells, in the order of BOARD_HEAD."""
     return [
         str(r["rank"]),
         str(r["model"]),
@@ -310,10 +297,6 @@ def _board_cells(r: dict[str, Any]) -> list[str]:
         *(_f(r[m], ".4f") for m in METRICS),
         _f(r["invalid_rate"], ".1%"),
     ]
-
-
-def _board_head() -> list[str]:
-    return ["rank", "model", "run", "samples", "data", "template", "few-shot", *METRICS, "invalid"]
 
 
 def _pair_cells(p: dict[str, Any], names: bool = True) -> list[str]:
@@ -358,7 +341,7 @@ def to_markdown(result: dict[str, Any]) -> str:
     for g in result["groups"]:
         n = g["group"]
         lines += ["", f"## {_md(g['title'])}" if len(result["groups"]) > 1 else "## Leaderboard", ""]
-        lines += _md_table(_board_head(), [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
+        lines += _md_table(BOARD_HEAD, [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
         pairs = _in_group(result, "pairs", n)
         if pairs:
             lines += ["", "### Paired McNemar tests (shared samples)", ""]
@@ -432,14 +415,7 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
         board = Table(title=Text(printable(title)), title_justify="left", box=box.SIMPLE_HEAD)
         board.add_column("#")
         board.add_column("run: model, id, samples, data, template, few-shot", overflow="fold", min_width=20, ratio=1)
-        for column in (
-            "f1",
-            "acc",
-            "prec",
-            "recall",
-            "yes",
-            "invalid",
-        ):  # f1_score, accuracy, precision, recall, yes_ratio
+        for column in ("f1", "acc", "prec", "recall", "yes", "invalid"):  # METRICS, then the invalid rate
             board.add_column(column, justify="right")
         for r in _in_group(result, "leaderboard", g["group"]):
             name = Text(printable(r["model"]), style="bold")

@@ -16,18 +16,8 @@ from typing import Any
 def mcnemar(b: int, c: int) -> dict[str, float]:
     """b: only A right; c: only B right. Chi-square (1 df) with and without continuity correction, and exact."""
     n = b + c
-    if n == 0:
-        return {
-            "only_a": 0,
-            "only_b": 0,
-            "chi2": 0.0,
-            "p_value": 1.0,
-            "chi2_corrected": 0.0,
-            "p_corrected": 1.0,
-            "p_exact": 1.0,
-        }
-    chi2 = (b - c) ** 2 / n
-    corrected = max(abs(b - c) - 1, 0) ** 2 / n
+    chi2 = (b - c) ** 2 / n if n else 0.0  # no discordant question: no evidence either way, p = 1
+    corrected = max(abs(b - c) - 1, 0) ** 2 / n if n else 0.0
     return {
         "only_a": b,
         "only_b": c,
