@@ -22,7 +22,7 @@ import json
 import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import EndpointBroken, FatalAPIError
@@ -38,6 +38,10 @@ ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 LOST = "lost"  # not a status the API sends: the server no longer knows the batch
 ENDED = ("completed", "expired", "failed", "cancelled", LOST)
 CALL_RETRIES = 6
+
+
+class _Gone(Exception):
+    """A 404 where the caller expects one: the server no longer has the batch or file."""
 
 
 def request_line(custom_id: str, mode: str, body: dict[str, Any]) -> bytes:
@@ -162,8 +166,10 @@ class BatchAPI:
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch; one the server no longer knows (404) comes back as status `lost`."""
-        found = await self._call("GET", f"/batches/{batch_id}", missing_ok=True)
-        return found if found is not None else {"id": batch_id, "status": LOST}
+        try:
+            return await self._call("GET", f"/batches/{batch_id}", missing_ok=True)
+        except _Gone:
+            return {"id": batch_id, "status": LOST}
 
     async def find(self, file_id: str) -> dict[str, Any] | None:
         """A batch already made from this input file (a run killed while creating it), if any."""
@@ -177,35 +183,12 @@ class BatchAPI:
         """A file's content, streamed to `dest` (through a temporary file: a half file is never
         kept); False when the server no longer has it."""
         tmp = dest.with_name(dest.name + ".part")
-        if await self._call("GET", f"/files/{file_id}/content", into=tmp, missing_ok=True) is None:
+        try:
+            await self._call("GET", f"/files/{file_id}/content", into=tmp, missing_ok=True)
+        except _Gone:
             return False
         tmp.replace(dest)
         return True
-
-    @overload
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        form: Any = None,
-        into: Path | None = None,
-        *,
-        params: dict[str, Any] | None = None,
-    ) -> dict[str, Any]: ...
-
-    @overload
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        form: Any = None,
-        into: Path | None = None,
-        *,
-        missing_ok: bool,
-        params: dict[str, Any] | None = None,
-    ) -> dict[str, Any] | None: ...
 
     async def _call(
         self,
@@ -216,9 +199,9 @@ class BatchAPI:
         into: Path | None = None,
         missing_ok: bool = False,
         params: dict[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
+    ) -> dict[str, Any]:
         """One call, retried on 429, 5xx and dropped connections; other refusals are fatal
-        (a 404 is None where `missing_ok`)."""
+        (a 404 raises _Gone where `missing_ok`)."""
         import aiohttp
 
         message = ""
@@ -239,7 +222,7 @@ class BatchAPI:
                     detail = server_message(raw)
                     message = f"{method} {path} answered {response.status}{': ' + detail if detail else ''}"
                     if response.status == 404 and missing_ok:
-                        return None
+                        raise _Gone(message)
                     if response.status == 404 and path in ("/files", "/batches"):
                         message += " - this server does not serve the Batch API: run without --batch, or write "
                         message += "the requests with --batch-write for vllm run-batch"
