@@ -490,3 +490,19 @@ def test_a_wrong_endpoint_fails_in_one_line_before_any_batch(tmp_path: Path) -> 
     result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", "--work-dir", str(tmp_path))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert f"127.0.0.1:{port}" in result.stderr and not any(tmp_path.iterdir())
+
+
+def test_a_batch_or_file_the_server_no_longer_has_is_lost_not_fatal(tmp_path: Path) -> None:
+    import asyncio
+
+    from coinflip.models._redact import Redactor
+    from coinflip.models.batch_api import LOST, BatchAPI
+
+    async def ask(url: str) -> tuple[dict[str, Any], bool]:
+        async with BatchAPI(url, None, {}, 30.0, Redactor([])) as api:
+            return await api.retrieve("batch_gone"), await api.download("file-gone", tmp_path / "out.jsonl")
+
+    with FakeOpenAIServer() as srv:
+        batch, downloaded = asyncio.run(ask(srv.url))
+    assert batch == {"id": "batch_gone", "status": LOST}
+    assert downloaded is False and not list(tmp_path.iterdir())
