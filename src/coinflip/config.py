@@ -16,7 +16,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from . import _evalscope
 from .errors import ConfigError, UnknownSettingError, short, shown_url
@@ -517,41 +517,22 @@ def _masked(value: Any) -> Any:
 
 def secrets_in(generation: dict[str, Any]) -> list[str]:
     """The values `redacted_generation` masks: also masked wherever a server echoes them."""
-    found: list[str] = []
-    for key in GATEWAY_KEYS:
-        _texts(generation.get(key), found)
-    return found
-
-
-def _texts(value: Any, found: list[str]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if str(k).lower() not in PLAIN_KEYS:
-                _texts(v, found)
-    elif isinstance(value, list):
-        for v in value:
-            _texts(v, found)
-    elif isinstance(value, str) and value and value != REDACTED:
-        found.append(value)
+    return [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
 
 
 def masked_somewhere(generation: dict[str, Any]) -> bool:
     """Whether saved generation settings had a secret masked (a resume must be given it again)."""
-    found: list[str] = []
-    for key in GATEWAY_KEYS:
-        _all_texts(generation.get(key), found)
-    return REDACTED in found
+    return any(REDACTED in _texts(generation.get(key), False) for key in GATEWAY_KEYS)
 
 
-def _all_texts(value: Any, found: list[str]) -> None:
+def _texts(value: Any, skip_plain: bool) -> list[str]:
+    """Every text in `value`, nested too; with `skip_plain`, none under the keys of PLAIN_KEYS."""
     if isinstance(value, dict):
-        for v in value.values():
-            _all_texts(v, found)
-    elif isinstance(value, list):
-        for v in value:
-            _all_texts(v, found)
-    elif isinstance(value, str):
-        found.append(value)
+        kept = [v for k, v in value.items() if not (skip_plain and str(k).lower() in PLAIN_KEYS)]
+        return [t for v in kept for t in _texts(v, skip_plain)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v, skip_plain)]
+    return [value] if isinstance(value, str) else []
 
 
 def redacted_url(url: Any) -> Any:
@@ -559,8 +540,6 @@ def redacted_url(url: Any) -> Any:
     function key in `code`), except under the keys of PLAIN_KEYS (api-version)."""
     if not isinstance(url, str) or "?" not in url:
         return url
-    from urllib.parse import parse_qsl, urlencode
-
     head, _, query = url.partition("?")
     pairs = [(k, REDACTED if _secret_query(k, v) else v) for k, v in parse_qsl(query, keep_blank_values=True)]
     return f"{head}?{urlencode(pairs, safe='*')}"
@@ -572,8 +551,6 @@ def _secret_query(key: str, value: str) -> bool:
 
 def url_secrets(urls: Any) -> list[str]:
     """The query values `redacted_url` masks."""
-    from urllib.parse import parse_qsl
-
     found = []
     for url in [urls] if isinstance(urls, str) else list(urls or []):
         query = url.partition("?")[2]
@@ -644,20 +621,8 @@ def settings() -> tuple[Setting, ...]:
                 flag = f"{flag}/--no-{f.name.replace('_', '-')}"
         evalscope = f.name if m["evalscope"] == "=" else m["evalscope"]
         kind = m["kind"] or {bool: "bool", int: "int", float: "float"}.get(type(default), "text")
-        out.append(
-            Setting(
-                f.name,
-                m["help"],
-                flag,
-                m["commands"],
-                kind,
-                m["choices"],
-                m["metavar"],
-                evalscope,
-                m["unused"],
-                default,
-            )
-        )
+        settled = {"flag": flag, "kind": kind, "evalscope": evalscope}  # the metadata holds the rest of Setting
+        out.append(Setting(name=f.name, default=default, **{**m, **settled}))
     return tuple(out)
 
 
