@@ -21,7 +21,6 @@ from .schema import Calibration, Counts, Forced, Numbers, Report, Subset, Templa
 from .scorer import Scorer
 
 EXTRACTION = "coinflip.extract_answer/1"
-EXTRACTION_EVALSCOPE = EVALSCOPE_EXTRACTION
 IMPOSSIBLE_LOGPROBS = "the server's log probabilities at the answer were impossible (above 0, NaN or infinite)"
 NO_LOGPROBS = (
     "no log probabilities in the replies: ask for them with --generation-config logprobs=5 "
@@ -54,7 +53,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     report.update(
         {
             "baselines": baselines(scores["counts"], compat),
-            "invalid_reasons": _reasons(scorer),
+            "invalid_reasons": {reason: n for reason, n in scorer.reasons.items() if n},
             "errors_top": scorer.usage.top_errors(),
             "dataset": fingerprint["dataset"],
             "subset": subset,
@@ -63,7 +62,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
             "repeats": int(fingerprint.get("repeats") or 1),
             "api_mode": config.get("api_mode", "chat"),
             "generation_config": fingerprint.get("generation_config", config.get("generation_config", {})),
-            "extraction": EXTRACTION_EVALSCOPE if compat == "evalscope" else EXTRACTION,
+            "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
             "usage": scorer.usage.result(),
             "tokens": tokens(scorer.usage, scorer.forced_usage),
             "provenance": saved.get("provenance", {}),
@@ -105,10 +104,6 @@ def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
         values = rates(cells, compat)
         out[name] = {k: (None if math.isnan(float(values[k])) else float(values[k])) for k in METRICS}
     return out
-
-
-def _reasons(scorer: Scorer) -> dict[str, int]:
-    return {reason: n for reason, n in scorer.reasons.items() if n}
 
 
 def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> Forced:
