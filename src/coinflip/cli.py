@@ -67,12 +67,7 @@ def _option(s: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 def given(opts: dict[str, Any]) -> dict[str, Any]:
     """The options the user gave, as TaskConfig keywords."""
-    out = {}
-    for key, value in opts.items():
-        if value is None or value == ():
-            continue
-        out[key] = list(value) if isinstance(value, tuple) else value
-    return out
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items() if v is not None and v != ()}
 
 
 @app.command("eval")

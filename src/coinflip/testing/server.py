@@ -62,6 +62,15 @@ MIXED = ("right",) * 6 + ("wrong", "wrong", "invalid", "yes")  # what `mixed` do
 FAULTS = ("429", "500", "stall", "drop", "malformed", "empty")
 
 
+def _draw(text: str, n: int) -> int:
+    """A number below `n` fixed by `text`: the policies' choices repeat from run to run."""
+    return int(hashlib.sha256(text.encode()).hexdigest(), 16) % n
+
+
+def _other(answer: str) -> str:
+    return "NO" if answer == "YES" else "YES"
+
+
 def truth(question: str) -> str:
     """The right answer, from the question's own sequence (any form of the grammar)."""
     solved = solve(question)
@@ -92,9 +101,7 @@ def known_questions() -> frozenset[str]:
 def contaminated(question: str) -> str:
     """Right on every question it has seen; right 60% of the time on any other."""
     right = truth(question)
-    if question in known_questions() or int(hashlib.sha256(f"fresh:{question}".encode()).hexdigest(), 16) % 10 < 6:
-        return right
-    return "NO" if right == "YES" else "YES"
+    return right if question in known_questions() or _draw(f"fresh:{question}", 10) < 6 else _other(right)
 
 
 def last_question(prompt: str) -> str:
@@ -106,6 +113,11 @@ ANSWERERS = {"shortcut": shortcut, "contaminated": contaminated}
 POLICIES = ("correct", "mixed", *ANSWERERS)
 
 
+def _answer_of(kind: str, right: str) -> str | None:
+    """The answer a reply of this kind gives (MIXED's kinds; "invalid": none)."""
+    return {"right": right, "wrong": _other(right), "invalid": None, "yes": "YES"}[kind]
+
+
 @dataclass(frozen=True)
 class Policy:
     name: str = "correct"
@@ -113,14 +125,13 @@ class Policy:
     def kind(self, question: str) -> str:
         if self.name == "correct":
             return "right"
-        return MIXED[int(hashlib.sha256(question.encode()).hexdigest(), 16) % len(MIXED)]
+        return MIXED[_draw(question, len(MIXED))]
 
     def expected(self, question: str) -> str | None:
         """What extraction should find in this policy's reply: YES, NO or None."""
         if self.name in ANSWERERS:
             return ANSWERERS[self.name](question)
-        kind, right = self.kind(question), truth(question)
-        return {"right": right, "wrong": "NO" if right == "YES" else "YES", "invalid": None, "yes": "YES"}[kind]
+        return _answer_of(self.kind(question), truth(question))
 
     def reply(self, question: str) -> str:
         answer = self.expected(question)
@@ -128,18 +139,13 @@ class Policy:
             return "The coin... I am not sure.\nANSWER: maybe"
         return f"Tracking the coin person by person.\n**ANSWER: {answer}**"
 
-    def _draw(self, question: str, salt: str, n: int) -> int:
-        return int(hashlib.sha256(f"{salt}:{question}".encode()).hexdigest(), 16) % n
-
     def forced(self, question: str) -> str | None:
         """The answer to a forced turn: right half the time, wrong a quarter, still invalid a quarter."""
-        kind = ("right", "right", "wrong", "invalid")[self._draw(question, "forced", 4)]
-        right = truth(question)
-        return {"right": right, "wrong": "NO" if right == "YES" else "YES", "invalid": None}[kind]
+        return _answer_of(("right", "right", "wrong", "invalid")[_draw(f"forced:{question}", 4)], truth(question))
 
     def confidence(self, question: str) -> float:
         """The probability the answer token gets; the other answer gets the rest."""
-        return (0.55, 0.7, 0.85, 0.95)[self._draw(question, "confidence", 4)]
+        return (0.55, 0.7, 0.85, 0.95)[_draw(f"confidence:{question}", 4)]
 
     def p_yes(self, question: str, answer: str | None) -> float | None:
         """P(YES) at the answer position of a reply that answered `answer`; None for "maybe" (its
@@ -179,7 +185,7 @@ class ServerState:
 
     def impossible(self, question: str) -> bool:
         """Whether this question's answer gets the impossible log probabilities (about half do)."""
-        return bool(self.impossible_logprobs) and self.policy._draw(question, "impossible", 2) == 0
+        return bool(self.impossible_logprobs) and _draw(f"impossible:{question}", 2) == 0
 
 
 @dataclass
@@ -407,7 +413,7 @@ def _alternatives(token: str, p_yes: float | None, fault: str = "") -> list[tupl
         return [(token, math.log(0.5)), (" YES", math.log(0.3)), (" NO", math.log(0.2))]
     if side is None or p_yes is None:
         return [(token, -0.25), ("?", -3.0)]
-    other = token.replace(side, "NO" if side == "YES" else "YES")
+    other = token.replace(side, _other(side))
     mine = p_yes if side == "YES" else 1 - p_yes
     if fault == "positive":
         return [(token, math.log(mine)), (other, 50.0)]
