@@ -10,7 +10,7 @@ computed from its sequence.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -139,7 +139,7 @@ def _styled(people: PeopleRange, count: int, seed: int, style: Style) -> Iterato
         yield apply(sequence, style, rng)
 
 
-def write_jsonl(rows: Iterator[tuple[str, str]], out: TextIO, chunk: int = 8192) -> int:
+def write_jsonl(rows: Iterable[tuple[str, str]], out: TextIO, chunk: int = 8192) -> int:
     """Stream rows as JSON lines; names hold no quote, backslash or control character, so no escaping."""
     written = 0
     buffer: list[str] = []
@@ -163,7 +163,7 @@ def generate_file(path: Path, people: PeopleRange, count: int, seed: int, style:
     if seed < 0:
         raise ConfigError(f"--seed must be a whole number >= 0, got {seed}")
     if style is not None and not style.is_default():
-        return _write_styled(path, iter_questions(people, count, seed, style))
+        return write_rows(path, iter_questions(people, count, seed, style))
     table = np.array(_table(), dtype=object)
     head = len(table) - 3
     try:
@@ -180,7 +180,8 @@ def generate_file(path: Path, people: PeopleRange, count: int, seed: int, style:
         raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
 
 
-def _write_styled(path: Path, rows: Iterator[tuple[str, str]]) -> int:
+def write_rows(path: Path, rows: Iterable[tuple[str, str]]) -> int:
+    """`rows` as a JSON Lines file (its folder made if need be); a failure to write is one line."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as out:

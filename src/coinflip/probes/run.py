@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 from .. import __version__
 from ..config import TaskConfig
-from ..data.generate import PeopleRange, write_jsonl
+from ..data.generate import PeopleRange, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
 from ..errors import CoinflipError, ConfigError
@@ -202,20 +201,11 @@ def _write_data(
             rows = restyled(records, variant.style, config.seed, variant.name)
             examples = restyled(pool, variant.style, config.seed, variant.name) if pool else []
         data = root / "data" / variant.name
-        _write(data / "test.jsonl", rows)
+        write_rows(data / "test.jsonl", rows)
         if examples:
-            _write(data / "validation.jsonl", examples)
+            write_rows(data / "validation.jsonl", examples)
         planned.append((variant, data, template, [(r.question, q) for r, (q, _) in zip(records, rows, strict=True)]))
     return planned
-
-
-def _write(path: Path, rows: Sequence[tuple[str, str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with path.open("w", encoding="utf-8") as out:
-            write_jsonl(iter(rows), out)
-    except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _run_config(
