@@ -281,24 +281,12 @@ def _plain(pattern: str) -> str:
     return pattern.replace("(\\S+)", "\\S+").replace("([^。？]+?)", "[^。？]+?").replace("(", "(?:", 1)
 
 
-# What the loader counts in any question of this grammar: people who flip, and who do not.
-FLIPS_PATTERN = re.compile(
-    "|".join(
-        [
-            r"\S flips the coin\.",
-            r"\S turns the coin over\.",
-            re.escape(ZH.steps[FLIP, "plain"][2:]),
-            re.escape(ZH.steps[FLIP, "rephrased"][2:]),
-        ]
-    )
-)
-KEEPS_PATTERN = re.compile(
-    "|".join(
-        [
-            r"\S does not flip the coin\.",
-            r"\S leaves the coin as it is\.",
-            re.escape(ZH.steps[KEEP, "plain"][2:]),
-            re.escape(ZH.steps[KEEP, "rephrased"][2:]),
-        ]
-    )
-)
+def _counted(action: str) -> re.Pattern[str]:
+    """Someone doing `action` (FLIP or KEEP) in any question of this grammar, in either phrasing
+    and language: what the loader counts."""
+    english = [r"\S " + re.escape(_key(EN.steps[action, p])) for p in PHRASINGS]
+    return re.compile("|".join(english + [re.escape(_key(ZH.steps[action, p])) for p in PHRASINGS]))
+
+
+FLIPS_PATTERN = _counted(FLIP)
+KEEPS_PATTERN = _counted(KEEP)
