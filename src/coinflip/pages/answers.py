@@ -104,11 +104,8 @@ def save(run: RunDir, path: Path, form: str) -> int:
             count = write(answers(run), out, form)
         os.replace(tmp, path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise StorageError(f"cannot write {path}: {exc.strerror or type(exc).__name__}; try --out elsewhere") from None
-    except BaseException:
+    finally:  # whatever stopped it, no half file is left behind (after the replace there is none)
         with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+            tmp.unlink(missing_ok=True)
     return count
