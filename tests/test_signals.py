@@ -10,12 +10,16 @@ installed, its first reply on disk, its reviews being written) and then a random
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from coinflip import run_task
 from coinflip.testing.server import FakeOpenAIServer
@@ -168,3 +172,35 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert not any(word in err for word in NOISE), err
     assert len(err.strip().splitlines()) == 1 and "SIG" in err, err
+
+
+CLICK_HELD = '''"""Stands in for click while coinflip's CLI loads: says so, then waits there for the test."""
+import sys
+
+print("loading", flush=True)
+sys.stdin.readline()
+'''
+CONSOLE_SCRIPT = "import sys\nfrom coinflip.cli import main\nsys.exit(main())\n"  # what pip writes for `coinflip`
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+@pytest.mark.parametrize("how", ["coinflip", "python -m coinflip.cli"])
+def test_a_signal_while_the_command_loads_ends_it_in_one_line(tmp_path: Path, how: str, sig: signal.Signals) -> None:
+    """Before main() installs its handlers, while click is being imported: the same line and code
+    as a stop at any other moment before the run started, not Python's KeyboardInterrupt."""
+    (tmp_path / "shim/click").mkdir(parents=True)
+    (tmp_path / "shim/click/__init__.py").write_text(CLICK_HELD)
+    (tmp_path / "coinflip").write_text(CONSOLE_SCRIPT)
+    command = [str(tmp_path / "coinflip")] if how == "coinflip" else ["-m", "coinflip.cli"]
+    path = os.pathsep.join([str(tmp_path / "shim"), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.Popen(
+        [sys.executable, *command, "eval", "--model", "oracle", "--work-dir", str(tmp_path / "w")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "loading\n"  # inside cli.py's imports
+    proc.send_signal(sig)
+    _, err = proc.communicate("", timeout=EXIT_BUDGET_S)
+    assert proc.returncode == 1, err
+    assert err == ("interrupted\n" if sig == signal.SIGINT else f"stopped by {sig.name}\n")
+    assert not (tmp_path / "w").exists()

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import sys
+
+from .stop import handle_early
+
+handle_early(__name__)  # first: a stop signal while the rest loads ends the command in one line
+
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any

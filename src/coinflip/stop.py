@@ -174,6 +174,28 @@ def current() -> StopRequest | None:
     return owner if isinstance(owner, StopRequest) else None
 
 
+def handle_early(module: str) -> None:
+    """From cli.py's first lines, for the command itself (`coinflip`, or `python -m coinflip.cli`
+    when `module` is "__main__"): a stop signal before `install` - while click and the settings
+    load, tens of ms - ends the process with the line `main` prints for one that comes during
+    `install`, and exit 1; nothing has begun. Python's own SIGINT would show a KeyboardInterrupt
+    traceback, and SIGTERM's default would end it without a word. A program that imports the CLI
+    keeps its handlers; `install` replaces these."""
+    name = os.path.splitext(os.path.basename(sys.argv[0] if sys.argv else ""))[0]
+    if module != "__main__" and name not in ("coinflip", "coinflip-script"):
+        return
+    if threading.current_thread() is threading.main_thread():
+        for sig in SIGNALS:
+            signal.signal(sig, _ended_early)
+
+
+def _ended_early(signum: int, _frame: FrameType | None) -> None:
+    with contextlib.suppress(BaseException):
+        sys.stderr.write(f"{stopped_by(signal.Signals(signum).name)}\n")
+        sys.stderr.flush()
+    os._exit(1)  # at once: raised here, an exception would land inside an import
+
+
 def install() -> StopRequest | None:
     """Handle the stop signals for the rest of the process (the command line does this first
     thing); None off the main thread, where Python cannot set handlers."""
