@@ -370,6 +370,26 @@ def test_max_cost_holds_for_what_a_batch_left_and_went_online(tmp_path: Path) ->
     assert len(_answers(run)) == 20 and _report(run)["complete"]
 
 
+def test_max_cost_counts_what_batches_answered_at_the_batch_price(tmp_path: Path) -> None:
+    prices = ("--price-input", "2", "--price-output", "8", "--batch-discount", "0.1")
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "10", "--api-url", srv.url, *prices, "--batch", *FAST)
+        first = run_cli(*args, "--generation-config", "max_tokens=32", "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        answered = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+        full = sum(r["usage"]["prompt_tokens"] * 2 + r["usage"]["completion_tokens"] * 8 for r in answered) / 1e6
+        limit = 0.1 * full + 0.9 * (full - 0.1 * full)  # above what the batch cost, below its answers' full price
+        more = run_cli(
+            "eval", "--use-cache", str(run), "--no-batch", "--limit", "20", "--eval-batch-size", "1",
+            "--max-cost", f"{limit}",
+        )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert all(r.get("batch") is True for r in answered) and len(answered) == 10
+    assert more.returncode == 1 and "--max-cost" in more.stderr, more.stderr
+    online = [r for r in read_jsonl(run / "predictions/m/coin_flip.jsonl") if "batch" not in r]
+    assert 0 < len(online) < 10 and _report(run)["cost"]["total"] <= limit
+
+
 def test_a_batch_the_server_forgot_is_sent_again(tmp_path: Path) -> None:
     store = BatchStore(delay=3600.0)
     with FakeOpenAIServer("mixed", batches=store) as srv:

@@ -174,12 +174,14 @@ class Budget:
         self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, self.batch)
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """What the saved answers cost, each priced by how it came, as the report prices it."""
         for row in rows:
             forced = row.get("forced")
-            for usage in (row.get("usage"), forced.get("usage") if isinstance(forced, dict) else None):
+            for answer in (row, forced if isinstance(forced, dict) else {}):
+                usage = answer.get("usage")
                 if isinstance(usage, dict):
                     prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
-                    self.saved += price(prompt, completion, self.prices, self.batch)
+                    self.saved += price(prompt, completion, self.prices, answer.get("batch") is True)
 
     def per_request(self, request: Request) -> float:
         if self.answered:
