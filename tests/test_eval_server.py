@@ -455,10 +455,11 @@ def test_retry_after_header(header: str | None, expected: float | None) -> None:
 
 
 def test_secrets_are_redacted_from_error_text() -> None:
-    from coinflip.models.openai_api import redact
+    from coinflip.models._redact import Redactor
 
-    assert redact("Incorrect API key provided: sk-abc123", "sk-abc123") == "Incorrect API key provided: ***"
-    assert redact("nothing here", None) == "nothing here"
+    redact = Redactor(["sk-abc123"])
+    assert redact("Incorrect API key provided: sk-abc123") == "Incorrect API key provided: ***"
+    assert Redactor([None])("nothing here") == "nothing here"
 
 
 def test_retry_after_is_honoured(tmp_path: Path) -> None:

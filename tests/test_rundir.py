@@ -32,7 +32,7 @@ def test_the_line_that_counts_and_a_garbage_line(tmp_path: Path) -> None:
     _write(path, "not json\n")
     index = index_predictions(path)
     keys = [sample_key(i) for i in (0, 1, 2)]
-    assert sorted(index.where) == keys and all(index.ok(k) for k in keys)
+    assert sorted(index.where) == keys and all(index.replied(k) for k in keys) and not index.pending
     assert index.lines == 6 and index.unreadable == 1  # counted and skipped, never fatal
 
 
@@ -99,7 +99,7 @@ def test_repeats_are_samples_of_their_own_and_a_forced_answer_owed_is_remembered
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     index = index_predictions(path)
-    assert index.ok(sample_key(4, 0)) and index.ok(sample_key(4, 2))
+    assert all(index.replied(k) and k not in index.pending for k in (sample_key(4, 0), sample_key(4, 2)))
     assert index.pending == {sample_key(4, 1), sample_key(5, 0)}  # a forced answer still pending
     assert all(index.replied(k) for k in (sample_key(4, 1), sample_key(5, 0)))
     compact_predictions(path)

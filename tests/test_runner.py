@@ -25,8 +25,8 @@ def test_the_config_is_on_disk_before_any_request(tmp_path: Path, model: str) ->
         saved = load_saved_config(run.root)  # written once, as YAML, before the first request
         assert saved["samples"] == 30 and saved["config"]["model"] == model
         assert srv.state.requests.total() == 0
-        live = ask(plan, run, fresh)
-    report = finish(run, "coinflip", show=False, live=live)
+        session = ask(plan, run, fresh)
+    report = finish(run, "coinflip", show=False, session=session)
     assert report["counts"]["samples"] == 30
     assert run.config_file.read_text().startswith("config:")  # for people to read
 

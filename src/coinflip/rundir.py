@@ -354,9 +354,6 @@ class PredictionIndex:
     pending: set[int] = field(default_factory=set)
     unreadable: int = field(default=0, compare=False)  # whole lines that hold no prediction (skipped)
 
-    def ok(self, key: int) -> bool:
-        return self.where.get(key, -1) >= 0 and key not in self.pending
-
     def replied(self, key: int) -> bool:
         """A reply is kept (its forced answer may be pending)."""
         return self.where.get(key, -1) >= 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import shutil
 import sys
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import forced
+from ._files import read_regular
 from ._terminal import printable
 from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
-from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
+from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, storage_error
 from .models import Reply, Request, is_local, limits, open_model, serve_local
 from .models.predict import run_requests
 from .plan import Plan, prepare, provenance
@@ -85,9 +87,9 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
 
                     index = index_predictions(run.predictions, repair=True)
                     return write_requests(plan, run, requests_left(plan, run, index))
-                live = ask(plan, run, fresh, stop)
+                session = ask(plan, run, fresh, stop)
                 with stop.held():  # the report is written whole; a signal during it ends the run after
-                    return finish(run, config.metric_compat, show=not config.quiet, live=live)
+                    return finish(run, config.metric_compat, show=not config.quiet, session=session)
         except Interrupted as exc:  # outside the requests: nothing was lost, the run resumes
             raise RunIncomplete(f"{stopped_by(exc)}; {resume_hint(run)}") from None
         except CoinflipError as exc:
@@ -208,20 +210,14 @@ class Job:
 
 
 @dataclass
-class Live:
-    """What a fresh run gathered as its replies landed: their scores, and whether its writer
-    wrote every sample once and in key order (then the file needs no compaction)."""
-
-    scorer: Scorer
-    in_order: bool
-    traffic: dict[str, Any] | None = None
-
-
-@dataclass
 class Session:
-    """What a resumed run's session leaves for its report: only what went to the endpoints."""
+    """What a session leaves for its report: what went to the endpoints; for a fresh run, also
+    the scores of its replies as they landed (`scorer`), and whether its writer wrote every
+    sample once and in key order (then the file needs no compaction)."""
 
     traffic: dict[str, Any] | None = None
+    scorer: Scorer | None = None
+    in_order: bool = False
 
 
 def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, list[int]]]:
@@ -266,11 +262,11 @@ def samples_left(plan: Plan, index: PredictionIndex) -> int:
     return sum(len(pending) or plan.build.choices for _, _, pending in _unfinished(plan, index))
 
 
-def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Live | Session | None:
+def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Session | None:
     """Send what has no reply yet; each reply is appended to the predictions file as it lands.
 
     A fresh run also scores each reply as it lands, so the report is ready with the last reply;
-    a resumed one returns None and is scored from the file.
+    a resumed one is scored from the file.
     """
     config = plan.config
     index = index_predictions(run.predictions, repair=True)
@@ -363,7 +359,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             log.info("%s", limits.line(traffic))
             for hint in traffic["hints"]:
                 log.warning("%s", hint)
-    return Live(scorer, writer.in_order, traffic or None) if scorer is not None else Session(traffic or None)
+    return Session(traffic or None, scorer, writer.in_order)
 
 
 def _concurrency(config: TaskConfig) -> int:
@@ -458,12 +454,12 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
     return row
 
 
-def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | None = None) -> Report:
+def finish(run: RunDir, compat: str, show: bool = True, session: Session | None = None) -> Report:
     """Compact predictions, then write reviews and reports (also used by rescore).
 
-    Without `live` results from a fresh run, the saved predictions are read back and scored.
+    Without a `session` that scored its replies as they landed, the saved predictions are read
+    back and scored.
     """
-    from .errors import storage_error
     from .pages import index
     from .pages.run_page import write_html
     from .pages.summary import print_summary
@@ -471,12 +467,10 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | N
     from .scoring.schema import checked
 
     saved = load_saved_config(run.root)
-    traffic = live.traffic if live is not None else None
-    if isinstance(live, Session):
-        live = None
-    if live is not None:
-        scorer = live.scorer
-        if not live.in_order:
+    traffic = session.traffic if session is not None else None
+    if session is not None and session.scorer is not None:
+        scorer = session.scorer
+        if not session.in_order:
             compact_predictions(run.predictions)
     else:
         scorer = _score_saved(run, saved, compat)
@@ -504,11 +498,7 @@ def finish(run: RunDir, compat: str, show: bool = True, live: Live | Session | N
 
 def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, Any] | None:
     """Save this session's record of requests; without one (a rescore), read the last one back:
-    a regular file of a few KiB that reads as the record, else none."""
-    import json
-
-    from .errors import storage_error
-
+    a plain file of a few KiB inside the run that reads as the record, else none."""
     path = run.requests
     if traffic is not None:
         try:
@@ -518,10 +508,8 @@ def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, A
             raise storage_error(path, exc) from None
         return traffic
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > 64 * 1024:
-            return None
-        return limits.checked(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
+        return limits.checked(json.loads(read_regular(path, 64 * 1024, within=run.root)))
+    except (OSError, ValueError, RecursionError):  # UnreadableFile is a ValueError
         return None
 
 

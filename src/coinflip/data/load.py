@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
 FORMATS = (".json", ".jsonl", ".csv", ".parquet")
-_FLIPS = FLIPS_PATTERN  # every phrasing of the grammar (grammar.py), the official one first
-_KEEPS = KEEPS_PATTERN
 
 
 @dataclass(frozen=True)
@@ -93,8 +91,8 @@ def make_record(index: int, question: Any, answer: Any, where: str) -> Record:
     if label not in ("YES", "NO"):
         raise DataError(f"{where}: answer must be yes or no, got {short(answer)}")
     text = question.strip()
-    flips = len(_FLIPS.findall(text))
-    return Record(index, text, label, flips + len(_KEEPS.findall(text)), flips)
+    flips = len(FLIPS_PATTERN.findall(text))  # every phrasing of the grammar (grammar.py)
+    return Record(index, text, label, flips + len(KEEPS_PATTERN.findall(text)), flips)
 
 
 def rows_sha256(records: Iterable[Record]) -> str:

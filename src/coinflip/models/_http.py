@@ -36,8 +36,8 @@ import aiohttp
 from aiohttp import http_exceptions
 from yarl import URL
 
-from ..errors import EndpointError
-from ._proxy import Proxy, proxy_for, shown_url
+from ..errors import EndpointError, shown_url
+from ._proxy import Proxy, proxy_for
 from ._sse import SSEDecoder
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024

@@ -15,8 +15,6 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError, shown_url
 
-__all__ = ["Proxy", "proxy_for", "shown_url"]
-
 
 @dataclass(frozen=True)
 class Proxy:

@@ -16,11 +16,12 @@ the chunk that has it.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Iterable
 from typing import Any
+
+import msgspec  # imported with the transport, not with `import coinflip`
 
 from .._terminal import printable
 from .base import Reply
@@ -37,13 +38,7 @@ class ServerSaidError(BadReply):
 
 
 _DECODER = json.JSONDecoder(parse_constant=str)  # one for all: json.loads(..., **kw) builds one a call
-
-
-@functools.cache
-def _fast() -> Any:
-    import msgspec  # with the transport, not with `import coinflip`
-
-    return msgspec.json.Decoder(), (msgspec.DecodeError, UnicodeError)
+_FAST = msgspec.json.Decoder()
 
 
 def load_json(raw: bytes | str) -> Any:
@@ -55,10 +50,9 @@ def load_json(raw: bytes | str) -> Any:
     wrapper was a fifth of a stream's cost); what it refuses (NaN, 1e400, a lone surrogate,
     UTF-16, a byte order mark, anything malformed) is read again by json, so the result is
     json's in every case."""
-    fast, refused = _fast()
     try:
-        return fast.decode(raw)
-    except refused:
+        return _FAST.decode(raw)
+    except (msgspec.DecodeError, UnicodeError):
         pass
     except RecursionError:
         raise BadReply("malformed response body (JSON nested too deeply)") from None
@@ -205,13 +199,6 @@ def usage(value: Any) -> dict[str, int] | None:
     found["reasoning_tokens"] = reasoning if reasoning is not None else whole(value.get("reasoning_tokens"))
     kept = {key: n for key, n in found.items() if n is not None}
     return kept or None
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def _logprob(value: Any) -> float | str | None:

@@ -33,27 +33,24 @@ and in reply text (`_redact.py`).
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import math
 import random
 import re
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
+import msgspec
+
 from ..config import secrets_in, url_secrets
-from ..errors import EndpointBroken, EndpointError, FatalAPIError
+from ..errors import EndpointBroken, EndpointError, FatalAPIError, shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, Response, merge_headers
-from ._proxy import shown_url
 from ._redact import Redactor
 from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
 from .base import Reply, Request
 from .limits import Limiter, Traffic
-
-if TYPE_CHECKING:
-    import msgspec
 
 FATAL_STATUS = {
     400: ("bad request", "check --generation-config, --model and --api-url"),
@@ -70,6 +67,7 @@ MAX_REDIRECTS = 5
 PROBE_S = 2.0  # seconds the capacity probe at the start may take
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
 GATEWAY_KEYS = ("extra_body", "extra_headers", "extra_query")
+_ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
 
 
 class RetryableError(Exception):
@@ -100,10 +98,6 @@ def _query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def redact(text: str, secret: str | None) -> str:
-    return Redactor([secret])(text)
 
 
 def _place(url: str) -> str:
@@ -266,7 +260,7 @@ class OpenAIClient:
     def _body(self, request: Request) -> bytes:
         body = request_body(self.name, self.mode, self.generation, request, self.stream, self.extra_body)
         try:
-            return _encoder().encode(body)  # msgspec: a tenth of json's time, on every request
+            return _ENCODER.encode(body)
         except UnicodeEncodeError:  # half a surrogate pair (a server's reply, sent back to force an answer)
             return json.dumps(body).encode()
 
@@ -440,13 +434,6 @@ def _web_page(response: Response) -> bool:
     """An HTML page (a web UI's root, a login or captive portal) where JSON or a stream was due."""
     kind = response.headers.get("content-type", "").lower()
     return "text/html" in kind or (response.events is None and response.body.lstrip()[:1] == b"<")
-
-
-@functools.cache
-def _encoder() -> msgspec.json.Encoder:
-    import msgspec
-
-    return msgspec.json.Encoder()
 
 
 def _location(url: str, response: Response) -> str:
