@@ -129,12 +129,7 @@ def split_key(key: int) -> tuple[int, int]:
 
 
 def key_of(row: Prediction | Review) -> int:
-    return sample_key(row["id"], repeat_of(row))
-
-
-def repeat_of(row: Prediction | Review) -> int:
-    """A row's repeat (rows of older versions without repeats have none: 0)."""
-    return row.get("repeat") or 0
+    return sample_key(row["id"], row.get("repeat") or 0)  # rows of older versions have no repeat: 0
 
 
 def _whole(value: Any, below: float = float("inf")) -> bool:
@@ -148,45 +143,38 @@ def _decoder() -> Any:
     return msgspec.json.Decoder()
 
 
-def _object(line: bytes | str) -> dict[str, Any] | None:
-    """A line's JSON object, or None. msgspec parses (8x faster than json, and it refuses NaN and
-    Infinity as JSON does); what it refuses that JSON allows, an escaped lone surrogate (which
-    `dumps` writes for half a surrogate pair from a server), is parsed again by `loads`."""
+def _placed(line: bytes | str) -> Any:
+    """A line's JSON object if it has a whole id, and a whole repeat below REPEATS_MAX or none
+    (0.0 or false is not one); else None. What places the row is checked, the rest is read
+    tolerantly. msgspec parses (8x faster than json, and it refuses NaN and Infinity as JSON
+    does); what it refuses that JSON allows, an escaped lone surrogate (which `dumps` writes for
+    half a surrogate pair from a server), is parsed again by `loads`."""
     import msgspec
 
     try:
-        value = _decoder().decode(line)
+        row = _decoder().decode(line)
     except msgspec.DecodeError:
         try:
-            value = loads(line)
+            row = loads(line)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return None
     except RecursionError:
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(row, dict):
+        return None
+    repeat = row.get("repeat")
+    return row if _whole(row.get("id")) and _whole(0 if repeat is None else repeat, REPEATS_MAX) else None
 
 
 def read_prediction(line: bytes | str) -> Prediction | None:
-    """The prediction a line holds; None for a line that is not one (no whole id, a repeat that is
-    not a whole number, not a JSON object). Every reader of predictions goes through here."""
-    row = _object(line)
-    if row is None or not _places(row):
-        return None
-    return row  # type: ignore[return-value]  # what places the row is checked; the rest is read tolerantly
+    """The prediction a line holds; None for a line that is not one. Every reader of predictions
+    goes through here."""
+    return _placed(line)  # type: ignore[no-any-return]
 
 
 def read_review(line: bytes | str) -> Review | None:
     """The review a line holds; None for a line that is not one."""
-    row = _object(line)
-    if row is None or not _places(row):
-        return None
-    return row  # type: ignore[return-value]
-
-
-def _places(row: dict[str, Any]) -> bool:
-    """A whole id, and a whole repeat below REPEATS_MAX or none (0.0 or false is not one)."""
-    repeat = row.get("repeat")
-    return _whole(row.get("id")) and _whole(0 if repeat is None else repeat, REPEATS_MAX)
+    return _placed(line)  # type: ignore[no-any-return]
 
 
 def dumps(record: Prediction | Review) -> bytes:

@@ -170,11 +170,7 @@ class RunDir:
             def ignore_aliases(self, data: Any) -> bool:  # never an alias: the reader refuses them
                 return True
 
-        text = yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True)
-        try:
-            _atomic_write(self.config_file, text)
-        except OSError as exc:
-            raise storage_error(self.config_file, exc) from None
+        _atomic_write(self.config_file, yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True))
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -425,8 +421,8 @@ def compact_predictions(path: Path) -> PredictionIndex:
             for key in keys:
                 where[key] = dst.tell() if index.replied(key) else ~dst.tell()
                 dst.write(_line_at(src, index.start(key)))
-    except OSError as exc:
-        raise storage_error(Path(exc.filename) if exc.filename else path, exc) from None
+    except OSError as exc:  # opening or reading the original (the copy's own fail in `replacing`)
+        raise storage_error(path, exc) from None
     return PredictionIndex(where, len(where), index.pending, index.unreadable)
 
 
@@ -505,18 +501,21 @@ class PredictionWriter:
 
 @contextlib.contextmanager
 def replacing(path: Path) -> Iterator[BinaryIO]:
-    """A file that takes `path`'s place once written whole (through `path`.tmp); on any failure
-    (a full or read-only disk) the original stays as it was and the temporary file goes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """A file that takes `path`'s place once written whole (through `path`.tmp), so never written
+    through a link or into a FIFO; on any failure (a full or read-only disk) the original stays as
+    it was, the temporary file goes, and an OSError ends the run as StorageError naming the file."""
     tmp = path.with_name(path.name + ".tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
         with tmp.open("wb", buffering=1 << 20) as out:  # a write call per megabyte
             yield out
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError):
+            raise storage_error(path, exc) from None
         raise
 
 

@@ -26,7 +26,7 @@ from . import forced
 from ._files import read_regular
 from ._terminal import printable
 from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
-from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, storage_error
+from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
 from .models import Reply, Request, is_local, limits, open_model, serve_local
 from .models.predict import run_requests
 from .plan import Plan, prepare, provenance
@@ -475,11 +475,8 @@ def finish(run: RunDir, compat: str, show: bool = True, session: Session | None 
     else:
         scorer = _score_saved(run, saved, compat)
     run.own_folders(run.reviews, run.report_json)  # never written through a linked folder either
-    try:  # under a temporary name, then renamed: never written through a link or into a FIFO
-        with replacing(run.reviews) as reviews:
-            scorer.write_reviews(reviews)
-    except OSError as exc:
-        raise storage_error(run.reviews, exc) from None
+    with replacing(run.reviews) as reviews:  # under a temporary name, then renamed
+        scorer.write_reviews(reviews)
     report = checked(build_report(saved, run.root.name, scorer, compat))  # as read back: each field its type
     traffic = _requests_record(run, traffic)
     if traffic is not None:  # the last session's requests, kept for a rescore
@@ -501,11 +498,8 @@ def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, A
     a plain file of a few KiB inside the run that reads as the record, else none."""
     path = run.requests
     if traffic is not None:
-        try:
-            with replacing(path) as out:  # never written through a link or into a FIFO
-                out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
-        except OSError as exc:
-            raise storage_error(path, exc) from None
+        with replacing(path) as out:
+            out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
         return traffic
     try:
         return limits.checked(json.loads(read_regular(path, 64 * 1024, within=run.root)))
