@@ -247,7 +247,8 @@ class ConnectionPool:
             proxy = self._proxy or proxy_for(url, self._environ)
             target = self._targets[url] = Target.parse(url, self.headers, proxy)
             if target.tls:  # SSL_CERT_FILE as it is when the first request goes
-                target.options["ssl"] = self._ssl_context()
+                self._ssl = self._ssl or ssl.create_default_context()
+                target.options["ssl"] = self._ssl
         return target
 
     @property
@@ -262,11 +263,6 @@ class ConnectionPool:
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
-
-    def _ssl_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = ssl.create_default_context()
-        return self._ssl
 
     async def check(self, url: str) -> None:
         """Open the first connection to `url` now and keep it for the first request; EndpointError
@@ -380,10 +376,6 @@ class ConnectionPool:
             await self._session.close()
 
 
-def _cause(exc: BaseException) -> BaseException | None:
-    return exc.__cause__ or exc.__context__
-
-
 def _translated(exc: BaseException, target: Target, timeout: float) -> BaseException:
     """aiohttp's exceptions as ours: what went wrong, in words a user can act on."""
     if isinstance(exc, ProtocolError | ProxyError | socket.gaierror):
@@ -407,7 +399,7 @@ def _translated(exc: BaseException, target: Target, timeout: float) -> BaseExcep
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return ConnectionResetError("the server closed the connection before the reply was complete")
     if isinstance(exc, aiohttp.ClientPayloadError):
-        cause = _cause(exc)
+        cause = exc.__cause__ or exc.__context__
         if isinstance(cause, http_exceptions.ContentEncodingError | http_exceptions.DecompressSizeError):
             return ProtocolError(f"the body does not decode ({_detail(cause)})")
         if isinstance(cause, http_exceptions.ContentLengthError) or "not completed" in str(exc):

@@ -62,14 +62,10 @@ def free_port() -> int:
 
 
 def _child_setup() -> None:
-    """In the server's process, before exec: default stop signals and dying with coinflip."""
+    """In the server's process, before exec: default stop signals, and (Linux) killed outright the
+    moment coinflip dies, however it dies (kill -9 included), so it never outlives us; SIGTERM
+    would let it finish its generation first."""
     default_signals()
-    _die_with_parent()
-
-
-def _die_with_parent() -> None:
-    """Linux: the server is killed outright the moment coinflip dies, however it dies (kill -9
-    included), so it never outlives us; SIGTERM would let it finish its generation first."""
     with contextlib.suppress(Exception):
         import ctypes
 
@@ -78,10 +74,8 @@ def _die_with_parent() -> None:
 
 @contextlib.contextmanager
 def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | None = None) -> Iterator[str]:
-    """Start `python -m llama_cpp.server`, yield its base URL, and always stop it."""
-    check_llama()
-    if not model_path.is_file():
-        raise ConfigError(f"--model-path {model_path}: no such file")
+    """Start `python -m llama_cpp.server`, yield its base URL, and always stop it (llama.cpp and
+    the file were checked when the run was planned: models.check_model)."""
     port = free_port()
     command = [
         sys.executable,

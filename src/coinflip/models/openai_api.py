@@ -140,7 +140,7 @@ class EarlyStop:
 
     def __init__(self, needed: int) -> None:
         self.needed = needed
-        self.recent: deque[str | None] = deque(maxlen=max(1, needed))
+        self.recent: deque[str | None] = deque(maxlen=needed)
 
     def success(self) -> None:
         self.recent.append(None)
@@ -148,12 +148,7 @@ class EarlyStop:
     def failure(self, message: str) -> bool:
         """True when this failure completes the pattern."""
         self.recent.append(re.sub(r"\d+(\.\d+)?", "#", message))
-        return (
-            self.needed >= 1
-            and len(self.recent) == self.needed
-            and self.recent[0] is not None
-            and len(set(self.recent)) == 1
-        )
+        return len(self.recent) == self.needed and len(set(self.recent)) == 1 and self.recent[0] is not None
 
 
 class OpenAIClient:
@@ -309,19 +304,17 @@ class OpenAIClient:
     ) -> None:
         """Tell the endpoint's limiter how an attempt ended, and wake the requests waiting on it."""
         now = time.monotonic()
+        self.trouble = outcome != "ok"
         if outcome == "ok":
             usage = reply.usage if reply is not None else None
             limiter.succeeded(now, sent, int((usage or {}).get("completion_tokens") or 0))
-            self.last_success, self.trouble = now, False
+            self.last_success = now
         elif outcome == "rejected":
             limiter.rejected(now, sent, wait)
-            self.trouble = True
         elif outcome == "timeout":
             limiter.timed_out(now, sent, limiter.traffic.succeeded - done_before)
-            self.trouble = True
         else:
             limiter.failed()
-            self.trouble = True
         if self._freed is not None and not self._freed.done():
             self._freed.set_result(None)
         self._freed = None
@@ -393,18 +386,18 @@ class OpenAIClient:
     def _redirect(self, url: str, response: Response) -> str:
         """Follow a 307/308 to the same scheme, host and port; refuse any other."""
         location = _location(url, response)
-        if response.status in (307, 308) and location != url and _origin(location) == _origin(url):
+        if location != url and _origin(location) == _origin(url):
             return location
         raise _refused_redirect(url, response)
 
     def _read(self, url: str, response: Response) -> Reply:
         status = response.status
-        if 200 <= status < 300 and not self.answered and _web_page(response):
-            raise EndpointError(
-                f"{_place(url)} answered with a web page, not the OpenAI API: check --api-url "
-                "(it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
-            )
         if 200 <= status < 300:
+            if not self.answered and _web_page(response):
+                raise EndpointError(
+                    f"{_place(url)} answered with a web page, not the OpenAI API: check --api-url "
+                    "(it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
+                )
             try:
                 if isinstance(response.events, StreamReply):
                     return response.events.reply(response.sent)
