@@ -32,6 +32,7 @@ from .errors import ConfigError, RunIncomplete, storage_error
 from .models.base import Reply, Request
 from .models.batch_api import ENDED, LOST, custom_id_of, read_result, request_line, split_lines
 from .progress import Progress
+from .rundir import replacing
 from .stop import Interrupted, run_until_stopped, stopped_by
 
 if TYPE_CHECKING:
@@ -94,11 +95,9 @@ class State:
                 raise ConfigError(f"{self.path}: not a batch state file ({exc}); move it away to start over") from None
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"batches": [asdict(b) for b in self.batches]}, indent=1), encoding="utf-8")
-            tmp.replace(self.path)
+            with replacing(self.path) as out:
+                out.write(json.dumps({"batches": [asdict(b) for b in self.batches]}, indent=1).encode())
         except OSError as exc:
             raise storage_error(self.path, exc) from None
 

@@ -27,7 +27,7 @@ from ..data.generate import PeopleRange, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
 from ..errors import CoinflipError, ConfigError
-from ..rundir import CONFIG_FILE
+from ..rundir import CONFIG_FILE, replacing
 from . import verdicts
 from .variants import BASE, BY_NAME, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
 
@@ -162,11 +162,8 @@ def summary(root: Path) -> dict[str, Any] | None:
 
 
 def _save(root: Path, content: dict[str, Any]) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / PROBE_FILE
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    with replacing(root / PROBE_FILE) as out:
+        out.write((json.dumps(content, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 Planned = tuple[Variant, Path | None, str | None, list[tuple[str, str]]]  # variant, data, template, (base q, variant q)
