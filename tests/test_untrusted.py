@@ -112,6 +112,20 @@ def test_view_of_a_hostile_work_dir_lists_the_broken_runs(hostile: tuple[Path, d
     assert "a FIFO" in result.stderr and "a link to outside" in result.stderr, result.stderr
 
 
+def test_a_probe_report_that_is_a_fifo_or_a_link_out_leaves_the_probe_off_the_index(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"model": "leak", "headline": "read from outside", "complete": True}))
+    for name, how in (("fifo", os.mkfifo), ("link", lambda path: path.symlink_to(outside))):
+        _good_run(work / name / "runs", "base")
+        (work / name / "probe.html").write_text("<p>page</p>")
+        how(work / name / "probe.json")
+    result = _run("view", str(work))
+    assert result.returncode == 0, result.stderr
+    page = (work / "index.html").read_text(encoding="utf-8")
+    assert "read from outside" not in page and _listed(work)["fifo/runs/base"] == "run"
+
+
 def test_compare_of_a_hostile_work_dir_compares_what_it_can(
     hostile: tuple[Path, dict[str, Path]], tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from .._files import UnreadableFile, read_regular
 from ..config import TaskConfig
 from ..data.generate import PeopleRange, write_rows
 from ..data.load import Record, load_dataset
@@ -35,6 +36,7 @@ PROBE_FILE = "probe.json"
 PAGE_FILE = "probe.html"
 DEFAULT_LENGTHS = "2-8"
 LENGTH_COUNT_MAX = 200  # questions per length by default: the base set's size, at most this
+PROBE_LIMIT = 64 << 20  # bytes read of a probe.json (a real one is tens of kilobytes)
 
 
 @dataclass(frozen=True)
@@ -139,11 +141,19 @@ def _new_folder(root: Path) -> Path:
     raise ConfigError(f"cannot find a free folder name beside {root}")
 
 
-def _load(root: Path) -> dict[str, Any]:
+def _read(root: Path) -> Any:
+    """probe.json, read as any file of a work directory is (untrusted: only a plain file inside
+    the probe folder, up to PROBE_LIMIT; a FIFO there must not hang the index); None if unreadable."""
     try:
-        saved = json.loads((root / PROBE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE})") from None
+        return json.loads(read_regular(root / PROBE_FILE, PROBE_LIMIT, within=root))
+    except (OSError, ValueError, RecursionError, UnreadableFile):
+        return None
+
+
+def _load(root: Path) -> dict[str, Any]:
+    saved = _read(root)
+    if saved is None:
+        raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE})")
     if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
         raise ConfigError(f"{root / PROBE_FILE}: not a probe report")
     return saved
@@ -152,10 +162,7 @@ def _load(root: Path) -> dict[str, Any]:
 def summary(root: Path) -> dict[str, Any] | None:
     """A probe's model, headline and completeness for the index, read defensively (the file is
     untrusted: None when it is not a finished probe report)."""
-    try:
-        saved = json.loads((root / PROBE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    saved = _read(root)
     if not isinstance(saved, dict) or not isinstance(saved.get("headline"), str) or not (root / PAGE_FILE).is_file():
         return None
     return {"model": str(saved.get("model")), "headline": saved["headline"], "complete": saved.get("complete") is True}
