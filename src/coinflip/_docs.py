@@ -16,6 +16,12 @@ MARKERS = {
     "settings": ("<!-- BEGIN settings (generated: python -m coinflip._docs README.md) -->", "<!-- END settings -->"),
     "evalscope": ("<!-- BEGIN evalscope table (generated) -->", "<!-- END evalscope table -->"),
 }
+NOTES = {  # where a setting EvalScope also has differs from "same meaning"
+    "limit_mode": "`shuffle: true` is `random`, `shuffle: false` is `first`; coinflip's default is `stratified`",
+    "limit": "coinflip draws a stratified sample by default; `--limit-mode first` takes EvalScope's first N",
+    "timeout": "per attempt; EvalScope's `generation_config.timeout` too",
+    "few_shot_random": "EvalScope takes the first N by default; coinflip draws them at random (seeded)",
+}
 
 
 def _cell(text: str) -> str:
@@ -52,10 +58,8 @@ def evalscope_table() -> str:
         if not s.evalscope or s.unused:
             continue
         ours = f"`{s.flag.split('/')[0]}`" if s.flag else f"`{s.name}=`"
-        if s.evalscope == s.name:
-            lines.append(f"| `{s.name}` (`--{s.name.replace('_', '-')}`) | {ours} | {_note(s)} |")
-        else:
-            lines.append(f"| `{s.evalscope}` | {ours} | {_note(s)} |")
+        theirs = f"`{s.name}` (`--{s.name.replace('_', '-')}`)" if s.evalscope == s.name else f"`{s.evalscope}`"
+        lines.append(f"| {theirs} | {ours} | {NOTES.get(s.name, 'same meaning')} |")
     lines.append(
         "| `eval_type`: `openai_api`, `service`, `server` | HTTP requests | `mock_llm` needs a baseline model; "
         "`llm_ckpt` is refused with how to serve the checkpoint |"
@@ -78,18 +82,6 @@ def evalscope_table() -> str:
             flag = s.flag.split("/")[0] if s.flag else s.name
             lines.append(f"| `{s.name}` (`{flag}`) | accepted with a note | {_cell(s.unused)} |")
     return "\n".join(lines)
-
-
-def _note(s: Setting) -> str:
-    if s.name == "limit_mode":
-        return "`shuffle: true` is `random`, `shuffle: false` is `first`; coinflip's default is `stratified`"
-    if s.name == "limit":
-        return "coinflip draws a stratified sample by default; `--limit-mode first` takes EvalScope's first N"
-    if s.name == "timeout":
-        return "per attempt; EvalScope's `generation_config.timeout` too"
-    if s.name == "few_shot_random":
-        return "EvalScope takes the first N by default; coinflip draws them at random (seeded)"
-    return "same meaning"
 
 
 TABLES = {"settings": settings_table, "evalscope": evalscope_table}
