@@ -11,6 +11,7 @@ import platform
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -161,8 +162,6 @@ def make_fingerprint(
 
 
 def provenance() -> dict[str, str]:
-    from datetime import datetime, timezone
-
     return {
         "coinflip_version": __version__,
         "python": platform.python_version(),

@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from . import __version__
 from .config import TaskConfig, safe_name
@@ -118,6 +119,4 @@ def _f1(point: dict[str, Any]) -> str:
 
 def _page_of(result: dict[str, Any], point: dict[str, Any]) -> str:
     """The run's own page, relative to the sweep folder."""
-    from urllib.parse import quote
-
     return quote(f"runs/{point['run']}/reports/{safe_name(result['model'])}/coin_flip.html")

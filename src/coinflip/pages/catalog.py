@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +57,6 @@ class Found:
 def scan(work_dir: Path, budget_s: float = SCAN_BUDGET_S) -> list[Found]:
     """Every run, incomplete, broken and foreign folder under `work_dir`, in path order; folders
     not reached within `budget_s` seconds are listed as one broken entry."""
-    import time
-
     root = work_dir.expanduser()
     found: list[Found] = []
     _walk(root, root, 0, _Seen(time.monotonic() + budget_s), found)
@@ -72,8 +72,6 @@ class _Seen:
     late: bool = False
 
     def over(self) -> bool:
-        import time
-
         return time.monotonic() > self.deadline
 
 
@@ -220,8 +218,6 @@ def started(run: Found) -> str:
     if stamp:
         y, mo, d, h, mi, s = stamp.groups()
         return f"{y}-{mo}-{d} {h}:{mi}:{s}"
-    from datetime import datetime
-
     try:
         return datetime.fromtimestamp(run.path.joinpath(CONFIG_FILE).stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S")
     except OSError:

@@ -7,6 +7,8 @@ be compared (no report yet, unreadable files) are skipped with a note, not a cra
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 from dataclasses import dataclass
 from itertools import combinations
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._terminal import printable
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
@@ -201,8 +203,6 @@ def _unique_names(runs: list[Run]) -> None:
     names = [r.row["run"] for r in runs]
     if len(set(names)) == len(names):
         return
-    import os
-
     common = Path(os.path.commonpath([str(r.path.resolve()) for r in runs]))
     for r in runs:
         if names.count(r.row["run"]) > 1:
@@ -376,9 +376,6 @@ def to_html(result: dict[str, Any]) -> str:
 
 
 def write_files(result: dict[str, Any], out: Path) -> list[Path]:
-    import json
-
-    from ..errors import StorageError
 
     files = {"compare.md": to_markdown(result), "compare.html": to_html(result)}
     files["compare.json"] = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
@@ -394,8 +391,6 @@ def write_files(result: dict[str, Any], out: Path) -> list[Path]:
 def default_out(result: dict[str, Any]) -> Path:
     """compare/ beside the runs: in the work directory they share (their runs' parent), so one
     comparison does not overwrite another of other runs."""
-    import os
-
     parents = {str(Path(r["run"]).resolve().parent) for r in result["leaderboard"]}
     shared = os.path.commonpath(sorted(parents)) if parents else ""
     return Path(shared) / "compare" if shared and shared != "/" else Path("outputs") / "compare"
