@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ._terminal import printable
-from .config import METRIC_COMPATS, SPLITS, Setting, settings
+from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .errors import CoinflipError
 
 if TYPE_CHECKING:
@@ -84,7 +84,6 @@ def eval_command(**opts: Any) -> None:
     Exit codes: 0 done, 1 incomplete (samples without a reply, or interrupted), 2 bad input.
     `coinflip eval --use-cache RUN_DIR` alone resumes a run with its saved settings.
     """
-    from .config import TaskConfig
     from .runner import run_task
 
     report = run_task(TaskConfig.of(**given(opts)))
@@ -281,7 +280,6 @@ def sweep_command(people: str, count: int, **opts: Any) -> None:
     Generates a fresh set per length (seeded by --seed plus the length), evaluates each with the
     same settings as `eval`, and writes sweep.json, sweep.md and an HTML chart with 95% intervals.
     """
-    from .config import TaskConfig
     from .data.generate import PeopleRange
     from .sweep import sweep
 
@@ -321,7 +319,6 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     difference to the base (McNemar) and a verdict. `--use-cache PROBE_DIR` resumes a probe.
     Exit codes: 0 done, 1 incomplete, 2 bad input.
     """
-    from .config import TaskConfig
     from .probes.run import ProbeOptions, probe
 
     config = TaskConfig(**given(opts))  # validated once, before anything is generated

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .config import TaskConfig
+from .config import TaskConfig, parse_json
 from .errors import ConfigError
 
 
@@ -57,8 +57,6 @@ def read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: holds NUL characters (UTF-16 without a byte order mark?); save it as UTF-8")
     try:
         if path.suffix.lower() == ".json":
-            from .config import parse_json
-
             data = parse_json(str(path), text)
         else:
             from .rundir import parse_yaml

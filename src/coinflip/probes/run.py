@@ -23,12 +23,12 @@ from typing import Any
 
 from .. import __version__
 from .._files import UnreadableFile, read_regular
-from ..config import TaskConfig
+from ..config import TaskConfig, safe_name
 from ..data.generate import PeopleRange, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
 from ..errors import CoinflipError, ConfigError
-from ..rundir import CONFIG_FILE, replacing
+from ..rundir import CONFIG_FILE, RunDir, iter_reviews, replacing
 from . import verdicts
 from .variants import BASE, BY_NAME, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
 
@@ -274,7 +274,6 @@ def _by_base(run: Path, model: str, base_of: dict[int, str], forced: bool) -> di
     """Right or not per question of a run (asked several times: by majority vote, as the report
     counts it), keyed by the base question it was written from, so every variant pairs with the
     base. With `forced`, an invalid answer counts by its forced answer, as the forced view does."""
-    from ..rundir import RunDir, iter_reviews
     from ..scoring.reducers import majority_right
 
     votes: dict[str, list[int]] = {}
@@ -352,7 +351,7 @@ def _row(variant: Variant, report: dict[str, Any], data: Path | None, view: str)
         "name": variant.name,
         "title": variant.title,
         "run": f"runs/{variant.name}",
-        "page": f"runs/{variant.name}/reports/{_model_dir(report)}/coin_flip.html",
+        "page": f"runs/{variant.name}/reports/{safe_name(str(report.get('model') or 'model'))}/coin_flip.html",
         "data": f"data/{data.name}" if data is not None else None,
         "samples": report["counts"]["samples"],
         "metrics": shown["metrics"],
@@ -362,12 +361,6 @@ def _row(variant: Variant, report: dict[str, Any], data: Path | None, view: str)
         "errors": report["counts"]["errors"],
         "complete": report["complete"],
     }
-
-
-def _model_dir(report: dict[str, Any]) -> str:
-    from ..config import safe_name
-
-    return safe_name(str(report.get("model") or "model"))
 
 
 def _write_page(root: Path, result: dict[str, Any]) -> None:
