@@ -31,7 +31,7 @@ INDEX = "index.html"
 PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precomputed: 190 pairs at most
 PAIR_ROWS = 100  # disagreeing questions listed per pair
 ROW_BUDGET = 20_000  # disagreeing questions listed on the whole page
-REPLY_TAIL = 240
+REPLY_TAIL = 240  # characters kept of a reply, from its end (where the answer is)
 log = logging.getLogger("coinflip")
 
 
@@ -244,7 +244,7 @@ class _Pairs:
         return self._question[question]
 
     def _reply_index(self, reply: str) -> int:
-        reply = _tail(reply)
+        reply = reply if len(reply) <= REPLY_TAIL else "…" + reply[-REPLY_TAIL:]
         if reply not in self._reply:
             self._reply[reply] = len(self.replies)
             self.replies.append(reply)
@@ -259,10 +259,6 @@ def _pairs(rows: list[dict[str, Any]], runs: list[Found]) -> _Pairs:
     for members in by_data.values():
         pairs.add_data_set(members, rows, runs)
     return pairs
-
-
-def _tail(reply: str) -> str:
-    return reply if len(reply) <= REPLY_TAIL else "…" + reply[-REPLY_TAIL:]
 
 
 def _summary(data: dict[str, Any]) -> str:

@@ -165,10 +165,6 @@ def _calibration(scorer: Scorer, outcomes: Outcomes) -> Calibration | None:
     return {"available": True, "coverage": float(known.mean()), **result}
 
 
-def _pct(n: int, total: int) -> str:
-    return f"{n / total:.0%}" if total else "0%"
-
-
 def warnings(report: Report, expected: int, scored: int) -> list[str]:
     """One line each; the terminal and the HTML page show them all."""
     c, out = report["counts"], []
@@ -187,7 +183,7 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
         out.append(f"{expected - scored} sample(s) were never run; resume to run them")
     if total and c["invalid"] * 2 > total:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(report["invalid_reasons"].items(), key=lambda kv: -kv[1]))
-        out.append(f"{c['invalid']} of {total} answers ({_pct(c['invalid'], total)}) are invalid ({reasons})")
+        out.append(f"{c['invalid']} of {total} answers ({c['invalid'] / total:.0%}) are invalid ({reasons})")
         cut = report["invalid_reasons"].get("cut_off", 0)
         if cut * 2 > c["invalid"]:
             limit = report["generation_config"].get("max_tokens") or report["generation_config"].get(
