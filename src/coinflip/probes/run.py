@@ -30,7 +30,7 @@ from ..data.prompts import IN_CHINESE
 from ..errors import CoinflipError, ConfigError
 from ..rundir import CONFIG_FILE, RunDir, iter_reviews, replacing
 from . import verdicts
-from .variants import BASE, BY_NAME, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
+from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
 
 PROBE_FILE = "probe.json"
 PAGE_FILE = "probe.html"
@@ -367,6 +367,3 @@ def _write_page(root: Path, result: dict[str, Any]) -> None:
     from .page import render
 
     (root / PAGE_FILE).write_text(render(result), encoding="utf-8")
-
-
-__all__ = ["BY_NAME", "ProbeOptions", "probe"]
