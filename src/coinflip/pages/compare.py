@@ -35,10 +35,6 @@ class Run:
     def label(self) -> str:
         return f"{self.row['model']} [{self.row['run']}]"
 
-    @property
-    def name(self) -> str:
-        return label(self.row)
-
 
 def _usable(found: Found) -> tuple[Run | None, str]:
     if found.kind != "run":
@@ -221,7 +217,7 @@ def _entry(rank: int, r: Run) -> dict[str, Any]:
         "model": row["model"],
         "run_id": row["run"],
         "run": str(r.path),
-        "name": r.name,
+        "name": label(row),
         "samples": row["samples"],
         "data": _data(row),
         "dataset_sha256": row["data"]["sha"],
