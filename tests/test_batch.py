@@ -390,6 +390,25 @@ def test_max_cost_counts_what_batches_answered_at_the_batch_price(tmp_path: Path
     assert 0 < len(online) < 10 and _report(run)["cost"]["total"] <= limit
 
 
+def test_max_cost_prices_saved_online_answers_in_full_when_a_run_goes_on_as_a_batch(tmp_path: Path) -> None:
+    """A run begun online and resumed with --batch: the answers it already has were paid in full;
+    the budget priced them at the batch discount, and the batch then spent past --max-cost."""
+    prices = ("--price-input", "2", "--price-output", "8", "--batch-discount", "0.1")
+    with FakeOpenAIServer("mixed", batches=BatchStore()) as srv:
+        args = ("eval", "--model", "m", "--limit", "30", "--api-url", srv.url, *prices, "--eval-batch-size", "1",
+                "--generation-config", "max_tokens=32", "--work-dir", str(tmp_path))  # fmt: skip
+        first = run_cli(*args, "--max-cost", "0.002")  # stops after a few online answers
+        run = only_run_dir(tmp_path)
+        rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+        spent = sum(r["usage"]["prompt_tokens"] * 2 + r["usage"]["completion_tokens"] * 8 for r in rows) / 1e6
+        assert first.returncode == 1 and 0 < len(rows) <= 8 and not any(r.get("batch") for r in rows), first.stderr
+        limit = spent * 1.2  # room for about two batch answers (at a tenth of the price) per online one
+        second = run_cli("eval", "--use-cache", str(run), "--batch", *FAST, "--max-cost", f"{limit}")
+    assert 0 < _report(run)["cost"]["total"] <= limit
+    assert second.returncode == 1 and "--max-cost" in second.stderr, second.stderr
+    assert _report(run)["cost"]["full_price"] > _report(run)["cost"]["total"]  # the batch did answer some
+
+
 def test_a_batch_the_server_forgot_is_sent_again(tmp_path: Path) -> None:
     store = BatchStore(delay=3600.0)
     with FakeOpenAIServer("mixed", batches=store) as srv:
