@@ -194,3 +194,33 @@ def test_rescore_and_resume_survive_odd_saved_data(tmp_path: Path) -> None:
         json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in the predictions file"))
     resumed = run_cli("eval", "--use-cache", str(run))
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_numbers_too_large_for_a_float_in_saved_data_are_not_counted(tmp_path: Path) -> None:
+    """An integer of 400 digits is valid JSON and Python reads it whole; float() of it raises, and
+    rescore and resume (with --max-cost pricing what is saved) ended in a traceback."""
+    prices = ("--price-input", "1", "--price-output", "2")
+    done = run_cli("eval", "--model", "oracle", "--limit", "4", *prices, "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run = only_run_dir(tmp_path)
+    predictions = run / "predictions/oracle/coin_flip.jsonl"
+    rows, huge = read_jsonl(predictions), 10**400
+    rows[0]["usage"] = {"prompt_tokens": huge, "completion_tokens": 7}
+    rows[1]["usage"] = {"prompt_tokens": 10, "completion_tokens": huge, "reasoning_tokens": huge}
+    rows[2]["latency_s"], rows[2]["ttft_s"] = huge, -huge
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for args in (("rescore", str(run)), ("eval", "--use-cache", str(run), "--max-cost", "5")):
+        result = run_cli(*args)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
+    assert report["tokens"]["prompt"] == 10 and report["tokens"]["completion"] == 7
+    assert report["usage"]["latency_s"]["max"] < 1e6
+
+
+def test_a_price_of_400_digits_in_a_pricing_file_is_one_line(tmp_path: Path) -> None:
+    table = tmp_path / "prices.yaml"
+    table.write_text("oracle: {input: " + "9" * 400 + ", output: 1}\n")
+    args = ("--limit", "2", "--pricing-file", str(table), "--work-dir", str(tmp_path))
+    result = run_cli("eval", "--model", "oracle", *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "oracle input must be a number >= 0" in result.stderr

@@ -43,6 +43,16 @@ def _huge(seen: Seen) -> bytes:  # 3 MB of text, sent gzip-compressed in a few K
     return answer(None, 200, "Content-Encoding: gzip", raw=body)
 
 
+def _digits(seen: Seen, where: str) -> bytes:
+    """A number of 400 digits (valid JSON, read whole by Python, too large for a float) in usage or logprobs."""
+    reply = chat(seen.right_answer, usage={"prompt_tokens": 12345, "completion_tokens": 7})
+    top = [{"token": "YES", "logprob": -12345}, {"token": "NO", "logprob": -0.5}]
+    reply["choices"][0]["logprobs"] = {"content": [{"token": "YES", "logprob": -12345, "top_logprobs": top}]}
+    raw, digits = json.dumps(reply).encode(), b"9" * 400
+    old = b"12345" if where == "all" else b'"prompt_tokens": 12345'
+    return answer(None, raw=raw.replace(old, old.replace(b"12345", digits)))
+
+
 # name: (how the server answers, what the sample's row must hold, the exit code)
 CASES: dict[str, tuple[Callable[[Seen], bytes], Callable[[dict[str, Any]], bool], int]] = {
     "content is a number": (
@@ -63,6 +73,16 @@ CASES: dict[str, tuple[Callable[[Seen], bytes], Callable[[dict[str, Any]], bool]
     "a bare NaN in usage": (
         _nan_usage,
         lambda row: row["usage"] == {"completion_tokens": 7} and row["error"] is None,
+        0,
+    ),
+    "token counts too large for a float": (
+        lambda s: _digits(s, "usage"),
+        lambda row: row["usage"] == {"completion_tokens": 7} and row["error"] is None,
+        0,
+    ),
+    "log probabilities too large for a float": (
+        lambda s: _digits(s, "all"),
+        lambda row: row["error"] is None and row["usage"] == {"completion_tokens": 7},
         0,
     ),
     "deeply nested JSON": (

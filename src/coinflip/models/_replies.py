@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec  # imported with the transport, not with `import coinflip`
 
 from .._terminal import printable
+from ..records import TOKENS_MAX
 from .base import Reply
 
+MAX_FLOAT = sys.float_info.max
 MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough for any real one
 
 
@@ -178,13 +181,14 @@ def _part_text(part: Any) -> str:
 
 
 def whole(value: Any) -> int | None:
-    """A token count: a whole, non-negative, finite number (or a string of digits), else None."""
+    """A token count: a whole, non-negative number below TOKENS_MAX (or a string of digits), else
+    None. A server may send 400 digits: such a count would overflow every float it meets later."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
+        return value if 0 <= value < TOKENS_MAX else None
     if isinstance(value, float):
-        return int(value) if math.isfinite(value) and value >= 0 and value.is_integer() else None
+        return int(value) if 0 <= value < TOKENS_MAX and value.is_integer() else None
     if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
         return int(value.strip())
     return None
@@ -208,6 +212,8 @@ def _logprob(value: Any) -> float | str | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return value if isinstance(value, str) else "not a number"
+    if isinstance(value, int) and abs(value) > MAX_FLOAT:  # 400 digits: float() would raise
+        return "inf" if value > 0 else "-inf"
     number = float(value)
     return number if math.isfinite(number) else str(number)
 

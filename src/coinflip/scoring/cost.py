@@ -11,7 +11,7 @@ resumed or rescored run shows what the whole run costs, not only its last part.
 
 from __future__ import annotations
 
-import math
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -42,7 +42,7 @@ def apply_pricing_file(config: TaskConfig) -> None:
         value = entry.get(key)
         if value is None or field in config.given:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        if not _number(value):
             raise ConfigError(f"pricing file {config.pricing_file}: {config.model} {key} must be a number >= 0")
         setattr(config, field, float(value))
     if config.price_input is None or config.price_output is None:
@@ -78,7 +78,8 @@ def prices_of(config: dict[str, Any]) -> dict[str, float] | None:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    """A finite, non-negative number that float() takes (not 400 digits a hand edit left)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= sys.float_info.max
 
 
 def _count(value: Any) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -19,7 +20,17 @@ from typing import Any, BinaryIO
 from .. import forced as forcing
 from ..config import REPEATS_MAX
 from ..errors import DataError
-from ..records import ANSWERS, FORCED_ANSWERS, Prediction, Review, dumps, make_review, sample_key, split_key
+from ..records import (
+    ANSWERS,
+    FORCED_ANSWERS,
+    TOKENS_MAX,
+    Prediction,
+    Review,
+    dumps,
+    make_review,
+    sample_key,
+    split_key,
+)
 from . import extract
 from .calibration import impossible_in, p_yes
 from .evalscope import read_verdict
@@ -148,7 +159,15 @@ def _quantiles(values: Sequence[float]) -> Quantiles:
 
 def _tokens(usage: Any, name: str) -> int | None:
     value = usage.get(name) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < TOKENS_MAX else None
+
+
+def _seconds(value: Any) -> float | None:
+    """A saved duration as a float; None for anything else (an integer of 400 digits, which a hand
+    edit may leave, would overflow float())."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if -sys.float_info.max <= value <= sys.float_info.max else None
 
 
 class Usage:
@@ -167,11 +186,11 @@ class Usage:
     def add(self, p: Mapping[str, Any]) -> None:
         error = p.get("error")
         if error is None:
-            latency = p.get("latency_s")
-            self.latency.append(float(latency) if isinstance(latency, (int, float)) else 0.0)
+            latency, ttft = _seconds(p.get("latency_s")), _seconds(p.get("ttft_s"))
+            self.latency.append(0.0 if latency is None else latency)
             self.finish[str(p.get("finish_reason"))] += 1
-            if isinstance(p.get("ttft_s"), (int, float)):
-                self.ttft.append(float(p["ttft_s"]))
+            if ttft is not None:
+                self.ttft.append(ttft)
         else:
             self.errors[" ".join(str(error).split())[:300]] += 1
         usage = p.get("usage")
