@@ -9,6 +9,7 @@ from pathlib import Path
 from coinflip.scoring.extract import extract_answer
 from coinflip.testing.server import FakeOpenAIServer, Policy
 
+from .answer_server import AnswerServer, answer
 from .conftest import only_run_dir, read_jsonl, run_cli
 
 
@@ -71,3 +72,22 @@ def test_a_reply_that_looks_like_a_formula_stays_text_in_the_csv(tmp_path: Path)
 def test_answers_of_a_folder_that_is_not_a_run_is_one_line(tmp_path: Path) -> None:
     result = run_cli("answers", str(tmp_path))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_half_a_surrogate_pair_in_a_reply_is_written_as_its_escape(tmp_path: Path) -> None:
+    """A server may send an escaped lone surrogate; the predictions file keeps it as JSON's escape,
+    and `coinflip answers` crashed with UnicodeEncodeError writing it (file and stdout alike)."""
+    body = b'{"choices": [{"index": 0, "message": {"content": "no verdict \\ud800 here"}}]}'
+    with AnswerServer(lambda seen: answer(None, raw=body)) as srv:
+        done = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "2", "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run = only_run_dir(tmp_path)
+    for form in ("csv", "jsonl"):
+        written = run_cli("answers", str(run), "--format", form, "--out", str(tmp_path / f"a.{form}"))
+        assert written.returncode == 0 and "Traceback" not in written.stderr, written.stderr
+    shown = run_cli("answers", str(run), "--format", "jsonl", "--out", "-")
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    for text in (shown.stdout, (tmp_path / "a.jsonl").read_text(encoding="utf-8")):
+        assert [json.loads(line)["reply"] for line in text.splitlines()] == ["no verdict \ud800 here"] * 2
+    with (tmp_path / "a.csv").open(newline="", encoding="utf-8") as handle:
+        assert [r["reply"] for r in csv.DictReader(handle)] == ["no verdict \\ud800 here"] * 2

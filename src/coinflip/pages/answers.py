@@ -68,11 +68,18 @@ def answers(run: RunDir) -> Iterator[dict[str, Any]]:
             }
 
 
+def _utf8(text: str) -> str:
+    """Text that UTF-8 can encode: half a surrogate pair from a server (kept in the predictions
+    file as JSON's escape) is written as that escape, `\\ud800`, which a JSON reader of the JSONL
+    reads back as it was; as is, writing it raised UnicodeEncodeError mid-file."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _cell(value: Any) -> Any:
-    if isinstance(value, str) and value.startswith(_FORMULA):
-        return "'" + value
+    if isinstance(value, str):
+        return _utf8("'" + value if value.startswith(_FORMULA) else value)
     if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False)
+        return _utf8(json.dumps(value, ensure_ascii=False))
     return value
 
 
@@ -87,7 +94,7 @@ def write(rows: Iterator[dict[str, Any]], out: IO[str], form: str) -> int:
             count += 1
         return count
     for row in rows:
-        out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        out.write(_utf8(json.dumps(row, ensure_ascii=False)) + "\n")
         count += 1
     return count
 
