@@ -224,6 +224,28 @@ def test_a_result_file_from_vllm_run_batch_is_scored_as_a_run(tmp_path: Path) ->
     assert _report(run)["complete"] and _report(run)["batch"] is True
 
 
+def test_a_forced_answer_for_a_reply_with_half_a_surrogate_pair_is_written_as_a_request(tmp_path: Path) -> None:
+    """The reply goes back in the forced follow-up's request; as UTF-8 it cannot be written, and
+    the request line (--batch-write, and a batch's upload alike) crashed with UnicodeEncodeError."""
+    requests, results, forced = tmp_path / "requests.jsonl", tmp_path / "results.jsonl", tmp_path / "forced.jsonl"
+    work = tmp_path / "out"
+    wrote = run_cli("eval", "--model", "m", "--limit", "3", "--force-answer", "--batch-write", str(requests),
+                    "--work-dir", str(work))  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr
+    run = only_run_dir(work)
+    body = '{"choices": [{"index": 0, "message": {"content": "no verdict \\ud800 here"}, "finish_reason": "stop"}]}'
+    lines = [f'{{"custom_id": "{r["custom_id"]}", "response": {{"status_code": 200, "body": {body}}}, "error": null}}'
+             for r in read_jsonl(requests)]  # fmt: skip
+    results.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    assert scored.returncode == 1, scored.stderr  # the forced turns are owed
+    again = run_cli("eval", "--use-cache", str(run), "--batch-write", str(forced))
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
+    owed = read_jsonl(forced)
+    assert len(owed) == 3 and all(line["custom_id"].endswith("-forced") for line in owed)
+    assert all({"role": "assistant", "content": "no verdict \ud800 here"} in line["body"]["messages"] for line in owed)
+
+
 def test_tokens_and_cost_add_up_and_max_cost_stops_before_passing_it(tmp_path: Path) -> None:
     prices = ("--price-input", "2", "--price-output", "8")
     with FakeOpenAIServer("mixed") as srv:

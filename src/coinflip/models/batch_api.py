@@ -46,7 +46,10 @@ class _Gone(Exception):
 
 def request_line(custom_id: str, mode: str, body: dict[str, Any]) -> bytes:
     line = {"custom_id": custom_id, "method": "POST", "url": ENDPOINTS[mode], "body": body}
-    return json.dumps(line, ensure_ascii=False).encode() + b"\n"
+    try:
+        return json.dumps(line, ensure_ascii=False).encode() + b"\n"
+    except UnicodeEncodeError:  # half a surrogate pair (a server's reply, sent back to force an answer)
+        return json.dumps(line).encode() + b"\n"  # JSON's escape for it, as the online request sends
 
 
 def split_lines(
