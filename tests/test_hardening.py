@@ -224,3 +224,39 @@ def test_a_price_of_400_digits_in_a_pricing_file_is_one_line(tmp_path: Path) -> 
     result = run_cli("eval", "--model", "oracle", *args)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "oracle input must be a number >= 0" in result.stderr
+
+
+SAVED_EDITS = {  # a hand edit of configs/task_config.yaml: (where, what)
+    "repeats as text": (("fingerprint", "repeats"), "abc"),
+    "the data set as text": (("fingerprint", "dataset"), "abc"),
+    "the data set null": (("fingerprint", "dataset"), None),
+    "generation settings as a list": (("fingerprint", "generation_config"), [1]),
+    "generation settings null": (("config", "generation_config"), None),
+    "the batch discount null": (("config", "batch_discount"), None),
+    "provenance as text": (("provenance",), "abc"),
+    "a count of 400 digits": (("subset", "count"), 10**400),
+}
+
+
+@pytest.mark.parametrize("edit", SAVED_EDITS)
+def test_a_hand_edited_task_config_is_read_as_unknown_or_refused_in_one_line(edit: str, tmp_path: Path) -> None:
+    """Each of these ended rescore or resume in a traceback (build_report, the resume's provenance
+    and masked-secret checks, the batch discount's check, the summary's number format)."""
+    import yaml
+
+    done = run_cli("eval", "--model", "oracle", "--limit", "4", "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run = only_run_dir(tmp_path)
+    path, value = SAVED_EDITS[edit]
+    saved_file = run / "configs/task_config.yaml"
+    saved = yaml.safe_load(saved_file.read_text())
+    section = saved
+    for key in path[:-1]:
+        section = section[key]
+    section[path[-1]] = value
+    saved_file.write_text(yaml.safe_dump(saved))
+    for args in (("rescore", str(run)), ("eval", "--use-cache", str(run)), ("view", str(tmp_path))):
+        result = run_cli(*args)
+        assert result.returncode in (0, 2) and "Traceback" not in result.stderr, (args, result.stderr)
+        if result.returncode == 2:
+            _one_line(result)

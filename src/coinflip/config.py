@@ -520,8 +520,11 @@ def secrets_in(generation: dict[str, Any]) -> list[str]:
     return [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
 
 
-def masked_somewhere(generation: dict[str, Any]) -> bool:
-    """Whether saved generation settings had a secret masked (a resume must be given it again)."""
+def masked_somewhere(generation: dict[str, Any] | None) -> bool:
+    """Whether saved generation settings had a secret masked (a resume must be given it again).
+    None (a hand edit left `generation_config: null`, which the settings take) has none."""
+    if not isinstance(generation, dict):
+        return False
     return any(REDACTED in _texts(generation.get(key), False) for key in GATEWAY_KEYS)
 
 
@@ -633,7 +636,8 @@ def _check_batch_and_cost(config: TaskConfig) -> None:
         value = getattr(config, name)
         if value is not None and (not math.isfinite(value) or value < 0):
             raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
-    if not 0 < config.batch_discount <= 1 or not math.isfinite(config.batch_discount):
+    discount = config.batch_discount  # None from a hand-edited task_config.yaml: not a number either
+    if isinstance(discount, bool) or not isinstance(discount, int | float) or not 0 < discount <= 1:
         raise ConfigError(f"batch_discount must be in (0, 1], got {config.batch_discount!r}")
     _check_positive("batch_poll_s", config.batch_poll_s, "seconds")
     if config.pricing_file:

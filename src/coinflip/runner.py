@@ -163,7 +163,8 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     if differences:
         raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
     run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
-    first = (saved.get("provenance") or {}).get("created")
+    found = saved.get("provenance")  # a hand edit may have left anything there
+    first = found.get("created") if isinstance(found, dict) else None
     if isinstance(first, str):  # a run started when it was created; a resume adds when it went on
         now = provenance()
         content["provenance"] = {**now, "created": first, "resumed": now["created"]}

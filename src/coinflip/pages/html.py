@@ -33,7 +33,7 @@ def fmt(value: Any, spec: str = ".4f", missing: str = "undefined") -> str:
         return missing
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    if not math.isfinite(value):
+    if number(value) is None:  # NaN, an infinity, or a whole number of 400 digits (format() would raise)
         return str(value)
     if spec == "d":
         return str(int(value)) if float(value).is_integer() else f"{value:g}"

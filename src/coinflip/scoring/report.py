@@ -55,13 +55,13 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
             "baselines": baselines(scores["counts"], compat),
             "invalid_reasons": {reason: n for reason, n in scorer.reasons.items() if n},
             "errors_top": scorer.usage.top_errors(),
-            "dataset": fingerprint["dataset"],
+            "dataset": _section(fingerprint.get("dataset")),
             "subset": subset,
             "template": template,
             "few_shot_num": config.get("few_shot_num", 0),
-            "repeats": int(fingerprint.get("repeats") or 1),
+            "repeats": _repeats(fingerprint.get("repeats")),
             "api_mode": config.get("api_mode", "chat"),
-            "generation_config": fingerprint.get("generation_config", config.get("generation_config", {})),
+            "generation_config": _section(fingerprint.get("generation_config", config.get("generation_config"))),
             "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
             "usage": scorer.usage.result(),
             "tokens": tokens(scorer.usage, scorer.forced_usage),
@@ -94,6 +94,16 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         )
     report["notes"] = notes(report)
     return report
+
+
+def _section(value: Any) -> Any:
+    """A mapping of the saved fingerprint; what a hand edit left there instead is unknown (empty),
+    as the pages show it, rather than a traceback while the report is built."""
+    return value if isinstance(value, dict) else {}
+
+
+def _repeats(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
 def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
