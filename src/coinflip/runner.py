@@ -400,14 +400,13 @@ async def _send(
     """Send `work`; never more workers than samples to finish (a forced answer follows its first
     reply in the same worker), whatever --eval-batch-size says. `traffic` gets what went to the
     endpoints (also when the run stops early)."""
-    from .models.openai_api import OpenAIClient
-
     async with open_model(plan.config, urls, plan.generation, concurrency) as model:
         try:
             await run_requests(model, work, min(concurrency, todo), on_replies, follow_up)
         finally:
-            if isinstance(model, OpenAIClient):
-                traffic.update(limits.describe(model.traffic(), concurrency))
+            sent = getattr(model, "traffic", None)  # a server's client has it; a baseline sends nothing
+            if sent is not None:
+                traffic.update(limits.describe(sent(), concurrency))
 
 
 def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[Prediction]:
@@ -416,10 +415,10 @@ def first_rows(record: Any, request: Request, reply: Reply, choices: int, force:
     rows = []
     for i in range(choices):
         if i < len(got):
-            row = prediction_row(record, request.repeat + i, request, got[i])
+            choice = got[i]
         else:
-            missing = Reply(None, error=f"the server returned {len(got)} of n={choices} choices; use --repeats")
-            row = prediction_row(record, request.repeat + i, request, missing)
+            choice = Reply(None, error=f"the server returned {len(got)} of n={choices} choices; use --repeats")
+        row = prediction_row(record, request.repeat + i, request, choice)
         if force and row["error"] is None and forced.needed(row["reply"]):
             row["forced"] = forced.PENDING.copy()
         rows.append(row)

@@ -24,7 +24,7 @@ _HTML_NAMED = {"&": "amp", "<": "lt", ">": "gt", '"': "quot", "'": "apos"}
 
 def is_secret(value: str | None) -> bool:
     """A value worth masking: long enough, and not one of the stand-ins local servers accept."""
-    return bool(value) and len(value or "") >= MIN_SECRET and (value or "").lower() not in PLACEHOLDERS
+    return value is not None and len(value) >= MIN_SECRET and value.lower() not in PLACEHOLDERS
 
 
 def _hex(number: int, width: int = 1) -> str:

@@ -298,17 +298,13 @@ class Scorer:
     def __len__(self) -> int:
         return len(self.reviews)
 
-    @property
-    def keys(self) -> Any:
-        import numpy as np
-
-        return np.frombuffer(self.reviews.key, dtype=np.int64)
-
     def column(self, name: str) -> Any:
-        """One column of the reviews (see Columns) as a numpy array, in arrival order."""
+        """One column of the reviews (see Columns) as a numpy array, in arrival order, without a
+        copy (numpy reads an array's typecode as its own)."""
         import numpy as np
 
-        return np.frombuffer(getattr(self.reviews, name), dtype=np.int64 if name == "key" else np.int8)
+        values = getattr(self.reviews, name)
+        return np.frombuffer(values, dtype=values.typecode)
 
     @property
     def reasons(self) -> dict[str, int]:
@@ -326,7 +322,7 @@ class Scorer:
         """Positions in key order (None: already in order)."""
         import numpy as np
 
-        keys = self.keys
+        keys = self.column("key")
         return None if bool((keys[1:] > keys[:-1]).all()) else np.argsort(keys, kind="stable")
 
     def write_reviews(self, out: BinaryIO) -> None:
@@ -343,13 +339,10 @@ class Scorer:
         answer, error = self.column("answer"), self.column("error")
         if forced:
             answer = forcing.recovered(answer, error, self.column("forced"))
-        question, repeat = np.divmod(self.keys, REPEATS_MAX)
+        question, repeat = np.divmod(self.column("key"), REPEATS_MAX)
         cell = (self.column("target_no") * len(ANSWERS) + answer).astype(np.int8)  # metrics.CELLS' order
-        people = np.frombuffer(self.reviews.people, dtype=np.int32)
-        return Outcomes(question, repeat.astype(np.int16), cell, error, people)
+        return Outcomes(question, repeat.astype(np.int16), cell, error, self.column("people"))
 
     def probabilities(self) -> Any:
         """P(YES) of every sample, NaN where it has none."""
-        import numpy as np
-
-        return np.frombuffer(self.reviews.p_yes, dtype=np.float64)
+        return self.column("p_yes")
