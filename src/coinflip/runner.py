@@ -545,18 +545,15 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
 
 
 class _LogFile(logging.FileHandler):
-    """A log that cannot be written (a full disk) says nothing: the run's own error says it once."""
-
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
-        return None
-
-
-class _Printable(logging.Formatter):
-    """Log lines with control characters shown as U+FFFD: a server's message may hold escape
-    sequences, which `cat eval_log.log` would otherwise act on."""
+    """The run's log, its lines with control characters shown as U+FFFD (a server's message may
+    hold escape sequences, which `cat eval_log.log` would otherwise act on). A log that cannot be
+    written (a full disk) says nothing: the run's own error says it once."""
 
     def format(self, record: logging.LogRecord) -> str:
         return printable(super().format(record))
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        return None
 
 
 def _attach_log(path: Path) -> logging.Handler:
@@ -565,7 +562,7 @@ def _attach_log(path: Path) -> logging.Handler:
         handler: logging.Handler = _LogFile(path, encoding="utf-8")
     except OSError:
         handler = logging.NullHandler()  # a read-only run dir: rescore still reports what it can
-    handler.setFormatter(_Printable("%(asctime)s %(levelname)s %(message)s"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     return handler

@@ -113,9 +113,6 @@ class StopRequest:
         finally:
             self._task = None
 
-    def cancelled(self) -> bool:
-        return self.signal is not None
-
     def settle(self) -> None:
         """The process is printing its outcome and ending: from now on the stop signals are
         ignored, by the OS too, since the interpreter's shutdown puts back the default handlers,
@@ -153,7 +150,7 @@ def run_until_stopped(main: Coroutine[Any, Any, T], stop: StopRequest | None = N
         try:
             return asyncio.run(cancellable())
         except asyncio.CancelledError:
-            if not stop.cancelled():
+            if stop.signal is None:  # cancelled, but not by a stop signal
                 raise
     raise Interrupted(stop.signal)  # held() raised it already, unless a caller holds on
 

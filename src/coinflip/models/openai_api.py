@@ -185,7 +185,6 @@ class OpenAIClient:
         self.held_since = 0.0
         self.waited_s = 0.0  # wall time during which some request was held back
         self._freed: asyncio.Future[None] | None = None
-        self.api_key = api_key
         self.generation, self.extra_body = split_generation(generation)
         self.retries = retries
         self.backoff_base = backoff_base
