@@ -46,11 +46,11 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _whole(value: Any, default: int = 0) -> int:
+def _whole(value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError):
-        return default
+        return 0
 
 
 def review(prediction: Prediction, compat: str = "coinflip") -> Review:
