@@ -95,11 +95,8 @@ class State:
                 raise ConfigError(f"{self.path}: not a batch state file ({exc}); move it away to start over") from None
 
     def save(self) -> None:
-        try:
-            with replacing(self.path) as out:
-                out.write(json.dumps({"batches": [asdict(b) for b in self.batches]}, indent=1).encode())
-        except OSError as exc:
-            raise storage_error(self.path, exc) from None
+        with replacing(self.path) as out:  # a failure to write is StorageError, naming the file
+            out.write(json.dumps({"batches": [asdict(b) for b in self.batches]}, indent=1).encode())
 
     def open(self) -> list[Submitted]:
         return [b for b in self.batches if not b.collected]
