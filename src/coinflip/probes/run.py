@@ -91,7 +91,7 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
     from ..plan import few_shot_pool, prepare
 
     config, root, settings = _open(config, options)
-    base = prepare(_run_config(config, root, BASE, None))
+    base = prepare(_run_config(config, root, BASE.name, None))
     records = list(base.dataset)
     pool = few_shot_pool(config)
     plans = _write_data(config, root, settings, records, pool)
@@ -100,7 +100,7 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
     total = len(plans) + len(_lengths(settings))
     for i, (variant, data, template, _) in enumerate(plans, 1):
         print(f"probe {config.name}: {variant.title} ({i} of {total})", file=sys.stderr, flush=True)
-        reports[variant.name] = _run(_run_config(config, root, variant, data, template))
+        reports[variant.name] = _run(_run_config(config, root, variant.name, data, template))
     points = []
     for i, people in enumerate(_lengths(settings), len(plans) + 1):
         print(f"probe {config.name}: {people} people ({i} of {total})", file=sys.stderr, flush=True)
@@ -213,11 +213,10 @@ def _write_data(
 
 
 def _run_config(
-    config: TaskConfig, root: Path, variant: Variant | str, data: Path | None, template: str | None = None
+    config: TaskConfig, root: Path, name: str, data: Path | None, template: str | None = None
 ) -> TaskConfig:
     """The run of one variant: the user's settings, in runs/<name>, on the variant's questions;
     a run that already exists there is resumed."""
-    name = variant if isinstance(variant, str) else variant.name
     folder = root / "runs" / name
     changes: dict[str, Any] = {
         "work_dir": str(folder),
