@@ -194,3 +194,35 @@ def test_reports_are_never_written_through_a_linked_folder(tmp_path: Path, linke
     assert not (run / linked).is_symlink() and (run / linked).is_dir()  # a real folder took the link's place
     report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
     assert report["metrics"]["accuracy"] == 1.0 and (run / "reviews/oracle/coin_flip.jsonl").is_file()
+
+
+@pytest.mark.parametrize("linked", ["predictions", "predictions/oracle", "predictions/oracle/coin_flip.jsonl"])
+def test_predictions_behind_a_link_out_of_the_run_are_refused_never_rewritten(tmp_path: Path, linked: str) -> None:
+    """Rescore compacts the predictions and a resume appends to them: through a linked folder that
+    rewrote (and added to) the file out there, another run's predictions, say."""
+    run = _good_run(tmp_path, "run")
+    with (run / "predictions/oracle/coin_flip.jsonl").open("a") as handle:
+        handle.write("not a row: compaction would drop this line\n")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run / linked, elsewhere)
+    (run / linked).symlink_to(elsewhere, target_is_directory=elsewhere.is_dir())
+    before = {p: p.read_bytes() for p in [elsewhere, *elsewhere.rglob("*")] if p.is_file()}
+    for args in (("rescore", str(run)), ("eval", "--use-cache", str(run)), ("answers", str(run))):
+        result = _run(*args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "a link to outside" in lines[0], (args, result.stderr)
+    assert {p: p.read_bytes() for p in [elsewhere, *elsewhere.rglob("*")] if p.is_file()} == before
+
+
+@pytest.mark.parametrize("linked", ["logs", "logs/eval_log.log"])
+def test_a_resume_never_writes_its_log_through_a_link(tmp_path: Path, linked: str) -> None:
+    run = _good_run(tmp_path, "run")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run / linked, elsewhere)
+    (run / linked).symlink_to(elsewhere, target_is_directory=elsewhere.is_dir())
+    before = {p: p.read_bytes() for p in [elsewhere, *elsewhere.rglob("*")] if p.is_file()}
+    result = _run("eval", "--use-cache", str(run))
+    assert result.returncode == 0, result.stderr
+    assert {p: p.read_bytes() for p in [elsewhere, *elsewhere.rglob("*")] if p.is_file()} == before
+    log = run / "logs/eval_log.log"
+    assert not (run / linked).is_symlink() and log.is_file() and "run " in log.read_text()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from . import forced
-from ._files import UnreadableFile, open_regular, read_regular
+from ._files import UnreadableFile, inside, open_regular, read_regular
 from .config import BENCHMARK, TaskConfig, safe_name
 from .errors import ConfigError, storage_error
 from .records import Prediction, Review, dumps, key_of, loads, read_prediction, read_review
@@ -141,7 +141,8 @@ class RunDir:
     def own_folders(self, *files: Path) -> None:
         """Make each folder from the run's root down to `files` a real one: a link there is
         replaced by an empty folder (its target left alone), as `replacing` replaces a linked file,
-        so reports are written in the run itself, never through a link to elsewhere."""
+        so reports and logs are written in the run itself, never through a link to elsewhere. A
+        link at a file itself goes too (the log is appended to, not replaced)."""
         for file in files:
             folder = self.root
             for part in file.parent.relative_to(self.root).parts:
@@ -152,13 +153,29 @@ class RunDir:
                     folder.mkdir(exist_ok=True)
                 except OSError as exc:
                     raise storage_error(folder, exc) from None
+            if file.is_symlink():
+                try:
+                    file.unlink()
+                except OSError as exc:
+                    raise storage_error(file, exc) from None
+
+    def refuse_links_out(self) -> None:
+        """The predictions are read, compacted and appended to in place, so never through a link out
+        of the run (`predictions/MODEL` pointing into another run would be rewritten there, and a
+        resume would add to it): one line, as for every file a rescore reads."""
+        if not inside(self.predictions, self.root):
+            raise ConfigError(
+                f"{self.predictions}: a link to outside {self.root}; coinflip reads only files inside the run"
+            )
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
         root = Path(path).expanduser()
         saved = load_saved_config(root)
         config = saved["config"]
-        return cls(root, str(config.get("model_id") or config["model"]))
+        run = cls(root, str(config.get("model_id") or config["model"]))
+        run.refuse_links_out()
+        return run
 
     def save_config(self, data: dict[str, Any]) -> None:
         """Write the run's settings atomically, as YAML for people to read. PyYAML escapes what is

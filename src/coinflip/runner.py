@@ -26,7 +26,7 @@ from . import forced
 from ._files import read_regular
 from ._terminal import printable
 from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
-from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete
+from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
 from .models import Reply, Request, is_local, limits, open_model, serve_local
 from .models.predict import run_requests
 from .plan import Plan, prepare, provenance
@@ -78,7 +78,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
         except Interrupted as exc:
             raise RunIncomplete(f"{stopped_by(exc)} before the run started") from None
         stop.hint = f"; {resume_hint(run)}"
-        handler = _attach_log(run.log)
+        handler = _attach_log(run)
         try:
             with run.locked():
                 log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
@@ -163,6 +163,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     if differences:
         raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
     run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
+    run.refuse_links_out()
     found = saved.get("provenance")  # a hand edit may have left anything there
     first = found.get("created") if isinstance(found, dict) else None
     if isinstance(first, str):  # a run started when it was created; a resume adds when it went on
@@ -498,6 +499,7 @@ def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, A
     a plain file of a few KiB inside the run that reads as the record, else none."""
     path = run.requests
     if traffic is not None:
+        run.own_folders(path)  # never written through a linked folder
         with replacing(path) as out:
             out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
         return traffic
@@ -556,11 +558,11 @@ class _LogFile(logging.FileHandler):
         return None
 
 
-def _attach_log(path: Path) -> logging.Handler:
+def _attach_log(run: RunDir) -> logging.Handler:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler: logging.Handler = _LogFile(path, encoding="utf-8")
-    except OSError:
+        run.own_folders(run.log)  # appended to each session: never through a linked folder or file
+        handler: logging.Handler = _LogFile(run.log, encoding="utf-8")
+    except (OSError, StorageError):
         handler = logging.NullHandler()  # a read-only run dir: rescore still reports what it can
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
