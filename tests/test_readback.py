@@ -257,6 +257,25 @@ def test_the_next_run_removes_a_killed_run_s_draft_and_never_a_live_one(tmp_path
     assert len(list(work.glob("2*"))) == 1 and ".new" not in (work / "index.html").read_text()
 
 
+def test_a_user_s_own_hidden_folder_named_like_a_draft_is_never_removed(tmp_path: Path) -> None:
+    """A folder that merely looks like a draft (`.STAMP.anything.new`), with no lock file because
+    coinflip never made it, was removed with its files by the next new run in the work directory."""
+    work = tmp_path / "w"
+    mine = [work / ".20240101_120000.my-notes.new", work / ".20240101_120000.abcdefgh.new"]
+    killed = work / ".20240101_120000.k1ll3d_x.new"  # what a maker killed before its lock leaves
+    for folder in mine:
+        (folder / "configs").mkdir(parents=True)
+        (folder / "thesis.txt").write_text("mine")
+    (killed / "configs").mkdir(parents=True)
+    an_hour_ago = time.time() - 3600
+    for folder in (*mine, killed):
+        os.utime(folder, (an_hour_ago, an_hour_ago))
+    result = run_cli("eval", "--model", "oracle", "--limit", "2", "--work-dir", str(work))
+    assert result.returncode == 0, result.stderr
+    assert all((folder / "thesis.txt").read_text() == "mine" for folder in mine)
+    assert not killed.exists()
+
+
 # --- config files -----------------------------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
 CONFIG_LIMIT = 16 << 20  # bytes of task_config.yaml read (long prompts fit many times over)
 MAX_ID = 1 << 48  # question ids beyond this are not ids coinflip wrote
-DRAFT = re.compile(r"\.\d{8}_\d{6}\..+\.new")  # a run being made, under the hidden name `create` gives it
+DRAFT = re.compile(r"\.\d{8}_\d{6}\.[a-z0-9_]{8}\.new")  # a run being made: `create`'s mkdtemp name, exactly
 DRAFT_GRACE_S = 60.0  # a draft this much older than its last change, and unlocked, has lost its maker
 DRAFT_UNLOCKED_S = 86400.0  # without advisory locks (Windows): only the age tells, so a day
 
@@ -281,8 +281,8 @@ def _lost(draft: Path) -> Iterator[bool]:
         return
     try:  # never a FIFO's wait, never through a link
         fd = os.open(draft / "configs" / "run.lock", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except FileNotFoundError:  # killed before its lock existed
-        yield True
+    except FileNotFoundError:  # killed before its lock existed, if all it holds is what that leaves
+        yield _bare(draft)
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -294,6 +294,13 @@ def _lost(draft: Path) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)
+
+
+def _bare(draft: Path) -> bool:
+    """Whether a folder holds only what a maker killed between mkdtemp and its lock leaves: nothing,
+    or an empty configs/. A user's own hidden folder named like a draft holds more, and is kept."""
+    found = os.listdir(draft)
+    return not found or (found == ["configs"] and not os.listdir(draft / "configs"))
 
 
 def parse_yaml(text: str) -> Any:
