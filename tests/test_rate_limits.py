@@ -250,3 +250,46 @@ def test_the_two_capacity_questions_are_asked_together(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert run is not None and report_of(run)["requests"]["server_slots"] == 1
     assert _AnswersPropsOnceModelsIsAsked.peak == 1  # the published slot was kept to
+
+
+class _NestsItsCapacityDeep(BaseHTTPRequestHandler):
+    """/props or /v1/models (the class's `route`) answers JSON nested 100,000 deep: well under the
+    probe's megabyte, and past Python's recursion limit when json.loads reads it."""
+
+    route = "/props"
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path.endswith(self.route):
+            self._send(200, b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+        else:
+            self._send(404, b'{"error": {"message": "not found"}}')
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        reply = {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]}
+        self._send(200, json.dumps(reply).encode())
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("route", ["/props", "/models"])
+def test_a_capacity_answer_nested_too_deep_is_no_answer(tmp_path: Path, route: str) -> None:
+    """json.loads raised RecursionError, which the probe did not catch: the run ended in a traceback."""
+    handler = type("Handler", (_NestsItsCapacityDeep,), {"route": route})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result, run = run_eval(f"http://127.0.0.1:{server.server_address[1]}/v1", tmp_path, "--limit", "3")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert run is not None and report_of(run)["counts"]["samples"] == 3

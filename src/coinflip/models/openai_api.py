@@ -248,8 +248,8 @@ class OpenAIClient:
                 if answer.status != 200:
                     return None
                 return json.loads(await answer.content.read(1 << 20))
-        except (OSError, ValueError, asyncio.TimeoutError, aiohttp.ClientError):
-            return None
+        except (OSError, ValueError, RecursionError, asyncio.TimeoutError, aiohttp.ClientError):
+            return None  # RecursionError: JSON nested deeper than Python reads, well within the megabyte
 
     def _body(self, request: Request) -> bytes:
         body = request_body(self.name, self.mode, self.generation, request, self.stream, self.extra_body)
