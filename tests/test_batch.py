@@ -431,6 +431,30 @@ def test_max_cost_prices_saved_online_answers_in_full_when_a_run_goes_on_as_a_ba
     assert _report(run)["cost"]["full_price"] > _report(run)["cost"]["total"]  # the batch did answer some
 
 
+@pytest.mark.parametrize("state", ["nested too deep", "a FIFO"])
+def test_a_hostile_batch_state_file_is_one_line_on_resume(tmp_path: Path, state: str) -> None:
+    """state.json was read with read_text and json.loads: a FIFO there hung the resume for good,
+    and JSON nested 100,000 deep raised RecursionError (a traceback)."""
+    import os
+
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST)
+        done = run_cli(*args, "--work-dir", str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        run = only_run_dir(tmp_path)
+        predictions = run / "predictions/m/coin_flip.jsonl"
+        predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))  # 4 owed again
+        path = run / "batch/state.json"
+        path.unlink()
+        if state == "a FIFO":
+            os.mkfifo(path)
+        else:
+            path.write_text('{"batches": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        again = run_cli("eval", "--use-cache", str(run), *FAST)
+    lines = again.stderr.strip().splitlines()
+    assert again.returncode == 2 and len(lines) == 1 and "not a batch state file" in lines[0], again.stderr
+
+
 def test_a_batch_the_server_forgot_is_sent_again(tmp_path: Path) -> None:
     store = BatchStore(delay=3600.0)
     with FakeOpenAIServer("mixed", batches=store) as srv:

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._files import read_regular
 from .config import SECRET_NAME
 from .errors import ConfigError, RunIncomplete, storage_error
 from .models.base import Reply, Request
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coinflip")
 STATE_FILE = "batch/state.json"
+STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
 RESENDS = 2  # a request is sent at most 1 + RESENDS times in one run
 Work = list[tuple["Job", Request]]
 OnReplies = Callable[[list[tuple["Job", Request, Reply]]], None]
@@ -88,10 +90,10 @@ class State:
         self.path = run.root / STATE_FILE
         self.batches: list[Submitted] = []
         if self.path.exists():
-            try:
-                raw = json.loads(self.path.read_text(encoding="utf-8"))
+            try:  # a plain file inside the run (a FIFO there would hang the resume), of sane depth
+                raw = json.loads(read_regular(self.path, STATE_LIMIT, within=run.root))
                 self.batches = [Submitted.read(b) for b in raw["batches"]]
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # UnreadableFile: a ValueError
                 raise ConfigError(f"{self.path}: not a batch state file ({exc}); move it away to start over") from None
 
     def save(self) -> None:
