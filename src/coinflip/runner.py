@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import shlex
 import shutil
 import sys
 import time
@@ -104,8 +105,6 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
 
 def resume_hint(run: RunDir) -> str:
     """The command that resumes `run`, quoted for a shell."""
-    import shlex
-
     return f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}"
 
 

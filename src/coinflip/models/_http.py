@@ -25,6 +25,7 @@ an evaluation needs on top of any client:
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
 import ssl
@@ -227,8 +228,6 @@ class ConnectionPool:
     ) -> None:
         """`proxy` sends everything through that proxy; without it, the environment's
         HTTP(S)_PROXY and NO_PROXY decide per URL. `sink` makes what takes each stream's events."""
-        import os
-
         defaults = {"Accept": "application/json", "Accept-Encoding": "identity"}
         self.headers = {k: v for k, v in merge_headers(defaults, headers).items() if k.lower() not in _FRAMING_HEADERS}
         self.timeout = timeout

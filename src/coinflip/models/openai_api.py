@@ -42,6 +42,7 @@ from collections import deque
 from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
+import aiohttp
 import msgspec
 
 from ..config import secrets_in, url_secrets
@@ -235,8 +236,6 @@ class OpenAIClient:
 
     async def _get_json(self, target: Any, path: str) -> Any:
         """A server's JSON answer to a GET of `path`, or None for anything else."""
-        import aiohttp
-
         options = {k: v for k, v in target.options.items() if k in ("headers", "ssl")}
         try:
             async with self._pool.session.get(
