@@ -64,35 +64,25 @@ class Progress:
         self._next_line = 5.0  # plain lines only for work that takes a while
         self._printed = False
         if tty and total:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                ProgressColumn,
-                TaskProgressColumn,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-            from rich.progress import (
-                Progress as Bar,
-            )
+            from rich import progress as bar
             from rich.text import Text
 
             estimate, progress = self.estimate, self
 
-            class Remaining(ProgressColumn):
+            class Remaining(bar.ProgressColumn):
                 """The smoothed ETA, counting down between replies."""
 
                 def render(self, task: Any) -> Text:
                     left = estimate.remaining(time.perf_counter(), progress.done, progress.total)
                     return Text(f"eta {clock(left)}", style="progress.remaining")
 
-            self._bar = Bar(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TaskProgressColumn(),
-                TextColumn("{task.fields[rate]}"),
-                TimeElapsedColumn(),
+            self._bar = bar.Progress(
+                bar.TextColumn("{task.description}"),
+                bar.BarColumn(),
+                bar.MofNCompleteColumn(),
+                bar.TaskProgressColumn(),
+                bar.TextColumn("{task.fields[rate]}"),
+                bar.TimeElapsedColumn(),
                 Remaining(),
                 transient=False,
             )
