@@ -128,17 +128,14 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def _choice(choice: Any, mode: str) -> Reply:
-    where = "message" if mode == "chat" else "text"
-    if not isinstance(choice, dict):
-        raise BadReply(f"malformed response body (no choices[0].{where})")
     if mode == "chat":
-        message = choice.get("message")
+        message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             raise BadReply("malformed response body (no choices[0].message)")
         text, reasoning = text_of(message.get("content")), _reasoning(message)
         logprobs = chat_logprobs(choice.get("logprobs"))
     else:
-        if "text" not in choice:
+        if not isinstance(choice, dict) or "text" not in choice:
             raise BadReply("malformed response body (no choices[0].text)")
         text, reasoning = text_of(choice.get("text")), None
         logprobs = completion_logprobs(choice.get("logprobs"))
