@@ -95,7 +95,8 @@ def rates(cells: Any, compat: str = "coinflip", undefined_as_zero: bool | None =
     return out
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A metric as a report holds it: a float, or None where it is undefined (NaN)."""
     value = float(value)
     return None if math.isnan(value) else value
 
@@ -112,7 +113,7 @@ def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resam
     raw = rates(cells, compat, undefined_as_zero=False)
     undefined = [k for k in METRICS if math.isnan(float(raw[k]))] if total else []
     zero = compat == "evalscope"  # EvalScope reports 0.0 for a ratio without a denominator
-    values = {k: 0.0 if zero and math.isnan(float(v)) else _number(v) for k, v in raw.items()}
+    values = {k: 0.0 if zero and math.isnan(float(v)) else number(v) for k, v in raw.items()}
     repeated = len(outcomes) and int(outcomes.repeat.max()) > 0
     intervals = (
         _clustered(outcomes, compat, seed, resamples) if repeated else _intervals(cells, compat, seed, resamples)

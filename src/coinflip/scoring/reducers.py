@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .metrics import METRICS, Outcomes, per_question, rates
+from .metrics import METRICS, Outcomes, number, per_question, rates
 from .schema import Repeats, Spread
 
 
@@ -32,7 +32,7 @@ def reduce(outcomes: Outcomes, compat: str) -> Repeats:
             "values": [None if not np.isfinite(v) else round(float(v), 6) for v in values],
         }
     majority = _majority(matrix)
-    votes = {name: (None if np.isnan(v) else float(v)) for name, v in rates(majority, compat).items()}
+    votes = {name: number(v) for name, v in rates(majority, compat).items()}
     answered = matrix.sum(axis=1)
     return {
         "k": k,

@@ -5,7 +5,6 @@ baseline, a partial subset, undefined ratios)."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from ..records import FORCED_ANSWERS
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
-from .metrics import METRICS, Outcomes, rates, summarize
+from .metrics import METRICS, Outcomes, number, rates, summarize
 from .reducers import reduce
 from .schema import Calibration, Counts, Forced, Numbers, Report, Subset, Template
 from .scorer import Scorer
@@ -112,7 +111,7 @@ def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
     out = {}
     for name, cells in (("always-yes", [yes, 0, 0, no, 0, 0]), ("always-no", [0, yes, 0, 0, no, 0])):
         values = rates(cells, compat)
-        out[name] = {k: (None if math.isnan(float(values[k])) else float(values[k])) for k in METRICS}
+        out[name] = {k: number(values[k]) for k in METRICS}
     return out
 
 
