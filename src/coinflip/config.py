@@ -436,14 +436,9 @@ class TaskConfig:
         _check_int("repeats", self.repeats, 1)
         if self.repeats > REPEATS_MAX or self.repeats * int(self.generation_config.get("n") or 1) > REPEATS_MAX:
             raise ConfigError(f"repeats times n (choices per request) must be at most {REPEATS_MAX}")
-        for name, choices in (
-            ("dataset_hub", HUBS),
-            ("metric_compat", METRIC_COMPATS),
-            ("split", SPLITS),
-            ("api_mode", API_MODES),
-            ("limit_mode", LIMIT_MODES),
-        ):
-            check_choice(name, getattr(self, name), choices)
+        for s in settings():  # a choice is checked against the choices its declaration names
+            if s.choices:
+                check_choice(s.name, getattr(self, s.name), s.choices)
         _check_positive("timeout", self.timeout, "seconds", MAX_TIMEOUT)
         _check_positive("patience", self.patience, "seconds", MAX_TIMEOUT)
         _check_positive("max_reply_mb", self.max_reply_mb, "megabytes", MAX_REPLY_MB)
