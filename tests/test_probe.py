@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from coinflip.config import TaskConfig
 from coinflip.data import load_file
@@ -203,6 +204,22 @@ def test_the_page_shows_the_variants_side_by_side_with_intervals_in_chromium(tmp
         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,1400", page.as_uri()
     )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_a_setting_typed_at_its_default_on_a_probe_resume_is_taken(tmp_path: Path) -> None:
+    """`--retries 5` is the default, yet typed on the resume it must replace the saved 2, as it
+    does for eval: what the user types is what is given, whatever its value."""
+    with FakeOpenAIServer("correct") as server:
+        args = ("--model", "m", "--api-url", server.url, "--limit", "6", "--work-dir", str(tmp_path))
+        first = run_cli("probe", *args, "--variants", "fresh", "--lengths", "0", "--retries", "2")
+        assert first.returncode == 0, first.stderr
+        root = next(tmp_path.glob("probe_*"))
+        predictions = root / "runs/fresh/predictions/m/coin_flip.jsonl"
+        predictions.write_text(predictions.read_text(encoding="utf-8").splitlines(keepends=True)[0], encoding="utf-8")
+        again = run_cli("probe", "--use-cache", str(root), "--retries", "5")
+    assert again.returncode == 0, again.stderr
+    saved = yaml.safe_load((root / "runs/fresh/configs/task_config.yaml").read_text(encoding="utf-8"))
+    assert saved["config"]["retries"] == 5
 
 
 def test_a_probe_resumes_and_its_runs_are_listed_and_compared(tmp_path: Path) -> None:

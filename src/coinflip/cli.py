@@ -321,7 +321,7 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     """
     from .probes.run import ProbeOptions, probe
 
-    config = TaskConfig(**given(opts))  # validated once, before anything is generated
+    config = TaskConfig.of(**given(opts))  # validated once, before anything is generated
     chosen = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants is not None else None
     result = probe(config, ProbeOptions(chosen, lengths, length_count))
     click.echo(printable(f"probe {result['model']}: {result['headline']}"))

@@ -128,7 +128,7 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
     from ..runner import resume_settings
 
     given = {name: getattr(config, name) for name in config.given if name != "use_cache"}
-    resumed = resume_settings(TaskConfig(**given, use_cache=str(base_run)))
+    resumed = resume_settings(TaskConfig.of(**given, use_cache=str(base_run)))
     return replace(resumed, use_cache=None, dataset_args=None), root, settle(options, saved.get("settings"))
 
 
