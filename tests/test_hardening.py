@@ -208,6 +208,8 @@ def test_numbers_too_large_for_a_float_in_saved_data_are_not_counted(tmp_path: P
     rows[0]["usage"] = {"prompt_tokens": huge, "completion_tokens": 7}
     rows[1]["usage"] = {"prompt_tokens": 10, "completion_tokens": huge, "reasoning_tokens": huge}
     rows[2]["latency_s"], rows[2]["ttft_s"] = huge, -huge
+    answer = [{"token": "ANSWER: ", "logprob": -0.1, "top": {}}, {"token": "YES", "logprob": -huge, "top": {"NO": -1}}]
+    rows[3]["answer_logprobs"] = answer  # math.exp of it raised; the online path reads it as "-inf", impossible
     predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for args in (("rescore", str(run)), ("eval", "--use-cache", str(run), "--max-cost", "5")):
         result = run_cli(*args)
@@ -215,6 +217,7 @@ def test_numbers_too_large_for_a_float_in_saved_data_are_not_counted(tmp_path: P
     report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
     assert report["tokens"]["prompt"] == 10 and report["tokens"]["completion"] == 7
     assert report["usage"]["latency_s"]["max"] < 1e6
+    assert report["calibration"]["impossible_logprobs"] == 1
 
 
 def test_a_price_of_400_digits_in_a_pricing_file_is_one_line(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from .extract import _MARKER
 from .schema import Bin, Calibration
 
 WINDOW = 8  # tokens kept after the token holding the last marker
+FLOAT_MAX = sys.float_info.max  # below -FLOAT_MAX (-inf, or an integer of 400 digits) no float can say it
 ROUNDING = 1e-4  # a log probability up to this far above 0 is float rounding of a certain token
 BINS = 10
 _WORD = re.compile(r"[A-Za-z]+")
@@ -80,7 +82,7 @@ def _impossible(entry: dict[str, Any]) -> bool:
     top = entry.get("top")
     values = [entry.get("logprob"), *(top.values() if isinstance(top, dict) else ())]
     return any(
-        v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not -math.inf < v <= ROUNDING)
+        v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not -FLOAT_MAX <= v <= ROUNDING)
         for v in values
     )
 
