@@ -470,6 +470,47 @@ def test_a_batch_the_server_forgot_is_sent_again(tmp_path: Path) -> None:
     assert store.created == 2 and len(_answers(only_run_dir(tmp_path))) == 9
 
 
+def test_max_cost_on_resume_counts_the_batch_a_killed_session_left_running(tmp_path: Path) -> None:
+    """The resume priced only what was saved: the requests in the batch still running looked free,
+    so it submitted the rest as well and the run cost more than --max-cost (0.0034 against 0.003)."""
+    store = BatchStore(delay=3600.0)
+    prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--batch", *FAST, *prices)
+        proc = spawn_cli(*args, "--max-cost", "0.003", "--work-dir", str(tmp_path), quiet=True)
+        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be polled")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        first = store.batches["batch_000001"]["request_counts"]["total"]
+        store.delay = 0.0
+        run = only_run_dir(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST, "--max-cost", "0.003")
+    assert 0 < first < 20  # the first session could afford only part of the run
+    assert _report(run)["cost"]["total"] <= 0.003
+    assert resumed.returncode == 1 and "--max-cost" in resumed.stderr, resumed.stderr
+
+
+def test_a_batch_ids_file_that_is_a_fifo_never_hangs_the_resume(tmp_path: Path) -> None:
+    """The ids of a batch left running were read with read_text: a FIFO in their place hung the resume."""
+    import os
+
+    store = BatchStore(delay=3600.0)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
+        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be polled")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        run = only_run_dir(tmp_path)
+        (ids,) = run.glob("batch/requests-*.ids")
+        ids.unlink()
+        os.mkfifo(ids)
+        store.delay = 0.0
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)  # a hang ends at run_cli's outer bound
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(_answers(run)) == 6
+
+
 class _NoBatches(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("Content-Length") or 0))

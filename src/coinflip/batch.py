@@ -229,14 +229,15 @@ class _Sender:
         opened = self.state.open()
         covered = set().union(*(self._ids(b) for b in opened))
         queue = [cid for cid in self.owed if cid not in covered]
+        waiting = len(self.owed) - len(queue)  # in batches a killed session left running: owed, not yet priced
         online: Work = []
         async with self.api:
             while queue or opened:
                 if queue and self.config.batch_rest_online and any(self.sends[c] for c in queue):
                     online += [self.owed[c] for c in queue]
                     queue = []
-                opened += await self._submit(self._affordable(queue))
-                queue = []
+                opened += await self._submit(self._affordable(queue, waiting))
+                queue, waiting = [], 0
                 await self._poll(opened)
                 for batch in opened:
                     queue += await self._collect(batch)
@@ -246,18 +247,20 @@ class _Sender:
         return online
 
     def _ids(self, batch: Submitted) -> list[str]:
-        try:
-            return (self.state.run.root / batch.ids).read_text(encoding="utf-8").split()
-        except (OSError, UnicodeDecodeError):
+        root = self.state.run.root
+        try:  # a plain file inside the run: a FIFO there would hang the resume
+            return read_regular(root / batch.ids, STATE_LIMIT, within=root).decode("utf-8").split()
+        except (OSError, ValueError):  # UnreadableFile and UnicodeDecodeError are ValueErrors
             return []
 
-    def _affordable(self, queue: list[str]) -> list[str]:
-        """The requests that fit --max-cost, at the mean cost so far (or an estimate)."""
+    def _affordable(self, queue: list[str], waiting: int = 0) -> list[str]:
+        """The requests that fit --max-cost, at the mean cost so far (or an estimate), after the
+        `waiting` ones already in running batches (a resume's: they will cost as much)."""
         if self.budget is None or not queue:
             return queue
         kept: list[str] = []
         for cid in queue:
-            if not self.budget.fits(self.owed[cid][1], len(kept)):
+            if not self.budget.fits(self.owed[cid][1], waiting + len(kept)):
                 self.budget.stopped = True
                 break
             kept.append(cid)
