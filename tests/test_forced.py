@@ -12,6 +12,7 @@ import pytest
 from coinflip.scoring.calibration import auroc, calibration, p_yes
 from coinflip.testing.server import FakeOpenAIServer, Policy, truth
 
+from .answer_server import AnswerServer, Seen, answer, chat
 from .conftest import PATIENCE_S, hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for
 
 MIXED = Policy("mixed")
@@ -166,3 +167,25 @@ def test_a_forced_reply_may_be_a_bare_verdict(reply: str, answer: str | None) ->
     from coinflip.scoring.extract import forced_answer
 
     assert forced_answer(reply) == answer
+
+
+def _unsure_then_forced(seen: Seen) -> bytes:
+    """Every first reply has no answer line (so each sample asks a forced answer), at a known cost."""
+    forced = len(seen.body.get("messages") or []) > 1
+    text = "ANSWER: YES" if forced else "I am not sure about this one."
+    return answer(chat(text, usage={"prompt_tokens": 100, "completion_tokens": 30}))
+
+
+@pytest.mark.parametrize("concurrency", ["1", "32"])
+def test_max_cost_holds_for_the_forced_answers_too(tmp_path: Path, concurrency: str) -> None:
+    """The forced follow-ups went out past the budget's gate, and its count of requests in flight
+    (sent minus answered) went negative as their replies were counted: a run capped at half its
+    cost spent all of it. Each request here costs 100 * 2 + 30 * 8 = 440 millionths."""
+    prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
+    with AnswerServer(_unsure_then_forced) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--force-answer", *prices)
+        capped = run_cli(*args, "--eval-batch-size", concurrency, "--max-cost", "0.0088", "--work-dir", str(tmp_path))
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    replies = [r for r in rows if r.get("error") is None] + [r["forced"] for r in rows if r["forced"].get("reply")]
+    assert replies and len(replies) * 440 / 1e6 <= 0.0088  # all 40 requests would cost 0.0176
+    assert capped.returncode == 1 and "--max-cost" in capped.stderr, capped.stderr

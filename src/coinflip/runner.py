@@ -343,8 +343,9 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
                 budget = budget.online() if budget is not None else None  # what it left goes at full price
             if budget is not None:
                 work, on_replies = budget.gate(work), budget.watch(on_replies)
+            follow = budget.follow(follow_up) if budget is not None else follow_up  # forced answers: held too
             if not config.batch or config.batch_rest_online:
-                sending = _send(plan, endpoint.urls, concurrency, work, on_replies, follow_up, todo, traffic)
+                sending = _send(plan, endpoint.urls, concurrency, work, on_replies, follow, todo, traffic)
                 run_until_stopped(sending, stop)
             if budget is not None and budget.stopped:
                 print(f"note: {budget.note()}", file=sys.stderr)

@@ -195,11 +195,30 @@ class Budget:
     def gate(self, work: Iterable[tuple[T, Request]]) -> Iterator[tuple[T, Request]]:
         """`work`, up to where the next request could pass the limit."""
         for item in work:
-            if not self.fits(item[1], self.sent - self.answered):
+            if self.stopped or not self.fits(item[1], self.sent - self.answered):
                 self.stopped = True
                 return
             self.sent += 1
             yield item
+
+    def follow(
+        self, follow_up: Callable[[T, Request, Reply], list[tuple[T, Request]]]
+    ) -> Callable[[T, Request, Reply], list[tuple[T, Request]]]:
+        """`follow_up`, its requests (forced answers) held to the limit as `gate` holds the first
+        ones, and counted as sent: `watch` counts their replies, so `gate` must see them leave. A
+        forced answer left unasked keeps its sample pending, and a resume asks it."""
+
+        def kept(item: T, request: Request, reply: Reply) -> list[tuple[T, Request]]:
+            out = []
+            for pair in follow_up(item, request, reply):
+                if self.stopped or not self.fits(pair[1], self.sent - self.answered):
+                    self.stopped = True
+                    break
+                self.sent += 1
+                out.append(pair)
+            return out
+
+        return kept
 
     def watch(self, on_replies: Callable[[list[tuple[T, Request, Reply]]], None]) -> Callable[..., None]:
         def counted(landed: list[tuple[T, Request, Reply]]) -> None:
