@@ -49,7 +49,7 @@ from ..config import secrets_in, url_secrets
 from ..errors import EndpointBroken, EndpointError, FatalAPIError, shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, Response, merge_headers
 from ._redact import Redactor
-from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
+from ._replies import BadReply, StreamReply, load_json, one_line, parse_body, server_message
 from .base import Reply, Request
 from .limits import Limiter, Traffic
 
@@ -246,9 +246,9 @@ class OpenAIClient:
             ) as answer:
                 if answer.status != 200:
                     return None
-                return json.loads(await answer.content.read(1 << 20))
-        except (OSError, ValueError, RecursionError, asyncio.TimeoutError, aiohttp.ClientError):
-            return None  # RecursionError: JSON nested deeper than Python reads, well within the megabyte
+                return load_json(await answer.content.read(1 << 20))  # as every server reply is read
+        except (OSError, BadReply, asyncio.TimeoutError, aiohttp.ClientError):
+            return None
 
     def _body(self, request: Request) -> bytes:
         body = request_body(self.name, self.mode, self.generation, request, self.stream, self.extra_body)
