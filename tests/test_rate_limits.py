@@ -167,7 +167,9 @@ def test_a_one_slot_server_that_publishes_nothing_is_found_by_its_queue(tmp_path
     assert requests["in_flight_lowest_limit"] == 2  # found from the replies: one served, one waiting
     assert any("queued at the server" in hint for hint in requests["hints"])
     late = seen["latencies"][-40:]  # once the first wave of 32 has drained
-    assert sum(late) <= 2.5 * 0.05 * len(late) + 1.0
+    # behind a queue of 32 at one slot a request waits 32 services (1.6 s); kept to 2 in flight,
+    # about 2; a loaded machine may stretch each service a few times over, never to 32
+    assert sum(late) / len(late) <= 8 * 0.05
 
 
 def test_a_server_that_dies_mid_run_stops_the_run_early_and_it_resumes(tmp_path: Path) -> None:
@@ -230,9 +232,9 @@ class _AnswersPropsOnceModelsIsAsked(BaseHTTPRequestHandler):
         with cls.lock:
             cls.in_flight += 1
             cls.peak = max(cls.peak, cls.in_flight)
-        self._send(200, {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]})
-        with cls.lock:
+        with cls.lock:  # done before the reply goes, so the client's next request cannot be counted first
             cls.in_flight -= 1
+        self._send(200, {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]})
 
     def log_message(self, *args: Any) -> None:
         return None
