@@ -295,3 +295,35 @@ def test_a_capacity_answer_nested_too_deep_is_no_answer(tmp_path: Path, route: s
         server.server_close()
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert run is not None and report_of(run)["counts"]["samples"] == 3
+
+
+class _PropsInTwoPieces(_AnswersPropsOnceModelsIsAsked):
+    """/props (one slot, and a chat template of 20 kB, as llama.cpp publishes) sent in two writes,
+    the second after a pause within the probe's time: the probe read once, so it parsed only the
+    first piece and missed the slot."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path != "/props":
+            self._send(404, {"error": {"message": "not found"}})
+            return
+        body = json.dumps({"total_slots": 1, "chat_template": "{{ x }}" * 3000}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[:100])
+        self.wfile.flush()
+        time.sleep(0.3)  # not a timing assertion: only what makes the answer arrive in two pieces
+        self.wfile.write(body[100:])
+
+
+def test_a_capacity_answer_that_arrives_in_pieces_is_read_whole(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PropsInTwoPieces)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result, run = run_eval(f"http://127.0.0.1:{server.server_address[1]}/v1", tmp_path, "--limit", "4")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0, result.stderr
+    assert run is not None and report_of(run)["requests"]["server_slots"] == 1

@@ -66,6 +66,7 @@ BACKOFF_CAP = 8.0
 EARLY_STOP = (3, 8)  # how many last outcomes the early-stop rule looks at: in-flight, within these
 MAX_REDIRECTS = 5
 PROBE_S = 2.0  # seconds the capacity probe at the start may take
+PROBE_BYTES = 1 << 20  # the most of an answer to it read (llama.cpp's /props, chat template included, is KBs)
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
 GATEWAY_KEYS = ("extra_body", "extra_headers", "extra_query")
 _ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
@@ -246,7 +247,12 @@ class OpenAIClient:
             ) as answer:
                 if answer.status != 200:
                     return None
-                return load_json(await answer.content.read(1 << 20))  # as every server reply is read
+                body = bytearray()  # read(n) gives what has arrived, up to n: a body in pieces needs a loop
+                async for piece in answer.content.iter_any():
+                    body += piece
+                    if len(body) > PROBE_BYTES:
+                        return None
+                return load_json(bytes(body))  # as every server reply is read
         except (OSError, BadReply, asyncio.TimeoutError, aiohttp.ClientError):
             return None
 
