@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import threading
 import time
@@ -509,6 +510,61 @@ def test_a_batch_ids_file_that_is_a_fifo_never_hangs_the_resume(tmp_path: Path) 
         resumed = run_cli("eval", "--use-cache", str(run), *FAST)  # a hang ends at run_cli's outer bound
     assert resumed.returncode == 0, resumed.stderr
     assert len(_answers(run)) == 6
+
+
+class _BatchIdsWithSlashes(BaseHTTPRequestHandler):
+    """A Batch API whose batch id climbs out of the folder it is saved under; every answer is YES."""
+
+    ids: list[str] = []
+
+    def _send(self, payload: Any, raw: bytes | None = None) -> None:
+        body = raw if raw is not None else json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/v1/files"):
+            type(self).ids = [m.decode() for m in re.findall(rb'"custom_id": ?"([^"]+)"', raw)]
+            self._send({"id": "file-in"})
+        else:
+            self._send({"id": "../../../escaped", "status": "validating", "input_file_id": "file-in"})
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path.startswith("/v1/files/file-out/content"):
+            ok = {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]}
+            lines = [{"custom_id": c, "response": {"status_code": 200, "body": ok}, "error": None} for c in self.ids]
+            self._send(None, "".join(json.dumps(line) + "\n" for line in lines).encode())
+        elif "limit=" in self.path:  # the list of batches, asked when a run resumes a creation
+            self._send({"data": []})
+        else:  # the batch itself, however the client's URL library folded its id into the path
+            counts = {"total": len(self.ids), "completed": len(self.ids), "failed": 0}
+            self._send({"id": "../../../escaped", "status": "completed", "output_file_id": "file-out",
+                        "request_counts": counts})  # fmt: skip
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+def test_a_batch_id_from_the_server_never_names_a_file_outside_the_run(tmp_path: Path) -> None:
+    """The downloaded results were saved as batch/{batch_id}.output.jsonl: an id holding ../
+    wrote the server's file outside the run directory."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BatchIdsWithSlashes)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        work = tmp_path / "deep" / "er" / "work"
+        result = run_cli("eval", "--model", "m", "--limit", "4", "--api-url", url, "--batch", *FAST,
+                         "--work-dir", str(work))  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    run = only_run_dir(work)
+    assert not [p for p in tmp_path.rglob("escaped*") if run not in p.parents]
+    assert result.returncode == 0, result.stderr
+    assert len(_answers(run)) == 4
 
 
 class _NoBatches(BaseHTTPRequestHandler):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._files import read_regular
-from .config import SECRET_NAME
+from .config import SECRET_NAME, safe_name
 from .errors import ConfigError, RunIncomplete, storage_error
 from .models.base import Reply, Request
 from .models.batch_api import ENDED, LOST, custom_id_of, read_result, request_line, split_lines
@@ -337,7 +337,8 @@ class _Sender:
         for key in ("output_file_id", "error_file_id"):
             file_id = info.get(key)
             if isinstance(file_id, str) and file_id:
-                dest = self.state.file(f"{batch.batch_id}.{key.split('_')[0]}.jsonl")
+                name = safe_name(str(batch.batch_id))  # the server's id: never a path (../) out of the run
+                dest = self.state.file(f"{name}.{key.split('_')[0]}.jsonl")
                 if not await self.api.download(file_id, dest):
                     log.warning("batch %s: its %s is gone from the server", batch.batch_id, key)
                     continue
