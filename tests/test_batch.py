@@ -567,6 +567,23 @@ def test_a_batch_id_from_the_server_never_names_a_file_outside_the_run(tmp_path:
     assert len(_answers(run)) == 4
 
 
+def test_a_fifo_where_the_next_batch_s_ids_go_never_hangs_the_run(tmp_path: Path) -> None:
+    """The next batch's ids were written with write_text: a FIFO left at that name hung the resume."""
+    import os
+
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST)
+        done = run_cli(*args, "--work-dir", str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        run = only_run_dir(tmp_path)
+        predictions = run / "predictions/m/coin_flip.jsonl"
+        predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))  # 4 owed again
+        os.mkfifo(run / "batch/requests-002.ids")
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)  # a hang ends at run_cli's outer bound
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(_answers(run)) == 6 and (run / "batch/requests-002.ids").is_file()
+
+
 class _NoBatches(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("Content-Length") or 0))

@@ -276,11 +276,8 @@ class _Sender:
         for group in split_lines(lines):
             name = f"requests-{len(self.state.batches) + 1:03d}.ids"
             ids = [custom_id_of(line) or "" for line in group]
-            try:
-                self.state.file(name).parent.mkdir(parents=True, exist_ok=True)
-                self.state.file(name).write_text("\n".join(ids) + "\n", encoding="utf-8")
-            except OSError as exc:
-                raise storage_error(self.state.file(name), exc) from None
+            with replacing(self.state.file(name)) as out:  # never into a FIFO or through a link left there
+                out.write(("\n".join(ids) + "\n").encode("utf-8"))
             batch = Submitted(f"batch/{name}", len(group))
             self.state.batches.append(batch)
             self.state.save()
