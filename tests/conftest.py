@@ -101,7 +101,7 @@ def whole_lines(path: Path) -> list[dict]:
     if not path.exists():
         return []
     data = path.read_text(encoding="utf-8")
-    return [json.loads(line) for line in data[: data.rfind("\n") + 1].splitlines()]
+    return [json.loads(line) for line in data[: data.rfind("\n") + 1].split("\n") if line]
 
 
 def only_run_dir(work_dir: Path) -> Path:
@@ -111,7 +111,9 @@ def only_run_dir(work_dir: Path) -> Path:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """JSON Lines split at \\n alone: a reply may hold U+2028 or U+0085 unescaped, which JSON allows
+    and str.splitlines() would split at."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 @pytest.fixture(autouse=True)
