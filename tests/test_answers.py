@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 from coinflip.scoring.extract import extract_answer
@@ -91,3 +95,37 @@ def test_half_a_surrogate_pair_in_a_reply_is_written_as_its_escape(tmp_path: Pat
         assert [json.loads(line)["reply"] for line in text.splitlines()] == ["no verdict \ud800 here"] * 2
     with (tmp_path / "a.csv").open(newline="", encoding="utf-8") as handle:
         assert [r["reply"] for r in csv.DictReader(handle)] == ["no verdict \\ud800 here"] * 2
+
+
+def test_answers_shown_on_a_terminal_never_carry_its_escape_sequences(tmp_path: Path) -> None:
+    """`--out -` on a terminal: a reply's escape sequence (here one that retitles the window and
+    one that turns text red) is shown as U+FFFD, not acted on; piped, the reply stays as written."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    predictions = run / "predictions/oracle/coin_flip.jsonl"
+    rows = read_jsonl(predictions)
+    for row in rows:
+        row["reply"] = "\x1b]0;owned\x07\x1b[31m" + row["reply"]
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert run_cli("rescore", str(run)).returncode == 0
+    piped = run_cli("answers", str(run), "--out", "-")
+    assert piped.returncode == 0 and piped.stdout.count("\x1b]0;owned") == 3
+    main, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coinflip.cli", "answers", str(run), "--out", "-"], stdout=terminal, env=env
+    )
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(main)
+    assert proc.wait(60) == 0
+    text = shown.decode("utf-8")
+    assert "\x1b" not in text and "\x07" not in text and text.count("\ufffd]0;owned") == 3
