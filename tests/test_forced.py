@@ -189,3 +189,5 @@ def test_max_cost_holds_for_the_forced_answers_too(tmp_path: Path, concurrency: 
     replies = [r for r in rows if r.get("error") is None] + [r["forced"] for r in rows if r["forced"].get("reply")]
     assert replies and len(replies) * 440 / 1e6 <= 0.0088  # all 40 requests would cost 0.0176
     assert capped.returncode == 1 and "--max-cost" in capped.stderr, capped.stderr
+    report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text(encoding="utf-8"))
+    assert report["cost"]["total"] == pytest.approx(len(replies) * 440 / 1e6)  # owed samples' replies included

@@ -283,9 +283,10 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     shown = False if config.quiet and config.progress is None else config.progress
     progress = Progress(todo, f"coin_flip {config.name}", False if config.batch else shown)  # a batch has its own
     started = time.perf_counter()
+    owed = 0  # samples written with their forced answer pending, not yet answered
 
     def on_replies(landed: list[tuple[Job, Request, Reply]]) -> None:
-        nonlocal scorer
+        nonlocal scorer, owed
         if live and scorer is None:  # imported here, once the first requests are out
             from .scoring.scorer import Scorer
 
@@ -302,6 +303,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
                     finished += 1
                     if scorer is not None:
                         scorer.add(row)
+                owed += 0 if forced.scored(row) else 1
+            owed -= job.saved is not None
             if reply.error:
                 log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
         writer.flush()
@@ -361,7 +364,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             log.info("%s", limits.line(traffic))
             for hint in traffic["hints"]:
                 log.warning("%s", hint)
-    return Session(traffic or None, scorer, writer.in_order)
+    # a forced answer still owed (a stop): score from the file, which counts what that sample spent
+    return Session(traffic or None, None if owed else scorer, writer.in_order)
 
 
 def _concurrency(config: TaskConfig) -> int:
@@ -520,16 +524,18 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
     scorer = Scorer(compat=compat)
     scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):
-        if not forced.scored(p):
-            continue
-        if p.get("target") not in ("YES", "NO"):  # not a row coinflip wrote: counted, not scored
+        scored = forced.scored(p)
+        if scored and p.get("target") not in ("YES", "NO"):  # not a row coinflip wrote: counted, not scored
             scorer.unreadable += 1
             continue
         if subset is not None and p["id"] not in subset:
             continue
         if subset is None and questions and p["id"] >= questions:
             continue
-        scorer.add(p)
+        if scored:
+            scorer.add(p)
+        else:  # its forced answer is owed: not scored yet, but its reply was paid for
+            scorer.usage.add(p)
     return scorer
 
 
