@@ -370,6 +370,21 @@ def test_max_cost_limits_what_a_batch_submits(tmp_path: Path) -> None:
     assert len(_answers(run)) == 20 and srv.state.batches.created == 2
 
 
+def test_a_max_cost_stop_in_the_batches_and_in_their_online_rest_is_one_line(tmp_path: Path) -> None:
+    """Both budgets stop: the batches' (they afford some requests) and the online rest's (every
+    other line fails in the batch and goes online). One note, with what the whole run cost: the
+    batches' own note said less than the run had spent."""
+    prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
+    with FakeOpenAIServer("mixed", batches=BatchStore(fail_every=2)) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--batch", *FAST, *prices)
+        result = run_cli(*args, "--batch-rest-online", "--max-cost", "0.002", "--work-dir", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "stopped before passing --max-cost" in line]
+    cost = _report(only_run_dir(tmp_path))["cost"]
+    assert len(notes) == 1 and f"the run has cost {cost['total']:.4f}" in notes[0], result.stderr
+    assert cost["full_price"] > cost["total"]  # some answers came from the batch, some online
+
+
 def test_max_cost_holds_for_what_a_batch_left_and_went_online(tmp_path: Path) -> None:
     prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
     store = BatchStore(fail_batches=1)  # the one batch fails: all 20 requests are left for the online pass

@@ -242,8 +242,6 @@ class _Sender:
                 for batch in opened:
                     queue += await self._collect(batch)
                 opened = []
-        if self.budget is not None and self.budget.stopped:
-            print(f"note: {self.budget.note()}", file=sys.stderr)
         return online
 
     def _ids(self, batch: Submitted) -> list[str]:

@@ -338,11 +338,13 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             progress.restart()
             _room_for(concurrency)
             work = requests_left(plan, run, index)
+            batches = None  # the budget the batches spent from, when there were batches
             if config.batch:  # through the Batch API; what it leaves may go online
                 from .batch import send_batches
 
                 url = endpoint.urls[0] if endpoint.urls else None
                 work = iter(send_batches(plan, run, url, work, on_replies, follow_up, budget))
+                batches = budget
                 budget = budget.online() if budget is not None else None  # what it left goes at full price
             if budget is not None:
                 work, on_replies = budget.gate(work), budget.watch(on_replies)
@@ -350,8 +352,9 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             if not config.batch or config.batch_rest_online:
                 sending = _send(plan, endpoint.urls, concurrency, work, on_replies, follow, todo, traffic)
                 run_until_stopped(sending, stop)
-            if budget is not None and budget.stopped:
-                print(f"note: {budget.note()}", file=sys.stderr)
+            stopped = [b for b in (batches, budget) if b is not None and b.stopped]
+            if stopped:  # one line, from the last budget: it counts what the batches spent too
+                print(f"note: {stopped[-1].note()}", file=sys.stderr)
     except EndpointBroken as exc:
         raise EndpointBroken(f"{exc}; once the server is fixed, {resume_hint(run)}") from None
     except Interrupted as exc:
