@@ -303,8 +303,9 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
                     finished += 1
                     if scorer is not None:
                         scorer.add(row)
-                owed += 0 if forced.scored(row) else 1
-            owed -= job.saved is not None
+                else:
+                    owed += 1
+            owed -= job.saved is not None  # a forced answer: one owed sample fewer
             if reply.error:
                 log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
         writer.flush()
