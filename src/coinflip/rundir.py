@@ -21,6 +21,11 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, BinaryIO
 
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks
+    fcntl = None  # type: ignore[assignment]
+
 from . import forced
 from ._files import UnreadableFile, inside, open_regular, read_regular
 from .config import BENCHMARK, TaskConfig, safe_name
@@ -193,9 +198,7 @@ class RunDir:
     def locked(self) -> Iterator[None]:
         """One coinflip process at a time per run directory: resuming a run that is still going
         would send its missing work twice. The kernel drops the lock when the process dies."""
-        try:
-            import fcntl
-        except ImportError:  # Windows: no advisory locks here
+        if fcntl is None:
             yield
             return
         try:
@@ -240,9 +243,7 @@ def _lock_draft(draft: Path) -> Any:
     """The lock its maker holds on a draft until it is published (the run's own run.lock): the
     kernel lets go of it when the maker dies, which is how `clear_lost_drafts` tells. None
     without advisory locks (Windows)."""
-    try:
-        import fcntl
-    except ImportError:
+    if fcntl is None:
         return None
     (draft / "configs").mkdir()
     handle = (draft / "configs" / "run.lock").open("a")
@@ -271,9 +272,7 @@ def clear_lost_drafts(work_dir: Path) -> None:
 def _lost(draft: Path) -> Iterator[bool]:
     """Whether `draft` has lost its maker, its lock held (where there is one) while the caller acts."""
     age = time.time() - draft.lstat().st_mtime
-    try:
-        import fcntl
-    except ImportError:
+    if fcntl is None:
         yield age > DRAFT_UNLOCKED_S
         return
     if age <= DRAFT_GRACE_S:
