@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from .config import REPEATS_MAX
@@ -118,6 +119,12 @@ def _not_json(constant: str) -> Any:
 def loads(line: bytes | str) -> Any:
     """Strict JSON: a line holding NaN or Infinity (which Python's json accepts) is not a record."""
     return json.loads(line, parse_constant=_not_json)
+
+
+def by_batch(answer: Mapping[str, Any]) -> bool:
+    """Whether a Batch API gave this answer (a prediction row, or its forced answer), so it is
+    priced at the batch discount. Only `true` says so: a hand-edited "yes" or 1 is read as online."""
+    return answer.get("batch") is True
 
 
 def sample_key(question: int, repeat: int = 0) -> int:

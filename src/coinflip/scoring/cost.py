@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError
+from ..records import by_batch
 from .schema import Cost, Report, Tokens
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ class Budget:
                 usage = answer.get("usage")
                 if isinstance(usage, dict):
                     prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
-                    self.saved += price(prompt, completion, self.prices, answer.get("batch") is True)
+                    self.saved += price(prompt, completion, self.prices, by_batch(answer))
 
     def per_request(self, request: Request) -> float:
         if self.answered:

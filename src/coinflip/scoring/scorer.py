@@ -26,6 +26,7 @@ from ..records import (
     TOKENS_MAX,
     Prediction,
     Review,
+    by_batch,
     dumps,
     make_review,
     sample_key,
@@ -198,7 +199,7 @@ class Usage:
         self.prompt_tokens += prompt
         if completion is not None:
             self.completion.append(float(completion))
-        if p.get("batch") is True:
+        if by_batch(p):
             self.batch_tokens[0] += prompt
             self.batch_tokens[1] += completion or 0
         reasoning = _tokens(usage, "reasoning_tokens")
