@@ -9,6 +9,7 @@ import io
 import json
 import re
 import shutil
+from collections.abc import Callable
 from html.parser import HTMLParser
 from itertools import cycle
 from pathlib import Path
@@ -240,16 +241,21 @@ def test_sweep_page_shows_hostile_names_as_text() -> None:
     assert all(p in "".join(page.text) for p in PAYLOADS[:6])
 
 
-def test_a_config_value_edited_into_markup_stays_text_after_rescore(tmp_path: Path) -> None:
-    """The issue's own case: few_shot_num set to a tag in task_config.yaml, then `coinflip rescore`."""
+def _rescored_after_editing(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> tuple[Path, Any]:
+    """An oracle run of 5 questions whose task_config.yaml `edit` changed by hand, then rescored."""
     result = run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     run = only_run_dir(tmp_path)
     config_file = run / "configs/task_config.yaml"
     saved = yaml.safe_load(config_file.read_text())
-    saved["config"]["few_shot_num"] = PAYLOADS[0]
+    edit(saved)
     config_file.write_text(yaml.safe_dump(saved))
-    rescored = run_cli("rescore", str(run))
+    return run, run_cli("rescore", str(run))
+
+
+def test_a_config_value_edited_into_markup_stays_text_after_rescore(tmp_path: Path) -> None:
+    """The issue's own case: few_shot_num set to a tag in task_config.yaml, then `coinflip rescore`."""
+    run, rescored = _rescored_after_editing(tmp_path, lambda saved: saved["config"].update(few_shot_num=PAYLOADS[0]))
     page = assert_clean((run / "reports/oracle/coin_flip.html").read_text(), scripts=1)
     if rescored.returncode == 0:  # read back as it was written: shown as text
         assert f"few-shot {PAYLOADS[0]}" in "".join(page.text)
@@ -262,16 +268,13 @@ def test_saved_settings_of_the_wrong_type_are_left_out_of_the_page_and_summary(t
     checked as settings: a section that is text, text where a count belongs, a number where a hash
     does. The page and the summary read the report through its declaration, so each such value
     shows as unknown, never used as its wrong type (nor crashes the summary)."""
-    result = run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path))
-    assert result.returncode == 0, result.stderr
-    run = only_run_dir(tmp_path)
-    config_file = run / "configs/task_config.yaml"
-    saved = yaml.safe_load(config_file.read_text())
-    saved["fingerprint"]["template"] = PAYLOADS[0]
-    saved["fingerprint"]["dataset"].update(rows=PAYLOADS[1], sha256=5)
-    saved["provenance"] = {"created": [PAYLOADS[2]], "coinflip_version": 7}  # free-form: shown as text
-    config_file.write_text(yaml.safe_dump(saved))
-    rescored = run_cli("rescore", str(run))
+
+    def edit(saved: dict[str, Any]) -> None:
+        saved["fingerprint"]["template"] = PAYLOADS[0]
+        saved["fingerprint"]["dataset"].update(rows=PAYLOADS[1], sha256=5)
+        saved["provenance"] = {"created": [PAYLOADS[2]], "coinflip_version": 7}  # free-form: shown as text
+
+    run, rescored = _rescored_after_editing(tmp_path, edit)
     assert rescored.returncode == 0, rescored.stderr
     assert "data bundled:coinflip/_data/test.jsonl (test, sha256 ?)  template default" in rescored.stdout
     page = assert_clean((run / "reports/oracle/coin_flip.html").read_text(), scripts=1)
