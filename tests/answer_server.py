@@ -8,11 +8,42 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from coinflip.testing.server import Policy, last_question
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """An http.server handler for a test's own small server: `reply` sends a whole answer, and
+    nothing is logged to the test's output."""
+
+    def reply(self, status: int, payload: Any, content_type: str | None = "application/json") -> None:
+        """`payload` as the body (bytes as they are, anything else as JSON), framed by its length."""
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on 127.0.0.1, a thread a request; yields the server's base URL (…/v1)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def read_head(reader: Any) -> bytes | None:

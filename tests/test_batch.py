@@ -7,10 +7,8 @@ import json
 import random
 import re
 import signal
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from coinflip.models.batch_api import read_result, split_lines
 from coinflip.testing.batches import BatchStore
 from coinflip.testing.server import FakeOpenAIServer, Policy
 
+from .answer_server import QuietHandler, serving
 from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli
 
 MIXED = Policy("mixed")
@@ -41,6 +40,14 @@ def _wait_for(condition: Any, what: str, budget: float = 120.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+def _killed_while_polled(args: tuple[str, ...], work: Path, store: BatchStore) -> None:
+    """Run `coinflip ARGS` in `work` and SIGKILL it once its batch is saved and being polled."""
+    proc = spawn_cli(*args, "--work-dir", str(work), quiet=True)
+    _wait_for(lambda: _saved_batch_id(work) and store.polls > 0, "the batch to be created and polled")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(60)
 
 
 def _saved_batch_id(work: Path) -> bool:
@@ -86,10 +93,7 @@ def test_a_killed_batch_run_resumes_the_same_batch(tmp_path: Path, unsaved: bool
     store = BatchStore(delay=3600.0)  # in progress until the test says otherwise
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "25", "--api-url", srv.url, "--batch", *FAST)
-        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
-        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be created and polled")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(60)
+        _killed_while_polled(args, tmp_path, store)
         assert store.created == 1
         store.delay = 0.0  # the batch finishes at the server while nobody polls it
         run = only_run_dir(tmp_path)
@@ -475,10 +479,7 @@ def test_a_batch_the_server_forgot_is_sent_again(tmp_path: Path) -> None:
     store = BatchStore(delay=3600.0)
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "9", "--api-url", srv.url, "--batch", *FAST)
-        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
-        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be polled")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(60)
+        _killed_while_polled(args, tmp_path, store)
         store.batches.clear()  # e.g. deleted at the provider
         store.delay = 0.0
         resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), *FAST)
@@ -493,10 +494,7 @@ def test_max_cost_on_resume_counts_the_batch_a_killed_session_left_running(tmp_p
     prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--batch", *FAST, *prices)
-        proc = spawn_cli(*args, "--max-cost", "0.003", "--work-dir", str(tmp_path), quiet=True)
-        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be polled")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(60)
+        _killed_while_polled((*args, "--max-cost", "0.003"), tmp_path, store)
         first = store.batches["batch_000001"]["request_counts"]["total"]
         store.delay = 0.0
         run = only_run_dir(tmp_path)
@@ -513,10 +511,7 @@ def test_a_batch_ids_file_that_is_a_fifo_never_hangs_the_resume(tmp_path: Path) 
     store = BatchStore(delay=3600.0)
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST)
-        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
-        _wait_for(lambda: _saved_batch_id(tmp_path) and store.polls > 0, "the batch to be polled")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(60)
+        _killed_while_polled(args, tmp_path, store)
         run = only_run_dir(tmp_path)
         (ids,) = run.glob("batch/requests-*.ids")
         ids.unlink()
@@ -527,17 +522,13 @@ def test_a_batch_ids_file_that_is_a_fifo_never_hangs_the_resume(tmp_path: Path) 
     assert len(_answers(run)) == 6
 
 
-class _BatchIdsWithSlashes(BaseHTTPRequestHandler):
+class _BatchIdsWithSlashes(QuietHandler):
     """A Batch API whose batch id climbs out of the folder it is saved under; every answer is YES."""
 
     ids: list[str] = []
 
-    def _send(self, payload: Any, raw: bytes | None = None) -> None:
-        body = raw if raw is not None else json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def _send(self, payload: Any) -> None:
+        self.reply(200, payload, content_type=None)
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -551,7 +542,7 @@ class _BatchIdsWithSlashes(BaseHTTPRequestHandler):
         if self.path.startswith("/v1/files/file-out/content"):
             ok = {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]}
             lines = [{"custom_id": c, "response": {"status_code": 200, "body": ok}, "error": None} for c in self.ids]
-            self._send(None, "".join(json.dumps(line) + "\n" for line in lines).encode())
+            self._send("".join(json.dumps(line) + "\n" for line in lines).encode())
         elif "limit=" in self.path:  # the list of batches, asked when a run resumes a creation
             self._send({"data": []})
         else:  # the batch itself, however the client's URL library folded its id into the path
@@ -559,23 +550,14 @@ class _BatchIdsWithSlashes(BaseHTTPRequestHandler):
             self._send({"id": "../../../escaped", "status": "completed", "output_file_id": "file-out",
                         "request_counts": counts})  # fmt: skip
 
-    def log_message(self, *args: Any) -> None:
-        return None
-
 
 def test_a_batch_id_from_the_server_never_names_a_file_outside_the_run(tmp_path: Path) -> None:
     """The downloaded results were saved as batch/{batch_id}.output.jsonl: an id holding ../
     wrote the server's file outside the run directory."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _BatchIdsWithSlashes)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        work = tmp_path / "deep" / "er" / "work"
+    work = tmp_path / "deep" / "er" / "work"
+    with serving(_BatchIdsWithSlashes) as url:
         result = run_cli("eval", "--model", "m", "--limit", "4", "--api-url", url, "--batch", *FAST,
                          "--work-dir", str(work))  # fmt: skip
-    finally:
-        server.shutdown()
-        server.server_close()
     run = only_run_dir(work)
     assert not [p for p in tmp_path.rglob("escaped*") if run not in p.parents]
     assert result.returncode == 0, result.stderr
@@ -599,29 +581,17 @@ def test_a_fifo_where_the_next_batch_s_ids_go_never_hangs_the_run(tmp_path: Path
     assert len(_answers(run)) == 6 and (run / "batch/requests-002.ids").is_file()
 
 
-class _NoBatches(BaseHTTPRequestHandler):
+class _NoBatches(QuietHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = b'{"error": {"message": "Not Found"}}'
-        self.send_response(404)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        return None
+        self.reply(404, b'{"error": {"message": "Not Found"}}', content_type=None)
 
 
 def test_a_server_without_the_batch_api_is_named_in_one_line(tmp_path: Path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _NoBatches)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    with serving(_NoBatches) as url:
         result = run_cli(
             "eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", "--work-dir", str(tmp_path)
         )
-    finally:
-        server.shutdown()
     assert result.returncode == 2 and "does not serve the Batch API" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())  # nothing left behind
 

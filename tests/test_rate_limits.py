@@ -14,7 +14,6 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 from coinflip.testing.limited import Limits
 from coinflip.testing.server import FakeOpenAIServer
 
+from .answer_server import QuietHandler, serving
 from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli
 
 BUDGET = 240.0  # seconds for a run that should take a few: generous, for a loaded 2-core machine
@@ -201,30 +201,28 @@ def test_a_server_that_dies_mid_run_stops_the_run_early_and_it_resumes(tmp_path:
     assert len({r["id"] for r in predictions(run) if r["error"] is None}) == 400
 
 
-class _AnswersPropsOnceModelsIsAsked(BaseHTTPRequestHandler):
-    """/props answers (one slot) only once /v1/models has been asked too: asked one after the
-    other, /props waits out the client's probe time and says nothing; asked together, it answers."""
+YES = {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]}
+NOT_FOUND = {"error": {"message": "not found"}}
 
+
+class _AnswersPropsOnceModelsIsAsked(QuietHandler):
+    """/props answers (one slot) only once /v1/models has been asked too: asked one after the
+    other, /props waits out the client's probe time and says nothing; asked together, it answers.
+    Each request takes SERVICE_S to serve, so two the client sends at once overlap in `peak`."""
+
+    SERVICE_S = 0.02  # the model's time, as the test server's --latency: not a timing assertion
     models_asked = threading.Event()
     in_flight, peak = 0, 0
     lock = threading.Lock()
 
-    def _send(self, status: int, payload: Any) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         if self.path.endswith("/models"):
             self.models_asked.set()
-            self._send(404, {"error": {"message": "not found"}})
+            self.reply(404, NOT_FOUND)
         elif self.path == "/props" and self.models_asked.wait(BUDGET):
-            self._send(200, {"total_slots": 1})
+            self.reply(200, {"total_slots": 1})
         else:
-            self._send(404, {"error": {"message": "not found"}})
+            self.reply(404, NOT_FOUND)
 
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -232,67 +230,42 @@ class _AnswersPropsOnceModelsIsAsked(BaseHTTPRequestHandler):
         with cls.lock:
             cls.in_flight += 1
             cls.peak = max(cls.peak, cls.in_flight)
+        time.sleep(self.SERVICE_S)
         with cls.lock:  # done before the reply goes, so the client's next request cannot be counted first
             cls.in_flight -= 1
-        self._send(200, {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]})
-
-    def log_message(self, *args: Any) -> None:
-        return None
+        self.reply(200, YES)
 
 
 def test_the_two_capacity_questions_are_asked_together(tmp_path: Path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _AnswersPropsOnceModelsIsAsked)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    with serving(_AnswersPropsOnceModelsIsAsked) as url:
         result, run = run_eval(url, tmp_path, "--limit", "6")
-    finally:
-        server.shutdown()
-        server.server_close()
     assert result.returncode == 0, result.stderr
     assert run is not None and report_of(run)["requests"]["server_slots"] == 1
     assert _AnswersPropsOnceModelsIsAsked.peak == 1  # the published slot was kept to
 
 
-class _NestsItsCapacityDeep(BaseHTTPRequestHandler):
+class _NestsItsCapacityDeep(QuietHandler):
     """/props or /v1/models (the class's `route`) answers JSON nested 100,000 deep: well under the
     probe's megabyte, and past Python's recursion limit when json.loads reads it."""
 
     route = "/props"
 
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         if self.path.endswith(self.route):
-            self._send(200, b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+            self.reply(200, b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
         else:
-            self._send(404, b'{"error": {"message": "not found"}}')
+            self.reply(404, NOT_FOUND)
 
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        reply = {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]}
-        self._send(200, json.dumps(reply).encode())
-
-    def log_message(self, *args: Any) -> None:
-        return None
+        self.reply(200, YES)
 
 
 @pytest.mark.parametrize("route", ["/props", "/models"])
 def test_a_capacity_answer_nested_too_deep_is_no_answer(tmp_path: Path, route: str) -> None:
     """json.loads raised RecursionError, which the probe did not catch: the run ended in a traceback."""
-    handler = type("Handler", (_NestsItsCapacityDeep,), {"route": route})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        result, run = run_eval(f"http://127.0.0.1:{server.server_address[1]}/v1", tmp_path, "--limit", "3")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(type("Handler", (_NestsItsCapacityDeep,), {"route": route})) as url:
+        result, run = run_eval(url, tmp_path, "--limit", "3")
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert run is not None and report_of(run)["counts"]["samples"] == 3
 
@@ -304,7 +277,7 @@ class _PropsInTwoPieces(_AnswersPropsOnceModelsIsAsked):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         if self.path != "/props":
-            self._send(404, {"error": {"message": "not found"}})
+            self.reply(404, NOT_FOUND)
             return
         body = json.dumps({"total_slots": 1, "chat_template": "{{ x }}" * 3000}).encode()
         self.send_response(200)
@@ -318,12 +291,7 @@ class _PropsInTwoPieces(_AnswersPropsOnceModelsIsAsked):
 
 
 def test_a_capacity_answer_that_arrives_in_pieces_is_read_whole(tmp_path: Path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _PropsInTwoPieces)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        result, run = run_eval(f"http://127.0.0.1:{server.server_address[1]}/v1", tmp_path, "--limit", "4")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_PropsInTwoPieces) as url:
+        result, run = run_eval(url, tmp_path, "--limit", "4")
     assert result.returncode == 0, result.stderr
     assert run is not None and report_of(run)["requests"]["server_slots"] == 1
