@@ -50,6 +50,17 @@ def _killed_while_polled(args: tuple[str, ...], work: Path, store: BatchStore) -
     proc.wait(60)
 
 
+def _batch_run_with_four_owed(srv: FakeOpenAIServer, work: Path) -> Path:
+    """A batch run of 6 questions done in `work`, then 4 of its answers dropped: a resume owes them."""
+    args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST, "--work-dir", str(work))
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    run = only_run_dir(work)
+    predictions = run / "predictions/m/coin_flip.jsonl"
+    predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))
+    return run
+
+
 def _saved_batch_id(work: Path) -> bool:
     for state in work.glob("*/batch/state.json"):
         try:
@@ -458,12 +469,7 @@ def test_a_hostile_batch_state_file_is_one_line_on_resume(tmp_path: Path, state:
     import os
 
     with FakeOpenAIServer("mixed") as srv:
-        args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST)
-        done = run_cli(*args, "--work-dir", str(tmp_path))
-        assert done.returncode == 0, done.stderr
-        run = only_run_dir(tmp_path)
-        predictions = run / "predictions/m/coin_flip.jsonl"
-        predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))  # 4 owed again
+        run = _batch_run_with_four_owed(srv, tmp_path)
         path = run / "batch/state.json"
         path.unlink()
         if state == "a FIFO":
@@ -569,12 +575,7 @@ def test_a_fifo_where_the_next_batch_s_ids_go_never_hangs_the_run(tmp_path: Path
     import os
 
     with FakeOpenAIServer("mixed") as srv:
-        args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST)
-        done = run_cli(*args, "--work-dir", str(tmp_path))
-        assert done.returncode == 0, done.stderr
-        run = only_run_dir(tmp_path)
-        predictions = run / "predictions/m/coin_flip.jsonl"
-        predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))  # 4 owed again
+        run = _batch_run_with_four_owed(srv, tmp_path)
         os.mkfifo(run / "batch/requests-002.ids")
         resumed = run_cli("eval", "--use-cache", str(run), *FAST)  # a hang ends at run_cli's outer bound
     assert resumed.returncode == 0, resumed.stderr
