@@ -23,6 +23,7 @@ from .html import ends, number
 EXTRAS: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
     ("forced_accuracy", "forced acc.", (("forced", "metrics", "accuracy"),)),
     ("majority_accuracy", "majority acc.", (("repeat_metrics", "majority_vote", "accuracy"),)),
+    ("forced_majority_accuracy", "forced majority acc.", (("forced", "repeat_metrics", "majority_vote", "accuracy"),)),
     ("pass_at_k", "pass@k", (("repeat_metrics", "pass_at_k"),)),
     ("consistency", "consistency", (("repeat_metrics", "consistency"),)),
     ("auroc", "AUROC", (("calibration", "auroc"),)),

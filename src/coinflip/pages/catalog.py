@@ -258,26 +258,23 @@ class Answers:
 
 def read_answers(run: Found) -> Answers | None:
     """None when the run's reviews or predictions cannot be read (the run is then left out of pairs)."""
+    from ..scoring.reducers import Votes
+
     try:
         questions, offsets = _questions(run.file("predictions"), run.path)
-        votes: dict[str, list[int]] = {}  # question -> [YES answers, NO answers, target is YES]
+        votes = Votes(str(run.report.get("metric_compat", "coinflip")))  # the arithmetic the reviews are in
         first: dict[str, tuple[int, str, str, int]] = {}
         for line in _lines(run.file("reviews"), run.path):
             review = read_review(line)
             question = questions.get(review["id"]) if review is not None else None
             if review is None or question is None:
                 continue
-            answer = _answer(review)
-            count = votes.setdefault(question, [0, 0, review.get("target") == "YES"])
-            count[0] += answer == "YES"
-            count[1] += answer == "NO"
+            votes.add(question, review)
             if question not in first:
-                first[question] = (review["id"], answer, str(review.get("target")), _people(review))
+                first[question] = (review["id"], _answer(review), str(review.get("target")), _people(review))
     except Exception:  # noqa: BLE001 - unreadable answers leave the run out of pairs, nothing more
         return None
-    from ..scoring.reducers import majority_right
-
-    return Answers(majority_right(votes), first, run.file("predictions"), offsets, run.path)
+    return Answers(votes.right(), first, run.file("predictions"), offsets, run.path)
 
 
 def _people(review: Review) -> int:

@@ -269,27 +269,21 @@ def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str
     return point
 
 
-def _by_base(run: Path, model: str, base_of: dict[int, str], forced: bool) -> dict[str, bool]:
+def _by_base(run: Path, model: str, base_of: dict[int, str], forced: bool, compat: str) -> dict[str, bool]:
     """Right or not per question of a run (asked several times: by majority vote, as the report
     counts it), keyed by the base question it was written from, so every variant pairs with the
     base. With `forced`, an invalid answer counts by its forced answer, as the forced view does."""
-    from ..scoring.reducers import majority_right
+    from ..scoring.reducers import Votes
 
-    votes: dict[str, list[int]] = {}
+    votes = Votes(compat, forced)
     try:
         for review in iter_reviews(RunDir(run, model).reviews):
             question = base_of.get(review["id"])
-            if question is None:
-                continue
-            answer = review["extracted"]
-            if forced and review["invalid"] and review["forced"] in ("YES", "NO"):
-                answer = review["forced"]
-            cell = votes.setdefault(question, [0, 0, int(review["target"] == "YES")])
-            cell[0] += answer == "YES"
-            cell[1] += answer == "NO"
+            if question is not None:
+                votes.add(question, review)
     except OSError:
         return {}  # unreadable reviews pair nothing; the verdict says so
-    return majority_right(votes) if votes else {}
+    return votes.right()
 
 
 def _result(
@@ -308,7 +302,9 @@ def _result(
     for variant, _, _, twins in plans:
         ids = [r.id for r in records] if variant is BASE else range(len(twins))
         base_of = {i: question for i, (question, _) in zip(ids, twins, strict=True)}
-        answers[variant.name] = _by_base(root / "runs" / variant.name, config.name, base_of, view == "forced")
+        answers[variant.name] = _by_base(
+            root / "runs" / variant.name, config.name, base_of, view == "forced", config.metric_compat
+        )
     base = answers[BASE.name]
     stats = {v.name: verdicts.paired(base, answers[v.name]) for v, _, _, _ in plans if v is not BASE}
     memorised = {}

@@ -101,13 +101,18 @@ def number(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
+def scored(outcomes: Outcomes, compat: str) -> Outcomes:
+    """The samples the metrics count: all of them, or in EvalScope's arithmetic those that did not
+    error (errored samples never reach EvalScope's aggregation)."""
+    return outcomes.where(outcomes.error == 0) if compat == "evalscope" else outcomes
+
+
 def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resamples: int = RESAMPLES) -> Report:
     """All numbers of a report: metrics, intervals, counts, accuracy by number of people."""
     import numpy as np
 
     everything = outcomes
-    if compat == "evalscope":  # errored samples never reach EvalScope's aggregation
-        outcomes = outcomes.where(outcomes.error == 0)
+    outcomes = scored(outcomes, compat)
     cells, all_cells = outcomes.cells(), everything.cells()
     total = int(cells.sum())
     raw = rates(cells, compat, undefined_as_zero=False)

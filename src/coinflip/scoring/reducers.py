@@ -3,24 +3,30 @@
 - per repeat: the five metrics of each repeat k on its own, then their mean and spread (the
   sample standard deviation), which is the generation noise alone;
 - majority vote (`majority`): one answer per question, the more frequent of the valid YES/NO
-  answers (a tie, or no valid answer, is no answer); `compare` and the index pair runs on it too;
+  answers (a tie, or no valid answer, is no answer); `compare`, the index and the probes pair
+  runs on it too, their votes gathered from reviews by `Votes`;
 - pass@k: the share of questions with at least one correct repeat;
 - consistency: the share of questions whose K answers agree (invalid counts as an answer).
+
+In EvalScope's arithmetic an errored sample is in no denominator (metrics.scored), so a question
+whose every repeat errored is no question at all, here as in every place that pairs runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from .metrics import METRICS, Outcomes, number, per_question, rates
+from .metrics import METRICS, Outcomes, number, per_question, rates, scored
 from .schema import Repeats, Spread
 
 
 def reduce(outcomes: Outcomes, compat: str) -> Repeats:
     import numpy as np
 
-    ids, matrix = per_question(outcomes)
     k = int(outcomes.repeat.max()) + 1 if len(outcomes) else 0
+    outcomes = scored(outcomes, compat)
+    ids, matrix = per_question(outcomes)
     per_repeat = [rates(outcomes.where(outcomes.repeat == r).cells(), compat) for r in range(k)]
     spread: dict[str, Spread] = {}
     for name in METRICS:
@@ -63,6 +69,31 @@ def majority_right(votes: dict[str, list[int]]) -> dict[str, bool]:
     vote = majority(counts[:, 0], counts[:, 1])
     right = np.where(counts[:, 2] == 1, vote == 0, vote == 1)
     return dict(zip(votes, right.tolist(), strict=True))
+
+
+class Votes:
+    """Each question's valid YES and NO answers, gathered from a run's reviews (the pages' and the
+    probes' way to `majority_right`, as the report reduces its outcomes): an errored sample does
+    not vote, and in EvalScope's arithmetic is not counted at all; with `forced`, a sample without
+    a valid answer votes with its forced answer (forced.recovered, the report's forced view)."""
+
+    def __init__(self, compat: str, forced: bool = False) -> None:
+        self.compat, self.forced = compat, forced
+        self.counts: dict[str, list[int]] = {}  # question -> [YES answers, NO answers, target is YES]
+
+    def add(self, question: str, review: Mapping[str, Any]) -> None:
+        error = bool(review.get("error"))
+        if error and self.compat == "evalscope":
+            return
+        answer = None if error else review.get("extracted")
+        if self.forced and not error and answer not in ("YES", "NO"):
+            answer = review.get("forced")
+        count = self.counts.setdefault(question, [0, 0, int(review.get("target") == "YES")])
+        count[0] += answer == "YES"
+        count[1] += answer == "NO"
+
+    def right(self) -> dict[str, bool]:
+        return majority_right(self.counts)
 
 
 def _majority(matrix: Any) -> Any:

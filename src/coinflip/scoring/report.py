@@ -69,10 +69,11 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     )
     report["batch"] = bool(config.get("batch") or config.get("batch_results"))  # answered by a Batch API
     report["cost"] = cost_report(config, report["tokens"])
-    if report["repeats"] > 1 or (len(outcomes) and int(outcomes.repeat.max()) > 0):
+    repeated = report["repeats"] > 1 or bool(len(outcomes) and int(outcomes.repeat.max()) > 0)
+    if repeated:
         report["repeat_metrics"] = reduce(outcomes, compat)
     if config.get("force_answer"):
-        report["forced"] = _forced(scorer, outcomes, compat, seed)
+        report["forced"] = _forced(scorer, outcomes, compat, seed, repeated)
     report["calibration"] = _calibration(scorer, outcomes) or {
         "available": False,
         "reason": IMPOSSIBLE_LOGPROBS if scorer.impossible_logprobs else _no_probabilities(report),
@@ -115,17 +116,20 @@ def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
     return out
 
 
-def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> Forced:
-    """The forced view (strict answer where valid, the forced one where not) and what forcing recovered."""
+def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int, repeated: bool) -> Forced:
+    """The forced view (strict answer where valid, the forced one where not) and what forcing
+    recovered; with repeats, the forced view's majority vote too (a probe with --force-answer
+    pairs its runs on it)."""
     import numpy as np
 
-    forced_view = summarize(scorer.outcomes(forced=True), compat, seed)
+    outcomes = scorer.outcomes(forced=True)
+    forced_view = summarize(outcomes, compat, seed)
     said = np.array(FORCED_ANSWERS, dtype=object)[scorer.column("forced")]
     invalid = (scorer.column("answer") == 2) & (strict.error == 0)  # no strict answer (ANSWERS[2] is None)
     target_no = scorer.column("target_no") == 1
     right = ((said == "YES") & ~target_no) | ((said == "NO") & target_no)
     asked = invalid & (said != None)  # noqa: E711 (elementwise)
-    return {
+    out: Forced = {
         "metrics": forced_view["metrics"],
         "intervals": forced_view["intervals"],
         "counts": forced_view["counts"],
@@ -137,6 +141,9 @@ def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int) -> Forced:
         "still_invalid": int((invalid & ~(asked & (said != "invalid"))).sum()),
         "usage": scorer.forced_usage.result(),
     }
+    if repeated:
+        out["repeat_metrics"] = reduce(outcomes, compat)
+    return out
 
 
 def _no_probabilities(report: Report) -> str:

@@ -85,6 +85,7 @@ class Forced(TypedDict, total=False):
     recovered_wrong: int
     still_invalid: int
     usage: UsageSummary
+    repeat_metrics: Repeats  # --repeats above 1: the forced view's reducers
 
 
 class Spread(TypedDict, total=False):

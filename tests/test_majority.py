@@ -1,0 +1,193 @@
+"""One majority vote everywhere: the report, the board, `coinflip compare`, the index's McNemar
+test and the probes give each question the same verdict for the same answers.
+
+Each case is a real run (a `coinflip eval` of the oracle on one question, its answers rewritten
+through records.py and rescored), in both arithmetics, beside an oracle run on that question and
+one more (so every pair also has a question only one side holds).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip.pages.board import row
+from coinflip.pages.catalog import scan
+from coinflip.pages.index import build
+from coinflip.probes.run import _by_base
+from coinflip.records import dumps, read_prediction
+from coinflip.runner import rescore
+
+from .conftest import run_cli
+
+# answers, one a repeat: Y/N a valid answer; ? no valid answer (its forced answer says none either);
+# ?Y/?N no valid answer, forced to YES/NO; ! an errored sample
+# case -> (target, answers, verdict by the strict answers, verdict with forced answers); True: right
+CASES: dict[str, tuple[str, list[str], bool, bool]] = {
+    "yes_invalid_invalid": ("YES", ["Y", "?", "?"], True, True),  # issue 19: invalid answers do not vote
+    "tie": ("YES", ["Y", "N"], False, False),  # a tie is no answer
+    "tie_beside_invalid": ("YES", ["Y", "N", "?", "?"], False, False),
+    "all_invalid": ("NO", ["?", "?", "?"], False, False),
+    "even_repeats": ("NO", ["N", "N", "Y", "?"], True, True),
+    "errors_do_not_vote": ("YES", ["!", "!", "N", "Y", "Y"], True, True),
+    "errors_and_one_answer": ("NO", ["!", "N", "!"], True, True),
+    "one_repeat": ("YES", ["Y"], True, True),
+    "one_invalid_repeat": ("NO", ["?N"], False, True),
+    "forced_outvotes": ("YES", ["?Y", "?Y", "N"], False, True),
+    "forced_ties": ("YES", ["Y", "?N"], True, False),
+    "forced_says_nothing": ("NO", ["?", "N"], True, True),
+    "all_errored": ("YES", ["!", "!"], False, False),  # EvalScope's arithmetic: no sample, no question
+    "one_errored_repeat": ("NO", ["!"], False, False),
+}
+ERRORED_ONLY = {"all_errored", "one_errored_repeat"}
+
+
+def _reply(answer: str) -> str:
+    return f"Counting.\nANSWER: {dict(Y='YES', N='NO')[answer]}" if answer in ("Y", "N") else "I cannot say."
+
+
+def _row(template: dict[str, Any], target: str, repeat: int, answer: str) -> dict[str, Any]:
+    row = {**template, "repeat": repeat, "target": target, "reply": _reply(answer), "error": None}
+    if answer == "!":
+        row |= {"reply": None, "finish_reason": None, "usage": None, "error": "HTTP 500: server error"}
+    elif answer.startswith("?"):
+        said = f"ANSWER: {dict(Y='YES', N='NO')[answer[1]]}" if len(answer) == 2 else "I cannot say."
+        row["forced"] = {"reply": said, "finish_reason": "stop", "usage": None, "latency_s": 0.0, "attempts": 1}
+        row["forced"]["error"] = None
+    return row
+
+
+def _eval(folder: Path, *args: str) -> Path:
+    done = run_cli("eval", "--model", "oracle", "--no-timestamp", "--work-dir", str(folder), "--force-answer", *args)
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+def _case_run(template: Path, folder: Path, target: str, answers: list[str]) -> None:
+    """A copy of a real run on one question, its answers rewritten in the project's record format."""
+    shutil.copytree(template, folder)
+    (saved,) = (folder / "predictions" / "oracle").glob("*.jsonl")
+    first = read_prediction(saved.read_bytes().splitlines()[0])
+    assert first is not None
+    saved.write_bytes(b"".join(dumps(_row(dict(first), target, k, a)) for k, a in enumerate(answers)))  # type: ignore[arg-type]
+    rescore(folder, show=False)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A work directory per arithmetic: every case's run, and the oracle on two questions."""
+    root = tmp_path_factory.mktemp("majority")
+    works = {}
+    for compat in ("coinflip", "evalscope"):
+        work = root / compat
+        _eval(work / "oracle", "--limit", "2", "--metric-compat", compat)
+        templates = {
+            k: _eval(root / f"template-{compat}-{k}", "--limit", "1", "--repeats", str(k), "--metric-compat", compat)
+            for k in sorted({len(answers) for _, answers, _, _ in CASES.values()})
+        }
+        for name, (target, answers, _, _) in CASES.items():
+            _case_run(templates[len(answers)], work / name, target, answers)
+        works[compat] = work
+    return works
+
+
+def _expected(compat: str, name: str, forced: bool) -> bool | None:
+    """The one definition's verdict; None: the question does not count (no sample in EvalScope's arithmetic)."""
+    if compat == "evalscope" and name in ERRORED_ONLY:
+        return None
+    return CASES[name][3 if forced else 2]
+
+
+def _question(run: Path) -> tuple[int, str]:
+    (saved,) = (run / "predictions" / "oracle").glob("*.jsonl")
+    row = read_prediction(saved.read_bytes().splitlines()[0])
+    assert row is not None
+    return row["id"], row["question"]
+
+
+@pytest.mark.parametrize("compat", ["coinflip", "evalscope"])
+def test_every_place_gives_each_question_the_same_majority_verdict(runs: dict[str, Path], compat: str) -> None:
+    work = runs[compat]
+    found = {f.path.name: f for f in scan(work)}
+    assert set(found) == {*CASES, "oracle"} and all(f.kind == "run" for f in found.values())
+    partner = _question(work / "oracle")
+    out = work.parent / f"compare-{compat}"
+    compared = run_cli("compare", str(work), "--out", str(out))
+    assert compared.returncode == 0, compared.stderr
+    pairs = {(p["a"], p["b"]): p for p in json.loads((out / "compare.json").read_text())["pairs"]}
+    index = build(work)
+    rows = index["runs"]
+    tested = {(rows[p["a"]]["run"], rows[p["b"]]["run"]): p for p in index["pairs"]}
+    verdicts: dict[str, bool | None] = {}
+    for name in CASES:
+        run = work / name
+        question = _question(run)
+        assert question == partner  # the oracle's first question
+        report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
+        expected = _expected(compat, name, forced=False)
+        # the report, on one question: its majority vote's accuracy (one repeat: its accuracy) is the verdict
+        for forced, part in ((False, report), (True, report["forced"])):
+            votes = part.get("repeat_metrics")
+            counted = (
+                votes["questions"]
+                if votes
+                else report["counts"]["samples"] - report["counts"]["errors"] * (compat == "evalscope")
+            )
+            assert counted == (0 if expected is None else 1), (name, forced)
+            accuracy = votes["majority_vote"]["accuracy"] if votes else part["metrics"]["accuracy"]
+            if expected is not None:
+                assert accuracy == float(_expected(compat, name, forced)), (name, forced)
+            # the board shows the report's number
+            shown = row(found[name])["extra"]["forced_majority_accuracy" if forced else "majority_accuracy"]
+            assert shown == (votes["majority_vote"]["accuracy"] if votes else None), (name, forced)
+        # the probes, in both views (a probe with --force-answer pairs forced verdicts)
+        for forced in (False, True):
+            probe = _by_base(run, "oracle", {question[0]: question[1]}, forced, compat)
+            assert probe == ({} if expected is None else {question[1]: _expected(compat, name, forced)}), (name, forced)
+        verdicts[name] = expected
+    # compare and the index pair every two runs on the questions they share, one verdict each
+    verdicts["oracle"] = True
+    for a, b in combinations(sorted(verdicts), 2):
+        label_a, label_b = f"oracle [{a}]", f"oracle [{b}]"
+        pair = pairs.get((label_a, label_b)) or _swapped(pairs.get((label_b, label_a)))
+        both = verdicts[a] is not None and verdicts[b] is not None
+        listed = tested.get((a, b)) or _swapped(tested.get((b, a)))
+        if not both:
+            assert pair is None and (listed is None or listed["shared"] == 0), (a, b)  # nothing shared: no test
+            continue
+        expected_counts = (1, int(bool(verdicts[a]) and not verdicts[b]), int(bool(verdicts[b]) and not verdicts[a]))
+        assert pair is not None and (pair["shared"], pair["only_a"], pair["only_b"]) == expected_counts, (a, b)
+        assert listed is not None and (listed["shared"], listed["only_a"], listed["only_b"]) == expected_counts
+
+
+def _swapped(pair: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if pair is None else {**pair, "only_a": pair["only_b"], "only_b": pair["only_a"]}
+
+
+def test_evalscope_repeats_leave_errored_samples_out_as_its_metrics_do() -> None:
+    """Per repeat and by majority vote, EvalScope's arithmetic counts no errored sample, as its
+    headline metrics do: repeat 0 is 1 right of 1 answered (not 1 of 2), and a question whose
+    every repeat errored is no question."""
+    from coinflip.scoring.report import build_report
+    from coinflip.scoring.scorer import Scorer
+
+    answers = {0: ("YES", ["!", "!"]), 1: ("NO", ["N", "Y"]), 2: ("YES", ["Y", "Y"])}
+    saved = {"config": {"model": "m"}, "fingerprint": {"repeats": 2}, "samples": 6}
+    reports = {}
+    for compat in ("coinflip", "evalscope"):
+        scorer = Scorer(compat=compat)
+        for question, (target, said) in answers.items():
+            for k, a in enumerate(said):
+                scorer.add(_row({"id": question, "people": 2, "question": f"q{question}"}, target, k, a))  # type: ignore[arg-type]
+        reports[compat] = build_report(saved, "r", scorer, compat)
+    strict, evalscope = reports["coinflip"]["repeat_metrics"], reports["evalscope"]["repeat_metrics"]
+    assert strict["per_repeat"]["accuracy"]["values"] == [pytest.approx(2 / 3), pytest.approx(1 / 3)]
+    assert evalscope["per_repeat"]["accuracy"]["values"] == [1.0, 0.5]
+    assert (strict["questions"], strict["majority_vote"]["accuracy"]) == (3, pytest.approx(1 / 3))  # q1 ties
+    assert (evalscope["questions"], evalscope["majority_vote"]["accuracy"]) == (2, 0.5)
+    assert reports["evalscope"]["metrics"]["accuracy"] == 0.75  # 3 right of the 4 that did not error
