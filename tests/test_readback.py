@@ -318,3 +318,36 @@ def test_a_config_file_in_another_encoding_without_a_mark_is_one_line(tmp_path: 
     with pytest.raises(ConfigError, match="save it as UTF-8") as caught:
         run_task(str(path))
     assert "\n" not in str(caught.value)
+
+
+NO_LOCKS = """
+import errno, fcntl, sys
+def flock(*args):
+    raise OSError(errno.ENOLCK, "No locks available")  # what some NFS mounts answer
+fcntl.flock = flock
+from coinflip.cli import main
+sys.argv = ["coinflip", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_file_system_without_locks_runs_and_resumes_and_clears_drafts_by_age(tmp_path: Path) -> None:
+    """flock answering ENOLCK (some NFS mounts) refused every new run with exit 2; now a run there
+    goes as on a system without advisory locks, and a lost draft is known by its age alone (a day)."""
+    work = tmp_path / "w"
+    day_old, hour_old = work / ".20240101_120000.aaaaaaaa.new", work / ".20240101_130000.bbbbbbbb.new"
+    for draft, age in ((day_old, 2 * 86400), (hour_old, 3600)):
+        (draft / "configs").mkdir(parents=True)
+        (draft / "configs" / "run.lock").touch()
+        os.utime(draft, (time.time() - age, time.time() - age))
+
+    def unlocked(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", NO_LOCKS, *args], capture_output=True, text=True, timeout=300)
+
+    first = unlocked("eval", "--model", "oracle", "--limit", "4", "--work-dir", str(work))
+    assert first.returncode == 0, first.stderr
+    assert not day_old.exists() and hour_old.is_dir()
+    (run,) = work.glob("2*")
+    again = unlocked("eval", "--use-cache", str(run))
+    assert again.returncode == 0, again.stderr
+    assert len(read_jsonl(next((run / "predictions").rglob("*.jsonl")))) == 4

@@ -38,7 +38,8 @@ CONFIG_LIMIT = 16 << 20  # bytes of task_config.yaml read (long prompts fit many
 MAX_ID = 1 << 48  # question ids beyond this are not ids coinflip wrote
 DRAFT = re.compile(r"\.\d{8}_\d{6}\.[a-z0-9_]{8}\.new")  # a run being made: `create`'s mkdtemp name, exactly
 DRAFT_GRACE_S = 60.0  # a draft this much older than its last change, and unlocked, has lost its maker
-DRAFT_UNLOCKED_S = 86400.0  # without advisory locks (Windows): only the age tells, so a day
+DRAFT_UNLOCKED_S = 86400.0  # without advisory locks (Windows, some NFS): only the age tells, so a day
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # flock's answers where a file system has no locks
 
 
 @dataclass(frozen=True)
@@ -198,21 +199,14 @@ class RunDir:
     def locked(self) -> Iterator[None]:
         """One coinflip process at a time per run directory: resuming a run that is still going
         would send its missing work twice. The kernel drops the lock when the process dies."""
-        if fcntl is None:
-            yield
-            return
         try:
             handle = (self.root / "configs" / "run.lock").open("a")
         except OSError:  # a read-only run directory: nothing will be written into it anyway
             yield
             return
         with handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise ConfigError(
-                    f"{self.root} is in use by another coinflip process; let it finish or stop it"
-                ) from None
+            if _flock(handle) is False:
+                raise ConfigError(f"{self.root} is in use by another coinflip process; let it finish or stop it")
             yield
 
     def save_subset(self, ids: tuple[int, ...] | None) -> None:
@@ -239,15 +233,34 @@ class RunDir:
         return frozenset(ids)
 
 
+def _flock(file: Any) -> bool | None:
+    """An exclusive advisory lock, without waiting: True when taken, False when another process
+    holds it, None where there are no such locks (Windows, or a file system without them, such
+    as some NFS mounts: ENOLCK), which is no reason to refuse a run."""
+    if fcntl is None:
+        return None
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in _NO_LOCKS:
+            return None
+        raise
+    return True
+
+
 def _lock_draft(draft: Path) -> Any:
     """The lock its maker holds on a draft until it is published (the run's own run.lock): the
     kernel lets go of it when the maker dies, which is how `clear_lost_drafts` tells. None
-    without advisory locks (Windows)."""
+    without advisory locks."""
     if fcntl is None:
         return None
     (draft / "configs").mkdir()
     handle = (draft / "configs" / "run.lock").open("a")
-    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new folder: nobody else has it
+    if _flock(handle) is None:  # a new folder: nobody else has it, unless the file system has no locks
+        handle.close()
+        return None
     return handle
 
 
@@ -272,11 +285,11 @@ def clear_lost_drafts(work_dir: Path) -> None:
 def _lost(draft: Path) -> Iterator[bool]:
     """Whether `draft` has lost its maker, its lock held (where there is one) while the caller acts."""
     age = time.time() - draft.lstat().st_mtime
-    if fcntl is None:
-        yield age > DRAFT_UNLOCKED_S
-        return
     if age <= DRAFT_GRACE_S:
         yield False
+        return
+    if fcntl is None:
+        yield age > DRAFT_UNLOCKED_S
         return
     try:  # never a FIFO's wait, never through a link
         fd = os.open(draft / "configs" / "run.lock", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
@@ -284,10 +297,12 @@ def _lost(draft: Path) -> Iterator[bool]:
         yield _bare(draft)
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # its maker is alive (or it is not a file coinflip locks): left alone
+        taken = _flock(fd)
+    except OSError:  # not a file coinflip locks: left alone
+        taken = False
+    if not taken:  # its maker is alive; or there are no locks here, and only the age tells
         os.close(fd)
-        yield False
+        yield taken is None and age > DRAFT_UNLOCKED_S
         return
     try:
         yield True
