@@ -97,6 +97,24 @@ def test_half_a_surrogate_pair_in_a_reply_is_written_as_its_escape(tmp_path: Pat
         assert [r["reply"] for r in csv.DictReader(handle)] == ["no verdict \\ud800 here"] * 2
 
 
+def test_unicode_line_breaks_in_a_reply_leave_every_jsonl_file_one_line_a_sample(tmp_path: Path) -> None:
+    """NEL, U+2028 and U+2029 are legal raw in JSON, and were written raw: a reader that splits
+    with str.splitlines() saw a sample's line broken in three. Each saved and written JSON line now
+    holds them as \\u escapes, and they read back as they came."""
+    reply = "heads\u0085tails\u2028heads\u2029ANSWER: YES"
+    body = json.dumps({"choices": [{"index": 0, "message": {"content": reply}}]}, ensure_ascii=False).encode()
+    with AnswerServer(lambda seen: answer(None, raw=body)) as srv:
+        done = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "3", "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run = only_run_dir(tmp_path)
+    shown = run_cli("answers", str(run), "--format", "jsonl", "--out", "-")
+    assert shown.returncode == 0, shown.stderr
+    (predictions,) = (run / "predictions").rglob("*.jsonl")
+    for text in (predictions.read_text(encoding="utf-8"), shown.stdout):
+        lines = text.splitlines()
+        assert len(lines) == 3 and [json.loads(line)["reply"] for line in lines] == [reply] * 3
+
+
 def test_answers_shown_on_a_terminal_never_carry_its_escape_sequences(tmp_path: Path) -> None:
     """`--out -` on a terminal: a reply's escape sequence (here one that retitles the window and
     one that turns text red) is shown as U+FFFD, not acted on; piped, the reply stays as written."""

@@ -6,7 +6,10 @@ import json
 import random
 from pathlib import Path
 
-from coinflip.records import sample_key
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coinflip.records import dumps, loads, sample_key
 from coinflip.rundir import (
     PredictionWriter,
     compact_predictions,
@@ -64,6 +67,19 @@ def test_a_reply_with_half_a_surrogate_pair_is_written_and_read_back(tmp_path: P
     writer.close()
     assert [r["reply"] for r in iter_predictions(path)] == ["caf\u00e9 \ud83d ANSWER: YES", "caf\u00e9"]
     assert "café" in path.read_text(encoding="utf-8")  # plain text stays readable
+
+
+BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\ud800"  # every str.splitlines() break, and half a pair
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(st.sampled_from(BREAKS) | st.characters(exclude_categories=())), min_size=1, max_size=4))
+def test_any_reply_is_one_line_of_its_file_and_reads_back(replies: list[str]) -> None:
+    """Whatever text a server sends (line breaks of every kind, lone surrogates, controls), its
+    row is one line by any reader's idea of a line, and reads back equal."""
+    text = b"".join(dumps({"id": i, "reply": r, "error": None}) for i, r in enumerate(replies)).decode()
+    lines = text.splitlines()
+    assert len(lines) == len(replies) and [loads(line)["reply"] for line in lines] == replies
 
 
 def _written(path: Path, ids: list[int], error_at: int | None = None) -> PredictionWriter:

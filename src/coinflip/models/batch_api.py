@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import EndpointBroken, FatalAPIError
+from ..records import escape_line_breaks
 from ._http import ConnectionPool, merge_headers
 from ._redact import Redactor
 from ._replies import BadReply, load_json, one_line, parse_body, server_message
@@ -47,7 +48,7 @@ class _Gone(Exception):
 def request_line(custom_id: str, mode: str, body: dict[str, Any]) -> bytes:
     line = {"custom_id": custom_id, "method": "POST", "url": ENDPOINTS[mode], "body": body}
     try:
-        return json.dumps(line, ensure_ascii=False).encode() + b"\n"
+        return escape_line_breaks(json.dumps(line, ensure_ascii=False).encode()) + b"\n"
     except UnicodeEncodeError:  # half a surrogate pair (a server's reply, sent back to force an answer)
         return json.dumps(line).encode() + b"\n"  # JSON's escape for it, as the online request sends
 

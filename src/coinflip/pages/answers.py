@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import DataError, StorageError
-from ..records import Review, key_of
+from ..records import Review, escape_line_breaks, key_of
 from ..rundir import RunDir, index_predictions, iter_reviews
 
 COLUMNS = (
@@ -94,7 +94,9 @@ def write(rows: Iterator[dict[str, Any]], out: IO[str], form: str) -> int:
             count += 1
         return count
     for row in rows:
-        out.write(_utf8(json.dumps(row, ensure_ascii=False)) + "\n")
+        out.write(
+            escape_line_breaks(json.dumps(row, ensure_ascii=False).encode("utf-8", "backslashreplace")).decode() + "\n"
+        )
         count += 1
     return count
 
