@@ -532,6 +532,7 @@ class _BatchIdsWithSlashes(QuietHandler):
     """A Batch API whose batch id climbs out of the folder it is saved under; every answer is YES."""
 
     ids: list[str] = []
+    asked: list[str] = []  # the paths of every GET
 
     def _send(self, payload: Any) -> None:
         self.reply(200, payload, content_type=None)
@@ -545,13 +546,14 @@ class _BatchIdsWithSlashes(QuietHandler):
             self._send({"id": "../../../escaped", "status": "validating", "input_file_id": "file-in"})
 
     def do_GET(self) -> None:  # noqa: N802
+        type(self).asked.append(self.path)
         if self.path.startswith("/v1/files/file-out/content"):
             ok = {"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]}
             lines = [{"custom_id": c, "response": {"status_code": 200, "body": ok}, "error": None} for c in self.ids]
             self._send("".join(json.dumps(line) + "\n" for line in lines).encode())
         elif "limit=" in self.path:  # the list of batches, asked when a run resumes a creation
             self._send({"data": []})
-        else:  # the batch itself, however the client's URL library folded its id into the path
+        else:  # the batch itself
             counts = {"total": len(self.ids), "completed": len(self.ids), "failed": 0}
             self._send({"id": "../../../escaped", "status": "completed", "output_file_id": "file-out",
                         "request_counts": counts})  # fmt: skip
@@ -559,8 +561,10 @@ class _BatchIdsWithSlashes(QuietHandler):
 
 def test_a_batch_id_from_the_server_never_names_a_file_outside_the_run(tmp_path: Path) -> None:
     """The downloaded results were saved as batch/{batch_id}.output.jsonl: an id holding ../
-    wrote the server's file outside the run directory."""
+    wrote the server's file outside the run directory. Nor does it name another path on the
+    server: it was put into the URL as it came, and GET /v1/batches/../../../escaped went to /escaped."""
     work = tmp_path / "deep" / "er" / "work"
+    _BatchIdsWithSlashes.asked = []
     with serving(_BatchIdsWithSlashes) as url:
         result = run_cli("eval", "--model", "m", "--limit", "4", "--api-url", url, "--batch", *FAST,
                          "--work-dir", str(work))  # fmt: skip
@@ -568,6 +572,8 @@ def test_a_batch_id_from_the_server_never_names_a_file_outside_the_run(tmp_path:
     assert not [p for p in tmp_path.rglob("escaped*") if run not in p.parents]
     assert result.returncode == 0, result.stderr
     assert len(_answers(run)) == 4
+    polled = [p for p in _BatchIdsWithSlashes.asked if "limit=" not in p and "/files/" not in p]
+    assert polled and all(p.split("?")[0] == "/v1/batches/..%2F..%2F..%2Fescaped" for p in polled), polled
 
 
 def test_a_fifo_where_the_next_batch_s_ids_go_never_hangs_the_run(tmp_path: Path) -> None:

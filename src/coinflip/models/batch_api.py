@@ -23,7 +23,7 @@ import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..errors import EndpointBroken, FatalAPIError
 from ..records import escape_line_breaks
@@ -171,7 +171,7 @@ class BatchAPI:
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch; one the server no longer knows (404) comes back as status `lost`."""
         try:
-            return await self._call("GET", f"/batches/{batch_id}", missing_ok=True)
+            return await self._call("GET", f"/batches/{_segment(batch_id)}", missing_ok=True)
         except _Gone:
             return {"id": batch_id, "status": LOST}
 
@@ -188,7 +188,7 @@ class BatchAPI:
         kept); False when the server no longer has it."""
         tmp = dest.with_name(dest.name + ".part")
         try:
-            await self._call("GET", f"/files/{file_id}/content", into=tmp, missing_ok=True)
+            await self._call("GET", f"/files/{_segment(file_id)}/content", into=tmp, missing_ok=True)
         except _Gone:
             return False
         tmp.replace(dest)
@@ -238,6 +238,14 @@ class BatchAPI:
             if attempt < self.retries:
                 await asyncio.sleep(wait)
         raise EndpointBroken(self.redact(one_line(f"the Batch API did not answer: {message}")))
+
+
+def _segment(server_id: str) -> str:
+    """An id the server gave, as one segment of a URL path: `/`, `?`, `#` and `%` quoted, so that
+    it never names another path on the server (`../..`) or adds a query."""
+    if server_id in ("", ".", ".."):  # URL libraries fold these away, quoted or not
+        raise FatalAPIError(f"the Batch API gave {server_id!r} as an id")
+    return quote(server_id, safe="")
 
 
 async def _read(response: Any, into: Path | None) -> dict[str, Any]:
