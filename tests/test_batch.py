@@ -4,9 +4,11 @@ offline round trip through a request file and a result file in `vllm run-batch`'
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import signal
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -466,8 +468,6 @@ def test_max_cost_prices_saved_online_answers_in_full_when_a_run_goes_on_as_a_ba
 def test_a_hostile_batch_state_file_is_one_line_on_resume(tmp_path: Path, state: str) -> None:
     """state.json was read with read_text and json.loads: a FIFO there hung the resume for good,
     and JSON nested 100,000 deep raised RecursionError (a traceback)."""
-    import os
-
     with FakeOpenAIServer("mixed") as srv:
         run = _batch_run_with_four_owed(srv, tmp_path)
         path = run / "batch/state.json"
@@ -512,8 +512,6 @@ def test_max_cost_on_resume_counts_the_batch_a_killed_session_left_running(tmp_p
 
 def test_a_batch_ids_file_that_is_a_fifo_never_hangs_the_resume(tmp_path: Path) -> None:
     """The ids of a batch left running were read with read_text: a FIFO in their place hung the resume."""
-    import os
-
     store = BatchStore(delay=3600.0)
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST)
@@ -578,14 +576,49 @@ def test_a_batch_id_from_the_server_never_names_a_file_outside_the_run(tmp_path:
 
 def test_a_fifo_where_the_next_batch_s_ids_go_never_hangs_the_run(tmp_path: Path) -> None:
     """The next batch's ids were written with write_text: a FIFO left at that name hung the resume."""
-    import os
-
     with FakeOpenAIServer("mixed") as srv:
         run = _batch_run_with_four_owed(srv, tmp_path)
         os.mkfifo(run / "batch/requests-002.ids")
         resumed = run_cli("eval", "--use-cache", str(run), *FAST)  # a hang ends at run_cli's outer bound
     assert resumed.returncode == 0, resumed.stderr
     assert len(_answers(run)) == 6 and (run / "batch/requests-002.ids").is_file()
+
+
+def _written_offline(tmp_path: Path) -> Path:
+    """A run whose 5 requests were written for `vllm run-batch`, none sent: no batch state yet."""
+    requests = tmp_path / "requests.jsonl"
+    wrote = run_cli(
+        "eval", "--model", "m", "--limit", "5", "--batch-write", str(requests), "--work-dir", str(tmp_path / "o")
+    )
+    assert wrote.returncode == 0, wrote.stderr
+    return only_run_dir(tmp_path / "o")
+
+
+def _sent_as_a_batch(run: Path) -> subprocess.CompletedProcess[str]:
+    with FakeOpenAIServer("correct") as srv:  # a fresh server: its first batch is batch_000001
+        return run_cli("eval", "--use-cache", str(run), "--batch", "--api-url", srv.url, *FAST)
+
+
+def test_a_linked_batch_folder_is_replaced_by_a_real_one_before_the_first_batch(tmp_path: Path) -> None:
+    """With no batch state yet, a `batch/` link to elsewhere was written through: the ids, state
+    and results landed outside the run, whose reads refuse files outside it, so every answer was lost."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = _written_offline(tmp_path)
+    (run / "batch").symlink_to(outside, target_is_directory=True)
+    sent = _sent_as_a_batch(run)
+    assert sent.returncode == 0, sent.stderr
+    assert not any(outside.iterdir()) and not (run / "batch").is_symlink()
+    assert len(_answers(run)) == 5
+
+
+def test_a_fifo_where_a_batch_s_results_are_downloaded_never_hangs_the_run(tmp_path: Path) -> None:
+    run = _written_offline(tmp_path)
+    (run / "batch").mkdir()
+    os.mkfifo(run / "batch" / "batch_000001.output.jsonl.part")
+    sent = _sent_as_a_batch(run)  # a hang ends at run_cli's outer bound
+    assert sent.returncode == 0, sent.stderr
+    assert len(_answers(run)) == 5
 
 
 class _NoBatches(QuietHandler):

@@ -89,12 +89,14 @@ class State:
         self.run = run
         self.path = run.root / STATE_FILE
         self.batches: list[Submitted] = []
-        if self.path.exists():
-            try:  # a plain file inside the run (a FIFO there would hang the resume), of sane depth
-                raw = json.loads(read_regular(self.path, STATE_LIMIT, within=run.root))
-                self.batches = [Submitted.read(b) for b in raw["batches"]]
-            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # UnreadableFile: a ValueError
-                raise ConfigError(f"{self.path}: not a batch state file ({exc}); move it away to start over") from None
+        if not self.path.exists():  # a first batch: its folder is made a real one, never written through a link
+            run.own_folders(self.path)
+            return
+        try:  # a plain file inside the run (a FIFO there would hang the resume), of sane depth
+            raw = json.loads(read_regular(self.path, STATE_LIMIT, within=run.root))
+            self.batches = [Submitted.read(b) for b in raw["batches"]]
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # UnreadableFile: a ValueError
+            raise ConfigError(f"{self.path}: not a batch state file ({exc}); move it away to start over") from None
 
     def save(self) -> None:
         with replacing(self.path) as out:  # a failure to write is StorageError, naming the file

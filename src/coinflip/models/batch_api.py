@@ -187,6 +187,7 @@ class BatchAPI:
         """A file's content, streamed to `dest` (through a temporary file: a half file is never
         kept); False when the server no longer has it."""
         tmp = dest.with_name(dest.name + ".part")
+        tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
         try:
             await self._call("GET", f"/files/{_segment(file_id)}/content", into=tmp, missing_ok=True)
         except _Gone:
