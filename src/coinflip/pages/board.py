@@ -17,7 +17,7 @@ from ..config import BENCHMARK
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Dataset, Report, Subset, Template, UsageSummary
 from .catalog import Found, started
-from .html import ends, number
+from .html import ends, link, number
 
 # optional columns: (key, label, where to look in a report, first match wins)
 EXTRAS: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
@@ -156,7 +156,7 @@ def href(found: Found) -> str:
     if not page.is_file():
         return ""
     rel = "" if found.rel == "." else found.rel + "/"
-    return "./" + quote(f"{rel}reports/{found.model_dir}/{BENCHMARK}.html")
+    return link("./" + quote(f"{rel}reports/{found.model_dir}/{BENCHMARK}.html"))
 
 
 def row(found: Found) -> dict[str, Any]:

@@ -7,6 +7,7 @@ be compared (no report yet, unreadable files) are skipped with a note, not a cra
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from collections import Counter
@@ -22,7 +23,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
 from .board import label, row, utf8
 from .catalog import Found, read_answers, read_run, scan
-from .html import fmt, render_template
+from .html import fmt, render_template, shown
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,9 @@ def _untested(result: dict[str, Any]) -> list[str]:
 
 
 def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell of compare.md: markdown viewers render HTML in it, so `<`, `>` and `&` are
+    written as entities (shown as the characters), and a `|` or a line break cannot end the cell."""
+    return html.escape(shown(text), quote=False).replace("|", "\\|").replace("\n", " ")
 
 
 def _md_table(head: list[str] | tuple[str, ...], rows: list[list[str]]) -> list[str]:

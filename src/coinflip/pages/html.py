@@ -3,17 +3,81 @@
 says otherwise, and no template does. Python computes what to show (numbers, chart geometry,
 labels); the templates under `templates/` only lay it out.
 
+Escaping alone keeps markup out, not text that misleads or breaks the page, so every value a
+template writes also passes through `shown` (the environment's finalize, and the JSON of
+`tojson`): a control character, a bidi override that would reverse the text after it (the run id
+beside a model name), or half a surrogate pair becomes U+FFFD, and a value past SHOWN_MAX
+characters is cut. Links go through `link`: a relative path inside the page's folder, or http(s).
+
 Jinja2 is imported on first use, so `import coinflip` and `coinflip --help` do not pay for it.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jinja2 import Environment
+
+
+# C0 controls but tab, newline and carriage return; DEL and C1; the bidi embeddings, overrides and
+# isolates (U+202A-U+202E, U+2066-U+2069); lone surrogates (UTF-8 cannot hold them)
+_UNSHOWABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+SHOWN_MAX = 20_000  # characters of one value on a page (replies are clipped shorter before, with a note)
+_LINK = re.compile(r"(\./)?[A-Za-z0-9._~%/-]+|https?://[A-Za-z0-9._~%/?#&=+:@!$,;-]+")
+
+
+def shown(value: Any) -> str:
+    """`value` as a page writes it: as text, every unshowable character U+FFFD, at most SHOWN_MAX characters."""
+    try:
+        text = _UNSHOWABLE.sub("\ufffd", value if isinstance(value, str) else str(value))
+    except ValueError:  # a whole number past Python's 4300 digits
+        return "(a number too long to show)"
+    if len(text) <= SHOWN_MAX:
+        return text
+    return f"{text[: SHOWN_MAX // 2]} [... {len(text) - SHOWN_MAX:,} characters not shown ...] {text[-SHOWN_MAX // 2 :]}"
+
+
+def _finalize(value: Any) -> Any:
+    """Jinja's finalize: every `{{ }}` of every template passes here before it is escaped."""
+    from markupsafe import Markup
+
+    if isinstance(value, Markup):  # tojson's output or a macro's: replacing characters cannot make markup
+        return Markup(_UNSHOWABLE.sub("\ufffd", value))
+    return shown(value)
+
+
+def _plain(data: Any) -> Any:
+    """`data` for tojson: each string (keys too) without unshowable characters, NaN and the
+    infinities as null (JSON has no such numbers)."""
+    if isinstance(data, str):
+        return _UNSHOWABLE.sub("\ufffd", data)
+    if isinstance(data, dict):
+        return {_plain(str(k)): _plain(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_plain(v) for v in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
+
+
+def _dumps(data: Any, **kwargs: Any) -> str:
+    return json.dumps(_plain(data), **kwargs)
+
+
+def link(target: Any) -> str:
+    """An href a page may hold: a relative path below the page's folder (quoted, no `..`), or an
+    http(s) URL; anything else (javascript:, data:, //host, ../, a quote) becomes "#"."""
+    from urllib.parse import unquote
+
+    text = target if isinstance(target, str) else ""
+    if not _LINK.fullmatch(text) or text.startswith("/") or ".." in unquote(text).split("/"):
+        return "#"
+    return text if text.startswith(("./", "http://", "https://")) else "./" + text
 
 
 def number(value: Any) -> float | None:
@@ -63,9 +127,12 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=_finalize,
     )
     env.filters["fmt"] = fmt
+    env.filters["link"] = link
     # tojson escapes <, >, & and ' so the JSON cannot end its <script> element; keep key order
+    env.policies["json.dumps_function"] = _dumps
     env.policies["json.dumps_kwargs"] = {"ensure_ascii": False, "separators": (",", ":"), "allow_nan": False}
     return env
 

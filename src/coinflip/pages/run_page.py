@@ -223,7 +223,7 @@ def context(
         "people_chart": _people_chart(report),
         "yes_chart": _yes_chart(report),
         "reasons": list(report.get("invalid_reasons", {}).items()),
-        "finish": list(report.get("usage", {}).get("finish_reasons", {}).items()),
+        "finish": _most(report.get("usage", {}).get("finish_reasons", {})),
         "errors_top": report.get("errors_top", []),
         "extra": _extra(report),
         "repeats": _repeats(report),
@@ -235,6 +235,17 @@ def context(
         "samples": rows,
         "total": counts.get("samples"),
     }
+
+
+def _most(counts: Mapping[str, Any], keep: int = 10) -> list[tuple[str, Any]]:
+    """The `keep` largest counts, then one line for the rest: a server may send a different
+    finish_reason with every reply, and the page lists kinds, not replies."""
+    ranked = sorted(counts.items(), key=lambda kv: -(number(kv[1]) or 0.0))
+    rest = ranked[keep:]
+    if not rest:
+        return ranked
+    total = sum(number(n) or 0.0 for _, n in rest)
+    return ranked[:keep] + [(f"{len(rest):,} others", fmt(total, "d"))]
 
 
 def _extra(report: Report) -> list[list[str]]:

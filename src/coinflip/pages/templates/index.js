@@ -1,15 +1,18 @@
 {% raw %}/* The index's script: it reads the page's JSON, draws from it and sets every string it shows
-   through textContent, an Option's text or setAttribute on a fixed attribute: no innerHTML, no eval. */
+   through textContent, an Option's text or setAttribute on a fixed attribute: no innerHTML, no eval.
+   Maps keyed by data (run ids, model names) and by the URL fragment have no prototype (dict()), so
+   a run or a fragment named __proto__ or constructor is a key like any other. */
 (function(){
 'use strict';
 var D=JSON.parse(document.getElementById('coinflip-data').textContent);
-var RUNS=D.runs,M=D.metrics,EX={},COLORS=['#3558d6','#d6453d','#2a9d5b','#8a63d2','#e08a00','#00838f','#c2185b','#6d7b2c','#5d4037','#1e88e5','#7b1fa2','#546e7a'];
+function dict(){return Object.create(null)}
+var RUNS=D.runs,M=D.metrics,EX=dict(),COLORS=['#3558d6','#d6453d','#2a9d5b','#8a63d2','#e08a00','#00838f','#c2185b','#6d7b2c','#5d4037','#1e88e5','#7b1fa2','#546e7a'];
 D.extras.forEach(function(e){EX[e[0]]=e[1]});
-var TAGC={};D.datasets.forEach(function(d,i){TAGC[d.tag]=COLORS[i%COLORS.length]});
-var BYID={};RUNS.forEach(function(r,i){r.i=i;BYID[r.id]=r});
-var PAIRS={};D.pairs.forEach(function(p){PAIRS[p.a+','+p.b]=p});
+var TAGC=dict();D.datasets.forEach(function(d,i){TAGC[d.tag]=COLORS[i%COLORS.length]});
+var BYID=dict();RUNS.forEach(function(r,i){r.i=i;BYID[r.id]=r});
+var PAIRS=dict();D.pairs.forEach(function(p){PAIRS[p.a+','+p.b]=p});
 var DEF={sort:'f1_score',dir:'desc',model:'',data:'',status:'',q:'',sel:'',a:'',b:''};
-var S={},OPEN={};
+var S={},OPEN=dict();
 function $(id){return document.getElementById(id)}
 function el(tag,cls,text){var e=document.createElement(tag);if(cls)e.className=cls;if(text!=null)e.textContent=String(text);return e}
 function svg(tag,attrs,text){var e=document.createElementNS('http://www.w3.org/2000/svg',tag);for(var k in attrs)e.setAttribute(k,attrs[k]);if(text!=null)e.textContent=String(text);return e}
@@ -68,10 +71,10 @@ function table(){var body=$('board').tBodies[0],frag=document.createDocumentFrag
   b.addEventListener('click',function(){LIMIT+=PAGE;table()});td.appendChild(b);tr.appendChild(td);frag.appendChild(tr)}
  body.textContent='';body.appendChild(frag);
  $('shown').textContent=VIEW.length+' of '+RUNS.length+' runs match'+(VIEW.length>LIMIT?', the first '+LIMIT+' drawn':'');
- var tags={};VIEW.forEach(function(r){tags[r.tag]=1});var n=Object.keys(tags).length,m=$('mixed');
+ var tags=dict();VIEW.forEach(function(r){tags[r.tag]=1});var n=Object.keys(tags).length,m=$('mixed');
  m.hidden=n<2;m.textContent=n<2?'':'These rows come from '+n+' data sets ('+Object.keys(tags).sort().join(', ')+'): scores on different data are not comparable, and each rank counts only runs on its own data set and size. Pick one data set above to rank them together.'}
 function chart(runs){var box=$('chart'),leg=$('legend');box.textContent='';leg.textContent='';
- var xs={};runs.forEach(function(r){for(var k in r.people)xs[k]=1});var keys=Object.keys(xs).map(Number).sort(function(a,b){return a-b});
+ var xs=dict();runs.forEach(function(r){for(var k in r.people)xs[k]=1});var keys=Object.keys(xs).map(Number).sort(function(a,b){return a-b});
  if(!runs.length||!keys.length){box.appendChild(el('p','meta','no accuracy by number of people in the drawn runs'));return}
  var W=560,H=290,L=44,R=16,T=12,B=40,lo=keys[0],hi=keys[keys.length-1],span=(hi-lo)||1;
  function sx(x){return keys.length===1?(L+W-R)/2:L+(W-L-R)*(x-lo)/span}function sy(y){return T+(H-T-B)*(1-y)}
@@ -121,7 +124,7 @@ function pairView(view){var A=BYID[S.a]||view[0],pa=$('p-a'),pb=$('p-b'),out=$('
   tr.appendChild(el('td','num',Q[2]));tr.appendChild(el('td',null,Q[1]));
   [[flip?c[2]:c[1],flip?c[4]:c[3]],[flip?c[1]:c[2],flip?c[3]:c[4]]].forEach(function(x){var td=el('td');td.appendChild(el('span',x[0]===Q[1]?'ok':'bad',x[0]));td.appendChild(el('pre',null,D.replies[x[1]]));tr.appendChild(td)});q.appendChild(tr)});
  out.appendChild(q)}
-function filters(){var models={};RUNS.forEach(function(r){models[r.model]=1});
+function filters(){var models=dict();RUNS.forEach(function(r){models[r.model]=1});
  options($('f-model'),[['','all models']].concat(Object.keys(models).sort().map(function(m){return [m,m]})),S.model);
  options($('f-data'),[['','all data']].concat(D.datasets.map(function(d){return [d.key,d.tag+' \u00b7 '+d.label+' \u00b7 '+d.sha+' ('+d.runs+' runs)']})),S.data);
  $('f-status').value=S.status;if($('f-q').value!==S.q)$('f-q').value=S.q}

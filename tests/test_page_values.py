@@ -1,0 +1,265 @@
+"""Every page shows whatever a run directory holds as plain text that fits the page, checked in a
+real browser: values with control characters, bidi overrides (U+202E would reverse the run id
+written after a model name), half a surrogate pair, a word of thousands of letters, markup, and
+names that are also JavaScript's own keys. The page is opened in an iframe of a small page of the
+test's own, which reads back what the browser built: its width, its text, whether any injected
+code ran."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from html import unescape
+from pathlib import Path
+
+import pytest
+import yaml
+
+from coinflip.pages import run_page
+from coinflip.pages.html import link
+from coinflip.testing.server import FakeOpenAIServer
+
+from .conftest import read_jsonl, run_cli
+from .test_reports import _chromium
+
+UNSHOWABLE = "\u202e\u2067\x00\x1b[31m\x07\x7f\x9b\ud800"  # what no page may hold as it is
+UNSHOWN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+MARKUP = "<img src=x onerror=window.__pwned=1>"
+WORD = "W" * 5000  # one word: a page must wrap it, not grow wider than the window
+VALUE = f"{UNSHOWABLE}{MARKUP}{WORD}"
+MODEL = f"\u202e\x1b[31m{MARKUP}{WORD}"  # a command line holds no NUL and no half pair
+FOLDER = f"\u202e\x1b{MARKUP}"  # nor does a folder name hold NUL or /
+
+
+@dataclass
+class Pages:
+    run: Path  # a run's coin_flip.html
+    index: Path
+    compare: Path  # compare.html beside compare.md
+    rescored: str  # what rescore printed: the terminal summary
+    compared: str  # what compare printed
+
+
+def _edit(run: Path, answer: str) -> None:
+    """Every text a prediction holds made hostile; each reply with its own finish_reason."""
+    (folder,) = (run / "predictions").iterdir()
+    predictions = folder / "coin_flip.jsonl"
+    rows = read_jsonl(predictions)
+    for n, row in enumerate(rows):
+        row.update(question=row["question"] + VALUE, prompt=VALUE, reply=f"{VALUE}\nANSWER: {answer}")
+        row.update(finish_reason=f"{UNSHOWABLE}{n}{WORD}", reasoning=VALUE)
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
+    """Two runs of a hostile model on the same questions, whose predictions were made hostile and
+    rescored, one in a hostile folder; then `coinflip view` and `coinflip compare`."""
+    work = tmp_path_factory.mktemp("pages") / "w"
+    with FakeOpenAIServer("mixed") as server:
+        for n in range(2):
+            args = ("--model", MODEL, "--api-url", server.url, "--limit", "24", "--work-dir", str(work / str(n)))
+            assert run_cli("eval", *args, "--no-timestamp").returncode == 0
+    runs = [work / "0", (work / "1").rename(work / FOLDER)]
+    rescored = ""
+    for run, answer in zip(runs, ("YES", "NO"), strict=True):
+        _edit(run, answer)
+        result = run_cli("rescore", str(run))
+        assert result.returncode == 0, result.stderr
+        rescored += result.stdout
+    assert run_cli("view", str(work)).returncode == 0
+    compared = run_cli("compare", str(work), "--out", str(work.parent / "cmp"))
+    assert compared.returncode == 0, compared.stderr
+    (page,) = (runs[0] / "reports").glob("*/coin_flip.html")
+    yield Pages(page, work / "index.html", work.parent / "cmp/compare.html", rescored, compared.stdout)
+
+
+def _look(page: Path, tmp_path: Path, fragment: str = "") -> dict:
+    """What the browser built of `page`, 1280 pixels wide: its width and the window's, its title,
+    its text, the <img> elements in it and whether `window.__pwned` was set."""
+    frame = tmp_path / "frame.html"
+    url = page.as_uri() + (f"#{fragment}" if fragment else "")
+    frame.write_text(
+        '<!DOCTYPE html><html><body style="margin:0">'
+        f'<iframe id="f" src="{url}" style="width:1280px;height:900px;border:0"></iframe><pre id="out"></pre>'
+        "<script>var f=document.getElementById('f');f.onload=function(){var d=f.contentDocument,e=d.documentElement;"
+        "document.getElementById('out').textContent=JSON.stringify({width:e.scrollWidth,window:e.clientWidth,"
+        "title:d.title,text:d.title+e.textContent,imgs:d.getElementsByTagName('img').length,"
+        "pwned:f.contentWindow.__pwned!==undefined,ready:d.body.getAttribute('data-ready')})}</script></body></html>"
+    )
+    result = _chromium(
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--allow-file-access-from-files",  # the frame's page may read the page it holds
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        frame.as_uri(),
+    )
+    out = re.search(r'<pre id="out">(.*?)</pre>', result.stdout, re.S)
+    assert out is not None and out[1], result.stderr[-2000:]
+    return json.loads(unescape(out[1]))
+
+
+def _probe_page(tmp_path: Path) -> Path:
+    """probe.html of a probe whose every text is hostile, written as `coinflip probe` writes it."""
+    from coinflip.probes.page import render
+
+    metrics = {"accuracy": 0.5, "f1_score": 0.5, "precision": 0.5, "recall": 0.5, "yes_ratio": 0.5}
+    variant = {"metrics": metrics, "intervals": {"accuracy": [0.4, 0.6]}, "invalid_rate": 0.1}
+    point = {"accuracy": 0.5, "interval": [0.4, 0.6], "always_yes": 0.5, "f1_score": 0.5, "invalid_rate": 0.0}
+    paired = {"difference": -0.1, "low": -0.2, "high": 0.0, "p_exact": 0.01}
+    result = {
+        "model": VALUE, "created": VALUE, "coinflip_version": VALUE, "directory": VALUE, "headline": VALUE,
+        "complete": False, "view": "strict",
+        "base": {"dataset": {"source": VALUE, "path": VALUE, "split": VALUE}, "bundled": False, "questions": 3, "seed": 1},
+        "variants": [
+            {**variant, "name": "base", "title": VALUE, "run": VALUE, "page": f"javascript:{VALUE}"},
+            {**variant, "name": "tails", "title": VALUE, "run": VALUE, "page": "../" + VALUE, "paired": paired, "verdict": VALUE},
+        ],
+        "length": {"points": [{**point, "people": 2, "samples": 3, "run": VALUE}], "verdict": VALUE},
+    }  # fmt: skip
+    page = tmp_path / "probe.html"
+    page.write_text(render(result), encoding="utf-8")
+    return page
+
+
+def _sweep_page(tmp_path: Path) -> Path:
+    from coinflip.sweep import to_html
+
+    point = {"people": 2, "accuracy": 0.5, "interval": [0.4, 0.6], "f1_score": None, "invalid_rate": 0.1}
+    result = {"model": MODEL, "count": VALUE, "seed": VALUE, "points": [{**point, "samples": 3, "run": FOLDER}]}
+    page = tmp_path / "sweep.html"
+    page.write_text(to_html(result), encoding="utf-8")
+    return page
+
+
+@pytest.mark.parametrize("which", ["run", "index", "compare", "probe", "sweep"])
+def test_every_page_shows_hostile_text_as_text_that_fits_the_window(pages: Pages, tmp_path: Path, which: str) -> None:
+    page = {
+        "run": lambda: pages.run,
+        "index": lambda: pages.index,
+        "compare": lambda: pages.compare,
+        "probe": lambda: _probe_page(tmp_path),
+        "sweep": lambda: _sweep_page(tmp_path),
+    }[which]()
+    seen = _look(page, tmp_path)
+    assert not seen["pwned"] and seen["imgs"] == 0
+    assert MARKUP in seen["text"] and WORD[:150] in seen["text"]  # shown, as text (names are cut at 200)
+    assert UNSHOWN.findall(seen["text"]) == [], "a control character, bidi override or half pair reached the page"
+    assert seen["width"] <= seen["window"], "a long value made the page wider than the window"
+    if which == "index":
+        assert seen["ready"] == "1"  # the script drew everything
+
+
+def test_the_terminal_shows_bidi_overrides_as_replacements(pages: Pages) -> None:
+    """The summary after rescore and compare's tables print the model name: U+202E would reverse
+    what follows it on the line."""
+    for printed in (pages.rescored, pages.compared):
+        assert "W" * 20 in printed and UNSHOWN.findall(printed) == []
+
+
+def test_compare_markdown_holds_markup_as_text(pages: Pages) -> None:
+    markdown = (pages.compare.parent / "compare.md").read_text()
+    assert "<img" not in markdown and "&lt;img src=x onerror=window.__pwned=1&gt;" in markdown
+    assert UNSHOWN.findall(markdown) == []
+
+
+def test_a_server_naming_a_finish_reason_per_reply_adds_ten_rows_to_the_page(pages: Pages) -> None:
+    html = pages.run.read_text()
+    table = re.search(r"<h2>finish_reason</h2><table>(.*?)</table>", html, re.S)
+    assert table is not None
+    rows = re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td></tr>", table[1], re.S)
+    assert len(rows) == 11 and rows[-1] == ("14 others", "14")  # 24 replies: ten kinds, then the rest
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "javascript:alert(1)",
+        "JaVaScRiPt:alert(1)",
+        " javascript:alert(1)",
+        "data:text/html,<script>alert(1)</script>",
+        "vbscript:x",
+        "//evil.example/x",
+        "/etc/passwd",
+        "../../secret.html",
+        "./a/%2e%2e/%2E%2E/b",
+        'a" onmouseover="alert(1)',
+        "a\\..\\b",
+        "a\nb",
+        "#\u202e",
+        None,
+        ["./a"],
+    ],
+)
+def test_a_link_is_a_relative_path_or_http(target: object) -> None:
+    assert link(target) == "#"
+
+
+@pytest.mark.parametrize(
+    ("target", "href"),
+    [
+        ("runs/base/reports/m/coin_flip.html", "./runs/base/reports/m/coin_flip.html"),
+        ("./20250101_000000/reports/m%3Cb%3E/coin_flip.html", "./20250101_000000/reports/m%3Cb%3E/coin_flip.html"),
+        ("https://example.org/a?b=c#d", "https://example.org/a?b=c#d"),
+    ],
+)
+def test_a_relative_or_http_link_is_kept(target: str, href: str) -> None:
+    assert link(target) == href
+
+
+def test_every_link_in_a_template_goes_through_the_link_filter() -> None:
+    folder = Path(run_page.__file__).parent / "templates"
+    for template in folder.glob("*.html"):
+        for value in re.findall(r'href="([^"]*)"', template.read_text()):
+            assert re.fullmatch(r"\{\{ [\w.]+ \| link \}\}", value), (template.name, value)
+    script = (folder / "index.js").read_text()
+    assert script.count("setAttribute('href'") == 1 and "a.setAttribute('href',r.href)" in script  # board.href: link()
+
+
+@pytest.fixture(scope="module")
+def named_like_javascript(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Runs named `constructor` and `toString`, one of a model named `__proto__`: names that are
+    keys every plain JavaScript object already has."""
+    work = tmp_path_factory.mktemp("keys") / "w"
+    for name, model in (("constructor", "oracle"), ("toString", "random")):
+        assert run_cli("eval", "--model", model, "--limit", "10", "--work-dir", str(work / name), "--no-timestamp").returncode == 0
+    report = work / "toString/reports/random/coin_flip.json"
+    report.write_text(json.dumps({**json.loads(report.read_text()), "model": "__proto__"}))
+    assert run_cli("view", str(work)).returncode == 0
+    return work / "index.html"
+
+
+@pytest.mark.parametrize(
+    "fragment", ["", "a=constructor", "sel=toString,hasOwnProperty", "b=__proto__&a=valueOf", "model=__proto__"]
+)
+def test_the_index_script_takes_any_name_as_a_key(named_like_javascript: Path, tmp_path: Path, fragment: str) -> None:
+    dom = _chromium(
+        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
+        named_like_javascript.as_uri() + (f"#{fragment}" if fragment else ""),
+    ).stdout  # fmt: skip
+    assert 'data-ready="1"' in dom, "the index's script stopped"
+    models = re.search(r'<select id="f-model">(.*?)</select>', dom, re.S)
+    assert models is not None and '<option value="__proto__"' in models[1]  # the model can be picked
+    drawn = re.findall(r'<tr class="run[^"]*" data-id="([^"]*)"', dom)
+    assert sorted(drawn) == (["toString"] if fragment == "model=__proto__" else ["constructor", "toString"])
+    assert '<tr class="details">' not in dom  # no run's details open by themselves
+
+
+def test_a_saved_subset_that_is_not_a_count_is_one_line(tmp_path: Path) -> None:
+    assert run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path), "--no-timestamp").returncode == 0
+    config = tmp_path / "configs/task_config.yaml"
+    saved = yaml.safe_load(config.read_text())
+    saved["subset"]["of"] = "<b>all</b>"
+    config.write_text(yaml.safe_dump(saved))
+    result = run_cli("rescore", str(tmp_path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "subset must hold whole numbers" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_page_is_made_from_any_value_of_any_type() -> None:
+    """NaN where a name is, a list where text is, a number of 400 digits: shown as text, never a crash."""
+    odd = {"model": float("nan"), "warnings": [[VALUE]], "notes": [{VALUE: VALUE}], "few_shot_num": 10**400}
+    html = run_page.render(odd, [({"question": [VALUE], "reply": {VALUE: 1}}, {"id": 10**400})], [], [])
+    assert "<img" not in html and UNSHOWN.findall(html) == []
