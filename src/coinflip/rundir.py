@@ -370,7 +370,9 @@ def _check_saved(path: Path, data: dict[str, Any]) -> None:
     samples, subset = data.get("samples"), data.get("subset")
     if samples is not None and (type(samples) is not int or samples < 0):
         raise ConfigError(f"{path}: samples must be a whole number >= 0")
-    if subset is not None and (not isinstance(subset, dict) or any(type(subset.get(k, 0)) is not int for k in ("count", "of"))):
+    if subset is not None and (
+        not isinstance(subset, dict) or any(type(subset.get(k, 0)) is not int for k in ("count", "of"))
+    ):
         raise ConfigError(f"{path}: subset must hold whole numbers as its count and of")
 
 

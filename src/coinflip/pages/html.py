@@ -39,7 +39,8 @@ def shown(value: Any) -> str:
         return "(a number too long to show)"
     if len(text) <= SHOWN_MAX:
         return text
-    return f"{text[: SHOWN_MAX // 2]} [... {len(text) - SHOWN_MAX:,} characters not shown ...] {text[-SHOWN_MAX // 2 :]}"
+    half = SHOWN_MAX // 2
+    return f"{text[:half]} [... {len(text) - SHOWN_MAX:,} characters not shown ...] {text[-half:]}"
 
 
 def _finalize(value: Any) -> Any:
