@@ -165,10 +165,6 @@ class _Limits:
         self.max_body = max_body
         self.max_values = max(1, max_body // BYTES_PER_NODE)
 
-    def size(self, size: int) -> None:
-        if size > self.max_body:
-            raise ReplyTooLarge(f"the reply is larger than {_mb(self.max_body)}{_HINT}")
-
     def json(self, text: bytes | str) -> None:
         if len(text) < self.max_values:  # at most one value per character (plus one): nothing to count
             return
@@ -185,6 +181,21 @@ class _Limits:
                 f"the stream sent {count} events in {size} bytes; real streams' events average over "
                 f"{BYTES_PER_EVENT} bytes"
             )
+
+
+async def read_at_most(content: aiohttp.StreamReader, limit: int, already: int = 0) -> bytes:
+    """The rest of a body, in as many reads as it arrives in (one read gives what has come, not
+    all); ReplyTooLarge as soon as `already` bytes and these pass `limit`."""
+    body = bytearray()
+    async for piece in content.iter_any():
+        body += piece
+        _within(already + len(body), limit)
+    return bytes(body)
+
+
+def _within(size: int, limit: int) -> None:
+    if size > limit:
+        raise ReplyTooLarge(f"the reply is larger than {_mb(limit)}{_HINT}")
 
 
 @dataclass
@@ -322,16 +333,9 @@ class ConnectionPool:
             if length is not None and "Content-Encoding" not in resp.headers:
                 data = await resp.read()  # framed by its length: no larger than checked above
             else:
-                data = await self._read(resp)
+                data = await read_at_most(resp.content, self.limits.max_body)
             self.limits.json(data)
             return Response(resp.status, resp.headers, data, None, sent)
-
-    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
-        body = bytearray()
-        async for chunk in resp.content.iter_any():
-            body += chunk
-            self.limits.size(len(body))
-        return bytes(body)
 
     async def _events(
         self, resp: aiohttp.ClientResponse, loop: asyncio.AbstractEventLoop, progress: _Progress
@@ -340,7 +344,7 @@ class ConnectionPool:
         limits = self.limits
         async for chunk in resp.content.iter_any():
             size += len(chunk)
-            limits.size(size)
+            _within(size, limits.max_body)
             now = loop.time()
             for kind, data in decoder.feed(chunk):
                 limits.json(data)
@@ -358,15 +362,8 @@ class ConnectionPool:
         """[DONE] is the reply's end: let the message end too (the connection is then kept), or drop it."""
         if resp.content.at_eof():
             return
-
-        async def rest() -> None:
-            total = size
-            async for chunk in resp.content.iter_any():
-                total += len(chunk)
-                self.limits.size(total)
-
         try:
-            await asyncio.wait_for(rest(), DONE_GRACE)
+            await asyncio.wait_for(read_at_most(resp.content, self.limits.max_body, size), DONE_GRACE)
         except (asyncio.TimeoutError, aiohttp.ClientError, ReplyTooLarge):
             resp.close()
 

@@ -47,7 +47,7 @@ import msgspec
 
 from ..config import secrets_in, url_secrets
 from ..errors import EndpointBroken, EndpointError, FatalAPIError, shown_url
-from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, Response, merge_headers
+from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, Response, merge_headers, read_at_most
 from ._redact import Redactor
 from ._replies import BadReply, StreamReply, load_json, one_line, parse_body, server_message
 from .base import Reply, Request
@@ -247,13 +247,8 @@ class OpenAIClient:
             ) as answer:
                 if answer.status != 200:
                     return None
-                body = bytearray()  # read(n) gives what has arrived, up to n: a body in pieces needs a loop
-                async for piece in answer.content.iter_any():
-                    body += piece
-                    if len(body) > PROBE_BYTES:
-                        return None
-                return load_json(bytes(body))  # as every server reply is read
-        except (OSError, BadReply, asyncio.TimeoutError, aiohttp.ClientError):
+                return load_json(await read_at_most(answer.content, PROBE_BYTES))  # as every reply is read
+        except (OSError, BadReply, asyncio.TimeoutError, aiohttp.ClientError):  # ReplyTooLarge is an OSError
             return None
 
     def _body(self, request: Request) -> bytes:
