@@ -95,6 +95,9 @@ def test_unusable_bodies_are_bad_replies(body: bytes, error: str) -> None:
         (b'{"detail": [{"loc": ["body"], "msg": "too big"}]}', '[{"loc": ["body"], "msg": "too big"}]'),
         (b'{"error": "plain"}', "plain"),
         (b"<h1>502 Bad Gateway</h1>\n", "<h1>502 Bad Gateway</h1>"),
+        (b"<html><head><title>502 Bad\n Gateway &amp; co</title><style>p{}</style></head><body>x</body></html>",
+         "502 Bad Gateway & co (an HTML page)"),
+        (b"<html><title></title><body>x</body></html>", "<html><title></title><body>x</body></html>"),
         (b"x" * 5000, "x" * 1999 + "…"),
     ],
 )  # fmt: skip

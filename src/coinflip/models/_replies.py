@@ -16,8 +16,10 @@ the chunk that has it.
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -75,12 +77,19 @@ def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I)  # bounded: a page is untrusted
+
+
 def server_message(raw: bytes) -> str:
-    """The message a server put in an error body: `{"error": {"message": ...}}`, or the text."""
+    """The message a server put in an error body: `{"error": {"message": ...}}`, an HTML page's
+    title (a proxy's or web server's error page: the rest is markup and styles), or the text."""
     try:
         data = load_json(raw)
     except BadReply:
-        return one_line(raw[: MAX_MESSAGE * 4].decode("utf-8", "replace"))
+        text = raw[: MAX_MESSAGE * 4].decode("utf-8", "replace")
+        title = _PAGE_TITLE.search(text) if text.lstrip()[:1] == "<" else None
+        page = one_line(html.unescape(title.group(1))) if title else ""
+        return f"{page} (an HTML page)" if page else one_line(text)
     return one_line(_message_of(data))
 
 
