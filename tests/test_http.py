@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import ssl
+import struct
 import threading
 import time
 import zlib
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from coinflip.errors import FatalAPIError
+from coinflip.errors import EndpointBroken, EndpointError, FatalAPIError
 from coinflip.models._http import ConnectionPool, ProtocolError, ReplyTooLarge, Response
 from coinflip.models._proxy import Proxy, proxy_for
 from coinflip.models.base import Request
@@ -34,11 +35,15 @@ from .conftest import run_cli
 
 @dataclass
 class Say:
-    """One scripted answer: sent in `pieces` (to split it across reads), then maybe a hang-up."""
+    """One scripted answer: sent in `pieces` (to split it across reads), `gap` seconds apart, then
+    maybe a hang-up (`close`), a reset (`reset`: no FIN, an RST) or silence with the connection open
+    (`hang`)."""
 
     pieces: list[bytes]
     close: bool = False
     hang: bool = False
+    reset: bool = False
+    gap: float = 0.01
 
 
 @dataclass
@@ -80,16 +85,17 @@ class ScriptedServer:
                     return
                 self.requests.append(head + reader.read(content_length(head)))
                 say = self.script.pop(0)
-                if say.hang:
-                    self.stop.wait(10)
-                    return
                 try:
                     for piece in say.pieces:
                         conn.sendall(piece)
-                        time.sleep(0.01)
+                        time.sleep(say.gap)
                 except OSError:  # the client hung up, as it should on a malformed reply
                     return
-                if say.close:
+                if say.reset:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                if say.hang:
+                    self.stop.wait(10)
+                if say.close or say.reset or say.hang:
                     return
 
     def close(self) -> None:
@@ -328,6 +334,174 @@ def test_silence_times_out(scripted: Any) -> None:
     with pytest.raises(TimeoutError, match="no complete reply within 0.3 s"):
         post_all(srv.url(), timeout=0.3)
     assert time.perf_counter() - started < 3
+
+
+YES = json.dumps({"choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}]}).encode()
+SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _events(*data: bytes, end: bytes = b"\n") -> bytes:
+    return b"".join(b"data: " + d + end + end for d in data)
+
+
+def _delta(text: str, finish: str | None = None) -> bytes:
+    return json.dumps({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}).encode()
+
+
+def _head(*lines: str) -> bytes:
+    return ("\r\n".join(["HTTP/1.1 200 OK", *lines]) + "\r\n\r\n").encode()
+
+
+_STREAM = _events(_delta("ANSWER: "), _delta("YES"), b"[DONE]")
+_TIMED_OUT = "TimeoutError: no complete reply within 1 s"
+_INVALID = "ProtocolError: the reply is not valid HTTP/1.1"
+_CUT = "ConnectionResetError: the server closed the connection before the reply was complete"
+# name: (the answer, whether streaming was asked, the sample's reply text or the start of its error)
+HOSTILE: dict[str, tuple[Say, bool, str]] = {
+    "a quoted chunk extension": (
+        Say([CHUNKED + b'%x;name="v;a\\"l"\r\n' % len(YES) + YES + b"\r\n0\r\n\r\n"]),
+        False,
+        "ANSWER: YES",
+    ),
+    "an obsolete folded header line": (
+        Say([_head("X-Note: one", "  folded", f"Content-Length: {len(YES)}") + YES]),
+        False,
+        "ANSWER: YES",
+    ),
+    "103 Early Hints first": (Say([b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n", ok(YES)]), False, "ANSWER: YES"),
+    "HTTP/1.0 without a length, ended by closing": (
+        Say([b"HTTP/1.0 200 OK\r\n\r\n" + YES], close=True),
+        False,
+        "ANSWER: YES",
+    ),
+    "a stream whose choice finished, no [DONE], then closed": (
+        Say([SSE + b"\r\n" + _events(_delta("ANSWER: YES", "stop"))], close=True),
+        True,
+        "ANSWER: YES",
+    ),
+    "a stream with [DONE], no length, never closed": (Say([SSE + b"\r\n" + _STREAM], hang=True), True, "ANSWER: YES"),
+    "a stream with CR line ends, a BOM, comments, retry and multi-line data": (
+        Say(
+            [
+                SSE
+                + b"\r\n\xef\xbb\xbf: hi\r\rretry: 100\rid: 3\r\r"
+                + b'data: {"choices":\rdata: [{"index": 0, "delta": {"content": "ANSWER: YES"}}]}\r\r'
+                + _events(b"[DONE]", end=b"\r")
+            ],
+            close=True,
+        ),
+        True,
+        "ANSWER: YES",
+    ),  # fmt: skip
+    "two equal Content-Length lines": (
+        Say([_head(f"Content-Length: {len(YES)}", f"Content-Length: {len(YES)}") + YES]),
+        False,
+        _INVALID,
+    ),
+    "Content-Length and chunked": (
+        Say([_head("Content-Length: 5", "Transfer-Encoding: chunked") + _chunk(YES)]),
+        False,
+        _INVALID,
+    ),  # fmt: skip
+    "a chunk size that is not hex": (Say([CHUNKED + b"zz\r\n" + YES + b"\r\n0\r\n\r\n"]), False, _INVALID),
+    "a chunk size past 64 bits": (Say([CHUNKED + b"f" * 20 + b"\r\n" + YES]), False, _INVALID),
+    "an empty chunk extension": (Say([CHUNKED + b"%x;\r\n" % len(YES) + YES + b"\r\n0\r\n\r\n"]), False, _INVALID),
+    "no last chunk, then closed": (Say([CHUNKED + _chunk(YES)], close=True), False, _CUT),
+    "no status line": (Say([f"Content-Length: {len(YES)}\r\n\r\n".encode() + YES]), False, _INVALID),
+    "a status line without a status": (Say([b"HTTP/1.1 OK\r\nContent-Length: 2\r\n\r\nok"]), False, _INVALID),
+    "204 with a body": (Say([b"HTTP/1.1 204 No Content\r\n\r\n" + YES]), False, _INVALID),
+    "304 with a body": (Say([ok(YES).replace(b"200 OK", b"304 Not Modified")]), False, _INVALID),
+    "a reset before any answer": (Say([], reset=True), False, "ConnectionResetError: [Errno"),
+    "a gzip stream cut short": (
+        Say([SSE + b"Content-Encoding: gzip\r\n\r\n" + gzip.compress(_STREAM)[:-12]], close=True),
+        True,
+        "the stream ended before the reply was complete",
+    ),
+    "a gzip bomb in a stream": (
+        Say([SSE + b"Content-Encoding: gzip\r\n\r\n" + gzip.compress(b": " + b"x" * (40 << 20) + b"\n\n")], close=True),
+        True,
+        "the reply is larger than 16 MB",
+    ),
+    "a body that stops half way": (Say([ok(YES)[:-20]], hang=True), False, _TIMED_OUT),
+    "no last chunk, connection left open": (Say([CHUNKED + _chunk(YES)], hang=True), False, _TIMED_OUT),
+    "a reply trickled a byte at a time (slow loris)": (Say([bytes([b]) for b in ok(YES)], gap=0.05), False, _TIMED_OUT),
+    "a stream trickled a byte at a time": (
+        Say([SSE + b"\r\n", *(bytes([b]) for b in _STREAM)], gap=0.05),
+        True,
+        _TIMED_OUT,
+    ),
+    "a stream that stalls before its end": (
+        Say([SSE + b"\r\n" + _events(_delta("ANSWER: YES"))], hang=True),
+        True,
+        _TIMED_OUT + " (1 events received)",
+    ),
+}
+
+
+def _ask(url: str, stream: bool = False, timeout: float = 5.0, patience: float = 300.0) -> Any:
+    async def go() -> Any:
+        chat = OpenAIClient("m", [url], retries=0, timeout=timeout, stream=stream, patience=patience)
+        try:
+            return await chat.complete(Request(0, "p", "q", [{"role": "user", "content": "p"}]))
+        finally:
+            await chat.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hostile_reply_is_read_or_fails_its_sample_with_one_line(scripted: Any, case: str) -> None:
+    """Each ends at once, or at the timeout for a stall (the error says which: a server that is only
+    slow, a byte at a time, is bounded by --timeout too); the server keeps the connection open after
+    what it says unless the case closes it, so waiting for more would show as a timeout."""
+    say, stream, expected = HOSTILE[case]
+    srv = scripted(say, say)  # a reset before any answer is tried once more, as a kept connection the server dropped
+    reply = _ask(srv.url(), stream, timeout=1.0 if expected.startswith(_TIMED_OUT) else 5.0)
+    if expected == "ANSWER: YES":
+        assert (reply.text, reply.error) == ("ANSWER: YES", None)
+    else:
+        assert reply.text is None and reply.error is not None and reply.error.startswith(expected), reply.error
+        assert "\n" not in reply.error
+
+
+_PAGE = b"<html><head><title>%s</title><style>body{width:35em}</style></head><body><h1>%s</h1></body></html>"
+
+
+def _page(status: str, *headers: str) -> bytes:
+    body = _PAGE % (status.encode(), status.encode())
+    return ok(body, "Content-Type: text/html", *headers).replace(b"200 OK", status.encode(), 1)
+
+
+@pytest.mark.parametrize(
+    ("say", "raised", "message"),
+    [
+        (Say([_page("401 Authorization Required")]), FatalAPIError,
+         "answered 401 unauthorized: 401 Authorization Required (an HTML page) - check --api-key"),
+        (Say([_page("404 Not Found")]), FatalAPIError, "answered 404 not found: 404 Not Found (an HTML page) - check"),
+        (Say([_page("429 Too Many Requests")]), EndpointBroken,
+         "its last word: HTTP 429: 429 Too Many Requests (an HTML page)"),
+        (Say([ok(b"", "Location: http://[::1/x").replace(b"200 OK", b"307 Temporary Redirect")]), EndpointError,
+         "redirects (307) to http://[::1/x; give the final URL as --api-url"),
+    ],
+)  # fmt: skip
+def test_error_pages_and_odd_redirects_stop_the_run_with_one_line(
+    scripted: Any, say: Say, raised: type[Exception], message: str
+) -> None:
+    """An HTML page says what it is in its title (the rest is markup); a Location that is no URL
+    is refused, not a traceback; a 429 waits, within --patience."""
+    srv = scripted(*[say] * 30)
+    with pytest.raises(raised) as caught:
+        _ask(srv.url(), patience=0.5)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_an_html_error_page_is_recorded_by_its_title(scripted: Any) -> None:
+    reply = _ask(scripted(Say([_page("502 Bad Gateway")])).url())
+    assert reply.text is None and reply.error == "HTTP 502: 502 Bad Gateway (an HTML page)"
 
 
 def trusted_tls(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> ssl.SSLContext:

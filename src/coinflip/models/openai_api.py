@@ -429,7 +429,12 @@ def _web_page(response: Response) -> bool:
 
 
 def _location(url: str, response: Response) -> str:
-    return urljoin(url, response.headers.get("location", "").strip())
+    """Where a redirect points; a Location that is no URL (`http://[::1/x`) as sent, never followed."""
+    location = response.headers.get("location", "").strip()
+    try:
+        return urljoin(url, location)
+    except ValueError:
+        return location
 
 
 def _origin(url: str) -> tuple[str, str, int | None] | None:
