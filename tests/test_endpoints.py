@@ -9,6 +9,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,96 @@ def test_a_plain_http_proxy_answering_407_stops_the_run(tmp_path: Path) -> None:
         assert proxy.seen and proxy.seen[0].path == "http://api.example.invalid/v1/chat/completions"
     assert result.returncode == 2 and elapsed < FAST
     assert "proxy wants credentials (407" in one_line(result)
+
+
+@contextlib.contextmanager
+def listening(handle: Any) -> Iterator[int]:
+    """A raw TCP server on 127.0.0.1 that runs `handle(conn)` for each connection; yields its port."""
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = sock.accept()
+                except OSError:
+                    return
+                threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+        yield sock.getsockname()[1]
+
+
+def _tls_only(context: ssl.SSLContext) -> Any:
+    def handle(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError), context.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(1)  # (OpenSSL hangs up on plain HTTP, unanswered)
+
+    return handle
+
+
+def _plain_http_answering_400(conn: socket.socket) -> None:
+    """As nginx and uvicorn do when a TLS handshake reaches their plain HTTP port."""
+    with conn, contextlib.suppress(OSError):
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+
+def test_the_wrong_scheme_fails_in_seconds_either_way(tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    trustme.CA().issue_cert("127.0.0.1").configure_cert(context)
+    with listening(_tls_only(context)) as tls_port, listening(_plain_http_answering_400) as http_port:
+        plain, plain_s = timed_eval(f"http://127.0.0.1:{tls_port}/v1", tmp_path / "a")
+        secure, secure_s = timed_eval(f"https://127.0.0.1:{http_port}/v1", tmp_path / "b")
+    assert plain.returncode == 2 and plain_s < FAST
+    assert f"speaks TLS: use https://127.0.0.1:{tls_port} in --api-url" in one_line(plain)
+    assert secure.returncode == 2 and secure_s < FAST
+    assert f"https://127.0.0.1:{http_port}: TLS handshake failed" in one_line(secure)
+
+
+def test_a_connection_that_never_opens_fails_within_the_timeout(tmp_path: Path) -> None:
+    """A full listen queue drops the SYN, as a non-routable address (10.255.255.1) would."""
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        waiting = [socket.socket() for _ in range(3)]
+        for sock in waiting:
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+        try:
+            result, elapsed = timed_eval(f"http://127.0.0.1:{port}/v1", tmp_path, "--timeout", "1")
+        finally:
+            for sock in waiting:
+                sock.close()
+    assert result.returncode == 2 and elapsed < FAST
+    assert f"no connection to http://127.0.0.1:{port} within 1 s - check --api-url" in one_line(result)
+
+
+def _silent(conn: socket.socket) -> None:
+    with conn:
+        conn.recv(65536)
+        time.sleep(10)
+
+
+def test_a_proxy_that_never_answers_connect_is_named(tmp_path: Path) -> None:
+    with listening(_silent) as port:
+        env = {"HTTPS_PROXY": f"http://127.0.0.1:{port}"}
+        result, elapsed = timed_eval("https://api.example.invalid/v1", tmp_path, "--timeout", "1", env=env)
+    assert result.returncode == 2 and elapsed < FAST
+    line = one_line(result)
+    assert f"https://api.example.invalid:443 through proxy 127.0.0.1:{port} within 1 s" in line
+    assert line.endswith("check --api-url and HTTP_PROXY / HTTPS_PROXY / NO_PROXY")
+
+
+def test_a_wrong_path_answered_by_a_web_servers_404_page_fails_in_seconds(tmp_path: Path) -> None:
+    page = b"<html><head><title>404 Not Found</title></head><body><center><h1>404 Not Found</h1></center></body></html>"
+    with AnswerServer(lambda s: answer(None, 404, "Content-Type: text/html", raw=page)) as srv:
+        result, elapsed = timed_eval(srv.url.replace("/v1", "/wrong/v1"), tmp_path)
+    assert result.returncode == 2 and elapsed < FAST
+    line = one_line(result)
+    assert line.endswith("/wrong/v1/chat/completions answered 404 not found: 404 Not Found (an HTML page) - "
+                         "check --model and --api-url")  # fmt: skip
 
 
 def test_a_redirect_elsewhere_is_refused_with_its_location(tmp_path: Path) -> None:

@@ -309,6 +309,11 @@ class ConnectionPool:
                 return await self._exchange(target, body, stream, progress)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 stale = not progress.head and not isinstance(exc, aiohttp.ClientConnectorError)
+                if stale and attempt == 2 and await self._speaks_tls(target):
+                    raise EndpointError(
+                        f"http://{target.authority} closes plain HTTP requests unanswered and speaks TLS: "
+                        f"use https://{target.authority} in --api-url"
+                    ) from None
                 if attempt == 2 or not stale:  # a kept connection the server had closed: once more
                     raise _translated(exc, target, self.timeout) from None
             except asyncio.TimeoutError:
@@ -317,6 +322,22 @@ class ConnectionPool:
             except (aiohttp.ClientError, http_exceptions.HttpProcessingError) as exc:
                 raise _translated(exc, target, self.timeout) from None
         raise AssertionError("unreachable")
+
+    async def _speaks_tls(self, target: Target) -> bool:
+        """Whether a plain http:// server that closed a request unanswered, twice, takes a TLS
+        handshake: servers on OpenSSL (Python's, uvicorn's) hang up on plain HTTP, where nginx
+        and Go answer 400."""
+        if target.tls or target.proxy is not None:
+            return False
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # only: does it speak TLS
+        try:
+            opened = asyncio.open_connection(target.host, target.port, ssl=context, server_hostname=target.host)
+            _, writer = await asyncio.wait_for(opened, min(self.timeout, 5.0))
+        except (OSError, asyncio.TimeoutError):  # ssl.SSLError is an OSError
+            return False
+        writer.transport.abort()
+        return True
 
     async def _exchange(self, target: Target, body: bytes, stream: bool, progress: _Progress) -> Response:
         loop = asyncio.get_running_loop()
@@ -424,7 +445,10 @@ def _reason(exc: BaseException) -> str:
 
 def describe_connect_error(exc: BaseException, target: Target, timeout: float) -> str:
     """One line for a connection that could not be opened before the run."""
-    where = f"{'https' if target.tls else 'http'}://{target.authority}"
+    where, hint = f"{'https' if target.tls else 'http'}://{target.authority}", "check --api-url"
+    if target.proxy is not None:  # the proxy may be what failed: name it
+        where += f" through proxy {target.proxy.host}:{target.proxy.port}"
+        hint += " and HTTP_PROXY / HTTPS_PROXY / NO_PROXY"
     if isinstance(exc, EndpointError):
         return str(exc)
     if isinstance(exc, ProxyError):
@@ -435,11 +459,11 @@ def describe_connect_error(exc: BaseException, target: Target, timeout: float) -
             "for a private CA set SSL_CERT_FILE=/path/to/ca.pem"
         )
     if isinstance(exc, ssl.SSLError):
-        return f"{where}: TLS handshake failed ({exc.reason or exc}); is it an https:// server? - check --api-url"
+        return f"{where}: TLS handshake failed ({exc.reason or exc}); is it an https:// server? - {hint}"
     if isinstance(exc, socket.gaierror):
-        return f"cannot resolve host {target.host!r} ({exc.strerror or exc}) - check --api-url"
+        return f"cannot resolve host {target.host!r} ({exc.strerror or exc}) - {hint}"
     if isinstance(exc, ConnectionRefusedError):
-        return f"nothing is listening at {where} (connection refused) - check --api-url"
+        return f"nothing is listening at {where} (connection refused) - {hint}"
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return f"no connection to {where} within {timeout:g} s - check --api-url"
-    return f"cannot connect to {where} ({_reason(exc)}) - check --api-url"
+        return f"no connection to {where} within {timeout:g} s - {hint}"
+    return f"cannot connect to {where} ({_reason(exc)}) - {hint}"
