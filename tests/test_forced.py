@@ -107,8 +107,8 @@ def test_a_killed_run_with_forced_answers_resumes_asking_only_for_what_is_missin
         saved = [json.loads(line) for line in lines if line.endswith("\n")]
         replied = {r["id"] for r in saved if r["error"] is None}
         answered = {r["id"] for r in saved if isinstance(r.get("forced"), dict) and "reply" in r["forced"]}
-        owed = {r["id"] for r in saved if r.get("forced") == {"pending": True}} - answered
-        assert replied and owed | answered  # killed midway, with forced answers done and owed
+        pending = {r["id"] for r in saved if r.get("forced") == {"pending": True}} - answered
+        assert replied and pending | answered  # killed midway, with forced answers done and pending
         srv.state.seen.clear()
         again = run_cli("eval", "--use-cache", str(run))
         asked = [b for _, _, b in srv.state.seen]
@@ -120,7 +120,7 @@ def test_a_killed_run_with_forced_answers_resumes_asking_only_for_what_is_missin
     assert len(rows) == 150 == len(ids)
     assert len(firsts) == 150 - len(replied)  # first requests only where no reply was kept
     new_invalid = {r["id"] for r in rows if r["id"] not in replied and MIXED.expected(r["question"]) is None}
-    assert len(forced) == len(owed) + len(new_invalid)  # forced ones only where still owed
+    assert len(forced) == len(pending) + len(new_invalid)  # forced ones only where still pending
     assert all(
         isinstance(r.get("forced"), dict) and "reply" in r["forced"]
         for r in rows
@@ -190,4 +190,4 @@ def test_max_cost_holds_for_the_forced_answers_too(tmp_path: Path, concurrency: 
     assert replies and len(replies) * 440 / 1e6 <= 0.0088  # all 40 requests would cost 0.0176
     assert capped.returncode == 1 and "--max-cost" in capped.stderr, capped.stderr
     report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text(encoding="utf-8"))
-    assert report["cost"]["total"] == pytest.approx(len(replies) * 440 / 1e6)  # owed samples' replies included
+    assert report["cost"]["total"] == pytest.approx(len(replies) * 440 / 1e6)  # pending samples' replies included

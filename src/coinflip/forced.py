@@ -34,7 +34,7 @@ def needed(reply: str | None) -> bool:
 
 
 def pending(row: Prediction) -> bool:
-    """The row's reply is kept, its forced answer is still owed (never answered, or it failed)."""
+    """The row's reply is kept, its forced answer is still to be asked (never answered, or it failed)."""
     forced = row.get("forced")
     return isinstance(forced, dict) and (bool(forced.get("pending")) or forced.get("error") is not None)
 

@@ -127,6 +127,14 @@ def by_batch(answer: Mapping[str, Any]) -> bool:
     return answer.get("batch") is True
 
 
+def token_count(usage: Any, name: str) -> int | None:
+    """A saved token count (`usage[name]` of a row or its forced answer), as the writer saves one:
+    a whole number below TOKENS_MAX; anything else a hand edit left (a float, 400 digits) is none.
+    The report's tokens and the --max-cost budget both read counts here."""
+    value = usage.get(name) if isinstance(usage, dict) else None
+    return value if _whole(value, TOKENS_MAX) else None
+
+
 def sample_key(question: int, repeat: int = 0) -> int:
     """One int per sample (question, repeat): how samples are indexed and ordered everywhere."""
     return question * REPEATS_MAX + repeat

@@ -381,7 +381,7 @@ class PredictionIndex:
     """Where the line that counts for each sample starts: `offset` for a reply, `~offset` for an error.
 
     Keys are `records.sample_key(id, repeat)`. `pending` holds the samples whose reply is kept but
-    whose forced answer is still owed (forced.py). Plain ints keep it small: a million samples
+    whose forced answer is pending (forced.py). Plain ints keep it small: a million samples
     cost tens of MB, and no row is held.
     """
 

@@ -283,10 +283,10 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     shown = False if config.quiet and config.progress is None else config.progress
     progress = Progress(todo, f"coin_flip {config.name}", False if config.batch else shown)  # a batch has its own
     started = time.perf_counter()
-    owed = 0  # samples written with their forced answer pending, not yet answered
+    pending = 0  # samples written with their forced answer pending (forced.py)
 
     def on_replies(landed: list[tuple[Job, Request, Reply]]) -> None:
-        nonlocal scorer, owed
+        nonlocal scorer, pending
         if live and scorer is None:  # imported here, once the first requests are out
             from .scoring.scorer import Scorer
 
@@ -304,8 +304,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
                     if scorer is not None:
                         scorer.add(row)
                 else:
-                    owed += 1
-            owed -= job.saved is not None  # a forced answer: one owed sample fewer
+                    pending += 1
+            pending -= job.saved is not None  # a forced answer: one pending sample fewer
             if reply.error:
                 log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
         writer.flush()
@@ -368,8 +368,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             log.info("%s", limits.line(traffic))
             for hint in traffic["hints"]:
                 log.warning("%s", hint)
-    # a forced answer still owed (a stop): score from the file, which counts what that sample spent
-    return Session(traffic or None, None if owed else scorer, writer.in_order)
+    # a forced answer still pending (a stop): score from the file, which counts what that sample spent
+    return Session(traffic or None, None if pending else scorer, writer.in_order)
 
 
 def _concurrency(config: TaskConfig) -> int:
@@ -538,7 +538,7 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
             continue
         if scored:
             scorer.add(p)
-        else:  # its forced answer is owed: not scored yet, but its reply was paid for
+        else:  # its forced answer is pending: not scored yet, but its reply was paid for
             scorer.usage.add(p)
     return scorer
 

@@ -39,7 +39,7 @@ def result(review: Review) -> str:
 
 def answers(run: RunDir) -> Iterator[dict[str, Any]]:
     """The joined rows, in the order of the predictions file: scored samples only (a sample whose
-    forced answer is still owed, or outside the run's questions, has no review and is left out)."""
+    forced answer is pending, or outside the run's questions, has no review and is left out)."""
     if not run.reviews.is_file() or not run.predictions.is_file():
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
     reviews = {key_of(review): review for review in iter_reviews(run.reviews)}

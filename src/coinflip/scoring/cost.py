@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError
-from ..records import by_batch
+from ..records import by_batch, token_count
 from .schema import Cost, Report, Tokens
 
 if TYPE_CHECKING:
@@ -181,9 +181,8 @@ class Budget:
             forced = row.get("forced")
             for answer in (row, forced if isinstance(forced, dict) else {}):
                 usage = answer.get("usage")
-                if isinstance(usage, dict):
-                    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
-                    self.saved += price(prompt, completion, self.prices, by_batch(answer))
+                prompt, completion = token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
+                self.saved += price(prompt or 0, completion or 0, self.prices, by_batch(answer))
 
     def per_request(self, request: Request) -> float:
         if self.answered:

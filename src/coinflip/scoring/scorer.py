@@ -23,7 +23,6 @@ from ..errors import DataError
 from ..records import (
     ANSWERS,
     FORCED_ANSWERS,
-    TOKENS_MAX,
     Prediction,
     Review,
     by_batch,
@@ -31,6 +30,7 @@ from ..records import (
     make_review,
     sample_key,
     split_key,
+    token_count,
 )
 from . import extract
 from .calibration import impossible_in, p_yes
@@ -158,11 +158,6 @@ def _quantiles(values: Sequence[float]) -> Quantiles:
     return {"mean": round(math.fsum(values) / n, 6), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": q(1.0)}
 
 
-def _tokens(usage: Any, name: str) -> int | None:
-    value = usage.get(name) if isinstance(usage, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < TOKENS_MAX else None
-
-
 def _seconds(value: Any) -> float | None:
     """A saved duration as a float; None for anything else (an integer of 400 digits, which a hand
     edit may leave, would overflow float())."""
@@ -195,14 +190,14 @@ class Usage:
         else:
             self.errors[" ".join(str(error).split())[:300]] += 1
         usage = p.get("usage")
-        prompt, completion = _tokens(usage, "prompt_tokens") or 0, _tokens(usage, "completion_tokens")
+        prompt, completion = token_count(usage, "prompt_tokens") or 0, token_count(usage, "completion_tokens")
         self.prompt_tokens += prompt
         if completion is not None:
             self.completion.append(float(completion))
         if by_batch(p):
             self.batch_tokens[0] += prompt
             self.batch_tokens[1] += completion or 0
-        reasoning = _tokens(usage, "reasoning_tokens")
+        reasoning = token_count(usage, "reasoning_tokens")
         if reasoning is not None:
             self.reasoning.append(float(reasoning))
 

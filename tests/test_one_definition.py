@@ -1,0 +1,45 @@
+"""Ideas that lived in two places now have one definition, and their callers agree on the cases
+where the copies used to differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coinflip.scoring.cost import Budget, cost_report, tokens
+from coinflip.scoring.scorer import Scorer
+
+PRICES = {"price_input": 2.0, "price_output": 8.0}
+
+
+def _row(i: int, usage: dict[str, Any], forced_usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": i, "repeat": 0, "target": "YES", "people": 2, "question": f"q{i}"}
+    row |= {"reply": "ANSWER: YES" if forced_usage is None else "no answer", "error": None, "usage": usage}
+    if forced_usage is not None:
+        row["forced"] = {"reply": "ANSWER: YES", "error": None, "usage": forced_usage}
+    return row
+
+
+def test_the_report_and_the_max_cost_budget_read_saved_token_counts_alike() -> None:
+    """A hand-edited count (a float, a number past any request, a string) is no count for either:
+    the --max-cost budget priced such counts where the report's cost left them out."""
+    rows = [
+        _row(0, {"prompt_tokens": 100, "completion_tokens": 50}),
+        _row(1, {"prompt_tokens": 4000.0, "completion_tokens": 10**18}),
+        _row(
+            2,
+            {"prompt_tokens": "70", "completion_tokens": 20},
+            forced_usage={"prompt_tokens": 30, "completion_tokens": 2.5},
+        ),
+    ]
+    scorer = Scorer()
+    for row in rows:
+        scorer.add(row)  # type: ignore[arg-type]
+    report_cost = cost_report(PRICES, tokens(scorer.usage, scorer.forced_usage))
+    assert report_cost is not None
+    budget = Budget(1.0, {"input": 2.0, "output": 8.0, "batch_discount": 0.5}, False, {})
+    budget.add_saved(rows)
+    counted = (100 + 30) * 2.0 + (50 + 20) * 8.0  # the whole counts only
+    assert report_cost["total"] == pytest.approx(counted / 1e6)
+    assert budget.saved == pytest.approx(report_cost["total"])
