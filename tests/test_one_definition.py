@@ -3,12 +3,15 @@ where the copies used to differ."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from coinflip.scoring.cost import Budget, cost_report, tokens
 from coinflip.scoring.scorer import Scorer
+
+from .conftest import run_cli
 
 PRICES = {"price_input": 2.0, "price_output": 8.0}
 
@@ -43,3 +46,21 @@ def test_the_report_and_the_max_cost_budget_read_saved_token_counts_alike() -> N
     counted = (100 + 30) * 2.0 + (50 + 20) * 8.0  # the whole counts only
     assert report_cost["total"] == pytest.approx(counted / 1e6)
     assert budget.saved == pytest.approx(report_cost["total"])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:99999/v1?code=SECRETKEY123",  # port out of range
+        "ftp://host/v1?sig=SECRETKEY123",  # not http(s)
+        "http://host/v1?api-version=2024-01-01&sig=SECRET KEY123",  # a space: no valid host and port
+        "http://user:pw@host/v1?code=SECRETKEY123",  # credentials
+    ],
+)
+def test_a_refused_api_url_is_shown_as_the_saved_config_masks_it(tmp_path: Path, url: str) -> None:
+    """The one-line refusal of --api-url masks query values as the saved config does (redacted_url),
+    and drops credentials: it printed a function key in `code` or a SAS signature in `sig` as given."""
+    result = run_cli("eval", "--model", "m", "--api-url", url, "--limit", "1", "--work-dir", str(tmp_path))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "SECRET" not in result.stderr and "pw" not in result.stderr, result.stderr
+    assert "=***" in result.stderr and ("api-version=2024-01-01" in result.stderr or "api-version" not in url)

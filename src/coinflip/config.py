@@ -696,8 +696,9 @@ def check_url(url: Any) -> None:
 
 
 def _shown(url: Any) -> Any:
-    """A URL fit to print (`errors.shown_url`: credentials removed, whatever they hold)."""
-    return shown_url(url) if isinstance(url, str) else url
+    """A URL fit to print: credentials removed, whatever they hold (`errors.shown_url`), and query
+    values masked as the saved config masks them (`redacted_url`: a function key in `code`)."""
+    return redacted_url(shown_url(url)) if isinstance(url, str) else url
 
 
 def _check_limit(value: Any) -> int | float | None:

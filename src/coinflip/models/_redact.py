@@ -33,9 +33,10 @@ def _hex(number: int, width: int = 1) -> str:
 
 
 def _char(c: str) -> str:
-    """A pattern for one character in any of the forms above."""
+    """A pattern for one character in any of the forms above; the character itself is tried last,
+    so a final `%` echoed as `%25` (or `&` as `&amp;`) is masked whole, not as `***25`."""
     code = ord(c)
-    forms = [re.escape(c), f"&#0*{code};", f"&#[xX]0*{_hex(code)};"]
+    forms = [f"&#0*{code};", f"&#[xX]0*{_hex(code)};"]
     if code > 0xFFFF:  # JSON spells it as a surrogate pair
         high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
         forms.append(f"\\\\u{_hex(high, 4)}\\\\u{_hex(low, 4)}")
@@ -48,6 +49,7 @@ def _char(c: str) -> str:
     forms.append("".join(f"%{_hex(byte, 2)}" for byte in c.encode("utf-8", "surrogatepass")))
     if c == " ":
         forms.append(re.escape("+"))
+    forms.append(re.escape(c))
     return f"(?:{'|'.join(forms)})"
 
 

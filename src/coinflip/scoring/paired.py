@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .metrics import Z95
+
 
 def mcnemar(b: int, c: int) -> dict[str, float]:
     """b: only A right; c: only B right. Chi-square (1 df) with and without continuity correction, and exact."""
@@ -60,7 +62,7 @@ def pair(a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
     return Paired(len(shared), only_a, only_b)
 
 
-def difference(only_a: int, only_b: int, shared: int, z: float = 1.959964) -> dict[str, float]:
+def difference(only_a: int, only_b: int, shared: int, z: float = Z95) -> dict[str, float]:
     """B's accuracy minus A's on `shared` paired questions, with a 95% interval.
 
     The interval is Agresti and Min's adjusted Wald interval (half a question added to each cell
