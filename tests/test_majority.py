@@ -191,3 +191,24 @@ def test_evalscope_repeats_leave_errored_samples_out_as_its_metrics_do() -> None
     assert (strict["questions"], strict["majority_vote"]["accuracy"]) == (3, pytest.approx(1 / 3))  # q1 ties
     assert (evalscope["questions"], evalscope["majority_vote"]["accuracy"]) == (2, 0.5)
     assert reports["evalscope"]["metrics"]["accuracy"] == 0.75  # 3 right of the 4 that did not error
+
+
+def test_choices_per_request_are_repeats_in_the_report_and_compare_says_it_pairs_their_majority(
+    tmp_path: Path,
+) -> None:
+    """n=3 in --generation-config asks each question three times, as --repeats 3 does: the report's
+    `repeats` said 1 beside a majority vote of k=3, so compare paired majority votes without saying so."""
+    from coinflip.testing.server import FakeOpenAIServer
+
+    work = tmp_path / "w"
+    with FakeOpenAIServer("mixed") as server:
+        for run, extra in (("n3", ["--generation-config", "n=3"]), ("one", [])):
+            args = ["--model", "m", "--api-url", server.url, "--limit", "10", "--no-timestamp"]
+            done = run_cli("eval", *args, "--work-dir", str(work / run), *extra)
+            assert done.returncode == 0, done.stderr
+    report = json.loads((work / "n3/reports/m/coin_flip.json").read_text())
+    assert report["repeats"] == report["repeat_metrics"]["k"] == 3 and report["counts"]["samples"] == 30
+    compared = run_cli("compare", str(work), "--out", str(tmp_path / "cmp"))
+    assert compared.returncode == 0, compared.stderr
+    warnings = json.loads((tmp_path / "cmp/compare.json").read_text())["warnings"]
+    assert any("[n3]" in w and "majority vote" in w for w in warnings), warnings

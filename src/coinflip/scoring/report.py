@@ -58,7 +58,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
             "subset": subset,
             "template": template,
             "few_shot_num": config.get("few_shot_num", 0),
-            "repeats": _repeats(fingerprint.get("repeats")),
+            "repeats": _repeats(fingerprint),
             "api_mode": config.get("api_mode", "chat"),
             "generation_config": _section(fingerprint.get("generation_config", config.get("generation_config"))),
             "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
@@ -102,7 +102,14 @@ def _section(value: Any) -> Any:
     return value if isinstance(value, dict) else {}
 
 
-def _repeats(value: Any) -> int:
+def _repeats(fingerprint: dict[str, Any]) -> int:
+    """Answers asked per question: --repeats times the choices per request (`n`), as the plan counts
+    them (plan.per_question); a hand-edited value that is not a whole number from 1 counts as 1."""
+    generation = _section(fingerprint.get("generation_config"))
+    return _whole(fingerprint.get("repeats")) * _whole(generation.get("n"))
+
+
+def _whole(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
