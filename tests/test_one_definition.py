@@ -64,3 +64,16 @@ def test_a_refused_api_url_is_shown_as_the_saved_config_masks_it(tmp_path: Path,
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "SECRET" not in result.stderr and "pw" not in result.stderr, result.stderr
     assert "=***" in result.stderr and ("api-version=2024-01-01" in result.stderr or "api-version" not in url)
+
+
+def test_the_model_names_the_help_lists_are_the_ones_the_code_knows() -> None:
+    """--model's help, the baselines and the local models read one list each (config.py)."""
+    from coinflip.config import BASELINES, LOCAL_MODELS, settings
+    from coinflip.models.baselines import Baseline
+    from coinflip.models.llama_local import GGUF_PACKAGES
+
+    (model,) = [s for s in settings() if s.name == "model"]
+    assert all(name in model.help for name in (*BASELINES, *LOCAL_MODELS)), model.help
+    assert set(GGUF_PACKAGES) == set(LOCAL_MODELS)
+    for name in BASELINES:
+        assert Baseline(name).name == name

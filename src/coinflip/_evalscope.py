@@ -59,7 +59,7 @@ def _eval_type(config: TaskConfig) -> None:
     if kind is None or kind in HTTP_TYPES:
         return
     if kind == "mock_llm":
-        from .models.baselines import NAMES as BASELINES
+        from .config import BASELINES
 
         if config.model not in BASELINES and config.model is not None:
             raise ConfigError(f"eval_type mock_llm needs a baseline model: {', '.join(BASELINES)}")

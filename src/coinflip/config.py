@@ -51,6 +51,8 @@ GENERATION_KEYS = (
     "extra_query",
 )
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
+BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
+LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
 REDACTED = "***"
 SECRET_NAME = re.compile(r"key|auth|token|secret|password|passwd|signature|sig\b|credential|cookie|session|code", re.I)
 GATEWAY_KEYS = ("extra_headers", "extra_query", "extra_body")  # what a gateway may read a secret from
@@ -151,7 +153,7 @@ class TaskConfig:
     # the model and how to reach it
     model: str | None = _setting(
         None,
-        "Model name sent to the server; or a baseline (oracle, random, always-yes, always-no); or smollm2 (local).",
+        f"Model name sent to the server; or a baseline ({', '.join(BASELINES)}); or {', '.join(LOCAL_MODELS)} (local).",
         metavar="NAME",
     )
     model_id: str | None = _setting(None, "Name shown in reports and used in paths (default: the model name).")

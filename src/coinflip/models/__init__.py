@@ -8,12 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import TaskConfig
+from ..config import BASELINES, LOCAL_MODELS, TaskConfig
 from ..errors import ConfigError
 from .base import Model, Reply, Request
-from .baselines import NAMES as BASELINES
-
-LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file shipped by a package
 
 __all__ = ["BASELINES", "Endpoint", "Model", "Reply", "Request", "check_model", "open_model", "serve_local"]
 

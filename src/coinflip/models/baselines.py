@@ -5,10 +5,9 @@ from __future__ import annotations
 import random
 import time
 
+from ..config import BASELINES as NAMES
 from ..data.prompts import reasoning
 from .base import Reply, Request
-
-NAMES = ("oracle", "random", "always-yes", "always-no")
 
 
 class Baseline:
