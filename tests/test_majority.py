@@ -25,38 +25,43 @@ from coinflip.runner import rescore
 
 from .conftest import run_cli
 
-# answers, one a repeat: Y/N a valid answer; ? no valid answer (its forced answer says none either);
-# ?Y/?N no valid answer, forced to YES/NO; ! an errored sample
-# case -> (target, answers, verdict by the strict answers, verdict with forced answers); True: right
-CASES: dict[str, tuple[str, list[str], bool, bool]] = {
-    "yes_invalid_invalid": ("YES", ["Y", "?", "?"], True, True),  # issue 19: invalid answers do not vote
-    "tie": ("YES", ["Y", "N"], False, False),  # a tie is no answer
-    "tie_beside_invalid": ("YES", ["Y", "N", "?", "?"], False, False),
-    "all_invalid": ("NO", ["?", "?", "?"], False, False),
-    "even_repeats": ("NO", ["N", "N", "Y", "?"], True, True),
-    "errors_do_not_vote": ("YES", ["!", "!", "N", "Y", "Y"], True, True),
-    "errors_and_one_answer": ("NO", ["!", "N", "!"], True, True),
-    "one_repeat": ("YES", ["Y"], True, True),
-    "one_invalid_repeat": ("NO", ["?N"], False, True),
-    "forced_outvotes": ("YES", ["?Y", "?Y", "N"], False, True),
-    "forced_ties": ("YES", ["Y", "?N"], True, False),
-    "forced_says_nothing": ("NO", ["?", "N"], True, True),
-    "all_errored": ("YES", ["!", "!"], False, False),  # EvalScope's arithmetic: no sample, no question
-    "one_errored_repeat": ("NO", ["!"], False, False),
+# answers, one a repeat: R/W the right/wrong answer; ? no valid answer (its forced answer says none
+# either); ?R/?W no valid answer, forced to the right/wrong one; ! an errored sample
+# case -> (answers, verdict by the strict answers, verdict with forced answers); True: right
+CASES: dict[str, tuple[list[str], bool, bool]] = {
+    "right_invalid_invalid": (["R", "?", "?"], True, True),  # issue 19: invalid answers do not vote
+    "tie": (["R", "W"], False, False),  # a tie is no answer
+    "tie_beside_invalid": (["W", "R", "?", "?"], False, False),
+    "all_invalid": (["?", "?", "?"], False, False),
+    "even_repeats": (["R", "R", "W", "?"], True, True),
+    "errors_do_not_vote": (["!", "!", "W", "R", "R"], True, True),
+    "errors_and_one_answer": (["!", "R", "!"], True, True),
+    "errors_and_a_wrong_answer": (["!", "!", "W"], False, False),
+    "one_repeat": (["R"], True, True),
+    "one_wrong_repeat": (["W"], False, False),
+    "one_invalid_repeat": (["?R"], False, True),
+    "forced_outvotes": (["?R", "?R", "W"], False, True),
+    "forced_ties": (["R", "?W"], True, False),
+    "forced_says_nothing": (["?", "R"], True, True),
+    "all_errored": (["!", "!"], False, False),  # EvalScope's arithmetic: no sample, no question
+    "one_errored_repeat": (["!"], False, False),
 }
 ERRORED_ONLY = {"all_errored", "one_errored_repeat"}
 
 
-def _reply(answer: str) -> str:
-    return f"Counting.\nANSWER: {dict(Y='YES', N='NO')[answer]}" if answer in ("Y", "N") else "I cannot say."
+def _said(target: str, answer: str) -> str:
+    right = answer.endswith("R")
+    return f"ANSWER: {target if right else ('NO' if target == 'YES' else 'YES')}"
 
 
 def _row(template: dict[str, Any], target: str, repeat: int, answer: str) -> dict[str, Any]:
-    row = {**template, "repeat": repeat, "target": target, "reply": _reply(answer), "error": None}
-    if answer == "!":
+    row = {**template, "repeat": repeat, "target": target, "reply": "I cannot say.", "error": None}
+    if answer in ("R", "W"):
+        row["reply"] = "Counting.\n" + _said(target, answer)
+    elif answer == "!":
         row |= {"reply": None, "finish_reason": None, "usage": None, "error": "HTTP 500: server error"}
-    elif answer.startswith("?"):
-        said = f"ANSWER: {dict(Y='YES', N='NO')[answer[1]]}" if len(answer) == 2 else "I cannot say."
+    else:
+        said = _said(target, answer) if len(answer) == 2 else "I cannot say."
         row["forced"] = {"reply": said, "finish_reason": "stop", "usage": None, "latency_s": 0.0, "attempts": 1}
         row["forced"]["error"] = None
     return row
@@ -68,13 +73,13 @@ def _eval(folder: Path, *args: str) -> Path:
     return folder
 
 
-def _case_run(template: Path, folder: Path, target: str, answers: list[str]) -> None:
+def _case_run(template: Path, folder: Path, answers: list[str]) -> None:
     """A copy of a real run on one question, its answers rewritten in the project's record format."""
     shutil.copytree(template, folder)
     (saved,) = (folder / "predictions" / "oracle").glob("*.jsonl")
     first = read_prediction(saved.read_bytes().splitlines()[0])
     assert first is not None
-    saved.write_bytes(b"".join(dumps(_row(dict(first), target, k, a)) for k, a in enumerate(answers)))  # type: ignore[arg-type]
+    saved.write_bytes(b"".join(dumps(_row(dict(first), first["target"], k, a)) for k, a in enumerate(answers)))  # type: ignore[arg-type]
     rescore(folder, show=False)
 
 
@@ -88,10 +93,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         _eval(work / "oracle", "--limit", "2", "--metric-compat", compat)
         templates = {
             k: _eval(root / f"template-{compat}-{k}", "--limit", "1", "--repeats", str(k), "--metric-compat", compat)
-            for k in sorted({len(answers) for _, answers, _, _ in CASES.values()})
+            for k in sorted({len(answers) for answers, _, _ in CASES.values()})
         }
-        for name, (target, answers, _, _) in CASES.items():
-            _case_run(templates[len(answers)], work / name, target, answers)
+        for name, (answers, _, _) in CASES.items():
+            _case_run(templates[len(answers)], work / name, answers)
         works[compat] = work
     return works
 
@@ -100,7 +105,7 @@ def _expected(compat: str, name: str, forced: bool) -> bool | None:
     """The one definition's verdict; None: the question does not count (no sample in EvalScope's arithmetic)."""
     if compat == "evalscope" and name in ERRORED_ONLY:
         return None
-    return CASES[name][3 if forced else 2]
+    return CASES[name][2 if forced else 1]
 
 
 def _question(run: Path) -> tuple[int, str]:
@@ -163,6 +168,13 @@ def test_every_place_gives_each_question_the_same_majority_verdict(runs: dict[st
         expected_counts = (1, int(bool(verdicts[a]) and not verdicts[b]), int(bool(verdicts[b]) and not verdicts[a]))
         assert pair is not None and (pair["shared"], pair["only_a"], pair["only_b"]) == expected_counts, (a, b)
         assert listed is not None and (listed["shared"], listed["only_a"], listed["only_b"]) == expected_counts
+        # the index shows each run's answer on the questions where they differ: the one its verdict is on
+        record, flip = (tested[(a, b)], False) if (a, b) in tested else (tested[(b, a)], True)
+        assert len(record["rows"]) == expected_counts[1] + expected_counts[2]
+        for shown in record["rows"]:
+            target = index["questions"][shown[0]][1]
+            said_a, said_b = (shown[2], shown[1]) if flip else (shown[1], shown[2])
+            assert (said_a == target, said_b == target) == (verdicts[a], verdicts[b]), (a, b, said_a, said_b)
 
 
 def _swapped(pair: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -176,7 +188,7 @@ def test_evalscope_repeats_leave_errored_samples_out_as_its_metrics_do() -> None
     from coinflip.scoring.report import build_report
     from coinflip.scoring.scorer import Scorer
 
-    answers = {0: ("YES", ["!", "!"]), 1: ("NO", ["N", "Y"]), 2: ("YES", ["Y", "Y"])}
+    answers = {0: ("YES", ["!", "!"]), 1: ("NO", ["R", "W"]), 2: ("YES", ["R", "R"])}
     saved = {"config": {"model": "m"}, "fingerprint": {"repeats": 2}, "samples": 6}
     reports = {}
     for compat in ("coinflip", "evalscope"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -229,7 +230,9 @@ class Answers:
     """A run's verdicts by question text, read from its reviews and predictions."""
 
     correct: dict[str, bool]  # one verdict per question: its majority vote (scoring/reducers.py) is right
-    first: dict[str, tuple[int, str, str, int]]  # question -> (id, answer, target, people) of its first row
+    # question -> (id, answer, target, people) of its first row; the answer is its majority vote's
+    # where that is YES or NO, or "no majority" for several answers without one
+    first: dict[str, tuple[int, str, str, int]]
     predictions: Path
     offsets: dict[int, int]  # where each id's first line starts in the predictions file
     run: Path  # the run folder: the predictions file is read only inside it
@@ -264,16 +267,22 @@ def read_answers(run: Found) -> Answers | None:
         questions, offsets = _questions(run.file("predictions"), run.path)
         votes = Votes(str(run.report.get("metric_compat", "coinflip")))  # the arithmetic the reviews are in
         first: dict[str, tuple[int, str, str, int]] = {}
+        asked: Counter[str] = Counter()  # reviews of each question
         for line in _lines(run.file("reviews"), run.path):
             review = read_review(line)
             question = questions.get(review["id"]) if review is not None else None
             if review is None or question is None:
                 continue
             votes.add(question, review)
+            asked[question] += 1
             if question not in first:
                 first[question] = (review["id"], _answer(review), str(review.get("target")), _people(review))
     except Exception:  # noqa: BLE001 - unreadable answers leave the run out of pairs, nothing more
         return None
+    for question, said in votes.answers().items():  # the answer the verdict is on, where there is one
+        if said is not None or asked[question] > 1:
+            id_, _, target, people = first[question]
+            first[question] = (id_, said or "no majority", target, people)
     return Answers(votes.right(), first, run.file("predictions"), offsets, run.path)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..records import ANSWERS
 from .metrics import METRICS, Outcomes, number, per_question, rates, scored
 from .schema import Repeats, Spread
 
@@ -94,6 +95,14 @@ class Votes:
 
     def right(self) -> dict[str, bool]:
         return majority_right(self.counts)
+
+    def answers(self) -> dict[str, str | None]:
+        """Each question's majority answer: YES, NO, or None (a tie, or no valid answer)."""
+        import numpy as np
+
+        counts = np.array(list(self.counts.values()), dtype=np.int64).reshape(-1, 3)
+        votes = majority(counts[:, 0], counts[:, 1]).tolist()
+        return {question: ANSWERS[vote] for question, vote in zip(self.counts, votes, strict=True)}
 
 
 def _majority(matrix: Any) -> Any:
