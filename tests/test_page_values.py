@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html import unescape as html_unescape
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,30 @@ def _look(page: Path, tmp_path: Path, fragment: str = "") -> dict:
     return json.loads(html_unescape(out[1]))
 
 
+class Page(HTMLParser):
+    """An HTML document's elements, its text, and how many cells each row of each table has."""
+
+    def __init__(self, document: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.tables: list[list[int]] = []
+        self.text = ""
+        self.feed(document)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append(0)
+        elif tag in ("td", "th"):
+            self.tables[-1][-1] += 1
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+
+
 def _probe_page(tmp_path: Path) -> Path:
     """probe.html of a probe whose every text is hostile, written as `coinflip probe` writes it."""
     from coinflip.probes.page import render
@@ -123,6 +148,11 @@ def _probe_page(tmp_path: Path) -> Path:
     page = tmp_path / "probe.html"
     page.write_text(render(result), encoding="utf-8")
     return page
+
+
+def test_the_probe_page_quotes_its_resume_command_for_a_shell(tmp_path: Path) -> None:
+    text = Page(_probe_page(tmp_path).read_text()).text
+    assert "resume with\ncoinflip probe --use-cache '\ufffd\ufffd" in text  # one argument, whatever the folder holds
 
 
 def _sweep_page(tmp_path: Path) -> Path:
@@ -160,10 +190,37 @@ def test_the_terminal_shows_bidi_overrides_as_replacements(pages: Pages) -> None
         assert "W" * 20 in printed and UNSHOWN.findall(printed) == []
 
 
-def test_compare_markdown_holds_markup_as_text(pages: Pages) -> None:
-    markdown = (pages.compare.parent / "compare.md").read_text()
-    assert "<img" not in markdown and "&lt;img src=x onerror=window.__pwned=1&gt;" in markdown
-    assert UNSHOWN.findall(markdown) == []
+MARKDOWN = "[a link](javascript:alert(1)) ![an image](x) `code` a|b c\\"
+
+
+def test_compare_markdown_holds_markup_and_markdown_as_text(pages: Pages) -> None:
+    """compare.md rendered as a markdown viewer renders it (HTML allowed, GitHub's tables): no
+    element a name made, each row as many cells as the header, and the names there as text."""
+    from markdown_it import MarkdownIt
+
+    from coinflip.pages.compare import to_markdown
+
+    result = json.loads((pages.compare.parent / "compare.json").read_text())
+    for n, entry in enumerate(result["leaderboard"]):
+        entry["model"] = [MARKDOWN, entry["model"]][n % 2]
+    shown = Page(MarkdownIt("commonmark", {"html": True}).enable("table").render(to_markdown(result)))
+    assert {tag for tag, _ in shown.tags} <= {
+        "h1",
+        "h2",
+        "h3",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+        "ul",
+        "li",
+        "p",
+        "strong",
+    }
+    assert all(len(set(table)) == 1 for table in shown.tables)  # no | of a name split a cell, no line break a row
+    assert MARKDOWN.rstrip("\\") in shown.text and MARKUP in shown.text
 
 
 def test_a_server_naming_a_finish_reason_per_reply_adds_ten_rows_to_the_page(pages: Pages) -> None:

@@ -316,10 +316,15 @@ def _untested(result: dict[str, Any]) -> list[str]:
     return [f"{u['a']} and {u['b']}: {u['reason']}, no test" for u in result.get("untested", [])]
 
 
+# a backslash, a `|` (ends the cell), brackets (`[x](javascript:...)` is a link) and backticks are
+# escaped; a line break (ends the row) becomes a space
+_MARKDOWN = str.maketrans({"\\": "\\\\", "|": "\\|", "[": "\\[", "]": "\\]", "`": "\\`", "\n": " ", "\r": " "})
+
+
 def _md(text: Any) -> str:
-    """A table cell of compare.md: markdown viewers render HTML in it, so `<`, `>` and `&` are
-    written as entities (shown as the characters), and a `|` or a line break cannot end the cell."""
-    return html.escape(shown(text), quote=False).replace("|", "\\|").replace("\n", " ")
+    """Text in compare.md as text: markdown viewers render HTML and links in it, so `<`, `>` and
+    `&` are written as entities and markdown's own characters escaped (each shows as itself)."""
+    return html.escape(shown(text), quote=False).translate(_MARKDOWN)
 
 
 def _md_table(head: list[str] | tuple[str, ...], rows: list[list[str]]) -> list[str]:

@@ -8,6 +8,7 @@ computed here. One self-contained file: no script, nothing fetched.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from ..pages.charts import BLUE
@@ -28,6 +29,7 @@ def render(result: dict[str, Any]) -> str:
         "probe.html",
         r=result,
         base_label=_base_label(result),
+        resume=f"coinflip probe --use-cache {shlex.quote(str(result.get('directory')))}",  # to paste in a shell
         view_note=VIEW_NOTES.get(result.get("view", "strict"), ""),
         chart=variant_chart(result["variants"]),
         curve=length_curve(result["length"]["points"]),
