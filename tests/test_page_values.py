@@ -8,17 +8,19 @@ code ran."""
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from html import unescape as html_unescape
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from coinflip.pages import html, run_page
+from coinflip.pages import html, index, run_page
 from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import read_jsonl, run_cli
@@ -316,3 +318,52 @@ def test_a_saved_subset_that_is_not_a_count_is_one_line(tmp_path: Path) -> None:
     result = run_cli("rescore", str(tmp_path))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "subset must hold whole numbers" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("links") / "w"
+    for name in ("oracle", "random"):
+        made = run_cli("eval", "--model", name, "--limit", "10", "--work-dir", str(work / name), "--no-timestamp")
+        assert made.returncode == 0, made.stderr
+    return work
+
+
+ANSWERS, COMPARE, VIEW = (
+    (lambda work: run_cli("answers", str(work / "oracle"))),
+    (lambda work: run_cli("compare", str(work))),
+    (lambda work: run_cli("view", str(work))),
+)
+
+
+@pytest.mark.parametrize(
+    ("planted", "written", "write"),
+    [
+        ("oracle/answers.csv.tmp", "oracle/answers.csv", ANSWERS),
+        ("oracle/answers.csv", "oracle/answers.csv", ANSWERS),
+        ("compare/compare.html", "compare/compare.html", COMPARE),
+        ("compare/compare.md", "compare/compare.md", COMPARE),
+        ("index.html", "index.html", VIEW),
+        (f".index.html.{os.getpid()}.tmp", "index.html", index.write),  # in this process: its pid
+    ],
+    ids=["answers-tmp", "answers", "compare-html", "compare-md", "index", "index-tmp"],
+)
+def test_a_link_left_in_a_work_directory_is_never_written_through(
+    two_runs: Path, tmp_path: Path, planted: str, written: str, write: Callable[[Path], Any]
+) -> None:
+    """Whoever wrote the work directory may have left a link where a page or its temporary file
+    will be written: the page replaces the link, the file it pointed to stays as it was."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    link_path = two_runs / planted
+    link_path.parent.mkdir(exist_ok=True)
+    link_path.unlink(missing_ok=True)
+    link_path.symlink_to(victim)
+    try:
+        done = write(two_runs)
+        assert getattr(done, "returncode", 0) == 0, getattr(done, "stderr", "")
+        assert victim.read_text() == "precious"
+        page = two_runs / written
+        assert page.is_file() and not page.is_symlink() and page.stat().st_size > 100
+    finally:
+        link_path.unlink(missing_ok=True)

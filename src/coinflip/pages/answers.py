@@ -109,7 +109,8 @@ def save(run: RunDir, path: Path, form: str) -> int:
     """Write the answers to `path` whole (through a temporary file); return how many."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with tmp.open("w", encoding="utf-8", newline="") as out:
+        tmp.unlink(missing_ok=True)  # a link or a FIFO left there by whoever wrote the run: never written through
+        with tmp.open("x", encoding="utf-8", newline="") as out:
             count = write(answers(run), out, form)
         os.replace(tmp, path)
     except OSError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -54,6 +55,21 @@ def utf8(page: str) -> bytes:
     """A page as UTF-8. A lone surrogate (a folder name that is not UTF-8, half a pair in a
     reply) becomes U+FFFD: it cannot be written as UTF-8, and browsers choke on it in the DOM."""
     return _SURROGATE.sub("\ufffd", page).encode("utf-8")
+
+
+def write_whole(path: Path, page: str) -> None:
+    """`page` in `path` as UTF-8, whole: through a temporary file beside it, made new (a link or a
+    FIFO someone left under its name is removed, never written through), that then takes the
+    place of `path` (a link there is replaced, not followed). A browser or a second writer never
+    sees half a page; a folder someone else wrote never makes us write outside it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)
+        with open(tmp, "xb") as out:
+            out.write(utf8(page))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def data_of(report: Report, config: dict[str, Any]) -> dict[str, Any]:

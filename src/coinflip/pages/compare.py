@@ -21,7 +21,7 @@ from ..errors import ConfigError, StorageError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from .board import label, row, utf8
+from .board import label, row, write_whole
 from .catalog import Found, read_answers, read_run, scan
 from .html import fmt, render_template, shown
 
@@ -386,7 +386,7 @@ def write_files(result: dict[str, Any], out: Path) -> list[Path]:
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, content in files.items():
-            (out / name).write_bytes(utf8(content))
+            write_whole(out / name, content)  # compare/ may lie in a work directory someone else wrote
     except OSError as exc:
         raise StorageError(f"cannot write the comparison to {out}: {exc.strerror or exc}") from None
     return [out / name for name in files]

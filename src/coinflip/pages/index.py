@@ -12,7 +12,6 @@ Everything a model, a server or a user wrote reaches the page as JSON text (with
 from __future__ import annotations
 
 import logging
-import os
 from datetime import datetime
 from itertools import combinations
 from pathlib import Path
@@ -23,7 +22,7 @@ from .._terminal import printable
 from ..errors import ConfigError, StorageError
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from .board import EXTRAS, row, utf8
+from .board import EXTRAS, row, write_whole
 from .catalog import Answers, Found, read_answers, scan
 from .html import render_template
 
@@ -85,15 +84,9 @@ def write(work_dir: Path) -> Path:
 
 
 def _write_html(work_dir: Path, html: str) -> Path:
-    """Atomically, so a browser or a second run never sees half a page."""
-    target = work_dir / INDEX
-    tmp = work_dir / f".{INDEX}.{os.getpid()}.tmp"
-    try:
-        tmp.write_bytes(utf8(html))
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+    """Whole, so a browser or a second run never sees half a page (board.write_whole)."""
+    write_whole(work_dir / INDEX, html)
+    return work_dir / INDEX
 
 
 def build(work_dir: Path) -> dict[str, Any]:
