@@ -367,3 +367,16 @@ def test_a_link_left_in_a_work_directory_is_never_written_through(
         assert page.is_file() and not page.is_symlink() and page.stat().st_size > 100
     finally:
         link_path.unlink(missing_ok=True)
+
+
+def test_a_resumed_probe_replaces_a_link_left_at_its_page(tmp_path: Path) -> None:
+    made = run_cli("probe", "--model", "oracle", "--limit", "10", "--lengths", "0", "--work-dir", str(tmp_path / "w"))
+    assert made.returncode == 0, made.stderr
+    (folder,) = (tmp_path / "w").glob("probe_*")
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (folder / "probe.html").unlink()
+    (folder / "probe.html").symlink_to(victim)
+    resumed = run_cli("probe", "--use-cache", str(folder))
+    assert resumed.returncode == 0, resumed.stderr
+    assert victim.read_text() == "precious" and not (folder / "probe.html").is_symlink()

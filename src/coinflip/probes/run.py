@@ -359,6 +359,7 @@ def _row(variant: Variant, report: dict[str, Any], data: Path | None, view: str)
 
 
 def _write_page(root: Path, result: dict[str, Any]) -> None:
+    from ..pages.board import write_whole
     from .page import render
 
-    (root / PAGE_FILE).write_text(render(result), encoding="utf-8")
+    write_whole(root / PAGE_FILE, render(result))  # a resumed probe's folder may hold a link there
