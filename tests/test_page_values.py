@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from html import unescape as html_unescape
@@ -110,6 +111,7 @@ class Page(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
         self.tables: list[list[int]] = []
+        self.scripts: list[str] = []
         self.text = ""
         self.feed(document)
         self.close()
@@ -124,7 +126,10 @@ class Page(HTMLParser):
             self.tables[-1][-1] += 1
 
     def handle_data(self, data: str) -> None:
-        self.text += data
+        if self.lasttag == "script":
+            self.scripts.append(data)
+        else:
+            self.text += data
 
 
 def _probe_page(tmp_path: Path) -> Path:
@@ -380,3 +385,17 @@ def test_a_resumed_probe_replaces_a_link_left_at_its_page(tmp_path: Path) -> Non
     resumed = run_cli("probe", "--use-cache", str(folder))
     assert resumed.returncode == 0, resumed.stderr
     assert victim.read_text() == "precious" and not (folder / "probe.html").is_symlink()
+
+
+def test_the_index_lists_long_questions_cut(two_runs: Path, tmp_path: Path) -> None:
+    """The pair view lists the questions two runs disagree on: one of 200,000 characters (a data
+    file someone wrote) is listed by its first 2,000, so 20,000 listed rows stay a page."""
+    work = shutil.copytree(two_runs, tmp_path / "w", ignore=shutil.ignore_patterns("index.html", "compare"))
+    for run in ("oracle", "random"):
+        predictions = work / run / f"predictions/{run}/coin_flip.jsonl"
+        rows = read_jsonl(predictions)
+        predictions.write_text(
+            "".join(json.dumps({**r, "question": r["question"] + "x" * 200_000}) + "\n" for r in rows)
+        )
+    data = json.loads(Page(index.write(work).read_text()).scripts[0])
+    assert data["questions"] and all(len(q) <= 2000 and q.endswith("…") for q, _, _ in data["questions"])

@@ -53,10 +53,10 @@ def _finalize(value: Any) -> Any:
 
 
 def _plain(data: Any) -> Any:
-    """`data` for tojson: each string (keys too) without unshowable characters, NaN and the
-    infinities as null (JSON has no such numbers)."""
+    """`data` for tojson: each string (keys too) as `shown` writes it, NaN and the infinities as
+    null (JSON has no such numbers)."""
     if isinstance(data, str):
-        return _UNSHOWABLE.sub("\ufffd", data)
+        return shown(data)
     if isinstance(data, dict):
         return {_plain(str(k)): _plain(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):

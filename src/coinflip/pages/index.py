@@ -22,7 +22,7 @@ from .._terminal import printable
 from ..errors import ConfigError, StorageError
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from .board import EXTRAS, row, write_whole
+from .board import EXTRAS, row, text, write_whole
 from .catalog import Answers, Found, read_answers, scan
 from .html import render_template
 
@@ -31,6 +31,7 @@ PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precompute
 PAIR_ROWS = 100  # disagreeing questions listed per pair
 ROW_BUDGET = 20_000  # disagreeing questions listed on the whole page
 REPLY_TAIL = 240  # characters kept of a reply, from its end (where the answer is)
+QUESTION_CHARS = 2000  # of a question (a real one is a few hundred): 20,000 listed rows stay a page, not gigabytes
 log = logging.getLogger("coinflip")
 
 
@@ -233,7 +234,7 @@ class _Pairs:
         if question not in self._question:
             _, _, target, people = answers.first[question]
             self._question[question] = len(self.questions)
-            self.questions.append([question, target, people])
+            self.questions.append([text(question, QUESTION_CHARS), text(target, 20), people])
         return self._question[question]
 
     def _reply_index(self, reply: str) -> int:
