@@ -91,6 +91,24 @@ def test_an_https_proxy_url_never_shows_its_password(tmp_path: Path) -> None:
     assert "give an http:// proxy URL" in line and "hunter2pw" not in line
 
 
+@pytest.mark.parametrize(
+    ("proxy", "message"),
+    [
+        ("http://user:hunter2pw@proxy.invalid:3128", "proxy proxy.invalid:3128 is unreachable (unknown host: "),
+        ("http://user:hunter2pw@[::1", "proxy 'http://[::1' is not a URL (Invalid IPv6 URL)"),
+        ("http://user:hunter2pw@proxy host:3128", "proxy 'http://proxy host:3128': 'proxy host' is not a host name"),
+        ("http://user:hunter2pw@proxy\x01:3128", "proxy 'http://proxy\\x01:3128': 'proxy\\x01' is not a host name"),
+    ],
+)
+def test_a_proxy_that_cannot_be_reached_or_read_is_one_line(proxy: str, message: str, tmp_path: Path) -> None:
+    """A proxy's unknown name was blamed on the server's (its look-up is the proxy's); a proxy URL
+    that is no URL, or whose host holds a space or control character, ended in a traceback."""
+    result, elapsed = timed_eval("https://api.example.com/v1", tmp_path, env={"HTTPS_PROXY": proxy})
+    assert result.returncode == 2 and elapsed < FAST
+    line = one_line(result)
+    assert message in line and "hunter2pw" not in line
+
+
 def test_a_plain_http_proxy_answering_407_stops_the_run(tmp_path: Path) -> None:
     with AnswerServer(lambda s: answer({"error": "auth"}, 407, "Proxy-Authenticate: Basic")) as proxy:
         result, elapsed = timed_eval("http://api.example.invalid/v1", tmp_path, env={"HTTP_PROXY": proxy.url})

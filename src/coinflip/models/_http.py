@@ -225,6 +225,20 @@ def _never_resolves(host: str) -> bool:
     return host.lower().rstrip(".").endswith(".invalid") or host.lower() == "invalid"
 
 
+def _refuse_invalid(target: Target) -> None:
+    """No look-up for a `.invalid` name, the server's or (when there is one) the proxy's."""
+    unknown = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    if target.proxy is not None and _never_resolves(target.proxy.host):
+        raise _unreachable(target, unknown)
+    if target.proxy is None and _never_resolves(target.host):
+        raise unknown
+
+
+def _unreachable(target: Target, reason: BaseException) -> ProxyError:
+    assert target.proxy is not None
+    return ProxyError(f"proxy {target.proxy.host}:{target.proxy.port} is unreachable ({_reason(reason)})")
+
+
 class ConnectionPool:
     """One aiohttp session: keep-alive connections per origin, opened on demand."""
 
@@ -289,8 +303,7 @@ class ConnectionPool:
             proxy_headers=options.get("proxy_headers"),
         )
         try:
-            if _never_resolves(target.host) and target.proxy is None:
-                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            _refuse_invalid(target)
             assert session.connector is not None
             connection = await asyncio.wait_for(session.connector.connect(request, [], session.timeout), self.timeout)
         except (OSError, asyncio.TimeoutError, aiohttp.ClientError) as exc:
@@ -301,8 +314,7 @@ class ConnectionPool:
     async def post(self, url: str, body: bytes, stream: bool = False) -> Response:
         """The whole answer within `timeout` seconds; OSError (TimeoutError included) otherwise."""
         target = self.target(url)
-        if _never_resolves(target.host) and target.proxy is None:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        _refuse_invalid(target)
         for attempt in (1, 2):
             progress = _Progress()
             try:
@@ -404,9 +416,10 @@ def _translated(exc: BaseException, target: Target, timeout: float) -> BaseExcep
                 f"{where} wants credentials (407): put them in the proxy URL, http://user:password@host:port"
             )
         return ProxyError(f"{where} answered {exc.status} to CONNECT {target.authority}")
-    if isinstance(exc, aiohttp.ClientProxyConnectionError):
-        assert target.proxy is not None
-        return ProxyError(f"proxy {target.proxy.host}:{target.proxy.port} is unreachable ({_reason(exc.os_error)})")
+    if isinstance(exc, aiohttp.ClientProxyConnectionError) or (
+        target.proxy is not None and isinstance(exc, aiohttp.ClientConnectorDNSError)  # a proxy looks up the server
+    ):
+        return _unreachable(target, exc.os_error)
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return exc.certificate_error
     if isinstance(exc, aiohttp.ClientConnectorError):

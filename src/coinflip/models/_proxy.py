@@ -24,14 +24,19 @@ class Proxy:
 
     @classmethod
     def parse(cls, url: str) -> Proxy:
-        parts = urlsplit(url if "://" in url else f"http://{url}")
         shown = shown_url(url)
+        try:
+            parts = urlsplit(url if "://" in url else f"http://{url}")
+        except ValueError as exc:  # http://[::1
+            raise ConfigError(f"proxy {shown!r} is not a URL ({exc})") from None
         if parts.scheme != "http" or not parts.hostname:
             raise ConfigError(f"proxy {shown!r}: give an http:// proxy URL, e.g. http://proxy.example:3128")
         try:
             port = parts.port or 80
         except ValueError:
             raise ConfigError(f"proxy {shown!r}: the port is not a number") from None
+        if not all(c.isalnum() or c in ".-_:%" for c in parts.hostname):  # a space, a control character
+            raise ConfigError(f"proxy {shown!r}: {parts.hostname!r} is not a host name")
         authorization = None
         if parts.username is not None:
             pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
