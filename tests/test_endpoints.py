@@ -162,6 +162,18 @@ def test_the_wrong_scheme_fails_in_seconds_either_way(tmp_path: Path) -> None:
     assert f"https://127.0.0.1:{http_port}: TLS handshake failed" in one_line(secure)
 
 
+def test_https_to_a_plain_server_that_waits_for_a_request_fails_well_before_the_timeout(tmp_path: Path) -> None:
+    """The test server, like Python's http.server, waits for a request's blank line that a TLS
+    handshake never sends: the check before the run gives a handshake 10 s, not --timeout (120 s)."""
+    with FakeOpenAIServer("correct") as srv:
+        result, elapsed = timed_eval(f"https://127.0.0.1:{srv.port}/v1", tmp_path)
+    assert result.returncode == 2 and elapsed < 60
+    assert one_line(result).endswith(
+        f"https://127.0.0.1:{srv.port} takes a connection but no TLS handshake within 10 s; is it an https:// "
+        "server? - check --api-url"
+    )
+
+
 def test_a_connection_that_never_opens_fails_within_the_timeout(tmp_path: Path) -> None:
     """A full listen queue drops the SYN, as a non-routable address (10.255.255.1) would."""
     with socket.socket() as full:

@@ -8,8 +8,9 @@ an evaluation needs on top of any client:
 - which proxy a URL goes through, read from the environment by `_proxy.py` (never aiohttp's
   `trust_env`: loopback is never proxied, lower case wins, NO_PROXY takes CIDR blocks);
 - one line saying what is wrong with an endpoint (`check` opens the first connection before a
-  run; `describe_connect_error`), and our own exceptions instead of aiohttp's, so callers see
-  OSError, TimeoutError, ProtocolError, ProxyError or ReplyTooLarge;
+  run, within CONNECT_S; `describe_connect_error`; a wrong scheme either way is told apart by
+  trying the other), and our own exceptions instead of aiohttp's, so callers see OSError,
+  TimeoutError, ProtocolError, ProxyError or ReplyTooLarge;
 - the cost of a reply bounded, not only its bytes: a body or stream over `max_body` bytes, a
   JSON document of more than one value per 16 bytes of `max_body`, or a stream whose events
   average under 32 bytes fails with ReplyTooLarge as soon as it is seen; a stream's events go
@@ -45,6 +46,7 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 BYTES_PER_EVENT = 32  # a real event of a streamed reply is 50-300 bytes; `data: {}` is 10
 FREE_EVENTS = 256  # events allowed before their size is looked at
 BYTES_PER_NODE = 16  # a JSON value of a real reply takes 7 bytes or more; `{},` builds 64 bytes from 3
+CONNECT_S = 10.0  # the longest the first connection before a run may take (TCP, proxy, TLS): real ones take <1 s
 DONE_GRACE = 0.5  # seconds to let a stream end its HTTP message after [DONE] and keep the connection
 _FRAMING_HEADERS = ("host", "content-length", "transfer-encoding", "connection")  # ours to set, not a user's
 
@@ -225,6 +227,20 @@ def _never_resolves(host: str) -> bool:
     return host.lower().rstrip(".").endswith(".invalid") or host.lower() == "invalid"
 
 
+async def _opens(target: Target, tls: ssl.SSLContext | None = None, limit: float = 2.0) -> bool:
+    """Whether a connection to the target, plain or (with `tls`) with a TLS handshake, opens within
+    `limit` seconds: the test that tells a wrong scheme from a server that is down."""
+    try:
+        opened = asyncio.open_connection(
+            target.host, target.port, ssl=tls, server_hostname=target.host if tls else None
+        )
+        _, writer = await asyncio.wait_for(opened, limit)
+    except (OSError, asyncio.TimeoutError):  # ssl.SSLError is an OSError
+        return False
+    writer.transport.abort()
+    return True
+
+
 def _refuse_invalid(target: Target) -> None:
     """No look-up for a `.invalid` name, the server's or (when there is one) the proxy's."""
     unknown = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
@@ -302,13 +318,19 @@ class ConnectionPool:
             proxy=options.get("proxy"),
             proxy_headers=options.get("proxy_headers"),
         )
+        limit = min(self.timeout, CONNECT_S)
         try:
             _refuse_invalid(target)
             assert session.connector is not None
-            connection = await asyncio.wait_for(session.connector.connect(request, [], session.timeout), self.timeout)
+            connection = await asyncio.wait_for(session.connector.connect(request, [], session.timeout), limit)
         except (OSError, asyncio.TimeoutError, aiohttp.ClientError) as exc:
-            reason = _translated(exc, target, self.timeout)
-            raise EndpointError(describe_connect_error(reason, target, self.timeout)) from None
+            if isinstance(exc, asyncio.TimeoutError) and target.tls and target.proxy is None and await _opens(target):
+                raise EndpointError(
+                    f"https://{target.authority} takes a connection but no TLS handshake within {limit:g} s; is it "
+                    "an https:// server? - check --api-url"
+                ) from None
+            reason = _translated(exc, target, limit)
+            raise EndpointError(describe_connect_error(reason, target, limit)) from None
         connection.release()
 
     async def post(self, url: str, body: bytes, stream: bool = False) -> Response:
@@ -343,13 +365,7 @@ class ConnectionPool:
             return False
         context = ssl.create_default_context()
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # only: does it speak TLS
-        try:
-            opened = asyncio.open_connection(target.host, target.port, ssl=context, server_hostname=target.host)
-            _, writer = await asyncio.wait_for(opened, min(self.timeout, 5.0))
-        except (OSError, asyncio.TimeoutError):  # ssl.SSLError is an OSError
-            return False
-        writer.transport.abort()
-        return True
+        return await _opens(target, context, min(self.timeout, 5.0))
 
     async def _exchange(self, target: Target, body: bytes, stream: bool, progress: _Progress) -> Response:
         loop = asyncio.get_running_loop()
