@@ -3,6 +3,7 @@ clock: token buckets, in-flight limits, one-slot servers and servers without lim
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -221,6 +222,27 @@ def test_a_refusal_that_says_come_back_now_is_no_limit_to_learn() -> None:
         limiter.send(1.0)
     limiter.rejected(1.0, 1.0, 0.0)
     assert limiter.traffic.rejected == 1 and limiter.allowed() == 32 and limiter.delay(1.0) == 0.0
+
+
+def test_come_back_now_said_again_before_any_success_is_a_limit() -> None:
+    """A server answering every request 429 with `Retry-After: 0` got some 1,700 requests a second
+    until --patience ran out (300 s: half a million): the second such refusal in a row slows down
+    as one without the header does, and a success makes the next one passing again."""
+    limiter = Limiter(32)
+    limiter.send(1.0)
+    limiter.rejected(1.0, 1.0, 0.0)
+    assert limiter.delay(1.0) == 0.0
+    limiter.send(1.0)
+    limiter.rejected(1.0, 1.0, 0.0)
+    assert limiter.delay(1.0) > 0.0 and limiter.traffic.rejected == 2
+    limiter.send(5.0)
+    limiter.succeeded(5.1, 5.0)
+    twin = copy.deepcopy(limiter)
+    for each in (limiter, twin):
+        each.send(6.0)
+    limiter.rejected(6.0, 6.0, 0.0)
+    twin.failed()  # no signal about load: what a passing refusal is
+    assert limiter.delay(6.0) == twin.delay(6.0) and limiter.allowed() == twin.allowed()
 
 
 def test_a_record_read_back_is_checked() -> None:

@@ -153,6 +153,7 @@ class Limiter:
         self.queue_cap: int | None = None
         self.refused_at = 0  # requests in flight beside the last refusal without a Retry-After
         self.spread = False  # send the level's requests spread over a reply's time, not together
+        self.passing = False  # a refusal saying "come back now" (Retry-After: 0) since the last success
         self.latency = 0.0  # seconds, a moving average of the replies'
         self.replies: deque[tuple[float, int]] = deque()  # (end, tokens) of the latest replies
         self.reply_tokens = 0  # their tokens, summed
@@ -203,6 +204,7 @@ class Limiter:
     def succeeded(self, now: float, sent_at: float, tokens: int = 0) -> None:
         self.in_flight -= 1
         self.traffic.succeeded += 1
+        self.passing = False
         self.latency += (now - sent_at - self.latency) * (0.1 if self.latency else 1.0)
         near = self.level < NEAR * self.refused_at  # probe slowly near where the endpoint refused
         self.level = min(float(self.ceiling), self.level + (NEAR_GROWTH if near else 1.0) / self.level)
@@ -216,7 +218,10 @@ class Limiter:
         self.in_flight -= 1
         self.traffic.rejected += 1
         if retry_after is not None and retry_after <= 0:
-            return  # "come back now": a passing refusal, as flaky servers give, not a limit to learn
+            if not self.passing:
+                self.passing = True
+                return  # "come back now": a passing refusal, as flaky servers give, not a limit to learn
+            retry_after = None  # said again before any success: a limit after all (else a busy loop)
         if sent_at >= self.period_start:
             self.period_refused.append(sent_at)
         if retry_after is None:
