@@ -125,6 +125,7 @@ def test_every_place_gives_each_question_the_same_majority_verdict(runs: dict[st
     compared = run_cli("compare", str(work), "--out", str(out))
     assert compared.returncode == 0, compared.stderr
     pairs = {(p["a"], p["b"]): p for p in json.loads((out / "compare.json").read_text())["pairs"]}
+    assert "McNemar tests (shared questions" in compared.stdout  # one verdict a question, however many repeats
     index = build(work)
     rows = index["runs"]
     tested = {(rows[p["a"]]["run"], rows[p["b"]]["run"]): p for p in index["pairs"]}

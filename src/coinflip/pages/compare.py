@@ -348,7 +348,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         lines += _md_table(BOARD_HEAD, [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
         pairs = _in_group(result, "pairs", n)
         if pairs:
-            lines += ["", "### Paired McNemar tests (shared samples)", ""]
+            lines += ["", "### Paired McNemar tests (shared questions)", ""]
             lines += _md_table(PAIR_HEAD, [_pair_cells(p) for p in pairs])
     notes = [f"- **Warning:** {_md(w)}" for w in result["warnings"]]
     notes += [f"- {_md(s)}" for s in _untested(result) + result.get("left_out", []) + result["skipped"]]
@@ -427,7 +427,7 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
         if not pairs:
             continue
         tests = Table(
-            title="Paired McNemar tests (shared samples; A and B by rank; cc: with continuity correction)",
+            title="Paired McNemar tests (shared questions; A and B by rank; cc: with continuity correction)",
             title_justify="left",
             box=box.SIMPLE_HEAD,
         )
