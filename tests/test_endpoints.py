@@ -134,10 +134,17 @@ def listening(handle: Any) -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def _tls_only(context: ssl.SSLContext) -> Any:
+def _tls_only(context: ssl.SSLContext, alert: bool = False) -> Any:
+    """A TLS server that hangs up on plain HTTP unanswered, as OpenSSL does, or (`alert`) first
+    sends a TLS alert record, as other TLS stacks do."""
+
     def handle(conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError), context.wrap_socket(conn, server_side=True) as tls:
-            tls.recv(1)  # (OpenSSL hangs up on plain HTTP, unanswered)
+        with conn, contextlib.suppress(OSError):
+            if alert and conn.recv(1, socket.MSG_PEEK) != b"\x16":  # not a handshake: plain HTTP
+                conn.sendall(b"\x15\x03\x03\x00\x02\x02\x46")  # fatal alert, protocol_version
+                return
+            with context.wrap_socket(conn, server_side=True) as tls:
+                tls.recv(1)
 
     return handle
 
@@ -153,11 +160,17 @@ def test_the_wrong_scheme_fails_in_seconds_either_way(tmp_path: Path) -> None:
     trustme = pytest.importorskip("trustme")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     trustme.CA().issue_cert("127.0.0.1").configure_cert(context)
-    with listening(_tls_only(context)) as tls_port, listening(_plain_http_answering_400) as http_port:
+    with (
+        listening(_tls_only(context)) as tls_port,
+        listening(_tls_only(context, alert=True)) as alerting_port,
+        listening(_plain_http_answering_400) as http_port,
+    ):
         plain, plain_s = timed_eval(f"http://127.0.0.1:{tls_port}/v1", tmp_path / "a")
+        alerted, alerted_s = timed_eval(f"http://127.0.0.1:{alerting_port}/v1", tmp_path / "c")
         secure, secure_s = timed_eval(f"https://127.0.0.1:{http_port}/v1", tmp_path / "b")
-    assert plain.returncode == 2 and plain_s < FAST
-    assert f"speaks TLS: use https://127.0.0.1:{tls_port} in --api-url" in one_line(plain)
+    for result, elapsed, port in ((plain, plain_s, tls_port), (alerted, alerted_s, alerting_port)):
+        assert result.returncode == 2 and elapsed < FAST
+        assert f"speaks TLS: use https://127.0.0.1:{port} in --api-url" in one_line(result)
     assert secure.returncode == 2 and secure_s < FAST
     assert f"https://127.0.0.1:{http_port}: TLS handshake failed" in one_line(secure)
 

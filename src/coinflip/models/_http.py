@@ -343,23 +343,28 @@ class ConnectionPool:
                 return await self._exchange(target, body, stream, progress)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 stale = not progress.head and not isinstance(exc, aiohttp.ClientConnectorError)
-                if stale and attempt == 2 and await self._speaks_tls(target):
-                    raise EndpointError(
-                        f"http://{target.authority} closes plain HTTP requests unanswered and speaks TLS: "
-                        f"use https://{target.authority} in --api-url"
-                    ) from None
                 if attempt == 2 or not stale:  # a kept connection the server had closed: once more
-                    raise _translated(exc, target, self.timeout) from None
+                    raise await self._failure(exc, target, stale) from None
             except asyncio.TimeoutError:
                 got = f" ({progress.events} events received)" if progress.events else ""
                 raise TimeoutError(f"no complete reply within {self.timeout:g} s{got}") from None
             except (aiohttp.ClientError, http_exceptions.HttpProcessingError) as exc:
-                raise _translated(exc, target, self.timeout) from None
+                raise await self._failure(exc, target, not progress.head and _tls_record(exc)) from None
         raise AssertionError("unreachable")
 
+    async def _failure(self, exc: BaseException, target: Target, tls_like: bool) -> BaseException:
+        """aiohttp's exception as ours; and where a plain http:// server answered like a TLS one
+        (hung up twice with no head, or sent a TLS record) and takes a TLS handshake, the wrong scheme."""
+        if tls_like and await self._speaks_tls(target):
+            return EndpointError(
+                f"http://{target.authority} answers plain HTTP with no HTTP reply and speaks TLS: "
+                f"use https://{target.authority} in --api-url"
+            )
+        return _translated(exc, target, self.timeout)
+
     async def _speaks_tls(self, target: Target) -> bool:
-        """Whether a plain http:// server that closed a request unanswered, twice, takes a TLS
-        handshake: servers on OpenSSL (Python's, uvicorn's) hang up on plain HTTP, where nginx
+        """Whether a plain http:// server that gave no HTTP answer takes a TLS handshake: servers
+        on OpenSSL (Python's, uvicorn's) hang up on plain HTTP, others send a TLS alert, where nginx
         and Go answer 400."""
         if target.tls or target.proxy is not None:
             return False
@@ -456,6 +461,12 @@ def _translated(exc: BaseException, target: Target, timeout: float) -> BaseExcep
     if isinstance(exc, aiohttp.ClientOSError):
         return ConnectionResetError(str(exc) or "the connection failed")
     return ProtocolError(f"the reply could not be read ({type(exc).__name__}: {exc})")
+
+
+def _tls_record(exc: BaseException) -> bool:
+    """Whether what came instead of a status line starts as a TLS record does (alert or handshake)."""
+    shown = _detail(exc.__cause__ or exc)
+    return "b'\\x15\\x03" in shown or "b'\\x16\\x03" in shown
 
 
 def _detail(exc: BaseException) -> str:
