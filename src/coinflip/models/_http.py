@@ -279,6 +279,7 @@ class ConnectionPool:
         self._targets: dict[str, Target] = {}
         self._session: aiohttp.ClientSession | None = None
         self._ssl: ssl.SSLContext | None = None
+        self._heard: set[URL] = set()  # URLs whose server has sent an HTTP head: their scheme is right
 
     def target(self, url: str) -> Target:
         """Where `url` points; its `options` are the arguments of every aiohttp request sent there."""
@@ -353,9 +354,10 @@ class ConnectionPool:
         raise AssertionError("unreachable")
 
     async def _failure(self, exc: BaseException, target: Target, tls_like: bool) -> BaseException:
-        """aiohttp's exception as ours; and where a plain http:// server answered like a TLS one
-        (hung up twice with no head, or sent a TLS record) and takes a TLS handshake, the wrong scheme."""
-        if tls_like and await self._speaks_tls(target):
+        """aiohttp's exception as ours; and where a plain http:// server that has not answered yet
+        answers like a TLS one (hangs up twice with no head, or sends a TLS record) and takes a TLS
+        handshake, the wrong scheme."""
+        if tls_like and target.url not in self._heard and await self._speaks_tls(target):
             return EndpointError(
                 f"http://{target.authority} answers plain HTTP with no HTTP reply and speaks TLS: "
                 f"use https://{target.authority} in --api-url"
@@ -377,6 +379,7 @@ class ConnectionPool:
         sent = loop.time()
         async with self.session.post(target.url, data=body, allow_redirects=False, **target.options) as resp:
             progress.head = True
+            self._heard.add(target.url)
             _check_framing(resp.headers)
             length = resp.content_length
             if length is not None and length > self.limits.max_body:
