@@ -90,7 +90,12 @@ def _look(page: Path, tmp_path: Path, fragment: str = "") -> dict:
         "<script>var f=document.getElementById('f');f.onload=function(){var d=f.contentDocument,e=d.documentElement;"
         "document.getElementById('out').textContent=JSON.stringify({width:e.scrollWidth,window:e.clientWidth,"
         "title:d.title,text:d.title+e.textContent,imgs:d.getElementsByTagName('img').length,"
-        "pwned:f.contentWindow.__pwned!==undefined,ready:d.body.getAttribute('data-ready')})}</script></body></html>"
+        "pwned:f.contentWindow.__pwned!==undefined,ready:d.body.getAttribute('data-ready'),split:split(d)})};"
+        # cells holding one short word drawn on more than one line: a column squeezed to nothing
+        "function split(d){return Array.prototype.filter.call(d.querySelectorAll('th,td'),function(c){"
+        "if(c.childNodes.length!==1||c.firstChild.nodeType!==3||!/^[^\\s-]{1,20}$/.test(c.textContent.trim()))"
+        "return false;var r=d.createRange();r.selectNodeContents(c);"
+        "return r.getClientRects().length>1}).map(function(c){return c.textContent})}</script></body></html>"
     )
     result = _chromium(
         f"--user-data-dir={tmp_path / 'profile'}",
@@ -186,6 +191,7 @@ def test_every_page_shows_hostile_text_as_text_that_fits_the_window(pages: Pages
     assert MARKUP in seen["text"] and WORD[:150] in seen["text"]  # shown, as text (names are cut at 200)
     assert UNSHOWN.findall(seen["text"]) == [], "a control character, bidi override or half pair reached the page"
     assert seen["width"] <= seen["window"], "a long value made the page wider than the window"
+    assert seen["split"] == [], "a long value squeezed another column until its words broke"
     if which == "index":
         assert seen["ready"] == "1"  # the script drew everything
 
@@ -234,7 +240,7 @@ def test_a_server_naming_a_finish_reason_per_reply_adds_ten_rows_to_the_page(pag
     html = pages.run.read_text()
     table = re.search(r"<h2>finish_reason</h2><table>(.*?)</table>", html, re.S)
     assert table is not None
-    rows = re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td></tr>", table[1], re.S)
+    rows = re.findall(r"<tr><td>(.*?)</td><td class=\"num\">(.*?)</td></tr>", table[1], re.S)
     assert len(rows) == 11 and rows[-1] == ("14 others", "14")  # 24 replies: ten kinds, then the rest
 
 

@@ -119,10 +119,10 @@ function pairView(view){var A=BYID[S.a]||view[0],pa=$('p-a'),pb=$('p-b'),out=$('
  var t=el('table','stats'),h=el('tr'),v=el('tr');[['shared',p.shared],['only A right',oa],['only B right',ob],['chi2',p.chi2.toFixed(4)],['p',g(p.p_value)],['chi2 corrected',p.chi2_corrected.toFixed(4)],['p corrected',g(p.p_corrected)],['p exact',g(p.p_exact)]].forEach(function(c){
   h.appendChild(el('th',null,c[0]));var td=el('td','num',c[1]);td.setAttribute('data-stat',c[0]);v.appendChild(td)});t.appendChild(h);t.appendChild(v);out.appendChild(t);
  out.appendChild(el('h3',null,'Questions where they disagree ('+(p.rows.length<p.total?'first '+p.rows.length+' of ':'')+p.total+')'));
- var q=el('table','disagree'),hr=el('tr');['question','people','target','A: '+label(A),'B: '+label(B)].forEach(function(c){hr.appendChild(el('th',null,c))});q.appendChild(hr);
+ var q=el('table','disagree'),hr=el('tr');['question','people','target','A: '+label(A),'B: '+label(B)].forEach(function(c,i){hr.appendChild(el('th',i>2?'v':null,c))});q.appendChild(hr);
  p.rows.forEach(function(c){var Q=D.questions[c[0]],tr=el('tr','dq'),qd=el('td'),det=el('details');det.appendChild(el('summary',null,Q[0].length>110?Q[0].slice(0,110)+'\u2026':Q[0]));det.appendChild(el('pre',null,Q[0]));qd.appendChild(det);tr.appendChild(qd);
-  tr.appendChild(el('td','num',Q[2]));tr.appendChild(el('td',null,Q[1]));
-  [[flip?c[2]:c[1],flip?c[4]:c[3]],[flip?c[1]:c[2],flip?c[3]:c[4]]].forEach(function(x){var td=el('td');td.appendChild(el('span',x[0]===Q[1]?'ok':'bad',x[0]));td.appendChild(el('pre',null,D.replies[x[1]]));tr.appendChild(td)});q.appendChild(tr)});
+  tr.appendChild(el('td','num',Q[2]));tr.appendChild(el('td','k',Q[1]));
+  [[flip?c[2]:c[1],flip?c[4]:c[3]],[flip?c[1]:c[2],flip?c[3]:c[4]]].forEach(function(x){var td=el('td','k');td.appendChild(el('span',x[0]===Q[1]?'ok':'bad',x[0]));td.appendChild(el('pre',null,D.replies[x[1]]));tr.appendChild(td)});q.appendChild(tr)});
  out.appendChild(q)}
 function filters(){var models=dict();RUNS.forEach(function(r){models[r.model]=1});
  options($('f-model'),[['','all models']].concat(Object.keys(models).sort().map(function(m){return [m,m]})),S.model);
