@@ -225,3 +225,44 @@ def test_choices_per_request_are_repeats_in_the_report_and_compare_says_it_pairs
     assert compared.returncode == 0, compared.stderr
     warnings = json.loads((tmp_path / "cmp/compare.json").read_text())["warnings"]
     assert any("[n3]" in w and "majority vote" in w for w in warnings), warnings
+
+
+def test_a_question_a_data_set_holds_twice_is_two_questions_in_pairs_as_in_the_report(tmp_path: Path) -> None:
+    """The report counts each id; compare and the index keyed votes by question text, so the same
+    text under two ids (one answered right, one wrong) became one tied vote: wrong, on 1 shared question."""
+    rows = (Path(__file__).parents[1] / "src/coinflip/_data/test.jsonl").read_text().splitlines()
+    data = tmp_path / "twice.jsonl"
+    data.write_text("\n".join([rows[0], rows[0], rows[1]]) + "\n")
+    work = tmp_path / "w"
+    _eval(work / "oracle", "--dataset-path", str(data))
+    _eval(tmp_path / "template", "--dataset-path", str(data))
+    shutil.copytree(tmp_path / "template", work / "half")
+    (saved,) = (work / "half/predictions/oracle").glob("*.jsonl")
+    first = [read_prediction(line) for line in saved.read_bytes().splitlines()]
+    said = {0: "R", 1: "W", 2: "R"}  # ids 0 and 1 hold the same question
+    saved.write_bytes(b"".join(dumps(_row(dict(r), r["target"], 0, said[r["id"]])) for r in first if r))  # type: ignore[arg-type]
+    report = rescore(work / "half", show=False)
+    assert report["counts"]["samples"] == 3 and report["counts"]["correct"] == 2
+    compared = run_cli("compare", str(work), "--out", str(tmp_path / "cmp"))
+    assert compared.returncode == 0, compared.stderr
+    (pair,) = json.loads((tmp_path / "cmp/compare.json").read_text())["pairs"]
+    assert pair["shared"] == 3 and sorted([pair["only_a"], pair["only_b"]]) == [0, 1]
+    (listed,) = build(work)["pairs"]
+    assert listed["shared"] == 3 and listed["only_a"] + listed["only_b"] == 1
+
+
+def test_a_probe_pairs_each_base_question_once_even_when_its_text_comes_twice(tmp_path: Path) -> None:
+    """A probe keyed its verdicts by the base question's text, so two copies of one question were
+    one vote (and one pair) where the report counts two questions."""
+    from coinflip.config import TaskConfig
+    from coinflip.probes.run import ProbeOptions, probe
+
+    rows = (Path(__file__).parents[1] / "src/coinflip/_data/test.jsonl").read_text().splitlines()
+    data = tmp_path / "twice.jsonl"
+    data.write_text("\n".join([rows[0], rows[0], rows[1]]) + "\n")
+    config = TaskConfig(
+        work_dir=str(tmp_path / "work"), model="random", dataset_path=str(data), dataset_hub="local", progress=False
+    )
+    result = probe(config, ProbeOptions(lengths="0", length_count=30))
+    variants = [v for v in result["variants"] if v["name"] != "base"]
+    assert variants and all(v["paired"]["shared"] == 3 == v["samples"] for v in variants), variants

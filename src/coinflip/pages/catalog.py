@@ -299,7 +299,10 @@ def _answer(review: Review) -> str:
 
 
 def _questions(path: Path, within: Path | None = None) -> tuple[dict[int, str], dict[int, int]]:
-    """Question text by id, and where each id's first line starts."""
+    """Question text by id, and where each id's first line starts. A text that a data set holds
+    under several ids is several questions, as the report counts them: the second is keyed
+    "text (#2)" (by id order), so its answers get a verdict of their own rather than joining the
+    first's vote."""
     questions: dict[int, str] = {}
     offsets: dict[int, int] = {}
     position = 0
@@ -309,4 +312,10 @@ def _questions(path: Path, within: Path | None = None) -> tuple[dict[int, str], 
         if row is None or not isinstance(row.get("question"), str) or row["id"] in questions:
             continue
         questions[row["id"]], offsets[row["id"]] = row["question"], start
+    copies: Counter[str] = Counter()
+    for id_ in sorted(questions):
+        text = questions[id_]
+        copies[text] += 1
+        if copies[text] > 1:
+            questions[id_] = f"{text} (#{copies[text]})"
     return questions, offsets

@@ -271,8 +271,9 @@ def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str
 
 def _by_base(run: Path, model: str, base_of: dict[int, str], forced: bool, compat: str) -> dict[str, bool]:
     """Right or not per question of a run (asked several times: by majority vote, as the report
-    counts it), keyed by the base question it was written from, so every variant pairs with the
-    base. With `forced`, an invalid answer counts by its forced answer, as the forced view does."""
+    counts it), keyed by the base question it was written from (`base_of`: id to key), so every
+    variant pairs with the base. With `forced`, an invalid answer counts by its forced answer, as
+    the forced view does."""
     from ..scoring.reducers import Votes
 
     votes = Votes(compat, forced)
@@ -301,7 +302,7 @@ def _result(
     answers = {}
     for variant, _, _, twins in plans:
         ids = [r.id for r in records] if variant is BASE else range(len(twins))
-        base_of = {i: question for i, (question, _) in zip(ids, twins, strict=True)}
+        base_of = {i: str(k) for k, i in enumerate(ids)}  # the k-th base question (a text may come twice)
         answers[variant.name] = _by_base(
             root / "runs" / variant.name, config.name, base_of, view == "forced", config.metric_compat
         )
