@@ -413,6 +413,8 @@ HOSTILE: dict[str, tuple[Say, bool, str]] = {
     "no last chunk, then closed": (Say([CHUNKED + _chunk(YES)], close=True), False, _CUT),
     "no status line": (Say([f"Content-Length: {len(YES)}\r\n\r\n".encode() + YES]), False, _INVALID),
     "a status line without a status": (Say([b"HTTP/1.1 OK\r\nContent-Length: 2\r\n\r\nok"]), False, _INVALID),
+    "a 200 with no body": (Say([ok(b"")]), False, "empty response body"),
+    "a 204": (Say([b"HTTP/1.1 204 No Content\r\n\r\n"]), False, "empty response body"),
     "204 with a body": (Say([b"HTTP/1.1 204 No Content\r\n\r\n" + YES]), False, _INVALID),
     "304 with a body": (Say([ok(YES).replace(b"200 OK", b"304 Not Modified")]), False, _INVALID),
     "a reset before any answer": (Say([], reset=True), False, "ConnectionResetError: [Errno"),

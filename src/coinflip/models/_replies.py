@@ -105,6 +105,8 @@ def _message_of(data: Any) -> str:
 
 
 def parse_body(raw: bytes, mode: str) -> Reply:
+    if not raw.strip():  # a 204, or a server that answered 200 and nothing
+        raise BadReply("empty response body")
     data = load_json(raw)
     if not isinstance(data, dict):
         raise BadReply("malformed response body (not a JSON object)")
