@@ -78,7 +78,7 @@ class ScriptedServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("rb") as reader:
+        with conn, conn.makefile("rb") as reader, contextlib.suppress(OSError):  # a client may reset it
             while self.script:
                 head = read_head(reader)
                 if head is None:
@@ -413,6 +413,16 @@ HOSTILE: dict[str, tuple[Say, bool, str]] = {
     "no last chunk, then closed": (Say([CHUNKED + _chunk(YES)], close=True), False, _CUT),
     "no status line": (Say([f"Content-Length: {len(YES)}\r\n\r\n".encode() + YES]), False, _INVALID),
     "a status line without a status": (Say([b"HTTP/1.1 OK\r\nContent-Length: 2\r\n\r\nok"]), False, _INVALID),
+    "a header line of 1 MB": (
+        Say([_head("X-Big: " + "v" * (1 << 20), f"Content-Length: {len(YES)}") + YES]),
+        False,
+        _INVALID,
+    ),
+    "10,000 header lines": (
+        Say([_head(*(f"X-{i}: v" for i in range(10_000)), f"Content-Length: {len(YES)}") + YES]),
+        False,
+        _INVALID,
+    ),
     "a 200 with no body": (Say([ok(b"")]), False, "empty response body"),
     "a 204": (Say([b"HTTP/1.1 204 No Content\r\n\r\n"]), False, "empty response body"),
     "204 with a body": (Say([b"HTTP/1.1 204 No Content\r\n\r\n" + YES]), False, _INVALID),
