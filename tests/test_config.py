@@ -87,3 +87,11 @@ def test_a_typo_in_a_yaml_config_gets_a_suggestion(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "'limt'" in message and "did you mean 'limit'?" in message
     assert "known:" not in message  # not the list of every setting
+
+
+def test_a_long_model_name_with_half_a_surrogate_pair_is_a_path_component() -> None:
+    """Only the Python API can pass such a name; hashing it for a long name raised UnicodeEncodeError."""
+    from coinflip.config import safe_name
+
+    first, second = safe_name("m" * 120 + "\ud800"), safe_name("m" * 120 + "\udc00")
+    assert len(first) <= 100 and first != second and first.encode("utf-8")

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from coinflip.pages import html, index, run_page
+from coinflip.pages import answers, html, index, run_page
+from coinflip.rundir import RunDir
 from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import read_jsonl, run_cli
@@ -340,6 +341,11 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+def _saved_answers(work: Path) -> int:
+    run = RunDir.open(work / "oracle")
+    return answers.save(run, answers.default_path(run, "csv"), "csv")
+
+
 ANSWERS, COMPARE, VIEW = (
     (lambda work: run_cli("answers", str(work / "oracle"))),
     (lambda work: run_cli("compare", str(work))),
@@ -350,7 +356,7 @@ ANSWERS, COMPARE, VIEW = (
 @pytest.mark.parametrize(
     ("planted", "written", "write"),
     [
-        ("oracle/answers.csv.tmp", "oracle/answers.csv", ANSWERS),
+        (f"oracle/.answers.csv.{os.getpid()}.tmp", "oracle/answers.csv", _saved_answers),  # in this process
         ("oracle/answers.csv", "oracle/answers.csv", ANSWERS),
         ("compare/compare.html", "compare/compare.html", COMPARE),
         ("compare/compare.md", "compare/compare.md", COMPARE),

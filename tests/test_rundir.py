@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coinflip._files import replacing
 from coinflip.records import dumps, loads, sample_key
 from coinflip.rundir import (
     PredictionWriter,
@@ -153,3 +156,23 @@ def test_lines_are_read_by_their_fields_not_their_key_order(tmp_path: Path) -> N
     reviews = tmp_path / "r.jsonl"
     reviews.write_text(json.dumps(review) + "\n" + '{"id": -1}\n')
     assert list(iter_reviews(reviews)) == [review] and read_review('{"id": true}') is None
+
+
+@pytest.mark.parametrize("left", ["fifo", "link"])
+def test_a_file_written_whole_never_waits_on_or_writes_through_what_lies_at_its_temporary_name(
+    tmp_path: Path, left: str
+) -> None:
+    """Every report, page, review file and batch state is written through `replacing`: a FIFO left
+    at its temporary name would hang the open, a link there would carry the write elsewhere."""
+    victim, path = tmp_path / "victim", tmp_path / "run" / "report.json"
+    victim.write_text("precious")
+    path.parent.mkdir()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if left == "fifo":
+        os.mkfifo(tmp)
+    else:
+        tmp.symlink_to(victim)
+    with replacing(path) as out:
+        out.write(b"{}")
+    assert path.read_bytes() == b"{}" and victim.read_text() == "precious"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["report.json"]  # nothing left behind

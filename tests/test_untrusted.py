@@ -51,7 +51,6 @@ def _hostile(work: Path, outside: Path) -> dict[str, Path]:
     replace(copy("zero-reviews") / f"reviews/{mine}.jsonl", "link", "/dev/zero")
     replace(copy("fifo-predictions") / f"predictions/{mine}.jsonl", "fifo")
     replace(copy("fifo-reviews") / f"reviews/{mine}.jsonl", "fifo")
-    os.mkfifo(made["fifo-reviews"] / f"reviews/{mine}.jsonl.tmp")  # where a rescore writes first
     replace(copy("zero-report") / f"reports/{mine}.json", "link", "/dev/zero")
     replace(copy("fifo-report") / f"reports/{mine}.json", "fifo")
     replace(copy("outside-report") / f"reports/{mine}.json", "link", str(outside / "secret.json"))

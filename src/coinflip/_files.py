@@ -1,19 +1,22 @@
-"""Reading files that anyone may have put in a run or work directory.
+"""Reading and writing files in a run or work directory that anyone may have written.
 
 A run directory is untrusted: a file may be a FIFO (opening it for reading waits for a writer),
 a device (/dev/zero never ends), a symlink to somewhere else entirely, or a sparse file of a
 terabyte. Every read of a saved file goes through `open_regular`: it opens without blocking,
-reads only a regular file, only inside the folder it belongs to, and only up to a size.
+reads only a regular file, only inside the folder it belongs to, and only up to a size. Every
+file coinflip writes whole (a report, a page, the reviews) is written through `replacing`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import DataError
+from .errors import KEPT, DataError, storage_error
 
 NO_LIMIT = 1 << 62
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
@@ -59,3 +62,25 @@ def read_regular(path: Path, limit: int, within: Path | None = None) -> bytes:
     """The whole of a plain file of at most `limit` bytes (see `open_regular`)."""
     with open_regular(path, limit, within) as handle:
         return handle.read(limit + 1)[:limit]
+
+
+@contextlib.contextmanager
+def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
+    """A file that takes `path`'s place once written whole, so a reader never sees half of it.
+    It is written first under a hidden name beside it, made new (a link or FIFO someone left
+    there is removed, never written through or waited on; the process id keeps two processes
+    writing one page apart), then renamed over `path` (a link there is replaced, not followed).
+    On any failure the original stays as it was, the temporary file goes, and an OSError becomes
+    StorageError, naming the file, with `hint` saying what the user can do."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        with open(tmp, "xb", buffering=1 << 20) as out:  # a write call per megabyte
+            yield out
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise storage_error(path, exc, hint) from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)

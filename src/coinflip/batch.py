@@ -27,13 +27,12 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._files import read_regular
+from ._files import read_regular, replacing
 from .config import SECRET_NAME, safe_name
 from .errors import ConfigError, RunIncomplete, storage_error
 from .models.base import Reply, Request
 from .models.batch_api import ENDED, LOST, custom_id_of, read_result, request_line, split_lines
 from .progress import Progress
-from .rundir import replacing
 from .stop import Interrupted, run_until_stopped, stopped_by
 
 if TYPE_CHECKING:

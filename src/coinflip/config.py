@@ -969,5 +969,5 @@ def safe_name(name: str) -> str:
     if len(cleaned) > 100:
         import hashlib
 
-        cleaned = cleaned[:88] + "_" + hashlib.sha256(name.encode()).hexdigest()[:11]
+        cleaned = cleaned[:88] + "_" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:11]
     return cleaned or "model"

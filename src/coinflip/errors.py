@@ -63,7 +63,10 @@ def shown_url(url: str) -> str:
     return f"{scheme}{sep}{rest.rpartition('@')[2]}"
 
 
-def storage_error(path: object, exc: OSError) -> StorageError:
+KEPT = "predictions finished so far are kept"
+
+
+def storage_error(path: object, exc: OSError, hint: str = KEPT) -> StorageError:
     """A one-line message naming the path, for disk full, read-only and permission problems."""
     reason = exc.strerror or type(exc).__name__
-    return StorageError(f"cannot write {exc.filename or path}: {reason}; predictions finished so far are kept")
+    return StorageError(f"cannot write {exc.filename or path}: {reason}; {hint}")

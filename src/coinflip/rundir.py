@@ -27,7 +27,7 @@ except ImportError:  # Windows: no advisory locks
     fcntl = None  # type: ignore[assignment]
 
 from . import forced
-from ._files import UnreadableFile, inside, open_regular, read_regular
+from ._files import UnreadableFile, inside, open_regular, read_regular, replacing
 from .config import BENCHMARK, TaskConfig, safe_name
 from .errors import ConfigError, storage_error
 from .records import Prediction, Review, dumps, key_of, loads, read_prediction, read_review
@@ -537,26 +537,6 @@ class PredictionWriter:
         except OSError:
             with contextlib.suppress(OSError):
                 index_predictions(self.path, repair=True)
-
-
-@contextlib.contextmanager
-def replacing(path: Path) -> Iterator[BinaryIO]:
-    """A file that takes `path`'s place once written whole (through `path`.tmp), so never written
-    through a link or into a FIFO; on any failure (a full or read-only disk) the original stays as
-    it was, the temporary file goes, and an OSError ends the run as StorageError naming the file."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
-        with tmp.open("wb", buffering=1 << 20) as out:  # a write call per megabyte
-            yield out
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        if isinstance(exc, OSError):
-            raise storage_error(path, exc) from None
-        raise
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import forced
-from ._files import read_regular
+from ._files import read_regular, replacing
 from ._terminal import printable
 from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
 from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
@@ -41,7 +41,6 @@ from .rundir import (
     index_predictions,
     iter_predictions,
     load_saved_config,
-    replacing,
 )
 from .scoring.calibration import answer_window
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping

@@ -37,9 +37,15 @@ def sweep(config: TaskConfig, people: PeopleRange, count: int) -> dict[str, Any]
         )
         points.append(length_point(k, run_task(run)))
     result = {"model": config.name, "count": count, "seed": config.seed, "directory": str(root), "points": points}
-    (root / "sweep.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    (root / "sweep.md").write_text(to_markdown(result), encoding="utf-8")
-    (root / "sweep.html").write_text(to_html(result), encoding="utf-8")
+    from .pages.board import write_whole
+
+    files = {
+        "sweep.json": json.dumps(result, indent=2) + "\n",
+        "sweep.md": to_markdown(result),
+        "sweep.html": to_html(result),
+    }
+    for name, content in files.items():
+        write_whole(root / name, content, "the sweep's runs are kept")
     return result
 
 

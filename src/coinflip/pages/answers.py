@@ -8,15 +8,15 @@ as a formula, so such text cells get a leading apostrophe. JSONL keeps every val
 
 from __future__ import annotations
 
-import contextlib
 import csv
+import io
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import DataError, StorageError
+from .._files import replacing
+from ..errors import DataError
 from ..records import Review, escape_line_breaks, key_of
 from ..rundir import RunDir, index_predictions, iter_reviews
 
@@ -106,16 +106,6 @@ def default_path(run: RunDir, form: str) -> Path:
 
 
 def save(run: RunDir, path: Path, form: str) -> int:
-    """Write the answers to `path` whole (through a temporary file); return how many."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.unlink(missing_ok=True)  # a link or a FIFO left there by whoever wrote the run: never written through
-        with tmp.open("x", encoding="utf-8", newline="") as out:
-            count = write(answers(run), out, form)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise StorageError(f"cannot write {path}: {exc.strerror or type(exc).__name__}; try --out elsewhere") from None
-    finally:  # whatever stopped it, no half file is left behind (after the replace there is none)
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-    return count
+    """Write the answers to `path` whole (`_files.replacing`); return how many."""
+    with replacing(path, "try --out elsewhere") as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as out:
+        return write(answers(run), out, form)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .._files import replacing
 from ..config import BENCHMARK
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Dataset, Report, Subset, Template, UsageSummary
@@ -57,19 +58,11 @@ def utf8(page: str) -> bytes:
     return _SURROGATE.sub("\ufffd", page).encode("utf-8")
 
 
-def write_whole(path: Path, page: str) -> None:
-    """`page` in `path` as UTF-8, whole: through a temporary file beside it, made new (a link or a
-    FIFO someone left under its name is removed, never written through), that then takes the
-    place of `path` (a link there is replaced, not followed). A browser or a second writer never
-    sees half a page; a folder someone else wrote never makes us write outside it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.unlink(missing_ok=True)
-        with open(tmp, "xb") as out:
-            out.write(utf8(page))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def write_whole(path: Path, page: str, hint: str = "the runs it shows are unchanged") -> None:
+    """`page` in `path` as UTF-8, whole (`_files.replacing`): a browser or a second writer never
+    sees half a page, and a folder someone else wrote never makes us write outside it."""
+    with replacing(path, hint) as out:
+        out.write(utf8(page))
 
 
 def data_of(report: Report, config: dict[str, Any]) -> dict[str, Any]:

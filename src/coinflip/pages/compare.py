@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._terminal import printable
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
@@ -383,12 +383,8 @@ def write_files(result: dict[str, Any], out: Path) -> list[Path]:
 
     files = {"compare.md": to_markdown(result), "compare.html": to_html(result)}
     files["compare.json"] = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, content in files.items():
-            write_whole(out / name, content)  # compare/ may lie in a work directory someone else wrote
-    except OSError as exc:
-        raise StorageError(f"cannot write the comparison to {out}: {exc.strerror or exc}") from None
+    for name, content in files.items():  # compare/ may lie in a work directory someone else wrote
+        write_whole(out / name, content, "choose another folder with --out")
     return [out / name for name in files]
 
 

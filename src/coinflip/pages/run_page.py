@@ -277,7 +277,7 @@ def render(
 
 def write_html(path: Path, report: Mapping[str, Any], scorer: Scorer) -> None:
     page = render(report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
-    from ..rundir import replacing
+    from .._files import replacing
 
     try:
         with replacing(path) as handle:  # never written through a link or into a FIFO

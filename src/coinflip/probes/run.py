@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .._files import UnreadableFile, read_regular
+from .._files import UnreadableFile, read_regular, replacing
 from ..config import TaskConfig, safe_name
 from ..data.generate import PeopleRange, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
 from ..errors import CoinflipError, ConfigError
-from ..rundir import CONFIG_FILE, RunDir, iter_reviews, replacing
+from ..rundir import CONFIG_FILE, RunDir, iter_reviews
 from . import verdicts
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
 

@@ -277,7 +277,7 @@ def _utf8_json(report: Report, text: str) -> bytes:
 
 
 def write_report(path: Path, report: Report) -> None:
-    from ..rundir import replacing
+    from .._files import replacing
 
     try:
         with replacing(path) as handle:  # never written through a link or into a FIFO
