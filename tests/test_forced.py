@@ -160,6 +160,10 @@ def test_calibration_by_hand() -> None:
         ("Yes or no, hard to say", None),
         ("The coin is heads up.", None),
         ("<think>no idea</think>\nNO", "NO"),
+        ("Yes - it is still heads up", "YES"),
+        ("no idea", None),  # "no" starting a phrase is no verdict
+        ("No way to tell from this.", None),
+        ("Yes it is", None),
         ("", None),
     ],
 )

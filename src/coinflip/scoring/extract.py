@@ -104,6 +104,8 @@ def _yes_no(value: str) -> str | None:
         return None
     if not value.lower().startswith(words[0]):  # something other than a word comes first
         return None
+    if value[len(words[0]) :].lstrip()[:1].isalnum():  # "no idea", "no way to tell": not an answer
+        return None
     if "yes" in words and "no" in words:
         return None
     return str(words[0]).upper()
@@ -111,8 +113,8 @@ def _yes_no(value: str) -> str | None:
 
 def forced_answer(text: str | None) -> str | None:
     """The answer of a forced reply, which was asked for the answer line alone: the strict rule,
-    or else a bare verdict (`YES`, `No.`, `**NO**`: the reply's first word is yes or no, and it
-    names only one of them)."""
+    or else a bare verdict (`YES`, `No.`, `**NO**`, `Yes, it is`: the reply's first word is yes or
+    no, standing alone rather than starting a phrase such as "no idea", and it names only one of them)."""
     found = extract_answer(text)
     if found is not None or not text:
         return found
