@@ -139,3 +139,16 @@ def test_the_early_stop_rule() -> None:
     assert not revived.failure("HTTP 500: a") and not revived.failure("HTTP 500: a")
     assert revived.failure("Connection refused") is False and not revived.failure("HTTP 500: a")
     assert not revived.failure("HTTP 500: a") and revived.failure("HTTP 500: a")
+
+
+def test_a_finish_reason_is_kept_to_its_first_64_characters_in_a_body_and_a_stream() -> None:
+    """A server may send anything as finish_reason: a megabyte of it, in every reply, was saved in
+    every row and counted as its own kind in the report."""
+    noise = "length" + "x" * 1_000_000
+    body = json.dumps({"choices": [{"index": 0, "message": {"content": "ANSWER: NO"}, "finish_reason": noise}]})
+    stream = StreamReply("chat")
+    delta = {"choices": [{"index": 0, "delta": {"content": "ANSWER: NO"}, "finish_reason": noise}]}
+    stream.add(0.0, "message", json.dumps(delta))
+    assert stream.add(0.0, "message", "[DONE]")
+    for reply in (parse_body(body.encode(), "chat"), stream.reply(0.0)):
+        assert reply.finish_reason == noise[:64]

@@ -558,6 +558,12 @@ def url_secrets(urls: Any) -> list[str]:
     return found
 
 
+def run_secrets(api_key: str | None, generation: dict[str, Any], urls: Any) -> list[str | None]:
+    """Every secret a run holds: the API key, the gateway settings' values and the URL's query
+    values; what the redactor masks wherever a server echoes them."""
+    return [api_key, *secrets_in(generation), *url_secrets(urls)]
+
+
 def url_masked(urls: Any) -> bool:
     """Whether a saved --api-url had query values masked (a resume must be given it again)."""
     return any(REDACTED in url.partition("?")[2] for url in ([urls] if isinstance(urls, str) else urls or []))

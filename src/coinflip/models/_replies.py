@@ -32,6 +32,7 @@ from .base import Reply
 
 MAX_FLOAT = sys.float_info.max
 MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough for any real one
+MAX_FINISH = 64  # characters of a finish_reason ("stop", "length", "content_filter"); the rest is a server's noise
 
 
 class BadReply(Exception):
@@ -154,7 +155,7 @@ def _choice(choice: Any, mode: str) -> Reply:
     return Reply(
         text=text or "",
         reasoning=reasoning or None,
-        finish_reason=finish if isinstance(finish, str) else None,
+        finish_reason=finish[:MAX_FINISH] if isinstance(finish, str) else None,
         logprobs=logprobs or None,
     )
 
@@ -350,5 +351,5 @@ def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> 
     if reasoning:
         choice.reasoning.append(reasoning)
     if isinstance(item.get("finish_reason"), str):
-        choice.finish = item["finish_reason"]
+        choice.finish = item["finish_reason"][:MAX_FINISH]
     return bool(text or reasoning)

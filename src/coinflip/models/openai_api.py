@@ -45,7 +45,7 @@ from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
-from ..config import secrets_in, url_secrets
+from ..config import run_secrets
 from ..errors import EndpointBroken, EndpointError, FatalAPIError, shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, Response, merge_headers, read_at_most
 from ._redact import Redactor
@@ -190,7 +190,7 @@ class OpenAIClient:
         self.generation, self.extra_body = split_generation(generation)
         self.retries = retries
         self.backoff_base = backoff_base
-        self.redact = Redactor([api_key, *secrets_in(generation), *url_secrets(urls)])
+        self.redact = Redactor(run_secrets(api_key, generation, urls))
         self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
         self.answered = False  # any reply yet: before one, a web page means a wrong --api-url
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
