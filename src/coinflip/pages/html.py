@@ -45,10 +45,8 @@ def shown(value: Any) -> str:
 
 def _finalize(value: Any) -> Any:
     """Jinja's finalize: every `{{ }}` of every template passes here before it is escaped."""
-    from markupsafe import Markup
-
-    if isinstance(value, Markup):  # tojson's output or a macro's: replacing characters cannot make markup
-        return Markup(_UNSHOWABLE.sub("\ufffd", value))
+    if hasattr(value, "__html__"):  # Markup, tojson's output or a macro's: replacing characters cannot make markup
+        return type(value)(_UNSHOWABLE.sub("\ufffd", value))
     return shown(value)
 
 
