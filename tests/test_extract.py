@@ -43,6 +43,8 @@ CASES: list[tuple[str, str | None]] = [
     ("ANSWER: YES.", "YES"),
     ("ANSWER: No, the coin is tails up.", "NO"),
     ("ANSWER: Yes, it is still heads up!", "YES"),
+    ("ANSWER: Yes it is still heads up", "YES"),  # after a marker the first word is the verdict
+    ("ANSWER: no the coin is tails up", "NO"),  # (only a forced reply's bare word must stand alone)
     # value on the next line
     ("ANSWER:\nYES", "YES"),
     ("ANSWER:\n\n  **NO**", "NO"),

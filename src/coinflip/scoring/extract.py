@@ -104,8 +104,6 @@ def _yes_no(value: str) -> str | None:
         return None
     if not value.lower().startswith(words[0]):  # something other than a word comes first
         return None
-    if value[len(words[0]) :].lstrip()[:1].isalnum():  # "no idea", "no way to tell": not an answer
-        return None
     if "yes" in words and "no" in words:
         return None
     return str(words[0]).upper()
@@ -119,4 +117,14 @@ def forced_answer(text: str | None) -> str | None:
     if found is not None or not text:
         return found
     visible = _visible(text)
-    return None if visible is None else _yes_no(_clean(visible.strip().split("\n")[0]))
+    return None if visible is None else _bare_verdict(_clean(visible.strip().split("\n")[0]))
+
+
+def _bare_verdict(value: str) -> str | None:
+    """A forced reply's first line as a verdict: yes or no standing alone. Only here, where there
+    is no answer marker to say a verdict follows: after a marker the strict rule reads the first
+    word (README, Scoring), and a rescore must score saved replies as the run did."""
+    words = _WORD.findall(value)
+    if words and value[len(words[0]) :].lstrip()[:1].isalnum():  # "no idea", "no way to tell": not an answer
+        return None
+    return _yes_no(value)
