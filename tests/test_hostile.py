@@ -208,6 +208,23 @@ def test_rescore_finishes_on_rows_it_cannot_read(tmp_path: Path) -> None:
     assert report["counts"]["samples"] == 5 and any("no YES or NO target" in w for w in report["warnings"])
 
 
+def test_rescore_counts_a_saved_finish_reason_as_a_live_run_keeps_it(tmp_path: Path) -> None:
+    """A live run keeps a finish_reason's first 64 characters; a run directory written before that
+    (or by hand) held a server's megabyte of it, which a rescore put into the report whole, one
+    kind per row."""
+    done = run_cli("eval", "--model", "oracle", "--limit", "4", "--limit-mode", "first", "--work-dir", str(tmp_path))
+    assert done.returncode == 0
+    run = only_run_dir(tmp_path)
+    predictions = run / "predictions/oracle/coin_flip.jsonl"
+    rows = read_jsonl(predictions)
+    for i, row in enumerate(rows):
+        row["finish_reason"] = "stop" + "x" * 100_000 + str(i)
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_cli("rescore", str(run)).returncode == 0
+    report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
+    assert report["usage"]["finish_reasons"] == {("stop" + "x" * 100_000)[:64]: 4}
+
+
 def test_a_run_in_progress_cannot_be_resumed_beside_itself(tmp_path: Path) -> None:
     with FakeOpenAIServer("correct", latency=PATIENCE_S) as srv:  # no reply comes while the twin tries
         proc = spawn_cli(

@@ -21,6 +21,7 @@ from .config import REPEATS_MAX
 if TYPE_CHECKING:
     import msgspec
 
+MAX_FINISH = 64  # characters of a finish_reason kept, written or read (the rest is a server's noise)
 TOKENS_MAX = 10**18  # a token count at or past this is not one: far beyond any request, and still a float
 ANSWERS: tuple[str | None, ...] = ("YES", "NO", None)  # the index of an answer in arrays; None: no answer
 FORCED_ANSWERS: tuple[str | None, ...] = (None, "YES", "NO", "invalid")  # None: no forced answer asked

@@ -27,12 +27,11 @@ from typing import Any
 import msgspec  # imported with the transport, not with `import coinflip`
 
 from .._terminal import printable
-from ..records import TOKENS_MAX
+from ..records import MAX_FINISH, TOKENS_MAX
 from .base import Reply
 
 MAX_FLOAT = sys.float_info.max
 MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough for any real one
-MAX_FINISH = 64  # characters of a finish_reason ("stop", "length", "content_filter"); the rest is a server's noise
 
 
 class BadReply(Exception):

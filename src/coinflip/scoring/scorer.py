@@ -23,6 +23,7 @@ from ..errors import DataError
 from ..records import (
     ANSWERS,
     FORCED_ANSWERS,
+    MAX_FINISH,
     Prediction,
     Review,
     by_batch,
@@ -184,7 +185,7 @@ class Usage:
         if error is None:
             latency, ttft = _seconds(p.get("latency_s")), _seconds(p.get("ttft_s"))
             self.latency.append(0.0 if latency is None else latency)
-            self.finish[str(p.get("finish_reason"))] += 1
+            self.finish[str(p.get("finish_reason"))[:MAX_FINISH]] += 1  # a saved row as a reply is cut
             if ttft is not None:
                 self.ttft.append(ttft)
         else:
