@@ -175,6 +175,19 @@ def test_the_wrong_scheme_fails_in_seconds_either_way(tmp_path: Path) -> None:
     assert f"https://127.0.0.1:{http_port}: TLS handshake failed" in one_line(secure)
 
 
+@pytest.mark.parametrize("alert", [False, True], ids=["hangs-up", "alerts"])
+def test_the_wrong_scheme_is_told_in_batch_mode_too(alert: bool, tmp_path: Path) -> None:
+    """The Batch API's calls take the online requests' test: http:// to a TLS server was retried
+    and ended with exit 1 and a connection reset, asking to resume a run that cannot work."""
+    trustme = pytest.importorskip("trustme")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    trustme.CA().issue_cert("127.0.0.1").configure_cert(context)
+    with listening(_tls_only(context, alert)) as port:
+        result, _ = timed_eval(f"http://127.0.0.1:{port}/v1", tmp_path, "--batch", "--batch-poll-s", "0.05")
+    assert result.returncode == 2
+    assert f"speaks TLS: use https://127.0.0.1:{port} in --api-url" in one_line(result)
+
+
 def test_https_to_a_plain_server_that_waits_for_a_request_fails_well_before_the_timeout(tmp_path: Path) -> None:
     """The test server, like Python's http.server, waits for a request's blank line that a TLS
     handshake never sends: the check before the run gives a handshake 10 s, not --timeout (120 s)."""

@@ -353,16 +353,22 @@ class ConnectionPool:
                 raise await self._failure(exc, target, not progress.head and _tls_record(exc)) from None
         raise AssertionError("unreachable")
 
-    async def _failure(self, exc: BaseException, target: Target, tls_like: bool) -> BaseException:
+    async def _failure(self, exc: BaseException, target: Target, suspect: bool) -> BaseException:
         """aiohttp's exception as ours; and where a plain http:// server that has not answered yet
         answers like a TLS one (hangs up twice with no head, or sends a TLS record) and takes a TLS
         handshake, the wrong scheme."""
-        if tls_like and target.url not in self._heard and await self._speaks_tls(target):
-            return EndpointError(
-                f"http://{target.authority} answers plain HTTP with no HTTP reply and speaks TLS: "
-                f"use https://{target.authority} in --api-url"
-            )
-        return _translated(exc, target, self.timeout)
+        wrong = await self.wrong_scheme(target) if suspect and target.url not in self._heard else None
+        return wrong or _translated(exc, target, self.timeout)
+
+    async def wrong_scheme(self, target: Target) -> EndpointError | None:
+        """The wrong scheme where a plain http:// target speaks TLS (for a server that gave no HTTP
+        answer: the online requests' and the Batch API's test); None otherwise."""
+        if not await self._speaks_tls(target):
+            return None
+        return EndpointError(
+            f"http://{target.authority} answers plain HTTP with no HTTP reply and speaks TLS: "
+            f"use https://{target.authority} in --api-url"
+        )
 
     async def _speaks_tls(self, target: Target) -> bool:
         """Whether a plain http:// server that gave no HTTP answer takes a TLS handshake: servers
@@ -464,6 +470,14 @@ def _translated(exc: BaseException, target: Target, timeout: float) -> BaseExcep
     if isinstance(exc, aiohttp.ClientOSError):
         return ConnectionResetError(str(exc) or "the connection failed")
     return ProtocolError(f"the reply could not be read ({type(exc).__name__}: {exc})")
+
+
+def tls_like(exc: BaseException) -> bool:
+    """Whether a request that got no HTTP head failed as a plain request to a TLS server does: the
+    connection closed or reset (not refused), or a TLS record where the status line should be."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) or _tls_record(exc)
 
 
 def _tls_record(exc: BaseException) -> bool:

@@ -27,7 +27,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..errors import EndpointBroken, FatalAPIError
 from ..records import escape_line_breaks
-from ._http import ConnectionPool, merge_headers
+from ._http import ConnectionPool, merge_headers, tls_like
 from ._redact import Redactor
 from ._replies import BadReply, load_json, one_line, parse_body, server_message
 from .base import Reply
@@ -136,6 +136,7 @@ class BatchAPI:
         self.redact = redact
         self.retries = retries
         self.pool = ConnectionPool(merge_headers(headers), timeout)
+        self.answered = False  # any HTTP answer yet (before one, a hang-up may be a wrong scheme)
 
     async def __aenter__(self) -> BatchAPI:
         """A wrong endpoint (nothing listening, unknown host, TLS, proxy) fails here, in one line."""
@@ -221,6 +222,7 @@ class BatchAPI:
                     method, url, json=body, data=data, params=params, timeout=timeout, **options
                 )
                 async with request as response:
+                    self.answered = True  # an HTTP answer: the scheme is right
                     if response.status < 300:
                         return await _read(response, into)
                     raw = await response.read()
@@ -236,6 +238,10 @@ class BatchAPI:
                     wait = max(wait, retry_after(response.headers.get("retry-after")) or 0.0)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadReply) as exc:
                 message = f"{method} {path}: {type(exc).__name__}: {exc}".rstrip(": ")
+                if not self.answered and tls_like(exc):  # a hang-up or TLS record before any answer
+                    wrong = await self.pool.wrong_scheme(self.pool.target(url))
+                    if wrong is not None:
+                        raise wrong from None
             if attempt < self.retries:
                 await asyncio.sleep(wait)
         raise EndpointBroken(self.redact(one_line(f"the Batch API did not answer: {message}")))
