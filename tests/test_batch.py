@@ -719,11 +719,10 @@ def test_a_wrong_endpoint_fails_in_one_line_before_any_batch(tmp_path: Path) -> 
 def test_a_batch_or_file_the_server_no_longer_has_is_lost_not_fatal(tmp_path: Path) -> None:
     import asyncio
 
-    from coinflip.models._redact import Redactor
     from coinflip.models.batch_api import LOST, BatchAPI
 
     async def ask(url: str) -> tuple[dict[str, Any], bool]:
-        async with BatchAPI(url, None, {}, 30.0, Redactor([])) as api:
+        async with BatchAPI(url, None, {}, 30.0, []) as api:
             return await api.retrieve("batch_gone"), await api.download("file-gone", tmp_path / "out.jsonl")
 
     with FakeOpenAIServer() as srv:

@@ -3,6 +3,7 @@ request failing alike) stops it early with exit 1, resumable; what the server sa
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
@@ -115,6 +116,35 @@ def test_a_plain_http_proxy_answering_407_stops_the_run(tmp_path: Path) -> None:
         assert proxy.seen and proxy.seen[0].path == "http://api.example.invalid/v1/chat/completions"
     assert result.returncode == 2 and elapsed < FAST
     assert "proxy wants credentials (407" in one_line(result)
+
+
+def _echoing_proxy(conn: socket.socket) -> None:
+    """A proxy that refuses every request with a 502 whose text is the request it got (headers
+    included), and every CONNECT with garbage holding its password, as a debugging gateway might."""
+    with conn, contextlib.suppress(OSError):
+        got = conn.recv(65536)
+        if got.startswith(b"CONNECT"):
+            conn.sendall(b"garbage for hunter2pw\r\n\r\n")
+            return
+        conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(got) + got)
+
+
+@pytest.mark.parametrize("mode", ["http", "https", "https-batch"])
+def test_a_proxy_echoing_its_credentials_never_gets_them_into_a_file_or_the_terminal(mode: str, tmp_path: Path) -> None:
+    """The proxy URL's password is a run's secret too: it travels as Proxy-Authorization (Basic,
+    base64) on each plain request and on a CONNECT, and a proxy that echoed either put it into the
+    predictions, the log and the error line."""
+    token = base64.b64encode(b"user:hunter2pw").decode()
+    with listening(_echoing_proxy) as port:
+        proxy = f"http://user:hunter2pw@127.0.0.1:{port}"
+        url = "http://api.example.com/v1" if mode == "http" else "https://api.example.com/v1"
+        extra = ("--retries", "0", *(("--batch",) if mode.endswith("batch") else ()))
+        result, _ = timed_eval(url, tmp_path, *extra, env={"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy})
+    assert result.returncode in (1, 2) and "Traceback" not in result.stderr
+    shown = result.stdout + result.stderr
+    saved = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
+    assert "***" in shown + saved  # the proxy's words were kept, its credentials masked
+    assert "hunter2pw" not in shown + saved and token not in shown + saved
 
 
 @contextlib.contextmanager

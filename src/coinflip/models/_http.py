@@ -38,7 +38,7 @@ import aiohttp
 from aiohttp import http_exceptions
 from yarl import URL
 
-from ..errors import EndpointError, shown_url
+from ..errors import ConfigError, EndpointError, shown_url
 from ._proxy import Proxy, proxy_for
 from ._sse import SSEDecoder
 
@@ -291,6 +291,18 @@ class ConnectionPool:
                 self._ssl = self._ssl or ssl.create_default_context()
                 target.options["ssl"] = self._ssl
         return target
+
+    def proxy_secrets(self, urls: list[str]) -> list[str]:
+        """The credentials of the proxies `urls` go through, for the redactor (config.run_secrets
+        holds the run's own); a proxy URL that cannot be read adds none (the check says why)."""
+        found = []
+        for url in urls:
+            try:
+                proxy = self._proxy or proxy_for(url, self._environ)
+            except (ConfigError, ValueError):
+                continue
+            found += proxy.secrets if proxy is not None else []
+        return found
 
     @property
     def session(self) -> aiohttp.ClientSession:

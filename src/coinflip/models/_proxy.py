@@ -22,6 +22,15 @@ class Proxy:
     port: int
     authorization: str | None = field(default=None, repr=False)  # "Basic ..." from user:password in the URL
 
+    @property
+    def secrets(self) -> list[str]:
+        """What of the proxy URL's credentials a proxy may send back (echoing a request it refused,
+        or in its own error): the password, and the Basic token user and password travel as."""
+        if not self.authorization:
+            return []
+        token = self.authorization.partition(" ")[2]
+        return [token, base64.b64decode(token).decode("utf-8", "replace").partition(":")[2]]
+
     @classmethod
     def parse(cls, url: str) -> Proxy:
         shown = shown_url(url)

@@ -124,7 +124,7 @@ class BatchAPI:
         api_key: str | None,
         generation: dict[str, Any],
         timeout: float,
-        redact: Redactor,
+        secrets: list[str | None],
         retries: int = CALL_RETRIES,
     ) -> None:
         self.base, self.query = api_base(url, generation.get("extra_query"))
@@ -133,15 +133,18 @@ class BatchAPI:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self.timeout = timeout
-        self.redact = redact
         self.retries = retries
         self.pool = ConnectionPool(merge_headers(headers), timeout)
+        self.redact = Redactor([*secrets, *self.pool.proxy_secrets([url])])
         self.answered = False  # any HTTP answer yet (before one, a hang-up may be a wrong scheme)
 
     async def __aenter__(self) -> BatchAPI:
         """A wrong endpoint (nothing listening, unknown host, TLS, proxy) fails here, in one line."""
         try:
             await self.pool.check(self._url("/files"))
+        except FatalAPIError as exc:  # a proxy's error may echo its credentials
+            await self.pool.aclose()
+            raise type(exc)(self.redact(str(exc))) from None
         except BaseException:
             await self.pool.aclose()
             raise

@@ -190,7 +190,6 @@ class OpenAIClient:
         self.generation, self.extra_body = split_generation(generation)
         self.retries = retries
         self.backoff_base = backoff_base
-        self.redact = Redactor(run_secrets(api_key, generation, urls))
         self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
         self.answered = False  # any reply yet: before one, a web page means a wrong --api-url
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
@@ -201,6 +200,7 @@ class OpenAIClient:
         self._pool = ConnectionPool(
             merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes, sink=lambda: StreamReply(mode)
         )
+        self.redact = Redactor([*run_secrets(api_key, generation, urls), *self._pool.proxy_secrets(self.urls)])
 
     async def start(self) -> None:
         """Open the first connection to every replica now (kept for the first request): a wrong
