@@ -636,6 +636,24 @@ def test_a_server_without_the_batch_api_is_named_in_one_line(tmp_path: Path) -> 
     assert len(result.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())  # nothing left behind
 
 
+class _AnswersEmptyObjects(QuietHandler):
+    """A server that answers every request 200 with `{}` (a catch-all stub, not a Batch API)."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.reply(200, b"{}", content_type=None)
+
+
+def test_a_server_answering_without_an_id_is_named_in_one_line(tmp_path: Path) -> None:
+    """POST /files answered without an id ended in a KeyError's traceback."""
+    with serving(_AnswersEmptyObjects) as url:
+        result = run_cli(
+            "eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", "--work-dir", str(tmp_path)
+        )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == ["error: POST /files answered without an id ({}): is it a Batch API?"]
+
+
 def test_reasoning_tokens_from_a_result_file_are_totalled(tmp_path: Path) -> None:
     requests, results = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
     wrote = run_cli(

@@ -165,12 +165,13 @@ class BatchAPI:
             data.add_field("file", content, filename=name, content_type="application/jsonl")
             return data
 
-        found = await self._call("POST", "/files", form=form)
-        return str(found["id"])
+        return self._id_of(await self._call("POST", "/files", form=form), "POST /files")
 
     async def create(self, file_id: str, mode: str, metadata: dict[str, str]) -> dict[str, Any]:
         body = {"input_file_id": file_id, "endpoint": ENDPOINTS[mode], "completion_window": "24h", "metadata": metadata}
-        return await self._call("POST", "/batches", body=body)
+        found = await self._call("POST", "/batches", body=body)
+        self._id_of(found, "POST /batches")
+        return found
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch; one the server no longer knows (404) comes back as status `lost`."""
@@ -184,6 +185,7 @@ class BatchAPI:
         listed = await self._call("GET", "/batches", params={"limit": 100})
         for batch in listed.get("data") or []:
             if isinstance(batch, dict) and batch.get("input_file_id") == file_id:
+                self._id_of(batch, "GET /batches")
                 return batch
         return None
 
@@ -198,6 +200,15 @@ class BatchAPI:
             return False
         tmp.replace(dest)
         return True
+
+    def _id_of(self, found: dict[str, Any], call: str) -> str:
+        """The id the server gave a file or batch it made: text, or the server is no Batch API (a
+        KeyError's traceback was all it said)."""
+        server_id = found.get("id")
+        if not isinstance(server_id, str) or not server_id:
+            shown = one_line(repr(found), 200)
+            raise FatalAPIError(self.redact(f"{call} answered without an id ({shown}): is it a Batch API?"))
+        return server_id
 
     async def _call(
         self,
