@@ -4,6 +4,7 @@ the page shows the variants side by side (in Chromium), and a probe resumes like
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -305,3 +306,23 @@ def test_the_fresh_twin_of_the_official_set_draws_on_its_own_names(tmp_path: Pat
         assert twin is not None and original is not None and row["question"] != question
         assert {p for p, _ in twin.sequence.steps} <= theirs  # the evaluated set's name pool
         assert [len(p) for p, _ in twin.sequence.steps] == [len(p) for p, _ in original.sequence.steps]
+
+
+def test_a_resumed_probe_writes_its_data_whole_never_through_a_link_or_into_a_fifo(tmp_path: Path) -> None:
+    """A probe writes its variants' and lengths' data again on a resume: a link left at a data file
+    was written through (the file it named overwritten) and a FIFO there hung the resume."""
+    work, outside = tmp_path / "work", tmp_path / "outside.txt"
+    outside.write_text("precious", encoding="utf-8")
+    args = ("--model", "oracle", "--limit", "5", "--variants", "tails", "--lengths", "2", "--length-count", "5")
+    assert run_cli("probe", *args, "--work-dir", str(work)).returncode == 0
+    root = next(work.glob("probe_*"))
+    linked, fifo = root / "data/tails/test.jsonl", root / "data/people_02/test.jsonl"
+    rows = linked.read_text(encoding="utf-8")
+    linked.unlink()
+    linked.symlink_to(outside)
+    fifo.unlink()
+    os.mkfifo(fifo)
+    again = run_cli("probe", "--use-cache", str(root), timeout=120)  # a hang ends here, as a failure
+    assert again.returncode == 0, again.stderr
+    assert outside.read_text(encoding="utf-8") == "precious"
+    assert not linked.is_symlink() and linked.read_text(encoding="utf-8") == rows and fifo.is_file()

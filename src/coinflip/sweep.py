@@ -53,13 +53,14 @@ def length_data(config: TaskConfig, folder: Path, people: int, count: int) -> Pa
     """`folder`/people_KK: a fresh set of `count` questions with `people` people (seeded by
     config.seed plus the length), and few-shot examples of the same length when asked for."""
     data = folder / f"people_{people:02d}"
-    generate_file(data / "test.jsonl", PeopleRange(people, people), count, config.seed + people)
+    generate_file(data / "test.jsonl", PeopleRange(people, people), count, config.seed + people, whole=True)
     if config.few_shot_num:
         generate_file(
             data / "validation.jsonl",
             PeopleRange(people, people),
             max(50, config.few_shot_num + 1),
             config.seed + 100_000 + people,
+            whole=True,
         )
     return data
 

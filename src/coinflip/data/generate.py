@@ -9,6 +9,8 @@ computed from its sequence.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._files import replacing
 from ..errors import ConfigError
 from .grammar import FLIP, KEEP, Sequence, Style, apply
 
@@ -153,7 +156,9 @@ def write_jsonl(rows: Iterable[tuple[str, str]], out: TextIO, chunk: int = 8192)
     return written + len(buffer)
 
 
-def generate_file(path: Path, people: PeopleRange, count: int, seed: int, style: Style | None = None) -> int:
+def generate_file(
+    path: Path, people: PeopleRange, count: int, seed: int, style: Style | None = None, whole: bool = False
+) -> int:
     """The lines `write_jsonl(iter_questions(...))` makes; in the official form each chunk is
     joined inside numpy: a million questions in a few seconds."""
     import numpy as np
@@ -163,12 +168,11 @@ def generate_file(path: Path, people: PeopleRange, count: int, seed: int, style:
     if seed < 0:
         raise ConfigError(f"--seed must be a whole number >= 0, got {seed}")
     if style is not None and not style.is_default():
-        return write_rows(path, iter_questions(people, count, seed, style))
+        return write_rows(path, iter_questions(people, count, seed, style), whole)
     table = np.array(_table(), dtype=object)
     head = len(table) - 3
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as out:
+        with _text_file(path, whole) as out:
             for codes, flips in _drawn(people, count, seed):
                 line = np.empty((len(flips), codes.shape[1] + 2), dtype=np.int64)
                 line[:, 0] = head
@@ -180,14 +184,27 @@ def generate_file(path: Path, people: PeopleRange, count: int, seed: int, style:
         raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
 
 
-def write_rows(path: Path, rows: Iterable[tuple[str, str]]) -> int:
+def write_rows(path: Path, rows: Iterable[tuple[str, str]], whole: bool = False) -> int:
     """`rows` as a JSON Lines file (its folder made if need be); a failure to write is one line."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as out:
+        with _text_file(path, whole) as out:
             return write_jsonl(rows, out)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def _text_file(path: Path, whole: bool) -> Iterator[TextIO]:
+    """`path` opened to write: in place (the user's --out, which may be /dev/stdout), or with
+    `whole` through `_files.replacing`, for a probe's or sweep's own data in a folder a resume
+    finds as someone left it (a link there is replaced, never written through; a FIFO never waited on)."""
+    if whole:
+        with replacing(path, "the runs written so far are kept") as raw, io.TextIOWrapper(raw, encoding="utf-8") as out:
+            yield out
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        yield out
 
 
 BUNDLED_SEED = 20240501

@@ -205,9 +205,9 @@ def _write_data(
             rows = restyled(records, variant.style, config.seed, variant.name)
             examples = restyled(pool, variant.style, config.seed, variant.name) if pool else []
         data = root / "data" / variant.name
-        write_rows(data / "test.jsonl", rows)
+        write_rows(data / "test.jsonl", rows, whole=True)  # a resumed probe's folder may hold a link there
         if examples:
-            write_rows(data / "validation.jsonl", examples)
+            write_rows(data / "validation.jsonl", examples, whole=True)
         planned.append((variant, data, template, [(r.question, q) for r, (q, _) in zip(records, rows, strict=True)]))
     return planned
 
