@@ -621,6 +621,16 @@ def test_a_fifo_where_a_batch_s_results_are_downloaded_never_hangs_the_run(tmp_p
     assert len(_answers(run)) == 5
 
 
+def test_a_folder_where_a_batch_s_results_are_downloaded_is_one_line(tmp_path: Path) -> None:
+    """Clearing the download's .part name ended in IsADirectoryError's traceback."""
+    run = _written_offline(tmp_path)
+    (run / "batch" / "batch_000001.output.jsonl.part").mkdir(parents=True)
+    sent = _sent_as_a_batch(run)
+    assert sent.returncode == 1 and "Traceback" not in sent.stderr, sent.stderr  # a StorageError
+    line = sent.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: cannot write {run / 'batch' / 'batch_000001.output.jsonl.part'}: Is a directory")
+
+
 class _NoBatches(QuietHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("Content-Length") or 0))

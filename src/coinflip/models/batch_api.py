@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from ..errors import EndpointBroken, FatalAPIError
+from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
 from ._http import ConnectionPool, merge_headers, tls_like
 from ._redact import Redactor
@@ -193,7 +193,10 @@ class BatchAPI:
         """A file's content, streamed to `dest` (through a temporary file: a half file is never
         kept); False when the server no longer has it."""
         tmp = dest.with_name(dest.name + ".part")
-        tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
+        try:
+            tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
+        except OSError as exc:  # a folder there: one line naming it, not a traceback
+            raise storage_error(tmp, exc) from None
         try:
             await self._call("GET", f"/files/{_segment(file_id)}/content", into=tmp, missing_ok=True)
         except _Gone:
