@@ -631,37 +631,34 @@ def test_a_folder_where_a_batch_s_results_are_downloaded_is_one_line(tmp_path: P
     assert line.startswith(f"error: cannot write {run / 'batch' / 'batch_000001.output.jsonl.part'}: Is a directory")
 
 
-class _NoBatches(QuietHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.reply(404, b'{"error": {"message": "Not Found"}}', content_type=None)
+def _answering(status: int, body: bytes) -> type[QuietHandler]:
+    class Answering(QuietHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.reply(status, body, content_type=None)
+
+    return Answering
 
 
-def test_a_server_without_the_batch_api_is_named_in_one_line(tmp_path: Path) -> None:
-    with serving(_NoBatches) as url:
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (404, b'{"error": {"message": "Not Found"}}', "does not serve the Batch API"),
+        (200, b"{}", "error: POST /files answered without an id ({}): is it a Batch API?"),  # a catch-all stub
+    ],
+    ids=["404", "no-id"],
+)
+def test_a_server_that_is_no_batch_api_is_named_in_one_line(
+    tmp_path: Path, status: int, body: bytes, said: str
+) -> None:
+    """An answer without an id to POST /files ended in a KeyError's traceback."""
+    with serving(_answering(status, body)) as url:
         result = run_cli(
             "eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", "--work-dir", str(tmp_path)
         )
-    assert result.returncode == 2 and "does not serve the Batch API" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())  # nothing left behind
-
-
-class _AnswersEmptyObjects(QuietHandler):
-    """A server that answers every request 200 with `{}` (a catch-all stub, not a Batch API)."""
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.reply(200, b"{}", content_type=None)
-
-
-def test_a_server_answering_without_an_id_is_named_in_one_line(tmp_path: Path) -> None:
-    """POST /files answered without an id ended in a KeyError's traceback."""
-    with serving(_AnswersEmptyObjects) as url:
-        result = run_cli(
-            "eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", "--work-dir", str(tmp_path)
-        )
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines() == ["error: POST /files answered without an id ({}): is it a Batch API?"]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and not any(tmp_path.iterdir())  # nothing left behind
 
 
 def test_reasoning_tokens_from_a_result_file_are_totalled(tmp_path: Path) -> None:
