@@ -209,14 +209,7 @@ class Budget:
         forced answer left unasked keeps its sample pending, and a resume asks it."""
 
         def kept(item: T, request: Request, reply: Reply) -> list[tuple[T, Request]]:
-            out = []
-            for pair in follow_up(item, request, reply):
-                if self.stopped or not self.fits(pair[1], self.sent - self.answered):
-                    self.stopped = True
-                    break
-                self.sent += 1
-                out.append(pair)
-            return out
+            return list(self.gate(follow_up(item, request, reply)))
 
         return kept
 
