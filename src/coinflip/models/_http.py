@@ -279,7 +279,7 @@ class ConnectionPool:
         self._targets: dict[str, Target] = {}
         self._session: aiohttp.ClientSession | None = None
         self._ssl: ssl.SSLContext | None = None
-        self._heard: set[URL] = set()  # URLs whose server has sent an HTTP head: their scheme is right
+        self._heard: set[str] = set()  # servers (host:port) that have sent an HTTP head: their scheme is right
 
     def target(self, url: str) -> Target:
         """Where `url` points; its `options` are the arguments of every aiohttp request sent there."""
@@ -369,13 +369,17 @@ class ConnectionPool:
         """aiohttp's exception as ours; and where a plain http:// server that has not answered yet
         answers like a TLS one (hangs up twice with no head, or sends a TLS record) and takes a TLS
         handshake, the wrong scheme."""
-        wrong = await self.wrong_scheme(target) if suspect and target.url not in self._heard else None
+        wrong = await self.wrong_scheme(target) if suspect else None
         return wrong or _translated(exc, target, self.timeout)
 
+    def heard(self, target: Target) -> None:
+        """The server at `target` sent an HTTP head: its scheme is right, whatever fails later."""
+        self._heard.add(target.authority)
+
     async def wrong_scheme(self, target: Target) -> EndpointError | None:
-        """The wrong scheme where a plain http:// target speaks TLS (for a server that gave no HTTP
-        answer: the online requests' and the Batch API's test); None otherwise."""
-        if not await self._speaks_tls(target):
+        """The wrong scheme where a plain http:// target that has given no HTTP answer yet speaks
+        TLS (the online requests' and the Batch API's test); None otherwise."""
+        if target.authority in self._heard or not await self._speaks_tls(target):
             return None
         return EndpointError(
             f"http://{target.authority} answers plain HTTP with no HTTP reply and speaks TLS: "
@@ -397,7 +401,7 @@ class ConnectionPool:
         sent = loop.time()
         async with self.session.post(target.url, data=body, allow_redirects=False, **target.options) as resp:
             progress.head = True
-            self._heard.add(target.url)
+            self.heard(target)
             _check_framing(resp.headers)
             length = resp.content_length
             if length is not None and length > self.limits.max_body:

@@ -136,7 +136,6 @@ class BatchAPI:
         self.retries = retries
         self.pool = ConnectionPool(merge_headers(headers), timeout)
         self.redact = Redactor([*secrets, *self.pool.proxy_secrets([url])])
-        self.answered = False  # any HTTP answer yet (before one, a hang-up may be a wrong scheme)
 
     async def __aenter__(self) -> BatchAPI:
         """A wrong endpoint (nothing listening, unknown host, TLS, proxy) fails here, in one line."""
@@ -227,19 +226,18 @@ class BatchAPI:
         (a 404 raises _Gone where `missing_ok`)."""
         import aiohttp
 
-        message = ""
+        message, url = "", self._url(path)
+        target = self.pool.target(url)  # its options: headers per request, proxy from the environment
         for attempt in range(self.retries + 1):
             wait = min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.5)
             try:
                 data = form() if form is not None else None
-                url = self._url(path)
-                options = self.pool.target(url).options  # headers per request, proxy from the environment
                 timeout = aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=self.timeout)  # no total: files
                 request = self.pool.session.request(
-                    method, url, json=body, data=data, params=params, timeout=timeout, **options
+                    method, url, json=body, data=data, params=params, timeout=timeout, **target.options
                 )
                 async with request as response:
-                    self.answered = True  # an HTTP answer: the scheme is right
+                    self.pool.heard(target)  # an HTTP answer: the scheme is right
                     if response.status < 300:
                         return await _read(response, into)
                     raw = await response.read()
@@ -255,8 +253,8 @@ class BatchAPI:
                     wait = max(wait, retry_after(response.headers.get("retry-after")) or 0.0)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadReply) as exc:
                 message = f"{method} {path}: {type(exc).__name__}: {exc}".rstrip(": ")
-                if not self.answered and tls_like(exc):  # a hang-up or TLS record before any answer
-                    wrong = await self.pool.wrong_scheme(self.pool.target(url))
+                if tls_like(exc):  # a hang-up or a TLS record, a wrong scheme if no answer came before
+                    wrong = await self.pool.wrong_scheme(target)
                     if wrong is not None:
                         raise wrong from None
             if attempt < self.retries:
