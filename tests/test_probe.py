@@ -207,16 +207,25 @@ def test_the_page_shows_the_variants_side_by_side_with_intervals_in_chromium(tmp
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
+def _probed_then_cut(server: FakeOpenAIServer, work: Path, limit: int, variant: str, keep: int, *options: str) -> Path:
+    """A finished probe whose `variant` run keeps only its first `keep` replies, as if stopped there."""
+    args = ("--model", "m", "--api-url", server.url, "--limit", str(limit), "--work-dir", str(work))
+    first = run_cli("probe", *args, *options)
+    assert first.returncode == 0, first.stderr
+    root = next(work.glob("probe_*"))
+    predictions = root / f"runs/{variant}/predictions/m/coin_flip.jsonl"
+    lines = predictions.read_text(encoding="utf-8").splitlines(keepends=True)
+    predictions.write_text("".join(lines[:keep]), encoding="utf-8")
+    return root
+
+
 def test_a_setting_typed_at_its_default_on_a_probe_resume_is_taken(tmp_path: Path) -> None:
     """`--retries 5` is the default, yet typed on the resume it must replace the saved 2, as it
     does for eval: what the user types is what is given, whatever its value."""
     with FakeOpenAIServer("correct") as server:
-        args = ("--model", "m", "--api-url", server.url, "--limit", "6", "--work-dir", str(tmp_path))
-        first = run_cli("probe", *args, "--variants", "fresh", "--lengths", "0", "--retries", "2")
-        assert first.returncode == 0, first.stderr
-        root = next(tmp_path.glob("probe_*"))
-        predictions = root / "runs/fresh/predictions/m/coin_flip.jsonl"
-        predictions.write_text(predictions.read_text(encoding="utf-8").splitlines(keepends=True)[0], encoding="utf-8")
+        root = _probed_then_cut(
+            server, tmp_path, 6, "fresh", 1, "--variants", "fresh", "--lengths", "0", "--retries", "2"
+        )
         again = run_cli("probe", "--use-cache", str(root), "--retries", "5")
     assert again.returncode == 0, again.stderr
     saved = yaml.safe_load((root / "runs/fresh/configs/task_config.yaml").read_text(encoding="utf-8"))
@@ -226,13 +235,8 @@ def test_a_setting_typed_at_its_default_on_a_probe_resume_is_taken(tmp_path: Pat
 def test_a_probe_resumes_and_its_runs_are_listed_and_compared(tmp_path: Path) -> None:
     work = tmp_path / "work"
     with FakeOpenAIServer("correct") as server:
-        args = ("--model", "m", "--api-url", server.url, "--limit", "20", "--work-dir", str(work))
-        first = run_cli("probe", *args, "--variants", "fresh,tails", "--lengths", "2-3", "--length-count", "10")
-        assert first.returncode == 0, first.stderr
-        root = next(work.glob("probe_*"))
-        predictions = root / "runs/tails/predictions/m/coin_flip.jsonl"
-        lines = predictions.read_text(encoding="utf-8").splitlines(keepends=True)
-        predictions.write_text("".join(lines[:5]), encoding="utf-8")  # as if stopped after 5 replies
+        options = ("--variants", "fresh,tails", "--lengths", "2-3", "--length-count", "10")
+        root = _probed_then_cut(server, work, 20, "tails", 5, *options)
         before = sum(server.state.requests.values())
         again = run_cli("probe", "--use-cache", str(root))
         assert again.returncode == 0, again.stderr
