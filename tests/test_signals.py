@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -180,7 +181,56 @@ import sys
 print("loading", flush=True)
 sys.stdin.readline()
 '''
-CONSOLE_SCRIPT = "import sys\nfrom coinflip.cli import main\nsys.exit(main())\n"  # what pip writes for `coinflip`
+CLI_HELD = '''"""Holds the command where its CLI begins to load (the first code after its entry), for the test."""
+import sys
+
+
+class Hold:
+    def find_spec(self, name, path=None, target=None):
+        if name == "coinflip.cli":
+            sys.meta_path.remove(self)
+            print("loading", flush=True)
+            sys.stdin.readline()
+        return None
+
+
+sys.meta_path.insert(0, Hold())
+'''
+
+
+def console_script() -> str:
+    """What pip writes for `coinflip`, from the entry point pyproject.toml declares."""
+    declared = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    module, function = re.search(r'^coinflip = "([\w.]+):(\w+)"', declared, re.M).groups()  # type: ignore[union-attr]
+    return (
+        f"import re\nimport sys\nfrom {module} import {function}\nif __name__ == '__main__':\n"
+        f"    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit({function}())\n"
+    )
+
+
+def held_command(tmp_path: Path, how: str, hook: tuple[str, str]) -> subprocess.Popen[str]:
+    """`coinflip eval` (as `how` starts it) with `hook` (a file name and its text) on its path,
+    once it has printed "loading" from where the hook holds it."""
+    (tmp_path / "shim" / hook[0]).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "shim" / hook[0]).write_text(hook[1])
+    (tmp_path / "coinflip").write_text(console_script())
+    command = [str(tmp_path / "coinflip")] if how == "coinflip" else how.split()[1:]  # python -m ...
+    path = os.pathsep.join([str(tmp_path / "shim"), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.Popen(
+        [sys.executable, *command, "eval", "--model", "oracle", "--work-dir", str(tmp_path / "w")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "loading\n", proc.communicate("")[1]
+    return proc
+
+
+def ended_in_one_line(proc: subprocess.Popen[str], sig: signal.Signals) -> str:
+    proc.send_signal(sig)
+    _, err = proc.communicate("", timeout=EXIT_BUDGET_S)
+    assert proc.returncode == 1, err
+    assert err == ("interrupted\n" if sig == signal.SIGINT else f"stopped by {sig.name}\n")
+    return err
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
@@ -188,19 +238,33 @@ CONSOLE_SCRIPT = "import sys\nfrom coinflip.cli import main\nsys.exit(main())\n"
 def test_a_signal_while_the_command_loads_ends_it_in_one_line(tmp_path: Path, how: str, sig: signal.Signals) -> None:
     """Before main() installs its handlers, while click is being imported: the same line and code
     as a stop at any other moment before the run started, not Python's KeyboardInterrupt."""
-    (tmp_path / "shim/click").mkdir(parents=True)
-    (tmp_path / "shim/click/__init__.py").write_text(CLICK_HELD)
-    (tmp_path / "coinflip").write_text(CONSOLE_SCRIPT)
-    command = [str(tmp_path / "coinflip")] if how == "coinflip" else ["-m", "coinflip.cli"]
-    path = os.pathsep.join([str(tmp_path / "shim"), os.environ.get("PYTHONPATH", "")])
-    proc = subprocess.Popen(
-        [sys.executable, *command, "eval", "--model", "oracle", "--work-dir", str(tmp_path / "w")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": path},
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stdout.readline() == "loading\n"  # inside cli.py's imports
-    proc.send_signal(sig)
-    _, err = proc.communicate("", timeout=EXIT_BUDGET_S)
-    assert proc.returncode == 1, err
-    assert err == ("interrupted\n" if sig == signal.SIGINT else f"stopped by {sig.name}\n")
+    proc = held_command(tmp_path, how, ("click/__init__.py", CLICK_HELD))
+    ended_in_one_line(proc, sig)
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("how", ["coinflip", "python -m coinflip"])
+def test_a_signal_from_the_commands_first_code_ends_it_in_one_line(
+    tmp_path: Path, how: str, sig: signal.Signals
+) -> None:
+    """From the entry's first line, before any of the CLI (its package, click, stop.py) loads:
+    what is left to Python is the interpreter's own start-up, and `import coinflip`, which
+    imports nothing."""
+    proc = held_command(tmp_path, how, ("sitecustomize.py", CLI_HELD))
+    ended_in_one_line(proc, sig)
+    assert not (tmp_path / "w").exists()
+
+
+def test_importing_coinflip_installs_no_handler_and_imports_nothing() -> None:
+    """A library leaves its caller's signals alone; and the package's own import is part of the
+    command's start-up, before its handlers can be in place, so it loads no other module."""
+    probe = (
+        "import signal, sys\n"
+        "def handlers(): return [signal.getsignal(s) for s in signal.valid_signals()]\n"
+        "before, installed = set(sys.modules), handlers()\n"
+        "import coinflip\n"
+        "print(sorted(set(sys.modules) - before - {'coinflip'}), handlers() == installed)"
+    )
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert shown == "[] True\n"

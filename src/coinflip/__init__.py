@@ -6,9 +6,7 @@
 Names are imported on first use so that `import coinflip` stays instant.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # not typing's: `import coinflip` imports nothing, so the command's first code runs at once
 
 __version__ = "0.1.0"
 __all__ = [
@@ -33,6 +31,8 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._evalscope import EvalType
     from .config import TaskConfig
     from .data.generate import generate_file
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .scoring.extract import extract_answer
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":  # a string: Any is imported for the type checker only
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'coinflip' has no attribute {name!r}")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from .stop import handle_early
+from ._entry import handle_early
 
-handle_early(__name__)  # first: a stop signal while the rest loads ends the command in one line
+handle_early(__name__)  # first: `python -m coinflip.cli`, or a script that enters here, ends a stop in one line
 
 from collections.abc import Callable
 from pathlib import Path

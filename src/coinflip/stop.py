@@ -27,13 +27,15 @@ from collections.abc import Coroutine, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._entry import NAMES, said
+
 if TYPE_CHECKING:
     import asyncio  # imported when requests go out, not when the CLI starts
 
 T = TypeVar("T")
+SIGNALS = tuple(signal.Signals(number) for number in NAMES)
 
 GRACE_S = 20  # the longest a first signal may take to end the process
-SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
 HANDLED = (*SIGNALS, *((signal.SIGALRM,) if hasattr(signal, "SIGALRM") else ()))  # what `install` replaces
 
 
@@ -45,7 +47,7 @@ class Interrupted(BaseException):
 def stopped_by(exc: BaseException | str | None) -> str:
     """'interrupted' for Ctrl-C, 'stopped by SIGTERM' for the others."""
     name = exc if isinstance(exc, str) else exc.args[0] if isinstance(exc, Interrupted) and exc.args else None
-    return f"stopped by {name}" if name and name != "SIGINT" else "interrupted"
+    return said(name)
 
 
 class StopRequest:
@@ -169,28 +171,6 @@ def current() -> StopRequest | None:
     handler = signal.getsignal(signal.SIGTERM)
     owner = getattr(handler, "__self__", None)
     return owner if isinstance(owner, StopRequest) else None
-
-
-def handle_early(module: str) -> None:
-    """From cli.py's first lines, for the command itself (`coinflip`, or `python -m coinflip.cli`
-    when `module` is "__main__"): a stop signal before `install` - while click and the settings
-    load, tens of ms - ends the process with the line `main` prints for one that comes during
-    `install`, and exit 1; nothing has begun. Python's own SIGINT would show a KeyboardInterrupt
-    traceback, and SIGTERM's default would end it without a word. A program that imports the CLI
-    keeps its handlers; `install` replaces these."""
-    name = os.path.splitext(os.path.basename(sys.argv[0] if sys.argv else ""))[0]
-    if module != "__main__" and name not in ("coinflip", "coinflip-script"):
-        return
-    if threading.current_thread() is threading.main_thread():
-        for sig in SIGNALS:
-            signal.signal(sig, _ended_early)
-
-
-def _ended_early(signum: int, _frame: FrameType | None) -> None:
-    with contextlib.suppress(BaseException):
-        sys.stderr.write(f"{stopped_by(signal.Signals(signum).name)}\n")
-        sys.stderr.flush()
-    os._exit(1)  # at once: raised here, an exception would land inside an import
 
 
 def install() -> StopRequest | None:
