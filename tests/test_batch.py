@@ -754,3 +754,37 @@ def test_a_batch_or_file_the_server_no_longer_has_is_lost_not_fatal(tmp_path: Pa
         batch, downloaded = asyncio.run(ask(srv.url))
     assert batch == {"id": "batch_gone", "status": LOST}
     assert downloaded is False and not list(tmp_path.iterdir())
+
+
+class _EndlessError(QuietHandler):
+    """Refuses the upload with a 400 whose body never ends (64 MB, close-delimited, unless the
+    client hangs up first); counts what it got out."""
+
+    sent = 0
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(400)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        piece = b'{"error": {"message": "' + b"x" * 65_000
+        try:
+            for _ in range(1024):
+                self.wfile.write(piece)
+                type(self).sent += len(piece)
+        except OSError:  # the client hung up: what it read was capped
+            pass
+
+
+def test_an_endless_error_body_from_the_batch_api_is_read_up_to_the_reply_cap(tmp_path: Path) -> None:
+    """The Batch API's error answers were read whole, however large: memory without bound."""
+    with serving(_EndlessError) as url:
+        result = run_cli(
+            "eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", "--max-reply-mb", "1",
+            "--work-dir", str(tmp_path),
+        )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "POST /files answered 400: the reply is larger than 1 MB" in lines[0], lines
+    assert _EndlessError.sent < 1024 * 65_000  # cut off, not read to the end

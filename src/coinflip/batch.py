@@ -183,6 +183,7 @@ def send_batches(
     """Send `work` through the Batch API; returns what is left for an online pass (--batch-rest-online).
     `budget` (--max-cost) decides what is submitted and counts what the batches answered."""
     from .config import run_secrets
+    from .models._http import megabytes
     from .models.batch_api import BatchAPI
     from .runner import resume_hint
 
@@ -191,7 +192,7 @@ def send_batches(
         raise ConfigError(f"--batch needs a server: {config.model} answers in-process")
     state = State(run)
     secrets = run_secrets(config.api_key, plan.generation, config.api_url)
-    api = BatchAPI(url, config.api_key, plan.generation, config.timeout, secrets)
+    api = BatchAPI(url, config.api_key, plan.generation, config.timeout, secrets, megabytes(config.max_reply_mb))
     sender = _Sender(plan, state, api, on_replies, follow_up, budget)
     try:
         return run_until_stopped(sender.run(list(work)))

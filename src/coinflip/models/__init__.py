@@ -84,6 +84,7 @@ async def open_model(
 
         model = Baseline(str(config.model), config.seed, int(generation.get("n") or 1))
     else:
+        from ._http import megabytes
         from .openai_api import OpenAIClient
 
         client = OpenAIClient(
@@ -96,7 +97,7 @@ async def open_model(
             concurrency,
             mode=config.api_mode,
             stream=bool(config.stream),
-            max_reply_bytes=int(config.max_reply_mb * 1024 * 1024),
+            max_reply_bytes=megabytes(config.max_reply_mb),
             patience=config.patience,
         )
         model = client

@@ -135,6 +135,11 @@ class Target:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
+def megabytes(mb: float) -> int:
+    """--max-reply-mb in bytes: the cap on every reply a run reads, online or from the Batch API."""
+    return int(mb * 1024 * 1024)
+
+
 def _mb(size: int) -> str:
     return f"{size / 1024 / 1024:g} MB"
 

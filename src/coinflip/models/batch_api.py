@@ -27,7 +27,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
-from ._http import ConnectionPool, merge_headers, tls_like
+from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, merge_headers, read_at_most, tls_like
 from ._redact import Redactor
 from ._replies import BadReply, load_json, one_line, parse_body, server_message
 from .base import Reply
@@ -125,8 +125,11 @@ class BatchAPI:
         generation: dict[str, Any],
         timeout: float,
         secrets: list[str | None],
+        max_body: int = DEFAULT_MAX_BODY,
         retries: int = CALL_RETRIES,
     ) -> None:
+        """`max_body`: the most bytes of an answer (an error's too) that are read; a result file,
+        written to disk as it comes, is not held to it."""
         self.base, self.query = api_base(url, generation.get("extra_query"))
         headers = {"User-Agent": "coinflip"}
         headers.update({str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()})
@@ -134,7 +137,7 @@ class BatchAPI:
             headers["Authorization"] = f"Bearer {api_key}"
         self.timeout = timeout
         self.retries = retries
-        self.pool = ConnectionPool(merge_headers(headers), timeout)
+        self.pool = ConnectionPool(merge_headers(headers), timeout, max_body=max_body)
         self.redact = Redactor([*secrets, *self.pool.proxy_secrets([url])])
 
     async def __aenter__(self) -> BatchAPI:
@@ -239,9 +242,8 @@ class BatchAPI:
                 async with request as response:
                     self.pool.heard(target)  # an HTTP answer: the scheme is right
                     if response.status < 300:
-                        return await _read(response, into)
-                    raw = await response.read()
-                    detail = server_message(raw)
+                        return await self._read(response, into, f"{method} {path}")
+                    detail = await self._error_detail(response)
                     message = f"{method} {path} answered {response.status}{': ' + detail if detail else ''}"
                     if response.status == 404 and missing_ok:
                         raise _Gone(message)
@@ -261,6 +263,28 @@ class BatchAPI:
                 await asyncio.sleep(wait)
         raise EndpointBroken(self.redact(one_line(f"the Batch API did not answer: {message}")))
 
+    async def _error_detail(self, response: Any) -> str:
+        """What an error answer says, from at most `max_body` bytes of it: an endless body is cut
+        off there, and the answer's status still decides what happens."""
+        try:
+            return server_message(await read_at_most(response.content, self.pool.limits.max_body))
+        except ReplyTooLarge as exc:
+            return str(exc)
+
+    async def _read(self, response: Any, into: Path | None, call: str) -> dict[str, Any]:
+        """A JSON answer, of at most `max_body` bytes (EndpointBroken at once when larger: no retry
+        would make it smaller), or a file's content streamed to `into`."""
+        if into is not None:
+            return await _download(response, into)
+        try:
+            raw = await read_at_most(response.content, self.pool.limits.max_body)
+        except ReplyTooLarge as exc:
+            raise EndpointBroken(self.redact(f"the Batch API's answer to {call}: {exc}")) from None
+        found = load_json(raw)
+        if not isinstance(found, dict):
+            raise BadReply("the Batch API answered with something other than a JSON object")
+        return found
+
 
 def _segment(server_id: str) -> str:
     """An id the server gave, as one segment of a URL path: `/`, `?`, `#` and `%` quoted, so that
@@ -270,12 +294,7 @@ def _segment(server_id: str) -> str:
     return quote(server_id, safe="")
 
 
-async def _read(response: Any, into: Path | None) -> dict[str, Any]:
-    if into is None:
-        found = load_json(await response.read())
-        if not isinstance(found, dict):
-            raise BadReply("the Batch API answered with something other than a JSON object")
-        return found
+async def _download(response: Any, into: Path) -> dict[str, Any]:
     with into.open("wb") as handle:
         async for chunk in response.content.iter_chunked(1 << 16):
             handle.write(chunk)
