@@ -788,3 +788,32 @@ def test_an_endless_error_body_from_the_batch_api_is_read_up_to_the_reply_cap(tm
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "POST /files answered 400: the reply is larger than 1 MB" in lines[0], lines
     assert _EndlessError.sent < 1024 * 65_000  # cut off, not read to the end
+
+
+class _Brotli(QuietHandler):
+    """Answers every call in br, whatever the Accept-Encoding; counts the calls."""
+
+    calls = 0
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).calls += 1
+        self.send_response(200)
+        self.send_header("Content-Encoding", "br")
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"\x8b\x05\x80{}")
+
+
+def test_a_batch_api_answer_in_br_ends_the_run_in_our_words_without_retries(tmp_path: Path) -> None:
+    with serving(_Brotli) as url:
+        result = run_cli(
+            "eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", "--work-dir", str(tmp_path)
+        )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert (
+        "the Batch API's answer to POST /files: the reply is encoded as 'br', which coinflip does not decode"
+        in lines[0]
+    )
+    assert len(lines) == 1 and "Brotli" not in result.stderr and _Brotli.calls == 1, lines

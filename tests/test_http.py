@@ -514,6 +514,28 @@ def test_error_pages_and_odd_redirects_stop_the_run_with_one_line(
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("coding", ["br", "zstd"])
+def test_a_reply_in_a_coding_coinflip_does_not_decode_fails_its_sample_at_once(scripted: Any, coding: str) -> None:
+    """A server that ignores `Accept-Encoding: identity` and sends br or zstd would do so again:
+    no retry, and our own line (aiohttp's was advice to install Brotli)."""
+    srv = scripted(*[Say([ok(b"\x8b\x05\x80{}\x03", f"Content-Encoding: {coding}")])] * 6)
+
+    async def go() -> Any:
+        chat = OpenAIClient("m", [srv.url()], retries=5, timeout=5.0, backoff_base=0.01)
+        try:
+            return await chat.complete(Request(0, "p", "q", [{"role": "user", "content": "p"}]))
+        finally:
+            await chat.aclose()
+
+    reply = asyncio.run(go())
+    assert reply.text is None and reply.attempts == 1 and len(srv.requests) == 1
+    assert reply.error == (
+        f"the reply is encoded as '{coding}', which coinflip does not decode (it asks for none: "
+        "Accept-Encoding: identity)"
+    )
+    assert b"accept-encoding: identity" in srv.requests[0].lower()
+
+
 def test_an_html_error_page_is_recorded_by_its_title(scripted: Any) -> None:
     reply = _ask(scripted(Say([_page("502 Bad Gateway")])).url())
     assert reply.text is None and reply.error == "HTTP 502: 502 Bad Gateway (an HTML page)"

@@ -10,7 +10,7 @@ an evaluation needs on top of any client:
 - one line saying what is wrong with an endpoint (`check` opens the first connection before a
   run, within CONNECT_S; `describe_connect_error`; a wrong scheme either way is told apart by
   trying the other), and our own exceptions instead of aiohttp's, so callers see OSError,
-  TimeoutError, ProtocolError, ProxyError or ReplyTooLarge;
+  TimeoutError, ProtocolError, ProxyError, ReplyTooLarge or UnknownCoding;
 - the cost of a reply bounded, not only its bytes: a body or stream over `max_body` bytes, a
   JSON document of more than one value per 16 bytes of `max_body`, or a stream whose events
   average under 32 bytes fails with ReplyTooLarge as soon as it is seen; a stream's events go
@@ -18,7 +18,7 @@ an evaluation needs on top of any client:
   in flight cost at most a small multiple of the cap in memory;
 - server-sent events split as they arrive (`_sse.py`), each with its arrival time; `data:
   [DONE]` completes the reply, whether or not the server then ends its HTTP message;
-- what aiohttp would read in a way of its own fails the attempt instead (`_check_framing`: a
+- what aiohttp would read in a way of its own fails the attempt instead (`check_framing`: a
   Transfer-Encoding other than chunked, a Content-Encoding in layers);
 - a reused connection the server had already closed is retried once at once, as browsers do.
 """
@@ -61,6 +61,29 @@ class ProxyError(ConnectionError):
 
 class ReplyTooLarge(ProtocolError):
     """The reply passed a limit on its size or cost; an error for its sample, not worth a retry."""
+
+
+class UnknownCoding(ProtocolError):
+    """The body is in a Content-Encoding coinflip does not undo (br, zstd): the server ignored our
+    `Accept-Encoding: identity` and would again, so an error for its sample, not worth a retry."""
+
+
+DECODED = ("identity", "gzip", "deflate", "br", "zstd")  # what aiohttp undoes (br, zstd: with a package installed)
+_UNDECODED = re.compile(r"Can not decode content-encoding: .*?\((\w+)\)")  # aiohttp's word when that package is not
+
+
+def unknown_coding(coding: str) -> UnknownCoding:
+    return UnknownCoding(
+        f"the reply is encoded as {coding[:40]!r}, which coinflip does not decode "
+        "(it asks for none: Accept-Encoding: identity)"
+    )
+
+
+def undecoded(exc: BaseException) -> UnknownCoding | None:
+    """aiohttp's refusal of a br or zstd body it could decode with a package that is not installed,
+    as ours; None for any other error."""
+    found = _UNDECODED.search(str(getattr(exc, "message", "")))
+    return unknown_coding(found.group(1)) if isinstance(exc, aiohttp.ClientResponseError) and found else None
 
 
 Event = tuple[float, str, str]  # arrival (loop time), event type, data
@@ -213,10 +236,10 @@ class _Progress:
     events: int = 0
 
 
-def _check_framing(headers: Any) -> None:
+def check_framing(headers: Any) -> None:
     """What aiohttp would read some way of its own fails the attempt instead: a Transfer-Encoding
     other than chunked (read as if it ended the body), and a Content-Encoding of more than one
-    coding (aiohttp would hand over the body still encoded)."""
+    coding or of one it does not know (it would hand over the body still encoded)."""
     if "Transfer-Encoding" in headers:
         transfer = ",".join(headers.getall("Transfer-Encoding"))
         if transfer.strip().lower() != "chunked":
@@ -225,6 +248,8 @@ def _check_framing(headers: Any) -> None:
         codings = [c.strip() for v in headers.getall("Content-Encoding") for c in v.split(",")]
         if len(codings) > 1:
             raise ProtocolError(f"the body is encoded in layers ({', '.join(codings)}); coinflip undoes one coding")
+        if codings[0].lower() not in DECODED:  # aiohttp would hand it over as sent
+            raise unknown_coding(codings[0])
 
 
 def _never_resolves(host: str) -> bool:
@@ -407,7 +432,7 @@ class ConnectionPool:
         async with self.session.post(target.url, data=body, allow_redirects=False, **target.options) as resp:
             progress.head = True
             self.heard(target)
-            _check_framing(resp.headers)
+            check_framing(resp.headers)
             length = resp.content_length
             if length is not None and length > self.limits.max_body:
                 raise ReplyTooLarge(f"the reply is {length} bytes, larger than {_mb(self.limits.max_body)}{_HINT}")
@@ -487,7 +512,7 @@ def _translated(exc: BaseException, target: Target, timeout: float) -> BaseExcep
             return ConnectionResetError("the server closed the connection before the reply was complete")
         return ProtocolError(f"the reply is not valid HTTP/1.1 ({_detail(cause or exc)})")
     if isinstance(exc, aiohttp.ClientResponseError | http_exceptions.HttpProcessingError):
-        return ProtocolError(f"the reply is not valid HTTP/1.1 ({_detail(exc)})")
+        return undecoded(exc) or ProtocolError(f"the reply is not valid HTTP/1.1 ({_detail(exc)})")
     if isinstance(exc, aiohttp.ClientOSError):
         return ConnectionResetError(str(exc) or "the connection failed")
     return ProtocolError(f"the reply could not be read ({type(exc).__name__}: {exc})")

@@ -27,7 +27,17 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
-from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, merge_headers, read_at_most, tls_like
+from ._http import (
+    DEFAULT_MAX_BODY,
+    ConnectionPool,
+    ReplyTooLarge,
+    UnknownCoding,
+    check_framing,
+    merge_headers,
+    read_at_most,
+    tls_like,
+    undecoded,
+)
 from ._redact import Redactor
 from ._replies import BadReply, load_json, one_line, parse_body, server_message
 from .base import Reply
@@ -241,6 +251,7 @@ class BatchAPI:
                 )
                 async with request as response:
                     self.pool.heard(target)  # an HTTP answer: the scheme is right
+                    check_framing(response.headers)
                     if response.status < 300:
                         return await self._read(response, into, f"{method} {path}")
                     detail = await self._error_detail(response)
@@ -254,6 +265,9 @@ class BatchAPI:
                         raise FatalAPIError(self.redact(message))
                     wait = max(wait, retry_after(response.headers.get("retry-after")) or 0.0)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadReply) as exc:
+                coding = exc if isinstance(exc, UnknownCoding) else undecoded(exc)
+                if coding is not None:  # the server would encode it so again
+                    raise EndpointBroken(self.redact(f"the Batch API's answer to {method} {path}: {coding}")) from None
                 message = f"{method} {path}: {type(exc).__name__}: {exc}".rstrip(": ")
                 if tls_like(exc):  # a hang-up or a TLS record, a wrong scheme if no answer came before
                     wrong = await self.pool.wrong_scheme(target)

@@ -15,7 +15,8 @@ connections, framing errors, malformed bodies and empty choices. Never retried:
   a proxy that is down fail in seconds; so do a 407 from a proxy and a redirect (307/308 to the
   same scheme, host and port are followed, as a POST may be; any other is refused, with its
   Location shown);
-- a reply larger than `max_reply_bytes`: an error for that sample.
+- a reply larger than `max_reply_bytes`, or in a Content-Encoding coinflip does not decode (br,
+  zstd: the server ignored `Accept-Encoding: identity`): an error for that sample.
 `start()` also asks each server how many requests it serves at once, where it publishes that
 (llama.cpp's /props), and keeps to it.
 
@@ -47,7 +48,15 @@ import msgspec
 
 from ..config import run_secrets
 from ..errors import EndpointBroken, EndpointError, FatalAPIError, shown_url
-from ._http import DEFAULT_MAX_BODY, ConnectionPool, ReplyTooLarge, Response, merge_headers, read_at_most
+from ._http import (
+    DEFAULT_MAX_BODY,
+    ConnectionPool,
+    ReplyTooLarge,
+    Response,
+    UnknownCoding,
+    merge_headers,
+    read_at_most,
+)
 from ._redact import Redactor
 from ._replies import BadReply, StreamReply, load_json, one_line, parse_body, server_message
 from .base import Reply, Request
@@ -271,7 +280,7 @@ class OpenAIClient:
             except RetryableError as exc:
                 message, status, wait = str(exc), exc.status, exc.retry_after
                 outcome = "rejected" if status in LIMIT_STATUS else "failed"
-            except ReplyTooLarge as exc:
+            except (ReplyTooLarge, UnknownCoding) as exc:
                 message, status = str(exc), None
                 outcome = "final"
             except (asyncio.TimeoutError, TimeoutError) as exc:  # one class since Python 3.11
