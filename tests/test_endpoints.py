@@ -8,6 +8,7 @@ import contextlib
 import json
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -398,3 +399,87 @@ def test_a_password_in_the_api_url_is_never_shown_whatever_it_holds(password: st
     assert result.returncode == 2
     line = one_line(result)
     assert "api.example.invalid" in line and "s3" not in line and "user" not in line
+
+
+def _resetting(at_once: bool) -> Any:
+    """A port where something takes connections and resets each (an RST, no FIN), at once or once
+    the request is in: a wrong port, a firewall, a server that is not HTTP."""
+
+    def handle(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            if not at_once:
+                conn.recv(65536)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    return handle
+
+
+def _closing(conn: socket.socket) -> None:
+    """Reads the request and hangs up without a word (a FIN)."""
+    with conn, contextlib.suppress(OSError):
+        conn.recv(65536)
+
+
+@pytest.mark.parametrize(
+    ("handle", "how"),
+    [(_resetting(True), "resets"), (_resetting(False), "resets"), (_closing, "closes")],
+    ids=["reset-at-accept", "reset-after-request", "closed-after-request"],
+)
+@pytest.mark.parametrize("batch", [False, True], ids=["online", "batch"])
+def test_a_port_that_hangs_up_on_every_connection_fails_in_seconds(
+    tmp_path: Path, handle: Any, how: str, batch: bool
+) -> None:
+    """Each sample went through its retries with a one-line error, and the run ended with exit 1,
+    asking to resume a run that could not work: nothing there has ever answered HTTP."""
+    with listening(handle) as port:
+        extra = ("--batch", "--batch-poll-s", "0.05") if batch else ()
+        result, elapsed = timed_eval(f"http://127.0.0.1:{port}/v1", tmp_path, "--limit", "40", *extra)
+    assert result.returncode == 2 and elapsed < FAST, result.stderr
+    assert one_line(result) == (
+        f"error: http://127.0.0.1:{port} takes connections but {how} each one with no HTTP answer: is it an HTTP "
+        "server? - check --api-url"
+    )
+
+
+def _not_http(conn: socket.socket) -> None:
+    """What a port that speaks another protocol says first (here SSH's banner)."""
+    with conn, contextlib.suppress(OSError):
+        conn.recv(65536)
+        conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+        conn.recv(1)  # until the client hangs up
+
+
+def test_a_proxy_that_sends_something_other_than_http_fails_in_seconds(tmp_path: Path) -> None:
+    with listening(_not_http) as port:
+        env = {"HTTP_PROXY": f"http://user:hunter2pw@127.0.0.1:{port}"}  # the only way out: nothing leaves
+        result, elapsed = timed_eval("http://api.example.invalid/v1", tmp_path, "--limit", "40", env=env)
+    assert result.returncode == 2 and elapsed < FAST, result.stderr
+    line = one_line(result)
+    assert line.startswith(
+        f"error: http://api.example.invalid:80 through proxy 127.0.0.1:{port} answers with something that is "
+        "not HTTP (Bad status line"
+    )
+    assert "SSH-2.0" in line and line.endswith(" - check --api-url and HTTP_PROXY / HTTPS_PROXY / NO_PROXY")
+    assert "hunter2pw" not in line
+
+
+def test_a_server_that_answered_then_hangs_up_on_every_request_ends_incomplete_and_resumes(tmp_path: Path) -> None:
+    """The pre-run test is for endpoints that never answered: a server that dies mid-run is a
+    broken one (exit 1, early), and the run resumes once it is back."""
+    answered = threading.Semaphore(5)  # the first five requests are answered; on the rest it hangs up
+
+    def respond(seen: Seen) -> bytes | None:
+        return answer(chat(seen.right_answer)) if answered.acquire(blocking=False) else None
+
+    with AnswerServer(respond) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path, "--limit", "40", "--eval-batch-size", "1", "--retries", "1")
+    assert result.returncode == 1 and elapsed < FAST, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert "the endpoint, not a sample, is broken" in line and "resume with: coinflip eval --use-cache" in line
+    run = only_run_dir(tmp_path)
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert sum(r["error"] is None for r in rows) == 5 and all(r["error"] for r in rows[5:])
+    with FakeOpenAIServer("correct") as good:
+        again = run_cli("eval", "--model", "m", "--api-url", good.url, "--limit", "40", "--use-cache", str(run))
+    assert again.returncode == 0, again.stderr
+    assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 40

@@ -26,6 +26,7 @@ an evaluation needs on top of any client:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import socket
@@ -47,6 +48,7 @@ BYTES_PER_EVENT = 32  # a real event of a streamed reply is 50-300 bytes; `data:
 FREE_EVENTS = 256  # events allowed before their size is looked at
 BYTES_PER_NODE = 16  # a JSON value of a real reply takes 7 bytes or more; `{},` builds 64 bytes from 3
 CONNECT_S = 10.0  # the longest the first connection before a run may take (TCP, proxy, TLS): real ones take <1 s
+PROBE_BYTES = 1 << 20  # the most of an answer to a probe before the run read (llama.cpp's /props is KBs)
 DONE_GRACE = 0.5  # seconds to let a stream end its HTTP message after [DONE] and keep the connection
 _FRAMING_HEADERS = ("host", "content-length", "transfer-encoding", "connection")  # ours to set, not a user's
 
@@ -376,6 +378,40 @@ class ConnectionPool:
             raise EndpointError(describe_connect_error(reason, target, limit)) from None
         connection.release()
 
+    async def answers(self, url: str) -> None:
+        """After `check`, before a run: EndpointError when what listens at `url` has never sent an
+        HTTP head and, asked with a GET of `url`, closes or resets the connection twice without one,
+        or sends something that is not HTTP (a wrong port or host; a proxy that speaks something
+        else). Any status will do, and a server heard from before (by the probes of its capacity)
+        is not asked again; one that is only slow to answer is left to the run's --timeout."""
+        target = self.target(url)
+        failure: BaseException | None = None
+        for _ in (1, 2):  # the second on a fresh connection: the first may be one the server had closed
+            if target.authority in self._heard:
+                return
+            try:
+                await self._head(target)
+            except asyncio.TimeoutError:
+                return
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc.os_error, ConnectionResetError):
+                    raise EndpointError(describe_connect_error(_translated(exc, target, 0), target, 0)) from None
+                failure = exc
+            except (aiohttp.ClientError, http_exceptions.HttpProcessingError) as exc:
+                failure = exc
+                break
+        assert failure is not None
+        raise await self.wrong_scheme(target) or EndpointError(_no_http(failure, target)) from None
+
+    async def _head(self, target: Target) -> None:
+        """A GET of the target until its answer's head (its body read up to PROBE_BYTES, so that the
+        connection is kept for the run); the server is then heard."""
+        limit = aiohttp.ClientTimeout(total=min(self.timeout, CONNECT_S))
+        async with self.session.get(target.url, allow_redirects=False, timeout=limit, **target.options) as answer:
+            self.heard(target)
+            with contextlib.suppress(OSError, asyncio.TimeoutError, aiohttp.ClientError):
+                await read_at_most(answer.content, PROBE_BYTES)
+
     async def post(self, url: str, body: bytes, stream: bool = False) -> Response:
         """The whole answer within `timeout` seconds; OSError (TimeoutError included) otherwise."""
         target = self.target(url)
@@ -546,12 +582,27 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def describe_connect_error(exc: BaseException, target: Target, timeout: float) -> str:
-    """One line for a connection that could not be opened before the run."""
+def _no_http(exc: BaseException, target: Target) -> str:
+    """One line for a target that takes connections but never answers HTTP over them."""
+    where, hint = _where(target)
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        how = "resets" if isinstance(exc, aiohttp.ClientOSError) else "closes"  # RST, or FIN
+        return f"{where} takes connections but {how} each one with no HTTP answer: is it an HTTP server? - {hint}"
+    return f"{where} answers with something that is not HTTP ({_detail(exc.__cause__ or exc)}) - {hint}"
+
+
+def _where(target: Target) -> tuple[str, str]:
+    """How a target is named in a line about its endpoint, and what to check."""
     where, hint = f"{'https' if target.tls else 'http'}://{target.authority}", "check --api-url"
     if target.proxy is not None:  # the proxy may be what failed: name it
         where += f" through proxy {target.proxy.host}:{target.proxy.port}"
         hint += " and HTTP_PROXY / HTTPS_PROXY / NO_PROXY"
+    return where, hint
+
+
+def describe_connect_error(exc: BaseException, target: Target, timeout: float) -> str:
+    """One line for a connection that could not be opened before the run."""
+    where, hint = _where(target)
     if isinstance(exc, EndpointError):
         return str(exc)
     if isinstance(exc, ProxyError):

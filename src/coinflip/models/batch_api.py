@@ -151,9 +151,10 @@ class BatchAPI:
         self.redact = Redactor([*secrets, *self.pool.proxy_secrets([url])])
 
     async def __aenter__(self) -> BatchAPI:
-        """A wrong endpoint (nothing listening, unknown host, TLS, proxy) fails here, in one line."""
+        """A wrong endpoint (nothing listening, unknown host, TLS, proxy, no HTTP) fails here, in one line."""
         try:
             await self.pool.check(self._url("/files"))
+            await self.pool.answers(self._url("/files"))
         except FatalAPIError as exc:  # a proxy's error may echo its credentials
             await self.pool.aclose()
             raise type(exc)(self.redact(str(exc))) from None

@@ -12,7 +12,9 @@ connections, framing errors, malformed bodies and empty choices. Never retried:
   (FatalAPIError, exit 2) with the server's own message;
 - a wrong endpoint (EndpointError, exit 2): `start()` opens the first connection to every
   replica before the run, so nothing listening, an unknown host, an untrusted TLS certificate or
-  a proxy that is down fail in seconds; so do a 407 from a proxy and a redirect (307/308 to the
+  a proxy that is down fail in seconds; and it asks each for an HTTP answer (`answers`), so a
+  port that resets every connection, or a proxy that sends something other than HTTP, does too
+  (a server that answered once and fails later is retried: the run ends with exit 1, resumable); so do a 407 from a proxy and a redirect (307/308 to the
   same scheme, host and port are followed, as a POST may be; any other is refused, with its
   Location shown);
 - a reply larger than `max_reply_bytes`, or in a Content-Encoding coinflip does not decode (br,
@@ -50,6 +52,7 @@ from ..config import run_secrets
 from ..errors import EndpointBroken, EndpointError, FatalAPIError, shown_url
 from ._http import (
     DEFAULT_MAX_BODY,
+    PROBE_BYTES,
     ConnectionPool,
     ReplyTooLarge,
     Response,
@@ -75,7 +78,6 @@ BACKOFF_CAP = 8.0
 EARLY_STOP = (3, 8)  # how many last outcomes the early-stop rule looks at: in-flight, within these
 MAX_REDIRECTS = 5
 PROBE_S = 2.0  # seconds the capacity probe at the start may take
-PROBE_BYTES = 1 << 20  # the most of an answer to it read (llama.cpp's /props, chat template included, is KBs)
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
 GATEWAY_KEYS = ("extra_body", "extra_headers", "extra_query")
 _ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
@@ -216,9 +218,10 @@ class OpenAIClient:
         endpoint fails here, in seconds, with EndpointError."""
         try:
             await asyncio.gather(*(self._pool.check(url) for url in self.urls))
+            published = await asyncio.gather(*(self._published_slots(url) for url in self.urls))
+            await asyncio.gather(*(self._pool.answers(url) for url in self.urls))  # those the probes did not hear
         except FatalAPIError as exc:
             raise type(exc)(self.redact(str(exc))) from None
-        published = await asyncio.gather(*(self._published_slots(url) for url in self.urls))
         for url, slots in zip(self.urls, published, strict=True):
             if slots is not None:
                 self.limits[url].serves(slots)
@@ -254,6 +257,7 @@ class OpenAIClient:
                 timeout=aiohttp.ClientTimeout(total=PROBE_S),
                 **options,
             ) as answer:
+                self._pool.heard(target)
                 if answer.status != 200:
                     return None
                 return load_json(await read_at_most(answer.content, PROBE_BYTES))  # as every reply is read
