@@ -14,9 +14,9 @@ connections, framing errors, malformed bodies and empty choices. Never retried:
   replica before the run, so nothing listening, an unknown host, an untrusted TLS certificate or
   a proxy that is down fail in seconds; and it asks each for an HTTP answer (`answers`), so a
   port that resets every connection, or a proxy that sends something other than HTTP, does too
-  (a server that answered once and fails later is retried: the run ends with exit 1, resumable); so do a 407 from a proxy and a redirect (307/308 to the
-  same scheme, host and port are followed, as a POST may be; any other is refused, with its
-  Location shown);
+  (a server that answered once and fails later is retried: the run ends with exit 1, resumable);
+  so do a 407 from a proxy and a redirect (307/308 to the same scheme, host and port are
+  followed, as a POST may be; any other is refused, with its Location shown);
 - a reply larger than `max_reply_bytes`, or in a Content-Encoding coinflip does not decode (br,
   zstd: the server ignored `Accept-Encoding: identity`): an error for that sample.
 `start()` also asks each server how many requests it serves at once, where it publishes that
