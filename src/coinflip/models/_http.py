@@ -397,6 +397,8 @@ class ConnectionPool:
                 if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc.os_error, ConnectionResetError):
                     raise EndpointError(describe_connect_error(_translated(exc, target, 0), target, 0)) from None
                 failure = exc
+            except aiohttp.ClientHttpProxyError as exc:  # a proxy's refusal of a new tunnel: the proxy's line
+                raise EndpointError(describe_connect_error(_translated(exc, target, 0), target, 0)) from None
             except (aiohttp.ClientError, http_exceptions.HttpProcessingError) as exc:
                 failure = exc
                 break
