@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coinflip.pages.board import row
 from coinflip.pages.catalog import scan
@@ -266,3 +268,56 @@ def test_a_probe_pairs_each_base_question_once_even_when_its_text_comes_twice(tm
     result = probe(config, ProbeOptions(lengths="0", length_count=30))
     variants = [v for v in result["variants"] if v["name"] != "base"]
     assert variants and all(v["paired"]["shared"] == 3 == v["samples"] for v in variants), variants
+
+
+ANSWER_KINDS = ["R", "W", "?", "!", "?R", "?W"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(  # questions: each a list of (target, answer) repeats; a hand edit may give one id two targets
+        st.lists(st.tuples(st.sampled_from(["YES", "NO"]), st.sampled_from(ANSWER_KINDS)), min_size=1, max_size=6),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from(["coinflip", "evalscope"]),
+    st.booleans(),
+)
+def test_the_verdicts_pages_and_probes_read_from_reviews_are_the_reports_majority_vote(
+    questions: list[list[tuple[str, str]]], compat: str, forced: bool
+) -> None:
+    """Votes (compare, the index, the probes) read the saved reviews; the report reads the
+    scorer: over any answers, the share of questions whose vote is right is the report's
+    majority-vote accuracy, on as many questions. (A question whose samples name two targets, as
+    a hand edit may leave, was a YES question for the report and its first review's target for
+    the pages: Votes now runs the report's own steps.)"""
+    import io
+
+    from coinflip.records import read_review
+    from coinflip.scoring.reducers import Votes
+    from coinflip.scoring.report import build_report
+    from coinflip.scoring.scorer import Scorer
+
+    k = max(len(q) for q in questions)
+    scorer = Scorer(compat=compat)
+    for question, said in enumerate(questions):
+        for repeat, (target, answer) in enumerate(said):
+            scorer.add(_row({"id": question, "people": 2, "question": f"q{question}"}, target, repeat, answer))  # type: ignore[arg-type]
+    saved = {
+        "config": {"model": "m", "force_answer": True},
+        "fingerprint": {"repeats": max(k, 2)},
+        "samples": len(scorer),
+    }
+    report = build_report(saved, "r", scorer, compat)
+    votes = (report["forced"] if forced else report)["repeat_metrics"]
+    written = io.BytesIO()
+    scorer.write_reviews(written)
+    pages = Votes(compat, forced)
+    for line in written.getvalue().splitlines():
+        review = read_review(line)
+        assert review is not None
+        pages.add(f"q{review['id']}", review)
+    right = pages.right()
+    assert votes["questions"] == len(right)
+    if right:  # none (every sample errored, EvalScope's arithmetic): the report's 0 is EvalScope's undefined
+        assert votes["majority_vote"]["accuracy"] == pytest.approx(sum(right.values()) / len(right))

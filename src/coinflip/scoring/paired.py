@@ -2,7 +2,7 @@
 
 Runs pair on the question text, so two runs on the same data pair whatever ids or subsets
 they used. A question asked several times in one run (repeats) counts as right when its
-majority vote is (scoring/reducers.py `majority`, as in the report).
+majority vote is (scoring/reducers.py `majority_cells`, as in the report).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Paired:
 
 
 def pair(a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
-    """`a`, `b`: correct or not, by question text (one verdict per question: reducers.majority_right)."""
+    """`a`, `b`: correct or not, by question text (one verdict per question: reducers.Votes)."""
     small, large = (a, b) if len(a) <= len(b) else (b, a)
     shared = [q for q in small if q in large]
     only_a = [q for q in shared if a[q] and not b[q]]

@@ -127,6 +127,25 @@ class Columns:
         self.forced.append(FORCED_ANSWERS.index(r["forced"]))
         self.people.append(min(r["people"], 2**31 - 1))
 
+    def column(self, name: str) -> Any:
+        """One column as a numpy array, without a copy (numpy reads an array's typecode as its own)."""
+        import numpy as np
+
+        values = getattr(self, name)
+        return np.frombuffer(values, dtype=values.typecode)
+
+    def outcomes(self, forced: bool = False) -> Outcomes:
+        """Every sample as small arrays (what metrics and reducers count); with `forced`, an invalid
+        strict answer is replaced by its forced one (forced.recovered)."""
+        import numpy as np
+
+        answer, error = self.column("answer"), self.column("error")
+        if forced:
+            answer = forcing.recovered(answer, error, self.column("forced"))
+        question, repeat = np.divmod(self.column("key"), REPEATS_MAX)
+        cell = (self.column("target_no") * len(ANSWERS) + answer).astype(np.int8)  # metrics.CELLS' order
+        return Outcomes(question, repeat.astype(np.int16), cell, error, self.column("people"))
+
     def review(self, i: int) -> Review:
         """The review at position `i`, as `review()` made it."""
         question, repeat = split_key(self.key[i])
@@ -296,12 +315,8 @@ class Scorer:
         return len(self.reviews)
 
     def column(self, name: str) -> Any:
-        """One column of the reviews (see Columns) as a numpy array, in arrival order, without a
-        copy (numpy reads an array's typecode as its own)."""
-        import numpy as np
-
-        values = getattr(self.reviews, name)
-        return np.frombuffer(values, dtype=values.typecode)
+        """One column of the reviews (see Columns) as a numpy array, in arrival order."""
+        return self.reviews.column(name)
 
     @property
     def reasons(self) -> dict[str, int]:
@@ -331,14 +346,7 @@ class Scorer:
 
     def outcomes(self, forced: bool = False) -> Outcomes:
         """Every sample as small arrays; with `forced`, an invalid strict answer is replaced by its forced one."""
-        import numpy as np
-
-        answer, error = self.column("answer"), self.column("error")
-        if forced:
-            answer = forcing.recovered(answer, error, self.column("forced"))
-        question, repeat = np.divmod(self.column("key"), REPEATS_MAX)
-        cell = (self.column("target_no") * len(ANSWERS) + answer).astype(np.int8)  # metrics.CELLS' order
-        return Outcomes(question, repeat.astype(np.int16), cell, error, self.column("people"))
+        return self.reviews.outcomes(forced)
 
     def probabilities(self) -> Any:
         """P(YES) of every sample, NaN where it has none."""
