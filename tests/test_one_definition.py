@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from coinflip.scoring.cost import Budget, cost_report, tokens
 from coinflip.scoring.scorer import Scorer
@@ -55,6 +56,9 @@ def test_the_report_and_the_max_cost_budget_read_saved_token_counts_alike() -> N
         "ftp://host/v1?sig=SECRETKEY123",  # not http(s)
         "http://host/v1?api-version=2024-01-01&sig=SECRET KEY123",  # a space: no valid host and port
         "http://user:pw@host/v1?code=SECRETKEY123",  # credentials
+        "http://u%40ser:p%3Aw@[::1]:8000/v1?code=SECRETKEY123",  # encoded userinfo, an IPv6 host and a port
+        "http://user:pw@host/v1?code=SECRET@KEY123",  # an `@` in the query too: only the userinfo's goes
+        "http://user:pw@host:80/v1?api-version=2024-01-01&SECRETKEY123",  # a bare query item is a secret whole
     ],
 )
 def test_a_refused_api_url_is_shown_as_the_saved_config_masks_it(tmp_path: Path, url: str) -> None:
@@ -63,7 +67,7 @@ def test_a_refused_api_url_is_shown_as_the_saved_config_masks_it(tmp_path: Path,
     result = run_cli("eval", "--model", "m", "--api-url", url, "--limit", "1", "--work-dir", str(tmp_path))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "SECRET" not in result.stderr and "pw" not in result.stderr, result.stderr
-    assert "=***" in result.stderr and ("api-version=2024-01-01" in result.stderr or "api-version" not in url)
+    assert "***" in result.stderr and ("api-version=2024-01-01" in result.stderr or "api-version" not in url)
 
 
 def test_the_model_names_the_help_lists_are_the_ones_the_code_knows() -> None:
@@ -77,3 +81,38 @@ def test_the_model_names_the_help_lists_are_the_ones_the_code_knows() -> None:
     assert set(GGUF_PACKAGES) == set(LOCAL_MODELS)
     for name in BASELINES:
         assert Baseline(name).name == name
+
+
+KEY = "sk-right-key-0123456789"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?code=AB@SECRETKEY99",  # an `@` in a query value: no credential, and not where the host starts
+        "?api-version=2024-01-01&user=me@SECRETHOST.example",
+        "?SECRETTOKEN123",  # a bare item: a gateway's token, no `=`
+        "?api-version=2024-01-01&sig=SECRET%2FKEY%3D",  # percent-encoded
+    ],
+)
+def test_an_api_url_is_shown_in_one_form_in_messages_and_in_the_saved_config(tmp_path: Path, query: str) -> None:
+    """A message named `http://SECRETKEY99` as the endpoint (all before the URL's last `@` was
+    taken for credentials, so the tail of a query value stood in for the host), and a bare query
+    item (`?TOKEN`) was saved as given. Now the 401's message and the saved config show the URL in
+    one form (config.shown_url): the real host, every query value masked."""
+    from coinflip.testing.server import FakeOpenAIServer
+
+    with FakeOpenAIServer("correct", api_key=KEY) as srv:
+        url = srv.url + query
+        args = ("eval", "--model", "m", "--limit", "2", "--no-timestamp", "--api-url", url)
+        ran = run_cli(*args, "--work-dir", str(tmp_path / "ok"), env={"OPENAI_API_KEY": KEY})
+        refused = run_cli(*args, "--work-dir", str(tmp_path / "no"), "--api-key", "sk-wrong-key-0123456789")
+    assert ran.returncode == 0, ran.stderr
+    saved = yaml.safe_load((tmp_path / "ok/configs/task_config.yaml").read_text())["config"]["api_url"]
+    head, _, masked = saved.partition("?")
+    assert head == srv.url and masked and "SECRET" not in masked and "***" in masked, saved
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert f"{head}/chat/completions?{masked} answered 401" in refused.stderr, refused.stderr
+    for path in tmp_path.rglob("*"):
+        assert not path.is_file() or b"SECRET" not in path.read_bytes(), path
+    assert "SECRET" not in ran.stdout + ran.stderr + refused.stdout + refused.stderr

@@ -16,10 +16,10 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import quote_plus, unquote_plus, urlsplit
 
 from . import _evalscope
-from .errors import ConfigError, UnknownSettingError, short, shown_url
+from .errors import ConfigError, UnknownSettingError, short
 
 BENCHMARK = "coin_flip"
 HUBS = ("bundled", "huggingface", "modelscope", "local")
@@ -537,25 +537,70 @@ def _texts(value: Any, skip_plain: bool) -> list[str]:
 
 def redacted_url(url: Any) -> Any:
     """A URL fit for a file: every query value masked (a SAS token hides in `sv` and `sig`, a
-    function key in `code`), except under the keys of PLAIN_KEYS (api-version)."""
+    function key in `code`), and every bare item (`?TOKEN`, no `=`) whole, except under the keys of
+    PLAIN_KEYS (api-version)."""
     if not isinstance(url, str) or "?" not in url:
         return url
     head, _, query = url.partition("?")
-    pairs = [(k, REDACTED if _secret_query(k, v) else v) for k, v in parse_qsl(query, keep_blank_values=True)]
-    return f"{head}?{urlencode(pairs, safe='*')}"
+    shown = []
+    for key, value in _query(query):
+        if value is None:  # a bare item is a secret whole
+            shown.append(REDACTED)
+        else:
+            shown.append(f"{quote_plus(key, '*')}={REDACTED if _secret_query(key, value) else quote_plus(value, '*')}")
+    return f"{head}?{'&'.join(shown)}"
 
 
-def _secret_query(key: str, value: str) -> bool:
-    return bool(value) and key.lower() not in PLAIN_KEYS
+def _query(query: str) -> list[tuple[str, str | None]]:
+    """A query's items, decoded (`+` is a space); a bare item (no `=`) is a key with value None."""
+    items: list[tuple[str, str | None]] = []
+    for item in query.split("&"):
+        if item:
+            key, sep, value = item.partition("=")
+            items.append((unquote_plus(key), unquote_plus(value) if sep else None))
+    return items
+
+
+def _secret_query(key: str, value: str | None) -> bool:
+    """A query value is a secret unless it is empty or under a key of PLAIN_KEYS; a bare item is
+    one whole (a gateway may take its token as `?TOKEN`)."""
+    return value is None or (bool(value) and key.lower() not in PLAIN_KEYS)
 
 
 def url_secrets(urls: Any) -> list[str]:
-    """The query values `redacted_url` masks."""
+    """The query values (and bare items) `redacted_url` masks."""
     found = []
     for url in [urls] if isinstance(urls, str) else list(urls or []):
         query = url.partition("?")[2]
-        found += [v for k, v in parse_qsl(query, keep_blank_values=True) if _secret_query(k, v)]
+        found += [k if v is None else v for k, v in _query(query) if _secret_query(k, v)]
     return found
+
+
+def shown_url(url: str) -> str:
+    """A URL fit to print or save, the one form every message, page and file shows: its
+    credentials removed, whatever they hold, and its query masked as `redacted_url` masks it.
+
+    The credentials are what stands before the last `@` ahead of the query (a password may hold
+    `/`); where the part before the first `/`, `?` or `#` is no host and port (a raw password that
+    holds `?` or `#`), before the URL's last `@`. An `@` in the query (an e-mail) is no credential:
+    the host stays the host, and no tail of a query value is shown in its place."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    query_at = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    if "@" in rest[:query_at]:
+        rest = rest[:query_at].rpartition("@")[2] + rest[query_at:]
+    elif "@" in rest and not _host_and_port(re.split("[/?#]", rest, maxsplit=1)[0]):
+        rest = rest.rpartition("@")[2]
+    return str(redacted_url(f"{scheme}{sep}{rest}"))
+
+
+def _host_and_port(authority: str) -> bool:
+    try:
+        parts = urlsplit(f"//{authority}")
+        return bool(parts.hostname) and (parts.port is None or parts.port >= 0)
+    except ValueError:
+        return False
 
 
 def run_secrets(api_key: str | None, generation: dict[str, Any], urls: Any) -> list[str | None]:
@@ -704,9 +749,7 @@ def check_url(url: Any) -> None:
 
 
 def _shown(url: Any) -> Any:
-    """A URL fit to print: credentials removed, whatever they hold (`errors.shown_url`), and query
-    values masked as the saved config masks them (`redacted_url`: a function key in `code`)."""
-    return redacted_url(shown_url(url)) if isinstance(url, str) else url
+    return shown_url(url) if isinstance(url, str) else url
 
 
 def _check_limit(value: Any) -> int | float | None:

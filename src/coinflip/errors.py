@@ -53,16 +53,6 @@ def short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def shown_url(url: str) -> str:
-    """A URL fit to print: whatever stands between `scheme://` and the last `@` is dropped, since a
-    password may hold `/`, `?` or `#` and only the last `@` surely ends it (a URL whose path holds
-    an `@` is shown shorter than it is, never with a secret)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    return f"{scheme}{sep}{rest.rpartition('@')[2]}"
-
-
 KEPT = "predictions finished so far are kept"
 
 

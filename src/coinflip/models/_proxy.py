@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from ..errors import ConfigError, shown_url
+from ..config import shown_url
+from ..errors import ConfigError
 
 
 @dataclass(frozen=True)

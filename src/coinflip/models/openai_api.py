@@ -48,8 +48,8 @@ from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
-from ..config import run_secrets
-from ..errors import EndpointBroken, EndpointError, FatalAPIError, shown_url
+from ..config import run_secrets, shown_url
+from ..errors import EndpointBroken, EndpointError, FatalAPIError
 from ._http import (
     DEFAULT_MAX_BODY,
     PROBE_BYTES,
@@ -111,11 +111,6 @@ def _query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def _place(url: str) -> str:
-    """An endpoint as errors show it: no credentials, no query (it may carry a gateway's key)."""
-    return shown_url(url).partition("?")[0]
 
 
 def request_body(
@@ -407,7 +402,7 @@ class OpenAIClient:
         if 200 <= status < 300:
             if not self.answered and _web_page(response):
                 raise EndpointError(
-                    f"{_place(url)} answered with a web page, not the OpenAI API: check --api-url "
+                    f"{shown_url(url)} answered with a web page, not the OpenAI API: check --api-url "
                     "(it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
                 )
             try:
@@ -426,7 +421,9 @@ class OpenAIClient:
             )
         if status in FATAL_STATUS:
             reason, hint = FATAL_STATUS[status]
-            raise FatalAPIError(f"{_place(url)} answered {status} {reason}{': ' + detail if detail else ''} - {hint}")
+            raise FatalAPIError(
+                f"{shown_url(url)} answered {status} {reason}{': ' + detail if detail else ''} - {hint}"
+            )
         headers = response.headers
         retry = limit_wait(headers) if status in LIMIT_STATUS else retry_after(headers.get("retry-after"))
         raise RetryableError(f"HTTP {status}{': ' + detail if detail else ''}", retry, status)
@@ -461,7 +458,7 @@ def _origin(url: str) -> tuple[str, str, int | None] | None:
 def _refused_redirect(url: str, response: Response) -> EndpointError:
     location = _location(url, response) if response.headers.get("location") else ""
     return EndpointError(
-        f"{_place(url)} redirects ({response.status}) to {shown_url(location) or '(no Location)'}; "
+        f"{shown_url(url)} redirects ({response.status}) to {shown_url(location) or '(no Location)'}; "
         "give the final URL as --api-url"
     )
 
