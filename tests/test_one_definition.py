@@ -116,3 +116,32 @@ def test_an_api_url_is_shown_in_one_form_in_messages_and_in_the_saved_config(tmp
     for path in tmp_path.rglob("*"):
         assert not path.is_file() or b"SECRET" not in path.read_bytes(), path
     assert "SECRET" not in ran.stdout + ran.stderr + refused.stdout + refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra_body", "refused"),
+    [
+        ({"bearer": "tok-body-secret-5678"}, True),  # a name no pattern of secret names knew
+        ({"x_pass": ["tok-body-secret-5678"]}, True),  # nested
+        ({"top_k": 5, "chat_template_kwargs": {"enable_thinking": False}, "guided_choice": ["YES", "NO"]}, False),
+    ],
+)
+def test_a_request_file_carries_no_text_the_saved_config_would_mask(
+    tmp_path: Path, extra_body: dict[str, Any], refused: bool
+) -> None:
+    """--batch-write refused extra_body keys by a pattern of secret-looking names, while the saved
+    config masks every text but those under config.PLAIN_KEYS: `bearer` was masked in the run
+    directory and written as given into the request file. One rule now decides both."""
+    import json
+
+    requests = tmp_path / "r.jsonl"
+    done = run_cli(
+        "eval", "--model", "m", "--limit", "3", "--generation-config", json.dumps({"extra_body": extra_body}),
+        "--batch-write", str(requests), "--work-dir", str(tmp_path / "w"),
+    )  # fmt: skip
+    if refused:
+        assert done.returncode == 2 and "look like secrets" in done.stderr and not requests.exists(), done.stderr
+        assert "tok-body-secret" not in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert all(json.loads(line)["body"]["top_k"] == 5 for line in requests.read_text().splitlines())

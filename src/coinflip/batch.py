@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._files import read_regular, replacing
-from .config import SECRET_NAME, safe_name
+from .config import safe_name, secret_keys
 from .errors import ConfigError, RunIncomplete, storage_error
 from .models.base import Reply, Request
 from .models.batch_api import ENDED, LOST, custom_id_of, read_result, request_line, split_lines
@@ -124,9 +124,12 @@ def write_requests(plan: Plan, run: RunDir, work: Iterable[tuple[Job, Request]])
     from .runner import resume_hint
 
     path = Path(str(plan.config.batch_write)).expanduser()
-    secret = [k for k in plan.generation.get("extra_body") or {} if SECRET_NAME.search(str(k))]
+    secret = secret_keys(plan.generation.get("extra_body"))  # what the saved config masks, a request file would carry
     if secret:
-        raise ConfigError(f"generation_config extra_body {secret} look like secrets, which a request file would carry")
+        raise ConfigError(
+            f"generation_config extra_body {secret} look like secrets (every text is, but under the keys of "
+            "config.PLAIN_KEYS; the run directory masks them), which a request file would carry"
+        )
     count = 0
     try:
         with path.open("wb") as handle:

@@ -54,7 +54,6 @@ API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
 LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
 REDACTED = "***"
-SECRET_NAME = re.compile(r"key|auth|token|secret|password|passwd|signature|sig\b|credential|cookie|session|code", re.I)
 GATEWAY_KEYS = ("extra_headers", "extra_query", "extra_body")  # what a gateway may read a secret from
 # Keys whose values are plainly settings, never secrets: kept in the run directory and shown
 # (matched without case). Every other text in extra_headers, extra_query and extra_body is
@@ -515,6 +514,14 @@ def _masked(value: Any) -> Any:
 def secrets_in(generation: dict[str, Any]) -> list[str]:
     """The values `redacted_generation` masks: also masked wherever a server echoes them."""
     return [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
+
+
+def secret_keys(value: Any) -> list[str]:
+    """The keys of a gateway setting (extra_body, say) whose values hold a text that
+    `redacted_generation` masks: what a file written outside the run directory would give away."""
+    if not isinstance(value, dict):
+        return []
+    return [str(k) for k, v in value.items() if str(k).lower() not in PLAIN_KEYS and any(_texts(v, True))]
 
 
 def masked_somewhere(generation: dict[str, Any] | None) -> bool:
