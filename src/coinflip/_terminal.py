@@ -1,14 +1,20 @@
-"""Text fit for a terminal: what a server, a model or a run directory wrote may hold escape
-sequences (clear the screen, set the title, a hidden link); printed, they would act."""
+"""Characters no page and no terminal shows as they are, defined once: what a server, a model or
+a run directory wrote may hold escape sequences (clear the screen, set the title, a hidden link),
+a bidi override (U+202E reverses the text after it: the run id beside a model name), or half a
+surrogate pair (UTF-8 cannot hold it: printing it raised UnicodeEncodeError mid-summary). Each
+becomes U+FFFD. pages/html.py `shown` uses the same set for pages."""
 
 from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls but tab, newline and carriage return; DEL and C1; the bidi embeddings, overrides and
+# isolates (U+202A-U+202E, U+2066-U+2069); lone surrogates
+UNSHOWABLE = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+# and carriage return: a terminal goes back to the line's start, and what follows would overwrite it
+_CONTROL = re.compile(f"[{UNSHOWABLE}\r]")
 
 
 def printable(text: object) -> str:
-    """`text` with every control character but tab and newline shown as U+FFFD, and every bidi
-    embedding, override or isolate too: a model named with U+202E would reverse what follows it."""
+    """`text` with every unshowable character, and carriage return, shown as U+FFFD."""
     return _CONTROL.sub("\ufffd", str(text))

@@ -20,13 +20,13 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
+from .._terminal import UNSHOWABLE
+
 if TYPE_CHECKING:
     from jinja2 import Environment
 
 
-# C0 controls but tab, newline and carriage return; DEL and C1; the bidi embeddings, overrides and
-# isolates (U+202A-U+202E, U+2066-U+2069); lone surrogates (UTF-8 cannot hold them)
-_UNSHOWABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSHOWABLE = re.compile(f"[{UNSHOWABLE}]")  # the terminal's set (_terminal.py), carriage return kept
 SHOWN_MAX = 20_000  # characters of one value on a page (replies are clipped shorter before, with a note)
 _LINK = re.compile(r"(\./)?[A-Za-z0-9._~%/-]+|https?://[A-Za-z0-9._~%/?#&=+:@!$,;-]+")
 
@@ -79,6 +79,14 @@ def link(target: Any) -> str:
     return text if text.startswith(("./", "http://", "https://")) else "./" + text
 
 
+def relative(path: str) -> str:
+    """The href of a file below the page's folder, from its path there, quoted here: a folder or
+    model name in any letters (safe_name keeps them) stays a link, as `link` reads it, not "#"."""
+    from urllib.parse import quote
+
+    return link("./" + quote(path))
+
+
 def number(value: Any) -> float | None:
     """A finite number, or None for anything else (a string where a count should be, NaN, a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -104,8 +112,11 @@ def fmt(value: Any, spec: str = ".4f", missing: str = "undefined") -> str:
 
 
 def ends(pair: list[float] | None) -> tuple[float | None, float | None]:
-    """An interval's two ends as finite numbers (None where it is not two of them)."""
-    return (number(pair[0]), number(pair[1])) if pair and len(pair) == 2 else (None, None)
+    """An interval's two ends as finite numbers, or (None, None) where it is not two of them: a
+    report may hold [0.4, NaN], and half an interval is none (the index's script drew the low end
+    and stopped at the missing high one)."""
+    lo, hi = (number(pair[0]), number(pair[1])) if isinstance(pair, list) and len(pair) == 2 else (None, None)
+    return (lo, hi) if lo is not None and hi is not None else (None, None)
 
 
 def span(pair: list[float] | None) -> str:
