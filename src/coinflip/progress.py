@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any
 
+from ._terminal import printable
+
 SMOOTHING = 0.2  # weight of each new estimate of the finish time
 
 
@@ -55,7 +57,7 @@ class Progress:
     def __init__(self, total: int, label: str, enabled: bool | None = None) -> None:
         self.total = total
         self.done = 0
-        self.label = label
+        self.label = printable(label)  # the model's name: from the command line, or a saved run's config
         self.start = time.perf_counter()
         self.estimate = Estimate()
         tty = sys.stderr.isatty() if enabled is None else enabled
@@ -77,7 +79,7 @@ class Progress:
                     return Text(f"eta {clock(left)}", style="progress.remaining")
 
             self._bar = bar.Progress(
-                bar.TextColumn("{task.description}"),
+                bar.TextColumn("{task.description}", markup=False),  # a model named [/] is a name, not markup
                 bar.BarColumn(),
                 bar.MofNCompleteColumn(),
                 bar.TaskProgressColumn(),
@@ -87,7 +89,7 @@ class Progress:
                 transient=False,
             )
             self._bar.start()
-            self._task = self._bar.add_task(label, total=total, rate="")
+            self._task = self._bar.add_task(self.label, total=total, rate="")
 
     def restart(self) -> None:
         """Count time from now: the rate is the model's, not the time a local server took to start."""
