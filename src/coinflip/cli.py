@@ -225,10 +225,7 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
 
     run = RunDir.open(run_dir)
     if out == "-":
-        rows = answers(run)
-        if sys.stdout.isatty():  # a reply may hold escape sequences the terminal would act on
-            rows = ({k: printable(v) if isinstance(v, str) else v for k, v in row.items()} for row in rows)
-        write(rows, sys.stdout, form)
+        write(answers(run), sys.stdout, form, terminal=sys.stdout.isatty())
         return
     path = Path(out) if out else default_path(run, form)
     click.echo(f"wrote {save(run, path, form)} answers to {path}", err=True)

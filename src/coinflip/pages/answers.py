@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._files import replacing
+from .._terminal import printable
 from ..errors import DataError
 from ..records import Review, escape_line_breaks, key_of
 from ..rundir import RunDir, index_predictions, iter_reviews
@@ -25,7 +26,8 @@ COLUMNS = (
     "forced_answer", "p_yes", "error", "question", "reply", "forced_reply",
 )  # fmt: skip
 FORMATS = ("csv", "jsonl")
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+# OWASP's list of what makes a cell a formula, the full-width forms too (some spreadsheets read them so)
+_FORMULA = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 
 
 def result(review: Review) -> str:
@@ -77,26 +79,29 @@ def _utf8(text: str) -> str:
 
 def _cell(value: Any) -> Any:
     if isinstance(value, str):
-        return _utf8("'" + value if value.startswith(_FORMULA) else value)
+        return "'" + value if value.startswith(_FORMULA) else value
     if isinstance(value, (dict, list)):
-        return _utf8(json.dumps(value, ensure_ascii=False))
+        return json.dumps(value, ensure_ascii=False)
     return value
 
 
-def write(rows: Iterator[dict[str, Any]], out: IO[str], form: str) -> int:
-    """Write `rows` as CSV (with a header) or JSONL; return how many."""
+def write(rows: Iterator[dict[str, Any]], out: IO[str], form: str, terminal: bool = False) -> int:
+    """Write `rows` as CSV (with a header) or JSONL; return how many. For a `terminal`, every
+    text written is `printable`: a reply, or a list a hand-edited review holds, may carry escape
+    sequences (C1 controls and bidi overrides pass through JSON as they are) that would act."""
+    show = printable if terminal else _utf8
     count = 0
     if form == "csv":
         writer = csv.writer(out)
         writer.writerow(COLUMNS)
         for row in rows:
-            writer.writerow([_cell(row[c]) for c in COLUMNS])
+            cells = (_cell(row[c]) for c in COLUMNS)
+            writer.writerow([show(c) if isinstance(c, str) else c for c in cells])
             count += 1
         return count
     for row in rows:
-        out.write(
-            escape_line_breaks(json.dumps(row, ensure_ascii=False).encode("utf-8", "backslashreplace")).decode() + "\n"
-        )
+        line = escape_line_breaks(json.dumps(row, ensure_ascii=False).encode("utf-8", "backslashreplace")).decode()
+        out.write(show(line) + "\n")
         count += 1
     return count
 
