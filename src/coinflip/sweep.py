@@ -9,7 +9,6 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from . import __version__
 from .config import TaskConfig, safe_name
@@ -80,18 +79,16 @@ def length_point(people: int, report: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_markdown(result: dict[str, Any]) -> str:
-    lines = [
-        f"# CoinFlip sweep - {result['model']}",
-        "",
-        "| people | accuracy | 95% interval | f1_score | invalid | samples |",
-        "|---|---|---|---|---|---|",
+    """sweep.md: every value through pages/markdown.py, so a model name stays text in its heading."""
+    from .pages import markdown
+    from .pages.html import fmt, span
+
+    head = ("people", "accuracy", "95% interval", "f1_score", "invalid", "samples")
+    rows = [
+        (p["people"], fmt(p["accuracy"]), span(p["interval"]), _f1(p), fmt(p["invalid_rate"], ".1%"), p["samples"])
+        for p in result["points"]
     ]
-    for p in result["points"]:
-        lo, hi = p["interval"]
-        lines.append(
-            f"| {p['people']} | {p['accuracy']:.4f} | {lo:.3f} - {hi:.3f} | {_f1(p)} | {p['invalid_rate']:.1%} | {p['samples']} |"
-        )
-    return "\n".join(lines) + "\n"
+    return "\n".join([f"# CoinFlip sweep - {markdown.text(result['model'])}", "", *markdown.table(head, rows)]) + "\n"
 
 
 def to_html(result: dict[str, Any]) -> str:
@@ -126,4 +123,6 @@ def _f1(point: dict[str, Any]) -> str:
 
 def _page_of(result: dict[str, Any], point: dict[str, Any]) -> str:
     """The run's own page, relative to the sweep folder."""
-    return quote(f"runs/{point['run']}/reports/{safe_name(result['model'])}/coin_flip.html")
+    from .pages.html import relative
+
+    return relative(f"runs/{point['run']}/reports/{safe_name(result['model'])}/coin_flip.html")

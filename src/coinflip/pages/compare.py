@@ -7,7 +7,6 @@ be compared (no report yet, unreadable files) are skipped with a note, not a cra
 
 from __future__ import annotations
 
-import html
 import json
 import os
 from collections import Counter
@@ -21,9 +20,10 @@ from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
+from . import markdown
 from .board import label, row, write_whole
 from .catalog import Found, read_answers, read_run, scan
-from .html import fmt, render_template, shown
+from .html import fmt, render_template
 
 
 @dataclass(frozen=True)
@@ -316,26 +316,6 @@ def _untested(result: dict[str, Any]) -> list[str]:
     return [f"{u['a']} and {u['b']}: {u['reason']}, no test" for u in result.get("untested", [])]
 
 
-# a backslash, a `|` (ends the cell), brackets (`[x](javascript:...)` is a link) and backticks are
-# escaped; a line break (ends the row) becomes a space
-_MARKDOWN = str.maketrans({"\\": "\\\\", "|": "\\|", "[": "\\[", "]": "\\]", "`": "\\`", "\n": " ", "\r": " "})
-
-
-def _md(text: Any) -> str:
-    """Text in compare.md as text: markdown viewers render HTML and links in it, so `<`, `>` and
-    `&` are written as entities and markdown's own characters escaped (each shows as itself)."""
-    return html.escape(shown(text), quote=False).translate(_MARKDOWN)
-
-
-def _md_table(head: list[str] | tuple[str, ...], rows: list[list[str]]) -> list[str]:
-    """A markdown table whose separator row has as many cells as its header."""
-
-    def line(cells: list[str] | tuple[str, ...]) -> str:
-        return "| " + " | ".join(_md(c) for c in cells) + " |"
-
-    return [line(head), "|" + "---|" * len(head), *(line(r) for r in rows)]
-
-
 def _in_group(result: dict[str, Any], key: str, n: int) -> list[dict[str, Any]]:
     return [x for x in result[key] if x.get("group", 1) == n]
 
@@ -344,14 +324,14 @@ def to_markdown(result: dict[str, Any]) -> str:
     lines = ["# CoinFlip comparison"]
     for g in result["groups"]:
         n = g["group"]
-        lines += ["", f"## {_md(g['title'])}" if len(result["groups"]) > 1 else "## Leaderboard", ""]
-        lines += _md_table(BOARD_HEAD, [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
+        lines += ["", f"## {markdown.text(g['title'])}" if len(result["groups"]) > 1 else "## Leaderboard", ""]
+        lines += markdown.table(BOARD_HEAD, [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
         pairs = _in_group(result, "pairs", n)
         if pairs:
             lines += ["", "### Paired McNemar tests (shared questions)", ""]
-            lines += _md_table(PAIR_HEAD, [_pair_cells(p) for p in pairs])
-    notes = [f"- **Warning:** {_md(w)}" for w in result["warnings"]]
-    notes += [f"- {_md(s)}" for s in _untested(result) + result.get("left_out", []) + result["skipped"]]
+            lines += markdown.table(PAIR_HEAD, [_pair_cells(p) for p in pairs])
+    notes = [f"- **Warning:** {markdown.text(w)}" for w in result["warnings"]]
+    notes += [f"- {markdown.text(s)}" for s in _untested(result) + result.get("left_out", []) + result["skipped"]]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
