@@ -12,14 +12,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from .._files import replacing
 from ..config import BENCHMARK
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Dataset, Report, Subset, Template, UsageSummary
 from .catalog import Found, started
-from .html import ends, link, number
+from .html import ends, number, relative
 
 # optional columns: (key, label, where to look in a report, first match wins)
 EXTRAS: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
@@ -50,6 +49,9 @@ def text(value: Any, limit: int = 300) -> str:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_PEOPLE = re.compile(
+    "[0-9]{1,6}"
+)  # a number of people: "²" and "٣" are digits to str.isdigit, not to the page's Number()
 
 
 def utf8(page: str) -> bytes:
@@ -113,7 +115,7 @@ def _metric(report: Report, name: str) -> list[float | None]:
 def _by_people(report: Report) -> dict[str, list[float | None]]:
     out = {}
     for key, cell in report.get("by_people", {}).items():
-        if key.lstrip("-").isdigit():
+        if _PEOPLE.fullmatch(key):
             out[key] = [number(cell.get("accuracy")), *ends(cell.get("interval")), number(cell.get("samples"))]
     return out
 
@@ -165,7 +167,7 @@ def href(found: Found) -> str:
     if not page.is_file():
         return ""
     rel = "" if found.rel == "." else found.rel + "/"
-    return link("./" + quote(f"{rel}reports/{found.model_dir}/{BENCHMARK}.html"))
+    return relative(f"{rel}reports/{found.model_dir}/{BENCHMARK}.html")
 
 
 def row(found: Found) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from datetime import datetime
 from itertools import combinations
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from .._terminal import printable
 from ..errors import ConfigError, StorageError
@@ -24,7 +23,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
 from .board import EXTRAS, row, text, write_whole
 from .catalog import Answers, Found, read_answers, scan
-from .html import render_template
+from .html import relative, render_template
 
 INDEX = "index.html"
 PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precomputed: 190 pairs at most
@@ -129,7 +128,7 @@ def _probes(work_dir: Path, found: list[Found]) -> list[dict[str, Any]]:
             entry = summary(folder)
             if entry is not None:
                 page = (folder / PAGE_FILE).relative_to(work_dir.expanduser()).as_posix()
-                out.append({**entry, "page": "./" + quote(page)})  # "./": no folder name reads as a scheme
+                out.append({**entry, "page": relative(page)})
     return out
 
 

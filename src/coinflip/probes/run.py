@@ -28,6 +28,7 @@ from ..data.generate import PeopleRange, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
 from ..errors import CoinflipError, ConfigError
+from ..pages.html import relative
 from ..rundir import CONFIG_FILE, RunDir, iter_reviews
 from . import verdicts
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
@@ -347,7 +348,9 @@ def _row(variant: Variant, report: dict[str, Any], data: Path | None, view: str)
         "name": variant.name,
         "title": variant.title,
         "run": f"runs/{variant.name}",
-        "page": f"runs/{variant.name}/reports/{safe_name(str(report.get('model') or 'model'))}/coin_flip.html",
+        "page": relative(
+            f"runs/{variant.name}/reports/{safe_name(str(report.get('model') or 'model'))}/coin_flip.html"
+        ),
         "data": f"data/{data.name}" if data is not None else None,
         "samples": report["counts"]["samples"],
         "metrics": shown["metrics"],
