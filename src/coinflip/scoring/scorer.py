@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import sys
 from array import array
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -178,12 +177,16 @@ def _quantiles(values: Sequence[float]) -> Quantiles:
     return {"mean": round(math.fsum(values) / n, 6), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": q(1.0)}
 
 
+SECONDS_MAX = 1e9  # a saved duration past 30 years is a hand edit, not a request's time
+
+
 def _seconds(value: Any) -> float | None:
-    """A saved duration as a float; None for anything else (an integer of 400 digits, which a hand
-    edit may leave, would overflow float())."""
+    """A saved duration as a float; None for anything else: an integer of 400 digits would
+    overflow float(), and 1e308 twice the mean (rescore ended in OverflowError), a negative one
+    the histograms."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if -sys.float_info.max <= value <= sys.float_info.max else None
+    return float(value) if 0 <= value <= SECONDS_MAX else None
 
 
 class Usage:
