@@ -274,3 +274,36 @@ def test_a_probe_links_its_runs_pages_whatever_letters_the_model_name_has(tmp_pa
     from urllib.parse import unquote
 
     assert all((page.parent / unquote(h or "")).is_file() for h in hrefs)
+
+
+def test_a_resumed_probe_says_its_saved_model_name_as_text(tmp_path: Path) -> None:
+    """`probe --use-cache` takes the model's name from the base run's saved settings, and printed
+    it raw in each variant's progress line."""
+    made = run_cli("probe", "--model", "oracle", "--limit", "6", "--lengths", "0", "--work-dir", str(tmp_path))
+    assert made.returncode == 0, made.stderr
+    (folder,) = tmp_path.glob("probe_*")
+    path = folder / "runs/base/configs/task_config.yaml"
+    saved = yaml.safe_load(path.read_text())
+    for part in ("config", "fingerprint"):
+        saved[part]["model_id"] = f"m{ESCAPES}"
+    path.write_text(yaml.safe_dump(saved))
+    resumed = run_cli("probe", "--use-cache", str(folder))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "probe m\ufffd" in resumed.stderr and _planted(resumed.stderr + resumed.stdout) == []
+
+
+@pytest.mark.parametrize("seconds", [1e308, -5.0])
+def test_a_saved_duration_that_is_none_is_left_out_of_the_latency_summary(
+    runs: Path, tmp_path: Path, seconds: float
+) -> None:
+    """latency_s 1e308 in two saved rows: their sum overflowed and rescore ended in OverflowError;
+    a negative one is no request's time either."""
+    work = _copy(runs, tmp_path)
+    _edit_rows(
+        work / "a/predictions/a/coin_flip.jsonl", lambda n, row: row.update(latency_s=seconds) if n < 2 else None
+    )
+    rescored = run_cli("rescore", str(work / "a"))
+    assert rescored.returncode == 0 and "Traceback" not in rescored.stderr, rescored.stderr
+    (report,) = (work / "a").glob("reports/*/coin_flip.json")
+    latency = json.loads(report.read_text())["usage"]["latency_s"]
+    assert 0 <= latency["mean"] <= latency["max"] < 1e9
