@@ -84,7 +84,7 @@ def relative(path: str) -> str:
     model name in any letters (safe_name keeps them) stays a link, as `link` reads it, not "#"."""
     from urllib.parse import quote
 
-    return link("./" + quote(path))
+    return link("./" + quote(path, errors="surrogateescape"))  # a folder named in bytes that are not UTF-8: those bytes
 
 
 def number(value: Any) -> float | None:
