@@ -18,3 +18,10 @@ _CONTROL = re.compile(f"[{UNSHOWABLE}\r]")
 def printable(text: object) -> str:
     """`text` with every unshowable character, and carriage return, shown as U+FFFD."""
     return _CONTROL.sub("\ufffd", str(text))
+
+
+def one_line(text: object) -> str:
+    """`printable`, a line break shown as U+FFFD too: for what the terminal shows as one line (a
+    model's or a folder's name, a problem and its reason), where a line break inside a value
+    would print a line of its own that reads as coinflip's."""
+    return printable(text).replace("\n", "\ufffd")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._terminal import printable
+from ._terminal import one_line, printable
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .errors import CoinflipError
 
@@ -324,13 +324,13 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     config = TaskConfig.of(**given(opts))  # validated once, before anything is generated
     chosen = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants is not None else None
     result = probe(config, ProbeOptions(chosen, lengths, length_count))
-    click.echo(printable(f"probe {result['model']}: {result['headline']}"))
+    click.echo(one_line(f"probe {result['model']}: {result['headline']}"))
     for v in result["variants"]:
         line = v.get("verdict") or f"accuracy {v['metrics']['accuracy']:.4f} on {v['samples']} samples"
-        click.echo(printable(f"  {v['title']:<24} {v['metrics']['accuracy']:.4f}  {line}"))
+        click.echo(one_line(f"  {v['title']:<24} {v['metrics']['accuracy']:.4f}  {line}"))
     if result["length"]["points"]:
-        click.echo(printable(f"  {'length':<24}         {result['length']['verdict']}"))
-    click.echo(printable(f"written: {result['directory']}/probe.html"))
+        click.echo(one_line(f"  {'length':<24}         {result['length']['verdict']}"))
+    click.echo(one_line(f"written: {result['directory']}/probe.html"))
     if not result["complete"]:
         sys.exit(1)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from ._terminal import printable
+from ._terminal import one_line
 from .config import TaskConfig, safe_name
 from .data.generate import PeopleRange, generate_file
 from .runner import run_task
@@ -26,7 +26,7 @@ def sweep(config: TaskConfig, people: PeopleRange, count: int) -> dict[str, Any]
     points = []
     for i, k in enumerate(lengths, 1):
         data = length_data(config, root / "data", k, count)
-        print(printable(f"sweep {config.name}: {k} people ({i} of {len(lengths)})"), file=sys.stderr, flush=True)
+        print(one_line(f"sweep {config.name}: {k} people ({i} of {len(lengths)})"), file=sys.stderr, flush=True)
         run = replace(
             config,
             dataset_path=str(data),

@@ -15,7 +15,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from .._terminal import printable
+from .._terminal import one_line
 from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
@@ -387,15 +387,17 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
     several = len(result["groups"]) > 1
     for g in result["groups"]:
         title = "CoinFlip leaderboard" + (f" - {g['title']}" if several else "")
-        board = Table(title=Text(printable(title)), title_justify="left", box=box.SIMPLE_HEAD)
+        board = Table(title=Text(one_line(title)), title_justify="left", box=box.SIMPLE_HEAD)
         board.add_column("#")
         board.add_column("run: model, id, samples, data, template, few-shot", overflow="fold", min_width=20, ratio=1)
         for column in ("f1", "acc", "prec", "recall", "yes", "invalid"):  # METRICS, then the invalid rate
             board.add_column(column, justify="right")
         for r in _in_group(result, "leaderboard", g["group"]):
-            name = Text(printable(r["model"]), style="bold")
-            name.append(printable(f"\n{r['run_id']} · {_f(r['samples'], 'd')} q · {r['data']} · {r['template']} · "))
-            name.append(printable(f"{_f(r['few_shot'], 'd')}-shot") + ("" if r["complete"] else " · INCOMPLETE"))
+            name = Text(one_line(r["model"]), style="bold")
+            name.append(
+                "\n" + one_line(f"{r['run_id']} · {_f(r['samples'], 'd')} q · {r['data']} · {r['template']} · ")
+            )
+            name.append(one_line(f"{_f(r['few_shot'], 'd')}-shot") + ("" if r["complete"] else " · INCOMPLETE"))
             scores = [_f(r[m], ".3f") for m in METRICS]
             board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
         console.print(board)
@@ -413,7 +415,7 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
             tests.add_row(*(Text(c) for c in _pair_cells(p, names=False)))
         console.print(tests)
     for warning in result["warnings"]:
-        console.print(Text.assemble(("warning: ", "yellow"), printable(warning)))
+        console.print(Text.assemble(("warning: ", "yellow"), one_line(warning)))
     for note in _untested(result) + result.get("left_out", []) + result["skipped"]:
-        console.print(Text.assemble(("note: ", "cyan"), printable(note)))
-    console.print(Text(printable("wrote " + ", ".join(str(p) for p in written))))
+        console.print(Text.assemble(("note: ", "cyan"), one_line(note)))
+    console.print(Text(one_line("wrote " + ", ".join(str(p) for p in written))))

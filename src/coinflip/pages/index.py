@@ -17,7 +17,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from .._terminal import printable
+from .._terminal import one_line
 from ..errors import ConfigError, StorageError
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
@@ -64,9 +64,9 @@ def view(work_dir: Path, open_page: bool = False) -> Path:
         path = _write_html(folder, render(data))
     except OSError as exc:
         raise StorageError(f"cannot write {folder / INDEX}: {exc.strerror or exc}") from None
-    click.echo(printable(f"wrote {path}: {_summary(data)}"), err=True)
+    click.echo(one_line(f"wrote {path}: {_summary(data)}"), err=True)
     for p in data["problems"][:20]:
-        click.echo(printable(f"  {p['kind']:<10} {p['id']}: {p['reason']}"), err=True)
+        click.echo(one_line(f"  {p['kind']:<10} {p['id']}: {p['reason']}"), err=True)
     if len(data["problems"]) > 20:
         click.echo(f"  ... and {len(data['problems']) - 20} more (listed in the page)", err=True)
     if open_page:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._terminal import printable
+from .._terminal import one_line
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Report, checked
 from .html import fmt, span
@@ -67,8 +67,8 @@ def print_summary(
     for warning in report.get("warnings", []):
         label = "INCOMPLETE: " if report.get("complete") is False and _incomplete(warning) else "WARNING: "
         style = "bold red" if label.startswith("INC") else "bold yellow"
-        console.print(Text.assemble((label, style), printable(warning)), soft_wrap=True)
-    table = Table(title=Text(printable(title(report))), title_justify="left")
+        console.print(Text.assemble((label, style), one_line(warning)), soft_wrap=True)
+    table = Table(title=Text(one_line(title(report))), title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95% interval", justify="right")
@@ -84,14 +84,14 @@ def print_summary(
         table.add_row(*row)
     console.print(table)
     for line in lines(report):
-        console.print(Text(printable(line)), soft_wrap=True)
+        console.print(Text(one_line(line)), soft_wrap=True)
     if run_dir is not None:
-        console.print(Text(printable(f"run directory: {run_dir}")), soft_wrap=True)
+        console.print(Text(one_line(f"run directory: {run_dir}")), soft_wrap=True)
         pages = [page] if page is not None and page.is_file() else sorted(run_dir.glob("reports/*/coin_flip.html"))
         if pages:
-            console.print(Text(printable(f"page: {pages[0]}")), soft_wrap=True)
+            console.print(Text(one_line(f"page: {pages[0]}")), soft_wrap=True)
         hint = f"answers, one line per sample: coinflip answers {shlex.quote(str(run_dir))}"
-        console.print(Text(printable(hint)), soft_wrap=True)
+        console.print(Text(one_line(hint)), soft_wrap=True)
 
 
 def _expected(report: Report) -> str | None:

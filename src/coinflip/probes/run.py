@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import __version__
 from .._files import UnreadableFile, read_regular, replacing
-from .._terminal import printable
+from .._terminal import one_line
 from ..config import TaskConfig, safe_name
 from ..data.generate import PeopleRange, write_rows
 from ..data.load import Record, load_dataset
@@ -101,11 +101,11 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
     reports = {}
     total = len(plans) + len(_lengths(settings))
     for i, (variant, data, template, _) in enumerate(plans, 1):
-        print(printable(f"probe {config.name}: {variant.title} ({i} of {total})"), file=sys.stderr, flush=True)
+        print(one_line(f"probe {config.name}: {variant.title} ({i} of {total})"), file=sys.stderr, flush=True)
         reports[variant.name] = _run(_run_config(config, root, variant.name, data, template))
     points = []
     for i, people in enumerate(_lengths(settings), len(plans) + 1):
-        print(printable(f"probe {config.name}: {people} people ({i} of {total})"), file=sys.stderr, flush=True)
+        print(one_line(f"probe {config.name}: {people} people ({i} of {total})"), file=sys.stderr, flush=True)
         points.append(_length(config, root, people, settings.length_count or min(len(records), LENGTH_COUNT_MAX)))
     result = _result(config, root, settings, base.dataset.source, records, plans, reports, points)
     _save(root, result)
