@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from coinflip.config import safe_name
 from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import read_jsonl, run_cli
@@ -307,3 +308,42 @@ def test_a_saved_duration_that_is_none_is_left_out_of_the_latency_summary(
     (report,) = (work / "a").glob("reports/*/coin_flip.json")
     latency = json.loads(report.read_text())["usage"]["latency_s"]
     assert 0 <= latency["mean"] <= latency["max"] < 1e9
+
+
+FORGED = "\nfake line: all runs complete"  # a line break, then what would read as a line of coinflip's
+
+
+def test_a_run_in_a_folder_named_in_bytes_that_are_not_utf8_is_listed_and_linked(runs: Path, tmp_path: Path) -> None:
+    """A folder name of bytes that are not UTF-8 (Python reads them as lone surrogates) made the
+    run's link fail to quote: the index listed a complete run as broken, and compare ended in a
+    traceback. Its name, with a line break in it, prints as one line."""
+    work = _copy(runs, tmp_path)
+    odd = os.fsencode(work) + b"/\xff\xfe" + os.fsencode(f"\x1b[2J\x9b31m\u202e<b>{FORGED}")  # no "/"
+    os.rename(os.fsencode(work / "b"), odd)
+    viewed = run_cli("view", str(work))
+    assert viewed.returncode == 0, viewed.stderr
+    data = json.loads(Page((work / "index.html").read_text()).scripts[0])
+    assert len(data["runs"]) == 2 and data["problems"] == []
+    from urllib.parse import unquote_to_bytes
+
+    (href,) = [r["href"] for r in data["runs"] if r["run"] != "a"]
+    assert os.path.isfile(os.fsencode(work) + b"/" + unquote_to_bytes(href))  # the link finds the page
+    compared = run_cli("compare", str(work), "--out", str(tmp_path / "cmp"))
+    assert compared.returncode == 0 and "Traceback" not in compared.stderr, compared.stderr
+    printed = compared.stdout.splitlines()
+    assert not any(line.lstrip().startswith("fake line") for line in printed) and _planted(compared.stdout) == []
+
+
+def test_a_saved_model_name_with_a_line_break_prints_as_one_line(runs: Path, tmp_path: Path) -> None:
+    """The summary's title, and compare's name cell, hold the model's name: a line break in a
+    saved one printed a line that read as the summary's own."""
+    work = _copy(runs, tmp_path)
+    path = work / "a/configs/task_config.yaml"
+    saved = yaml.safe_load(path.read_text())
+    saved["config"]["model_id"] = f"a{FORGED}"
+    path.write_text(yaml.safe_dump(saved))
+    (work / "a/predictions/a").rename(work / "a/predictions" / safe_name(f"a{FORGED}"))  # the name's folder
+    rescored = run_cli("rescore", str(work / "a"))
+    assert rescored.returncode == 0, rescored.stderr
+    assert "a\ufffdfake line" in rescored.stdout
+    assert not any(line.lstrip("│ ").startswith("fake line") for line in rescored.stdout.splitlines())
