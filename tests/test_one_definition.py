@@ -145,3 +145,18 @@ def test_a_request_file_carries_no_text_the_saved_config_would_mask(
     else:
         assert done.returncode == 0, done.stderr
         assert all(json.loads(line)["body"]["top_k"] == 5 for line in requests.read_text().splitlines())
+
+
+def test_a_baseline_with_an_api_url_says_the_url_is_not_used(tmp_path: Path) -> None:
+    """Who answers a run is decided once (models.backend): a baseline answers in-process even with
+    --api-url, which was silently ignored (a local model's name with --api-url goes to that server);
+    now a note says so, and no request is sent."""
+    from coinflip.testing.server import FakeOpenAIServer
+
+    with FakeOpenAIServer("correct") as srv:
+        done = run_cli(
+            "eval", "--model", "always-no", "--api-url", srv.url, "--limit", "2", "--work-dir", str(tmp_path)
+        )  # fmt: skip
+        asked = sum(srv.state.requests.values())
+    assert done.returncode == 0, done.stderr
+    assert "note: api_url: not used, --model always-no is a baseline" in done.stderr and asked == 0

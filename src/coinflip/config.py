@@ -477,8 +477,10 @@ class TaskConfig:
         return data
 
     def notes(self) -> list[str]:
-        """One line per EvalScope setting that was given but changes nothing here."""
+        """One line per setting given that changes nothing here (EvalScope's, --api-url beside a baseline)."""
         out = list(getattr(self, "_notes", []))
+        if self.model in BASELINES and self.api_url and not self.model_path:  # models.backend: in-process
+            out.append(f"api_url: not used, --model {self.model} is a baseline coinflip answers itself")
         for s in settings():
             if s.unused and getattr(self, s.name) not in (None, False, s.default, {}, []):
                 out.append(f"{s.name}: {s.unused}")

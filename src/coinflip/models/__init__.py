@@ -12,7 +12,7 @@ from ..config import BASELINES, LOCAL_MODELS, TaskConfig
 from ..errors import ConfigError
 from .base import Model, Reply, Request
 
-__all__ = ["BASELINES", "Endpoint", "Model", "Reply", "Request", "check_model", "open_model", "serve_local"]
+__all__ = ["BASELINES", "Endpoint", "backend", "Model", "Reply", "Request", "check_model", "open_model", "serve_local"]
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,19 @@ class Endpoint:
     slots: int | None = None
 
 
+def backend(config: TaskConfig) -> str:
+    """Who answers a run, decided here once: "local" (llama.cpp started here, for --model-path or
+    a bundled model's name without --api-url), "baseline" (answered in-process; --api-url is not
+    used, config.notes says so) or "server" (--api-url)."""
+    if config.model_path or (config.model in LOCAL_MODELS and not config.api_url):
+        return "local"
+    if config.model in BASELINES or config.eval_type == "mock_llm":
+        return "baseline"
+    return "server"
+
+
 def is_local(config: TaskConfig) -> bool:
-    return bool(config.model_path) or (config.model in LOCAL_MODELS and not config.api_url)
+    return backend(config) == "local"
 
 
 def _gguf(config: TaskConfig) -> Path:
@@ -40,7 +51,8 @@ def check_model(config: TaskConfig) -> None:
     calls it once, first)."""
     if config.batch_write or config.batch_results:  # offline: the requests are answered elsewhere
         return
-    if is_local(config):
+    answered_by = backend(config)
+    if answered_by == "local":
         from .llama_local import check_llama
 
         check_llama()
@@ -48,9 +60,7 @@ def check_model(config: TaskConfig) -> None:
         if not path.is_file():
             raise ConfigError(f"--model-path {path}: no such file" if not path.exists() else f"{path}: not a file")
         return
-    if config.model in BASELINES or config.eval_type == "mock_llm":
-        return
-    if not config.api_url:
+    if answered_by == "server" and not config.api_url:
         raise ConfigError(
             f"--model {config.model} needs --api-url (an OpenAI-compatible server), "
             f"or use a baseline ({', '.join(BASELINES)}) or {', '.join(LOCAL_MODELS)}"
@@ -61,13 +71,14 @@ def check_model(config: TaskConfig) -> None:
 def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
     """Start llama.cpp for a local model (--model smollm2 or --model-path); else use --api-url.
     The model was checked (`check_model`) when the run was planned."""
-    if is_local(config):
+    answered_by = backend(config)
+    if answered_by == "local":
         from .llama_local import SLOTS, llama_server
 
         with llama_server(_gguf(config), str(config.model), log_path) as url:
             yield Endpoint([url], SLOTS)
         return
-    if config.model in BASELINES:
+    if answered_by == "baseline":
         yield Endpoint(None)
         return
     yield Endpoint([config.api_url] if isinstance(config.api_url, str) else list(config.api_url or []))
