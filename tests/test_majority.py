@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from coinflip.pages.board import row
 from coinflip.pages.catalog import scan
-from coinflip.pages.index import build
+from coinflip.pages.index import PAIR_RUNS, build
 from coinflip.probes.run import _by_base
 from coinflip.records import dumps, read_prediction
 from coinflip.runner import rescore
@@ -47,8 +47,15 @@ CASES: dict[str, tuple[list[str], bool, bool]] = {
     "forced_says_nothing": (["?", "R"], True, True),
     "all_errored": (["!", "!"], False, False),  # EvalScope's arithmetic: no sample, no question
     "one_errored_repeat": (["!"], False, False),
+    "six_tie_among_invalid_and_errors": (["R", "W", "?", "!", "R", "W"], False, False),
+    "six_forced_breaks_a_tie": (["R", "R", "W", "W", "?", "?R"], False, True),
+    "four_forced_makes_a_tie": (["?W", "?W", "R", "R"], True, False),
+    "four_errors_then_a_tie": (["!", "!", "!", "!", "R", "W"], False, False),
+    "errored_forced_never_votes": (["!", "R", "?W", "?W"], True, False),
 }
 ERRORED_ONLY = {"all_errored", "one_errored_repeat"}
+# work directories of at most PAIR_RUNS runs (the cases and the oracle), so the index pairs them all
+GROUPS = [list(CASES)[i : i + PAIR_RUNS - 1] for i in range(0, len(CASES), PAIR_RUNS - 1)]
 
 
 def _said(target: str, answer: str) -> str:
@@ -86,20 +93,22 @@ def _case_run(template: Path, folder: Path, answers: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A work directory per arithmetic: every case's run, and the oracle on two questions."""
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], Path]:
+    """A work directory per arithmetic and group of cases: each case's run, and the oracle on two questions."""
     root = tmp_path_factory.mktemp("majority")
     works = {}
     for compat in ("coinflip", "evalscope"):
-        work = root / compat
-        _eval(work / "oracle", "--limit", "2", "--metric-compat", compat)
+        oracle = _eval(root / f"oracle-{compat}", "--limit", "2", "--metric-compat", compat)
         templates = {
             k: _eval(root / f"template-{compat}-{k}", "--limit", "1", "--repeats", str(k), "--metric-compat", compat)
             for k in sorted({len(answers) for answers, _, _ in CASES.values()})
         }
-        for name, (answers, _, _) in CASES.items():
-            _case_run(templates[len(answers)], work / name, answers)
-        works[compat] = work
+        for group, names in enumerate(GROUPS):
+            work = root / f"{compat}-{group}"
+            shutil.copytree(oracle, work / "oracle")
+            for name in names:
+                _case_run(templates[len(CASES[name][0])], work / name, CASES[name][0])
+            works[(compat, group)] = work
     return works
 
 
@@ -117,13 +126,16 @@ def _question(run: Path) -> tuple[int, str]:
     return row["id"], row["question"]
 
 
+@pytest.mark.parametrize("group", range(len(GROUPS)))
 @pytest.mark.parametrize("compat", ["coinflip", "evalscope"])
-def test_every_place_gives_each_question_the_same_majority_verdict(runs: dict[str, Path], compat: str) -> None:
-    work = runs[compat]
+def test_every_place_gives_each_question_the_same_majority_verdict(
+    runs: dict[tuple[str, int], Path], compat: str, group: int
+) -> None:
+    work = runs[(compat, group)]
     found = {f.path.name: f for f in scan(work)}
-    assert set(found) == {*CASES, "oracle"} and all(f.kind == "run" for f in found.values())
+    assert set(found) == {*GROUPS[group], "oracle"} and all(f.kind == "run" for f in found.values())
     partner = _question(work / "oracle")
-    out = work.parent / f"compare-{compat}"
+    out = work.parent / f"compare-{compat}-{group}"
     compared = run_cli("compare", str(work), "--out", str(out))
     assert compared.returncode == 0, compared.stderr
     pairs = {(p["a"], p["b"]): p for p in json.loads((out / "compare.json").read_text())["pairs"]}
@@ -132,7 +144,7 @@ def test_every_place_gives_each_question_the_same_majority_verdict(runs: dict[st
     rows = index["runs"]
     tested = {(rows[p["a"]]["run"], rows[p["b"]]["run"]): p for p in index["pairs"]}
     verdicts: dict[str, bool | None] = {}
-    for name in CASES:
+    for name in GROUPS[group]:
         run = work / name
         question = _question(run)
         assert question == partner  # the oracle's first question
