@@ -3,6 +3,7 @@ where the copies used to differ."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import yaml
 from coinflip.scoring.cost import Budget, cost_report, tokens
 from coinflip.scoring.scorer import Scorer
 
+from .answer_server import Seen
 from .conftest import run_cli
 
 PRICES = {"price_input": 2.0, "price_output": 8.0}
@@ -132,7 +134,6 @@ def test_a_request_file_carries_no_text_the_saved_config_would_mask(
     """--batch-write refused extra_body keys by a pattern of secret-looking names, while the saved
     config masks every text but those under config.PLAIN_KEYS: `bearer` was masked in the run
     directory and written as given into the request file. One rule now decides both."""
-    import json
 
     requests = tmp_path / "r.jsonl"
     done = run_cli(
@@ -160,3 +161,57 @@ def test_a_baseline_with_an_api_url_says_the_url_is_not_used(tmp_path: Path) -> 
         asked = sum(srv.state.requests.values())
     assert done.returncode == 0, done.stderr
     assert "note: api_url: not used, --model always-no is a baseline" in done.stderr and asked == 0
+
+
+SECRETS = {
+    "api_key": "sk-key/Secret+42&x",
+    "code": "code-Secret@4242",
+    "bare": "bareSecretToken77",
+    "header": "hdr-Secret%41-99",
+    "query": "qry Secret=55",
+    "body": 'body-Secret"66',
+}
+
+
+def _echo(seen: Seen) -> bytes:
+    """Every request as the server got it (its path with the query, headers, body), sent back as
+    the reply for even questions and as an error for odd ones."""
+    from .answer_server import answer, chat
+
+    said = json.dumps({"path": seen.path, "headers": seen.headers, "body": seen.body})
+    if seen.index % 2:
+        return answer({"error": {"message": f"refused: {said}"}}, 500)
+    return answer(chat(f"ANSWER: YES\nyou sent {said}"))
+
+
+def test_every_secret_a_run_holds_is_masked_in_every_file_and_line_whatever_the_server_echoes(tmp_path: Path) -> None:
+    """The key, the URL's query values and bare items, and the gateway's header, query and body
+    texts are one set of secrets (config.run_secrets), masked by one redactor wherever a server
+    echoes them and by one rule in the saved config; none of them, in any form the request
+    carried it (raw, JSON-escaped, percent-encoded), reaches a file or the terminal."""
+    import html
+    from urllib.parse import quote, quote_plus
+
+    from .answer_server import AnswerServer
+
+    generation = {
+        "extra_headers": {"X-Gateway-Pass": SECRETS["header"]},
+        "extra_query": {"token": SECRETS["query"], "api-version": "2024-01-01"},
+        "extra_body": {"user_pass": SECRETS["body"]},
+    }
+    with AnswerServer(_echo) as srv:
+        url = f"{srv.url}?code={quote(SECRETS['code'], safe='')}&{SECRETS['bare']}"
+        done = run_cli(
+            "eval", "--model", "m", "--api-url", url, "--api-key", SECRETS["api_key"], "--limit", "6",
+            "--retries", "0", "--eval-batch-size", "1", "--generation-config", json.dumps(generation),
+            "--work-dir", str(tmp_path),
+        )  # fmt: skip
+    assert len(srv.seen) >= 6 and all(SECRETS["bare"] in s.path for s in srv.seen)  # the server got them all
+    assert done.returncode == 1, done.stderr  # the odd questions errored
+    texts = [done.stdout + done.stderr] + [p.read_text("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file()]
+    for secret in SECRETS.values():
+        forms = {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), quote_plus(secret), html.escape(secret)}
+        for text in texts:
+            assert not any(form in text for form in forms), (secret, text[:2000])
+    saved = yaml.safe_load(next(tmp_path.rglob("task_config.yaml")).read_text())["config"]
+    assert "2024-01-01" in saved["generation_config"]["extra_query"]["api-version"]
