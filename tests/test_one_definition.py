@@ -215,3 +215,35 @@ def test_every_secret_a_run_holds_is_masked_in_every_file_and_line_whatever_the_
             assert not any(form in text for form in forms), (secret, text[:2000])
     saved = yaml.safe_load(next(tmp_path.rglob("task_config.yaml")).read_text())["config"]
     assert "2024-01-01" in saved["generation_config"]["extra_query"]["api-version"]
+
+
+def test_a_secret_split_across_lines_or_cut_off_is_masked(tmp_path: Path) -> None:
+    """A server that wraps what it echoes (an error page at 76 columns, a folded header) splits
+    the key across lines, and a long message is cut to MAX_MESSAGE characters, maybe inside the
+    key: each half, and the cut-off start, was kept as it came, in the predictions, the log and on
+    the terminal (a message is made one line, and cut, before it is masked)."""
+    from coinflip.models._replies import MAX_MESSAGE
+
+    from .answer_server import AnswerServer, answer, chat
+
+    key = "sk-split-0123456789abcdefXYZ"
+    halves = (key[:14], key[14:])
+    filler = "x" * (MAX_MESSAGE - len("HTTP 500: ") - 20)
+
+    def wrapped(seen: Seen) -> bytes:
+        if seen.index % 3 == 1:
+            return answer({"error": {"message": f"bad key {halves[0]}\n    {halves[1]} refused"}}, 500)
+        if seen.index % 3 == 2:
+            return answer({"error": {"message": f"{filler} {key} and more"}}, 500)
+        return answer(chat(f"ANSWER: YES\nyou sent {halves[0]}\r\n{halves[1]}"))
+
+    with AnswerServer(wrapped) as srv:
+        done = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--api-key", key, "--limit", "6", "--retries", "0",
+            "--eval-batch-size", "1", "--work-dir", str(tmp_path),
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    texts = [done.stdout + done.stderr] + [p.read_text("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file()]
+    assert any("you sent ***" in text for text in texts) and any("bad key *** refused" in text for text in texts)
+    for text in texts:
+        assert halves[0] not in text and halves[1] not in text and key[:8] not in text, text[:3000]

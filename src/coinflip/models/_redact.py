@@ -3,8 +3,10 @@
 A server may echo the key back in any of the forms it travelled or was stored in, and a form may
 differ character by character: raw (and so inside `Bearer KEY`), escaped for JSON (`\\/`,
 `\\u0073`, a surrogate pair), for HTML (`&amp;`, `&#115;`, `&#x73;`, leading zeros, either case),
-or URL-encoded (the UTF-8 bytes as `%hh` in either case, `+` for a space). The secret is matched
-as a sequence of characters each in any of its forms, so every mixture is masked as `***`.
+or URL-encoded (the UTF-8 bytes as `%hh` in either case, `+` for a space), and it may be split
+across lines (a line break, raw or JSON-escaped, and its indent, between any two characters). The
+secret is matched as a sequence of characters each in any of its forms, so every mixture is
+masked as `***`.
 """
 
 from __future__ import annotations
@@ -53,9 +55,22 @@ def _char(c: str) -> str:
     return f"(?:{'|'.join(forms)})"
 
 
+# between two characters: a line break (raw or JSON-escaped) and its indent, or the one space a
+# one-line message leaves of them (_replies.one_line)
+_BREAK = r"(?:(?:\r?\n|\\r?\\n)[ \t]*| )?"
+CUT_LEAST = 6  # characters of a secret's start that are masked where a cut message ends with them
+
+
 def pattern(secret: str) -> str:
-    """A pattern matching `secret` however each of its characters was escaped."""
-    return "".join(_char(c) for c in secret)
+    """A pattern matching `secret` however each of its characters was escaped, and split across
+    lines anywhere (a server that wraps its error page, or folds a header it echoes); or its
+    start, from CUT_LEAST characters, where a text ends (a message cut to its length, `…`)."""
+    chars = [_char(c) for c in secret]
+    cut = ""
+    for c in reversed(chars[CUT_LEAST:-1]):
+        cut = f"(?:{_BREAK}{c}{cut})?"
+    head, rest = _BREAK.join(chars[:CUT_LEAST]), "".join(_BREAK + c for c in chars[CUT_LEAST:])
+    return f"{head}(?:{rest}|{cut}(?=…?\\Z))"  # the start matched once for both: half the time
 
 
 class Redactor:
