@@ -247,3 +247,34 @@ def test_a_secret_split_across_lines_or_cut_off_is_masked(tmp_path: Path) -> Non
     assert any("you sent ***" in text for text in texts) and any("bad key *** refused" in text for text in texts)
     for text in texts:
         assert halves[0] not in text and halves[1] not in text and key[:8] not in text, text[:3000]
+
+
+def test_a_basic_credential_is_masked_in_the_form_a_server_decodes_it_to(tmp_path: Path) -> None:
+    """A gateway's `Authorization: Basic TOKEN` header (extra_headers) was masked as the token only;
+    a server that says whom it decoded (`user:password`, or the password) printed them as they came.
+    A proxy's credentials were already decoded so; one function (config.basic_secrets) does both."""
+    import base64
+
+    from .answer_server import AnswerServer, answer, chat
+
+    password = "gw-Password-7788"
+    token = base64.b64encode(f"gw-user:{password}".encode()).decode()
+
+    def decoding(seen: Seen) -> bytes:
+        got = next(v for k, v in seen.headers.items() if k.lower() == "x-gateway-auth")
+        pair = base64.b64decode(got.partition(" ")[2]).decode()
+        if seen.index % 2:
+            return answer({"error": {"message": f"user {pair} may not"}}, 500)
+        return answer(chat(f"ANSWER: YES\nhello {pair.partition(':')[0]}, your password is {pair.partition(':')[2]}"))
+
+    generation = json.dumps({"extra_headers": {"X-Gateway-Auth": f"Basic {token}"}})
+    with AnswerServer(decoding) as srv:
+        done = run_cli(
+            "eval", "--model", "m", "--api-url", srv.url, "--generation-config", generation, "--limit", "4",
+            "--retries", "0", "--eval-batch-size", "1", "--work-dir", str(tmp_path),
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    texts = [done.stdout + done.stderr] + [p.read_text("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file()]
+    assert any("your password is ***" in text for text in texts) and any("user *** may not" in text for text in texts)
+    for text in texts:
+        assert password not in text and token not in text, text[:2000]

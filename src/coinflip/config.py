@@ -514,8 +514,26 @@ def _masked(value: Any) -> Any:
 
 
 def secrets_in(generation: dict[str, Any]) -> list[str]:
-    """The values `redacted_generation` masks: also masked wherever a server echoes them."""
-    return [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
+    """The values `redacted_generation` masks, and what a Basic credential among them decodes to
+    (`basic_secrets`): also masked wherever a server echoes them."""
+    texts = [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
+    return texts + [s for t in texts for s in basic_secrets(t)]
+
+
+def basic_secrets(authorization: str) -> list[str]:
+    """What a `Basic TOKEN` credential (an Authorization header, a proxy's user:password) may be
+    echoed as besides itself: the token, the `user:password` it decodes to, and the password."""
+    import base64
+    import binascii
+
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "basic" or not token:
+        return []
+    try:
+        pair = base64.b64decode(token.strip(), validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError):
+        return [token.strip()]
+    return [token.strip(), pair, pair.partition(":")[2]]
 
 
 def secret_keys(value: Any) -> list[str]:

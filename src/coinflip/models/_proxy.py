@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from ..config import shown_url
+from ..config import basic_secrets, shown_url
 from ..errors import ConfigError
 
 
@@ -27,10 +27,7 @@ class Proxy:
     def secrets(self) -> list[str]:
         """What of the proxy URL's credentials a proxy may send back (echoing a request it refused,
         or in its own error): the password, and the Basic token user and password travel as."""
-        if not self.authorization:
-            return []
-        token = self.authorization.partition(" ")[2]
-        return [token, base64.b64decode(token).decode("utf-8", "replace").partition(":")[2]]
+        return basic_secrets(self.authorization) if self.authorization else []
 
     @classmethod
     def parse(cls, url: str) -> Proxy:
