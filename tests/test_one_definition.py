@@ -61,6 +61,7 @@ def test_the_report_and_the_max_cost_budget_read_saved_token_counts_alike() -> N
         "http://u%40ser:p%3Aw@[::1]:8000/v1?code=SECRETKEY123",  # encoded userinfo, an IPv6 host and a port
         "http://user:pw@host/v1?code=SECRET@KEY123",  # an `@` in the query too: only the userinfo's goes
         "http://user:pw@host:80/v1?api-version=2024-01-01&SECRETKEY123",  # a bare query item is a secret whole
+        "https://user:pw?x@host/v1?code=SECRET@KEY123",  # a raw `?` in the password, an `@` in the query
     ],
 )
 def test_a_refused_api_url_is_shown_as_the_saved_config_masks_it(tmp_path: Path, url: str) -> None:
@@ -278,3 +279,26 @@ def test_a_basic_credential_is_masked_in_the_form_a_server_decodes_it_to(tmp_pat
     assert any("your password is ***" in text for text in texts) and any("user *** may not" in text for text in texts)
     for text in texts:
         assert password not in text and token not in text, text[:2000]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://[::1]:8000/v1", "http://[::1]:8000/v1"),
+        ("http://u:SECRETpw@[::1]:8000/v1?code=SECRETX", "http://[::1]:8000/v1?code=***"),
+        ("http://u@ser:p@SECRET@[fe80::1%25eth0]:80/v1", "http://[fe80::1%25eth0]:80/v1"),
+        ("http://user:pa/SECRET@host:8000/v1", "http://host:8000/v1"),
+        ("http://user:p%40SECRET@host/v1?x=SECRET&api-version=2", "http://host/v1?x=***&api-version=2"),
+        ("http://host/v1?e=a@SECRET.example&api-version=2", "http://host/v1?e=***&api-version=2"),
+        ("https://u:p?SECRET@host/v1?code=k@SECRET", "https://host/v1?code=***"),
+        ("https://u:p#SECRET@evil@host/v1", "https://host/v1"),
+        ("http://host/v1?SECRETTOKEN&api-version=2#SECRETFRAG", "http://host/v1?***&api-version=2#***"),
+    ],
+)
+def test_a_url_is_shown_without_its_credentials_and_secrets_whatever_they_hold(url: str, shown: str) -> None:
+    """config.shown_url, the one form of a URL in every message, page and file: userinfo holding
+    `@`, `:`, `/`, `%`, `?` or `#`, IPv6 hosts and ports, `@` in a query value, bare query items
+    and fragments; what the form keeps is the host the request goes to."""
+    from coinflip.config import shown_url
+
+    assert shown_url(url) == shown

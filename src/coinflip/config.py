@@ -565,9 +565,13 @@ def _texts(value: Any, skip_plain: bool) -> list[str]:
 def redacted_url(url: Any) -> Any:
     """A URL fit for a file: every query value masked (a SAS token hides in `sv` and `sig`, a
     function key in `code`), and every bare item (`?TOKEN`, no `=`) whole, except under the keys of
-    PLAIN_KEYS (api-version)."""
-    if not isinstance(url, str) or "?" not in url:
+    PLAIN_KEYS (api-version); a fragment (never sent) whole."""
+    if not isinstance(url, str) or ("?" not in url and "#" not in url):
         return url
+    url, hashed, fragment = url.partition("#")
+    tail = f"#{REDACTED}" if hashed and fragment else hashed
+    if "?" not in url:
+        return url + tail
     head, _, query = url.partition("?")
     shown = []
     for key, value in _query(query):
@@ -575,7 +579,7 @@ def redacted_url(url: Any) -> Any:
             shown.append(REDACTED)
         else:
             shown.append(f"{quote_plus(key, '*')}={REDACTED if _secret_query(key, value) else quote_plus(value, '*')}")
-    return f"{head}?{'&'.join(shown)}"
+    return f"{head}?{'&'.join(shown)}{tail}"
 
 
 def _query(query: str) -> list[tuple[str, str | None]]:
@@ -598,28 +602,36 @@ def url_secrets(urls: Any) -> list[str]:
     """The query values (and bare items) `redacted_url` masks."""
     found = []
     for url in [urls] if isinstance(urls, str) else list(urls or []):
-        query = url.partition("?")[2]
+        query = url.partition("#")[0].partition("?")[2]  # the fragment is never sent
         found += [k if v is None else v for k, v in _query(query) if _secret_query(k, v)]
     return found
 
 
 def shown_url(url: str) -> str:
     """A URL fit to print or save, the one form every message, page and file shows: its
-    credentials removed, whatever they hold, and its query masked as `redacted_url` masks it.
+    credentials removed, whatever they hold, and its query and fragment masked as `redacted_url`
+    masks them.
 
     The credentials are what stands before the last `@` ahead of the query (a password may hold
-    `/`); where the part before the first `/`, `?` or `#` is no host and port (a raw password that
-    holds `?` or `#`), before the URL's last `@`. An `@` in the query (an e-mail) is no credential:
-    the host stays the host, and no tail of a query value is shown in its place."""
+    `/`; an `@` in the path makes the URL shown shorter, never with a secret). Where no `@` comes
+    before the query but the part before the first `/`, `?` or `#` is no host and port (a raw
+    password that holds `?` or `#`), they end at the first `@` that a host and port follow. An `@`
+    in the query (an e-mail) is no credential: the host stays the host, and no tail of a query
+    value is shown in its place."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
     query_at = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
     if "@" in rest[:query_at]:
         rest = rest[:query_at].rpartition("@")[2] + rest[query_at:]
-    elif "@" in rest and not _host_and_port(re.split("[/?#]", rest, maxsplit=1)[0]):
-        rest = rest.rpartition("@")[2]
+    elif "@" in rest and not _host_and_port(_authority(rest)):
+        after = [rest[i + 1 :] for i, c in enumerate(rest) if c == "@"]
+        rest = next((a for a in after if "@" not in _authority(a) and _host_and_port(_authority(a))), after[-1])
     return str(redacted_url(f"{scheme}{sep}{rest}"))
+
+
+def _authority(rest: str) -> str:
+    return re.split("[/?#]", rest, maxsplit=1)[0]
 
 
 def _host_and_port(authority: str) -> bool:
