@@ -347,3 +347,13 @@ def test_a_saved_model_name_with_a_line_break_prints_as_one_line(runs: Path, tmp
     assert rescored.returncode == 0, rescored.stderr
     assert "a\ufffdfake line" in rescored.stdout
     assert not any(line.lstrip("│ ").startswith("fake line") for line in rescored.stdout.splitlines())
+
+
+def test_an_error_naming_a_saved_value_with_a_line_break_is_one_line(runs: Path, tmp_path: Path) -> None:
+    """compare's 'nothing to compare' names each run's data; a saved split with a line break
+    made exit 2 print two lines, the second a forged 'error:'."""
+    work = _copy(runs, tmp_path)
+    _edit_report(work / "b", lambda report: report["dataset"].update(split="test\nerror: forged"))
+    compared = run_cli("compare", str(work / "a"), str(work / "b"), "--out", str(tmp_path / "cmp"))
+    assert compared.returncode == 2 and len(compared.stderr.strip().splitlines()) == 1, compared.stderr
+    assert "test\ufffderror: forged" in compared.stderr

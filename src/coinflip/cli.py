@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._terminal import one_line, printable
+from ._terminal import one_line
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .errors import CoinflipError
 
@@ -377,7 +377,7 @@ def _dispatch(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     odd = next((i for i, arg in enumerate(args) if not _utf8(arg)), None)
     if odd is not None:  # Python hands such bytes over as lone surrogates; nothing could write them
-        named = f" (after {printable(args[odd - 1])!s})" if odd and _utf8(args[odd - 1]) else ""
+        named = f" (after {one_line(args[odd - 1])!s})" if odd and _utf8(args[odd - 1]) else ""
         click.echo(f"error: argument {odd + 1}{named} holds bytes that are not UTF-8: give it as UTF-8 text", err=True)
         sys.exit(2)
     try:
@@ -393,7 +393,7 @@ def _dispatch(argv: list[str] | None) -> None:
         click.echo("aborted", err=True)
         sys.exit(1)
     except CoinflipError as exc:
-        click.echo(f"error: {printable(exc)}", err=True)
+        click.echo(f"error: {one_line(exc)}", err=True)
         sys.exit(exc.exit_code)
     except (Interrupted, KeyboardInterrupt) as exc:
         click.echo(stopped_by(exc), err=True)
