@@ -795,6 +795,13 @@ class _Brotli(QuietHandler):
 
     calls = 0
 
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(404)
+        self.send_header("Content-Encoding", "br")
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"\x8b\x05\x80{}")
+
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         type(self).calls += 1

@@ -19,7 +19,7 @@ import pytest
 
 from coinflip.testing.server import FakeOpenAIServer
 
-from .answer_server import AnswerServer, Seen, answer, chat
+from .answer_server import AnswerServer, QuietHandler, Seen, answer, chat, serving
 from .conftest import only_run_dir, read_jsonl, run_cli
 
 FAST = 15.0  # seconds: a Python start, a config check and a refused connection, on a loaded machine
@@ -483,3 +483,40 @@ def test_a_server_that_answered_then_hangs_up_on_every_request_ends_incomplete_a
         again = run_cli("eval", "--model", "m", "--api-url", good.url, "--limit", "40", "--use-cache", str(run))
     assert again.returncode == 0, again.stderr
     assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 40
+
+
+
+class _Gateway(QuietHandler):
+    """Sends its own pages (here every GET's 404) in the coding of the class, whatever was asked;
+    forwards the POSTs' replies as the model sent them."""
+
+    coding = "br"
+    gets = 0
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).gets += 1
+        self.send_response(404)
+        self.send_header("Content-Encoding", self.coding)
+        self.send_header("Content-Length", "6")
+        self.end_headers()
+        self.wfile.write(b"\x8b\x05\x80{}\x03")
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.reply(200, chat("ANSWER: YES"))
+
+
+@pytest.mark.parametrize("coding", ["br", "zstd"])
+def test_a_gateway_that_sends_its_own_pages_in_br_whatever_is_asked_is_an_http_server(
+    tmp_path: Path, coding: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pre-run test asks for a page (a GET) that such a gateway sends in br or zstd: that was
+    an HTTP answer, told as 'not HTTP ... install Brotli' (exit 2); the run's replies decide."""
+    monkeypatch.setattr(_Gateway, "coding", coding)
+    monkeypatch.setattr(_Gateway, "gets", 0)
+    with serving(_Gateway) as url:
+        result, _ = timed_eval(url, tmp_path)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert len(rows) == 3 and all(r["error"] is None for r in rows)
+    assert _Gateway.gets == 3  # the capacity probes (/props, /v1/models), then the endpoint itself

@@ -383,7 +383,8 @@ class ConnectionPool:
         """After `check`, before a run: EndpointError when what listens at `url` has never sent an
         HTTP head and, asked with a GET of `url`, closes or resets the connection twice without one,
         or sends something that is not HTTP (a wrong port or host; a proxy that speaks something
-        else). Any status will do, and a server heard from before (by the probes of its capacity)
+        else). Any status will do, in any coding (one aiohttp refuses, br or zstd, came in an HTTP
+        head: the run's replies decide), and a server heard from before (by the probes of its capacity)
         is not asked again; one that is only slow to answer is left to the run's --timeout."""
         target = self.target(url)
         failure: BaseException | None = None
@@ -401,6 +402,9 @@ class ConnectionPool:
             except aiohttp.ClientHttpProxyError as exc:  # a proxy's refusal of a new tunnel: the proxy's line
                 raise EndpointError(describe_connect_error(_translated(exc, target, 0), target, 0)) from None
             except (aiohttp.ClientError, http_exceptions.HttpProcessingError) as exc:
+                if undecoded(exc) is not None:  # an HTTP head, in a coding aiohttp refused: the run's replies decide
+                    self.heard(target)
+                    return
                 failure = exc
                 break
         assert failure is not None
