@@ -485,7 +485,6 @@ def test_a_server_that_answered_then_hangs_up_on_every_request_ends_incomplete_a
     assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 40
 
 
-
 class _Gateway(QuietHandler):
     """Sends its own pages (here every GET's 404) in the coding of the class, whatever was asked;
     forwards the POSTs' replies as the model sent them."""
