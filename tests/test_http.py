@@ -177,6 +177,15 @@ def test_compressed_bodies_are_decoded(scripted: Any, encoding: str, encode: Any
     assert post_all(srv.url())[0].body == b'{"ok": true}'
 
 
+@pytest.mark.parametrize("header", ["Content-Encoding:", "Content-Encoding:   "])
+def test_an_empty_content_encoding_names_no_coding(scripted: Any, header: str) -> None:
+    """Servers that compress nothing may still send the header, empty; aiohttp reads the body as
+    sent, and so is the reply read (each sample failed: the reply is encoded as '')."""
+    srv = scripted(Say([ok(YES, header)]))
+    reply = _ask(srv.url())
+    assert (reply.text, reply.error) == ("ANSWER: YES", None)
+
+
 def test_http_1_0_and_connection_close_are_not_reused(scripted: Any) -> None:
     srv = scripted(
         Say([b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nv0"]),

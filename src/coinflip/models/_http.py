@@ -247,8 +247,9 @@ def check_framing(headers: Any) -> None:
         transfer = ",".join(headers.getall("Transfer-Encoding"))
         if transfer.strip().lower() != "chunked":
             raise ProtocolError(f"the reply's Transfer-Encoding is {transfer!r}; only chunked is read")
-    if "Content-Encoding" in headers:
-        codings = [c.strip() for v in headers.getall("Content-Encoding") for c in v.split(",")]
+    values = [v for v in headers.getall("Content-Encoding", []) if v.strip()]  # an empty one names no coding
+    if values:
+        codings = [c.strip() for v in values for c in v.split(",")]
         if len(codings) > 1:
             raise ProtocolError(f"the body is encoded in layers ({', '.join(codings)}); coinflip undoes one coding")
         if codings[0].lower() not in DECODED:  # aiohttp would hand it over as sent
