@@ -824,3 +824,47 @@ def test_a_batch_api_answer_in_br_ends_the_run_in_our_words_without_retries(tmp_
         in lines[0]
     )
     assert len(lines) == 1 and "Brotli" not in result.stderr and _Brotli.calls == 1, lines
+
+
+class _Drip(QuietHandler):
+    """Answers a batch's retrieval with a JSON body that never ends, a byte at a time, each well
+    within the timeout of the read before it (a server stuck writing, or a hostile one)."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if not self.path.startswith("/v1/batches/"):
+            self.reply(404, {"error": {"message": "no such route"}})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            self.wfile.write(b'{"id": "b", "status": "in_progress", "note": "')
+            while True:
+                self.wfile.write(b".")
+                self.wfile.flush()
+                time.sleep(0.02)
+        except OSError:  # the client hung up
+            pass
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_a_batch_api_answer_that_drips_forever_fails_within_the_timeout(status: int) -> None:
+    """Each call's answer had only a limit on the gap between reads: a body that kept dripping,
+    under the reply cap, held the run for hours (16 MB a byte at a time). Its whole answer is now
+    read within --timeout; a retry is the next attempt, and the call then fails in one line."""
+    import asyncio
+
+    from coinflip.errors import EndpointBroken
+    from coinflip.models.batch_api import BatchAPI
+
+    class Drip(_Drip):
+        def send_response(self, code: int, message: str | None = None) -> None:
+            super().send_response(status if code == 200 else code, message)
+
+    async def ask(url: str) -> None:
+        async with BatchAPI(url, None, {}, 1.0, [], retries=1) as api:
+            await api.retrieve("b")
+
+    with serving(Drip) as url, pytest.raises(EndpointBroken) as caught:
+        asyncio.run(asyncio.wait_for(ask(url), 60))  # a guard: the test fails rather than hangs
+    assert str(caught.value).startswith("the Batch API did not answer: GET /batches/b")

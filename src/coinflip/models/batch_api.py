@@ -278,21 +278,30 @@ class BatchAPI:
                 await asyncio.sleep(wait)
         raise EndpointBroken(self.redact(one_line(f"the Batch API did not answer: {message}")))
 
+    async def _body(self, response: Any) -> bytes:
+        """An answer's body: at most `max_body` bytes (ReplyTooLarge), within --timeout
+        (TimeoutError). The session's timeouts bound only the gap between reads, since a file's
+        content may take longer; a JSON answer that drips under the cap would take hours."""
+        return await asyncio.wait_for(read_at_most(response.content, self.pool.limits.max_body), self.timeout)
+
     async def _error_detail(self, response: Any) -> str:
-        """What an error answer says, from at most `max_body` bytes of it: an endless body is cut
-        off there, and the answer's status still decides what happens."""
+        """What an error answer says, from at most `max_body` bytes of it, read within --timeout:
+        an endless body is cut off there, and the answer's status still decides what happens."""
         try:
-            return server_message(await read_at_most(response.content, self.pool.limits.max_body))
+            return server_message(await self._body(response))
         except ReplyTooLarge as exc:
             return str(exc)
+        except asyncio.TimeoutError:
+            return f"its body did not end within {self.timeout:g} s"
 
     async def _read(self, response: Any, into: Path | None, call: str) -> dict[str, Any]:
         """A JSON answer, of at most `max_body` bytes (EndpointBroken at once when larger: no retry
-        would make it smaller), or a file's content streamed to `into`."""
+        would make it smaller) within --timeout (TimeoutError: retried), or a file's content
+        streamed to `into`."""
         if into is not None:
             return await _download(response, into)
         try:
-            raw = await read_at_most(response.content, self.pool.limits.max_body)
+            raw = await self._body(response)
         except ReplyTooLarge as exc:
             raise EndpointBroken(self.redact(f"the Batch API's answer to {call}: {exc}")) from None
         found = load_json(raw)
