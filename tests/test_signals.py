@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,9 +209,16 @@ def console_script() -> str:
     )
 
 
-def held_command(tmp_path: Path, how: str, hook: tuple[str, str]) -> subprocess.Popen[str]:
-    """`coinflip eval` (as `how` starts it) with `hook` (a file name and its text) on its path,
-    once it has printed "loading" from where the hook holds it."""
+def ignoring(*signals: signal.Signals) -> Any:
+    """A preexec_fn that starts the child with `signals` ignored, as `nohup` starts it (SIGHUP)."""
+    return lambda: [signal.signal(sig, signal.SIG_IGN) for sig in signals]
+
+
+def held_command(
+    tmp_path: Path, how: str, hook: tuple[str, str], ignored: tuple[signal.Signals, ...] = ()
+) -> subprocess.Popen[str]:
+    """`coinflip eval` (as `how` starts it, with `ignored` ignored) with `hook` (a file name and
+    its text) on its path, once it has printed "loading" from where the hook holds it."""
     (tmp_path / "shim" / hook[0]).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / "shim" / hook[0]).write_text(hook[1])
     (tmp_path / "coinflip").write_text(console_script())
@@ -219,7 +227,7 @@ def held_command(tmp_path: Path, how: str, hook: tuple[str, str]) -> subprocess.
     proc = subprocess.Popen(
         [sys.executable, *command, "eval", "--model", "oracle", "--work-dir", str(tmp_path / "w")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": path},
+        env={**os.environ, "PYTHONPATH": path}, preexec_fn=ignoring(*ignored),
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdout.readline() == "loading\n", proc.communicate("")[1]
     return proc
@@ -254,6 +262,51 @@ def test_a_signal_from_the_commands_first_code_ends_it_in_one_line(
     proc = held_command(tmp_path, how, ("sitecustomize.py", CLI_HELD))
     ended_in_one_line(proc, sig)
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("how", ["coinflip", "python -m coinflip"])
+def test_a_command_started_under_nohup_is_not_stopped_by_sighup_at_start_up(tmp_path: Path, how: str) -> None:
+    """`nohup coinflip eval ... &` starts it with SIGHUP ignored, so that a closed terminal does not
+    stop it: the command's first code caught SIGHUP anyway, and ended the run ('stopped by SIGHUP')."""
+    proc = held_command(tmp_path, how, ("sitecustomize.py", CLI_HELD), ignored=(signal.SIGHUP,))
+    proc.send_signal(signal.SIGHUP)  # the terminal closes while the CLI loads
+    _, err = proc.communicate("", timeout=EXIT_BUDGET_S)
+    assert proc.returncode == 0 and "SIGHUP" not in err, err
+
+
+def test_a_run_started_under_nohup_goes_on_after_sighup(tmp_path: Path) -> None:
+    """In flight too: SIGHUP cancelled the run of a process started with it ignored."""
+    with FakeOpenAIServer("correct", latency=0.3) as srv:
+        args = ["eval", "--model", "m", "--api-url", srv.url, "--limit", "8", "--eval-batch-size", "2"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "coinflip", *args, "--work-dir", str(tmp_path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ignoring(signal.SIGHUP),
+        )  # fmt: skip
+        deadline = time.monotonic() + EXIT_BUDGET_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = next(tmp_path.glob("*/predictions/m/coin_flip.jsonl"), None)
+            if handles_signals(proc.pid) and found is not None and found.stat().st_size:  # in flight
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=EXIT_BUDGET_S)
+    assert proc.returncode == 0 and "SIGHUP" not in err, err
+    assert len(read_jsonl(next(tmp_path.glob("*/predictions/m/coin_flip.jsonl")))) == 8
+
+
+CHILD_IGNORES_SIGHUP = "import signal, sys; sys.exit(signal.getsignal(signal.SIGHUP) == signal.SIG_IGN)"
+
+
+def test_a_child_of_a_process_started_under_nohup_ignores_sighup_too() -> None:
+    """`default_signals` (how the llama.cpp server starts) put SIGHUP back to its default in the
+    child of such a process: the closed terminal then ended the server, and with it the run."""
+    parent = (
+        "import subprocess, sys\nfrom coinflip.stop import default_signals, install\ninstall()\n"
+        f"child = subprocess.run([sys.executable, '-c', {CHILD_IGNORES_SIGHUP!r}], preexec_fn=default_signals)\n"
+        "sys.exit(child.returncode)"
+    )
+    started = subprocess.run([sys.executable, "-c", parent], preexec_fn=ignoring(signal.SIGHUP), timeout=EXIT_BUDGET_S)
+    assert started.returncode == 1  # the child found SIGHUP ignored
 
 
 def test_importing_coinflip_installs_no_handler_and_imports_nothing() -> None:

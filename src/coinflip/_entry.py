@@ -21,6 +21,10 @@ NAMES = {
     **({_signal.SIGHUP: "SIGHUP"} if hasattr(_signal, "SIGHUP") else {}),
 }
 """The stop signals, by number: Ctrl-C, a service manager's stop, a closed terminal."""
+IGNORED = frozenset(sig for sig in NAMES if _signal.getsignal(sig) == _signal.SIG_IGN)
+"""The stop signals this process was started with ignored, as `nohup` starts it (SIGHUP) or a
+shell its background jobs (SIGINT): they stay ignored, here, in stop.py and in the processes it
+starts, as Python itself leaves an ignored SIGINT ignored; a closed terminal must not stop such a run."""
 
 
 def main() -> None:
@@ -46,7 +50,8 @@ def handle_early(module: str = "__main__") -> None:
         return
     try:
         for sig in NAMES:
-            _signal.signal(sig, _ended_early)
+            if sig not in IGNORED:
+                _signal.signal(sig, _ended_early)
     except ValueError:  # not the main thread: Python sets no handler there
         return
 

@@ -27,7 +27,7 @@ from collections.abc import Coroutine, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._entry import NAMES, said
+from ._entry import IGNORED, NAMES, said
 
 if TYPE_CHECKING:
     import asyncio  # imported when requests go out, not when the CLI starts
@@ -160,9 +160,10 @@ def run_until_stopped(main: Coroutine[Any, Any, T], stop: StopRequest | None = N
 def default_signals() -> None:
     """The stop signals at their defaults and unblocked, in a child before it execs (preexec_fn):
     an ignored or blocked signal survives exec, and a caller may have them ignored (`settle`),
-    so a process started from that state could otherwise never be stopped by SIGTERM or Ctrl-C."""
+    so a process started from that state could otherwise never be stopped by SIGTERM or Ctrl-C.
+    Those the process was started with ignored (`nohup`: SIGHUP) stay ignored in the child."""
     for sig in SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)
+        signal.signal(sig, signal.SIG_IGN if sig in IGNORED else signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
@@ -183,7 +184,8 @@ def install() -> StopRequest | None:
     if hasattr(signal, "SIGALRM"):  # first: a stop signal's handler may set the alarm at once
         signal.signal(signal.SIGALRM, stop.overdue)
     for sig in SIGNALS:
-        signal.signal(sig, stop.handler)
+        if stop.previous[sig] != signal.SIG_IGN:  # ignored on purpose (`nohup`): it stays so (_entry.IGNORED)
+            signal.signal(sig, stop.handler)
     return stop
 
 
