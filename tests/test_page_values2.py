@@ -277,12 +277,20 @@ def test_a_probe_links_its_runs_pages_whatever_letters_the_model_name_has(tmp_pa
     assert all((page.parent / unquote(h or "")).is_file() for h in hrefs)
 
 
-def test_a_resumed_probe_says_its_saved_model_name_as_text(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A probe's folder, as `coinflip probe` leaves it; tests resume copies of it."""
+    work = tmp_path_factory.mktemp("probed")
+    made = run_cli("probe", "--model", "oracle", "--limit", "6", "--lengths", "0", "--work-dir", str(work))
+    assert made.returncode == 0, made.stderr
+    (folder,) = work.glob("probe_*")
+    return folder
+
+
+def test_a_resumed_probe_says_its_saved_model_name_as_text(probed: Path, tmp_path: Path) -> None:
     """`probe --use-cache` takes the model's name from the base run's saved settings, and printed
     it raw in each variant's progress line."""
-    made = run_cli("probe", "--model", "oracle", "--limit", "6", "--lengths", "0", "--work-dir", str(tmp_path))
-    assert made.returncode == 0, made.stderr
-    (folder,) = tmp_path.glob("probe_*")
+    folder = shutil.copytree(probed, tmp_path / "probe")
     path = folder / "runs/base/configs/task_config.yaml"
     saved = yaml.safe_load(path.read_text())
     for part in ("config", "fingerprint"):
@@ -357,3 +365,15 @@ def test_an_error_naming_a_saved_value_with_a_line_break_is_one_line(runs: Path,
     compared = run_cli("compare", str(work / "a"), str(work / "b"), "--out", str(tmp_path / "cmp"))
     assert compared.returncode == 2 and len(compared.stderr.strip().splitlines()) == 1, compared.stderr
     assert "test\ufffderror: forged" in compared.stderr
+
+
+@pytest.mark.parametrize("setting", ["lengths", "length_count"])
+def test_a_huge_saved_probe_setting_is_named_in_a_short_line(probed: Path, tmp_path: Path, setting: str) -> None:
+    """A probe.json edited to hold 300,000 letters where a setting was: the refusal quoted all of them."""
+    folder = shutil.copytree(probed, tmp_path / "probe")
+    saved = json.loads((folder / "probe.json").read_text())
+    saved["settings"][setting] = "W" * 300_000
+    (folder / "probe.json").write_text(json.dumps(saved))
+    resumed = run_cli("probe", "--use-cache", str(folder))
+    assert resumed.returncode == 2 and len(resumed.stderr.strip().splitlines()) == 1, resumed.stderr[:500]
+    assert len(resumed.stderr) < 500 and setting.replace("_", "-") in resumed.stderr

@@ -28,7 +28,7 @@ from ..config import TaskConfig, safe_name
 from ..data.generate import PeopleRange, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
-from ..errors import CoinflipError, ConfigError
+from ..errors import CoinflipError, ConfigError, short
 from ..pages.html import relative
 from ..rundir import CONFIG_FILE, RunDir, iter_reviews
 from . import verdicts
@@ -79,11 +79,11 @@ def settle(options: ProbeOptions, saved: dict[str, Any] | None = None, in_work_d
         people = None if lengths in (None, "", "0", "none") else PeopleRange.parse(str(lengths))
     except ConfigError:
         raise ConfigError(
-            f"--lengths must be a number of people or a range like 2-8 (0: none), got {lengths!r}"
+            f"--lengths must be a number of people or a range like 2-8 (0: none), got {short(lengths)}"
         ) from None
     count = options.length_count if options.length_count is not None else saved.get("length_count")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
-        raise ConfigError(f"--length-count must be a whole number >= 1, got {count!r}")
+        raise ConfigError(f"--length-count must be a whole number >= 1, got {short(count)}")
     return Settings(choose(names), people, count, bool(saved.get("in_work_dir", in_work_dir)))
 
 
