@@ -377,3 +377,18 @@ def test_a_huge_saved_probe_setting_is_named_in_a_short_line(probed: Path, tmp_p
     resumed = run_cli("probe", "--use-cache", str(folder))
     assert resumed.returncode == 2 and len(resumed.stderr.strip().splitlines()) == 1, resumed.stderr[:500]
     assert len(resumed.stderr) < 500 and setting.replace("_", "-") in resumed.stderr
+
+
+def test_the_resume_hint_shows_a_folder_names_escapes_as_replacements(runs: Path, tmp_path: Path) -> None:
+    """An incomplete run's hint quotes its folder for a shell; shlex.quote keeps escape sequences
+    inside the quotes, so a folder someone named with them acted on the terminal."""
+    run = shutil.copytree(runs / "a", tmp_path / "a\x1b[2J\x9b31m\u202e")
+
+    def errored(n: int, row: dict[str, Any]) -> None:
+        if n == 0:
+            row.update(error="boom", reply=None)
+
+    _edit_rows(run / "predictions/a/coin_flip.jsonl", errored)
+    rescored = run_cli("rescore", str(run))
+    assert rescored.returncode == 1 and "resume with: coinflip eval --use-cache" in rescored.stderr, rescored.stderr
+    assert _planted(rescored.stdout + rescored.stderr) == []

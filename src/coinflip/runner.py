@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import forced
 from ._files import read_regular, replacing
-from ._terminal import printable
+from ._terminal import one_line, printable
 from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
 from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
 from .models import Reply, Request, is_local, limits, open_model, serve_local
@@ -103,8 +103,9 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
 
 
 def resume_hint(run: RunDir) -> str:
-    """The command that resumes `run`, quoted for a shell."""
-    return f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}"
+    """The command that resumes `run`, quoted for a shell; printed, so a folder name's escape
+    sequences are shown as U+FFFD (shlex.quote keeps them inside its quotes)."""
+    return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}")
 
 
 def resume_settings(config: TaskConfig) -> TaskConfig:
