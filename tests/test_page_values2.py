@@ -206,7 +206,7 @@ def test_compare_markdown_keeps_a_note_that_looks_like_markdown_as_text(runs: Pa
     result = json.loads((out / "compare.json").read_text())
     result["warnings"], result["skipped"] = [], BLOCKS
     for entry in result["leaderboard"]:
-        entry["model"] = "~~struck~~ *em*"
+        entry["model"] = '~~struck~~ *em* <b onmouseover="alert(1)">b</b>'  # a tag markdown reads as one
     shown = _markdown(to_markdown(result))
     assert {tag for tag, _ in shown.tags} <= {
         "h1",
@@ -223,7 +223,10 @@ def test_compare_markdown_keeps_a_note_that_looks_like_markdown_as_text(runs: Pa
         "p",
     }
     assert [tag for tag, _ in shown.tags].count("h1") == 1 and all(len(set(t)) == 1 for t in shown.tables)
-    assert all(block.strip() in shown.text for block in BLOCKS) and "~~struck~~ *em*" in shown.text
+    assert (
+        all(block.strip() in shown.text for block in BLOCKS)
+        and '~~struck~~ *em* <b onmouseover="alert(1)">b</b>' in shown.text
+    )
 
 
 def test_sweep_markdown_holds_a_hostile_model_name_as_text(tmp_path: Path) -> None:
