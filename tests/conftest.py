@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,6 +84,18 @@ def run_cli(
     )
 
 
+def signals_as_from_a_terminal(*ignored: signal.Signals) -> Callable[[], None]:
+    """A preexec_fn: the stop signals at their defaults, as a terminal starts a command, but for
+    `ignored` (as `nohup` starts it: SIGHUP), whatever this test process was started with (a
+    shell's background job ignores SIGINT), since the command keeps an ignored signal ignored."""
+
+    def reset() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+
+    return reset
+
+
 def spawn_cli(*args: str, env: dict[str, str] | None = None, quiet: bool = False) -> subprocess.Popen[str]:
     """Start `coinflip ARGS` in the background (to signal or kill it), without the machine's keys."""
     base = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
@@ -93,6 +106,7 @@ def spawn_cli(*args: str, env: dict[str, str] | None = None, quiet: bool = False
         stderr=out,
         text=True,
         env={**base, **(env or {})},
+        preexec_fn=signals_as_from_a_terminal(),
     )
 
 

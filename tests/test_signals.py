@@ -19,14 +19,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from coinflip import run_task
 from coinflip.testing.server import FakeOpenAIServer
 
-from .conftest import read_jsonl, spawn_cli
+from .conftest import read_jsonl, signals_as_from_a_terminal, spawn_cli
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 MOMENTS = ("start-up", "in flight", "report", "any")
@@ -209,11 +208,6 @@ def console_script() -> str:
     )
 
 
-def ignoring(*signals: signal.Signals) -> Any:
-    """A preexec_fn that starts the child with `signals` ignored, as `nohup` starts it (SIGHUP)."""
-    return lambda: [signal.signal(sig, signal.SIG_IGN) for sig in signals]
-
-
 def held_command(
     tmp_path: Path, how: str, hook: tuple[str, str], ignored: tuple[signal.Signals, ...] = ()
 ) -> subprocess.Popen[str]:
@@ -227,7 +221,7 @@ def held_command(
     proc = subprocess.Popen(
         [sys.executable, *command, "eval", "--model", "oracle", "--work-dir", str(tmp_path / "w")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": path}, preexec_fn=ignoring(*ignored),
+        env={**os.environ, "PYTHONPATH": path}, preexec_fn=signals_as_from_a_terminal(*ignored),
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdout.readline() == "loading\n", proc.communicate("")[1]
     return proc
@@ -280,7 +274,8 @@ def test_a_run_started_under_nohup_goes_on_after_sighup(tmp_path: Path) -> None:
         args = ["eval", "--model", "m", "--api-url", srv.url, "--limit", "8", "--eval-batch-size", "2"]
         proc = subprocess.Popen(
             [sys.executable, "-m", "coinflip", *args, "--work-dir", str(tmp_path)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ignoring(signal.SIGHUP),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=signals_as_from_a_terminal(signal.SIGHUP),
         )  # fmt: skip
         deadline = time.monotonic() + EXIT_BUDGET_S
         while time.monotonic() < deadline and proc.poll() is None:
@@ -305,7 +300,8 @@ def test_a_child_of_a_process_started_under_nohup_ignores_sighup_too() -> None:
         f"child = subprocess.run([sys.executable, '-c', {CHILD_IGNORES_SIGHUP!r}], preexec_fn=default_signals)\n"
         "sys.exit(child.returncode)"
     )
-    started = subprocess.run([sys.executable, "-c", parent], preexec_fn=ignoring(signal.SIGHUP), timeout=EXIT_BUDGET_S)
+    nohup = signals_as_from_a_terminal(signal.SIGHUP)
+    started = subprocess.run([sys.executable, "-c", parent], preexec_fn=nohup, timeout=EXIT_BUDGET_S)
     assert started.returncode == 1  # the child found SIGHUP ignored
 
 
