@@ -353,7 +353,8 @@ class ConnectionPool:
 
     async def check(self, url: str) -> None:
         """Open the first connection to `url` now and keep it for the first request; EndpointError
-        (one line saying what is wrong) when it cannot be opened."""
+        (one line saying what is wrong) when it cannot be opened. A connection reset as it opened
+        was taken (a refused one is refused): `answers`, which follows, tries fresh ones and says so."""
         target = self.target(url)
         session = self.session
         options = target.options
@@ -371,6 +372,8 @@ class ConnectionPool:
             assert session.connector is not None
             connection = await asyncio.wait_for(session.connector.connect(request, [], session.timeout), limit)
         except (OSError, asyncio.TimeoutError, aiohttp.ClientError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionResetError):
+                return  # taken, then reset before a loaded client saw the connect succeed: `answers` tells it
             if isinstance(exc, asyncio.TimeoutError) and target.tls and target.proxy is None and await _opens(target):
                 raise EndpointError(
                     f"https://{target.authority} takes a connection but no TLS handshake within {limit:g} s; is it "
