@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -108,6 +109,28 @@ def spawn_cli(*args: str, env: dict[str, str] | None = None, quiet: bool = False
         env={**base, **(env or {})},
         preexec_fn=signals_as_from_a_terminal(),
     )
+
+
+def on_terminal(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run `coinflip ARGS` with a pseudo-terminal as its stdin, stdout and stderr, as in a
+    terminal window (`env`: the environment, default this one): its exit code and everything the terminal received."""
+    parent, child = pty.openpty()
+    env = {**(os.environ if env is None else env), "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coinflip.cli", *args], stdin=child, stdout=child, stderr=child, env=env
+    )
+    os.close(child)
+    received = b""
+    while True:
+        try:
+            chunk = os.read(parent, 1 << 16)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        received += chunk
+    os.close(parent)
+    return proc.wait(timeout=300), received.decode("utf-8", "replace")
 
 
 def whole_lines(path: Path) -> list[dict]:

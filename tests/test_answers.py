@@ -5,16 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import os
-import pty
-import subprocess
-import sys
 from pathlib import Path
 
 from coinflip.scoring.extract import extract_answer
 from coinflip.testing.server import FakeOpenAIServer, Policy
 
 from .answer_server import AnswerServer, answer
-from .conftest import only_run_dir, read_jsonl, run_cli
+from .conftest import on_terminal, only_run_dir, read_jsonl, run_cli
 
 
 def test_answers_join_replies_and_verdicts(tmp_path: Path) -> None:
@@ -128,22 +125,7 @@ def test_answers_shown_on_a_terminal_never_carry_its_escape_sequences(tmp_path: 
     assert run_cli("rescore", str(run)).returncode == 0
     piped = run_cli("answers", str(run), "--out", "-")
     assert piped.returncode == 0 and piped.stdout.count("\x1b]0;owned") == 3
-    main, terminal = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coinflip.cli", "answers", str(run), "--out", "-"], stdout=terminal, env=env
-    )
-    os.close(terminal)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(main)
-    assert proc.wait(60) == 0
-    text = shown.decode("utf-8")
+    code, text = on_terminal("answers", str(run), "--out", "-", env=env)
+    assert code == 0
     assert "\x1b" not in text and "\x07" not in text and text.count("\ufffd]0;owned") == 3

@@ -204,35 +204,30 @@ def test_the_terminal_shows_bidi_overrides_as_replacements(pages: Pages) -> None
         assert "W" * 20 in printed and UNSHOWN.findall(printed) == []
 
 
+MARKDOWN_TAGS = {"h1", "h2", "h3", "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "p"}
+"""What coinflip's markdown files may render to: headings, tables and lists of text."""
+
+
+def markdown_page(text: str) -> Page:
+    """Markdown as a CommonMark reader with tables, strikethrough and raw HTML renders it."""
+    from markdown_it import MarkdownIt
+
+    return Page(MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"]).render(text))
+
+
 MARKDOWN = "[a link](javascript:alert(1)) ![an image](x) `code` a|b c\\"
 
 
 def test_compare_markdown_holds_markup_and_markdown_as_text(pages: Pages) -> None:
     """compare.md rendered as a markdown viewer renders it (HTML allowed, GitHub's tables): no
     element a name made, each row as many cells as the header, and the names there as text."""
-    from markdown_it import MarkdownIt
-
     from coinflip.pages.compare import to_markdown
 
     result = json.loads((pages.compare.parent / "compare.json").read_text())
     for n, entry in enumerate(result["leaderboard"]):
         entry["model"] = [MARKDOWN, entry["model"]][n % 2]
-    shown = Page(MarkdownIt("commonmark", {"html": True}).enable("table").render(to_markdown(result)))
-    assert {tag for tag, _ in shown.tags} <= {
-        "h1",
-        "h2",
-        "h3",
-        "table",
-        "thead",
-        "tbody",
-        "tr",
-        "th",
-        "td",
-        "ul",
-        "li",
-        "p",
-        "strong",
-    }
+    shown = markdown_page(to_markdown(result))
+    assert {tag for tag, _ in shown.tags} <= MARKDOWN_TAGS | {"strong"}
     assert all(len(set(table)) == 1 for table in shown.tables)  # no | of a name split a cell, no line break a row
     assert MARKDOWN.rstrip("\\") in shown.text and MARKUP in shown.text
 

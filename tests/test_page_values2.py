@@ -10,11 +10,8 @@ import csv
 import io
 import json
 import os
-import pty
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +21,8 @@ import yaml
 from coinflip.config import safe_name
 from coinflip.testing.server import FakeOpenAIServer
 
-from .conftest import read_jsonl, run_cli
-from .test_page_values import Page
+from .conftest import on_terminal, read_jsonl, run_cli
+from .test_page_values import MARKDOWN_TAGS, Page, markdown_page
 from .test_reports import _chromium
 
 ESCAPES = "\x1b[2J\x1b]8;;https://evil.example\x07click\x1b]8;;\x07\x9b31m\u202e"  # clear, hidden link, C1 CSI, bidi
@@ -64,28 +61,6 @@ def _edit_report(run: Path, edit: Any) -> None:
     report = json.loads(path.read_text())
     edit(report)
     path.write_text(json.dumps(report))  # NaN as NaN, as Python's json writes and reads it
-
-
-def on_terminal(*args: str) -> tuple[int, str]:
-    """Run `coinflip ARGS` with a pseudo-terminal as its stdin, stdout and stderr, as in a
-    terminal window: its exit code and everything the terminal received."""
-    parent, child = pty.openpty()
-    env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coinflip.cli", *args], stdin=child, stdout=child, stderr=child, env=env
-    )
-    os.close(child)
-    received = b""
-    while True:
-        try:
-            chunk = os.read(parent, 1 << 16)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        received += chunk
-    os.close(parent)
-    return proc.wait(timeout=300), received.decode("utf-8", "replace")
 
 
 def _drawn(page: Path, tmp_path: Path) -> str:
@@ -190,12 +165,6 @@ def test_a_saved_count_of_people_in_other_digits_leaves_the_chart_to_the_others(
 BLOCKS = ["# a heading", "- an item", "1. a number", "---", "*emphasis* and _this_", "> a quote", "    code"]
 
 
-def _markdown(text: str) -> Page:
-    from markdown_it import MarkdownIt
-
-    return Page(MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"]).render(text))
-
-
 def test_compare_markdown_keeps_a_note_that_looks_like_markdown_as_text(runs: Path, tmp_path: Path) -> None:
     """compare.md lists notes (warnings, skipped runs, runs left out) as list items, and names
     runs by their model: a note or a name beginning `# ` became a heading, `*x*` emphasis."""
@@ -207,21 +176,8 @@ def test_compare_markdown_keeps_a_note_that_looks_like_markdown_as_text(runs: Pa
     result["warnings"], result["skipped"] = [], BLOCKS
     for entry in result["leaderboard"]:
         entry["model"] = '~~struck~~ *em* <b onmouseover="alert(1)">b</b>'  # a tag markdown reads as one
-    shown = _markdown(to_markdown(result))
-    assert {tag for tag, _ in shown.tags} <= {
-        "h1",
-        "h2",
-        "h3",
-        "table",
-        "thead",
-        "tbody",
-        "tr",
-        "th",
-        "td",
-        "ul",
-        "li",
-        "p",
-    }
+    shown = markdown_page(to_markdown(result))
+    assert {tag for tag, _ in shown.tags} <= MARKDOWN_TAGS
     assert [tag for tag, _ in shown.tags].count("h1") == 1 and all(len(set(t)) == 1 for t in shown.tables)
     assert (
         all(block.strip() in shown.text for block in BLOCKS)
@@ -236,7 +192,7 @@ def test_sweep_markdown_holds_a_hostile_model_name_as_text(tmp_path: Path) -> No
     )
     assert swept.returncode == 0, swept.stderr
     (md,) = tmp_path.glob("sweep_*/sweep.md")
-    shown = _markdown(md.read_text())
+    shown = markdown_page(md.read_text())
     assert [tag for tag, _ in shown.tags if tag not in ("table", "thead", "tbody", "tr", "th", "td")] == ["h1"]
     assert [len(t) for t in shown.tables] == [3] and len(set(shown.tables[0])) == 1  # head and one row per length
     assert name.replace("\n", " ") in shown.text
