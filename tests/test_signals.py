@@ -160,6 +160,27 @@ def test_signals_at_random_moments_end_the_run_cleanly_and_it_resumes(tmp_path: 
     assert signalled >= 100
 
 
+def test_a_stop_that_lands_where_python_cannot_raise_ends_the_process_in_one_line() -> None:
+    """The handler raises `Interrupted` wherever the process is when the run has not begun; under
+    load that was once inside importlib's weakref callback, where Python prints "Exception
+    ignored" with a traceback and goes on. Here the handler runs inside such a callback, as it did
+    then: the process ends at once with one line, and the same code without a stop goes on."""
+    script = """
+import gc, signal, sys, weakref
+from coinflip.stop import install
+stop = install()
+class Thing: pass
+thing = Thing()
+keep = weakref.ref(thing, lambda _: stop.handler(signal.SIGINT, None) if "stop" in sys.argv else None)
+del thing
+gc.collect()
+print("went on")
+"""
+    for argv, code, out, err in (("stop", 1, "", "interrupted: exiting now\n"), ("go", 0, "went on\n", "")):
+        done = subprocess.run([sys.executable, "-c", script, argv], capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stdout, done.stderr) == (code, out, err), done
+
+
 def test_a_second_signal_ends_the_process_at_once(tmp_path: Path) -> None:
     """A run held up by a slow server: the first SIGTERM cancels it; the second does not wait."""
     with FakeOpenAIServer("correct", latency=0.5) as srv:

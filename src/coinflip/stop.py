@@ -10,7 +10,9 @@ handler only decides how to stop, by where the run is:
 - a step that must not be cut (`held`: writing the run's settings, the event loop starting or
   closing, the report): the signal is kept and `check` raises once the step is done;
 - anywhere else (reading data, starting a local server): `Interrupted` is raised at once, which
-  only pure steps and context managers that clean up are exposed to.
+  only pure steps and context managers that clean up are exposed to; where it lands in code that
+  cannot raise (a weakref callback inside an import, a destructor), the process ends at once in
+  one line (`unraisable`), as a second signal does.
 
 Whatever happens, the process ends: a second signal, or `GRACE_S` seconds after the first one,
 exits at once with one line (what finished is on disk line by line and the run resumes).
@@ -60,6 +62,7 @@ class StopRequest:
         self.settled = False
         self._task: asyncio.Task[object] | None = None
         self.previous: dict[int, Any] = {}  # the handlers `install` replaced, for `restore`
+        self.hook: Any = None  # the sys.unraisablehook `install` replaced
 
     def handler(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -77,6 +80,15 @@ class StopRequest:
                 return
         if not self._held:
             raise Interrupted(name)
+
+    def unraisable(self, unraisable: Any) -> None:
+        """sys.unraisablehook while installed. `Interrupted` raised where Python cannot raise (a
+        weakref callback in importlib, a destructor) would be printed as "Exception ignored" with
+        a traceback, and the process would go on: the stop ends it at once instead, in one line,
+        as a second signal does. Anything else goes to the hook that was there."""
+        if isinstance(unraisable.exc_value, Interrupted):
+            self.exit_now(stopped_by(unraisable.exc_value))
+        (self.hook or sys.__unraisablehook__)(unraisable)
 
     def overdue(self, _signum: int, _frame: FrameType | None) -> None:
         self.exit_now(f"{stopped_by(self.signal)}, and still running {GRACE_S} s later")
@@ -133,6 +145,8 @@ class StopRequest:
         for sig, old in self.previous.items():
             signal.signal(sig, old if old is not None else signal.SIG_DFL)  # None: set outside Python
         self.previous = {}
+        if sys.unraisablehook == self.unraisable:
+            sys.unraisablehook = self.hook or sys.__unraisablehook__
 
 
 def run_until_stopped(main: Coroutine[Any, Any, T], stop: StopRequest | None = None) -> T:
@@ -183,6 +197,7 @@ def install() -> StopRequest | None:
     stop.previous = {sig: signal.getsignal(sig) for sig in HANDLED}
     if hasattr(signal, "SIGALRM"):  # first: a stop signal's handler may set the alarm at once
         signal.signal(signal.SIGALRM, stop.overdue)
+    stop.hook, sys.unraisablehook = sys.unraisablehook, stop.unraisable
     for sig in SIGNALS:
         if stop.previous[sig] != signal.SIG_IGN:  # ignored on purpose (`nohup`): it stays so (_entry.IGNORED)
             signal.signal(sig, stop.handler)
