@@ -111,11 +111,12 @@ def test_runs_with_repeats_pair_on_majority_votes_and_say_so(tmp_path: Path) -> 
             "eval", "--model", "random", "--limit", "30", "--repeats", repeats, "--work-dir", str(tmp_path / "w")
         )
         assert done.returncode == 0, done.stderr
-    result = run_cli("compare", str(tmp_path / "w"), "--out", str(tmp_path / "out"))
+    result = run_cli("compare", str(tmp_path / "w"), "--out", str(tmp_path / "out"), env=WIDE)
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "out" / "compare.json").read_text())
     assert any("majority vote" in w for w in data["warnings"]) and "majority vote" in result.stdout
     assert data["pairs"][0]["shared"] == 30  # one verdict per question, not per repeat
+    assert "30 q ·" in result.stdout and "30 q x 3 ·" in result.stdout and "90 q" not in result.stdout
 
 
 def _md_tables(md: str) -> list[list[list[str]]]:

@@ -224,8 +224,20 @@ def _reasons(report: Report) -> str:
 
 
 def label(row: dict[str, Any]) -> str:
-    """How compare names a run: model, run id, samples, data, template, few-shot."""
-    samples = "?" if row["samples"] is None else f"{row['samples']:.0f}"
+    """How compare names a run: model, run id, size, data, template, few-shot."""
     template = row["template"] + (f" {row['template_hash']}" if row["template_hash"] else "")
     shots = "?" if row["few_shot"] is None else f"{row['few_shot']:.0f}"
-    return f"{row['model']} [{row['run']}] {samples} q, {row['data']['label']}, {template}, {shots}-shot"
+    return f"{row['model']} [{row['run']}] {size(row)}, {row['data']['label']}, {template}, {shots}-shot"
+
+
+def size(row: dict[str, Any]) -> str:
+    """A run's size as questions ("30 q"), and answers a question where it asked several ("30 q x 2"):
+    samples alone would call 30 questions asked twice "60 q". Samples that do not fill whole
+    questions (a hand-edited report) are named as samples."""
+    samples, repeats = row["samples"], row["repeats"]
+    if samples is None:
+        return "? q"
+    if repeats == 1:
+        return f"{samples:.0f} q"
+    whole, rest = divmod(samples, repeats)
+    return f"{whole:.0f} q x {repeats}" if not rest else f"{samples:.0f} samples"

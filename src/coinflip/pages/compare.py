@@ -21,7 +21,7 @@ from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
 from . import markdown
-from .board import label, row, write_whole
+from .board import label, row, size, write_whole
 from .catalog import Found, read_answers, read_run, scan
 from .html import fmt, render_template
 
@@ -389,14 +389,12 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
         title = "CoinFlip leaderboard" + (f" - {g['title']}" if several else "")
         board = Table(title=Text(one_line(title)), title_justify="left", box=box.SIMPLE_HEAD)
         board.add_column("#")
-        board.add_column("run: model, id, samples, data, template, few-shot", overflow="fold", min_width=20, ratio=1)
+        board.add_column("run: model, id, size, data, template, few-shot", overflow="fold", min_width=20, ratio=1)
         for column in ("f1", "acc", "prec", "recall", "yes", "invalid"):  # METRICS, then the invalid rate
             board.add_column(column, justify="right")
         for r in _in_group(result, "leaderboard", g["group"]):
             name = Text(one_line(r["model"]), style="bold")
-            name.append(
-                "\n" + one_line(f"{r['run_id']} · {_f(r['samples'], 'd')} q · {r['data']} · {r['template']} · ")
-            )
+            name.append("\n" + one_line(f"{r['run_id']} · {size(r)} · {r['data']} · {r['template']} · "))
             name.append(one_line(f"{_f(r['few_shot'], 'd')}-shot") + ("" if r["complete"] else " · INCOMPLETE"))
             scores = [_f(r[m], ".3f") for m in METRICS]
             board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
