@@ -10,7 +10,7 @@ import pytest
 from coinflip import TaskConfig
 from coinflip.data import bundled_dir
 from coinflip.errors import ConfigError
-from coinflip.runner import run_task
+from coinflip.run.runner import run_task
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def test_a_full_disk_through_a_patched_write_is_one_line_and_resumable(
 
     from coinflip import rundir
     from coinflip.errors import StorageError
-    from coinflip.runner import run_task
+    from coinflip.run.runner import run_task
 
     original = rundir.PredictionWriter.flush
     calls = {"n": 0}

@@ -19,7 +19,7 @@ import pytest
 
 from coinflip import run_task
 from coinflip.cli import main
-from coinflip.stop import default_signals
+from coinflip.run.stop import default_signals
 from coinflip.testing.server import FakeOpenAIServer
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM)

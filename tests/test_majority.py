@@ -23,7 +23,7 @@ from coinflip.pages.catalog import scan
 from coinflip.pages.index import PAIR_RUNS, build
 from coinflip.probes.run import _by_base
 from coinflip.records import dumps, read_prediction
-from coinflip.runner import rescore
+from coinflip.run.runner import rescore
 
 from .conftest import run_cli
 

@@ -7,7 +7,7 @@ import pytest
 from coinflip.config import TaskConfig
 from coinflip.data import bundled_dir, load_split
 from coinflip.data.prompts import FEW_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE, build_prompt, reasoning, to_messages
-from coinflip.plan import RequestBuilder, few_shot_pool
+from coinflip.run.plan import RequestBuilder, few_shot_pool
 from coinflip.scoring.extract import extract_answer
 
 from .conftest import SEED_EN, shared

@@ -9,9 +9,9 @@ import pytest
 
 from coinflip.config import TaskConfig
 from coinflip.errors import FatalAPIError
-from coinflip.plan import prepare
+from coinflip.run.plan import prepare
 from coinflip.rundir import load_saved_config
-from coinflip.runner import ask, finish, open_run, run_task
+from coinflip.run.runner import ask, finish, open_run, run_task
 from coinflip.testing.server import FakeOpenAIServer
 
 

@@ -10,7 +10,7 @@ import pytest
 from coinflip.config import TaskConfig
 from coinflip.data import bundled_dir, load_split
 from coinflip.data.prompts import DIRECT_TEMPLATE, ZERO_SHOT_TEMPLATE
-from coinflip.plan import RequestBuilder, effective_generation, few_shot_pool
+from coinflip.run.plan import RequestBuilder, effective_generation, few_shot_pool
 from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import only_run_dir, read_jsonl, run_cli

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from coinflip.pages.summary import lines, timing_line, title
-from coinflip.progress import Estimate, clock, rate_text
+from coinflip.run.progress import Estimate, clock, rate_text
 
 
 def test_slow_rates_are_seconds_per_sample() -> None:

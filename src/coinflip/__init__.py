@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .config import TaskConfig
     from .data.generate import generate_file
     from .data.load import load_dataset
-    from .runner import rescore, run_task
+    from .run.runner import rescore, run_task
     from .scoring.extract import extract_answer
 
 

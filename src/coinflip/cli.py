@@ -19,7 +19,7 @@ from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .errors import CoinflipError
 
 if TYPE_CHECKING:
-    from .stop import StopRequest
+    from .run.stop import StopRequest
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -84,7 +84,7 @@ def eval_command(**opts: Any) -> None:
     Exit codes: 0 done, 1 incomplete (samples without a reply, or interrupted), 2 bad input.
     `coinflip eval --use-cache RUN_DIR` alone resumes a run with its saved settings.
     """
-    from .runner import run_task
+    from .run.runner import run_task
 
     report = run_task(TaskConfig.of(**given(opts)))
     if "batch_written" in report:  # --batch-write: the request file is the result
@@ -203,7 +203,7 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
 
     Exit codes: 0 done, 1 the run is incomplete (resume it), 2 not a run directory.
     """
-    from .runner import rescore as do_rescore
+    from .run.runner import rescore as do_rescore
 
     report = do_rescore(run_dir, metric_compat)
     if not report["complete"] and not report.get("errors_ignored"):
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     once the outcome is being printed, a signal no longer interrupts it. `argv` None: this is the
     process's own command line, which ends right after, so the signals stay ignored to the end;
     `argv` given: a call from Python (tests), whose caller gets its handlers back."""
-    from .stop import Interrupted, install, stopped_by
+    from .run.stop import Interrupted, install, stopped_by
 
     try:
         stop = install()
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _settled(stop: StopRequest | None, argv: list[str] | None) -> None:
     """The command, then its outcome printed with the stop signals ignored (StopRequest.settle)."""
-    from .stop import Interrupted, stopped_by
+    from .run.stop import Interrupted, stopped_by
 
     try:
         try:
@@ -372,7 +372,7 @@ def _settled(stop: StopRequest | None, argv: list[str] | None) -> None:
 
 
 def _dispatch(argv: list[str] | None) -> None:
-    from .stop import Interrupted, stopped_by
+    from .run.stop import Interrupted, stopped_by
 
     args = sys.argv[1:] if argv is None else argv
     odd = next((i for i, arg in enumerate(args) if not _utf8(arg)), None)

@@ -14,7 +14,7 @@ from . import __version__
 from ._terminal import one_line
 from .config import TaskConfig, safe_name
 from .data.generate import PeopleRange, generate_file
-from .runner import run_task
+from .run.runner import run_task
 
 
 def sweep(config: TaskConfig, people: PeopleRange, count: int) -> dict[str, Any]:

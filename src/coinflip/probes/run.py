@@ -90,7 +90,7 @@ def settle(options: ProbeOptions, saved: dict[str, Any] | None = None, in_work_d
 def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[str, Any]:
     """Run every variant and the length curve; write probe.json, probe.html and the index."""
     from ..pages import index
-    from ..plan import few_shot_pool, prepare
+    from ..run.plan import few_shot_pool, prepare
 
     config, root, settings = _open(config, options)
     base = prepare(_run_config(config, root, BASE.name, None))
@@ -127,7 +127,7 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
     base_run = root / "runs" / BASE.name
     if not (base_run / CONFIG_FILE).is_file():
         raise ConfigError(f"{root}: its base run never started, so nothing is saved to resume; start a new probe")
-    from ..runner import resume_settings
+    from ..run.runner import resume_settings
 
     given = {name: getattr(config, name) for name in config.given if name != "use_cache"}
     resumed = resume_settings(TaskConfig.of(**given, use_cache=str(base_run)))
@@ -243,7 +243,7 @@ def _run_config(
 
 def _run(config: TaskConfig) -> dict[str, Any]:
     """One variant's run; a run that stops says how to resume the whole probe."""
-    from ..runner import run_task
+    from ..run.runner import run_task
 
     try:
         report: dict[str, Any] = run_task(config)

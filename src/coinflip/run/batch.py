@@ -27,20 +27,20 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._files import read_regular, replacing
-from .config import safe_name, secret_keys
-from .errors import ConfigError, RunIncomplete, storage_error
-from .models.base import Reply, Request
-from .models.batch_api import ENDED, LOST, custom_id_of, read_result, request_line, split_lines
+from .._files import read_regular, replacing
+from ..config import safe_name, secret_keys
+from ..errors import ConfigError, RunIncomplete, storage_error
+from ..models.base import Reply, Request
+from ..models.batch_api import ENDED, LOST, custom_id_of, read_result, request_line, split_lines
 from .progress import Progress
 from .stop import Interrupted, run_until_stopped, stopped_by
 
 if TYPE_CHECKING:
-    from .models.batch_api import BatchAPI
+    from ..models.batch_api import BatchAPI
     from .plan import Plan
-    from .rundir import RunDir
+    from ..rundir import RunDir
     from .runner import Job
-    from .scoring.cost import Budget
+    from ..scoring.cost import Budget
 
 log = logging.getLogger("coinflip")
 STATE_FILE = "batch/state.json"
@@ -110,7 +110,7 @@ class State:
 
 def lines_for(plan: Plan, work: Iterable[tuple[Job, Request]]) -> Iterable[tuple[str, bytes]]:
     """(custom_id, request line) for each request, its body built as an online request's is."""
-    from .models.openai_api import request_body, split_generation
+    from ..models.openai_api import request_body, split_generation
 
     generation, extra_body = split_generation(plan.generation)
     model, mode = str(plan.config.model), plan.config.api_mode
@@ -185,9 +185,9 @@ def send_batches(
 ) -> Work:
     """Send `work` through the Batch API; returns what is left for an online pass (--batch-rest-online).
     `budget` (--max-cost) decides what is submitted and counts what the batches answered."""
-    from .config import run_secrets
-    from .models._http import megabytes
-    from .models.batch_api import BatchAPI
+    from ..config import run_secrets
+    from ..models._http import megabytes
+    from ..models.batch_api import BatchAPI
     from .runner import resume_hint
 
     config = plan.config

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from ._terminal import printable
+from .._terminal import printable
 
 SMOOTHING = 0.2  # weight of each new estimate of the finish time
 

@@ -23,17 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import forced
-from ._files import read_regular, replacing
-from ._terminal import one_line, printable
-from .config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
-from .errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
-from .models import Reply, Request, is_local, limits, open_model, serve_local
-from .models.predict import run_requests
+from .. import forced
+from .._files import read_regular, replacing
+from .._terminal import one_line, printable
+from ..config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
+from ..errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
+from ..models import Reply, Request, is_local, limits, open_model, serve_local
+from ..models.predict import run_requests
 from .plan import Plan, prepare, provenance
 from .progress import Progress
-from .records import Prediction, sample_key, split_key
-from .rundir import (
+from ..records import Prediction, sample_key, split_key
+from ..rundir import (
     PredictionIndex,
     PredictionWriter,
     RunDir,
@@ -42,12 +42,12 @@ from .rundir import (
     iter_predictions,
     load_saved_config,
 )
-from .scoring.calibration import answer_window
+from ..scoring.calibration import answer_window
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
 if TYPE_CHECKING:
-    from .scoring.schema import Report
-    from .scoring.scorer import Scorer
+    from ..scoring.schema import Report
+    from ..scoring.scorer import Scorer
 
 log = logging.getLogger("coinflip")
 NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet", "batch_write", "batch_results")  # never from a saved run
@@ -59,7 +59,7 @@ def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
     `task_cfg` is a TaskConfig, a dict, a path to a YAML or JSON file of one, or a list of
     those; a list returns a list of reports.
     """
-    from .configfile import as_configs
+    from ..configfile import as_configs
 
     configs = as_configs(task_cfg, kwargs)
     reports = [run_one(config) for config in configs]
@@ -288,7 +288,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     def on_replies(landed: list[tuple[Job, Request, Reply]]) -> None:
         nonlocal scorer, pending
         if live and scorer is None:  # imported here, once the first requests are out
-            from .scoring.scorer import Scorer
+            from ..scoring.scorer import Scorer
 
             scorer = Scorer(compat=config.metric_compat)
         finished = 0  # samples done: one whose forced answer is pending finishes later
@@ -324,7 +324,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     endpoint_concurrency = _concurrency(config)
     budget = None
     if config.max_cost is not None:
-        from .scoring.cost import budget_for
+        from ..scoring.cost import budget_for
 
         budget = budget_for(config, plan.generation, run.predictions, batch=bool(config.batch))
     traffic: dict[str, Any] = {}
@@ -469,11 +469,11 @@ def finish(run: RunDir, compat: str, show: bool = True, session: Session | None 
     Without a `session` that scored its replies as they landed, the saved predictions are read
     back and scored.
     """
-    from .pages import index
-    from .pages.run_page import write_html
-    from .pages.summary import print_summary
-    from .scoring.report import build_report, write_report
-    from .scoring.schema import checked
+    from ..pages import index
+    from ..pages.run_page import write_html
+    from ..pages.summary import print_summary
+    from ..scoring.report import build_report, write_report
+    from ..scoring.schema import checked
 
     saved = load_saved_config(run.root)
     traffic = session.traffic if session is not None else None
@@ -518,7 +518,7 @@ def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, A
 
 
 def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
-    from .scoring.scorer import Scorer
+    from ..scoring.scorer import Scorer
 
     index = compact_predictions(run.predictions)
     if not index.where:

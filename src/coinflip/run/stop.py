@@ -29,7 +29,7 @@ from collections.abc import Coroutine, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._entry import IGNORED, NAMES, said
+from .._entry import IGNORED, NAMES, said
 
 if TYPE_CHECKING:
     import asyncio  # imported when requests go out, not when the CLI starts

@@ -15,13 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .config import TaskConfig, redacted_generation
-from .data import prompts
-from .data.load import Dataset, Record, load_dataset
-from .data.sampling import Subset
-from .errors import ConfigError
-from .models import Request, check_model
+from .. import __version__
+from ..config import TaskConfig, redacted_generation
+from ..data import prompts
+from ..data.load import Dataset, Record, load_dataset
+from ..data.sampling import Subset
+from ..errors import ConfigError
+from ..models import Request, check_model
 
 COMPLETIONS_STOP = ["\nQ:"]  # a completion model goes on to invent the next "Q:" block
 FORCE_PROMPT = 'Give only your final answer, in one line of the form "ANSWER: YES" or "ANSWER: NO".'

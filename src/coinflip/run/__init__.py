@@ -1,0 +1,1 @@
+"""The run: plan, the one orchestrator, the stop signals, progress."""
