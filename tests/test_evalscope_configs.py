@@ -181,3 +181,44 @@ def test_what_coinflip_cannot_do_is_one_line_that_says_what_to_do() -> None:
         "judge_strategy: accepted, not used by coin_flip",
         "analysis_report: accepted, not used by coin_flip",
     ]
+
+
+def test_eval_config_runs_an_evalscope_file_and_the_flags_given_override_it(
+    srv: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """`coinflip eval --config FILE` takes what run_task takes: `--limit 5` beside it wins over the
+    file's limit, and a flag not given leaves the file's value (its seed, its few-shot) alone."""
+    config = tmp_path / "evalscope.yaml"
+    config.write_text(
+        f"""# EvalScope 1.14.1: evalscope eval --config evalscope.yaml
+model: served
+eval_type: openai_api
+api_url: {srv.url}
+api_key: EMPTY
+datasets: [coin_flip]
+dataset_args:
+  coin_flip:
+    few_shot_num: 2
+    shuffle: false
+eval_batch_size: 4
+generation_config:
+  max_tokens: 256
+  temperature: 0.0
+  timeout: 60
+  retries: 2
+limit: 40
+seed: 7
+work_dir: {tmp_path / "from-file"}
+"""
+    )
+    result = run_cli("eval", "--config", str(config), "--limit", "5", "--work-dir", str(tmp_path / "w"))
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "from-file").exists()  # --work-dir given: the file's is not used
+    run = only_run_dir(tmp_path / "w")
+    report = json.loads(next(run.glob("reports/*/coin_flip.json")).read_text())
+    assert report["counts"]["samples"] == 5 and report["complete"]
+    assert "seed: 7" in (run / "configs/task_config.yaml").read_text()
+    assert report["served_model"] == "served" and report["few_shot_num"] == 2 and report["subset"]["mode"] == "first"
+    assert report["generation_config"]["max_tokens"] == 256
+    bad = run_cli("eval", "--config", str(tmp_path / "missing.yaml"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.yaml" in bad.stderr

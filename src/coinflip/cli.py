@@ -76,8 +76,15 @@ def given(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 @app.command("eval")
+@click.option(
+    "--config",
+    "config_file",
+    default=None,
+    metavar="FILE",
+    help="A YAML or JSON task config, as run_task takes it (EvalScope's included); the flags given override it.",
+)
 @setting_options("eval")
-def eval_command(**opts: Any) -> None:
+def eval_command(config_file: str | None, **opts: Any) -> None:
     """Run the benchmark and write a run directory with predictions, reviews and reports.
 
     \b
@@ -86,7 +93,7 @@ def eval_command(**opts: Any) -> None:
     """
     from .run.runner import run_task
 
-    report = run_task(TaskConfig.of(**given(opts)))
+    report = run_task(config_file or {}, **given(opts))
     if "batch_written" in report:  # --batch-write: the request file is the result
         return
     if not report["complete"] and not report.get("errors_ignored"):
