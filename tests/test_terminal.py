@@ -74,7 +74,4 @@ def test_the_summary_header_tells_shots_and_timing_apart() -> None:
         "metric_compat": "coinflip",
         "dataset": {"source": "bundled", "split": "test", "sha256": "0" * 64},
     }
-    shown = lines({**report, **base})
-    assert line in shown
-    assert any(x.startswith("expected of SmolLM2-135M") for x in shown)  # a tiny model's zeros are expected
-    assert not any(x.startswith("expected of") for x in lines({**report, **base, "served_model": "gpt-x"}))
+    assert line in lines({**report, **base})

