@@ -255,6 +255,11 @@ EXPECTED = {
 def notes(report: Report) -> list[str]:
     """What a reader should know but need not act on: a subset the user asked for (--limit) is one."""
     out = []
+    if report["dataset"].get("source") == "bundled":
+        out.append(
+            "data: coinflip's bundled generated set, shaped like the official one but not it; "
+            "for extraordinarylab/coin-flip use --dataset-hub huggingface (or modelscope)"
+        )
     subset = report["subset"]
     if subset.get("count", 0) < subset.get("of", 0):
         how = subset.get("mode", "first")
@@ -262,11 +267,6 @@ def notes(report: Report) -> list[str]:
         out.append(f"covered {subset['count']} of {subset['of']} questions ({how}{seed})")
     if report["served_model"] in EXPECTED:
         out.append(EXPECTED[report["served_model"]])
-    if report["dataset"].get("source") == "bundled":
-        out.append(
-            "data: coinflip's bundled generated set, shaped like the official one but not it; "
-            "for extraordinarylab/coin-flip use --dataset-hub huggingface (or modelscope)"
-        )
     if report.get("batch"):
         out.append(
             "batch mode: time to first token does not exist there; latency is each batch's turnaround "
