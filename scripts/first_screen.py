@@ -22,7 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 BEGIN = "<!-- BEGIN first-screen (generated: python scripts/first_screen.py) -->"
 END = "<!-- END first-screen -->"
 DROPPED = (  # lines that hold times or rates, so differ between two runs of the same command
@@ -41,6 +42,7 @@ def readme_command(readme: str) -> list[str]:
 
 def first_screen(args: list[str]) -> str:
     env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))  # this checkout's
     with tempfile.TemporaryDirectory() as folder:
         done = subprocess.run(
             [sys.executable, "-m", "coinflip", *args],

@@ -1,17 +1,23 @@
-"""The README's settings tables are what the settings' declarations make: docs and code cannot drift."""
+"""The docs' settings tables are what the settings' declarations make: docs and code cannot drift."""
 
 from __future__ import annotations
 
-from coinflip._docs import evalscope_table, rewrite, settings_table
+import re
+import sys
+
+from coinflip._docs import PAGE, evalscope_table, rewrite, settings_table
 from coinflip.config import TaskConfig, settings
 
 from .conftest import REPO, run_cli
 
+sys.path.insert(0, str(REPO / "scripts"))
+import first_screen  # noqa: E402  (scripts/ is not a package)
 
-def test_the_readme_holds_the_generated_tables() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert rewrite(readme) == readme, "run: python -m coinflip._docs README.md"
-    assert settings_table() in readme and evalscope_table() in readme
+
+def test_the_settings_page_holds_the_generated_tables() -> None:
+    page = (REPO / PAGE).read_text(encoding="utf-8")
+    assert rewrite(page) == page, "run: python -m coinflip._docs"
+    assert settings_table() in page and evalscope_table() in page
 
 
 def test_every_setting_is_on_the_cli_in_the_python_api_and_in_the_docs() -> None:
@@ -26,3 +32,27 @@ def test_every_setting_is_on_the_cli_in_the_python_api_and_in_the_docs() -> None
     sweep_help = run_cli("sweep", "--help").stdout
     for flag in ("--few-shot-num", "--prompt-template", "--generation-config", "--repeats", "--stream"):
         assert flag in sweep_help
+
+
+def test_the_readme_is_a_front_door_and_its_links_lead_somewhere() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert links and all((REPO / link).is_file() for link in links), links
+    assert first_screen.BEGIN in readme and first_screen.END in readme
+    assert first_screen.readme_command(readme)[:3] == ["eval", "--model", "smollm2"]
+
+
+def test_the_first_screen_keeps_what_a_run_prints_and_drops_only_what_varies() -> None:
+    """scripts/first_screen.py on a baseline (the README's block is SmolLM2's, checked by .ci/run):
+    two runs give the same screen, with the table, the notes and where the run landed."""
+    args = ["eval", "--model", "oracle", "--limit", "20"]
+    screen = first_screen.first_screen(args)
+    assert screen == first_screen.first_screen(args)
+    assert "f1_score (primary)" in screen and "covered 20 of 3333 questions (stratified, seed 42)" in screen
+    assert "run directory: outputs/<timestamp>" in screen and "WARNING" not in screen
+    assert not re.search(r"\d{8}_\d{6}", screen)
+    readme = "intro\n" + first_screen.BEGIN + "\nold\n" + first_screen.END + "\nrest\n"
+    written = first_screen.with_screen(readme, args, screen)
+    assert written.startswith("intro\n") and written.endswith(first_screen.END + "\nrest\n")
+    assert "$ coinflip eval --model oracle --limit 20\n" + screen in written

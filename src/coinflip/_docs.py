@@ -1,7 +1,7 @@
-"""The README's settings tables, derived from TaskConfig's declarations (config.settings()).
+"""The settings reference's tables (docs/settings.md), derived from TaskConfig's declarations.
 
-`python -m coinflip._docs README.md` rewrites the tables between their markers; a test checks
-that the README holds exactly what this module makes, so docs and code cannot drift.
+`python -m coinflip._docs` rewrites the tables between their markers; a test checks that the
+page holds exactly what this module makes, so docs and code cannot drift.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from pathlib import Path
 from . import _evalscope
 from .config import GENERATION_KEYS, Setting, settings
 
+PAGE = "docs/settings.md"  # from the repository's root
 MARKERS = {
-    "settings": ("<!-- BEGIN settings (generated: python -m coinflip._docs README.md) -->", "<!-- END settings -->"),
-    "evalscope": ("<!-- BEGIN evalscope table (generated) -->", "<!-- END evalscope table -->"),
+    name: (f"<!-- BEGIN {name} (generated: python -m coinflip._docs) -->", f"<!-- END {name} -->")
+    for name in ("settings", "evalscope")
 }
 NOTES = {  # where a setting EvalScope also has differs from "same meaning"
     "limit_mode": "`shuffle: true` is `random`, `shuffle: false` is `first`; coinflip's default is `stratified`",
@@ -91,14 +92,14 @@ def rewrite(text: str) -> str:
     for name, (begin, end) in MARKERS.items():
         head, found, rest = text.partition(begin)
         if not found:
-            raise SystemExit(f"README lacks the marker {begin}")
+            raise SystemExit(f"the page lacks the marker {begin}")
         _, _, tail = rest.partition(end)
         text = f"{head}{begin}\n{TABLES[name]()}\n{end}{tail}"
     return text
 
 
 def main(argv: list[str] | None = None) -> None:
-    path = Path((argv or sys.argv[1:] or ["README.md"])[0])
+    path = Path((argv or sys.argv[1:] or [PAGE])[0])
     path.write_text(rewrite(path.read_text(encoding="utf-8")), encoding="utf-8")
 
 
