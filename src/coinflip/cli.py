@@ -76,13 +76,8 @@ def given(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 @app.command("eval")
-@click.option(
-    "--config",
-    "config_file",
-    default=None,
-    metavar="FILE",
-    help="A YAML or JSON task config, as run_task takes it (EvalScope's included); the flags given override it.",
-)
+@click.option("--config", "config_file", metavar="FILE", help="A YAML or JSON task config, as run_task takes it "
+              "(EvalScope's included); the flags given override it.")  # fmt: skip
 @setting_options("eval")
 def eval_command(config_file: str | None, **opts: Any) -> None:
     """Run the benchmark and write a run directory with predictions, reviews and reports.
