@@ -37,10 +37,10 @@ from .stop import Interrupted, run_until_stopped, stopped_by
 
 if TYPE_CHECKING:
     from ..models.batch_api import BatchAPI
-    from .plan import Plan
     from ..rundir import RunDir
-    from .runner import Job
     from ..scoring.cost import Budget
+    from .plan import Plan
+    from .runner import Job
 
 log = logging.getLogger("coinflip")
 STATE_FILE = "batch/state.json"

@@ -30,8 +30,6 @@ from ..config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, ma
 from ..errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
 from ..models import Reply, Request, is_local, limits, open_model, serve_local
 from ..models.predict import run_requests
-from .plan import Plan, prepare, provenance
-from .progress import Progress
 from ..records import Prediction, sample_key, split_key
 from ..rundir import (
     PredictionIndex,
@@ -43,6 +41,8 @@ from ..rundir import (
     load_saved_config,
 )
 from ..scoring.calibration import answer_window
+from .plan import Plan, prepare, provenance
+from .progress import Progress
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
 if TYPE_CHECKING:
