@@ -130,3 +130,17 @@ def test_a_cap_of_0_sends_nothing_and_the_run_resumes(tmp_path: Path) -> None:
     assert "stopped before passing --max-cost 0: the run has cost 0.0000" in capped.stderr
     assert "resume with: coinflip eval --use-cache" in capped.stderr and "Traceback" not in capped.stderr
     assert resumed.returncode == 0 and _answered(tmp_path) == 4, resumed.stderr
+
+
+def test_the_resume_hint_and_the_401_say_how_to_give_the_key_again(tmp_path: Path) -> None:
+    """The printed resume command failed with a bare '401 Incorrect API key' where the key came
+    from the environment: a run never saves it. Neither line shows the key."""
+    key = "sk-resume-secret-4321"
+    with FakeOpenAIServer("mixed", api_key=key) as srv:
+        args = ("eval", "--model", "m", "--limit", "40", "--api-url", srv.url, *MINI, "--max-cost", "0.001")
+        stopped = run_cli(*args, "--work-dir", str(tmp_path), env={"OPENAI_API_KEY": key})
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--max-cost", "1")
+    hint = next(line for line in stopped.stderr.splitlines() if line.startswith("resume with: "))
+    assert stopped.returncode == 1 and "give the API key with --api-key" in hint and key not in stopped.stderr
+    assert resumed.returncode == 2 and "401" in resumed.stderr, resumed.stderr
+    assert "no API key was sent: give the API key with --api-key, $COINFLIP_API_KEY" in resumed.stderr
