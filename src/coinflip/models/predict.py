@@ -43,8 +43,7 @@ async def run_requests(
 
     `on_replies` gets every reply exactly once, in batches, also when the run is cancelled.
     `follow_up` may ask, right after a reply, for more requests about the same sample (a forced
-    answer); the same worker sends them before it takes new work. `gate` may hold a request back,
-    or refuse it: the worker then ends, and a refused forced answer leaves its sample pending.
+    answer); the same worker sends them before it takes new work. A request `gate` refuses ends its worker.
     """
     pending = iter(work)
     loop = asyncio.get_running_loop()

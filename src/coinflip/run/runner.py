@@ -280,6 +280,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     if not todo:
         return None
     live = fresh and index.lines == 0 and not config.batch  # a batch's resent lines would count twice
+    hint = resume_hint(run, bool(config.api_key))
     scorer: Scorer | None = None
     writer = PredictionWriter(run.predictions)
     shown = False if config.quiet and config.progress is None else config.progress
@@ -354,13 +355,12 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
                 run_until_stopped(sending, stop)
             if budget is not None and (note := budget.note(batches is not None and batches.stopped)):
                 if not (index.lines or progress.done or pending):  # nothing to report: --max-cost 0, say
-                    raise RunIncomplete(f"{note}; {resume_hint(run, bool(config.api_key))}")
+                    raise RunIncomplete(f"{note}; {hint}")
                 print(f"note: {note}", file=sys.stderr)  # one line: the last budget counts what batches spent
     except EndpointBroken as exc:
-        raise EndpointBroken(f"{exc}; once the server is fixed, {resume_hint(run, bool(config.api_key))}") from None
+        raise EndpointBroken(f"{exc}; once the server is fixed, {hint}") from None
     except Interrupted as exc:
-        kept = f"{progress.done} new samples kept; {resume_hint(run, bool(config.api_key))}"
-        raise RunIncomplete(f"{stopped_by(exc)}: {kept}") from None
+        raise RunIncomplete(f"{stopped_by(exc)}: {progress.done} new samples kept; {hint}") from None
     finally:
         progress.close()
         writer.close()

@@ -185,12 +185,10 @@ def prompt_bound(request: Request) -> int:
 
 
 class Budget:
-    """--max-cost. A request goes only where what the run has cost (its saved predictions included),
-    what the requests in flight may cost and what it may cost fit the limit. A request may cost its
-    worst case where max_tokens bounds it, so the run never passes the limit; else the mean of the
-    answers so far (before the first answer, the first request goes alone), so the run passes it by
-    at most what was in flight, and `note` says by how much. A request that does not fit waits for
-    those in flight; with none left and it still does not fit, the run stops."""
+    """--max-cost: a request goes where the run's cost (saved predictions included), what those in
+    flight may cost and what it may cost fit; else it waits for them, and with none left the run
+    stops. It may cost its worst case where max_tokens bounds it (the run never passes the limit),
+    else the answers' mean (the first goes alone; the run passes it by at most what was in flight)."""
 
     def __init__(self, limit: float, prices: dict[str, float], batch: bool, generation: dict[str, Any]) -> None:
         self.limit = limit
@@ -261,10 +259,9 @@ class Budget:
         return rest
 
     def note(self, stopped: bool = False) -> str | None:
-        """One line where the run stopped for the limit (or `stopped` before, in batches) or passed
-        it; None where neither."""
+        """One line where the run passed the limit, or stopped for it (or `stopped` in batches before)."""
         spent = self.saved + self.spent
-        if spent > self.limit:
+        if spent > self.limit >= self.saved:  # passed by this session's replies
             return (
                 f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; the "
                 "replies in flight were dearer than the answers before them (max_tokens bounds each one)"
