@@ -38,9 +38,12 @@ def test_cheap_replies_finish_the_run_or_spend_most_of_the_cap(tmp_path: Path, l
     cost = _cost(tmp_path)
     if limit == 200:  # 200 answers cost about half the cap
         assert result.returncode == 0 and _answered(tmp_path) == 200 and cost <= cap, result.stderr
-    else:
-        assert result.returncode == 1 and 0.9 * cap <= cost <= cap, (cost, result.stderr)
+    elif cost <= cap:
+        assert result.returncode == 1 and cost >= 0.9 * cap, (cost, result.stderr)
         assert f"stopped before passing --max-cost {cap:g}: the run has cost {cost:.4f}" in result.stderr
+    else:  # held at the answers' mean, the replies in flight may pass it a little, and the run says so
+        assert result.returncode == 1 and cost <= 1.05 * cap, (cost, result.stderr)
+        assert f"passed --max-cost {cap:g} by {cost - cap:.4g}" in result.stderr
 
 
 @pytest.mark.parametrize("how", ["online", "online, max_tokens", "batch, max_tokens"])
