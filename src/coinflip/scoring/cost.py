@@ -251,9 +251,8 @@ class Budget:
         self.settled.set()
 
     def online(self) -> Budget:
-        """The budget for what a batch left, sent online (--batch-rest-online): the same limit, with
-        what the batches cost as spent, and each new request at the full price. Its mean starts
-        afresh: a batch's discounted replies would make an online request look cheaper than it is."""
+        """The budget for what a batch left, sent online (--batch-rest-online) at the full price, with
+        what the batches cost as spent (their discounted mean would make a request look cheaper)."""
         rest = Budget(self.limit, self.prices, False, self.generation)
         rest.saved = self.saved + self.spent
         return rest
