@@ -438,8 +438,10 @@ def test_endpoint_urls(url: str, mode: str, expected: str) -> None:
     [
         (None, None),
         ("3", 3.0),
-        ("0.5", 0.5),
-        ("-2", 0.0),
+        ("0.5", None),  # RFC 9110: a whole number of seconds, ASCII digits only
+        ("-2", None),
+        ("1_0", None),  # float() reads it as 10
+        ("\u0663", None),  # an Arabic-Indic three: a digit to str.isdigit, not to RFC 9110
         ("3600", 60.0),
         ("Wed, 21 Oct 2015 07:28:30 GMT", 30.0),
         ("soon", None),
@@ -462,12 +464,17 @@ def test_secrets_are_redacted_from_error_text() -> None:
     assert Redactor([None])("nothing here") == "nothing here"
 
 
-def test_retry_after_is_honoured(tmp_path: Path) -> None:
-    with FakeOpenAIServer("correct", throttle=["1.5"]) as srv:
+@pytest.mark.parametrize("header", ["2", "1_0"])
+def test_retry_after_is_honoured_as_rfc_9110_writes_it(tmp_path: Path, header: str) -> None:
+    """`Retry-After: 1_0` was read as 10 s (float() takes underscores): it is no Retry-After."""
+    with FakeOpenAIServer("correct", throttle=[header]) as srv:
         result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "1", "--work-dir", str(tmp_path))
         arrivals = list(srv.state.arrivals)
     assert result.returncode == 0, result.stderr
     assert len(arrivals) == 2
-    assert arrivals[1] - arrivals[0] >= 1.5  # the client waited as told, not its own shorter backoff
+    if header == "2":
+        assert arrivals[1] - arrivals[0] >= 2  # the client waited as told, not its own shorter backoff
+    else:
+        assert arrivals[1] - arrivals[0] < 10  # its own backoff, not ten seconds
     row = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")[0]
     assert row["attempts"] == 2 and row["error"] is None

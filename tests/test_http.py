@@ -501,7 +501,7 @@ def _page(status: str, *headers: str) -> bytes:
     ("say", "raised", "message"),
     [
         (Say([_page("401 Authorization Required")]), FatalAPIError,
-         "answered 401 unauthorized: 401 Authorization Required (an HTML page) - check --api-key"),
+         "answered 401 unauthorized: 401 Authorization Required (an HTML page) - no API key was sent: give"),
         (Say([_page("404 Not Found")]), FatalAPIError, "answered 404 not found: 404 Not Found (an HTML page) - check"),
         (Say([_page("403 Forbidden")]), FatalAPIError, "answered 403 forbidden: 403 Forbidden (an HTML page) - check"),
         (Say([_page("503 Service Unavailable")]), EndpointBroken,

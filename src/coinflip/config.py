@@ -51,6 +51,7 @@ GENERATION_KEYS = (
     "extra_query",
 )
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
+KEY_AGAIN = "give the API key with --api-key, $COINFLIP_API_KEY or $OPENAI_API_KEY (never saved: a resume needs it)"
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
 LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
 REDACTED = "***"
@@ -94,6 +95,7 @@ PATH_SETTINGS = (
 )
 REPEATS_BITS = 12  # a sample is (question, repeat), one int key: question << REPEATS_BITS | repeat
 REPEATS_MAX = 1 << REPEATS_BITS
+PRICE_MAX = 1e9  # per million tokens; a run's cost stays a finite number (1e308 made it Infinity)
 
 
 @dataclass(frozen=True)
@@ -716,25 +718,26 @@ def settings() -> tuple[Setting, ...]:
     return tuple(out)
 
 
-def _check_batch_and_cost(config: TaskConfig) -> None:
-    """Batch mode needs a server that takes batches; a cost limit needs prices. A pricing file is
-    read here, once: its prices for the model become the run's (and are saved with it)."""
+def check_prices(config: TaskConfig) -> None:
+    """Prices (at most PRICE_MAX, so that a run's cost stays a finite number), the cost limit, and
+    the share of the price a batch pays. A pricing file's are checked here too, when the run is planned."""
     for name in ("price_input", "price_output", "max_cost"):
         value = getattr(config, name)
-        if value is not None and (not math.isfinite(value) or value < 0):
-            raise ConfigError(f"{name} must be a number >= 0, got {value!r}")
+        top, what = (math.inf, ">= 0") if name == "max_cost" else (PRICE_MAX, "from 0 to 1e9")
+        if value is not None and (not math.isfinite(value) or not 0 <= value <= top):
+            raise ConfigError(f"{name} must be a number {what}, got {value!r}")
     discount = config.batch_discount  # None from a hand-edited task_config.yaml: not a number either
     if isinstance(discount, bool) or not isinstance(discount, int | float) or not 0 < discount <= 1:
         raise ConfigError(f"batch_discount must be in (0, 1], got {config.batch_discount!r}")
-    _check_positive("batch_poll_s", config.batch_poll_s, "seconds")
-    if config.pricing_file:
-        from .scoring.cost import apply_pricing_file
 
-        apply_pricing_file(config)
+
+def _check_batch_and_cost(config: TaskConfig) -> None:
+    """Batch mode needs a server that takes batches. Prices are checked here as given; a pricing
+    file is read where the run is planned (scoring.cost.check_costs)."""
+    check_prices(config)
+    _check_positive("batch_poll_s", config.batch_poll_s, "seconds")
     if config.model is None:  # a resume: checked again with the run's saved settings
         return
-    if config.max_cost is not None and (config.price_input is None or config.price_output is None):
-        raise ConfigError("max_cost needs prices: give --price-input and --price-output, or --pricing-file")
     if config.batch and config.model is not None and not config.api_url:
         raise ConfigError("--batch needs --api-url: a server that serves /v1/files and /v1/batches")
     if config.batch and config.stream:

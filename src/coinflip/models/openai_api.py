@@ -48,7 +48,7 @@ from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
-from ..config import run_secrets, shown_url
+from ..config import KEY_AGAIN, run_secrets, shown_url
 from ..errors import EndpointBroken, EndpointError, FatalAPIError
 from ._http import (
     DEFAULT_MAX_BODY,
@@ -201,6 +201,7 @@ class OpenAIClient:
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
         if stream:
             headers["Accept"] = "text/event-stream"
+        self.keyed = bool(api_key)
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self._pool = ConnectionPool(
@@ -421,6 +422,7 @@ class OpenAIClient:
             )
         if status in FATAL_STATUS:
             reason, hint = FATAL_STATUS[status]
+            hint = f"no API key was sent: {KEY_AGAIN}" if status == 401 and not self.keyed else hint
             raise FatalAPIError(
                 f"{shown_url(url)} answered {status} {reason}{': ' + detail if detail else ''} - {hint}"
             )
@@ -464,19 +466,17 @@ def _refused_redirect(url: str, response: Response) -> EndpointError:
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), capped at a minute."""
+    """Seconds to wait from a Retry-After header as RFC 9110 defines it (ASCII digits, or an HTTP
+    date; anything else, `1_0` or `1.5` say, is no Retry-After), capped at a minute."""
     if value is None:
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        from email.utils import parsedate_to_datetime  # rare: most servers send seconds
+    if value.isascii() and value.isdigit():
+        return min(float(value), 60.0)
+    from email.utils import parsedate_to_datetime  # rare: most servers send seconds
 
-        try:
-            seconds = parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
-        except (TypeError, ValueError, IndexError):
-            return None
-    if seconds != seconds:  # NaN
+    try:
+        seconds = parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
+    except (TypeError, ValueError, IndexError):
         return None
     return min(max(seconds, 0.0), 60.0)
 

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .base import Model, Reply, Request
 
 T = TypeVar("T")
+
+
+class Gate(Protocol):
+    """Holds each request until it may go (--max-cost's budget), and hears what it cost."""
+
+    async def admit(self, request: Request) -> bool: ...
+
+    def settle(self, request: Request, reply: Reply) -> None: ...
+
+
 RAMP = 8  # workers started per turn of the event loop
 MAX_BATCH = 256  # a model that never yields (a baseline) would pile every reply up here, deaf to Ctrl-C
 Landed = list[tuple[T, Request, Reply]]
@@ -27,12 +37,13 @@ async def run_requests(
     concurrency: int,
     on_replies: Callable[[Landed[T]], None],
     follow_up: Callable[[T, Request, Reply], list[tuple[T, Request]]] | None = None,
+    gate: Gate | None = None,
 ) -> None:
     """`work` pairs each request with whatever the caller needs back (its record) and is read lazily.
 
     `on_replies` gets every reply exactly once, in batches, also when the run is cancelled.
     `follow_up` may ask, right after a reply, for more requests about the same sample (a forced
-    answer); the same worker sends them before it takes new work.
+    answer); the same worker sends them before it takes new work. A request `gate` refuses ends its worker.
     """
     pending = iter(work)
     loop = asyncio.get_running_loop()
@@ -56,7 +67,11 @@ async def run_requests(
                 if failed.done():
                     return
                 item, request = queue.pop()
+                if gate is not None and not await gate.admit(request):
+                    return
                 reply = await model.complete(request)
+                if gate is not None:
+                    gate.settle(request, reply)
                 if not landed:
                     loop.call_soon(hand_on)
                 landed.append((item, request, reply))

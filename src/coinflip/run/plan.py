@@ -22,6 +22,7 @@ from ..data.load import Dataset, Record, load_dataset
 from ..data.sampling import Subset
 from ..errors import ConfigError
 from ..models import Request, check_model
+from ..scoring.cost import check_costs
 
 COMPLETIONS_STOP = ["\nQ:"]  # a completion model goes on to invent the next "Q:" block
 FORCE_PROMPT = 'Give only your final answer, in one line of the form "ANSWER: YES" or "ANSWER: NO".'
@@ -118,6 +119,7 @@ class Plan:
 def prepare(config: TaskConfig) -> Plan:
     check_model(config)
     generation = effective_generation(config)  # repeats x n was checked against REPEATS_MAX with the config
+    check_costs(config, generation)
     dataset = load_dataset(config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
     selected, subset = dataset.take(config.limit, config.limit_mode, config.seed)
     build = RequestBuilder(config, few_shot_pool(config), generation)

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 from .. import forced
 from .._files import read_regular, replacing
 from .._terminal import one_line, printable
-from ..config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
+from ..config import DEFAULT_BATCH, KEY_AGAIN, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
 from ..errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
 from ..models import Reply, Request, is_local, limits, open_model, serve_local
-from ..models.predict import run_requests
+from ..models.predict import Gate, run_requests
 from ..records import Prediction, sample_key, split_key
 from ..rundir import (
     PredictionIndex,
@@ -77,7 +77,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 run, fresh = open_run(plan)
         except Interrupted as exc:
             raise RunIncomplete(f"{stopped_by(exc)} before the run started") from None
-        stop.hint = f"; {resume_hint(run)}"
+        stop.hint = f"; {resume_hint(run, bool(config.api_key))}"
         handler = _attach_log(run)
         try:
             with run.locked():
@@ -91,7 +91,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 with stop.held():  # the report is written whole; a signal during it ends the run after
                     return finish(run, config.metric_compat, show=not config.quiet, session=session)
         except Interrupted as exc:  # outside the requests: nothing was lost, the run resumes
-            raise RunIncomplete(f"{stopped_by(exc)}; {resume_hint(run)}") from None
+            raise RunIncomplete(f"{stopped_by(exc)}; {resume_hint(run, bool(config.api_key))}") from None
         except CoinflipError as exc:
             log.error("%s", exc)
             if fresh and exc.exit_code == 2:
@@ -102,10 +102,12 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             handler.close()
 
 
-def resume_hint(run: RunDir) -> str:
+def resume_hint(run: RunDir, keyed: bool = False) -> str:
     """The command that resumes `run`, quoted for a shell; printed, so a folder name's escape
-    sequences are shown as U+FFFD (shlex.quote keeps them inside its quotes)."""
-    return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}")
+    sequences are shown as U+FFFD (shlex.quote keeps them inside its quotes). `keyed`: the run
+    sent an API key, which the resume needs again."""
+    again = f", and {KEY_AGAIN}" if keyed else ""
+    return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}{again}")
 
 
 def resume_settings(config: TaskConfig) -> TaskConfig:
@@ -278,6 +280,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     if not todo:
         return None
     live = fresh and index.lines == 0 and not config.batch  # a batch's resent lines would count twice
+    hint = resume_hint(run, bool(config.api_key))
     scorer: Scorer | None = None
     writer = PredictionWriter(run.predictions)
     shown = False if config.quiet and config.progress is None else config.progress
@@ -347,19 +350,17 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
                 work = iter(send_batches(plan, run, url, work, on_replies, follow_up, budget))
                 batches = budget
                 budget = budget.online() if budget is not None else None  # what it left goes at full price
-            if budget is not None:
-                work, on_replies = budget.gate(work), budget.watch(on_replies)
-            follow = budget.follow(follow_up) if budget is not None else follow_up  # forced answers: held too
-            if not config.batch or config.batch_rest_online:
-                sending = _send(plan, endpoint.urls, concurrency, work, on_replies, follow, todo, traffic)
+            if not config.batch or config.batch_rest_online:  # the budget holds forced answers too
+                sending = _send(plan, endpoint.urls, concurrency, work, on_replies, follow_up, todo, traffic, budget)
                 run_until_stopped(sending, stop)
-            stopped = [b for b in (batches, budget) if b is not None and b.stopped]
-            if stopped:  # one line, from the last budget: it counts what the batches spent too
-                print(f"note: {stopped[-1].note()}", file=sys.stderr)
+            if budget is not None and (note := budget.note(batches is not None and batches.stopped)):
+                if not (index.lines or progress.done or pending):  # nothing to report: --max-cost 0, say
+                    raise RunIncomplete(f"{note}; {hint}")
+                print(f"note: {note}", file=sys.stderr)  # one line: the last budget counts what batches spent
     except EndpointBroken as exc:
-        raise EndpointBroken(f"{exc}; once the server is fixed, {resume_hint(run)}") from None
+        raise EndpointBroken(f"{exc}; once the server is fixed, {hint}") from None
     except Interrupted as exc:
-        raise RunIncomplete(f"{stopped_by(exc)}: {progress.done} new samples kept; {resume_hint(run)}") from None
+        raise RunIncomplete(f"{stopped_by(exc)}: {progress.done} new samples kept; {hint}") from None
     finally:
         progress.close()
         writer.close()
@@ -405,13 +406,14 @@ async def _send(
     follow_up: Any,
     todo: int,
     traffic: dict[str, Any],
+    budget: Gate | None = None,
 ) -> None:
     """Send `work`; never more workers than samples to finish (a forced answer follows its first
     reply in the same worker), whatever --eval-batch-size says. `traffic` gets what went to the
     endpoints (also when the run stops early)."""
     async with open_model(plan.config, urls, plan.generation, concurrency) as model:
         try:
-            await run_requests(model, work, min(concurrency, todo), on_replies, follow_up)
+            await run_requests(model, work, min(concurrency, todo), on_replies, follow_up, budget)
         finally:
             sent = getattr(model, "traffic", None)  # a server's client has it; a baseline sends nothing
             if sent is not None:
@@ -496,7 +498,7 @@ def finish(run: RunDir, compat: str, show: bool = True, session: Session | None 
     if show:
         print_summary(report, run.root, page=run.report_html)
         if not report["complete"] and not report.get("errors_ignored"):
-            print(resume_hint(run), file=sys.stderr)
+            print(resume_hint(run, bool(saved["config"].get("api_key"))), file=sys.stderr)
     if saved["config"].get("html_report", True):  # the work directory's index; never raises, logs why not
         index.refresh(index.work_dir_of(run.root, saved["config"]))
     return report

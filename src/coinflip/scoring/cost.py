@@ -6,17 +6,20 @@ or a pricing file keyed by model. An answer a Batch API gave pays `batch_discoun
 (OpenAI: half); one sent online pays it all, also in a run that used both.
 The cost covers every request the run's saved predictions hold, forced answers included: a
 resumed or rescored run shows what the whole run costs, not only its last part.
-`Budget` stops sending before a run would pass --max-cost.
+`Budget` holds a run to --max-cost.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from .._terminal import one_line
+from ..config import check_prices
+from ..errors import ConfigError, short
 from ..records import by_batch, token_count
 from .schema import Cost, Report, Tokens
 
@@ -25,29 +28,48 @@ if TYPE_CHECKING:
     from ..models.base import Reply, Request
     from .scorer import Usage
 
-T = TypeVar("T")
 MILLION = 1_000_000
-GUESS_OUTPUT_TOKENS = 512  # a request's output before any reply says better (unless max_tokens is set)
 
 
-def apply_pricing_file(config: TaskConfig) -> None:
-    """Take the model's prices from the pricing file where the command line gave none."""
-    if config.model is None:  # a resume: checked again once the saved model is known
+def check_costs(config: TaskConfig, generation: dict[str, Any]) -> None:
+    """Every price of the run, checked before its first request (where the run is planned: settings
+    validation reads no file). A pricing file's prices for the model become the run's, saved with it."""
+    if config.pricing_file:
+        _apply_pricing_file(config, Path(str(config.pricing_file)).expanduser())
+    if config.max_cost is None:
         return
-    table = _read_table(Path(str(config.pricing_file)).expanduser())
-    entry = table.get(config.model, table.get(config.name))
-    if not isinstance(entry, dict):
+    if config.price_input is None or config.price_output is None:
+        raise ConfigError("max_cost needs prices: give --price-input and --price-output, or --pricing-file")
+    if config.batch and worst_tokens(generation) is None:
+        raise ConfigError(
+            "--batch with --max-cost needs max_tokens (--generation-config max_tokens=N): a batch is paid for "
+            "once submitted, and only max_tokens bounds what its replies may cost"
+        )
+
+
+def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
+    """Take the model's prices from the pricing file where the command line gave none."""
+    table = _read_table(path)
+    name = config.model if config.model in table else config.name
+    if name not in table:
         known = ", ".join(sorted(map(str, table))[:10]) or "none"
-        raise ConfigError(f"pricing file {config.pricing_file} has no prices for {config.model!r} (it has: {known})")
+        raise ConfigError(f"pricing file {path} has no prices for {config.model!r} (it has: {known})")
+    entry = table[name]
+    if not isinstance(entry, dict):
+        raise ConfigError(f"pricing file {path}: {name} must map to {{input: X, output: Y}}, got {short(entry)}")
     for key, field in (("input", "price_input"), ("output", "price_output"), ("batch_discount", "batch_discount")):
         value = entry.get(key)
         if value is None or field in config.given:
             continue
         if not _number(value):
-            raise ConfigError(f"pricing file {config.pricing_file}: {config.model} {key} must be a number >= 0")
+            raise ConfigError(f"pricing file {path}: {name} {key} must be a number >= 0, got {short(value)}")
         setattr(config, field, float(value))
+    try:
+        check_prices(config)
+    except ConfigError as exc:
+        raise ConfigError(f"pricing file {path}: {name}: {exc}") from None
     if config.price_input is None or config.price_output is None:
-        raise ConfigError(f"pricing file {config.pricing_file}: {config.model} needs both input and output prices")
+        raise ConfigError(f"pricing file {path}: {name} needs both input and output prices")
 
 
 def _read_table(path: Path) -> dict[str, Any]:
@@ -64,6 +86,8 @@ def _read_table(path: Path) -> dict[str, Any]:
         raise ConfigError(f"pricing file {path}: cannot read ({exc.strerror})") from None
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
         raise ConfigError(f"pricing file {path}: not valid YAML or JSON") from None
+    except ValueError as exc:  # a value YAML cannot build: a number of 5,000 digits, say
+        raise ConfigError(f"pricing file {path}: not valid YAML or JSON ({one_line(exc)})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"pricing file {path}: not a mapping of model names to prices")
     return data
@@ -148,17 +172,23 @@ def cost_line(report: Report) -> str | None:
     return line
 
 
-def estimate(request: Request, generation: dict[str, Any]) -> tuple[float, float]:
-    """(prompt, completion) tokens a request may use before any reply says: 4 characters a token,
-    and max_tokens (or a guess) out."""
-    prompt = sum(len(str(m.get("content", ""))) for m in request.messages) / 4
-    out = generation.get("max_tokens") or generation.get("max_completion_tokens") or GUESS_OUTPUT_TOKENS
-    return prompt, float(out)
+def worst_tokens(generation: Mapping[str, Any]) -> int | None:
+    """The most output tokens a request may use: max_tokens (or max_completion_tokens) for each of
+    its n choices; None where nothing bounds them."""
+    most, n = generation.get("max_tokens") or generation.get("max_completion_tokens"), generation.get("n") or 1
+    return most * n if type(most) is int and type(n) is int and most > 0 and n > 0 else None
+
+
+def prompt_bound(request: Request) -> int:
+    """At most as many prompt tokens as the prompt has bytes, and a few per message for the chat format."""
+    return sum(len(str(m.get("content", "")).encode("utf-8", "replace")) + 8 for m in request.messages)
 
 
 class Budget:
-    """Stops handing out requests before the run would pass `limit`: what was spent (saved
-    predictions included), plus the requests in flight at the mean cost of those answered."""
+    """--max-cost: a request goes where the run's cost (saved predictions included), what those in
+    flight may cost and what it may cost fit; else it waits for them, and with none left the run
+    stops. It may cost its worst case where max_tokens bounds it (the run never passes the limit),
+    else the answers' mean (the first goes alone; the run passes it by at most what was in flight)."""
 
     def __init__(self, limit: float, prices: dict[str, float], batch: bool, generation: dict[str, Any]) -> None:
         self.limit = limit
@@ -168,7 +198,8 @@ class Budget:
         self.spent = 0.0  # by replies of this session
         self.saved = 0.0  # by the predictions already on disk
         self.answered = 0
-        self.sent = 0
+        self.held: dict[int, float] = {}  # what each request in flight may cost, by id()
+        self.settled = asyncio.Event()
         self.stopped = False
 
     def add(self, usage: dict[str, int] | None) -> None:
@@ -184,55 +215,60 @@ class Budget:
                 prompt, completion = token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
                 self.saved += price(prompt or 0, completion or 0, self.prices, by_batch(answer))
 
-    def per_request(self, request: Request) -> float:
-        if self.answered:
-            return self.spent / self.answered
-        return price(*estimate(request, self.generation), self.prices, self.batch)
+    def cost(self, request: Request) -> float | None:
+        """What `request` may cost (None: nothing tells yet)."""
+        most = worst_tokens({**self.generation, **request.params})
+        if most is not None:
+            return price(prompt_bound(request), most, self.prices, self.batch)
+        return self.spent / self.answered if self.answered else None
 
     def fits(self, request: Request, in_flight: int = 0) -> bool:
-        return self.saved + self.spent + (in_flight + 1) * self.per_request(request) <= self.limit
+        """Whether `request` fits after `in_flight` others like it (a batch's, which wait for nothing)."""
+        cost = self.cost(request)
+        return cost is not None and self.saved + self.spent + (in_flight + 1) * cost <= self.limit
 
-    def gate(self, work: Iterable[tuple[T, Request]]) -> Iterator[tuple[T, Request]]:
-        """`work`, up to where the next request could pass the limit."""
-        for item in work:
-            if self.stopped or not self.fits(item[1], self.sent - self.answered):
+    async def admit(self, request: Request) -> bool:
+        """Wait until `request` fits; False once it never will (the run stops)."""
+        while not self.stopped:
+            cost = self.cost(request)
+            if cost is None and not self.held:  # the first request: it costs its prompt at least
+                cost = price(prompt_bound(request), 0, self.prices, self.batch)
+            if cost is not None and self.saved + self.spent + sum(self.held.values()) + cost <= self.limit:
+                self.held[id(request)] = cost
+                return True
+            if not self.held:
                 self.stopped = True
-                return
-            self.sent += 1
-            yield item
+                break
+            self.settled.clear()
+            await self.settled.wait()
+        return False
 
-    def follow(
-        self, follow_up: Callable[[T, Request, Reply], list[tuple[T, Request]]]
-    ) -> Callable[[T, Request, Reply], list[tuple[T, Request]]]:
-        """`follow_up`, its requests (forced answers) held to the limit as `gate` holds the first
-        ones, and counted as sent: `watch` counts their replies, so `gate` must see them leave. A
-        forced answer left unasked keeps its sample pending, and a resume asks it."""
-
-        def kept(item: T, request: Request, reply: Reply) -> list[tuple[T, Request]]:
-            return list(self.gate(follow_up(item, request, reply)))
-
-        return kept
-
-    def watch(self, on_replies: Callable[[list[tuple[T, Request, Reply]]], None]) -> Callable[..., None]:
-        def counted(landed: list[tuple[T, Request, Reply]]) -> None:
-            for _, _, reply in landed:
-                self.add(reply.usage)
-                self.answered += 1
-            on_replies(landed)
-
-        return counted
+    def settle(self, request: Request, reply: Reply) -> None:
+        """What `request` cost: from now its real cost counts, not what it was held at."""
+        self.held.pop(id(request), None)
+        self.add(reply.usage)
+        self.answered += reply.error is None
+        self.settled.set()
 
     def online(self) -> Budget:
-        """The budget for what a batch left, sent online (--batch-rest-online): the same limit, with
-        what the batches cost as spent, and each new request at the full price. Its mean starts
-        afresh: a batch's discounted replies would make an online request look cheaper than it is."""
+        """The budget for what a batch left, sent online (--batch-rest-online) at the full price, with
+        what the batches cost as spent (their discounted mean would make a request look cheaper)."""
         rest = Budget(self.limit, self.prices, False, self.generation)
         rest.saved = self.saved + self.spent
         return rest
 
-    def note(self) -> str:
+    def note(self, stopped: bool = False) -> str | None:
+        """One line where the run passed the limit, or stopped for it (or `stopped` in batches before)."""
+        spent = self.saved + self.spent
+        if spent > self.limit >= self.saved:  # passed by this session's replies
+            return (
+                f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; the "
+                "replies in flight were dearer than the answers before them (max_tokens bounds each one)"
+            )
+        if not (self.stopped or stopped):
+            return None
         return (
-            f"stopped before passing --max-cost {self.limit:g}: the run has cost {self.saved + self.spent:.4f}; "
+            f"stopped before passing --max-cost {self.limit:g}: the run has cost {spent:.4f}; "
             "what finished is kept (raise --max-cost to go on)"
         )
 
@@ -242,7 +278,7 @@ def budget_for(config: TaskConfig, generation: dict[str, Any], predictions: Path
     from ..rundir import read_predictions
 
     prices = prices_of(vars(config))
-    assert prices is not None and config.max_cost is not None  # both checked with the config
+    assert prices is not None and config.max_cost is not None  # both checked when the run was planned (check_costs)
     budget = Budget(config.max_cost, prices, batch, generation)
     budget.add_saved(read_predictions(predictions).values())
     return budget

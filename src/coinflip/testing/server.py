@@ -173,6 +173,7 @@ class ServerState:
     faults: Counter[str] = field(default_factory=Counter)
     rng: random.Random = field(default_factory=random.Random)
     stream_usage: bool = True  # a usage chunk at the end of a stream that asked for one
+    reply_tokens: int = 0  # replies padded to about this many tokens (4 characters each), cut at max_tokens
     stream_gap: float = 0.0  # seconds between streamed events (0: all in one write)
     stream_stalls: list[float] = field(default_factory=list)  # pauses for the first streams, mid-reply
     require_headers: dict[str, str] = field(default_factory=dict)  # a gateway's api-key header, say
@@ -301,6 +302,9 @@ class Handler:
         if forced and not chat:
             text = f" {answer or 'maybe'}"  # the continuation of the cue
         state.answered[question] += 1
+        if state.reply_tokens and not forced:  # a long reply, cut where max_tokens says, as a server cuts it
+            most = body.get("max_tokens") or body.get("max_completion_tokens")
+            text = ("flip" * state.reply_tokens + text)[: 4 * most if isinstance(most, int) else None]
         usage = {
             "prompt_tokens": len(prompt) // 4,
             "completion_tokens": len(text) // 4,

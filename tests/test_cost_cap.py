@@ -1,0 +1,149 @@
+"""--max-cost against real servers on 127.0.0.1: cheap replies finish the run or spend most of
+the cap; with max_tokens a run never passes it; without, it passes it by at most what was in
+flight and says by how much; batch mode keeps the same promise; every price is checked first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip.testing.server import FakeOpenAIServer
+
+from .answer_server import AnswerServer, Seen, answer, chat
+from .conftest import only_run_dir, read_jsonl, run_cli
+
+MINI = ("--price-input", "0.15", "--price-output", "0.60")  # gpt-4o-mini's prices
+FAST = ("--batch-poll-s", "0.05")
+
+
+def _cost(work: Path) -> float:
+    report = json.loads((only_run_dir(work) / "reports/m/coin_flip.json").read_text())
+    return float(report["cost"]["total"])
+
+
+def _answered(work: Path) -> int:
+    return len(read_jsonl(only_run_dir(work) / "predictions/m/coin_flip.jsonl"))
+
+
+@pytest.mark.parametrize(("limit", "cap"), [(200, 0.01), (40, 0.001)])
+def test_cheap_replies_finish_the_run_or_spend_most_of_the_cap(tmp_path: Path, limit: int, cap: float) -> None:
+    """The first wave's estimates (prompt + 512 tokens for each of 32 in flight) ended these runs
+    after 30 samples at 0.0008 of 0.01: the answers' real costs were never used."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", str(limit), "--api-url", srv.url, *MINI, "--max-cost", f"{cap}")
+        result = run_cli(*args, "--work-dir", str(tmp_path))
+    cost = _cost(tmp_path)
+    if limit == 200:  # 200 answers cost about half the cap
+        assert result.returncode == 0 and _answered(tmp_path) == 200 and cost <= cap, result.stderr
+    elif cost <= cap:
+        assert result.returncode == 1 and cost >= 0.9 * cap, (cost, result.stderr)
+        assert f"stopped before passing --max-cost {cap:g}: the run has cost {cost:.4f}" in result.stderr
+    else:  # held at the answers' mean, the replies in flight may pass it a little, and the run says so
+        assert result.returncode == 1 and cost <= 1.05 * cap, (cost, result.stderr)
+        assert f"passed --max-cost {cap:g} by {cost - cap:.4g}" in result.stderr
+
+
+@pytest.mark.parametrize("how", ["online", "online, max_tokens", "batch, max_tokens"])
+def test_long_replies_do_not_pass_the_cap(tmp_path: Path, how: str) -> None:
+    """4,000-token replies, a cap of 0.05 (about 20 of them): the first 32 in flight were each
+    guessed at 512 tokens, and the run spent 0.077; a batch submitted everything."""
+    args: tuple[str, ...] = ("--generation-config", "max_tokens=4096") if "max_tokens" in how else ()
+    args += ("--batch", *FAST) if "batch" in how else ()
+    with FakeOpenAIServer("mixed", reply_tokens=4000) as srv:
+        base = ("eval", "--model", "m", "--limit", "40", "--api-url", srv.url, *MINI, "--max-cost", "0.05")
+        result = run_cli(*base, *args, "--work-dir", str(tmp_path))
+    cost = _cost(tmp_path)
+    assert result.returncode == 1 and 0.04 <= cost <= 0.05, (cost, result.stderr)
+    assert "stopped before passing --max-cost 0.05" in result.stderr and "passed" not in result.stderr
+
+
+def test_batch_mode_with_a_cap_needs_max_tokens(tmp_path: Path) -> None:
+    with FakeOpenAIServer("mixed", reply_tokens=4000) as srv:
+        args = ("eval", "--model", "m", "--limit", "40", "--api-url", srv.url, *MINI, "--batch", *FAST)
+        result = run_cli(*args, "--max-cost", "0.2", "--work-dir", str(tmp_path))
+        asked = sum(srv.state.requests.values()) + srv.state.batches.created
+    assert result.returncode == 2 and "needs max_tokens" in result.stderr and asked == 0, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+def _dearer_later(seen: Seen) -> bytes:
+    """Three cheap answers (10 tokens), then dear ones (4,000 tokens), each cut at max_tokens."""
+    tokens = min(10 if seen.index < 3 else 4000, seen.body.get("max_tokens") or 4000)
+    return answer(chat("ANSWER: YES", usage={"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens}))
+
+
+@pytest.mark.parametrize("max_tokens", [None, 4096])
+def test_replies_dearer_than_those_before_pass_the_cap_only_without_max_tokens(
+    tmp_path: Path, max_tokens: int | None
+) -> None:
+    """At 1,000 per million output tokens a dear reply costs 4: a cap of 5. Without max_tokens the
+    4 in flight at the cheap answers' mean pass it by at most their cost, and the run says by how
+    much (it passed it silently); with max_tokens it never passes it."""
+    generation = ("--generation-config", f"max_tokens={max_tokens}") if max_tokens else ()
+    with AnswerServer(_dearer_later) as srv:
+        args = ("eval", "--model", "m", "--limit", "30", "--api-url", srv.url, "--eval-batch-size", "4", *generation)
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "5")
+        result = run_cli(*args, *prices, "--work-dir", str(tmp_path))
+    cost = _cost(tmp_path)
+    assert result.returncode == 1, result.stderr
+    if max_tokens:
+        assert cost <= 5 and "stopped before passing --max-cost 5" in result.stderr, (cost, result.stderr)
+    else:
+        assert 5 < cost <= 5 + 4 * 4.0, cost
+        assert f"passed --max-cost 5 by {cost - 5:.4g}: the run has cost {cost:.4f}" in result.stderr
+
+
+def _pricing(tmp_path: Path, entry: str) -> tuple[str, ...]:
+    (tmp_path / "prices.yaml").write_text(f"m: {entry}\n")
+    return ("--pricing-file", str(tmp_path / "prices.yaml"))
+
+
+BAD_PRICES: list[tuple[Any, str]] = [
+    (lambda p: _pricing(p, "{input: 1, output: 2, batch_discount: 7}"), "batch_discount must be in (0, 1], got 7"),
+    (lambda p: _pricing(p, "{input: 1, output: 2, batch_discount: 0}"), "batch_discount must be in (0, 1], got 0"),
+    (lambda p: _pricing(p, "[1, 2]"), "m must map to {input: X, output: Y}, got [1, 2]"),
+    (lambda p: _pricing(p, "{input: " + "9" * 5000 + ", output: 1}"), "not valid YAML or JSON (Exceeds the limit"),
+    (lambda p: ("--price-input", "1e308", "--price-output", "1"), "price_input must be a number from 0 to 1e9"),
+]
+
+
+@pytest.mark.parametrize(("prices", "said"), BAD_PRICES)
+def test_every_price_is_checked_before_the_first_request(tmp_path: Path, prices: Any, said: str) -> None:
+    """A batch_discount of 7 or 0 sent every request, then no rescore or resume could read the run;
+    a list said "has no prices for 'm' (it has: m)"; 5,000 digits were a traceback; 1e308 wrote
+    "total": Infinity into the report, which is not JSON."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, *prices(tmp_path))
+        result = run_cli(*args, "--work-dir", str(tmp_path / "work"))
+        asked = sum(srv.state.requests.values())
+    assert result.returncode == 2 and said in result.stderr and asked == 0, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "work").exists()
+
+
+def test_a_cap_of_0_sends_nothing_and_the_run_resumes(tmp_path: Path) -> None:
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, *MINI, "--work-dir", str(tmp_path))
+        capped = run_cli(*args, "--max-cost", "0")
+        asked = sum(srv.state.requests.values())
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--max-cost", "1")
+    assert capped.returncode == 1 and asked == 0, capped.stderr
+    assert "stopped before passing --max-cost 0: the run has cost 0.0000" in capped.stderr
+    assert "resume with: coinflip eval --use-cache" in capped.stderr and "Traceback" not in capped.stderr
+    assert resumed.returncode == 0 and _answered(tmp_path) == 4, resumed.stderr
+
+
+def test_the_resume_hint_and_the_401_say_how_to_give_the_key_again(tmp_path: Path) -> None:
+    """The printed resume command failed with a bare '401 Incorrect API key' where the key came
+    from the environment: a run never saves it. Neither line shows the key."""
+    key = "sk-resume-secret-4321"
+    with FakeOpenAIServer("mixed", api_key=key) as srv:
+        args = ("eval", "--model", "m", "--limit", "40", "--api-url", srv.url, *MINI, "--max-cost", "0.001")
+        stopped = run_cli(*args, "--work-dir", str(tmp_path), env={"OPENAI_API_KEY": key})
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--max-cost", "1")
+    hint = next(line for line in stopped.stderr.splitlines() if line.startswith("resume with: "))
+    assert stopped.returncode == 1 and "give the API key with --api-key" in hint and key not in stopped.stderr
+    assert resumed.returncode == 2 and "401" in resumed.stderr, resumed.stderr
+    assert "no API key was sent: give the API key with --api-key, $COINFLIP_API_KEY" in resumed.stderr
