@@ -39,8 +39,8 @@ import aiohttp
 from aiohttp import http_exceptions
 from yarl import URL
 
-from ..config import shown_url
 from ..errors import ConfigError, EndpointError
+from ..secrets import shown_url
 from ._proxy import Proxy, proxy_for
 from ._sse import SSEDecoder
 

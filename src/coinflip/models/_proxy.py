@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from ..config import basic_secrets, shown_url
 from ..errors import ConfigError
+from ..secrets import basic_secrets, shown_url
 
 
 @dataclass(frozen=True)

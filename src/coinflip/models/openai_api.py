@@ -48,8 +48,8 @@ from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
-from ..config import run_secrets, shown_url
 from ..errors import EndpointBroken, EndpointError, FatalAPIError
+from ..secrets import GATEWAY_KEYS, run_secrets, shown_url
 from ._http import (
     DEFAULT_MAX_BODY,
     PROBE_BYTES,
@@ -79,7 +79,6 @@ EARLY_STOP = (3, 8)  # how many last outcomes the early-stop rule looks at: in-f
 MAX_REDIRECTS = 5
 PROBE_S = 2.0  # seconds the capacity probe at the start may take
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
-GATEWAY_KEYS = ("extra_body", "extra_headers", "extra_query")
 _ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
 
 
