@@ -24,7 +24,7 @@ QUESTION = "Q: A coin is heads up. Ann flips the coin. Bob does not flip the coi
 
 def ask(url: str, **options: Any) -> Reply:
     async def go() -> Reply:
-        chat = OpenAIClient("m", [url], **{"stream": True, "retries": 0, **options})
+        chat = OpenAIClient("m", url, **{"stream": True, "retries": 0, **options})
         await chat.start()
         try:
             return await chat.complete(Request(0, QUESTION, QUESTION, [{"role": "user", "content": QUESTION}]))

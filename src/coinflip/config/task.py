@@ -52,9 +52,9 @@ class TaskConfig:
         metavar="NAME",
     )
     model_id: str | None = setting(None, "Name shown in reports and used in paths (default: the model name).")
-    api_url: str | list[str] | None = setting(
+    api_url: str | None = setting(
         None,
-        "OpenAI-compatible base URL (…/v1), server root, or full endpoint; repeat for replicas of one model.",
+        "OpenAI-compatible base URL (…/v1), server root, or full endpoint (one; replicas go behind a load balancer).",
         kind="list",
         metavar="URL",
     )
