@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from coinflip.testing.server import FakeOpenAIServer, Policy
+from coinflip.testing.policy import Policy
+from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import PATIENCE_S, hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for, whole_lines
 

@@ -13,7 +13,8 @@ import pytest
 from coinflip.models._sse import SSEDecoder
 from coinflip.models.base import Reply, Request
 from coinflip.models.openai_api import OpenAIClient
-from coinflip.testing.server import FakeOpenAIServer, Policy
+from coinflip.testing.policy import Policy
+from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Pieces
 from .conftest import only_run_dir, read_jsonl, run_cli
