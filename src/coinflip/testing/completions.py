@@ -78,7 +78,7 @@ def _answer(
     p_yes = state.policy.p_yes(question, answer)
     bad = state.impossible_logprobs if state.impossible(question) else ""
     scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
-    n = body.get("n") if isinstance(body.get("n"), int) else 1
+    n = int(body["n"]) if isinstance(body.get("n"), int) else 1
     if body.get("stream"):
         include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
         events = stream(text, scratch if chat else None, n, usage if include else None, body, p_yes, bad)
