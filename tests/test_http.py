@@ -745,6 +745,7 @@ def test_a_proxy_that_wants_credentials_stops_the_run(scripted: Any) -> None:
         ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "example.com"}, None),
         ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": ".example.com"}, None),
         ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "no_proxy": "*"}, None),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "https://p", "NO_PROXY": "example.com"}, None),  # not read
         ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "ample.com"}, "p:80"),
         ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "api.example.com:8443"}, "p:80"),
         ("http://127.0.0.1:8000/v1", {"HTTP_PROXY": "http://p"}, None),  # loopback never

@@ -19,7 +19,7 @@ import socket
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.request import getproxies
+from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 from aiohttp import http_exceptions
@@ -196,21 +196,21 @@ class Target:
 
 def proxy_for(url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
     """The proxy the environment names for `url` and its credentials, or (None, None)."""
-    named = getproxies().get(url.scheme)
-    if not named or _loopback(url.host or ""):
+    named, host = getproxies().get(url.scheme), url.host or ""
+    if not named or _loopback(host) or proxy_bypass(host):  # NO_PROXY, as aiohttp reads it
         return None, None
     shown = shown_url(named)
-    if not named.startswith("http://"):
+    if not named.lower().startswith("http://"):
         raise ConfigError(f"proxy {shown!r}: give an http:// proxy URL, e.g. http://proxy.example:3128")
     try:
-        host = URL(named).host or ""
-        if not all(c.isalnum() or c in ".-_:%" for c in host):  # a space, a control character
-            raise ConfigError(f"proxy {shown!r}: {host!r} is not a host name")
-        return get_env_proxy_for_url(url)
-    except LookupError:  # NO_PROXY names the host
+        proxy, auth = get_env_proxy_for_url(url)
+    except LookupError:
         return None, None
     except ValueError as exc:  # http://[::1
         raise ConfigError(f"proxy {shown!r} is not a URL ({exc})") from None
+    if not all(c.isalnum() or c in ".-_:%" for c in proxy.host or ""):  # a space, a control character
+        raise ConfigError(f"proxy {shown!r}: {proxy.host!r} is not a host name")
+    return proxy, auth
 
 
 def _loopback(host: str) -> bool:
