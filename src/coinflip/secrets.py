@@ -18,23 +18,10 @@ GATEWAY_KEYS = ("extra_headers", "extra_query", "extra_body")  # what a gateway 
 # Keys whose values are plainly settings, never secrets: kept in the run directory and shown
 # (matched without case). Every other text in extra_headers, extra_query and extra_body is
 # treated as a secret: masked when saved and shown, asked for again on a resume.
-PLAIN_KEYS = frozenset(
-    {
-        "api-version",
-        "api_version",
-        "anthropic-version",
-        "openai-beta",
-        "accept",
-        "content-type",
-        "user-agent",
-        "guided_choice",
-        "guided_regex",
-        "guided_json",
-        "guided_grammar",
-        "response_format",
-        "reasoning_effort",
-    }
-)
+PLAIN_KEYS = frozenset({
+    "api-version", "api_version", "anthropic-version", "openai-beta", "accept", "content-type", "user-agent",
+    "guided_choice", "guided_regex", "guided_json", "guided_grammar", "response_format", "reasoning_effort",
+})  # fmt: skip
 
 
 def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:

@@ -23,23 +23,7 @@ from .task import TaskConfig, settings
 from .values import GENERATION_KEYS, check_choice, parse_generation_config, parse_json, parse_pairs, safe_name
 
 __all__ = [
-    "BASELINES",
-    "BENCHMARK",
-    "DEFAULT_BATCH",
-    "GENERATION_KEYS",
-    "LOCAL_MODELS",
-    "METRIC_COMPATS",
-    "REPEATS_MAX",
-    "SETTINGS_VERSION",
-    "SPLITS",
-    "EvalType",
-    "Setting",
-    "TaskConfig",
-    "check_choice",
-    "parse_generation_config",
-    "parse_json",
-    "parse_pairs",
-    "safe_name",
-    "saved_settings",
-    "settings",
-]
+    "BASELINES", "BENCHMARK", "DEFAULT_BATCH", "GENERATION_KEYS", "LOCAL_MODELS", "METRIC_COMPATS", "REPEATS_MAX",
+    "SETTINGS_VERSION", "SPLITS", "EvalType", "Setting", "TaskConfig", "check_choice", "parse_generation_config",
+    "parse_json", "parse_pairs", "safe_name", "saved_settings", "settings",
+]  # fmt: skip

@@ -17,27 +17,11 @@ from urllib.parse import urlsplit
 from ..errors import ConfigError, short
 from ..secrets import shown_url
 
-GENERATION_KEYS = (
-    "temperature",
-    "max_tokens",
-    "max_completion_tokens",
-    "top_p",
-    "top_k",
-    "seed",
-    "stop",
-    "n",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "logit_bias",
-    "reasoning_effort",
-    "logprobs",
-    "top_logprobs",
-    "chat_template_kwargs",
-    "extra_body",
-    "extra_headers",
-    "extra_query",
-)
+GENERATION_KEYS = (  # sent with every request as given (extra_body, extra_headers, extra_query: to a gateway)
+    "temperature", "max_tokens", "max_completion_tokens", "top_p", "top_k", "seed", "stop", "n", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "logit_bias", "reasoning_effort", "logprobs", "top_logprobs",
+    "chat_template_kwargs", "extra_body", "extra_headers", "extra_query",
+)  # fmt: skip
 OWN_BODY_KEYS = ("model", "messages", "prompt", "stream", "stream_options", "n")
 MAX_NESTING = 64  # levels of objects and lists in a setting: deeper JSON or YAML is a mistake or an attack
 MAX_PARTS = 100_000  # items in all of a setting's objects and lists together
@@ -234,20 +218,6 @@ def _check_generation_values(value: dict[str, Any]) -> None:
             raise ConfigError(f"generation_config extra_headers {key!r}: a header name is letters, digits and "
                               "!#$%&'*+-.^_`|~ (no ':' or space)")  # fmt: skip
         check_header(f"generation_config extra_headers {key!r}", f"{key}{item}")
-    bad = _non_finite(value)
-    if bad:
-        raise ConfigError(f"generation_config {bad} is not a finite number (NaN and Infinity are not JSON)")
-
-
-def _non_finite(value: Any, path: str = "") -> str | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return path or "value"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = _non_finite(item, f"{path}.{key}" if path else str(key))
-        if found:
-            return found
-    return None
 
 
 def _split_pairs(text: str) -> list[str]:
