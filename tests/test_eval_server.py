@@ -210,8 +210,8 @@ def test_several_api_urls_are_one_line_naming_a_load_balancer(tmp_path: Path) ->
 
 
 def test_settings_saved_before_versions_still_resume(tmp_path: Path) -> None:
-    """A run directory from before the settings had a version (one --api-url saved as a list of
-    one) reads as this version reads it: it resumes and rescores."""
+    """A run directory from before the settings had a version (--api-url saved as a list, of
+    replicas even) reads as this version reads it: its first URL; it resumes and rescores."""
     import yaml
 
     with FakeOpenAIServer("correct") as srv:
@@ -221,7 +221,7 @@ def test_settings_saved_before_versions_still_resume(tmp_path: Path) -> None:
         path = run / "configs/task_config.yaml"
         saved = yaml.safe_load(path.read_text())
         assert saved["config"].pop("version") == 2
-        saved["config"]["api_url"] = [srv.url]  # what version 1 wrote
+        saved["config"]["api_url"] = [srv.url, "http://127.0.0.1:9/v1"]  # what version 1 wrote: replicas
         path.write_text(yaml.safe_dump(saved))
         resumed = run_cli("eval", "--use-cache", str(run), "--limit", "6")
     assert resumed.returncode == 0, resumed.stderr

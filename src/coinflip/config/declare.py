@@ -113,12 +113,11 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
 
 def saved_settings(saved: dict[str, Any]) -> dict[str, Any]:
     """Settings saved by any version, as this version reads them (the read path of old run
-    directories). Version 1 had no `version` and could hold several --api-url (replicas): one
-    is kept as it is; several are left for the check to refuse in one line."""
+    directories). Version 1 had no `version` and saved --api-url as a list (replicas of one
+    model): its first URL is the endpoint now (`--api-url` given on a resume wins)."""
     data = dict(saved)
-    version = data.pop("version", 1)
-    if version == 1 and isinstance(data.get("api_url"), list) and len(data["api_url"]) == 1:
-        data["api_url"] = data["api_url"][0]
+    if data.pop("version", 1) == 1 and isinstance(data.get("api_url"), list):
+        data["api_url"] = data["api_url"][0] if data["api_url"] else None
     return data
 
 

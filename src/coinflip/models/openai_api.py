@@ -1,36 +1,21 @@
 """OpenAI-compatible chat (or text) completions: many requests in flight, retried with care.
 
-Every attempt waits for a slot at its endpoint's `Limiter` (limits.py): the level of requests in
-flight, a pause that a Retry-After asked for, a pace. A refusal (429, or 503/529 "overloaded")
-slows the endpoint down and the request waits its turn again: it uses up none of --retries.
-What bounds the waiting is the run's patience: when nothing has succeeded for that long while
-the endpoint refuses or fails, `complete` raises EndpointBroken (exit 1, resumable).
+Every attempt waits for a slot at the endpoint's `Limiter` (limits.py). A refusal (429, 503/529
+"overloaded") slows it down and waits its turn again, using none of --retries; the run's
+patience bounds the waiting (EndpointBroken, exit 1, resumable). Other 5xx, timeouts, dropped
+connections, framing errors, malformed bodies and empty choices are retried (exponential
+backoff with jitter, honouring Retry-After). Never retried: 400, 401, 403, 404, 413 and 422
+(FatalAPIError, exit 2, with the server's message); a wrong endpoint (EndpointError, exit 2:
+`start()` opens the first connection and asks for an HTTP answer before the run, so nothing
+listening, an unknown host, an untrusted certificate, a proxy that is down or a port that
+speaks no HTTP fail in seconds; so do a 407 and a redirect other than a 307/308 to the same
+origin); a reply too large or in a coding coinflip does not undo (an error for its sample).
+`start()` also keeps to the number of requests a server publishes it serves at once.
 
-Retries (exponential backoff with jitter, honouring Retry-After) on other 5xx, timeouts, dropped
-connections, framing errors, malformed bodies and empty choices. Never retried:
-- 400, 401, 403, 404, 413, 422: a bad key, model name, URL or setting stops the run at once
-  (FatalAPIError, exit 2) with the server's own message;
-- a wrong endpoint (EndpointError, exit 2): `start()` opens the first connection before the
-  run, so nothing listening, an unknown host, an untrusted TLS certificate or
-  a proxy that is down fail in seconds; and it asks for an HTTP answer (`answers`), so a
-  port that resets every connection, or a proxy that sends something other than HTTP, does too
-  (a server that answered once and fails later is retried: the run ends with exit 1, resumable);
-  so do a 407 from a proxy and a redirect (307/308 to the same scheme, host and port are
-  followed, as a POST may be; any other is refused, with its Location shown);
-- a reply larger than `max_reply_bytes`, or in a Content-Encoding coinflip does not decode (br,
-  zstd: the server ignored `Accept-Encoding: identity`): an error for that sample.
-`start()` also asks the server how many requests it serves at once, where it publishes that
-(llama.cpp's /props), and keeps to it.
-
-Early stop: when the last K requests to end (K = requests in flight, at least 3 and at most 8)
-all ended in an error after their retries, with the same message (digits aside), the endpoint
-rather than a sample is broken - whether it never worked or died mid-run: `complete` raises
-EndpointBroken (exit 1; the run can be resumed) instead of grinding through every sample.
-
-Latency is the model's time: the attempt that succeeded, not the waits and failures before it.
-Errors keep what the server said: "HTTP 500: <its message>" in `Reply.error` and the status in
-`Reply.status`. The API key, and any secret-looking extra header, are masked in every message
-and in reply text (`_redact.py`).
+Early stop: when the last K requests (K = in flight, 3 to 8) all failed the same way (digits
+aside) after their retries, the endpoint is broken, not a sample: EndpointBroken (exit 1).
+Latency is the model's time: the attempt that succeeded. Errors keep what the server said
+("HTTP 500: <its message>"); every secret the run holds is masked in them (`_redact.py`).
 """
 
 from __future__ import annotations
