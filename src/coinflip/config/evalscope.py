@@ -36,7 +36,7 @@ GENERATION_DROPPED = {
 }
 
 
-def apply(config: Any, declared: tuple[Setting, ...]) -> list[str]:
+def fold_evalscope(config: Any, declared: tuple[Setting, ...]) -> list[str]:
     """Fold EvalScope's forms into coinflip's fields, first thing; the notes on what changes nothing."""
     notes: list[str] = []
     _eval_type(config)

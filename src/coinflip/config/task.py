@@ -14,7 +14,6 @@ from typing import Any
 
 from ..errors import UnknownSettingError
 from ..secrets import REDACTED, redacted_generation, redacted_url
-from . import evalscope
 from .declare import (
     API_KEY_ENV,
     API_MODES,
@@ -38,6 +37,7 @@ from .declare import (
     one_url,
     setting,
 )
+from .evalscope import fold_evalscope
 from .values import check_header, check_limit, check_values, parse_generation_config, unknown_message
 
 
@@ -340,7 +340,7 @@ class TaskConfig:
         check_values(self)  # first: nothing below walks a value that is too deep, shared or not UTF-8
         if not self.given:
             self.given = frozenset(s.name for s in settings() if getattr(self, s.name) != s.default)
-        self._notes = evalscope.apply(self, settings())
+        self._notes = fold_evalscope(self, settings())
         self.datasets = dataset_names(self.datasets)
         self.api_url = one_url(self.api_url)
         if self.api_key is None or self.api_key == REDACTED:
