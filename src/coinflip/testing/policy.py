@@ -165,15 +165,6 @@ class Stream:
 
 
 Response = tuple[int, bytes, dict[str, str]]
-REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    504: "Gateway Timeout",
-}
 
 
 def reply_json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:

@@ -21,13 +21,14 @@ import asyncio
 import contextlib
 import re
 import threading
+from http.client import responses
 from typing import Any
 from urllib.parse import parse_qsl
 
 from .batches import BatchRoutes, BatchStore
 from .completions import completion
 from .limited import Gate, Limits
-from .policy import POLICIES, REASONS, Policy, Response, ServerState, Stream, reply_json
+from .policy import POLICIES, Policy, Response, ServerState, Stream, reply_json
 
 
 class Handler:
@@ -136,7 +137,7 @@ class HttpProtocol(asyncio.Protocol):
                 continue
             status, payload, extra = response
             head = [
-                f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}",
+                f"HTTP/1.1 {status} {responses.get(status, 'Status')}",
                 "Content-Type: application/json",
                 f"Content-Length: {len(payload)}",
                 *(f"{k}: {v}" for k, v in extra.items()),
