@@ -35,7 +35,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from coinflip.testing.server import HttpProtocol, last_question, truth
+from coinflip.testing.policy import last_question, truth
+from coinflip.testing.server import HttpProtocol
 
 PY = sys.executable
 _SCRIPT = Path(PY).parent / "coinflip"

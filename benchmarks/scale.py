@@ -1,23 +1,19 @@
 """What the harness needs at scale, measured: `python benchmarks/scale.py`
 
-1. Requests in flight: the test server answers after 1 s, and a whole `coinflip eval` of the
-   3,333-question test split runs with 100, 1,000 and 2,000 requests in flight. Printed: wall
-   time against the ideal (rounds of 1 s), peak RSS and CPU seconds of the coinflip process,
-   and what 1,000 more requests in flight cost.
-2. Replicas: two test servers (each its own process, 200 ms), one `--api-url` each; printed:
-   how the 3,333 requests spread over them, against one server alone.
+Requests in flight: the test server answers after 1 s, and a whole `coinflip eval` of the
+3,333-question test split runs with 100, 1,000 and 2,000 requests in flight. Printed: wall
+time against the ideal (rounds of 1 s), peak RSS and CPU seconds of the coinflip process, and
+what 1,000 more requests in flight cost. (Replicas are a load balancer's work: see the README.)
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,11 +38,6 @@ def run(args: list[str]) -> dict[str, float]:
     return {"wall": float(out[0]), "rss": float(out[1]), "cpu": float(out[2])}
 
 
-def stats(server: Server) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/stats", timeout=5) as resp:
-        return int(sum(json.loads(resp.read())["requests"].values()))
-
-
 def in_flight() -> None:
     server = Server(latency=LATENCY)
     try:
@@ -65,30 +56,9 @@ def in_flight() -> None:
     print(f"memory per 1,000 more requests in flight: {per_thousand:.1f} MB (2,000 against 100)")
 
 
-def replicas() -> None:
-    one = Server(latency=0.2)
-    try:
-        alone = run(["--api-url", one.url, "--eval-batch-size", "128"])
-    finally:
-        one.stop()
-    a, b = Server(latency=0.2), Server(latency=0.2)
-    try:
-        both = run(["--api-url", a.url, "--api-url", b.url, "--eval-batch-size", "128"])
-        spread = (stats(a), stats(b))
-    finally:
-        a.stop()
-        b.stop()
-    print(
-        f"2 replicas, 128 in flight, 200 ms: {spread[0]} and {spread[1]} requests "
-        f"({min(spread) / max(spread):.3f} of even); {both['wall']:.2f} s, one server alone {alone['wall']:.2f} s "
-        "(in-flight is the limit here, not the server)"
-    )
-
-
 def main() -> None:
     print(f"coinflip scale check, Python {platform.python_version()}, {os.cpu_count()} cores, {platform.platform()}")
     in_flight()
-    replicas()
 
 
 if __name__ == "__main__":

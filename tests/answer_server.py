@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from coinflip.testing.server import Policy, last_question
+from coinflip.testing.policy import Policy, last_question
 
 
 class QuietHandler(BaseHTTPRequestHandler):

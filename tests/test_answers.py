@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 from coinflip.scoring.extract import extract_answer
-from coinflip.testing.server import FakeOpenAIServer, Policy
+from coinflip.testing.policy import Policy
+from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, answer
 from .conftest import on_terminal, only_run_dir, read_jsonl, run_cli

@@ -18,7 +18,8 @@ import pytest
 
 from coinflip.models.batch_api import read_result, split_lines
 from coinflip.testing.batches import BatchStore
-from coinflip.testing.server import FakeOpenAIServer, Policy
+from coinflip.testing.policy import Policy
+from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import QuietHandler, serving
 from .conftest import only_run_dir, read_jsonl, run_cli, spawn_cli

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from coinflip.testing.server import FakeOpenAIServer, Policy
+from coinflip.testing.policy import Policy
+from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import PATIENCE_S, hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for, whole_lines
 
@@ -198,24 +199,34 @@ def test_api_key_never_reaches_a_file_or_log(tmp_path: Path) -> None:
     assert "api_key: '***'" in config
 
 
-def test_replicas_share_the_load(tmp_path: Path) -> None:
-    with FakeOpenAIServer("correct", latency=0.02) as a, FakeOpenAIServer("correct", latency=0.02) as b:
-        result = run_cli(
-            "eval",
-            "--model",
-            "m",
-            "--api-url",
-            a.url,
-            "--api-url",
-            b.url,
-            "--limit",
-            "200",
-            "--work-dir",
-            str(tmp_path),
-        )
-        counts = sum(a.state.requests.values()), sum(b.state.requests.values())
-    assert result.returncode == 0, result.stderr
-    assert sum(counts) == 200 and min(counts) >= 60
+def test_several_api_urls_are_one_line_naming_a_load_balancer(tmp_path: Path) -> None:
+    """Replicas of one model belong behind a load balancer; coinflip talks to one endpoint."""
+    urls = ("--api-url", "http://127.0.0.1:9/v1", "--api-url", "http://127.0.0.1:10/v1")
+    result = run_cli("eval", "--model", "m", *urls, "--limit", "2", "--work-dir", str(tmp_path))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr
+    assert "give one --api-url, not 2" in lines[0] and "load balancer" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_settings_saved_before_versions_still_resume(tmp_path: Path) -> None:
+    """A run directory from before the settings had a version (--api-url saved as a list, of
+    replicas even) reads as this version reads it: its first URL; it resumes and rescores."""
+    import yaml
+
+    with FakeOpenAIServer("correct") as srv:
+        done = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "4", "--work-dir", str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        run = only_run_dir(tmp_path)
+        path = run / "configs/task_config.yaml"
+        saved = yaml.safe_load(path.read_text())
+        assert saved["config"].pop("version") == 2
+        saved["config"]["api_url"] = [srv.url, "http://127.0.0.1:9/v1"]  # what version 1 wrote: replicas
+        path.write_text(yaml.safe_dump(saved))
+        resumed = run_cli("eval", "--use-cache", str(run), "--limit", "6")
+    assert resumed.returncode == 0, resumed.stderr
+    assert run_cli("rescore", str(run)).returncode == 0
+    assert yaml.safe_load(path.read_text())["config"]["api_url"] == srv.url
 
 
 @pytest.mark.parametrize(

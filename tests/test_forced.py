@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from coinflip.scoring.calibration import auroc, calibration, p_yes
-from coinflip.testing.server import FakeOpenAIServer, Policy, truth
+from coinflip.testing.policy import Policy, truth
+from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Seen, answer, chat
 from .conftest import PATIENCE_S, hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for

@@ -29,7 +29,7 @@ from coinflip.data.grammar import (
 )
 from coinflip.data.prompts import BUILT_IN, reasoning
 from coinflip.scoring.extract import extract_answer
-from coinflip.testing.server import Policy, truth
+from coinflip.testing.policy import Policy, truth
 
 person = st.sampled_from(names()[:500] + script_names())
 surfaces = st.builds(

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from coinflip.errors import EndpointBroken, EndpointError, FatalAPIError
-from coinflip.models._http import ConnectionPool, ProtocolError, ReplyTooLarge, Response
-from coinflip.models._proxy import Proxy, proxy_for
+from coinflip.models._http import ConnectionPool, ReplyTooLarge, Response
+from coinflip.models._wire import ProtocolError, Target
 from coinflip.models.base import Request
 from coinflip.models.openai_api import OpenAIClient
 
@@ -262,7 +262,7 @@ def test_a_truncated_gzip_body_fails_its_sample_at_once_as_malformed(scripted: A
     srv = scripted(Say([ok(gzip.compress(body)[:-30], "Content-Encoding: gzip")]))
 
     async def go() -> Any:
-        chat = OpenAIClient("m", [srv.url()], retries=0, timeout=10)
+        chat = OpenAIClient("m", srv.url(), retries=0, timeout=10)
         try:
             return await chat.complete(Request(0, "p", "q", [{"role": "user", "content": "p"}]))
         finally:
@@ -465,7 +465,7 @@ HOSTILE: dict[str, tuple[Say, bool, str]] = {
 
 def _ask(url: str, stream: bool = False, timeout: float = 5.0, patience: float = 300.0) -> Any:
     async def go() -> Any:
-        chat = OpenAIClient("m", [url], retries=0, timeout=timeout, stream=stream, patience=patience)
+        chat = OpenAIClient("m", url, retries=0, timeout=timeout, stream=stream, patience=patience)
         try:
             return await chat.complete(Request(0, "p", "q", [{"role": "user", "content": "p"}]))
         finally:
@@ -530,7 +530,7 @@ def test_a_reply_in_a_coding_coinflip_does_not_decode_fails_its_sample_at_once(s
     srv = scripted(*[Say([ok(b"\x8b\x05\x80{}\x03", f"Content-Encoding: {coding}")])] * 6)
 
     async def go() -> Any:
-        chat = OpenAIClient("m", [srv.url()], retries=5, timeout=5.0, backoff_base=0.01)
+        chat = OpenAIClient("m", srv.url(), retries=5, timeout=5.0, backoff_base=0.01)
         try:
             return await chat.complete(Request(0, "p", "q", [{"role": "user", "content": "p"}]))
         finally:
@@ -582,7 +582,7 @@ def test_a_reply_with_a_lone_surrogate_is_kept_and_scored(scripted: Any) -> None
     srv = scripted(Say([ok(body)]))
 
     async def go() -> Any:
-        chat = OpenAIClient("m", [srv.url()], retries=0)
+        chat = OpenAIClient("m", srv.url(), retries=0)
         try:
             return await chat.complete(Request(0, "p", "q", [{"role": "user", "content": "p"}]))
         finally:
@@ -600,7 +600,7 @@ def test_a_lone_surrogate_sent_back_to_the_server_goes_as_an_escape(scripted: An
     messages = [{"role": "user", "content": "p"}, {"role": "assistant", "content": "\ud83d maybe"}]
 
     async def go() -> Any:
-        chat = OpenAIClient("m", [srv.url()], retries=0)
+        chat = OpenAIClient("m", srv.url(), retries=0)
         try:
             return await chat.complete(Request(0, "p", "q", messages))
         finally:
@@ -739,28 +739,31 @@ def test_a_proxy_that_wants_credentials_stops_the_run(scripted: Any) -> None:
     ("url", "env", "expected"),
     [
         ("https://api.example.com/v1", {}, None),
-        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p:3128"}, Proxy("p", 3128)),
-        ("https://api.example.com/v1", {"https_proxy": "p2:8080", "HTTPS_PROXY": "http://p:3128"}, Proxy("p2", 8080)),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p:3128"}, "p:3128"),
+        ("https://api.example.com/v1", {"https_proxy": "http://p2:8080", "HTTPS_PROXY": "http://p:3128"}, "p2:8080"),
         ("http://api.example.com/v1", {"HTTPS_PROXY": "http://p:3128"}, None),
-        ("http://api.example.com/v1", {"ALL_PROXY": "http://p:3128"}, Proxy("p", 3128)),
         ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "example.com"}, None),
         ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": ".example.com"}, None),
         ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "no_proxy": "*"}, None),
-        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "ample.com"}, Proxy("p", 80)),
-        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "api.example.com:8443"}, Proxy("p", 80)),
-        ("http://10.1.2.3:8000/v1", {"HTTP_PROXY": "http://p", "NO_PROXY": "10.0.0.0/8"}, None),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "https://p", "NO_PROXY": "example.com"}, None),  # not read
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "ample.com"}, "p:80"),
+        ("https://api.example.com/v1", {"HTTPS_PROXY": "http://p", "NO_PROXY": "api.example.com:8443"}, "p:80"),
         ("http://127.0.0.1:8000/v1", {"HTTP_PROXY": "http://p"}, None),  # loopback never
         ("http://localhost:8000/v1", {"HTTP_PROXY": "http://p"}, None),
         ("http://[::1]:8000/v1", {"HTTP_PROXY": "http://p"}, None),
-        (
-            "http://h/v1",
-            {"HTTP_PROXY": "http://u:pw@p:1"},
-            Proxy("p", 1, "Basic " + base64.b64encode(b"u:pw").decode()),
-        ),
+        ("http://h/v1", {"HTTP_PROXY": "http://u:pw@p:1"}, "p:1 u:pw"),
     ],
 )
-def test_which_proxy_the_environment_names(url: str, env: dict[str, str], expected: Proxy | None) -> None:
-    assert proxy_for(url, env) == expected
+def test_which_proxy_the_environment_names(
+    url: str, env: dict[str, str], expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp reads the environment (lower case first, NO_PROXY); loopback is never proxied."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    target = Target.parse(url, {})
+    found = f"{target.proxy.host}:{target.proxy.port}" if target.proxy else None
+    credentials = target.secrets[1:2]  # the token, then what it decodes to
+    assert " ".join([str(found), *credentials]) == str(expected)
 
 
 def test_an_https_proxy_url_is_one_clear_line(tmp_path: Any) -> None:

@@ -299,6 +299,6 @@ def test_a_url_is_shown_without_its_credentials_and_secrets_whatever_they_hold(u
     """config.shown_url, the one form of a URL in every message, page and file: userinfo holding
     `@`, `:`, `/`, `%`, `?` or `#`, IPv6 hosts and ports, `@` in a query value, bare query items
     and fragments; what the form keeps is the host the request goes to."""
-    from coinflip.config import shown_url
+    from coinflip.secrets import shown_url
 
     assert shown_url(url) == shown

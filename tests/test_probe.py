@@ -16,7 +16,8 @@ from coinflip.config import TaskConfig
 from coinflip.data import load_file
 from coinflip.data.grammar import parse, solve
 from coinflip.probes.run import ProbeOptions, probe
-from coinflip.testing.server import FakeOpenAIServer, Policy
+from coinflip.testing.policy import Policy
+from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import read_jsonl, run_cli
 from .test_reports import _chromium

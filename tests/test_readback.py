@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coinflip.config import TaskConfig
+from coinflip.config import SETTINGS_VERSION, TaskConfig
 from coinflip.errors import ConfigError
 from coinflip.run.runner import run_task
 from coinflip.rundir import PredictionIndex, RunDir, index_predictions, load_saved_config
@@ -58,7 +58,7 @@ def test_every_setting_reads_back_equal_from_the_run_directory(tmp_path: Path, *
         generation_config={"stop": stop, "chat_template_kwargs": kwargs, "temperature": 0.5},
     )
     read = _saved_and_read(tmp_path, config)
-    assert read == config.redacted()
+    assert {"version": SETTINGS_VERSION, **read} == config.redacted()  # read as this version reads it
     again = TaskConfig(**{k: v for k, v in read.items() if k not in ("api_key", "dataset_args", "use_cache")})
     assert again.redacted() == config.redacted()  # what a resume builds from it
 
@@ -307,7 +307,7 @@ def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path: Path, encoding: 
     text = 'model: oracle\nlimit: 3\nsystem_prompt: "Don\\u0092t \u00e9 \U0001f600"\n'
     bom = {"utf-16-le": b"\xff\xfe", "utf-16-be": b"\xfe\xff"}.get(encoding, b"")
     path.write_bytes(bom + text.encode(encoding))
-    from coinflip.configfile import read_file
+    from coinflip.config.files import read_file
 
     assert read_file(path) == {"model": "oracle", "limit": 3, "system_prompt": "Don\u0092t \u00e9 \U0001f600"}
 

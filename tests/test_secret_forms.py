@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coinflip.config import PLAIN_KEYS, redacted_generation
 from coinflip.models._redact import MIN_SECRET, Redactor, is_secret
+from coinflip.secrets import PLAIN_KEYS, redacted_generation
 from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import only_run_dir, run_cli

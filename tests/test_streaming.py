@@ -13,7 +13,8 @@ import pytest
 from coinflip.models._sse import SSEDecoder
 from coinflip.models.base import Reply, Request
 from coinflip.models.openai_api import OpenAIClient
-from coinflip.testing.server import FakeOpenAIServer, Policy
+from coinflip.testing.policy import Policy
+from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Pieces
 from .conftest import only_run_dir, read_jsonl, run_cli
@@ -24,7 +25,7 @@ QUESTION = "Q: A coin is heads up. Ann flips the coin. Bob does not flip the coi
 
 def ask(url: str, **options: Any) -> Reply:
     async def go() -> Reply:
-        chat = OpenAIClient("m", [url], **{"stream": True, "retries": 0, **options})
+        chat = OpenAIClient("m", url, **{"stream": True, "retries": 0, **options})
         await chat.start()
         try:
             return await chat.complete(Request(0, QUESTION, QUESTION, [{"role": "user", "content": QUESTION}]))

@@ -161,7 +161,7 @@ def test_done_keeps_the_connection_when_the_message_ends_just_after() -> None:
     try:
 
         async def twice() -> list[Reply]:
-            chat = OpenAIClient("m", [srv.url()], stream=True, retries=0)
+            chat = OpenAIClient("m", srv.url(), stream=True, retries=0)
             request = Request(0, QUESTION, QUESTION, [{"role": "user", "content": QUESTION}])
             try:
                 return [await chat.complete(request), await chat.complete(request)]

@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "EvalType": "_evalscope",
+    "EvalType": "config",
     "TaskConfig": "config",
     "run_task": "run.runner",
     "rescore": "run.runner",
@@ -33,8 +33,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from typing import Any
 
-    from ._evalscope import EvalType
-    from .config import TaskConfig
+    from .config import EvalType, TaskConfig
     from .data.generate import generate_file
     from .data.load import load_dataset
     from .run.runner import rescore, run_task

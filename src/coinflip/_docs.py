@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import _evalscope
 from .config import GENERATION_KEYS, Setting, settings
+from .config.evalscope import GENERATION_DROPPED, GENERATION_TO_TASK
 
 PAGE = "docs/settings.md"  # from the repository's root
 MARKERS = {
@@ -67,11 +67,11 @@ def evalscope_table() -> str:
     )
     lines.append("| `dataset_hub: local` | `--dataset-hub local` | with `local_path` / `--dataset-path` |")
     lines.append("| `limit: 0` | all questions | as in EvalScope |")
-    for key, field in _evalscope.GENERATION_TO_TASK.items():
+    for key, field in GENERATION_TO_TASK.items():
         if key == "retries":
             continue  # its own row above
         lines.append(f"| `generation_config.{key}` | `--{field.replace('_', '-')}` | moved to the setting of its own |")
-    for key, why in _evalscope.GENERATION_DROPPED.items():
+    for key, why in GENERATION_DROPPED.items():
         lines.append(f"| `generation_config.{key}` | accepted | {_cell(why)} |")
     lines.append("| `generation_config.stop_seqs` | `stop` | same meaning |")
     known = ", ".join(f"`{k}`" for k in GENERATION_KEYS)

@@ -28,7 +28,7 @@ except ImportError:  # Windows: no advisory locks
 
 from . import forced
 from ._files import UnreadableFile, inside, open_regular, read_regular, replacing
-from .config import BENCHMARK, TaskConfig, safe_name
+from .config import BENCHMARK, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, storage_error
 from .records import Prediction, Review, dumps, key_of, loads, read_prediction, read_review
 
@@ -354,6 +354,7 @@ def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:
         or not data["config"].get("model")
     ):
         raise ConfigError(f"{path}: not a coinflip task config")
+    data["config"] = saved_settings(data["config"])  # as this version reads them, whatever wrote them
     if check:
         _check_saved(path, data)
     return data

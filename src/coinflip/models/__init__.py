@@ -81,7 +81,7 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
     if answered_by == "baseline":
         yield Endpoint(None)
         return
-    yield Endpoint([config.api_url] if isinstance(config.api_url, str) else list(config.api_url or []))
+    yield Endpoint([config.api_url] if config.api_url else [])
 
 
 @contextlib.asynccontextmanager
@@ -100,7 +100,7 @@ async def open_model(
 
         client = OpenAIClient(
             str(config.model),
-            urls,
+            urls[0],  # one endpoint: replicas are a load balancer's work
             config.api_key,
             generation,
             config.timeout,

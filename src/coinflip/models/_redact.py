@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
-from ..config import REDACTED as MASK  # one mask for what is saved and what is shown
+from ..secrets import REDACTED as MASK  # one mask for what is saved and what is shown
 from .base import Reply
 
 MIN_SECRET = 8  # shorter values would mask ordinary words ("none", "EMPTY"); real keys are far longer

@@ -1,36 +1,21 @@
 """OpenAI-compatible chat (or text) completions: many requests in flight, retried with care.
 
-Every attempt waits for a slot at its endpoint's `Limiter` (limits.py): the level of requests in
-flight, a pause that a Retry-After asked for, a pace. A refusal (429, or 503/529 "overloaded")
-slows the endpoint down and the request waits its turn again: it uses up none of --retries.
-What bounds the waiting is the run's patience: when nothing has succeeded for that long while
-the endpoint refuses or fails, `complete` raises EndpointBroken (exit 1, resumable).
+Every attempt waits for a slot at the endpoint's `Limiter` (limits.py). A refusal (429, 503/529
+"overloaded") slows it down and waits its turn again, using none of --retries; the run's
+patience bounds the waiting (EndpointBroken, exit 1, resumable). Other 5xx, timeouts, dropped
+connections, framing errors, malformed bodies and empty choices are retried (exponential
+backoff with jitter, honouring Retry-After). Never retried: 400, 401, 403, 404, 413 and 422
+(FatalAPIError, exit 2, with the server's message); a wrong endpoint (EndpointError, exit 2:
+`start()` opens the first connection and asks for an HTTP answer before the run, so nothing
+listening, an unknown host, an untrusted certificate, a proxy that is down or a port that
+speaks no HTTP fail in seconds; so do a 407 and a redirect other than a 307/308 to the same
+origin); a reply too large or in a coding coinflip does not undo (an error for its sample).
+`start()` also keeps to the number of requests a server publishes it serves at once.
 
-Retries (exponential backoff with jitter, honouring Retry-After) on other 5xx, timeouts, dropped
-connections, framing errors, malformed bodies and empty choices. Never retried:
-- 400, 401, 403, 404, 413, 422: a bad key, model name, URL or setting stops the run at once
-  (FatalAPIError, exit 2) with the server's own message;
-- a wrong endpoint (EndpointError, exit 2): `start()` opens the first connection to every
-  replica before the run, so nothing listening, an unknown host, an untrusted TLS certificate or
-  a proxy that is down fail in seconds; and it asks each for an HTTP answer (`answers`), so a
-  port that resets every connection, or a proxy that sends something other than HTTP, does too
-  (a server that answered once and fails later is retried: the run ends with exit 1, resumable);
-  so do a 407 from a proxy and a redirect (307/308 to the same scheme, host and port are
-  followed, as a POST may be; any other is refused, with its Location shown);
-- a reply larger than `max_reply_bytes`, or in a Content-Encoding coinflip does not decode (br,
-  zstd: the server ignored `Accept-Encoding: identity`): an error for that sample.
-`start()` also asks each server how many requests it serves at once, where it publishes that
-(llama.cpp's /props), and keeps to it.
-
-Early stop: when the last K requests to end (K = requests in flight, at least 3 and at most 8)
-all ended in an error after their retries, with the same message (digits aside), the endpoint
-rather than a sample is broken - whether it never worked or died mid-run: `complete` raises
-EndpointBroken (exit 1; the run can be resumed) instead of grinding through every sample.
-
-Latency is the model's time: the attempt that succeeded, not the waits and failures before it.
-Errors keep what the server said: "HTTP 500: <its message>" in `Reply.error` and the status in
-`Reply.status`. The API key, and any secret-looking extra header, are masked in every message
-and in reply text (`_redact.py`).
+Early stop: when the last K requests (K = in flight, 3 to 8) all failed the same way (digits
+aside) after their retries, the endpoint is broken, not a sample: EndpointBroken (exit 1).
+Latency is the model's time: the attempt that succeeded. Errors keep what the server said
+("HTTP 500: <its message>"); every secret the run holds is masked in them (`_redact.py`).
 """
 
 from __future__ import annotations
@@ -43,25 +28,26 @@ import re
 import time
 from collections import deque
 from typing import Any
-from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
-import aiohttp
 import msgspec
 
-from ..config import KEY_AGAIN, run_secrets, shown_url
+from ..config import KEY_AGAIN
 from ..errors import EndpointBroken, EndpointError, FatalAPIError
+from ..secrets import run_secrets, shown_url
 from ._http import (
     DEFAULT_MAX_BODY,
-    PROBE_BYTES,
     ConnectionPool,
     ReplyTooLarge,
     Response,
     UnknownCoding,
     merge_headers,
-    read_at_most,
 )
 from ._redact import Redactor
-from ._replies import BadReply, StreamReply, load_json, one_line, parse_body, server_message
+from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
+from ._request import endpoint_url as endpoint_url  # batch_api.py and run/batch.py take these from here
+from ._request import published_slots, redirect, refused_redirect, web_page
+from ._request import request_body as request_body
+from ._request import split_generation as split_generation
 from .base import Reply, Request
 from .limits import Limiter, Traffic
 
@@ -77,9 +63,7 @@ BACKOFF_BASE = 0.25
 BACKOFF_CAP = 8.0
 EARLY_STOP = (3, 8)  # how many last outcomes the early-stop rule looks at: in-flight, within these
 MAX_REDIRECTS = 5
-PROBE_S = 2.0  # seconds the capacity probe at the start may take
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
-GATEWAY_KEYS = ("extra_body", "extra_headers", "extra_query")
 _ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
 
 
@@ -88,58 +72,6 @@ class RetryableError(Exception):
         super().__init__(message)
         self.retry_after = retry_after
         self.status = status
-
-
-def endpoint_url(url: str, mode: str = "chat", query: dict[str, Any] | None = None) -> str:
-    """Accept a base URL (…/v1), a server root, or the full endpoint; `mode` is chat or completions.
-    A query string (`?api-version=...`) stays at the end, with `query` added to it."""
-    parts = urlsplit(url)
-    path = parts.path.rstrip("/")
-    tail = "/chat/completions" if mode == "chat" else "/completions"
-    for known in ("/chat/completions", "/completions"):
-        if path.endswith(known):
-            path = path[: -len(known)]
-            break
-    else:
-        path += "/v1" if not path else ""
-    extra = urlencode({k: _query_value(v) for k, v in (query or {}).items()})
-    joined = "&".join(q for q in (parts.query, extra) if q)
-    return urlunsplit((parts.scheme, parts.netloc, path + tail, joined, ""))
-
-
-def _query_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def request_body(
-    model: str,
-    mode: str,
-    generation: dict[str, Any],
-    request: Request,
-    stream: bool = False,
-    extra_body: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The JSON body of one request, online or as a line of a batch file: `generation` without
-    the gateway keys (see `split_generation`), `extra_body` last."""
-    body: dict[str, Any] = {"model": model}
-    if mode == "chat":
-        body["messages"] = request.messages
-    else:  # a plain completion gets the same text: system prompt, blank line, prompt
-        body["prompt"] = "\n\n".join(m["content"] for m in request.messages)
-    body.update(generation)
-    body.update(request.params)
-    if stream:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-    body.update(extra_body or {})
-    return body
-
-
-def split_generation(generation: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The settings sent in the body, and `extra_body` (headers and query go elsewhere)."""
-    return {k: v for k, v in generation.items() if k not in GATEWAY_KEYS}, dict(generation.get("extra_body") or {})
 
 
 class EarlyStop:
@@ -160,13 +92,13 @@ class EarlyStop:
 
 
 class OpenAIClient:
-    """One model behind one or more replicas, over chat completions or plain completions (`mode`);
-    each request goes to the replica with fewest in flight."""
+    """One model behind one endpoint, over chat completions or plain completions (`mode`).
+    Replicas of a model belong behind a load balancer (nginx, LiteLLM) or vLLM's data parallelism."""
 
     def __init__(
         self,
         model: str,
-        urls: list[str],
+        url: str,
         api_key: str | None = None,
         generation: dict[str, Any] | None = None,
         timeout: float = 120.0,
@@ -183,8 +115,8 @@ class OpenAIClient:
         self.name = model
         self.mode = mode
         self.stream = stream
-        self.urls = [endpoint_url(u, mode, generation.get("extra_query")) for u in urls]
-        self.limits = {url: Limiter(concurrency) for url in self.urls}
+        self.url = endpoint_url(url, mode, generation.get("extra_query"))
+        self.limiter = Limiter(concurrency)
         self.patience = patience
         self.last_success = time.monotonic()  # counted from the start: patience bounds a run that never answers too
         self.trouble = False  # a refusal or failure since the last success
@@ -207,58 +139,19 @@ class OpenAIClient:
         self._pool = ConnectionPool(
             merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes, sink=lambda: StreamReply(mode)
         )
-        self.redact = Redactor([*run_secrets(api_key, generation, urls), *self._pool.proxy_secrets(self.urls)])
+        self.redact = Redactor([*run_secrets(api_key, generation, url), *self._pool.proxy_secrets([self.url])])
 
     async def start(self) -> None:
         """Open the first connection to every replica now (kept for the first request): a wrong
         endpoint fails here, in seconds, with EndpointError."""
         try:
-            await asyncio.gather(*(self._pool.check(url) for url in self.urls))
-            published = await asyncio.gather(*(self._published_slots(url) for url in self.urls))
-            await asyncio.gather(*(self._pool.answers(url) for url in self.urls))  # those the probes did not hear
+            await self._pool.check(self.url)
+            slots = await published_slots(self._pool, self.url)
+            await self._pool.answers(self.url)  # unless the probes heard it
         except FatalAPIError as exc:
             raise type(exc)(self.redact(str(exc))) from None
-        for url, slots in zip(self.urls, published, strict=True):
-            if slots is not None:
-                self.limits[url].serves(slots)
-
-    async def _published_slots(self, url: str) -> int | None:
-        """How many requests the server says it serves at once, where it says so: llama.cpp's server
-        publishes `total_slots` at /props; the Python llama.cpp server (llama-cpp-python), which
-        serves one request at a time behind a lock, names itself by owning its models as "me" at
-        /v1/models. Anything else - no such route, a gateway, a slow or odd answer, a proxy on the
-        way (it need not see more than the run's requests) - is None: the limits then learn it by
-        watching. Both GETs go together (one on the connection `check` opened): one round trip at
-        the start, not two, for a server that publishes neither."""
-        target = self._pool.target(url)
-        if target.proxy is not None:
-            return None
-        path = target.url.path
-        root = path.split("/v1/")[0] if "/v1/" in path else ""
-        props, models = await asyncio.gather(
-            self._get_json(target, root + "/props"), self._get_json(target, root + "/v1/models")
-        )
-        slots = slots_in(props)
-        if slots is None and one_at_a_time(models):
-            slots = 1
-        return slots
-
-    async def _get_json(self, target: Any, path: str) -> Any:
-        """A server's JSON answer to a GET of `path`, or None for anything else."""
-        options = {k: v for k, v in target.options.items() if k in ("headers", "ssl")}
-        try:
-            async with self._pool.session.get(
-                target.url.with_path(path).with_query(None),
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=PROBE_S),
-                **options,
-            ) as answer:
-                self._pool.heard(target)
-                if answer.status != 200:
-                    return None
-                return load_json(await read_at_most(answer.content, PROBE_BYTES))  # as every reply is read
-        except (OSError, BadReply, asyncio.TimeoutError, aiohttp.ClientError):  # ReplyTooLarge is an OSError
-            return None
+        if slots is not None:
+            self.limiter.serves(slots)
 
     def _body(self, request: Request) -> bytes:
         body = request_body(self.name, self.mode, self.generation, request, self.stream, self.extra_body)
@@ -271,11 +164,11 @@ class OpenAIClient:
         body = self._body(request)
         message, status, failures, attempts = "", None, 0, 0
         while True:
-            url, sent, done_before = await self._slot()
+            sent, done_before = await self._slot()
             attempts += 1
-            limiter, wait, outcome, reply = self.limits[url], None, "failed", None
+            limiter, wait, outcome, reply = self.limiter, None, "failed", None
             try:
-                reply = await self._attempt(url, body)
+                reply = await self._attempt(self.url, body)
                 outcome = "ok"
             except RetryableError as exc:
                 message, status, wait = str(exc), exc.status, exc.retry_after
@@ -327,30 +220,27 @@ class OpenAIClient:
             self._freed.set_result(None)
         self._freed = None
 
-    async def _slot(self) -> tuple[str, float, int]:
-        """Wait until an endpoint may take a new request (its level, pause and pace allow it); the
-        least busy of those that may. Returns it, the moment the request goes, and how many requests
-        it had answered by then."""
-        now = time.monotonic()
-        url = min(self.urls, key=lambda u: (self.limits[u].delay(now), self.limits[u].in_flight))
-        if self.limits[url].delay(now) > 0:
+    async def _slot(self) -> tuple[float, int]:
+        """Wait until the endpoint may take a new request (its level, pause and pace allow it).
+        Returns the moment the request goes, and how many requests it had answered by then."""
+        limiter, now = self.limiter, time.monotonic()
+        if limiter.delay(now) > 0:
             self.holding += 1
             if self.holding == 1:
                 self.held_since = now
             try:
-                while self.limits[url].delay(now) > 0:
+                while limiter.delay(now) > 0:
                     self._check_patience(now)
                     if self._freed is None:
                         self._freed = asyncio.get_running_loop().create_future()
-                    await asyncio.wait([self._freed], timeout=min(self.limits[url].delay(now), 1.0))
+                    await asyncio.wait([self._freed], timeout=min(limiter.delay(now), 1.0))
                     now = time.monotonic()
-                    url = min(self.urls, key=lambda u: (self.limits[u].delay(now), self.limits[u].in_flight))
             finally:
                 self.holding -= 1
                 if not self.holding:
                     self.waited_s += time.monotonic() - self.held_since
-        self.limits[url].send(now)
-        return url, now, self.limits[url].traffic.succeeded
+        limiter.send(now)
+        return now, limiter.traffic.succeeded
 
     def _check_patience(self, now: float) -> None:
         """Nothing has succeeded for `patience` seconds while the endpoint refused or failed: stop
@@ -362,10 +252,8 @@ class OpenAIClient:
             )
 
     def traffic(self) -> Traffic:
-        """What went to the endpoints and came back, summed over replicas."""
-        total = Traffic()
-        for limiter in self.limits.values():
-            total = total.add(limiter.traffic)
+        """What went to the endpoint and came back, and how long requests were held back."""
+        total = Traffic().add(self.limiter.traffic)
         total.waited_s = self.waited_s + (time.monotonic() - self.held_since if self.holding else 0.0)
         return total
 
@@ -387,21 +275,14 @@ class OpenAIClient:
         for _ in range(MAX_REDIRECTS):
             if response.status not in (307, 308):
                 break
-            url = self._redirect(url, response)
+            url = redirect(url, response)
             response = await self._pool.post(url, body, self.stream)
         return self._read(url, response)
-
-    def _redirect(self, url: str, response: Response) -> str:
-        """Follow a 307/308 to the same scheme, host and port; refuse any other."""
-        location = _location(url, response)
-        if location != url and _origin(location) == _origin(url):
-            return location
-        raise _refused_redirect(url, response)
 
     def _read(self, url: str, response: Response) -> Reply:
         status = response.status
         if 200 <= status < 300:
-            if not self.answered and _web_page(response):
+            if not self.answered and web_page(response):
                 raise EndpointError(
                     f"{shown_url(url)} answered with a web page, not the OpenAI API: check --api-url "
                     "(it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
@@ -413,7 +294,7 @@ class OpenAIClient:
             except BadReply as exc:
                 raise RetryableError(str(exc), status=status) from None
         if 300 <= status < 400:  # one the loop did not follow, or one redirect too many
-            raise _refused_redirect(url, response)
+            raise refused_redirect(url, response)
         detail = server_message(response.body)
         if status == 407:
             raise EndpointError(
@@ -432,37 +313,6 @@ class OpenAIClient:
 
     async def aclose(self) -> None:
         await self._pool.aclose()
-
-
-def _web_page(response: Response) -> bool:
-    """An HTML page (a web UI's root, a login or captive portal) where JSON or a stream was due."""
-    kind = response.headers.get("content-type", "").lower()
-    return "text/html" in kind or (response.events is None and response.body.lstrip()[:1] == b"<")
-
-
-def _location(url: str, response: Response) -> str:
-    """Where a redirect points; a Location that is no URL (`http://[::1/x`) as sent, never followed."""
-    location = response.headers.get("location", "").strip()
-    try:
-        return urljoin(url, location)
-    except ValueError:
-        return location
-
-
-def _origin(url: str) -> tuple[str, str, int | None] | None:
-    try:
-        parts = urlsplit(url)
-        return parts.scheme, (parts.hostname or ""), parts.port
-    except ValueError:  # a port that is not a number
-        return None
-
-
-def _refused_redirect(url: str, response: Response) -> EndpointError:
-    location = _location(url, response) if response.headers.get("location") else ""
-    return EndpointError(
-        f"{shown_url(url)} redirects ({response.status}) to {shown_url(location) or '(no Location)'}; "
-        "give the final URL as --api-url"
-    )
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -511,21 +361,3 @@ def _duration(value: str | None) -> float | None:
         return retry_after(text)  # a plain number of seconds
     scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     return sum(float(n) * scale[u] for n, u in parts)
-
-
-def one_at_a_time(found: Any) -> bool:
-    """Whether /v1/models came from the Python llama.cpp server, which owns every model as "me"."""
-    models = found.get("data") if isinstance(found, dict) else None
-    return (
-        isinstance(models, list)
-        and bool(models)
-        and all(isinstance(m, dict) and m.get("owned_by") == "me" for m in models)
-    )
-
-
-def slots_in(found: Any) -> int | None:
-    """The number of slots in what a server published at /props (llama.cpp's `total_slots`)."""
-    slots = found.get("total_slots") if isinstance(found, dict) else None
-    if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= 4096:
-        return slots
-    return None

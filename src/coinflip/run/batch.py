@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._files import read_regular, replacing
-from ..config import safe_name, secret_keys
+from ..config import safe_name
 from ..errors import ConfigError, RunIncomplete, storage_error
 from ..models.base import Reply, Request
 from ..models.batch_api import ENDED, LOST, custom_id_of, read_result, request_line, split_lines
+from ..secrets import secret_keys
 from .progress import Progress
 from .stop import Interrupted, run_until_stopped, stopped_by
 
@@ -185,9 +186,9 @@ def send_batches(
 ) -> Work:
     """Send `work` through the Batch API; returns what is left for an online pass (--batch-rest-online).
     `budget` (--max-cost) decides what is submitted and counts what the batches answered."""
-    from ..config import run_secrets
     from ..models._http import megabytes
     from ..models.batch_api import BatchAPI
+    from ..secrets import run_secrets
     from .runner import resume_hint
 
     config = plan.config

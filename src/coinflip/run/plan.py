@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..config import TaskConfig, redacted_generation
+from ..config import TaskConfig
 from ..data import prompts
 from ..data.load import Dataset, Record, load_dataset
 from ..data.sampling import Subset
 from ..errors import ConfigError
 from ..models import Request, check_model
 from ..scoring.cost import check_costs
+from ..secrets import redacted_generation
 
 COMPLETIONS_STOP = ["\nQ:"]  # a completion model goes on to invent the next "Q:" block
 FORCE_PROMPT = 'Give only your final answer, in one line of the form "ANSWER: YES" or "ANSWER: NO".'

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .. import forced
 from .._files import read_regular, replacing
 from .._terminal import one_line, printable
-from ..config import DEFAULT_BATCH, KEY_AGAIN, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
+from ..config import DEFAULT_BATCH, KEY_AGAIN, METRIC_COMPATS, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
 from ..models import Reply, Request, is_local, limits, open_model, serve_local
 from ..models.predict import Gate, run_requests
@@ -41,6 +41,7 @@ from ..rundir import (
     load_saved_config,
 )
 from ..scoring.calibration import answer_window
+from ..secrets import masked_somewhere, url_masked
 from .plan import Plan, prepare, provenance
 from .progress import Progress
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
@@ -59,7 +60,7 @@ def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
     `task_cfg` is a TaskConfig, a dict, a path to a YAML or JSON file of one, or a list of
     those; a list returns a list of reports.
     """
-    from ..configfile import as_configs
+    from ..config.files import as_configs
 
     configs = as_configs(task_cfg, kwargs)
     reports = [run_one(config) for config in configs]

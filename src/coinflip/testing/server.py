@@ -1,36 +1,17 @@
-"""An OpenAI-compatible server on 127.0.0.1 (chat and completions) that answers CoinFlip questions by a known policy.
+"""An OpenAI-compatible server on 127.0.0.1 that answers CoinFlip questions by a known policy.
 
 Used by the tests and the benchmarks, and handy for trying coinflip without a model:
 
     python -m coinflip.testing.server --port 8000 --policy mixed --fail-rate 0.3
 
-Policies: `correct` always answers right (it tracks the coin in every form of the grammar);
-`mixed` answers by a hash of the question (right, wrong, invalid or always YES), so the expected
-metrics can be computed from `Policy.expected`. Two policies stand for models the probes must
-catch: `shortcut` counts the phrase " flips the coin." from an assumed heads-up start (right on
-the official form, lost when the coin starts tails up or flips are worded otherwise), and
-`contaminated` knows the bundled splits' questions by heart and gets any other question right
-60% of the time (by a hash of the question, so runs repeat).
-Faults (`fail_rate`): 429 with Retry-After, 500, a stalled reply, a dropped connection, a
-malformed body or an empty choice list - what real servers do under load.
-
-A request with `"stream": true` gets server-sent events in HTTP chunks, as vLLM sends them:
-reasoning deltas, content deltas, the finish reason, a usage chunk when the request asked for
-it (`stream_options.include_usage`, unless `stream_usage` is off) and `data: [DONE]`;
-`stream_gap` seconds between events splits them into separate packets, and `stream_stalls`
-pause the first streams halfway through. `n` choices and `logprobs` are
-answered in both forms. A gateway is imitated by `require_headers` and `require_query`.
-
-Limits (`limits`, see limited.py): a requests-per-second token bucket and an in-flight cap that
-answer 429, and slots that serve requests one after another, published at /props as llama.cpp
-does. `kill()` makes the server die mid-run (connection refused).
-
-Forced answers: a request that continues a reply with coinflip's forced-answer turn (chat) or
-cue (completions) gets the policy's `forced` answer line. Log probabilities put the policy's
-`confidence` on the answer token and the rest on the other answer, so P(YES) is known.
-`impossible_logprobs` sends log probabilities no model can give at the answer of every other
-question (`ServerState.impossible`): "positive" puts +50 on the other answer, "nan" puts NaN on
-the answer token and +Infinity on the other answer.
+The endpoints, one module each: chat and completions, plain or streamed (completions.py), the
+Batch API's files and batches (batches.py), and the limits a real server has (limited.py): a
+requests-per-second token bucket and an in-flight cap that answer 429, and slots that serve
+requests one after another, published at /props as llama.cpp does. The policies and what the
+server keeps are in policy.py. Here: the routes, just enough HTTP/1.1, and a server on a
+thread. A gateway is imitated by `require_headers` and `require_query`; `stream_gap` seconds
+between events splits a stream into packets, and `stream_stalls` pause the first streams
+halfway through. `kill()` makes the server die mid-run (connection refused).
 """
 
 from __future__ import annotations
@@ -38,179 +19,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
-import hashlib
-import json
-import math
-import random
 import re
 import threading
-import time
-from collections import Counter
-from dataclasses import dataclass, field
+from http.client import responses
 from typing import Any
 from urllib.parse import parse_qsl
 
-from ..data.grammar import solve
 from .batches import BatchRoutes, BatchStore
+from .completions import completion
 from .limited import Gate, Limits
-
-_QUESTION = re.compile(
-    r"Q: A coin is (?:heads|tails) up\..*?Is the coin (?:still )?(?:heads|tails) up\?|问：一枚硬币.*?吗？", re.S
-)
-MIXED = ("right",) * 6 + ("wrong", "wrong", "invalid", "yes")  # what `mixed` does, by question hash
-FAULTS = ("429", "500", "stall", "drop", "malformed", "empty")
-
-
-def _draw(text: str, n: int) -> int:
-    """A number below `n` fixed by `text`: the policies' choices repeat from run to run."""
-    return int(hashlib.sha256(text.encode()).hexdigest(), 16) % n
-
-
-def _other(answer: str) -> str:
-    return "NO" if answer == "YES" else "YES"
-
-
-def truth(question: str) -> str:
-    """The right answer, from the question's own sequence (any form of the grammar)."""
-    solved = solve(question)
-    if solved is not None:
-        return solved
-    flips = len(re.findall(r"\S flips the coin\.", question))
-    return "NO" if flips % 2 else "YES"
-
-
-def shortcut(question: str) -> str:
-    """What a phrase counter answers: an odd number of " flips the coin." means tails, from a
-    heads-up start it never reads; the side asked about it does read."""
-    heads = question.count(" flips the coin.") % 2 == 0
-    asks_tails = re.search(r"tails up\?$|反面朝上吗？$", question) is not None
-    return "YES" if heads != asks_tails else "NO"
-
-
-@functools.lru_cache(maxsize=1)
-def known_questions() -> frozenset[str]:
-    """The questions a contaminated model has seen: the bundled splits."""
-    from ..data import bundled_dir, load_file
-
-    return frozenset(
-        r.question for split in ("test", "validation") for r in load_file(bundled_dir() / f"{split}.jsonl")
-    )
-
-
-def contaminated(question: str) -> str:
-    """Right on every question it has seen; right 60% of the time on any other."""
-    right = truth(question)
-    return right if question in known_questions() or _draw(f"fresh:{question}", 10) < 6 else _other(right)
-
-
-def last_question(prompt: str) -> str:
-    found = _QUESTION.findall(prompt)
-    return found[-1] if found else ""
-
-
-ANSWERERS = {"shortcut": shortcut, "contaminated": contaminated}
-POLICIES = ("correct", "mixed", *ANSWERERS)
-
-
-def _answer_of(kind: str, right: str) -> str | None:
-    """The answer a reply of this kind gives (MIXED's kinds; "invalid": none)."""
-    return {"right": right, "wrong": _other(right), "invalid": None, "yes": "YES"}[kind]
-
-
-@dataclass(frozen=True)
-class Policy:
-    name: str = "correct"
-
-    def kind(self, question: str) -> str:
-        if self.name == "correct":
-            return "right"
-        return MIXED[_draw(question, len(MIXED))]
-
-    def expected(self, question: str) -> str | None:
-        """What extraction should find in this policy's reply: YES, NO or None."""
-        if self.name in ANSWERERS:
-            return ANSWERERS[self.name](question)
-        return _answer_of(self.kind(question), truth(question))
-
-    def reply(self, question: str) -> str:
-        answer = self.expected(question)
-        if answer is None:
-            return "The coin... I am not sure.\nANSWER: maybe"
-        return f"Tracking the coin person by person.\n**ANSWER: {answer}**"
-
-    def forced(self, question: str) -> str | None:
-        """The answer to a forced turn: right half the time, wrong a quarter, still invalid a quarter."""
-        return _answer_of(("right", "right", "wrong", "invalid")[_draw(f"forced:{question}", 4)], truth(question))
-
-    def confidence(self, question: str) -> float:
-        """The probability the answer token gets; the other answer gets the rest."""
-        return (0.55, 0.7, 0.85, 0.95)[_draw(f"confidence:{question}", 4)]
-
-    def p_yes(self, question: str, answer: str | None) -> float | None:
-        """P(YES) at the answer position of a reply that answered `answer`; None for "maybe" (its
-        alternatives hold YES 0.3 and NO 0.2, but the word written is no answer)."""
-        if answer is None:
-            return None
-        c = self.confidence(question)
-        return c if answer == "YES" else 1 - c
-
-
-@dataclass
-class ServerState:
-    policy: Policy
-    api_key: str | None = None
-    models: tuple[str, ...] = ()
-    latency: float = 0.0
-    fail_rate: float = 0.0
-    stall: float = 30.0
-    seed: int = 0
-    throttle: list[str] = field(default_factory=list)  # Retry-After values for the first requests' 429s
-    arrivals: list[float] = field(default_factory=list)
-    requests: Counter[str] = field(default_factory=Counter)
-    answered: Counter[str] = field(default_factory=Counter)
-    auth_headers: list[str] = field(default_factory=list)
-    faults: Counter[str] = field(default_factory=Counter)
-    rng: random.Random = field(default_factory=random.Random)
-    stream_usage: bool = True  # a usage chunk at the end of a stream that asked for one
-    reply_tokens: int = 0  # replies padded to about this many tokens (4 characters each), cut at max_tokens
-    stream_gap: float = 0.0  # seconds between streamed events (0: all in one write)
-    stream_stalls: list[float] = field(default_factory=list)  # pauses for the first streams, mid-reply
-    require_headers: dict[str, str] = field(default_factory=dict)  # a gateway's api-key header, say
-    require_query: dict[str, str] = field(default_factory=dict)  # and its api-version parameter
-    impossible_logprobs: str = ""  # "positive" or "nan": impossible values at some answers (see the docstring)
-    record: bool = False  # keep each request (path, headers, body) in `seen`
-    seen: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
-    batches: BatchStore = field(default_factory=BatchStore)  # /v1/files and /v1/batches (batches.py)
-    limits: Limits = field(default_factory=lambda: Limits())  # rate, in-flight and slot limits
-
-    def impossible(self, question: str) -> bool:
-        """Whether this question's answer gets the impossible log probabilities (about half do)."""
-        return bool(self.impossible_logprobs) and _draw(f"impossible:{question}", 2) == 0
-
-
-@dataclass
-class Stream:
-    """A streamed answer: each item one whole server-sent event; `stall` pauses it halfway."""
-
-    events: list[bytes]
-    stall: float = 0.0
-
-
-Response = tuple[int, bytes, dict[str, str]]
-REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    504: "Gateway Timeout",
-}
-
-
-def _json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
-    return status, json.dumps(payload).encode(), headers or {}
+from .policy import POLICIES, Policy, Response, ServerState, Stream, reply_json
 
 
 class Handler:
@@ -233,13 +51,13 @@ class Handler:
         if method == "GET" and path.endswith("/models"):
             owner = {"owned_by": self.limiter.limits.owned_by} if self.limiter.limits.owned_by else {}
             models = [{"id": m, "object": "model", **owner} for m in self.state.models or ("fake",)]
-            return _json(200, {"object": "list", "data": models})
+            return reply_json(200, {"object": "list", "data": models})
         if method == "GET" and path in ("/props", "/slots") and self.limiter.publishes:
-            return _json(200, self.limiter.published(path))
+            return reply_json(200, self.limiter.published(path))
         if method == "GET" and path == "/stats":
             s = self.state
             gate = self.limiter
-            return _json(
+            return reply_json(
                 200,
                 {
                     "requests": dict(s.requests),
@@ -254,192 +72,23 @@ class Handler:
             return await self.chat(headers, body, arrived, chat=path.endswith("/chat/completions"))
         if re.search(r"/(files|batches)(/|$)", path):
             if self.state.api_key is not None and headers.get("authorization") != f"Bearer {self.state.api_key}":
-                return _json(401, {"error": {"message": "Incorrect API key provided"}})
+                return reply_json(401, {"error": {"message": "Incorrect API key provided"}})
             return await self.batch_routes(method, path, headers, body)
-        return _json(404, {"error": {"message": f"no route {method} {path}"}})
+        return reply_json(404, {"error": {"message": f"no route {method} {path}"}})
 
     def gateway(self, headers: dict[str, str], query: dict[str, str]) -> Response | None:
         for name, value in self.state.require_headers.items():
             if headers.get(name.lower()) != value:
-                return _json(401, {"error": {"message": f"Access denied: header {name} missing or wrong"}})
+                return reply_json(401, {"error": {"message": f"Access denied: header {name} missing or wrong"}})
         for name, value in self.state.require_query.items():
             if query.get(name) != value:
-                return _json(404, {"error": {"message": f"Resource not found: query parameter {name} missing"}})
+                return reply_json(404, {"error": {"message": f"Resource not found: query parameter {name} missing"}})
         return None
 
     async def chat(
         self, headers: dict[str, str], raw: bytes, arrived: float, chat: bool = True
     ) -> Response | Stream | None:
-        state = self.state
-        auth = headers.get("authorization", "")
-        state.auth_headers.append(auth)
-        if state.api_key is not None and auth != f"Bearer {state.api_key}":
-            return _json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
-        body = json.loads(raw)
-        if state.record:
-            state.seen.append((str(headers.get(":path", "")), headers, body))
-        if state.models and body.get("model") not in state.models:
-            return _json(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
-        messages = body.get("messages", []) if chat else [{"content": body.get("prompt", "")}]
-        prompt = "\n".join(str(m.get("content", "")) for m in messages)
-        question = last_question(prompt)
-        state.requests[question] += 1
-        state.arrivals.append(time.monotonic())
-        if state.throttle:
-            return _json(429, {"error": {"message": "slow down"}}, {"Retry-After": state.throttle.pop(0)})
-        refused = self.limiter.admit()
-        if refused is not None:
-            return refused
-        try:
-            await self.limiter.serve(state.latency, arrived)
-        finally:
-            self.limiter.done()
-        if state.fail_rate and state.rng.random() < state.fail_rate:
-            return await self.fault()
-        forced = _forced_turn(messages, chat)
-        answer = state.policy.forced(question) if forced else state.policy.expected(question)
-        text = state.policy.reply(question) if not forced else f"ANSWER: {answer or 'maybe'}"
-        if forced and not chat:
-            text = f" {answer or 'maybe'}"  # the continuation of the cue
-        state.answered[question] += 1
-        if state.reply_tokens and not forced:  # a long reply, cut where max_tokens says, as a server cuts it
-            most = body.get("max_tokens") or body.get("max_completion_tokens")
-            text = ("flip" * state.reply_tokens + text)[: 4 * most if isinstance(most, int) else None]
-        usage = {
-            "prompt_tokens": len(prompt) // 4,
-            "completion_tokens": len(text) // 4,
-            "total_tokens": (len(prompt) + len(text)) // 4,
-        }
-        p_yes = state.policy.p_yes(question, answer)
-        fault = state.impossible_logprobs if state.impossible(question) else ""
-        scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
-        n = body.get("n") if isinstance(body.get("n"), int) else 1
-        if body.get("stream"):
-            include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
-            return self.stream(text, scratch if chat else None, n, usage if include else None, body, p_yes, fault)
-        logprobs = _logprobs(text, chat, p_yes, fault) if body.get("logprobs") else None
-        if not chat:
-            choices = [{"index": i, "finish_reason": "stop", "text": text, "logprobs": logprobs} for i in range(n)]
-            return _json(200, {"id": "cmpl-fake", "object": "text_completion", "choices": choices, "usage": usage})
-        message = {"role": "assistant", "content": text, "reasoning_content": scratch}
-        choices = [{"index": i, "finish_reason": "stop", "message": message, "logprobs": logprobs} for i in range(n)]
-        return _json(
-            200,
-            {
-                "id": "chatcmpl-fake",
-                "object": "chat.completion",
-                "model": body.get("model"),
-                "choices": choices,
-                "usage": usage,
-            },
-        )
-
-    def stream(
-        self,
-        text: str,
-        scratch: str | None,
-        n: int,
-        usage: Any,
-        body: dict[str, Any],
-        p_yes: float | None = 0.5,
-        fault: str = "",
-    ) -> Stream:
-        """Chunks as vLLM streams them: role, reasoning pieces, content pieces, finish, usage, [DONE]."""
-        chat = scratch is not None
-        kind = "chat.completion.chunk" if chat else "text_completion"
-        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}] if chat else []
-        deltas += [{"reasoning_content": piece} for piece in _pieces(scratch or "")]
-        deltas += [{"content": piece} for piece in _pieces(text)]
-        events = []
-        for delta in deltas:
-            choices = []
-            for i in range(n):
-                if chat:
-                    choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": None}
-                else:
-                    choice = {"index": i, "text": delta["content"], "finish_reason": None}
-                if body.get("logprobs") and delta.get("content"):
-                    choice["logprobs"] = _logprobs(delta["content"], chat, p_yes, fault)
-                choices.append(choice)
-            events.append({"id": "x", "object": kind, "choices": choices})
-        finish = {"index": 0, "delta": {}, "finish_reason": "stop"} if chat else {"index": 0, "text": ""}
-        events.append(
-            {"id": "x", "object": kind, "choices": [{**finish, "index": i, "finish_reason": "stop"} for i in range(n)]}
-        )
-        if usage is not None:
-            events.append({"id": "x", "object": kind, "choices": [], "usage": usage})
-        raw = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
-        return Stream(raw, self.state.stream_stalls.pop(0) if self.state.stream_stalls else 0.0)
-
-    async def fault(self) -> Response | None:
-        """None means: drop the connection without answering."""
-        state = self.state
-        fault = state.rng.choice(FAULTS)
-        state.faults[fault] += 1
-        if fault == "429":
-            return _json(429, {"error": {"message": "rate limited"}}, {"Retry-After": "0"})
-        if fault == "500":
-            return _json(500, {"error": {"message": "internal error"}})
-        if fault == "stall":
-            await asyncio.sleep(state.stall)
-            return _json(504, {"error": {"message": "too late"}})
-        if fault == "drop":
-            return None
-        if fault == "malformed":
-            return 200, b'{"choices": [{"message": ', {}
-        return _json(200, {"id": "x", "choices": []})
-
-
-def _pieces(text: str) -> list[str]:
-    """A text in a few word-sized deltas that join back to it exactly."""
-    return re.findall(r"\s*\S+\s*", text) if text.strip() else ([text] if text else [])
-
-
-FORCE_TURN = "Give only your final answer"  # the start of coinflip's forced-answer turn (plan.FORCE_PROMPT)
-FORCE_CUE = "(YES or NO) is:"  # the end of its cue after a plain completion (plan.FORCE_CUE)
-
-
-def _forced_turn(messages: list[Any], chat: bool) -> bool:
-    last = str(messages[-1].get("content", "")) if messages and isinstance(messages[-1], dict) else ""
-    return last.startswith(FORCE_TURN) if chat else last.rstrip().endswith(FORCE_CUE)
-
-
-def _answer_side(token: str) -> str | None:
-    word = re.sub(r"[^A-Za-z]", "", token).upper()
-    return word if word in ("YES", "NO", "MAYBE") else None
-
-
-def _alternatives(token: str, p_yes: float | None, fault: str = "") -> list[tuple[str, float]]:
-    """The answer token and the other answers, with the probabilities that make P(YES) = p_yes
-    (with a `fault`, impossible ones)."""
-    side = _answer_side(token)
-    if side == "MAYBE":
-        return [(token, math.log(0.5)), (" YES", math.log(0.3)), (" NO", math.log(0.2))]
-    if side is None or p_yes is None:
-        return [(token, -0.25), ("?", -3.0)]
-    other = token.replace(side, _other(side))
-    mine = p_yes if side == "YES" else 1 - p_yes
-    if fault == "positive":
-        return [(token, math.log(mine)), (other, 50.0)]
-    if fault == "nan":
-        return [(token, math.nan), (other, math.inf)]
-    return [(token, math.log(mine)), (other, math.log(1 - mine))]
-
-
-def _logprobs(text: str, chat: bool, p_yes: float | None = 0.5, fault: str = "") -> dict[str, Any]:
-    tokens = _pieces(text)
-    options = [_alternatives(t, p_yes, fault) for t in tokens]
-    if chat:
-        content = [
-            {"token": t, "logprob": alts[0][1], "top_logprobs": [{"token": a, "logprob": lp} for a, lp in alts]}
-            for t, alts in zip(tokens, options, strict=True)
-        ]
-        return {"content": content}
-    return {
-        "tokens": tokens,
-        "token_logprobs": [alts[0][1] for alts in options],
-        "top_logprobs": [dict(alts) for alts in options],
-    }
+        return await completion(self.state, self.limiter, headers, raw, arrived, chat)
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -488,7 +137,7 @@ class HttpProtocol(asyncio.Protocol):
                 continue
             status, payload, extra = response
             head = [
-                f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}",
+                f"HTTP/1.1 {status} {responses.get(status, 'Status')}",
                 "Content-Type: application/json",
                 f"Content-Length: {len(payload)}",
                 *(f"{k}: {v}" for k, v in extra.items()),

@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .config import TaskConfig, parse_json
-from .errors import ConfigError
+from ..errors import ConfigError
+from .task import TaskConfig
+from .values import parse_json
 
 
 def as_configs(task_cfg: Any, kwargs: dict[str, Any]) -> list[TaskConfig]:
@@ -38,7 +39,7 @@ def read_file(path: Path) -> dict[str, Any]:
     """A YAML or JSON file holding one config (EvalScope's format: the TaskConfig fields at the top).
 
     UTF-8, or UTF-16/32 with a byte order mark (what some Windows editors save); no YAML aliases."""
-    from ._files import UnreadableFile, read_regular
+    from .._files import UnreadableFile, read_regular
 
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise ConfigError(f"{path}: a task config file ends in .yaml, .yml or .json")
@@ -59,7 +60,7 @@ def read_file(path: Path) -> dict[str, Any]:
         if path.suffix.lower() == ".json":
             data = parse_json(str(path), text)
         else:
-            from .rundir import parse_yaml
+            from ..rundir import parse_yaml
 
             data = parse_yaml(text)
     except ConfigError:

@@ -1,0 +1,31 @@
+"""The settings of a run: TaskConfig and its declarations.
+
+declare.py: how a setting is declared (help, flag, type, bounds, EvalScope name) and the checks
+derived from that; task.py: TaskConfig, the declarations themselves, saved with a version;
+values.py: what a declaration cannot say (JSON and key=value text, URLs, generation settings);
+evalscope.py: EvalScope's spellings; files.py: YAML/JSON config files for run_task.
+"""
+
+from .declare import (
+    BASELINES,
+    BENCHMARK,
+    DEFAULT_BATCH,
+    KEY_AGAIN,
+    LOCAL_MODELS,
+    METRIC_COMPATS,
+    REPEATS_MAX,
+    SETTINGS_VERSION,
+    SPLITS,
+    Setting,
+    check_prices,
+    saved_settings,
+)
+from .evalscope import EvalType
+from .task import TaskConfig, settings
+from .values import GENERATION_KEYS, check_choice, parse_generation_config, parse_json, parse_pairs, safe_name
+
+__all__ = [
+    "BASELINES", "BENCHMARK", "DEFAULT_BATCH", "GENERATION_KEYS", "KEY_AGAIN", "LOCAL_MODELS", "METRIC_COMPATS", "REPEATS_MAX",
+    "SETTINGS_VERSION", "SPLITS", "EvalType", "Setting", "TaskConfig", "check_choice", "check_prices", "parse_generation_config",
+    "parse_json", "parse_pairs", "safe_name", "saved_settings", "settings",
+]  # fmt: skip

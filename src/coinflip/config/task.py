@@ -1,0 +1,390 @@
+"""TaskConfig: every setting of a run, declared once (declare.py) and validated once, at the edge.
+
+Field names follow EvalScope's TaskConfig where they overlap; EvalScope's other spellings are
+folded in by evalscope.py. Saved with a `version` (declare.SETTINGS_VERSION); `saved_settings`
+there reads older saved settings, so old run directories still resume and rescore.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ..errors import UnknownSettingError
+from ..secrets import REDACTED, redacted_generation, redacted_url
+from .declare import (
+    API_KEY_ENV,
+    API_MODES,
+    BASELINES,
+    BENCHMARK,
+    DEFAULT_BATCH,
+    EVAL,
+    HUBS,
+    LIMIT_MODES,
+    LOCAL_MODELS,
+    MAX_REPLY_MB,
+    METRIC_COMPATS,
+    SETTINGS_VERSION,
+    SPLITS,
+    UNUSED,
+    Setting,
+    check_across,
+    check_declared,
+    dataset_names,
+    declarations,
+    one_url,
+    setting,
+)
+from .evalscope import fold_evalscope
+from .values import check_header, check_limit, check_values, parse_generation_config, unknown_message
+
+
+@dataclass
+class TaskConfig:
+    """One evaluation. Field names follow EvalScope's TaskConfig where they overlap."""
+
+    # the model and how to reach it
+    model: str | None = setting(
+        None,
+        f"Model name sent to the server; or a baseline ({', '.join(BASELINES)}); or {', '.join(LOCAL_MODELS)} (local).",
+        metavar="NAME",
+    )
+    model_id: str | None = setting(None, "Name shown in reports and used in paths (default: the model name).")
+    api_url: str | None = setting(
+        None,
+        "OpenAI-compatible base URL (…/v1), server root, or full endpoint (one; replicas go behind a load balancer).",
+        kind="list",
+        metavar="URL",
+    )
+    api_key: str | None = setting(
+        None, "API key; default $COINFLIP_API_KEY or $OPENAI_API_KEY. Never written or printed.", repr=False
+    )
+    eval_type: str | None = setting(
+        None,
+        "EvalScope's eval type: openai_api (or service, server) sends HTTP requests; mock_llm needs a baseline "
+        "model; llm_ckpt is not supported (serve the checkpoint instead).",
+        metavar="TYPE",
+    )
+    api_mode: str = setting(
+        "chat",
+        "chat: /chat/completions with messages; completions: /completions with the same text as one prompt.",
+        choices=API_MODES,
+        evalscope="",
+    )
+    model_path: str | None = setting(
+        None, "Serve this local GGUF file with llama.cpp for the run.", metavar="FILE.gguf", evalscope="", path=True
+    )
+    eval_batch_size: int | None = setting(
+        None,
+        f"Requests in flight (default {DEFAULT_BATCH}; a local llama.cpp server: its parallel slots).",
+        kind="int",
+        least=1,
+    )
+    generation_config: dict[str, Any] = setting(
+        None,
+        "JSON or key=value,... : temperature, max_tokens, max_completion_tokens, top_p, seed, stop, n, "
+        "reasoning_effort, logprobs, top_logprobs, chat_template_kwargs, extra_body, extra_headers, extra_query, ...",
+        factory=dict,
+        kind="json",
+        metavar="JSON|K=V,...",
+    )
+    timeout: float = setting(
+        120.0, "Seconds per request attempt (streaming: also the longest gap between events).", unit="seconds"
+    )
+    retries: int = setting(
+        5,
+        "Retries per request on 5xx, timeouts and broken replies (a 429 waits instead: see --patience).",
+        evalscope="generation_config.retries",
+        least=0,
+    )
+    patience: float = setting(
+        300.0,
+        "Seconds the run waits while the endpoint refuses (429, overloaded) or fails every request; then it "
+        "stops, resumable. Refusals never use up --retries.",
+        evalscope="",
+        metavar="SECONDS",
+        unit="seconds",
+    )
+    stream: bool = setting(False, "Stream replies (server-sent events); records time to first token.", kind="bool")
+    ignore_errors: bool = setting(
+        False, "Exit 0 even when some samples got no reply (they are still counted and reported).", kind="bool"
+    )
+    system_prompt: str | None = setting(
+        None, "Optional system message.", metavar="TEXT", evalscope="dataset_args.coin_flip.system_prompt"
+    )
+    prompt_template: str = setting(
+        "default",
+        "default (the specification's, byte for byte), direct (answer without reasoning), multiturn (few-shot "
+        "examples as chat turns), zh or direct-zh (default or direct in Chinese), or your own text with {question}.",
+        metavar="NAME|TEXT",
+        evalscope="dataset_args.coin_flip.prompt_template",
+    )
+    force_answer: bool = setting(
+        False,
+        "When a reply has no valid answer, ask once more for only 'ANSWER: YES' or 'ANSWER: NO'.",
+        kind="bool",
+        evalscope="",
+    )
+    max_reply_mb: float = setting(
+        16.0,
+        "A reply larger than this (MB) is an error for its sample.",
+        metavar="MB",
+        evalscope="",
+        unit="megabytes",
+        most=MAX_REPLY_MB,
+    )
+    # batches and cost
+    batch: bool = setting(
+        False,
+        "Send the run through the OpenAI Batch API (about half the price; minutes to hours). Resumable: "
+        "--use-cache RUN_DIR polls the same batch.",
+        flag="--batch/--no-batch",
+        commands=EVAL,
+        kind="bool",
+        evalscope="",
+    )
+    batch_poll_s: float = setting(
+        30.0, "Seconds between polls of a running batch.", commands=EVAL, evalscope="", unit="seconds"
+    )
+    batch_rest_online: bool = setting(
+        False,
+        "Send what a batch left unanswered (expired, failed lines) online instead of in a new batch.",
+        commands=EVAL,
+        kind="bool",
+        evalscope="",
+    )
+    batch_write: str | None = setting(
+        None,
+        "Write the run's owed requests as a Batch API JSON Lines file (for vllm run-batch) and stop.",
+        commands=EVAL,
+        metavar="FILE",
+        evalscope="",
+        path=True,
+    )
+    batch_results: str | None = setting(
+        None,
+        "Score a Batch API result file made elsewhere (vllm run-batch -o FILE) into the run (with --use-cache).",
+        commands=EVAL,
+        metavar="FILE",
+        evalscope="",
+        path=True,
+    )
+    price_input: float | None = setting(
+        None,
+        "Price per million input (prompt) tokens, for the run's cost.",
+        kind="float",
+        metavar="PRICE",
+        evalscope="",
+        least=0,
+    )
+    price_output: float | None = setting(
+        None,
+        "Price per million output tokens (completion, reasoning included).",
+        kind="float",
+        metavar="PRICE",
+        evalscope="",
+        least=0,
+    )
+    pricing_file: str | None = setting(
+        None,
+        "YAML or JSON prices keyed by model: {MODEL: {input: X, output: Y, batch_discount: 0.5}}.",
+        metavar="FILE",
+        evalscope="",
+        path=True,
+    )
+    batch_discount: float = setting(
+        0.5, "Share of the price a batch pays (OpenAI: 0.5).", metavar="SHARE", evalscope=""
+    )
+    max_cost: float | None = setting(
+        None,
+        "Stop before the run would cost more than this (needs prices); what finished is kept.",
+        kind="float",
+        metavar="AMOUNT",
+        evalscope="",
+        least=0,
+    )
+    # the data
+    datasets: list[str] = setting(
+        None, "Benchmark name (only coin_flip).", commands=EVAL, kind="list", factory=lambda: [BENCHMARK]
+    )
+    dataset_args: dict[str, Any] | None = setting(
+        None,
+        'EvalScope\'s per-benchmark settings, e.g. \'{"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}\'.',
+        commands=EVAL,
+        kind="json",
+        metavar="JSON",
+    )
+    dataset_hub: str = setting(
+        "bundled",
+        "Where the data comes from: the bundled set, a hub (cached after the first download), or local files.",
+        commands=EVAL,
+        choices=HUBS,
+    )
+    dataset_path: str | None = setting(
+        None,
+        "A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.",
+        commands=EVAL,
+        metavar="PATH",
+        evalscope="dataset_args.coin_flip.local_path",
+        path=True,
+    )
+    dataset_id: str = setting(
+        "extraordinarylab/coin-flip",
+        "Dataset id on the hub.",
+        commands=EVAL,
+        metavar="ID",
+        evalscope="dataset_args.coin_flip.dataset_id",
+    )
+    dataset_dir: str | None = setting(
+        None,
+        "Hub cache folder (default $COINFLIP_CACHE or ~/.cache/coinflip).",
+        commands=EVAL,
+        metavar="DIR",
+        path=True,
+    )
+    split: str = setting("test", "Split to evaluate.", commands=EVAL, choices=SPLITS, evalscope="")
+    limit: int | float | None = setting(
+        None,
+        "N questions, or a fraction such as 0.1 (0 or unset: all).",
+        commands=EVAL,
+        kind="limit",
+        metavar="N|FRACTION",
+    )
+    limit_mode: str = setting(
+        "stratified",
+        "How --limit picks: stratified (seeded, in proportion to the number of people), first (the first N, as "
+        "EvalScope), random (seeded).",
+        commands=EVAL,
+        choices=LIMIT_MODES,
+        evalscope="dataset_args.coin_flip.shuffle",
+    )
+    repeats: int = setting(
+        1, "Ask each question K times (with a seed in generation_config, repeat k uses seed+k).", least=1
+    )
+    few_shot_num: int = setting(
+        0, "Worked examples from the validation split.", evalscope="dataset_args.coin_flip.few_shot_num", least=0
+    )
+    few_shot_seed: int = setting(42, "Seed that picks the few-shot examples.", evalscope="", least=-(2**63))
+    few_shot_random: bool = setting(
+        True,
+        "Pick few-shot examples at random (seeded); --no-few-shot-random takes the first N, as EvalScope does.",
+        kind="bool",
+        evalscope="dataset_args.coin_flip.few_shot_random",
+    )
+    seed: int = setting(42, "Seed for the subset, the random baseline and the bootstrap.", least=0)
+    # the run
+    work_dir: str = setting("./outputs", "Where run directories are created.", metavar="DIR", path=True)
+    use_cache: str | None = setting(
+        None,
+        "Resume RUN_DIR with its saved settings: reuse finished predictions, send only the rest.",
+        commands=EVAL,
+        metavar="RUN_DIR",
+        path=True,
+    )
+    no_timestamp: bool = setting(
+        False, "Write the run into --work-dir itself instead of a timestamped folder.", commands=EVAL, kind="bool"
+    )
+    metric_compat: str = setting(
+        "coinflip",
+        "coinflip: strict answers, invalid ones count as wrong; evalscope: EvalScope 1.14.1's extraction and "
+        "arithmetic.",
+        commands=EVAL,
+        choices=METRIC_COMPATS,
+        evalscope="",
+    )
+    html_report: bool = setting(
+        True, "Write the HTML report.", flag="--html/--no-html", commands=EVAL, kind="bool", evalscope=""
+    )
+    progress: bool | None = setting(
+        None, "Progress bar (default: on a terminal).", flag=None, kind="bool", evalscope=""
+    )
+    quiet: bool = setting(False, "No terminal summary.", flag=None, evalscope="")
+    # EvalScope settings that are accepted but change nothing here
+    judge: dict[str, Any] | None = setting(None, "LLM judge settings.", commands=EVAL, unused=UNUSED)
+    judge_strategy: str | None = setting(None, "LLM judge strategy.", commands=EVAL, unused=UNUSED)
+    judge_worker_num: int | None = setting(None, "LLM judge workers.", commands=EVAL, unused=UNUSED)
+    judge_model_args: dict[str, Any] | None = setting(None, "LLM judge model.", commands=EVAL, unused=UNUSED)
+    analysis_report: bool = setting(False, "LLM-written analysis.", commands=EVAL, kind="bool", unused=UNUSED)
+    collect_perf: bool = setting(
+        True,
+        "Per-request performance.",
+        commands=EVAL,
+        kind="bool",
+        unused="always collected: latency, tokens and time to first token are in every report",
+    )
+    enable_progress_tracker: bool = setting(False, "progress.json.", commands=EVAL, kind="bool", unused=UNUSED)
+    debug: bool = setting(False, "Debug logging.", commands=EVAL, kind="bool", unused="see logs/eval_log.log")
+    eval_backend: str | None = setting(None, "Evaluation backend (Native only).", commands=EVAL, unused=UNUSED)
+    model_args: dict[str, Any] | None = setting(None, "Checkpoint loading arguments.", commands=EVAL, unused=UNUSED)
+    chat_template: str | None = setting(
+        None, "Checkpoint chat template.", commands=EVAL, unused="the server applies its own chat template"
+    )
+    # not a setting: the settings that were given (the rest are defaults), which a resume keeps
+    # over the saved ones. `of` records the names it was given; a config made directly, the
+    # settings that differ from their defaults.
+    given: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @classmethod
+    def of(cls, **values: Any) -> TaskConfig:
+        """A config from named settings (the CLI, a file, a dict): an unknown name ends in one line
+        naming the known ones, and the names are recorded in `given`."""
+        names = cls.field_names()
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise UnknownSettingError(unknown_message(unknown, names))
+        return cls(**values, given=frozenset(values))
+
+    def __post_init__(self) -> None:
+        check_values(self)  # first: nothing below walks a value that is too deep, shared or not UTF-8
+        if not self.given:
+            self.given = frozenset(s.name for s in settings() if getattr(self, s.name) != s.default)
+        self._notes = fold_evalscope(self, settings())
+        self.datasets = dataset_names(self.datasets)
+        self.api_url = one_url(self.api_url)
+        if self.api_key is None or self.api_key == REDACTED:
+            self.api_key = next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
+        check_header("api_key", self.api_key)
+        self.limit = check_limit(self.limit)
+        self.generation_config = parse_generation_config(self.generation_config)
+        check_values(self)  # again: JSON text was parsed into objects above
+        check_declared(self, settings())
+        check_across(self)
+
+    @property
+    def name(self) -> str:
+        """The model's name in reports and paths."""
+        return self.model_id or self.model or "model"
+
+    def redacted(self) -> dict[str, Any]:
+        """The config as saved to disk, with its version: the API key, and secret-looking headers,
+        query and body parameters of a gateway (in --api-url too), never leave memory."""
+        data = asdict(self)
+        del data["given"]
+        if data.get("api_key"):
+            data["api_key"] = REDACTED
+        data["generation_config"] = redacted_generation(data["generation_config"])
+        data["api_url"] = redacted_url(data["api_url"])
+        return {"version": SETTINGS_VERSION, **data}
+
+    def notes(self) -> list[str]:
+        """One line per setting given that changes nothing here (EvalScope's, --api-url beside a baseline)."""
+        out = list(self._notes)
+        if self.model in BASELINES and self.api_url and not self.model_path:  # models.backend: in-process
+            out.append(f"api_url: not used, --model {self.model} is a baseline coinflip answers itself")
+        for s in settings():
+            if s.unused and getattr(self, s.name) not in (None, False, s.default, {}, []):
+                out.append(f"{s.name}: {s.unused}")
+        return out
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        """The settings' names (every field but `given`)."""
+        return [f.name for f in fields(cls) if f.metadata]
+
+
+@functools.cache
+def settings() -> tuple[Setting, ...]:
+    """Every setting's declaration, in the order of TaskConfig's fields."""
+    return declarations(TaskConfig)

@@ -1,0 +1,325 @@
+"""What a declaration cannot say about a setting's value: JSON and key=value text, URLs, header
+text, the limit's two forms, generation settings key by key, and values that could not be sent,
+saved or read back (too deep, shared parts, bytes that are not UTF-8, numbers past 64 bits).
+
+Pure functions: nothing here reads a file or the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError, short
+from ..secrets import shown_url
+
+GENERATION_KEYS = (  # sent with every request as given (extra_body, extra_headers, extra_query: to a gateway)
+    "temperature", "max_tokens", "max_completion_tokens", "top_p", "top_k", "seed", "stop", "n", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "logit_bias", "reasoning_effort", "logprobs", "top_logprobs",
+    "chat_template_kwargs", "extra_body", "extra_headers", "extra_query",
+)  # fmt: skip
+OWN_BODY_KEYS = ("model", "messages", "prompt", "stream", "stream_options", "n")
+MAX_NESTING = 64  # levels of objects and lists in a setting: deeper JSON or YAML is a mistake or an attack
+MAX_PARTS = 100_000  # items in all of a setting's objects and lists together
+MAX_WHOLE = 2**63  # whole numbers in settings stay within 64 bits (what servers and numpy take)
+MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
+MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows
+
+
+def check_url(url: Any) -> None:
+    """An http(s) URL with a host and a valid port, and no credentials (they would be saved and printed)."""
+    example = "e.g. http://127.0.0.1:8000/v1"
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(f"api_url {_shown(url)!r} is not an http(s) URL, {example}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        reason = "its host or port is malformed" if "@" in url else str(exc)  # the text would quote a password
+        raise ConfigError(f"api_url {_shown(url)!r} is not a valid URL ({reason}), {example}") from None
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"api_url {_shown(url)!r} carries credentials; pass the key with --api-key or $COINFLIP_API_KEY "
+            "(or a header with generation_config extra_headers)"
+        )
+    host = parts.hostname or ""
+    if not host or any(c.isspace() for c in url) or (port is not None and not 0 < port < 65536):
+        raise ConfigError(f"api_url {_shown(url)!r} has no valid host and port, {example}")
+    if not url.isascii() or any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise ConfigError(f"api_url {_shown(url)!r} holds characters a URL cannot carry: percent-encode them")
+
+
+def _shown(url: Any) -> Any:
+    return shown_url(url) if isinstance(url, str) else url
+
+
+def check_limit(value: Any) -> int | float | None:
+    """None or 0: everything (EvalScope's `limit: 0`); a whole number: a count; below 1: a fraction."""
+    message = f"limit must be a count (10) or a fraction (0.1), got {value!r}"
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            raise ConfigError(message) from None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ConfigError(message)
+    if isinstance(value, float):
+        if value.is_integer():
+            value = int(value)
+        elif value > 1:
+            raise ConfigError(f"a fractional limit must be in (0, 1], got {value}; use a whole number for a count")
+        else:
+            return value
+    return value or None
+
+
+def check_values(config: Any) -> None:
+    """Every value of every setting can be sent, saved and read back: text is Unicode (no bytes
+    that were not UTF-8), objects and lists are not too deep or large and share no part (a YAML
+    alias bomb), keys are texts, numbers are finite and whole numbers fit in 64 bits."""
+    for f in fields(config):
+        problem = odd_value(getattr(config, f.name))
+        if problem:
+            raise ConfigError(f"{f.name} {problem}")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def odd_value(value: Any) -> str | None:
+    """Why `value` cannot be a setting's value, or None; a walk with its own stack, so any depth is safe."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    seen: set[int] = set()
+    parts = 0
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return "holds bytes that are not UTF-8 text: give it as UTF-8"
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not -MAX_WHOLE <= item < MAX_WHOLE:
+                return f"holds {short(item)}: whole numbers must fit in 64 bits"
+        elif isinstance(item, float):
+            if depth and not math.isfinite(item):  # a setting that is a number says so in its own words
+                return f"holds {item}: not a finite number (NaN and Infinity are not JSON)"
+        elif isinstance(item, (dict, list, tuple)):
+            if depth >= MAX_NESTING:
+                return f"is nested more than {MAX_NESTING} levels deep"
+            if id(item) in seen:
+                return "uses a part twice (YAML anchors and aliases are not supported in settings)"
+            seen.add(id(item))
+            parts += len(item)
+            if parts > MAX_PARTS:
+                return f"holds more than {MAX_PARTS} items"
+            if isinstance(item, dict):
+                bad = next((k for k in item if not isinstance(k, str)), None)
+                if bad is not None:
+                    return f"has a key {short(bad)} that is not a text: quote it"
+                stack += [(k, depth + 1) for k in item] + [(v, depth + 1) for v in item.values()]
+            else:
+                stack += [(v, depth + 1) for v in item]
+    return None
+
+
+def check_path(name: str, value: Any) -> None:
+    """A path the file system can take: no NUL, no component longer than it allows."""
+    if not isinstance(value, str):
+        return
+    if "\0" in value:
+        raise ConfigError(f"{name} holds a NUL character")
+    longest = max((len(part.encode("utf-8")) for part in re.split(r"[/\\]", value)), default=0)
+    if longest > NAME_MAX:
+        raise ConfigError(f"{name} has a folder or file name of {longest} bytes; the file system takes {NAME_MAX}")
+
+
+def parse_json(name: str, text: str) -> Any:
+    """JSON text of a setting; every way it can fail is one line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{name} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise ConfigError(f"{name} is nested more than {MAX_NESTING} levels deep") from None
+    except ValueError as exc:  # a whole number of more than 4,300 digits
+        raise ConfigError(f"{name} is not usable JSON: {short(str(exc))}") from None
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def parse_pairs(value: Any) -> dict[str, Any]:
+    """A dict, a JSON object, or `key=value,key=value` (values parsed as JSON when they can be)."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):
+            value = parse_json("generation_config", text)
+        else:
+            value = dict(_parse_pair(part) for part in _split_pairs(text))
+    if not isinstance(value, dict):
+        raise ConfigError("generation_config must be a JSON object or key=value pairs")
+    return dict(value)
+
+
+def parse_generation_config(raw: Any) -> dict[str, Any]:
+    """The generation settings sent with every request, checked key by key."""
+    value = parse_pairs(raw)
+    unknown = sorted(set(value) - set(GENERATION_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown generation_config key(s) {unknown}; known: {', '.join(GENERATION_KEYS)}")
+    _check_generation_values(value)
+    return value
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
+
+
+def _check_generation_values(value: dict[str, Any]) -> None:
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+        if key in value and (isinstance(value[key], bool) or not isinstance(value[key], (int, float))):
+            raise ConfigError(f"generation_config {key} must be a number, got {value[key]!r}")
+    for key in ("max_tokens", "max_completion_tokens", "n", "top_logprobs", "top_k", "seed"):
+        if key in value and (isinstance(value[key], bool) or not isinstance(value[key], int)):
+            raise ConfigError(f"generation_config {key} must be a whole number, got {value[key]!r}")
+    for key in ("max_tokens", "max_completion_tokens", "n"):
+        if key in value and value[key] < 1:
+            raise ConfigError(f"generation_config {key} must be at least 1, got {value[key]!r}")
+    if "stop" in value:
+        stop = value["stop"]
+        if isinstance(stop, str):
+            value["stop"] = [stop]
+        elif not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
+            raise ConfigError(f"generation_config stop must be a text or a list of texts, got {stop!r}")
+    for key in ("extra_body", "extra_query", "extra_headers", "chat_template_kwargs", "logit_bias"):
+        if key in value and not isinstance(value[key], dict):
+            raise ConfigError(f"generation_config {key} must be an object, got {value[key]!r}")
+    taken = sorted(set(value.get("extra_body", {})) & set(OWN_BODY_KEYS))
+    if taken:
+        raise ConfigError(
+            f"generation_config extra_body {taken}: coinflip sets these itself "
+            "(use --stream, n in --generation-config, --model, --api-mode)"
+        )
+    for key, item in value.get("extra_headers", {}).items():
+        if not isinstance(item, str) or any(c in f"{key}{item}" for c in "\r\n\0") or not key.strip():
+            raise ConfigError(f"generation_config extra_headers {key!r}: a header is a name and a one-line text")
+        if not _HEADER_NAME.fullmatch(str(key)):  # a ':' or a space would forge or break the request's head
+            raise ConfigError(f"generation_config extra_headers {key!r}: a header name is letters, digits and "
+                              "!#$%&'*+-.^_`|~ (no ':' or space)")  # fmt: skip
+        check_header(f"generation_config extra_headers {key!r}", f"{key}{item}")
+
+
+def _split_pairs(text: str) -> list[str]:
+    """`a=1,stop=["x","y"],b=2`: a value that opens with a quote, bracket or brace runs to its
+    close (commas inside do not split); any other value runs to the next comma."""
+    parts: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        eq, comma = text.find("=", i), text.find(",", i)
+        if eq < 0 or 0 <= comma < eq:  # an item without "=": _parse_pair says so
+            end = n if comma < 0 else comma
+        else:
+            start = eq + 1
+            while start < n and text[start].isspace():
+                start += 1
+            after = _closing(text, start) if start < n and text[start] in "[{\"'" else start
+            comma = text.find(",", after)
+            end = n if comma < 0 else comma
+        parts.append(text[i:end])
+        i = end + 1
+    return [p for p in parts if p.strip()]
+
+
+def _closing(text: str, start: int) -> int:
+    """Where the quoted, bracketed or braced value opened at `start` ends (or the text's end)."""
+    opener, k, depth, in_string = text[start], start, 0, False
+    while k < len(text):
+        c = text[k]
+        if c == "\\":
+            k += 2
+            continue
+        if opener in "'\"":
+            if c == opener and k > start:
+                return k + 1
+        elif in_string:
+            in_string = c != '"'
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+        k += 1
+    return len(text)
+
+
+def _parse_pair(part: str) -> tuple[str, Any]:
+    """`stop=\\nQ:` means a newline: backslash escapes are read as in JSON strings; a value in
+    single quotes is a text."""
+    key, sep, raw = part.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"generation_config item {part.strip()!r} is not key=value")
+    raw = raw.strip()
+    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+        raw = raw[1:-1]
+    else:
+        try:
+            return key.strip(), json.loads(raw)
+        except json.JSONDecodeError:
+            pass
+        except (RecursionError, ValueError):  # nested too deep, or a whole number of thousands of digits
+            raise ConfigError(f"generation_config {key.strip()!r}: {short(raw)} is too deep or too long") from None
+    try:
+        return key.strip(), json.loads('"' + raw.replace('"', '\\"') + '"')
+    except json.JSONDecodeError:
+        return key.strip(), raw
+
+
+def safe_name(name: str) -> str:
+    """A model name usable as one path component ("org/model:7b" -> "org_model_7b"), at most 100 characters."""
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("._")
+    if len(cleaned) > 100:
+        import hashlib
+
+        cleaned = cleaned[:88] + "_" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:11]
+    return cleaned or "model"
+
+
+def check_header(name: str, value: str | None) -> None:
+    """What goes into an HTTP header must be one line of Latin-1 (a key copied with a zero-width
+    space or a line break would break the request, or be refused by the server)."""
+    if value is None:
+        return
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"{name} holds a character that cannot be sent in an HTTP header (a zero-width space, a typographic "
+            "dash or quote?): copy it again"
+        ) from None
+    if any(c in value for c in "\r\n\0"):
+        raise ConfigError(f"{name} holds a line break: copy it again")
+
+
+def unknown_message(unknown: list[str], names: list[str]) -> str:
+    """'did you mean' for each typo (as the CLI does for options); the full list only without one."""
+    import difflib
+
+    guesses = {name: difflib.get_close_matches(name, names, n=1) for name in unknown}
+    if all(guesses.values()):
+        meant = ", ".join(repr(v[0]) for v in guesses.values())
+        return f"unknown TaskConfig field(s) {unknown}: did you mean {meant}?"
+    return f"unknown TaskConfig field(s) {unknown}; known: {', '.join(names)}"

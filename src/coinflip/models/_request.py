@@ -1,0 +1,170 @@
+"""What an OpenAI-compatible request is, apart from sending it: its URL and JSON body (online, or
+as a line of a batch file), where a redirect may lead, a web page where the API was due, and
+what a server publishes about how many requests it serves at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
+
+import aiohttp
+
+from ..errors import EndpointError
+from ..secrets import GATEWAY_KEYS, shown_url
+from ._http import PROBE_BYTES, ConnectionPool, Response, read_at_most
+from ._replies import BadReply, load_json
+from .base import Request
+
+PROBE_S = 2.0  # seconds the capacity probe at the start may take
+
+
+def endpoint_url(url: str, mode: str = "chat", query: dict[str, Any] | None = None) -> str:
+    """Accept a base URL (…/v1), a server root, or the full endpoint; `mode` is chat or completions.
+    A query string (`?api-version=...`) stays at the end, with `query` added to it."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    tail = "/chat/completions" if mode == "chat" else "/completions"
+    for known in ("/chat/completions", "/completions"):
+        if path.endswith(known):
+            path = path[: -len(known)]
+            break
+    else:
+        path += "/v1" if not path else ""
+    extra = urlencode({k: _query_value(v) for k, v in (query or {}).items()})
+    joined = "&".join(q for q in (parts.query, extra) if q)
+    return urlunsplit((parts.scheme, parts.netloc, path + tail, joined, ""))
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def request_body(
+    model: str,
+    mode: str,
+    generation: dict[str, Any],
+    request: Request,
+    stream: bool = False,
+    extra_body: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON body of one request, online or as a line of a batch file: `generation` without
+    the gateway keys (see `split_generation`), `extra_body` last."""
+    body: dict[str, Any] = {"model": model}
+    if mode == "chat":
+        body["messages"] = request.messages
+    else:  # a plain completion gets the same text: system prompt, blank line, prompt
+        body["prompt"] = "\n\n".join(m["content"] for m in request.messages)
+    body.update(generation)
+    body.update(request.params)
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    body.update(extra_body or {})
+    return body
+
+
+def split_generation(generation: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings sent in the body, and `extra_body` (headers and query go elsewhere)."""
+    return {k: v for k, v in generation.items() if k not in GATEWAY_KEYS}, dict(generation.get("extra_body") or {})
+
+
+def web_page(response: Response) -> bool:
+    """An HTML page (a web UI's root, a login or captive portal) where JSON or a stream was due."""
+    kind = response.headers.get("content-type", "").lower()
+    return "text/html" in kind or (response.events is None and response.body.lstrip()[:1] == b"<")
+
+
+def _location(url: str, response: Response) -> str:
+    """Where a redirect points; a Location that is no URL (`http://[::1/x`) as sent, never followed."""
+    location = response.headers.get("location", "").strip()
+    try:
+        return urljoin(url, location)
+    except ValueError:
+        return location
+
+
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    try:
+        parts = urlsplit(url)
+        return parts.scheme, (parts.hostname or ""), parts.port
+    except ValueError:  # a port that is not a number
+        return None
+
+
+def refused_redirect(url: str, response: Response) -> EndpointError:
+    location = _location(url, response) if response.headers.get("location") else ""
+    return EndpointError(
+        f"{shown_url(url)} redirects ({response.status}) to {shown_url(location) or '(no Location)'}; "
+        "give the final URL as --api-url"
+    )
+
+
+def _one_at_a_time(found: Any) -> bool:
+    """Whether /v1/models came from the Python llama.cpp server, which owns every model as "me"."""
+    models = found.get("data") if isinstance(found, dict) else None
+    return (
+        isinstance(models, list)
+        and bool(models)
+        and all(isinstance(m, dict) and m.get("owned_by") == "me" for m in models)
+    )
+
+
+def _slots_in(found: Any) -> int | None:
+    """The number of slots in what a server published at /props (llama.cpp's `total_slots`)."""
+    slots = found.get("total_slots") if isinstance(found, dict) else None
+    if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= 4096:
+        return slots
+    return None
+
+
+def redirect(url: str, response: Response) -> str:
+    """Where a 307/308 leads when it keeps the scheme, host and port (a POST may follow it); any
+    other is refused, with its Location shown."""
+    location = _location(url, response)
+    if location != url and _origin(location) == _origin(url):
+        return location
+    raise refused_redirect(url, response)
+
+
+async def published_slots(pool: ConnectionPool, url: str) -> int | None:
+    """How many requests the server says it serves at once, where it says so: llama.cpp's server
+    publishes `total_slots` at /props; the Python llama.cpp server (llama-cpp-python), which
+    serves one request at a time behind a lock, names itself by owning its models as "me" at
+    /v1/models. Anything else - no such route, a gateway, a slow or odd answer, a proxy on the
+    way (it need not see more than the run's requests) - is None: the limits then learn it by
+    watching. Both GETs go together (one on the connection `check` opened): one round trip at
+    the start, not two, for a server that publishes neither."""
+    target = pool.target(url)
+    if target.proxy is not None:
+        return None
+    path = target.url.path
+    root = path.split("/v1/")[0] if "/v1/" in path else ""
+    props, models = await asyncio.gather(
+        _get_json(pool, target, root + "/props"), _get_json(pool, target, root + "/v1/models")
+    )
+    slots = _slots_in(props)
+    if slots is None and _one_at_a_time(models):
+        slots = 1
+    return slots
+
+
+async def _get_json(pool: ConnectionPool, target: Any, path: str) -> Any:
+    """A server's JSON answer to a GET of `path`, or None for anything else."""
+    options = {k: v for k, v in target.options.items() if k in ("headers", "ssl")}
+    try:
+        async with pool.session.get(
+            target.url.with_path(path).with_query(None),
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=PROBE_S),
+            **options,
+        ) as answer:
+            pool.heard(target)
+            if answer.status != 200:
+                return None
+            return load_json(await read_at_most(answer.content, PROBE_BYTES))  # as every reply is read
+    except (OSError, BadReply, asyncio.TimeoutError, aiohttp.ClientError):  # ReplyTooLarge is an OSError
+        return None

@@ -1,0 +1,182 @@
+"""Every secret a run holds, and how each is masked: in the files a run writes (settings, URLs)
+and wherever a server may echo one back (models/_redact.py masks those forms).
+
+The basics layer: config and models both use it, so there is one list of the places a gateway
+reads a secret from, one mask and one way of showing a URL.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any
+from urllib.parse import quote_plus, unquote_plus, urlsplit
+
+REDACTED = "***"
+GATEWAY_KEYS = ("extra_headers", "extra_query", "extra_body")  # what a gateway may read a secret from
+# Keys whose values are plainly settings, never secrets: kept in the run directory and shown
+# (matched without case). Every other text in extra_headers, extra_query and extra_body is
+# treated as a secret: masked when saved and shown, asked for again on a resume.
+PLAIN_KEYS = frozenset({
+    "api-version", "api_version", "anthropic-version", "openai-beta", "accept", "content-type", "user-agent",
+    "guided_choice", "guided_regex", "guided_json", "guided_grammar", "response_format", "reasoning_effort",
+})  # fmt: skip
+
+
+def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
+    """Generation settings fit for a file: every text in extra_headers, extra_query and
+    extra_body (nested too) is masked, as a gateway may read a secret from any of them, except
+    under the keys of PLAIN_KEYS; numbers, booleans and null stay (they are settings)."""
+    out = dict(generation)
+    for key in GATEWAY_KEYS:
+        if key in out:
+            out[key] = _masked(out[key])
+    return out
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: v if str(k).lower() in PLAIN_KEYS else _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    if isinstance(value, str) and value:
+        return REDACTED
+    return value
+
+
+def secrets_in(generation: dict[str, Any]) -> list[str]:
+    """The values `redacted_generation` masks, and what a Basic credential among them decodes to
+    (`basic_secrets`): also masked wherever a server echoes them."""
+    texts = [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
+    return texts + [s for t in texts for s in basic_secrets(t)]
+
+
+def basic_secrets(authorization: str) -> list[str]:
+    """What a `Basic TOKEN` credential (an Authorization header, a proxy's user:password) may be
+    echoed as besides itself: the token, the `user:password` it decodes to, and the password."""
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "basic" or not token:
+        return []
+    try:
+        pair = base64.b64decode(token.strip(), validate=True).decode("utf-8", "replace")
+    except (binascii.Error, ValueError):
+        return [token.strip()]
+    return [token.strip(), pair, pair.partition(":")[2]]
+
+
+def secret_keys(value: Any) -> list[str]:
+    """The keys of a gateway setting (extra_body, say) whose values hold a text that
+    `redacted_generation` masks: what a file written outside the run directory would give away."""
+    if not isinstance(value, dict):
+        return []
+    return [str(k) for k, v in value.items() if str(k).lower() not in PLAIN_KEYS and any(_texts(v, True))]
+
+
+def masked_somewhere(generation: dict[str, Any] | None) -> bool:
+    """Whether saved generation settings had a secret masked (a resume must be given it again).
+    None (a hand edit left `generation_config: null`, which the settings take) has none."""
+    if not isinstance(generation, dict):
+        return False
+    return any(REDACTED in _texts(generation.get(key), False) for key in GATEWAY_KEYS)
+
+
+def _texts(value: Any, skip_plain: bool) -> list[str]:
+    """Every text in `value`, nested too; with `skip_plain`, none under the keys of PLAIN_KEYS."""
+    if isinstance(value, dict):
+        kept = [v for k, v in value.items() if not (skip_plain and str(k).lower() in PLAIN_KEYS)]
+        return [t for v in kept for t in _texts(v, skip_plain)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v, skip_plain)]
+    return [value] if isinstance(value, str) else []
+
+
+def redacted_url(url: Any) -> Any:
+    """A URL fit for a file: every query value masked (a SAS token hides in `sv` and `sig`, a
+    function key in `code`), and every bare item (`?TOKEN`, no `=`) whole, except under the keys of
+    PLAIN_KEYS (api-version); a fragment (never sent) whole."""
+    if not isinstance(url, str) or ("?" not in url and "#" not in url):
+        return url
+    url, hashed, fragment = url.partition("#")
+    tail = f"#{REDACTED}" if hashed and fragment else hashed
+    if "?" not in url:
+        return url + tail
+    head, _, query = url.partition("?")
+    shown = []
+    for key, value in _query(query):
+        if value is None:  # a bare item is a secret whole
+            shown.append(REDACTED)
+        else:
+            shown.append(f"{quote_plus(key, '*')}={REDACTED if _secret_query(key, value) else quote_plus(value, '*')}")
+    return f"{head}?{'&'.join(shown)}{tail}"
+
+
+def _query(query: str) -> list[tuple[str, str | None]]:
+    """A query's items, decoded (`+` is a space); a bare item (no `=`) is a key with value None."""
+    items: list[tuple[str, str | None]] = []
+    for item in query.split("&"):
+        if item:
+            key, sep, value = item.partition("=")
+            items.append((unquote_plus(key), unquote_plus(value) if sep else None))
+    return items
+
+
+def _secret_query(key: str, value: str | None) -> bool:
+    """A query value is a secret unless it is empty or under a key of PLAIN_KEYS; a bare item is
+    one whole (a gateway may take its token as `?TOKEN`)."""
+    return value is None or (bool(value) and key.lower() not in PLAIN_KEYS)
+
+
+def url_secrets(urls: Any) -> list[str]:
+    """The query values (and bare items) `redacted_url` masks."""
+    found = []
+    for url in [urls] if isinstance(urls, str) else list(urls or []):
+        query = url.partition("#")[0].partition("?")[2]  # the fragment is never sent
+        found += [k if v is None else v for k, v in _query(query) if _secret_query(k, v)]
+    return found
+
+
+def shown_url(url: str) -> str:
+    """A URL fit to print or save, the one form every message, page and file shows: its
+    credentials removed, whatever they hold, and its query and fragment masked as `redacted_url`
+    masks them.
+
+    The credentials are what stands before the last `@` ahead of the query (a password may hold
+    `/`; an `@` in the path makes the URL shown shorter, never with a secret). Where no `@` comes
+    before the query but the part before the first `/`, `?` or `#` is no host and port (a raw
+    password that holds `?` or `#`), they end at the first `@` that a host and port follow. An `@`
+    in the query (an e-mail) is no credential: the host stays the host, and no tail of a query
+    value is shown in its place."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    query_at = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    if "@" in rest[:query_at]:
+        rest = rest[:query_at].rpartition("@")[2] + rest[query_at:]
+    elif "@" in rest and not _host_and_port(_authority(rest)):
+        after = [rest[i + 1 :] for i, c in enumerate(rest) if c == "@"]
+        rest = next((a for a in after if "@" not in _authority(a) and _host_and_port(_authority(a))), after[-1])
+    return str(redacted_url(f"{scheme}{sep}{rest}"))
+
+
+def _authority(rest: str) -> str:
+    return re.split("[/?#]", rest, maxsplit=1)[0]
+
+
+def _host_and_port(authority: str) -> bool:
+    try:
+        parts = urlsplit(f"//{authority}")
+        return bool(parts.hostname) and (parts.port is None or parts.port >= 0)
+    except ValueError:
+        return False
+
+
+def run_secrets(api_key: str | None, generation: dict[str, Any], urls: Any) -> list[str | None]:
+    """Every secret a run holds: the API key, the gateway settings' values and the URL's query
+    values; what the redactor masks wherever a server echoes them."""
+    return [api_key, *secrets_in(generation), *url_secrets(urls)]
+
+
+def url_masked(urls: Any) -> bool:
+    """Whether a saved --api-url had query values masked (a resume must be given it again)."""
+    return any(REDACTED in url.partition("?")[2] for url in ([urls] if isinstance(urls, str) else urls or []))

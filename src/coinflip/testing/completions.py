@@ -1,0 +1,198 @@
+"""The fake server's chat and completions endpoints, plain or streamed.
+
+A request with `"stream": true` gets server-sent events in HTTP chunks, as vLLM sends them:
+reasoning deltas, content deltas, the finish reason, a usage chunk when the request asked for
+it (`stream_options.include_usage`, unless `stream_usage` is off) and `data: [DONE]`. `n`
+choices and `logprobs` are answered in both forms. Faults (`fail_rate`): 429 with Retry-After,
+500, a stalled reply, a dropped connection, a malformed body or an empty choice list.
+
+Forced answers: a request that continues a reply with coinflip's forced-answer turn (chat) or
+cue (completions) gets the policy's `forced` answer line. Log probabilities put the policy's
+`confidence` on the answer token and the rest on the other answer, so P(YES) is known;
+`impossible_logprobs` sends ones no model can give (`ServerState.impossible`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from typing import Any
+
+from .limited import Gate
+from .policy import Response, ServerState, Stream, _other, last_question, reply_json
+
+FAULTS = ("429", "500", "stall", "drop", "malformed", "empty")
+FORCE_TURN = "Give only your final answer"  # the start of coinflip's forced-answer turn (plan.FORCE_PROMPT)
+FORCE_CUE = "(YES or NO) is:"  # the end of its cue after a plain completion (plan.FORCE_CUE)
+
+
+async def completion(
+    state: ServerState, gate: Gate, headers: dict[str, str], raw: bytes, arrived: float, chat: bool = True
+) -> Response | Stream | None:
+    """One request to /chat/completions (`chat`) or /completions: refused, failed or answered."""
+    auth = headers.get("authorization", "")
+    state.auth_headers.append(auth)
+    if state.api_key is not None and auth != f"Bearer {state.api_key}":
+        return reply_json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+    body = json.loads(raw)
+    if state.record:
+        state.seen.append((str(headers.get(":path", "")), headers, body))
+    if state.models and body.get("model") not in state.models:
+        return reply_json(404, {"error": {"message": f"model {body.get('model')} does not exist"}})
+    messages = body.get("messages", []) if chat else [{"content": body.get("prompt", "")}]
+    prompt = "\n".join(str(m.get("content", "")) for m in messages)
+    question = last_question(prompt)
+    state.requests[question] += 1
+    state.arrivals.append(time.monotonic())
+    if state.throttle:
+        return reply_json(429, {"error": {"message": "slow down"}}, {"Retry-After": state.throttle.pop(0)})
+    refused = gate.admit()
+    if refused is not None:
+        return refused
+    try:
+        await gate.serve(state.latency, arrived)
+    finally:
+        gate.done()
+    if state.fail_rate and state.rng.random() < state.fail_rate:
+        return await fault(state)
+    return _answer(state, body, prompt, question, _forced_turn(messages, chat), chat)
+
+
+def _answer(
+    state: ServerState, body: dict[str, Any], prompt: str, question: str, forced: bool, chat: bool
+) -> Response | Stream:
+    """The policy's reply (or forced answer) as the endpoint sends it: n choices, usage, logprobs."""
+    answer = state.policy.forced(question) if forced else state.policy.expected(question)
+    text = state.policy.reply(question) if not forced else f"ANSWER: {answer or 'maybe'}"
+    if forced and not chat:
+        text = f" {answer or 'maybe'}"  # the continuation of the cue
+    state.answered[question] += 1
+    if state.reply_tokens and not forced:  # a long reply, cut where max_tokens says, as a server cuts it
+        most = body.get("max_tokens") or body.get("max_completion_tokens")
+        text = ("flip" * state.reply_tokens + text)[: 4 * most if isinstance(most, int) else None]
+    usage = {
+        "prompt_tokens": len(prompt) // 4,
+        "completion_tokens": len(text) // 4,
+        "total_tokens": (len(prompt) + len(text)) // 4,
+    }
+    p_yes = state.policy.p_yes(question, answer)
+    bad = state.impossible_logprobs if state.impossible(question) else ""
+    scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
+    n = int(body["n"]) if isinstance(body.get("n"), int) else 1
+    if body.get("stream"):
+        include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
+        events = stream(text, scratch if chat else None, n, usage if include else None, body, p_yes, bad)
+        return Stream(events, state.stream_stalls.pop(0) if state.stream_stalls else 0.0)
+    logprobs = _logprobs(text, chat, p_yes, bad) if body.get("logprobs") else None
+    if not chat:
+        choices = [{"index": i, "finish_reason": "stop", "text": text, "logprobs": logprobs} for i in range(n)]
+        return reply_json(200, {"id": "cmpl-fake", "object": "text_completion", "choices": choices, "usage": usage})
+    message = {"role": "assistant", "content": text, "reasoning_content": scratch}
+    choices = [{"index": i, "finish_reason": "stop", "message": message, "logprobs": logprobs} for i in range(n)]
+    reply = {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"), "choices": choices}
+    return reply_json(200, {**reply, "usage": usage})
+
+
+def stream(
+    text: str,
+    scratch: str | None,
+    n: int,
+    usage: Any,
+    body: dict[str, Any],
+    p_yes: float | None = 0.5,
+    fault: str = "",
+) -> list[bytes]:
+    """Chunks as vLLM streams them: role, reasoning pieces, content pieces, finish, usage, [DONE]."""
+    chat = scratch is not None
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}] if chat else []
+    deltas += [{"reasoning_content": piece} for piece in _pieces(scratch or "")]
+    deltas += [{"content": piece} for piece in _pieces(text)]
+    events = []
+    for delta in deltas:
+        choices = []
+        for i in range(n):
+            if chat:
+                choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": None}
+            else:
+                choice = {"index": i, "text": delta["content"], "finish_reason": None}
+            if body.get("logprobs") and delta.get("content"):
+                choice["logprobs"] = _logprobs(delta["content"], chat, p_yes, fault)
+            choices.append(choice)
+        events.append({"id": "x", "object": kind, "choices": choices})
+    finish = {"index": 0, "delta": {}, "finish_reason": "stop"} if chat else {"index": 0, "text": ""}
+    events.append(
+        {"id": "x", "object": kind, "choices": [{**finish, "index": i, "finish_reason": "stop"} for i in range(n)]}
+    )
+    if usage is not None:
+        events.append({"id": "x", "object": kind, "choices": [], "usage": usage})
+    return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+
+
+async def fault(state: ServerState) -> Response | None:
+    """None means: drop the connection without answering."""
+    fault = state.rng.choice(FAULTS)
+    state.faults[fault] += 1
+    if fault == "429":
+        return reply_json(429, {"error": {"message": "rate limited"}}, {"Retry-After": "0"})
+    if fault == "500":
+        return reply_json(500, {"error": {"message": "internal error"}})
+    if fault == "stall":
+        await asyncio.sleep(state.stall)
+        return reply_json(504, {"error": {"message": "too late"}})
+    if fault == "drop":
+        return None
+    if fault == "malformed":
+        return 200, b'{"choices": [{"message": ', {}
+    return reply_json(200, {"id": "x", "choices": []})
+
+
+def _pieces(text: str) -> list[str]:
+    """A text in a few word-sized deltas that join back to it exactly."""
+    return re.findall(r"\s*\S+\s*", text) if text.strip() else ([text] if text else [])
+
+
+def _forced_turn(messages: list[Any], chat: bool) -> bool:
+    last = str(messages[-1].get("content", "")) if messages and isinstance(messages[-1], dict) else ""
+    return last.startswith(FORCE_TURN) if chat else last.rstrip().endswith(FORCE_CUE)
+
+
+def _answer_side(token: str) -> str | None:
+    word = re.sub(r"[^A-Za-z]", "", token).upper()
+    return word if word in ("YES", "NO", "MAYBE") else None
+
+
+def _alternatives(token: str, p_yes: float | None, fault: str = "") -> list[tuple[str, float]]:
+    """The answer token and the other answers, with the probabilities that make P(YES) = p_yes
+    (with a `fault`, impossible ones)."""
+    side = _answer_side(token)
+    if side == "MAYBE":
+        return [(token, math.log(0.5)), (" YES", math.log(0.3)), (" NO", math.log(0.2))]
+    if side is None or p_yes is None:
+        return [(token, -0.25), ("?", -3.0)]
+    other = token.replace(side, _other(side))
+    mine = p_yes if side == "YES" else 1 - p_yes
+    if fault == "positive":
+        return [(token, math.log(mine)), (other, 50.0)]
+    if fault == "nan":
+        return [(token, math.nan), (other, math.inf)]
+    return [(token, math.log(mine)), (other, math.log(1 - mine))]
+
+
+def _logprobs(text: str, chat: bool, p_yes: float | None = 0.5, fault: str = "") -> dict[str, Any]:
+    tokens = _pieces(text)
+    options = [_alternatives(t, p_yes, fault) for t in tokens]
+    if chat:
+        content = [
+            {"token": t, "logprob": alts[0][1], "top_logprobs": [{"token": a, "logprob": lp} for a, lp in alts]}
+            for t, alts in zip(tokens, options, strict=True)
+        ]
+        return {"content": content}
+    return {
+        "tokens": tokens,
+        "token_logprobs": [alts[0][1] for alts in options],
+        "top_logprobs": [dict(alts) for alts in options],
+    }
