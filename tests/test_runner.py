@@ -10,8 +10,8 @@ import pytest
 from coinflip.config import TaskConfig
 from coinflip.errors import FatalAPIError
 from coinflip.run.plan import prepare
-from coinflip.rundir import load_saved_config
 from coinflip.run.runner import ask, finish, open_run, run_task
+from coinflip.rundir import load_saved_config
 from coinflip.testing.server import FakeOpenAIServer
 
 

@@ -8,7 +8,6 @@ Names are imported on first use so that `import coinflip` stays instant.
 
 TYPE_CHECKING = False  # not typing's: `import coinflip` imports nothing, so the command's first code runs at once
 
-__version__ = "0.1.0"
 __all__ = [
     "EvalType",
     "TaskConfig",
@@ -23,8 +22,8 @@ __all__ = [
 _LAZY = {
     "EvalType": "_evalscope",
     "TaskConfig": "config",
-    "run_task": "runner",
-    "rescore": "runner",
+    "run_task": "run.runner",
+    "rescore": "run.runner",
     "extract_answer": "scoring.extract",
     "generate_file": "data.generate",
     "load_dataset": "data.load",
@@ -40,8 +39,14 @@ if TYPE_CHECKING:
     from .run.runner import rescore, run_task
     from .scoring.extract import extract_answer
 
+    __version__: str
+
 
 def __getattr__(name: str) -> "Any":  # a string: Any is imported for the type checker only
+    if name == "__version__":  # pyproject.toml's, from the installed package's metadata
+        from importlib.metadata import version
+
+        return version("coinflip")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'coinflip' has no attribute {name!r}")

@@ -256,7 +256,7 @@ class OpenAIClient:
                 if answer.status != 200:
                     return None
                 return load_json(await read_at_most(answer.content, PROBE_BYTES))  # as every reply is read
-        except (OSError, BadReply, asyncio.TimeoutError, aiohttp.ClientError):  # ReplyTooLarge is an OSError
+        except (TimeoutError, OSError, BadReply, aiohttp.ClientError):  # ReplyTooLarge is an OSError
             return None
 
     def _body(self, request: Request) -> bytes:
@@ -282,7 +282,7 @@ class OpenAIClient:
             except (ReplyTooLarge, UnknownCoding) as exc:
                 message, status = str(exc), None
                 outcome = "final"
-            except (asyncio.TimeoutError, TimeoutError) as exc:  # one class since Python 3.11
+            except TimeoutError as exc:  # one class since Python 3.11
                 message, status, outcome = f"{type(exc).__name__}: {exc}".rstrip(": "), None, "timeout"
             except OSError as exc:
                 message, status = f"{type(exc).__name__}: {exc}".rstrip(": "), None

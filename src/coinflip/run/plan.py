@@ -11,7 +11,7 @@ import platform
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -167,5 +167,5 @@ def provenance() -> dict[str, str]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "executable": Path(sys.executable).name,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }

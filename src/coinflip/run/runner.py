@@ -30,8 +30,6 @@ from ..config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, ma
 from ..errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
 from ..models import Reply, Request, is_local, limits, open_model, serve_local
 from ..models.predict import run_requests
-from .plan import Plan, prepare, provenance
-from .progress import Progress
 from ..records import Prediction, sample_key, split_key
 from ..rundir import (
     PredictionIndex,
@@ -43,6 +41,8 @@ from ..rundir import (
     load_saved_config,
 )
 from ..scoring.calibration import answer_window
+from .plan import Plan, prepare, provenance
+from .progress import Progress
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
 if TYPE_CHECKING:
@@ -469,7 +469,6 @@ def finish(run: RunDir, compat: str, show: bool = True, session: Session | None 
     Without a `session` that scored its replies as they landed, the saved predictions are read
     back and scored.
     """
-    from ..pages import index
     from ..pages.run_page import write_html
     from ..pages.summary import print_summary
     from ..scoring.report import build_report, write_report
@@ -497,8 +496,6 @@ def finish(run: RunDir, compat: str, show: bool = True, session: Session | None 
         print_summary(report, run.root, page=run.report_html)
         if not report["complete"] and not report.get("errors_ignored"):
             print(resume_hint(run), file=sys.stderr)
-    if saved["config"].get("html_report", True):  # the work directory's index; never raises, logs why not
-        index.refresh(index.work_dir_of(run.root, saved["config"]))
     return report
 
 
