@@ -20,6 +20,7 @@ from urllib.parse import quote_plus, unquote_plus, urlsplit
 
 from . import _evalscope
 from .errors import ConfigError, UnknownSettingError, short
+from .records import REPEATS_MAX
 
 BENCHMARK = "coin_flip"
 HUBS = ("bundled", "huggingface", "modelscope", "local")
@@ -92,8 +93,6 @@ PATH_SETTINGS = (
     "batch_results",
     "pricing_file",
 )
-REPEATS_BITS = 12  # a sample is (question, repeat), one int key: question << REPEATS_BITS | repeat
-REPEATS_MAX = 1 << REPEATS_BITS
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,22 @@ try:
 except ImportError:  # Windows: no advisory locks
     fcntl = None  # type: ignore[assignment]
 
-from . import forced
-from ._files import UnreadableFile, inside, open_regular, read_regular, replacing
+from ._files import UnreadableFile, inside, open_regular, read_regular, read_settings, replacing
 from .config import BENCHMARK, TaskConfig, safe_name
 from .errors import ConfigError, storage_error
-from .records import Prediction, Review, dumps, key_of, loads, read_prediction, read_review
+from .records import (
+    DONE,
+    ERROR,
+    STARTED,
+    Prediction,
+    Review,
+    dumps,
+    key_of,
+    loads,
+    progress,
+    read_prediction,
+    read_review,
+)
 
 CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
@@ -317,36 +328,15 @@ def _bare(draft: Path) -> bool:
     return not found or (found == ["configs"] and not os.listdir(draft / "configs"))
 
 
-def parse_yaml(text: str) -> Any:
-    """A YAML (or JSON) document without anchors and aliases: a kilobyte of aliases can stand
-    for billions of nodes. Any error is a yaml.YAMLError (or RecursionError)."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader)):
-        raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
-    return yaml.load(text, Loader=loader)
-
-
 def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:
     """The saved settings of the run at `root`, checked as strictly as settings typed on the
     command line (a hand-edited `seed: "abc"` is one line, not a traceback later). `check=False`
     reads them only to be shown as text (the index lists whatever a run holds)."""
-    import yaml
-
     path = root / CONFIG_FILE
     try:
-        text = read_regular(path, CONFIG_LIMIT, within=root).decode("utf-8")
-        data = parse_yaml(text)
+        data = read_settings(path, CONFIG_LIMIT, within=root)
     except FileNotFoundError:
         raise ConfigError(f"{root} is not a coinflip run directory (no {CONFIG_FILE})") from None
-    except UnreadableFile as exc:
-        raise ConfigError(str(exc)) from None
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
-        why = str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) and str(exc) else type(exc).__name__
-        raise ConfigError(f"{path}: not valid YAML ({why})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("config"), dict)
@@ -381,7 +371,7 @@ class PredictionIndex:
     """Where the line that counts for each sample starts: `offset` for a reply, `~offset` for an error.
 
     Keys are `records.sample_key(id, repeat)`. `pending` holds the samples whose reply is kept but
-    whose forced answer is pending (forced.py). Plain ints keep it small: a million samples
+    whose forced answer is pending (scoring/forced.py). Plain ints keep it small: a million samples
     cost tens of MB, and no row is held.
     """
 
@@ -436,13 +426,13 @@ def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
     if row is None:
         index.unreadable += 1
         return
-    key, state = key_of(row), forced.progress(row)
+    key, state = key_of(row), progress(row)
     old = index.where.get(key)
-    old_state = forced.ERROR if old is None or old < 0 else forced.STARTED if key in index.pending else forced.DONE
+    old_state = ERROR if old is None or old < 0 else STARTED if key in index.pending else DONE
     if old is not None and state < old_state:
         return
-    index.where[key] = ~offset if state == forced.ERROR else offset
-    if state == forced.STARTED:
+    index.where[key] = ~offset if state == ERROR else offset
+    if state == STARTED:
         index.pending.add(key)
     else:
         index.pending.discard(key)

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec  # imported with the transport, not with `import coinflip`
 
 from .._terminal import printable
-from ..records import MAX_FINISH, TOKENS_MAX
+from ..records import MAX_FINISH, TOKENS_MAX, whole
 from .base import Reply
 
 MAX_FLOAT = sys.float_info.max
@@ -127,7 +127,7 @@ def _in_order(choices: list[Any]) -> list[Any]:
 
 
 def _index(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return value if whole(value) else 0
 
 
 def _list(value: Any) -> list[Any]:
@@ -188,27 +188,23 @@ def _part_text(part: Any) -> str:
     return ""
 
 
-def whole(value: Any) -> int | None:
-    """A token count: a whole, non-negative number below TOKENS_MAX (or a string of digits), else
-    None. A server may send 400 digits: such a count would overflow every float it meets later."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if 0 <= value < TOKENS_MAX else None
-    if isinstance(value, float):
-        return int(value) if 0 <= value < TOKENS_MAX and value.is_integer() else None
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
-        return int(value.strip())
-    return None
+def token_count(value: Any) -> int | None:
+    """A server's token count as records.whole takes it, below TOKENS_MAX; a whole float or a string
+    of digits too. A server may send 400 digits: such a count would overflow every float it meets."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
+        value = int(value.strip())
+    return value if whole(value, TOKENS_MAX) else None
 
 
 def usage(value: Any) -> dict[str, int] | None:
     if not isinstance(value, dict):
         return None
-    found = {key: whole(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    found = {key: token_count(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
     details = value.get("completion_tokens_details")
-    reasoning = whole(details.get("reasoning_tokens")) if isinstance(details, dict) else None
-    found["reasoning_tokens"] = reasoning if reasoning is not None else whole(value.get("reasoning_tokens"))
+    reasoning = token_count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    found["reasoning_tokens"] = reasoning if reasoning is not None else token_count(value.get("reasoning_tokens"))
     kept = {key: n for key, n in found.items() if n is not None}
     return kept or None
 

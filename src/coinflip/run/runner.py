@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import forced
 from .._files import read_regular, replacing
 from .._terminal import one_line, printable
 from ..config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
@@ -40,6 +39,7 @@ from ..rundir import (
     iter_predictions,
     load_saved_config,
 )
+from ..scoring import forced
 from ..scoring.calibration import answer_window
 from .plan import Plan, prepare, provenance
 from .progress import Progress

@@ -51,19 +51,14 @@ def apply_pricing_file(config: TaskConfig) -> None:
 
 
 def _read_table(path: Path) -> dict[str, Any]:
-    import yaml
-
-    from .._files import UnreadableFile, read_regular
-    from ..rundir import parse_yaml
+    from .._files import read_settings
 
     try:  # a plain file of at most 16 MB, without YAML aliases
-        data = parse_yaml(read_regular(path, 16 << 20).decode("utf-8"))
-    except UnreadableFile as exc:
-        raise ConfigError(f"pricing file {exc}") from None
-    except OSError as exc:
+        data = read_settings(path)
+    except FileNotFoundError as exc:
         raise ConfigError(f"pricing file {path}: cannot read ({exc.strerror})") from None
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
-        raise ConfigError(f"pricing file {path}: not valid YAML or JSON") from None
+    except ConfigError as exc:
+        raise ConfigError(f"pricing file {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"pricing file {path}: not a mapping of model names to prices")
     return data

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import BENCHMARK
 from ..errors import storage_error
-from ..records import FORCED_ANSWERS
+from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
@@ -105,12 +105,8 @@ def _section(value: Any) -> Any:
 def _repeats(fingerprint: dict[str, Any]) -> int:
     """Answers asked per question: --repeats times the choices per request (`n`), as the plan counts
     them (plan.per_question); a hand-edited value that is not a whole number from 1 counts as 1."""
-    generation = _section(fingerprint.get("generation_config"))
-    return _whole(fingerprint.get("repeats")) * _whole(generation.get("n"))
-
-
-def _whole(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+    repeats, n = fingerprint.get("repeats"), _section(fingerprint.get("generation_config")).get("n")
+    return (repeats if whole(repeats) and repeats else 1) * (n if whole(n) and n else 1)
 
 
 def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
