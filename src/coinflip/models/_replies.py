@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec  # imported with the transport, not with `import coinflip`
 
-from .._terminal import printable
+from .._terminal import one_line as one_line  # the one rule; openai_api and batch_api take it from here
 from ..records import MAX_FINISH, TOKENS_MAX, whole
 from .base import Reply
 
@@ -70,13 +70,6 @@ def load_json(raw: bytes | str) -> Any:
         raise BadReply(f"malformed response body ({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
-def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
-    """A server's message fit for a log, a file or a terminal: one line, control characters
-    (escape sequences) shown as U+FFFD, at most `limit` characters."""
-    text = printable(" ".join(text.split()))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 _PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I)  # bounded: a page is untrusted
 
 
@@ -88,9 +81,9 @@ def server_message(raw: bytes) -> str:
     except BadReply:
         text = raw[: MAX_MESSAGE * 4].decode("utf-8", "replace")
         title = _PAGE_TITLE.search(text) if text.lstrip()[:1] == "<" else None
-        page = one_line(html.unescape(title.group(1))) if title else ""
-        return f"{page} (an HTML page)" if page else one_line(text)
-    return one_line(_message_of(data))
+        page = one_line(html.unescape(title.group(1)).strip()) if title else ""
+        return f"{page} (an HTML page)" if page else one_line(text.strip())
+    return one_line(_message_of(data).strip())
 
 
 def _message_of(data: Any) -> str:

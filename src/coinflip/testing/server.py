@@ -52,6 +52,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from ..data.grammar import solve
+from ..data.prompts import FORCE_CUE, FORCE_PROMPT
 from .batches import BatchRoutes, BatchStore
 from .limited import Gate, Limits
 
@@ -391,13 +392,9 @@ def _pieces(text: str) -> list[str]:
     return re.findall(r"\s*\S+\s*", text) if text.strip() else ([text] if text else [])
 
 
-FORCE_TURN = "Give only your final answer"  # the start of coinflip's forced-answer turn (plan.FORCE_PROMPT)
-FORCE_CUE = "(YES or NO) is:"  # the end of its cue after a plain completion (plan.FORCE_CUE)
-
-
 def _forced_turn(messages: list[Any], chat: bool) -> bool:
     last = str(messages[-1].get("content", "")) if messages and isinstance(messages[-1], dict) else ""
-    return last.startswith(FORCE_TURN) if chat else last.rstrip().endswith(FORCE_CUE)
+    return last.startswith(FORCE_PROMPT) if chat else last.rstrip().endswith(FORCE_CUE.strip())
 
 
 def _answer_side(token: str) -> str | None:
