@@ -29,9 +29,10 @@ from ..data.generate import PeopleRange, generate_file, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
 from ..errors import CoinflipError, ConfigError, short
+from ..jsonl import iter_reviews
 from ..pages.html import relative
 from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe
-from ..rundir import CONFIG_FILE, RunDir, iter_reviews
+from ..rundir import CONFIG_FILE, RunDir
 from . import verdicts
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
 

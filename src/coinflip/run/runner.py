@@ -27,18 +27,11 @@ from .._files import read_regular, replacing
 from .._terminal import one_line, printable
 from ..config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, masked_somewhere, url_masked
 from ..errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
+from ..jsonl import PredictionIndex, PredictionWriter, compact_predictions, index_predictions, iter_predictions
 from ..models import Reply, Request, is_local, limits, open_model, serve_local
 from ..models.predict import run_requests
 from ..records import Prediction, sample_key, split_key
-from ..rundir import (
-    PredictionIndex,
-    PredictionWriter,
-    RunDir,
-    compact_predictions,
-    index_predictions,
-    iter_predictions,
-    load_saved_config,
-)
+from ..rundir import RunDir, load_saved_config
 from ..scoring import forced
 from ..scoring.calibration import answer_window
 from .plan import Plan, prepare, provenance

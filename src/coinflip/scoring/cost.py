@@ -234,7 +234,7 @@ class Budget:
 
 def budget_for(config: TaskConfig, generation: dict[str, Any], predictions: Path, batch: bool) -> Budget:
     """The --max-cost budget of a run, with what its saved predictions already cost."""
-    from ..rundir import read_predictions
+    from ..jsonl import read_predictions
 
     prices = prices_of(vars(config))
     assert prices is not None and config.max_cost is not None  # both checked with the config
