@@ -81,19 +81,25 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     if scorer.impossible_logprobs:  # samples left without P(YES), rather than given a clamped one
         report["calibration"]["impossible_logprobs"] = scorer.impossible_logprobs
     report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
-    report["warnings"] = warnings(report, expected, len(outcomes))
+    report["warnings"] = warnings(report, expected, len(outcomes)) + _unread(report, scorer)
+    report["notes"] = notes(report)
+    return report
+
+
+def _unread(report: Report, scorer: Scorer) -> list[str]:
+    """Warnings for what the scorer could not use: log probabilities that cannot be, unreadable rows."""
+    out = []
     if scorer.impossible_logprobs:
-        report["warnings"].append(
+        out.append(
             f"{scorer.impossible_logprobs} sample(s) have no P(YES): the server sent log probabilities that cannot "
             "be (above 0, NaN or infinite) at the answer position"
         )
-    if scorer.unreadable:  # counted where the saved lines are read (rundir and the runner)
+    if scorer.unreadable:  # counted where the saved lines are read (jsonl.py and the runner)
         report["unreadable_rows"] = scorer.unreadable
-        report["warnings"].append(
+        out.append(
             f"{scorer.unreadable} saved row(s) could not be read (not a row, or no YES or NO target) and were left out"
         )
-    report["notes"] = notes(report)
-    return report
+    return out
 
 
 def _section(value: Any) -> Any:
