@@ -339,14 +339,12 @@ def main(argv: list[str] | None = None) -> None:
             _dispatch(argv)
         finally:
             stop.restore() if argv is not None else stop.settle()
-    except (Interrupted, KeyboardInterrupt) as exc:  # while the handlers went in, or as the command ended
+    except (Interrupted, KeyboardInterrupt) as exc:  # one line, whenever it came
         click.echo(stopped_by(exc), err=True)
         sys.exit(1)
 
 
 def _dispatch(argv: list[str] | None) -> None:
-    from .run.stop import Interrupted, stopped_by
-
     args = sys.argv[1:] if argv is None else argv
     odd = next((i for i, arg in enumerate(args) if not _utf8(arg)), None)
     if odd is not None:  # Python hands such bytes over as lone surrogates; nothing could write them
@@ -368,19 +366,12 @@ def _dispatch(argv: list[str] | None) -> None:
     except CoinflipError as exc:
         click.echo(f"error: {one_line(exc)}", err=True)
         sys.exit(exc.exit_code)
-    except (Interrupted, KeyboardInterrupt) as exc:
-        click.echo(stopped_by(exc), err=True)
-        sys.exit(1)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
 
 
 def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return not any("\ud800" <= c <= "\udfff" for c in text)  # a lone surrogate: bytes that were not UTF-8
 
 
 if __name__ == "__main__":
