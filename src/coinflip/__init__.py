@@ -44,9 +44,12 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> "Any":  # a string: Any is imported for the type checker only
     if name == "__version__":  # pyproject.toml's, from the installed package's metadata
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
-        return version("coinflip")
+        try:
+            return version("coinflip")
+        except PackageNotFoundError:  # a source tree on the path, not installed
+            return "0+unknown"
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'coinflip' has no attribute {name!r}")
