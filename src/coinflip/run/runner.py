@@ -29,7 +29,7 @@ from .finish import resume_hint as resume_hint  # batch.py's
 from .plan import Plan, prepare, provenance
 from .progress import Progress
 from .session import Job as Job  # batch.py's
-from .session import Landing, Session, concurrency_for, left, requests_left, room_for, send
+from .session import Session, concurrency_for, left, requests_left, room_for, send
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
 if TYPE_CHECKING:
@@ -196,8 +196,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     writer = PredictionWriter(run.predictions)
     shown = False if config.quiet and config.progress is None else config.progress
     progress = Progress(todo, f"coin_flip {config.name}", False if config.batch else shown)  # a batch has its own
-    landing = Landing(plan, writer, progress, live)
-    on_replies, follow_up = landing.on_replies, landing.follow_up
+    session = Session(plan, writer, progress, live)
+    on_replies, follow_up = session.on_replies, session.follow_up
     endpoint_concurrency = concurrency_for(config)
     budget = None
     if config.max_cost is not None:
@@ -238,8 +238,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     except Interrupted as exc:
         raise RunIncomplete(f"{stopped_by(exc)}: {progress.done} new samples kept; {resume_hint(run)}") from None
     finally:
-        landing.close(traffic)
-    return landing.session(traffic)
+        session.close(traffic)
+    return session
 
 
 def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = True) -> Report:

@@ -1,6 +1,6 @@
 """A session of requests: what is still to ask, and what lands, written and scored as it lands.
 
-The runner opens the run and hands each session's work to the model; `Landing` turns each reply
+The runner opens the run and hands each session's work to the model; `Session` turns each reply
 into the predictions file's rows (a forced follow-up where --force-answer asks for one) and, in
 a fresh run, into the scores the report is built from.
 """
@@ -38,17 +38,6 @@ class Job:
 
     record: Any
     saved: Prediction | None = None
-
-
-@dataclass
-class Session:
-    """What a session leaves for its report: what went to the endpoints; for a fresh run, also
-    the scores of its replies as they landed (`scorer`), and whether its writer wrote every
-    sample once and in key order (then the file needs no compaction)."""
-
-    traffic: dict[str, Any] | None = None
-    scorer: Scorer | None = None
-    in_order: bool = False
 
 
 def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, list[int]]]:
@@ -103,13 +92,16 @@ def left(plan: Plan, run: RunDir) -> tuple[PredictionIndex, int]:
     return index, todo
 
 
-class Landing:
+class Session:
     """Where replies land: each is written as it lands (flushed a batch at a time), counted on the
-    progress bar, and in a fresh run (`live`) scored, so the report is ready with the last reply."""
+    progress bar, and in a fresh run (`live`) scored, so the report is ready with the last reply.
+    What it leaves for the report: what went to the endpoints (`traffic`), the scores (`scorer`),
+    and whether every sample was written once and in key order (then the file needs no compaction)."""
 
     def __init__(self, plan: Plan, writer: PredictionWriter, progress: Progress, live: bool) -> None:
         self.plan, self.writer, self.progress, self.live = plan, writer, progress, live
         self.scorer: Scorer | None = None
+        self.traffic: dict[str, Any] | None = None
         self.pending = 0  # samples written with their forced answer pending (scoring/forced.py)
         self.started = time.perf_counter()
 
@@ -151,18 +143,21 @@ class Landing:
                 out.append((Job(job.record, row), build.forced(request, choice.text or "", request.repeat + i)))
         return out
 
+    @property
+    def in_order(self) -> bool:
+        return self.writer.in_order
+
     def close(self, traffic: dict[str, Any]) -> None:
         self.progress.close()
         self.writer.close()
+        self.traffic = traffic or None
+        if self.pending:  # a forced answer still pending (a stop): scored from the file, which counts what it spent
+            self.scorer = None
         log.info("finished %d samples in %.2f s", self.progress.done, time.perf_counter() - self.started)
         if traffic:
             log.info("%s", limits.line(traffic))
             for hint in traffic["hints"]:
                 log.warning("%s", hint)
-
-    def session(self, traffic: dict[str, Any]) -> Session:
-        # a forced answer still pending (a stop): score from the file, which counts what that sample spent
-        return Session(traffic or None, None if self.pending else self.scorer, self.writer.in_order)
 
 
 def concurrency_for(config: TaskConfig) -> int:
