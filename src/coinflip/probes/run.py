@@ -241,42 +241,26 @@ def _lengths(settings: Settings) -> range:
 
 
 def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str, Any]:
-    """One point of the length curve, with the always-yes baseline on the same questions."""
-    data = length_data(config, root / "data", people, count)
-    report = _run(_run_config(config, root, data.name, data))
-    point = length_point(people, {**report, **report["forced"]} if config.force_answer else report)
-    point["always_yes"] = report["baselines"]["always-yes"]["accuracy"]
-    point["run"] = f"runs/{data.name}"
-    return point
-
-
-def length_data(config: TaskConfig, folder: Path, people: int, count: int) -> Path:
-    """`folder`/people_KK: a fresh set of `count` questions with `people` people (seeded by
-    config.seed plus the length), and few-shot examples of the same length when asked for."""
-    data = folder / f"people_{people:02d}"
-    generate_file(data / "test.jsonl", PeopleRange(people, people), count, config.seed + people, whole=True)
+    """One point of the length curve: a fresh set of `count` questions with `people` people (seeded
+    by the seed plus the length; few-shot examples of the same length when asked for), with the
+    always-yes baseline on the same questions."""
+    data, size = root / "data" / f"people_{people:02d}", PeopleRange(people, people)
+    generate_file(data / "test.jsonl", size, count, config.seed + people, whole=True)
     if config.few_shot_num:
-        generate_file(
-            data / "validation.jsonl",
-            PeopleRange(people, people),
-            max(50, config.few_shot_num + 1),
-            config.seed + 100_000 + people,
-            whole=True,
-        )
-    return data
-
-
-def length_point(people: int, report: dict[str, Any]) -> dict[str, Any]:
-    """One point of the curve: a run's report at one number of people."""
+        examples = max(50, config.few_shot_num + 1)
+        generate_file(data / "validation.jsonl", size, examples, config.seed + 100_000 + people, whole=True)
+    report = _run(_run_config(config, root, data.name, data))
+    shown = {**report, **report["forced"]} if config.force_answer else report
     return {
         "people": people,
-        "samples": report["counts"]["samples"],
-        "accuracy": report["metrics"]["accuracy"],
-        "interval": report["intervals"]["accuracy"],
-        "f1_score": report["metrics"]["f1_score"],
-        "invalid_rate": report["counts"]["invalid_rate"],
+        "samples": shown["counts"]["samples"],
+        "accuracy": shown["metrics"]["accuracy"],
+        "interval": shown["intervals"]["accuracy"],
+        "f1_score": shown["metrics"]["f1_score"],
+        "invalid_rate": shown["counts"]["invalid_rate"],
         "complete": report["complete"],
-        "run": report["run"],
+        "run": f"runs/{data.name}",
+        "always_yes": report["baselines"]["always-yes"]["accuracy"],
     }
 
 
