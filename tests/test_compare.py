@@ -160,21 +160,23 @@ def test_runs_that_share_no_question_get_no_test_and_no_rank_together(tmp_path: 
         assert {len(row) for row in table} == {len(table[0])}, table
 
 
-def test_compare_of_a_work_dir_a_sweep_wrote_into(tmp_path: Path) -> None:
+def test_compare_of_a_work_dir_a_probe_wrote_into(tmp_path: Path) -> None:
     work = tmp_path / "outputs"
     runs = [_eval(work, "--model", "oracle", "--limit", "20"), _eval(work, "--model", "random", "--limit", "20")]
-    swept = run_cli("sweep", "--model", "oracle", "--people", "2-4", "--count", "10", "--work-dir", str(work))
-    assert swept.returncode == 0, swept.stderr
+    lengths = ("--variants", "", "--lengths", "2-4", "--length-count", "10")
+    probed = run_cli("probe", "--model", "oracle", "--limit", "20", *lengths, "--work-dir", str(work))
+    assert probed.returncode == 0, probed.stderr
+    (base,) = work.glob("probe_*/runs/base")  # the probe's base set: the same 20 questions as the runs
     result = run_cli("compare", str(work), "--out", str(tmp_path / "out"), env=WIDE)
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "out/compare.json").read_text())
-    assert sorted(r["run"] for r in data["leaderboard"]) == sorted(map(str, runs))
-    assert len(data["pairs"]) == 1 and data["pairs"][0]["shared"] == 20
-    (left,) = data["left_out"]  # the three sweep runs, each alone on its generated set, in one short line
+    assert sorted(r["run"] for r in data["leaderboard"]) == sorted(map(str, [*runs, base]))
+    assert len(data["pairs"]) == 3 and {p["shared"] for p in data["pairs"]} == {20}
+    (left,) = data["left_out"]  # the three length runs, each alone on its generated set, in one short line
     assert left.startswith("3 runs left out, each the only run on its data") and len(left) < 400
     assert all(len(line) < 400 for line in result.stdout.splitlines())
     forced = run_cli("compare", str(work), "--force", "--out", str(tmp_path / "all"), env=WIDE)
     assert forced.returncode == 0, forced.stderr
     every = json.loads((tmp_path / "all/compare.json").read_text())
-    assert all(p["shared"] > 0 for p in every["pairs"]) and len(every["pairs"]) == 1
+    assert all(p["shared"] > 0 for p in every["pairs"]) and len(every["pairs"]) == 3
     assert len(forced.stdout.splitlines()) < 40

@@ -29,9 +29,9 @@ def test_every_setting_is_on_the_cli_in_the_python_api_and_in_the_docs() -> None
             assert f"`{s.name}`" in table
         if s.flag and not s.unused:
             assert s.flag.split("/")[0] in help_text, s.name
-    sweep_help = run_cli("sweep", "--help").stdout
+    probe_help = run_cli("probe", "--help").stdout
     for flag in ("--few-shot-num", "--prompt-template", "--generation-config", "--repeats", "--stream"):
-        assert flag in sweep_help
+        assert flag in probe_help
 
 
 def test_the_readme_is_a_front_door_and_its_links_lead_somewhere() -> None:

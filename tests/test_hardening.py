@@ -62,23 +62,23 @@ def test_a_full_disk_through_a_patched_write_is_one_line_and_resumable(
     """The same rule where no tmpfs can be mounted: the writer's OS call fails with ENOSPC."""
     import errno
 
-    from coinflip import rundir
+    from coinflip import jsonl
     from coinflip.errors import StorageError
     from coinflip.run.runner import run_task
 
-    original = rundir.PredictionWriter.flush
+    original = jsonl.PredictionWriter.flush
     calls = {"n": 0}
 
-    def flaky_flush(self: rundir.PredictionWriter) -> None:
+    def flaky_flush(self: jsonl.PredictionWriter) -> None:
         calls["n"] += 1
         if calls["n"] == 3:
-            raise rundir.storage_error(self.path, OSError(errno.ENOSPC, "No space left on device", str(self.path)))
+            raise jsonl.storage_error(self.path, OSError(errno.ENOSPC, "No space left on device", str(self.path)))
         original(self)
 
-    monkeypatch.setattr(rundir.PredictionWriter, "flush", flaky_flush)
+    monkeypatch.setattr(jsonl.PredictionWriter, "flush", flaky_flush)
     with FakeOpenAIServer("correct", latency=0.01) as srv, pytest.raises(StorageError, match="No space left"):
         run_task(model="m", api_url=srv.url, limit=200, eval_batch_size=8, work_dir=str(tmp_path), quiet=True)
-    monkeypatch.setattr(rundir.PredictionWriter, "flush", original)
+    monkeypatch.setattr(jsonl.PredictionWriter, "flush", original)
     run = only_run_dir(tmp_path)
     with FakeOpenAIServer("correct") as srv:
         report = run_task(use_cache=str(run), api_url=srv.url, quiet=True)

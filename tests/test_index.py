@@ -289,6 +289,23 @@ def test_a_run_dir_that_is_its_own_work_dir(tmp_path: Path) -> None:
     assert work_dir_of(run, {"no_timestamp": False}) == run.parent
 
 
+def test_the_command_refreshes_the_index_after_a_run_and_a_rescore_and_the_library_does_not(tmp_path: Path) -> None:
+    """The runner writes no page of the work directory (a program that calls run_task owns its
+    folder); `coinflip eval` and `coinflip rescore` refresh its index, --no-timestamp runs included."""
+    from coinflip import run_task
+
+    run_task({"model": "oracle", "limit": 3, "work_dir": str(tmp_path / "lib"), "quiet": True})
+    assert not (tmp_path / "lib/index.html").exists()
+    run = _eval(tmp_path / "cli", "--model", "oracle", "--limit", "3")
+    assert "oracle" in (tmp_path / "cli/index.html").read_text()
+    (tmp_path / "cli/index.html").unlink()
+    assert run_cli("rescore", str(run)).returncode == 0 and (tmp_path / "cli/index.html").is_file()
+    own = tmp_path / "own"
+    ran = run_cli("eval", "--model", "oracle", "--limit", "3", "--no-timestamp", "--work-dir", str(own))
+    assert ran.returncode == 0, ran.stderr
+    assert (own / "index.html").is_file()
+
+
 def test_refresh_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from coinflip.pages.index import refresh
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from coinflip import run_task
+from coinflip._signals import default_signals
 from coinflip.cli import main
-from coinflip.run.stop import default_signals
 from coinflip.testing.server import FakeOpenAIServer
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM)

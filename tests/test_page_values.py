@@ -168,24 +168,13 @@ def test_the_probe_page_quotes_its_resume_command_for_a_shell(tmp_path: Path) ->
     assert "resume with\ncoinflip probe --use-cache '\ufffd\ufffd" in text  # one argument, whatever the folder holds
 
 
-def _sweep_page(tmp_path: Path) -> Path:
-    from coinflip.sweep import to_html
-
-    point = {"people": 2, "accuracy": 0.5, "interval": [0.4, 0.6], "f1_score": None, "invalid_rate": 0.1}
-    result = {"model": MODEL, "count": VALUE, "seed": VALUE, "points": [{**point, "samples": 3, "run": FOLDER}]}
-    page = tmp_path / "sweep.html"
-    page.write_text(to_html(result), encoding="utf-8")
-    return page
-
-
-@pytest.mark.parametrize("which", ["run", "index", "compare", "probe", "sweep"])
+@pytest.mark.parametrize("which", ["run", "index", "compare", "probe"])
 def test_every_page_shows_hostile_text_as_text_that_fits_the_window(pages: Pages, tmp_path: Path, which: str) -> None:
     page = {
         "run": lambda: pages.run,
         "index": lambda: pages.index,
         "compare": lambda: pages.compare,
         "probe": lambda: _probe_page(tmp_path),
-        "sweep": lambda: _sweep_page(tmp_path),
     }[which]()
     seen = _look(page, tmp_path)
     assert not seen["pwned"] and seen["imgs"] == 0

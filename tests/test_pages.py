@@ -227,20 +227,6 @@ def test_index_and_compare_show_hostile_run_directories_as_text(forced_run: Path
     assert PAYLOADS[0] in "".join(html.text) and written
 
 
-def test_sweep_page_shows_hostile_names_as_text() -> None:
-    from coinflip.sweep import to_html
-
-    point = {"people": 2, "accuracy": 0.5, "interval": [0.4, 0.6], "f1_score": None, "invalid_rate": 0.1, "samples": 10}
-    result = {
-        "model": PAYLOADS[0],
-        "count": PAYLOADS[1],
-        "seed": PAYLOADS[2],
-        "points": [{**point, "run": PAYLOADS[3]}, {**point, "people": 3, "accuracy": PAYLOADS[4], "run": PAYLOADS[5]}],
-    }
-    page = assert_clean(to_html(result), scripts=0)
-    assert all(p in "".join(page.text) for p in PAYLOADS[:6])
-
-
 def _rescored_after_editing(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> tuple[Path, Any]:
     """An oracle run of 5 questions whose task_config.yaml `edit` changed by hand, then rescored."""
     result = run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path))

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from coinflip.config import SETTINGS_VERSION, TaskConfig
 from coinflip.errors import ConfigError
+from coinflip.jsonl import PredictionIndex, index_predictions
 from coinflip.run.runner import run_task
-from coinflip.rundir import PredictionIndex, RunDir, index_predictions, load_saved_config
+from coinflip.rundir import RunDir, load_saved_config
 from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import only_run_dir, read_jsonl, run_cli

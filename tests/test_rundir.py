@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coinflip._files import replacing
-from coinflip.records import dumps, loads, sample_key
-from coinflip.rundir import (
+from coinflip.jsonl import (
     PredictionWriter,
     compact_predictions,
     index_predictions,
     iter_predictions,
 )
+from coinflip.records import dumps, loads, sample_key
 
 ROWS = [
     {"id": 2, "reply": "b", "error": None},
@@ -134,9 +134,9 @@ def test_repeats_are_samples_of_their_own_and_a_forced_answer_owed_is_remembered
 def test_lines_are_read_by_their_fields_not_their_key_order(tmp_path: Path) -> None:
     """A line written with its keys in another order (another tool, a hand edit) reads the same;
     a line that is not a record (no whole id, a repeat out of range, not JSON, NaN) is skipped."""
+    from coinflip.jsonl import iter_reviews
     from coinflip.pages.catalog import _questions
     from coinflip.records import read_review
-    from coinflip.rundir import iter_reviews
 
     row = {"id": 7, "repeat": 2, "target": "NO", "question": "Q?", "reply": "ANSWER: NO", "error": None}
     lines = [

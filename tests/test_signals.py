@@ -167,8 +167,8 @@ def test_a_stop_that_lands_where_python_cannot_raise_ends_the_process_in_one_lin
     then: the process ends at once with one line, and the same code without a stop goes on."""
     script = """
 import gc, signal, sys, weakref
-from coinflip.run.stop import install
-stop = install()
+from coinflip.run.stop import StopRequest
+stop = StopRequest().install()
 class Thing: pass
 thing = Thing()
 keep = weakref.ref(thing, lambda _: stop.handler(signal.SIGINT, None) if "stop" in sys.argv else None)
@@ -317,7 +317,8 @@ def test_a_child_of_a_process_started_under_nohup_ignores_sighup_too() -> None:
     """`default_signals` (how the llama.cpp server starts) put SIGHUP back to its default in the
     child of such a process: the closed terminal then ended the server, and with it the run."""
     parent = (
-        "import subprocess, sys\nfrom coinflip.run.stop import default_signals, install\ninstall()\n"
+        "import subprocess, sys\nfrom coinflip._signals import default_signals\n"
+        "from coinflip.run.stop import StopRequest\nStopRequest().install()\n"
         f"child = subprocess.run([sys.executable, '-c', {CHILD_IGNORES_SIGHUP!r}], preexec_fn=default_signals)\n"
         "sys.exit(child.returncode)"
     )

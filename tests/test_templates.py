@@ -1,4 +1,4 @@
-"""Prompt variants, completions stop sequences, and a sweep that takes eval's settings."""
+"""Prompt variants, completions stop sequences, and a length curve that takes eval's settings."""
 
 from __future__ import annotations
 
@@ -91,17 +91,17 @@ def test_completion_requests_carry_the_stop_sequence(tmp_path: Path) -> None:
     assert report["generation_config"]["stop"] == ["\nQ:"]
 
 
-def test_sweep_takes_evals_settings_and_shows_progress(tmp_path: Path) -> None:
+def test_the_probes_length_curve_takes_evals_settings_and_shows_progress(tmp_path: Path) -> None:
     result = run_cli(
-        "sweep", "--model", "oracle", "--people", "3-4", "--count", "20", "--few-shot-num", "2",
-        "--prompt-template", "multiturn", "--repeats", "2", "--work-dir", str(tmp_path),
+        "probe", "--model", "oracle", "--limit", "5", "--variants", "", "--lengths", "3-4", "--length-count", "20",
+        "--few-shot-num", "2", "--prompt-template", "multiturn", "--repeats", "2", "--work-dir", str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "sweep oracle: 3 people (1 of 2)" in result.stderr and "4 people (2 of 2)" in result.stderr
+    assert "probe oracle: 3 people (2 of 3)" in result.stderr and "4 people (3 of 3)" in result.stderr
     folder = only_run_dir(tmp_path)
-    points = json.loads((folder / "sweep.json").read_text())["points"]
+    points = json.loads((folder / "probe.json").read_text())["length"]["points"]
     assert [p["people"] for p in points] == [3, 4] and all(p["samples"] == 40 for p in points)
-    report = json.loads(next(folder.glob("runs/*/reports/oracle/coin_flip.json")).read_text())
+    report = json.loads((folder / "runs/people_03/reports/oracle/coin_flip.json").read_text())
     assert report["few_shot_num"] == 2 and report["template"]["name"] == "multiturn" and report["repeats"] == 2
 
 

@@ -8,7 +8,6 @@ Names are imported on first use so that `import coinflip` stays instant.
 
 TYPE_CHECKING = False  # not typing's: `import coinflip` imports nothing, so the command's first code runs at once
 
-__version__ = "0.1.0"
 __all__ = [
     "EvalType",
     "TaskConfig",
@@ -39,8 +38,17 @@ if TYPE_CHECKING:
     from .run.runner import rescore, run_task
     from .scoring.extract import extract_answer
 
+    __version__: str
+
 
 def __getattr__(name: str) -> "Any":  # a string: Any is imported for the type checker only
+    if name == "__version__":  # pyproject.toml's, from the installed package's metadata
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("coinflip")
+        except PackageNotFoundError:  # a source tree on the path, not installed
+            return "0+unknown"
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'coinflip' has no attribute {name!r}")

@@ -1,5 +1,15 @@
-"""`python -m coinflip`: the command, entered where the stop signals are handled first (_entry.py)."""
+"""`coinflip` (the console script) and `python -m coinflip`: the stop signals end the command in
+one line from its first code, before the CLI loads (_signals.py)."""
 
-from ._entry import main
+from ._signals import handle_early
 
-main()
+
+def main() -> None:
+    handle_early()
+    from .cli import main as command
+
+    command()
+
+
+if __name__ == "__main__":
+    main()

@@ -14,11 +14,14 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from .errors import KEPT, DataError, storage_error
+from .errors import KEPT, ConfigError, DataError, storage_error
 
 NO_LIMIT = 1 << 62
+SETTINGS_LIMIT = 16 << 20  # bytes of a settings or prices file read (a task config is a few hundred)
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
+         (b"\xfe\xff", "utf-16-be"), (b"\xef\xbb\xbf", "utf-8-sig"))  # fmt: skip
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
           (stat.S_ISSOCK, "a socket"))  # fmt: skip
 
@@ -84,3 +87,46 @@ def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+def parse_yaml(text: str) -> Any:
+    """A YAML (or JSON) document without anchors and aliases: a kilobyte of aliases can stand
+    for billions of nodes. Any error is a yaml.YAMLError (or RecursionError)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader)):
+        raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
+    return yaml.load(text, Loader=loader)
+
+
+def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None = None) -> Any:
+    """The one reader of YAML and JSON files (a task config, a run's saved settings, a prices
+    table): a plain file of at most `limit` bytes, UTF-8 or UTF-16/32 with a byte order mark (what
+    some Windows editors save), JSON by its own parser (a .json file), no YAML aliases. Every
+    failure is one ConfigError line naming the file, but FileNotFoundError, which the caller words."""
+    import json
+
+    import yaml
+
+    try:
+        raw = read_regular(path, limit, within)
+    except UnreadableFile as exc:
+        raise ConfigError(str(exc)) from None
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    encoding = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8")
+    try:
+        text = raw.decode(encoding).lstrip("\ufeff")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not {encoding.upper()} text; save it as UTF-8") from None
+    if "\0" in text:  # UTF-16 or UTF-32 without a byte order mark
+        raise ConfigError(f"{path}: holds NUL characters (UTF-16 without a byte order mark?); save it as UTF-8")
+    kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
+    try:
+        return json.loads(text) if kind == "JSON" else parse_yaml(text)
+    except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        first = (str(exc) or type(exc).__name__).splitlines()[0]
+        raise ConfigError(f"{path}: not valid {kind} ({first})") from None

@@ -20,8 +20,10 @@ def printable(text: object) -> str:
     return _CONTROL.sub("\ufffd", str(text))
 
 
-def one_line(text: object) -> str:
-    """`printable`, a line break shown as U+FFFD too: for what the terminal shows as one line (a
-    model's or a folder's name, a problem and its reason), where a line break inside a value
-    would print a line of its own that reads as coinflip's."""
-    return printable(text).replace("\n", "\ufffd")
+def one_line(text: object, limit: int = 2000) -> str:
+    """`printable`, a line break shown as U+FFFD too, at most `limit` characters (… at the cut): for
+    what is shown as one line (a model's or a folder's name, a server's message in a log or a
+    row's error), where a line break inside a value would print a line of its own that reads as
+    coinflip's, and a server's 5 MB error page would flood the terminal."""
+    shown = printable(text).replace("\n", "\ufffd")
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import sys
 
-from ._entry import handle_early
+if __name__ == "__main__":  # `python -m coinflip.cli`: a stop while click loads ends in one line
+    from ._signals import handle_early
 
-handle_early(__name__)  # first: `python -m coinflip.cli`, or a script that enters here, ends a stop in one line
+    handle_early()
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from ._terminal import one_line
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .errors import CoinflipError
-
-if TYPE_CHECKING:
-    from .run.stop import StopRequest
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -86,13 +84,28 @@ def eval_command(config_file: str | None, **opts: Any) -> None:
     Exit codes: 0 done, 1 incomplete (samples without a reply, or interrupted), 2 bad input.
     `coinflip eval --use-cache RUN_DIR` alone resumes a run with its saved settings.
     """
+    from .config.files import as_config
     from .run.runner import run_task
 
-    report = run_task(config_file or {}, **given(opts))
+    config = as_config(config_file, given(opts))  # the file's settings, the flags given over them
+    report = run_task(config)
     if "batch_written" in report:  # --batch-write: the request file is the result
         return
+    work = Path(config.work_dir).expanduser()
+    own = work if config.no_timestamp else work / report["run"]
+    _refresh_index(Path(config.use_cache).expanduser() if config.use_cache else own)
     if not report["complete"] and not report.get("errors_ignored"):
         sys.exit(1)
+
+
+def _refresh_index(root: Path) -> None:
+    """After a run or a rescore: its work directory's index.html (never raises; logs why not)."""
+    from .pages import index
+    from .rundir import load_saved_config
+
+    config = load_saved_config(root, check=False)["config"]
+    if config.get("html_report", True):
+        index.refresh(index.work_dir_of(root, config))
 
 
 @app.command()
@@ -166,7 +179,8 @@ def stats(path: str | None, split: str | None, as_json: bool) -> None:
     """
     import json
 
-    from .data.load import bundled_dir, dataset_stats, open_split
+    from .data.grammar import bundled_dir
+    from .data.load import dataset_stats, open_split
     from .data.prompts import ZERO_SHOT_TEMPLATE
 
     target = Path(path) if path else bundled_dir()
@@ -208,6 +222,7 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
     from .run.runner import rescore as do_rescore
 
     report = do_rescore(run_dir, metric_compat)
+    _refresh_index(Path(run_dir))
     if not report["complete"] and not report.get("errors_ignored"):
         sys.exit(1)
 
@@ -272,30 +287,6 @@ def view_command(work_dir: Path, open_page: bool) -> None:
     view(work_dir, open_page)
 
 
-@app.command("sweep")
-@setting_options("sweep")
-@click.option("--people", default="2-16", show_default=True, help="Range of people per question, one point per length.")
-@click.option("--count", default=200, show_default=True, type=int, help="Questions per length.")
-def sweep_command(people: str, count: int, **opts: Any) -> None:
-    """Accuracy against the number of people: where state tracking breaks.
-
-    Generates a fresh set per length (seeded by --seed plus the length), evaluates each with the
-    same settings as `eval`, and writes sweep.json, sweep.md and an HTML chart with 95% intervals.
-    """
-    from .data.generate import PeopleRange
-    from .sweep import sweep
-
-    config = TaskConfig.of(**given(opts))  # validated once, before anything is generated
-    result = sweep(config, PeopleRange.parse(people), count)
-    click.echo(f"{'people':>6}  {'accuracy':>8}  95% interval   invalid")
-    for p in result["points"]:
-        lo, hi = p["interval"]
-        click.echo(f"{p['people']:>6}  {p['accuracy']:>8.4f}  {lo:.3f}-{hi:.3f}  {p['invalid_rate']:>7.1%}")
-    click.echo(f"written: {result['directory']}/sweep.html")
-    if not all(p["complete"] for p in result["points"]):
-        sys.exit(1)
-
-
 @app.command("probe")
 @setting_options("eval")
 @click.option(
@@ -338,44 +329,25 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: every user-fixable problem ends as one line on stderr and exit code 2.
+    """Entry point: every user-fixable problem ends as one line on stderr and exit code 2; a stop
+    signal (run/stop.py) as one line and exit 1. `argv` None: the process's own command line, which
+    ends right after, so the signals stay ignored while it prints its outcome; `argv` given: a call
+    from Python (tests), whose caller gets its handlers back."""
+    from .run.stop import Interrupted, StopRequest, stopped_by
 
-    SIGINT, SIGTERM and SIGHUP are handled from the first moment (stop.py): a run stops cleanly;
-    once the outcome is being printed, a signal no longer interrupts it. `argv` None: this is the
-    process's own command line, which ends right after, so the signals stay ignored to the end;
-    `argv` given: a call from Python (tests), whose caller gets its handlers back."""
-    from .run.stop import Interrupted, install, stopped_by
-
-    try:
-        stop = install()
-    except Interrupted as exc:  # a signal while the handlers were being put in place: nothing began
-        click.echo(stopped_by(exc), err=True)
-        sys.exit(1)
-    try:
-        _settled(stop, argv)
-    finally:
-        if stop is not None and argv is not None:
-            stop.restore()
-
-
-def _settled(stop: StopRequest | None, argv: list[str] | None) -> None:
-    """The command, then its outcome printed with the stop signals ignored (StopRequest.settle)."""
-    from .run.stop import Interrupted, stopped_by
-
+    stop = StopRequest()
     try:
         try:
+            stop.install()
             _dispatch(argv)
         finally:
-            if stop is not None:
-                stop.settle()
-    except (Interrupted, KeyboardInterrupt) as exc:  # a signal that came just as the command ended
+            stop.restore() if argv is not None else stop.settle()
+    except (Interrupted, KeyboardInterrupt) as exc:  # one line, whenever it came
         click.echo(stopped_by(exc), err=True)
         sys.exit(1)
 
 
 def _dispatch(argv: list[str] | None) -> None:
-    from .run.stop import Interrupted, stopped_by
-
     args = sys.argv[1:] if argv is None else argv
     odd = next((i for i, arg in enumerate(args) if not _utf8(arg)), None)
     if odd is not None:  # Python hands such bytes over as lone surrogates; nothing could write them
@@ -397,19 +369,12 @@ def _dispatch(argv: list[str] | None) -> None:
     except CoinflipError as exc:
         click.echo(f"error: {one_line(exc)}", err=True)
         sys.exit(exc.exit_code)
-    except (Interrupted, KeyboardInterrupt) as exc:
-        click.echo(stopped_by(exc), err=True)
-        sys.exit(1)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
 
 
 def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return not any("\ud800" <= c <= "\udfff" for c in text)  # a lone surrogate: bytes that were not UTF-8
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
-
-from .config import REPEATS_MAX
+from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 if TYPE_CHECKING:
     import msgspec
 
+REPEATS_BITS = 12  # a sample is (question, repeat), one int key: question << REPEATS_BITS | repeat
+REPEATS_MAX = 1 << REPEATS_BITS
 MAX_FINISH = 64  # characters of a finish_reason kept, written or read (the rest is a server's noise)
 TOKENS_MAX = 10**18  # a token count at or past this is not one: far beyond any request, and still a float
 ANSWERS: tuple[str | None, ...] = ("YES", "NO", None)  # the index of an answer in arrays; None: no answer
@@ -133,7 +133,7 @@ def token_count(usage: Any, name: str) -> int | None:
     a whole number below TOKENS_MAX; anything else a hand edit left (a float, 400 digits) is none.
     The report's tokens and the --max-cost budget both read counts here."""
     value = usage.get(name) if isinstance(usage, dict) else None
-    return value if _whole(value, TOKENS_MAX) else None
+    return value if whole(value, TOKENS_MAX) else None
 
 
 def sample_key(question: int, repeat: int = 0) -> int:
@@ -149,8 +149,33 @@ def key_of(row: Prediction | Review) -> int:
     return sample_key(row["id"], row.get("repeat") or 0)  # rows of older versions have no repeat: 0
 
 
-def _whole(value: Any, below: float = float("inf")) -> bool:
+def whole(value: Any, below: float = float("inf")) -> TypeGuard[int]:
+    """A whole number (not a bool) from 0 up to `below`: what every saved count and id must be."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < below
+
+
+PENDING: Forced = {"pending": True}  # a forced answer asked for, no reply yet (scoring/forced.py)
+ERROR, STARTED, DONE = 0, 1, 2  # how far a row got: an error, a reply with its forced answer pending, done
+
+
+def pending(row: Prediction) -> bool:
+    """The row's reply is kept, its forced answer is still to be asked (never answered, or it failed)."""
+    forced = row.get("forced")
+    return isinstance(forced, dict) and (bool(forced.get("pending")) or forced.get("error") is not None)
+
+
+def scored(row: Prediction) -> bool:
+    """A row counts in the report unless its forced answer was asked for and nothing came back yet
+    (a failed forced answer counts, as invalid)."""
+    forced = row.get("forced")
+    return not (isinstance(forced, dict) and forced.get("pending"))
+
+
+def progress(row: Prediction) -> int:
+    """How far a row got; of two rows for one sample, the later wins unless it got less far."""
+    if row.get("error") is not None:
+        return ERROR
+    return STARTED if pending(row) else DONE
 
 
 @functools.cache
@@ -180,7 +205,7 @@ def _placed(line: bytes | str) -> Any:
     if not isinstance(row, dict):
         return None
     repeat = row.get("repeat")
-    return row if _whole(row.get("id")) and _whole(0 if repeat is None else repeat, REPEATS_MAX) else None
+    return row if whole(row.get("id")) and whole(0 if repeat is None else repeat, REPEATS_MAX) else None
 
 
 def read_prediction(line: bytes | str) -> Prediction | None:

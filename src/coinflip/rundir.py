@@ -17,20 +17,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import pairwise
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks
     fcntl = None  # type: ignore[assignment]
 
-from . import forced
-from ._files import UnreadableFile, inside, open_regular, read_regular, replacing
+from ._files import UnreadableFile, inside, read_regular, read_settings, replacing
 from .config import BENCHMARK, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, storage_error
-from .records import Prediction, Review, dumps, key_of, loads, read_prediction, read_review
+from .records import (
+    loads,
+)
 
 CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
@@ -317,36 +317,15 @@ def _bare(draft: Path) -> bool:
     return not found or (found == ["configs"] and not os.listdir(draft / "configs"))
 
 
-def parse_yaml(text: str) -> Any:
-    """A YAML (or JSON) document without anchors and aliases: a kilobyte of aliases can stand
-    for billions of nodes. Any error is a yaml.YAMLError (or RecursionError)."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader)):
-        raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
-    return yaml.load(text, Loader=loader)
-
-
 def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:
     """The saved settings of the run at `root`, checked as strictly as settings typed on the
     command line (a hand-edited `seed: "abc"` is one line, not a traceback later). `check=False`
     reads them only to be shown as text (the index lists whatever a run holds)."""
-    import yaml
-
     path = root / CONFIG_FILE
     try:
-        text = read_regular(path, CONFIG_LIMIT, within=root).decode("utf-8")
-        data = parse_yaml(text)
+        data = read_settings(path, CONFIG_LIMIT, within=root)
     except FileNotFoundError:
         raise ConfigError(f"{root} is not a coinflip run directory (no {CONFIG_FILE})") from None
-    except UnreadableFile as exc:
-        raise ConfigError(str(exc)) from None
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
-        why = str(exc).splitlines()[0] if isinstance(exc, yaml.YAMLError) and str(exc) else type(exc).__name__
-        raise ConfigError(f"{path}: not valid YAML ({why})") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("config"), dict)
@@ -375,169 +354,6 @@ def _check_saved(path: Path, data: dict[str, Any]) -> None:
         not isinstance(subset, dict) or any(type(subset.get(k, 0)) is not int for k in ("count", "of"))
     ):
         raise ConfigError(f"{path}: subset must hold whole numbers as its count and of")
-
-
-@dataclass
-class PredictionIndex:
-    """Where the line that counts for each sample starts: `offset` for a reply, `~offset` for an error.
-
-    Keys are `records.sample_key(id, repeat)`. `pending` holds the samples whose reply is kept but
-    whose forced answer is pending (forced.py). Plain ints keep it small: a million samples
-    cost tens of MB, and no row is held.
-    """
-
-    where: dict[int, int]
-    lines: int
-    pending: set[int] = field(default_factory=set)
-    unreadable: int = field(default=0, compare=False)  # whole lines that hold no prediction (skipped)
-
-    def replied(self, key: int) -> bool:
-        """A reply is kept (its forced answer may be pending)."""
-        return self.where.get(key, -1) >= 0
-
-    def start(self, key: int) -> int:
-        """Where the line starts, reply or error."""
-        offset = self.where[key]
-        return offset if offset >= 0 else ~offset
-
-    def row(self, handle: BinaryIO, key: int) -> Prediction:
-        """The line that counts for `key`, read from the open predictions file."""
-        row = read_prediction(_line_at(handle, self.start(key)))
-        assert row is not None  # it was indexed because it read as a prediction
-        return row
-
-
-def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
-    """One pass over the file; `repair` cuts a half-written last line (a crash mid-write) before appending."""
-    index = PredictionIndex({}, 0)
-    try:
-        with open_regular(path, write=repair) as handle:  # never a FIFO or a device
-            offset = 0
-            for line in handle:
-                if not line.endswith(b"\n"):
-                    if repair:
-                        handle.truncate(offset)
-                    break
-                index.lines += 1
-                _note(index, line, offset)
-                offset += len(line)
-    except FileNotFoundError:
-        return index
-    except UnreadableFile as exc:
-        raise ConfigError(str(exc)) from None
-    except OSError as exc:
-        if repair:
-            raise storage_error(path, exc) from None
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    return index
-
-
-def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
-    row = read_prediction(line)
-    if row is None:
-        index.unreadable += 1
-        return
-    key, state = key_of(row), forced.progress(row)
-    old = index.where.get(key)
-    old_state = forced.ERROR if old is None or old < 0 else forced.STARTED if key in index.pending else forced.DONE
-    if old is not None and state < old_state:
-        return
-    index.where[key] = ~offset if state == forced.ERROR else offset
-    if state == forced.STARTED:
-        index.pending.add(key)
-    else:
-        index.pending.discard(key)
-
-
-def compact_predictions(path: Path) -> PredictionIndex:
-    """Rewrite the file as one line per sample in id order, line by line through a temporary file;
-    on a full or read-only disk the original stays as it was."""
-    index = index_predictions(path)
-    keys = sorted(index.where)
-    if index.lines == len(keys) and all(index.start(a) < index.start(b) for a, b in pairwise(keys)):
-        return index
-    where: dict[int, int] = {}
-    try:
-        with path.open("rb") as src, replacing(path) as dst:
-            for key in keys:
-                where[key] = dst.tell() if index.replied(key) else ~dst.tell()
-                dst.write(_line_at(src, index.start(key)))
-    except OSError as exc:  # opening or reading the original (the copy's own fail in `replacing`)
-        raise storage_error(path, exc) from None
-    return PredictionIndex(where, len(where), index.pending, index.unreadable)
-
-
-def _line_at(src: BinaryIO, offset: int) -> bytes:
-    src.seek(offset)
-    return src.readline()
-
-
-def iter_predictions(path: Path) -> Iterator[Prediction]:
-    """Every prediction of a file, in file order; a line that holds none is passed over."""
-    with path.open("rb") as handle:
-        for line in handle:
-            if line.endswith(b"\n") and (row := read_prediction(line)) is not None:
-                yield row
-
-
-def iter_reviews(path: Path) -> Iterator[Review]:
-    """Every review of a file, in file order; a line that holds none is passed over."""
-    with path.open("rb") as handle:
-        for line in handle:
-            if (review := read_review(line)) is not None:
-                yield review
-
-
-def read_predictions(path: Path) -> dict[int, Prediction]:
-    """All counting predictions in memory, by sample key (for small jobs such as a cost budget)."""
-    if not path.exists():
-        return {}
-    index = index_predictions(path)
-    with path.open("rb") as handle:
-        return {key: index.row(handle, key) for key in index.where}
-
-
-class PredictionWriter:
-    """Appends one JSON line per finished sample; `flush` hands them to the OS (the runner does so
-    for every batch of replies that land together, before the next turn of the event loop).
-
-    `in_order` stays True while a writer that started on an empty file writes each sample once,
-    in key order: such a file needs no compaction. A full or read-only disk ends in StorageError
-    naming the file; what was flushed before stays.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle: BinaryIO = path.open("ab")
-        except OSError as exc:
-            raise storage_error(path, exc) from None
-        self.in_order = self._handle.tell() == 0
-        self._last = -1
-
-    def write(self, row: Prediction) -> None:
-        key = key_of(row)
-        self.in_order = self.in_order and key > self._last
-        self._last = key
-        try:
-            self._handle.write(dumps(row))
-        except OSError as exc:
-            raise storage_error(self.path, exc) from None
-
-    def flush(self) -> None:
-        try:
-            self._handle.flush()
-        except OSError as exc:
-            raise storage_error(self.path, exc) from None
-
-    def close(self) -> None:
-        """Close; a failed final flush cuts the file back to its last whole line."""
-        try:
-            self._handle.close()
-        except OSError:
-            with contextlib.suppress(OSError):
-                index_predictions(self.path, repair=True)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -6,6 +6,7 @@ values.py: what a declaration cannot say (JSON and key=value text, URLs, generat
 evalscope.py: EvalScope's spellings; files.py: YAML/JSON config files for run_task.
 """
 
+from ..records import REPEATS_MAX
 from .declare import (
     BASELINES,
     BENCHMARK,
@@ -13,7 +14,6 @@ from .declare import (
     KEY_AGAIN,
     LOCAL_MODELS,
     METRIC_COMPATS,
-    REPEATS_MAX,
     SETTINGS_VERSION,
     SPLITS,
     Setting,
@@ -25,7 +25,7 @@ from .task import TaskConfig, settings
 from .values import GENERATION_KEYS, check_choice, parse_generation_config, parse_json, parse_pairs, safe_name
 
 __all__ = [
-    "BASELINES", "BENCHMARK", "DEFAULT_BATCH", "GENERATION_KEYS", "KEY_AGAIN", "LOCAL_MODELS", "METRIC_COMPATS", "REPEATS_MAX",
-    "SETTINGS_VERSION", "SPLITS", "EvalType", "Setting", "TaskConfig", "check_choice", "check_prices", "parse_generation_config",
-    "parse_json", "parse_pairs", "safe_name", "saved_settings", "settings",
+    "BASELINES", "BENCHMARK", "DEFAULT_BATCH", "GENERATION_KEYS", "KEY_AGAIN", "LOCAL_MODELS", "METRIC_COMPATS",
+    "REPEATS_MAX", "SETTINGS_VERSION", "SPLITS", "EvalType", "Setting", "TaskConfig", "check_choice", "check_prices",
+    "parse_generation_config", "parse_json", "parse_pairs", "safe_name", "saved_settings", "settings",
 ]  # fmt: skip

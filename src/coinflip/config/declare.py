@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, short
+from ..records import REPEATS_MAX
 from .values import check_choice, check_path, check_url
 
 BENCHMARK = "coin_flip"
@@ -26,8 +27,6 @@ BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered i
 LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
 MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
 MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
-REPEATS_BITS = 12  # a sample is (question, repeat), one int key: question << REPEATS_BITS | repeat
-REPEATS_MAX = 1 << REPEATS_BITS
 PRICE_MAX = 1e9  # per million tokens; a run's cost stays a finite number (1e308 made it Infinity)
 SETTINGS_VERSION = 2  # 1: no version field (before coinflip 1.0); 2: `version`, one --api-url
 EVAL = ("eval",)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from .grammar import bundled_dir
 from .load import (
     MANIFEST,
     Dataset,
     Record,
-    bundled_dir,
     dataset_stats,
     load_dataset,
     load_file,

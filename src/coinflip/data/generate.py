@@ -31,7 +31,7 @@ KEEPS = " {} does not flip the coin."
 @lru_cache(maxsize=1)
 def names() -> tuple[str, ...]:
     """First names shipped with the package (built from Faker's locales by scripts/make_names.py)."""
-    from .load import bundled_dir
+    from .grammar import bundled_dir
 
     text = (bundled_dir() / "names.txt").read_text(encoding="utf-8")
     return tuple(text.split())
@@ -196,7 +196,7 @@ def write_rows(path: Path, rows: Iterable[tuple[str, str]], whole: bool = False)
 @contextlib.contextmanager
 def _text_file(path: Path, whole: bool) -> Iterator[TextIO]:
     """`path` opened to write: in place (the user's --out, which may be /dev/stdout), or with
-    `whole` through `_files.replacing`, for a probe's or sweep's own data in a folder a resume
+    `whole` through `_files.replacing`, for a probe's own data in a folder a resume
     finds as someone left it (a link there is replaced, never written through; a FIFO never waited on)."""
     if whole:
         with replacing(path, "the runs written so far are kept") as raw, io.TextIOWrapper(raw, encoding="utf-8") as out:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DataError, short
-from .grammar import FLIPS_PATTERN, KEEPS_PATTERN
+from .grammar import FLIPS_PATTERN, KEEPS_PATTERN, bundled_dir
 
 if TYPE_CHECKING:
     from .sampling import Subset
@@ -260,11 +260,6 @@ def open_split(path: Path, split: str) -> tuple[Dataset, str]:
 
 
 MANIFEST = "manifest.json"  # rows and sha256 of the shipped splits, so they need no validation pass
-
-
-def bundled_dir() -> Path:
-    """The shipped splits, beside this module (importlib.resources would cost 10 ms of start-up)."""
-    return Path(__file__).resolve().parent.parent / "_data"
 
 
 def load_dataset(

@@ -52,6 +52,10 @@ ZH_ZERO_SHOT_TEMPLATE = (
     "\n"
     "推理：\n"
 )
+FORCE_PROMPT = 'Give only your final answer, in one line of the form "ANSWER: YES" or "ANSWER: NO".'
+"""The forced answer's turn (--force-answer) after a chat reply without an answer."""
+FORCE_CUE = "\n\nSo the final answer (YES or NO) is:"  # neutral: it names both answers, favours neither
+"""The forced answer's cue after a plain completion without an answer."""
 ZH_FEW_SHOT_HEAD = "以下是一些类似问题的解答示例：\n\n{fewshot}\n\n"
 ZH_DIRECT_TEMPLATE = (
     '\n请直接回答下面的硬币翻转问题，不要解释。只回复一行 "ANSWER: [ANSWER]"（不含引号），'

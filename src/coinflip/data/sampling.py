@@ -11,8 +11,10 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .load import Record
+if TYPE_CHECKING:
+    from .load import Record  # the rows are load.py's; sampling only picks among them
 
 
 @dataclass(frozen=True)

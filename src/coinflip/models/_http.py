@@ -189,7 +189,7 @@ class ConnectionPool:
             refuse_invalid(target)
             assert session.connector is not None
             connection = await asyncio.wait_for(session.connector.connect(request, [], session.timeout), limit)
-        except (OSError, asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
             if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, ConnectionResetError):
                 return  # taken, then reset before a loaded client saw the connect succeed: `answers` tells it
             if isinstance(exc, asyncio.TimeoutError) and target.tls and target.proxy is None and await opens(target):
@@ -215,7 +215,7 @@ class ConnectionPool:
                 return
             try:
                 await self._head(target)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc.os_error, ConnectionResetError):
@@ -253,7 +253,7 @@ class ConnectionPool:
                 stale = not progress.head and not isinstance(exc, aiohttp.ClientConnectorError)
                 if attempt == 2 or not stale:  # a kept connection the server had closed: once more
                     raise await self._failure(exc, target, stale) from None
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 got = f" ({progress.events} events received)" if progress.events else ""
                 raise TimeoutError(f"no complete reply within {self.timeout:g} s{got}") from None
             except (aiohttp.ClientError, http_exceptions.HttpProcessingError) as exc:
@@ -337,7 +337,7 @@ class ConnectionPool:
             return
         try:
             await asyncio.wait_for(read_at_most(resp.content, self.limits.max_body, size), DONE_GRACE)
-        except (asyncio.TimeoutError, aiohttp.ClientError, ReplyTooLarge):
+        except (TimeoutError, aiohttp.ClientError, ReplyTooLarge):
             resp.close()
 
     async def aclose(self) -> None:

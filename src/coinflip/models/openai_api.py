@@ -176,7 +176,7 @@ class OpenAIClient:
             except (ReplyTooLarge, UnknownCoding) as exc:
                 message, status = str(exc), None
                 outcome = "final"
-            except (asyncio.TimeoutError, TimeoutError) as exc:  # one class since Python 3.11
+            except TimeoutError as exc:  # one class since Python 3.11
                 message, status, outcome = f"{type(exc).__name__}: {exc}".rstrip(": "), None, "timeout"
             except OSError as exc:
                 message, status = f"{type(exc).__name__}: {exc}".rstrip(": "), None

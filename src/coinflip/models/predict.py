@@ -10,7 +10,7 @@ A fatal server answer (bad key, unknown model) cancels the rest and propagates a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol, TypeVar
 
 from .base import Model, Reply, Request
@@ -39,8 +39,7 @@ async def run_requests(
     follow_up: Callable[[T, Request, Reply], list[tuple[T, Request]]] | None = None,
     gate: Gate | None = None,
 ) -> None:
-    """`work` pairs each request with whatever the caller needs back (its record) and is read lazily.
-
+    """`work` pairs each request with whatever the caller needs back (its record); read lazily.
     `on_replies` gets every reply exactly once, in batches, also when the run is cancelled.
     `follow_up` may ask, right after a reply, for more requests about the same sample (a forced
     answer); the same worker sends them before it takes new work. A request `gate` refuses ends its worker.
@@ -83,14 +82,10 @@ async def run_requests(
 
     tasks: list[asyncio.Task[None]] = []
     try:
-        for n in range(concurrency):  # a few per turn of the loop, so the first requests leave at once
-            tasks.append(asyncio.create_task(worker()))
-            if n % RAMP == RAMP - 1:
-                await asyncio.sleep(0)
+        await _start(tasks, worker, concurrency)
         everything = asyncio.gather(*tasks)
         everything.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen: re-raised below
-        either: list[asyncio.Future[Any]] = [everything, failed]
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((everything, failed), return_when=asyncio.FIRST_COMPLETED)
         if not failed.done():
             everything.result()
     finally:
@@ -101,3 +96,11 @@ async def run_requests(
         error = failed.exception() if failed.done() else None
     if error is not None:
         raise error
+
+
+async def _start(tasks: list[asyncio.Task[None]], worker: Callable[[], Coroutine[Any, Any, None]], n: int) -> None:
+    """`n` workers into `tasks`, a few per turn of the loop, so the first requests leave at once."""
+    for i in range(n):
+        tasks.append(asyncio.create_task(worker()))
+        if i % RAMP == RAMP - 1:
+            await asyncio.sleep(0)

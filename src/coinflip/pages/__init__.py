@@ -1,1 +1,1 @@
-"""Pages: self-contained HTML for a run, a comparison, a sweep, and the index of a work directory."""
+"""Pages: self-contained HTML for a run, a comparison, and the index of a work directory."""

@@ -18,8 +18,9 @@ from typing import IO, Any
 from .._files import replacing
 from .._terminal import printable
 from ..errors import DataError
+from ..jsonl import index_predictions, iter_reviews
 from ..records import Review, escape_line_breaks, key_of
-from ..rundir import RunDir, index_predictions, iter_reviews
+from ..rundir import RunDir
 
 COLUMNS = (
     "id", "repeat", "people", "target", "extracted", "result", "invalid_reason",

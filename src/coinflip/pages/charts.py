@@ -92,44 +92,6 @@ def histogram(values: list[float], unit: str, bins: int = 20) -> dict[str, Any]:
     return {"bars": drawn, "unit": unit, "width": width, "height": height, "lo": f"{lo:.3g}", "hi": f"{hi:.3g}"}
 
 
-def line(
-    points: list[tuple[Any, Any, Any, Any]], x_label: str, y_label: str, width: int = 640, height: int = 300
-) -> dict[str, Any]:
-    """Values in [0, 1] against x, with interval whiskers; one marker per point."""
-    left, right, top, bottom = 50, 20, 15, 45
-    kept: list[tuple[float, float, float, float]] = []
-    for x, y, lo, hi in points:
-        at = number(x)
-        if at is not None:
-            kept.append((at, _unit(y), _unit(lo), _unit(hi)))
-    chart: dict[str, Any] = {
-        "width": width,
-        "height": height,
-        "left": left,
-        "right": right,
-        "x_label": x_label,
-        "y_label": y_label,
-    }
-    if not kept:
-        return {**chart, "points": [], "ticks": [], "path": ""}
-    xs = [p[0] for p in kept]
-    x_lo, span = min(xs), (max(xs) - min(xs)) or 1.0
-
-    def sx(x: float) -> float:
-        return round(left + (width - left - right) * (x - x_lo) / span, 1)
-
-    def sy(y: float) -> float:
-        return round(top + (height - top - bottom) * (1 - y), 1)
-
-    drawn = [
-        {"x": sx(x), "y": sy(y), "lo": sy(lo), "hi": sy(hi), "tip": f"{x:g}: {y:.3f}", "label": f"{x:g}"}
-        for x, y, lo, hi in kept
-    ]
-    path = " ".join(f"{'M' if i == 0 else 'L'}{p['x']},{p['y']}" for i, p in enumerate(drawn))
-    ticks = [{"y": sy(t), "label": f"{t:.2f}"} for t in (0, 0.25, 0.5, 0.75, 1)]
-    return {**chart, "points": drawn, "ticks": ticks, "path": path}
-
-
 def reliability(bins: Any, width: int = 340, height: int = 230) -> dict[str, Any]:
     """Share of YES targets in each P(YES) bin, with the number of samples above each bar,
     against the diagonal a calibrated model follows."""

@@ -11,12 +11,14 @@ Everything a model, a server or a user wrote reaches the page as JSON text (with
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from .._files import UnreadableFile, read_regular
 from .._terminal import one_line
 from ..errors import ConfigError, StorageError
 from ..scoring.metrics import METRICS
@@ -35,7 +37,7 @@ log = logging.getLogger("coinflip")
 
 
 def refresh(work_dir: Path) -> Path | None:
-    """Rewrite `work_dir/index.html`; the runner calls it after every eval and rescore.
+    """Rewrite `work_dir/index.html`; the CLI calls it after every eval and rescore.
 
     Never raises: a page that cannot be written must not fail the run that asked for it. Returns
     the page's path, or None after logging why it could not be written.
@@ -119,13 +121,11 @@ def build(work_dir: Path) -> dict[str, Any]:
 
 def _probes(work_dir: Path, found: list[Found]) -> list[dict[str, Any]]:
     """Each probe under the work directory (a folder whose runs/base is a run), with its headline."""
-    from ..probes.run import PAGE_FILE, summary
-
     out = []
     for f in found:
         folder = f.path.parent.parent
         if f.kind == "run" and f.path.name == "base" and f.path.parent.name == "runs":
-            entry = summary(folder)
+            entry = probe_summary(folder)
             if entry is not None:
                 page = (folder / PAGE_FILE).relative_to(work_dir.expanduser()).as_posix()
                 out.append({**entry, "page": relative(page)})
@@ -267,3 +267,25 @@ def render(data: dict[str, Any]) -> str:
     """The page: the rows travel as JSON (`tojson` keeps it from ending its <script> element)."""
     folder = Path(data["work_dir"]).name or data["work_dir"]
     return render_template("index.html", data=data, folder=folder, summary=_summary(data), problems=data["problems"])
+
+
+PROBE_FILE, PAGE_FILE = "probe.json", "probe.html"  # a probe's saved record and its page
+PROBE_LIMIT = 64 << 20  # bytes read of a probe.json (a real one is tens of kilobytes)
+
+
+def read_probe(root: Path) -> Any:
+    """probe.json, read as any file of a work directory is (untrusted: only a plain file inside
+    the probe folder, up to PROBE_LIMIT; a FIFO there must not hang the index); None if unreadable."""
+    try:
+        return json.loads(read_regular(root / PROBE_FILE, PROBE_LIMIT, within=root))
+    except (OSError, ValueError, RecursionError, UnreadableFile):
+        return None
+
+
+def probe_summary(root: Path) -> dict[str, Any] | None:
+    """A probe's model, headline and completeness for the index, read defensively (the file is
+    untrusted: None when it is not a finished probe report)."""
+    saved = read_probe(root)
+    if not isinstance(saved, dict) or not isinstance(saved.get("headline"), str) or not (root / PAGE_FILE).is_file():
+        return None
+    return {"model": str(saved.get("model")), "headline": saved["headline"], "complete": saved.get("complete") is True}

@@ -1,4 +1,4 @@
-"""Markdown files (compare.md, sweep.md) written so that every value is text, by construction:
+"""Markdown files (compare.md) written so that every value is text, by construction:
 markdown viewers render HTML and links, a `|` ends a table cell, a line break ends its row, and a
 list item that begins with `# ` is a heading. Every value a markdown file shows passes through
 `text`; tables are written by `table` only."""

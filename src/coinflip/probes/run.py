@@ -22,23 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .._files import UnreadableFile, read_regular, replacing
+from .._files import replacing
 from .._terminal import one_line
 from ..config import TaskConfig, safe_name
-from ..data.generate import PeopleRange, write_rows
+from ..data.generate import PeopleRange, generate_file, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
 from ..errors import CoinflipError, ConfigError, short
+from ..jsonl import iter_reviews
 from ..pages.html import relative
-from ..rundir import CONFIG_FILE, RunDir, iter_reviews
+from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe
+from ..rundir import CONFIG_FILE, RunDir
 from . import verdicts
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
 
-PROBE_FILE = "probe.json"
-PAGE_FILE = "probe.html"
 DEFAULT_LENGTHS = "2-8"
 LENGTH_COUNT_MAX = 200  # questions per length by default: the base set's size, at most this
-PROBE_LIMIT = 64 << 20  # bytes read of a probe.json (a real one is tens of kilobytes)
 
 
 @dataclass(frozen=True)
@@ -143,31 +142,13 @@ def _new_folder(root: Path) -> Path:
     raise ConfigError(f"cannot find a free folder name beside {root}")
 
 
-def _read(root: Path) -> Any:
-    """probe.json, read as any file of a work directory is (untrusted: only a plain file inside
-    the probe folder, up to PROBE_LIMIT; a FIFO there must not hang the index); None if unreadable."""
-    try:
-        return json.loads(read_regular(root / PROBE_FILE, PROBE_LIMIT, within=root))
-    except (OSError, ValueError, RecursionError, UnreadableFile):
-        return None
-
-
 def _load(root: Path) -> dict[str, Any]:
-    saved = _read(root)
+    saved = read_probe(root)
     if saved is None:
         raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE})")
     if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
         raise ConfigError(f"{root / PROBE_FILE}: not a probe report")
     return saved
-
-
-def summary(root: Path) -> dict[str, Any] | None:
-    """A probe's model, headline and completeness for the index, read defensively (the file is
-    untrusted: None when it is not a finished probe report)."""
-    saved = _read(root)
-    if not isinstance(saved, dict) or not isinstance(saved.get("headline"), str) or not (root / PAGE_FILE).is_file():
-        return None
-    return {"model": str(saved.get("model")), "headline": saved["headline"], "complete": saved.get("complete") is True}
 
 
 def _save(root: Path, content: dict[str, Any]) -> None:
@@ -260,15 +241,27 @@ def _lengths(settings: Settings) -> range:
 
 
 def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str, Any]:
-    """One point of the length curve (the sweep's), with the always-yes baseline on the same questions."""
-    from ..sweep import length_data, length_point
-
-    data = length_data(config, root / "data", people, count)
+    """One point of the length curve: a fresh set of `count` questions with `people` people (seeded
+    by the seed plus the length; few-shot examples of the same length when asked for), with the
+    always-yes baseline on the same questions."""
+    data, size = root / "data" / f"people_{people:02d}", PeopleRange(people, people)
+    generate_file(data / "test.jsonl", size, count, config.seed + people, whole=True)
+    if config.few_shot_num:
+        examples = max(50, config.few_shot_num + 1)
+        generate_file(data / "validation.jsonl", size, examples, config.seed + 100_000 + people, whole=True)
     report = _run(_run_config(config, root, data.name, data))
-    point = length_point(people, {**report, **report["forced"]} if config.force_answer else report)
-    point["always_yes"] = report["baselines"]["always-yes"]["accuracy"]
-    point["run"] = f"runs/{data.name}"
-    return point
+    shown = {**report, **report["forced"]} if config.force_answer else report
+    return {
+        "people": people,
+        "samples": shown["counts"]["samples"],
+        "accuracy": shown["metrics"]["accuracy"],
+        "interval": shown["intervals"]["accuracy"],
+        "f1_score": shown["metrics"]["f1_score"],
+        "invalid_rate": shown["counts"]["invalid_rate"],
+        "complete": report["complete"],
+        "run": f"runs/{data.name}",
+        "always_yes": report["baselines"]["always-yes"]["accuracy"],
+    }
 
 
 def _by_base(run: Path, model: str, base_of: dict[int, str], forced: bool, compat: str) -> dict[str, bool]:

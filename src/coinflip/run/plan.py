@@ -11,7 +11,7 @@ import platform
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,6 @@ from ..scoring.cost import check_costs
 from ..secrets import redacted_generation
 
 COMPLETIONS_STOP = ["\nQ:"]  # a completion model goes on to invent the next "Q:" block
-FORCE_PROMPT = 'Give only your final answer, in one line of the form "ANSWER: YES" or "ANSWER: NO".'
-FORCE_CUE = "\n\nSo the final answer (YES or NO) is:"  # neutral: it names both answers, favours neither
 FORCE_MAX_TOKENS = 16
 
 
@@ -87,13 +85,13 @@ class RequestBuilder:
         if self.short:  # a reasoning model may refuse max_tokens, so it is never added unasked
             params["max_tokens"] = FORCE_MAX_TOKENS
         if self.completions:
-            text = "\n\n".join(m["content"] for m in request.messages) + reply + FORCE_CUE
+            text = "\n\n".join(m["content"] for m in request.messages) + reply + prompts.FORCE_CUE
             messages = [{"role": "user", "content": text}]  # sent as the prompt itself
         else:
             messages = [
                 *request.messages,
                 {"role": "assistant", "content": reply},
-                {"role": "user", "content": FORCE_PROMPT},
+                {"role": "user", "content": prompts.FORCE_PROMPT},
             ]
         return Request(request.id, request.prompt, request.question, messages, repeat, params)
 
@@ -170,5 +168,5 @@ def provenance() -> dict[str, str]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "executable": Path(sys.executable).name,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }

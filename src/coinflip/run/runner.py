@@ -12,43 +12,29 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
-import shlex
 import shutil
 import sys
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import forced
-from .._files import read_regular, replacing
-from .._terminal import one_line, printable
-from ..config import DEFAULT_BATCH, KEY_AGAIN, METRIC_COMPATS, TaskConfig, check_choice
-from ..errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
-from ..models import Reply, Request, is_local, limits, open_model, serve_local
-from ..models.predict import Gate, run_requests
-from ..records import Prediction, sample_key, split_key
-from ..rundir import (
-    PredictionIndex,
-    PredictionWriter,
-    RunDir,
-    compact_predictions,
-    index_predictions,
-    iter_predictions,
-    load_saved_config,
-)
-from ..scoring.calibration import answer_window
+from .._terminal import printable
+from ..config import METRIC_COMPATS, TaskConfig, check_choice
+from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
+from ..jsonl import PredictionWriter, index_predictions
+from ..models import serve_local
+from ..rundir import RunDir, load_saved_config
 from ..secrets import masked_somewhere, url_masked
+from .finish import finish
+from .finish import resume_hint as resume_hint  # batch.py's
 from .plan import Plan, prepare, provenance
 from .progress import Progress
+from .session import Job as Job  # batch.py's
+from .session import Session, concurrency_for, left, requests_left, room_for, send
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
 if TYPE_CHECKING:
     from ..scoring.schema import Report
-    from ..scoring.scorer import Scorer
 
 log = logging.getLogger("coinflip")
 NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet", "batch_write", "batch_results")  # never from a saved run
@@ -60,7 +46,7 @@ def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
     `task_cfg` is a TaskConfig, a dict, a path to a YAML or JSON file of one, or a list of
     those; a list returns a list of reports.
     """
-    from ..config.files import as_configs
+    from ..configfile import as_configs
 
     configs = as_configs(task_cfg, kwargs)
     reports = [run_one(config) for config in configs]
@@ -101,14 +87,6 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
         finally:
             log.removeHandler(handler)
             handler.close()
-
-
-def resume_hint(run: RunDir, keyed: bool = False) -> str:
-    """The command that resumes `run`, quoted for a shell; printed, so a folder name's escape
-    sequences are shown as U+FFFD (shlex.quote keeps them inside its quotes). `keyed`: the run
-    sent an API key, which the resume needs again."""
-    again = f", and {KEY_AGAIN}" if keyed else ""
-    return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}{again}")
 
 
 def resume_settings(config: TaskConfig) -> TaskConfig:
@@ -205,67 +183,6 @@ def _discard(run: RunDir, config: TaskConfig) -> None:
                 empty.rmdir()
 
 
-@dataclass(frozen=True)
-class Job:
-    """One request's worth of work: a first request (`saved` None) or a forced follow-up."""
-
-    record: Any
-    saved: Prediction | None = None
-
-
-@dataclass
-class Session:
-    """What a session leaves for its report: what went to the endpoints; for a fresh run, also
-    the scores of its replies as they landed (`scorer`), and whether its writer wrote every
-    sample once and in key order (then the file needs no compaction)."""
-
-    traffic: dict[str, Any] | None = None
-    scorer: Scorer | None = None
-    in_order: bool = False
-
-
-def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, list[int]]]:
-    """(record, draw, keys) for each request still to send, in question order: `keys` empty for a
-    whole request (a choice missing or failed), else the samples whose forced answer is pending."""
-    n = plan.build.choices
-    fresh = not index.where and not index.pending  # nothing saved: every request, no key to look up
-    for record in plan.dataset:
-        for draw in range(plan.config.repeats):
-            if fresh:
-                yield record, draw, []
-                continue
-            keys = [sample_key(record.id, draw * n + i) for i in range(n)]
-            if not all(index.replied(k) for k in keys):
-                yield record, draw, []
-            elif index.pending:
-                pending = [k for k in keys if k in index.pending]
-                if pending:
-                    yield record, draw, pending
-
-
-def requests_left(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
-    """The requests still to send: first requests, and forced follow-ups whose first reply is kept."""
-    build = plan.build
-    with run.predictions.open("rb") if index.pending else contextlib.nullcontext() as handle:
-        for record, draw, pending in _unfinished(plan, index):
-            if not pending:
-                yield Job(record), build(record, draw)
-            for key in pending:
-                assert handle is not None  # opened whenever a forced answer is pending
-                row = index.row(handle, key)
-                request = build.forced(build(record, draw), row.get("reply") or "", split_key(key)[1])
-                yield Job(record, row), request
-
-
-def samples_left(plan: Plan, index: PredictionIndex) -> int:
-    """Samples still to finish: a reply or a forced answer to get (what the progress bar counts).
-    Nothing saved yet: all of them, without a pass over the data (it was validated when opened;
-    a pass costs as much as 8 ms per thousand questions, before the first request goes)."""
-    if not index.where and not index.pending:
-        return plan.samples
-    return sum(len(pending) or plan.build.choices for _, _, pending in _unfinished(plan, index))
-
-
 def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Session | None:
     """Send what has no reply yet; each reply is appended to the predictions file as it lands.
 
@@ -273,59 +190,17 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     a resumed one is scored from the file.
     """
     config = plan.config
-    index = index_predictions(run.predictions, repair=True)
-    if index.unreadable:
-        log.warning("%d saved line(s) hold no prediction and were skipped; asked again", index.unreadable)
-    todo = samples_left(plan, index)
-    log.info("%d of %d samples already done; %d to go", plan.samples - todo, plan.samples, todo)
+    index, todo = left(plan, run)
     if not todo:
         return None
     live = fresh and index.lines == 0 and not config.batch  # a batch's resent lines would count twice
     hint = resume_hint(run, bool(config.api_key))
-    scorer: Scorer | None = None
     writer = PredictionWriter(run.predictions)
     shown = False if config.quiet and config.progress is None else config.progress
     progress = Progress(todo, f"coin_flip {config.name}", False if config.batch else shown)  # a batch has its own
-    started = time.perf_counter()
-    pending = 0  # samples written with their forced answer pending (forced.py)
-
-    def on_replies(landed: list[tuple[Job, Request, Reply]]) -> None:
-        nonlocal scorer, pending
-        if live and scorer is None:  # imported here, once the first requests are out
-            from ..scoring.scorer import Scorer
-
-            scorer = Scorer(compat=config.metric_compat)
-        finished = 0  # samples done: one whose forced answer is pending finishes later
-        for job, request, reply in landed:
-            if job.saved is None:
-                rows = first_rows(job.record, request, reply, plan.build.choices, config.force_answer)
-            else:
-                rows = [forced.answered(job.saved, reply)]
-            for row in rows:
-                writer.write(row)
-                if forced.scored(row):
-                    finished += 1
-                    if scorer is not None:
-                        scorer.add(row)
-                else:
-                    pending += 1
-            pending -= job.saved is not None  # a forced answer: one pending sample fewer
-            if reply.error:
-                log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
-        writer.flush()
-        progress.advance(finished)
-
-    def follow_up(job: Job, request: Request, reply: Reply) -> list[tuple[Job, Request]]:
-        if not config.force_answer or job.saved is not None or reply.error:
-            return []
-        out = []
-        for i, choice in enumerate([reply, *reply.more][: plan.build.choices]):  # a server may send more
-            if forced.needed(choice.text):
-                row = prediction_row(job.record, request.repeat + i, request, choice)
-                out.append((Job(job.record, row), plan.build.forced(request, choice.text or "", request.repeat + i)))
-        return out
-
-    endpoint_concurrency = _concurrency(config)
+    session = Session(plan, writer, progress, live)
+    on_replies, follow_up = session.on_replies, session.follow_up
+    endpoint_concurrency = concurrency_for(config)
     budget = None
     if config.max_cost is not None:
         from ..scoring.cost import budget_for
@@ -341,7 +216,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
         with serve_local(config, run.server_log) as endpoint:
             concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
             progress.restart()
-            _room_for(concurrency)
+            room_for(concurrency)
             work = requests_left(plan, run, index)
             batches = None  # the budget the batches spent from, when there were batches
             if config.batch:  # through the Batch API; what it leaves may go online
@@ -352,10 +227,10 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
                 batches = budget
                 budget = budget.online() if budget is not None else None  # what it left goes at full price
             if not config.batch or config.batch_rest_online:  # the budget holds forced answers too
-                sending = _send(plan, endpoint.urls, concurrency, work, on_replies, follow_up, todo, traffic, budget)
+                sending = send(plan, endpoint.urls, concurrency, work, on_replies, follow_up, todo, traffic, budget)
                 run_until_stopped(sending, stop)
             if budget is not None and (note := budget.note(batches is not None and batches.stopped)):
-                if not (index.lines or progress.done or pending):  # nothing to report: --max-cost 0, say
+                if not (index.lines or progress.done or session.pending):  # nothing to report: --max-cost 0, say
                     raise RunIncomplete(f"{note}; {hint}")
                 print(f"note: {note}", file=sys.stderr)  # one line: the last budget counts what batches spent
     except EndpointBroken as exc:
@@ -363,187 +238,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     except Interrupted as exc:
         raise RunIncomplete(f"{stopped_by(exc)}: {progress.done} new samples kept; {hint}") from None
     finally:
-        progress.close()
-        writer.close()
-        log.info("finished %d samples in %.2f s", progress.done, time.perf_counter() - started)
-        if traffic:
-            log.info("%s", limits.line(traffic))
-            for hint in traffic["hints"]:
-                log.warning("%s", hint)
-    # a forced answer still pending (a stop): score from the file, which counts what that sample spent
-    return Session(traffic or None, None if pending else scorer, writer.in_order)
-
-
-def _concurrency(config: TaskConfig) -> int:
-    """Requests in flight: the user's number, or 32; a local llama.cpp server gets its slots."""
-    if config.eval_batch_size is not None:
-        if is_local(config) and config.eval_batch_size > 1:
-            print("note: llama.cpp serves one request at a time; sending them one by one", file=sys.stderr)
-        return config.eval_batch_size
-    return DEFAULT_BATCH
-
-
-def _room_for(connections: int) -> None:
-    """Thousands of requests in flight need as many sockets: raise the soft limit on open files
-    toward the hard one (a common soft limit is 1,024)."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = connections + 256
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
-
-
-async def _send(
-    plan: Plan,
-    urls: list[str] | None,
-    concurrency: int,
-    work: Iterator[tuple[Job, Request]],
-    on_replies: Any,
-    follow_up: Any,
-    todo: int,
-    traffic: dict[str, Any],
-    budget: Gate | None = None,
-) -> None:
-    """Send `work`; never more workers than samples to finish (a forced answer follows its first
-    reply in the same worker), whatever --eval-batch-size says. `traffic` gets what went to the
-    endpoints (also when the run stops early)."""
-    async with open_model(plan.config, urls, plan.generation, concurrency) as model:
-        try:
-            await run_requests(model, work, min(concurrency, todo), on_replies, follow_up, budget)
-        finally:
-            sent = getattr(model, "traffic", None)  # a server's client has it; a baseline sends nothing
-            if sent is not None:
-                traffic.update(limits.describe(sent(), concurrency))
-
-
-def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[Prediction]:
-    """One row per choice; a choice the server did not return is an error row (resumed later)."""
-    got = [reply, *reply.more][:choices] if reply.error is None else [reply] * choices
-    rows = []
-    for i in range(choices):
-        if i < len(got):
-            choice = got[i]
-        else:
-            choice = Reply(None, error=f"the server returned {len(got)} of n={choices} choices; use --repeats")
-        row = prediction_row(record, request.repeat + i, request, choice)
-        if force and row["error"] is None and forced.needed(row["reply"]):
-            row["forced"] = forced.PENDING.copy()
-        rows.append(row)
-    return rows
-
-
-def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> Prediction:
-    row: Prediction = {
-        "id": record.id,
-        "repeat": repeat,
-        "target": record.answer,
-        "people": record.people,
-        "flips": record.flips,
-        "question": record.question,
-        "prompt": request.prompt,
-        "reply": reply.text,
-        "reasoning": reply.reasoning,
-        "finish_reason": reply.finish_reason,
-        "usage": reply.usage,
-        "latency_s": round(reply.latency_s, 6),
-        "attempts": reply.attempts,
-        "error": reply.error,
-    }
-    if reply.ttft_s is not None:
-        row["ttft_s"] = round(reply.ttft_s, 6)
-    window = answer_window(reply.logprobs)
-    if window is not None:
-        row["answer_logprobs"] = window
-    if reply.status is not None and reply.error is not None:
-        row["status"] = reply.status
-    if reply.batch:
-        row["batch"] = True
-    return row
-
-
-def finish(run: RunDir, compat: str, show: bool = True, session: Session | None = None) -> Report:
-    """Compact predictions, then write reviews and reports (also used by rescore).
-
-    Without a `session` that scored its replies as they landed, the saved predictions are read
-    back and scored.
-    """
-    from ..pages import index
-    from ..pages.run_page import write_html
-    from ..pages.summary import print_summary
-    from ..scoring.report import build_report, write_report
-    from ..scoring.schema import checked
-
-    saved = load_saved_config(run.root)
-    traffic = session.traffic if session is not None else None
-    if session is not None and session.scorer is not None:
-        scorer = session.scorer
-        if not session.in_order:
-            compact_predictions(run.predictions)
-    else:
-        scorer = _score_saved(run, saved, compat)
-    run.own_folders(run.reviews, run.report_json)  # never written through a linked folder either
-    with replacing(run.reviews) as reviews:  # under a temporary name, then renamed
-        scorer.write_reviews(reviews)
-    report = checked(build_report(saved, run.root.name, scorer, compat))  # as read back: each field its type
-    traffic = _requests_record(run, traffic)
-    if traffic is not None:  # the last session's requests, kept for a rescore
-        report["requests"] = traffic
-    write_report(run.report_json, report)
-    if saved["config"].get("html_report", True):
-        write_html(run.report_html, report, scorer)
-    if show:
-        print_summary(report, run.root, page=run.report_html)
-        if not report["complete"] and not report.get("errors_ignored"):
-            print(resume_hint(run, bool(saved["config"].get("api_key"))), file=sys.stderr)
-    if saved["config"].get("html_report", True):  # the work directory's index; never raises, logs why not
-        index.refresh(index.work_dir_of(run.root, saved["config"]))
-    return report
-
-
-def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Save this session's record of requests; without one (a rescore), read the last one back:
-    a plain file of a few KiB inside the run that reads as the record, else none."""
-    path = run.requests
-    if traffic is not None:
-        run.own_folders(path)  # never written through a linked folder
-        with replacing(path) as out:
-            out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
-        return traffic
-    try:
-        return limits.checked(json.loads(read_regular(path, 64 * 1024, within=run.root)))
-    except (OSError, ValueError, RecursionError):  # UnreadableFile is a ValueError
-        return None
-
-
-def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
-    from ..scoring.scorer import Scorer
-
-    index = compact_predictions(run.predictions)
-    if not index.where:
-        raise DataError(f"{run.predictions}: no predictions to score")
-    subset = run.subset()
-    questions = int((saved.get("subset") or {}).get("count") or 0)
-    scorer = Scorer(compat=compat)
-    scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
-    for p in iter_predictions(run.predictions):
-        scored = forced.scored(p)
-        if scored and p.get("target") not in ("YES", "NO"):  # not a row coinflip wrote: counted, not scored
-            scorer.unreadable += 1
-            continue
-        if subset is not None and p["id"] not in subset:
-            continue
-        if subset is None and questions and p["id"] >= questions:
-            continue
-        if scored:
-            scorer.add(p)
-        else:  # its forced answer is pending: not scored yet, but its reply was paid for
-            scorer.usage.add(p)
-    return scorer
+        session.close(traffic)
+    return session
 
 
 def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = True) -> Report:

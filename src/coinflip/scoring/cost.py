@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._terminal import one_line
 from ..config import check_prices
 from ..errors import ConfigError, short
 from ..records import by_batch, token_count
@@ -73,21 +72,14 @@ def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
 
 
 def _read_table(path: Path) -> dict[str, Any]:
-    import yaml
-
-    from .._files import UnreadableFile, read_regular
-    from ..rundir import parse_yaml
+    from .._files import read_settings
 
     try:  # a plain file of at most 16 MB, without YAML aliases
-        data = parse_yaml(read_regular(path, 16 << 20).decode("utf-8"))
-    except UnreadableFile as exc:
-        raise ConfigError(f"pricing file {exc}") from None
-    except OSError as exc:
+        data = read_settings(path)
+    except FileNotFoundError as exc:
         raise ConfigError(f"pricing file {path}: cannot read ({exc.strerror})") from None
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
-        raise ConfigError(f"pricing file {path}: not valid YAML or JSON") from None
-    except ValueError as exc:  # a value YAML cannot build: a number of 5,000 digits, say
-        raise ConfigError(f"pricing file {path}: not valid YAML or JSON ({one_line(exc)})") from None
+    except ConfigError as exc:
+        raise ConfigError(f"pricing file {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"pricing file {path}: not a mapping of model names to prices")
     return data
@@ -275,7 +267,7 @@ class Budget:
 
 def budget_for(config: TaskConfig, generation: dict[str, Any], predictions: Path, batch: bool) -> Budget:
     """The --max-cost budget of a run, with what its saved predictions already cost."""
-    from ..rundir import read_predictions
+    from ..jsonl import read_predictions
 
     prices = prices_of(vars(config))
     assert prices is not None and config.max_cost is not None  # both checked when the run was planned (check_costs)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import BENCHMARK
 from ..errors import storage_error
-from ..records import FORCED_ANSWERS
+from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
@@ -81,19 +81,25 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     if scorer.impossible_logprobs:  # samples left without P(YES), rather than given a clamped one
         report["calibration"]["impossible_logprobs"] = scorer.impossible_logprobs
     report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
-    report["warnings"] = warnings(report, expected, len(outcomes))
+    report["warnings"] = warnings(report, expected, len(outcomes)) + _unread(report, scorer)
+    report["notes"] = notes(report)
+    return report
+
+
+def _unread(report: Report, scorer: Scorer) -> list[str]:
+    """Warnings for what the scorer could not use: log probabilities that cannot be, unreadable rows."""
+    out = []
     if scorer.impossible_logprobs:
-        report["warnings"].append(
+        out.append(
             f"{scorer.impossible_logprobs} sample(s) have no P(YES): the server sent log probabilities that cannot "
             "be (above 0, NaN or infinite) at the answer position"
         )
-    if scorer.unreadable:  # counted where the saved lines are read (rundir and the runner)
+    if scorer.unreadable:  # counted where the saved lines are read (jsonl.py and the runner)
         report["unreadable_rows"] = scorer.unreadable
-        report["warnings"].append(
+        out.append(
             f"{scorer.unreadable} saved row(s) could not be read (not a row, or no YES or NO target) and were left out"
         )
-    report["notes"] = notes(report)
-    return report
+    return out
 
 
 def _section(value: Any) -> Any:
@@ -105,12 +111,8 @@ def _section(value: Any) -> Any:
 def _repeats(fingerprint: dict[str, Any]) -> int:
     """Answers asked per question: --repeats times the choices per request (`n`), as the plan counts
     them (plan.per_question); a hand-edited value that is not a whole number from 1 counts as 1."""
-    generation = _section(fingerprint.get("generation_config"))
-    return _whole(fingerprint.get("repeats")) * _whole(generation.get("n"))
-
-
-def _whole(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+    repeats, n = fingerprint.get("repeats"), _section(fingerprint.get("generation_config")).get("n")
+    return (repeats if whole(repeats) and repeats else 1) * (n if whole(n) and n else 1)
 
 
 def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:

@@ -16,13 +16,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO
 
-from .. import forced as forcing
-from ..config import REPEATS_MAX
 from ..errors import DataError
 from ..records import (
     ANSWERS,
     FORCED_ANSWERS,
     MAX_FINISH,
+    REPEATS_MAX,
     Prediction,
     Review,
     by_batch,
@@ -31,8 +30,10 @@ from ..records import (
     sample_key,
     split_key,
     token_count,
+    whole,
 )
 from . import extract
+from . import forced as forcing
 from .calibration import impossible_in, p_yes
 from .evalscope import read_verdict
 from .extract import read_answer
@@ -45,13 +46,6 @@ REASONS: tuple[str | None, ...] = (None, *extract.REASONS)  # EvalScope's reason
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _whole(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return 0
 
 
 def review(prediction: Prediction, compat: str = "coinflip") -> Review:
@@ -67,10 +61,11 @@ def review(prediction: Prediction, compat: str = "coinflip") -> Review:
     error = prediction.get("error") is not None
     extracted, reason = (None, None) if error else _read(prediction, compat)
     probability = _probability(prediction, extracted is not None)
+    id_, repeat, people = (prediction.get(k) for k in ("id", "repeat", "people"))
     return make_review(
-        _whole(prediction.get("id")),
-        _whole(prediction.get("repeat")),
-        max(0, _whole(prediction.get("people"))),
+        id_ if whole(id_) else 0,
+        repeat if whole(repeat) else 0,
+        people if whole(people) else 0,
         target,
         extracted,
         reason,

@@ -21,12 +21,11 @@ import re
 import time
 from typing import Any
 
+from ..data.prompts import FORCE_CUE, FORCE_PROMPT
 from .limited import Gate
 from .policy import Response, ServerState, Stream, _other, last_question, reply_json
 
 FAULTS = ("429", "500", "stall", "drop", "malformed", "empty")
-FORCE_TURN = "Give only your final answer"  # the start of coinflip's forced-answer turn (plan.FORCE_PROMPT)
-FORCE_CUE = "(YES or NO) is:"  # the end of its cue after a plain completion (plan.FORCE_CUE)
 
 
 async def completion(
@@ -157,7 +156,7 @@ def _pieces(text: str) -> list[str]:
 
 def _forced_turn(messages: list[Any], chat: bool) -> bool:
     last = str(messages[-1].get("content", "")) if messages and isinstance(messages[-1], dict) else ""
-    return last.startswith(FORCE_TURN) if chat else last.rstrip().endswith(FORCE_CUE)
+    return last.startswith(FORCE_PROMPT) if chat else last.rstrip().endswith(FORCE_CUE.strip())
 
 
 def _answer_side(token: str) -> str | None:

@@ -6,7 +6,8 @@ first reply is kept until its forced answer lands:
 
 1. its row is written with `"forced": {"pending": true}` (`PENDING`) as soon as the reply lands;
 2. the follow-up's reply lands: the row is written again, holding it (`answered`); on reading,
-   a later line for the same sample wins unless it got less far (`progress`);
+   a later line for the same sample wins unless it got less far (`progress`; the row states are
+   declared with the rows, in records.py);
 3. a follow-up that failed leaves the sample pending: the row is final for the report (the forced
    answer counts as invalid) but a resume asks again;
 4. scoring reads what the forced reply said (`said`), and the report's forced view puts it in
@@ -17,46 +18,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .records import ANSWERS, FORCED_ANSWERS, Forced, Prediction
+from ..records import ANSWERS, FORCED_ANSWERS, PENDING, Forced, Prediction, pending, progress, scored
+from .calibration import answer_window
+from .extract import extract_answer, forced_answer
 
 if TYPE_CHECKING:
-    from .models.base import Reply
+    from ..models.base import Reply
 
-PENDING: Forced = {"pending": True}  # asked for, no reply yet
-ERROR, STARTED, DONE = 0, 1, 2  # how far a row got: an error, a reply with its forced answer pending, done
+__all__ = ["PENDING", "answered", "needed", "pending", "progress", "recovered", "said", "scored"]
+
 
 
 def needed(reply: str | None) -> bool:
     """A reply is asked for its answer line when the strict rule finds no answer in it."""
-    from .scoring.extract import extract_answer
-
     return extract_answer(reply) is None
-
-
-def pending(row: Prediction) -> bool:
-    """The row's reply is kept, its forced answer is still to be asked (never answered, or it failed)."""
-    forced = row.get("forced")
-    return isinstance(forced, dict) and (bool(forced.get("pending")) or forced.get("error") is not None)
-
-
-def scored(row: Prediction) -> bool:
-    """A row counts in the report unless its forced answer was asked for and nothing came back yet
-    (a failed forced answer counts, as invalid)."""
-    forced = row.get("forced")
-    return not (isinstance(forced, dict) and forced.get("pending"))
-
-
-def progress(row: Prediction) -> int:
-    """How far a row got; of two rows for one sample, the later wins unless it got less far."""
-    if row.get("error") is not None:
-        return ERROR
-    return STARTED if pending(row) else DONE
 
 
 def answered(first: Prediction, reply: Reply) -> Prediction:
     """The first reply's row again, now holding the forced follow-up's reply."""
-    from .scoring.calibration import answer_window
-
     forced: Forced = {
         "reply": reply.text,
         "finish_reason": reply.finish_reason,
@@ -79,8 +58,6 @@ def answered(first: Prediction, reply: Reply) -> Prediction:
 def said(row: Prediction) -> str | None:
     """What the forced reply said, as a FORCED_ANSWERS value: None when none was asked or none came
     back yet; "invalid" when it failed or holds no answer."""
-    from .scoring.extract import forced_answer
-
     forced = row.get("forced")
     if not isinstance(forced, dict) or forced.get("pending"):
         return None

@@ -1,0 +1,182 @@
+"""A run's predictions and reviews files: one JSON line a sample, appended and flushed as each lands.
+
+Predictions survive any crash: a half-written last line is cut on reopen (`index_predictions`
+with `repair`), the line that counts for each sample is found in one pass (a later line wins
+unless it got less far: records.progress), and `compact_predictions` leaves one line a sample.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import BinaryIO
+
+from ._files import UnreadableFile, open_regular, replacing
+from .errors import ConfigError, storage_error
+from .records import DONE, ERROR, STARTED, Prediction, Review, dumps, key_of, progress, read_prediction, read_review
+
+
+@dataclass
+class PredictionIndex:
+    """Where the line that counts for each sample starts: `offset` for a reply, `~offset` for an error.
+
+    Keys are `records.sample_key(id, repeat)`. `pending` holds the samples whose reply is kept but
+    whose forced answer is pending (scoring/forced.py). Plain ints keep it small: a million samples
+    cost tens of MB, and no row is held.
+    """
+
+    where: dict[int, int]
+    lines: int
+    pending: set[int] = field(default_factory=set)
+    unreadable: int = field(default=0, compare=False)  # whole lines that hold no prediction (skipped)
+
+    def replied(self, key: int) -> bool:
+        """A reply is kept (its forced answer may be pending)."""
+        return self.where.get(key, -1) >= 0
+
+    def start(self, key: int) -> int:
+        """Where the line starts, reply or error."""
+        offset = self.where[key]
+        return offset if offset >= 0 else ~offset
+
+    def row(self, handle: BinaryIO, key: int) -> Prediction:
+        """The line that counts for `key`, read from the open predictions file."""
+        row = read_prediction(_line_at(handle, self.start(key)))
+        assert row is not None  # it was indexed because it read as a prediction
+        return row
+
+
+def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
+    """One pass over the file; `repair` cuts a half-written last line (a crash mid-write) before appending."""
+    index = PredictionIndex({}, 0)
+    try:
+        with open_regular(path, write=repair) as handle:  # never a FIFO or a device
+            offset = 0
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    if repair:
+                        handle.truncate(offset)
+                    break
+                index.lines += 1
+                _note(index, line, offset)
+                offset += len(line)
+    except FileNotFoundError:
+        return index
+    except UnreadableFile as exc:
+        raise ConfigError(str(exc)) from None
+    except OSError as exc:
+        if repair:
+            raise storage_error(path, exc) from None
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    return index
+
+
+def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
+    row = read_prediction(line)
+    if row is None:
+        index.unreadable += 1
+        return
+    key, state = key_of(row), progress(row)
+    old = index.where.get(key)
+    old_state = ERROR if old is None or old < 0 else STARTED if key in index.pending else DONE
+    if old is not None and state < old_state:
+        return
+    index.where[key] = ~offset if state == ERROR else offset
+    if state == STARTED:
+        index.pending.add(key)
+    else:
+        index.pending.discard(key)
+
+
+def compact_predictions(path: Path) -> PredictionIndex:
+    """Rewrite the file as one line per sample in id order, line by line through a temporary file;
+    on a full or read-only disk the original stays as it was."""
+    index = index_predictions(path)
+    keys = sorted(index.where)
+    if index.lines == len(keys) and all(index.start(a) < index.start(b) for a, b in pairwise(keys)):
+        return index
+    where: dict[int, int] = {}
+    try:
+        with path.open("rb") as src, replacing(path) as dst:
+            for key in keys:
+                where[key] = dst.tell() if index.replied(key) else ~dst.tell()
+                dst.write(_line_at(src, index.start(key)))
+    except OSError as exc:  # opening or reading the original (the copy's own fail in `replacing`)
+        raise storage_error(path, exc) from None
+    return PredictionIndex(where, len(where), index.pending, index.unreadable)
+
+
+def _line_at(src: BinaryIO, offset: int) -> bytes:
+    src.seek(offset)
+    return src.readline()
+
+
+def iter_predictions(path: Path) -> Iterator[Prediction]:
+    """Every prediction of a file, in file order; a line that holds none is passed over."""
+    with path.open("rb") as handle:
+        for line in handle:
+            if line.endswith(b"\n") and (row := read_prediction(line)) is not None:
+                yield row
+
+
+def iter_reviews(path: Path) -> Iterator[Review]:
+    """Every review of a file, in file order; a line that holds none is passed over."""
+    with path.open("rb") as handle:
+        for line in handle:
+            if (review := read_review(line)) is not None:
+                yield review
+
+
+def read_predictions(path: Path) -> dict[int, Prediction]:
+    """All counting predictions in memory, by sample key (for small jobs such as a cost budget)."""
+    if not path.exists():
+        return {}
+    index = index_predictions(path)
+    with path.open("rb") as handle:
+        return {key: index.row(handle, key) for key in index.where}
+
+
+class PredictionWriter:
+    """Appends one JSON line per finished sample; `flush` hands them to the OS (the runner does so
+    for every batch of replies that land together, before the next turn of the event loop).
+
+    `in_order` stays True while a writer that started on an empty file writes each sample once,
+    in key order: such a file needs no compaction. A full or read-only disk ends in StorageError
+    naming the file; what was flushed before stays.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle: BinaryIO = path.open("ab")
+        except OSError as exc:
+            raise storage_error(path, exc) from None
+        self.in_order = self._handle.tell() == 0
+        self._last = -1
+
+    def write(self, row: Prediction) -> None:
+        key = key_of(row)
+        self.in_order = self.in_order and key > self._last
+        self._last = key
+        try:
+            self._handle.write(dumps(row))
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._handle.flush()
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
+
+    def close(self) -> None:
+        """Close; a failed final flush cuts the file back to its last whole line."""
+        try:
+            self._handle.close()
+        except OSError:
+            with contextlib.suppress(OSError):
+                index_predictions(self.path, repair=True)

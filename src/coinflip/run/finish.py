@@ -1,0 +1,108 @@
+"""The report step of a run and of a rescore: predictions compacted, then reviews, the report and
+its page written whole, each under a temporary name first."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import TYPE_CHECKING, Any
+
+from .._files import read_regular, replacing
+from .._terminal import one_line
+from ..config import KEY_AGAIN
+from ..errors import DataError
+from ..jsonl import compact_predictions, iter_predictions
+from ..models import limits
+from ..records import scored
+from ..rundir import RunDir, load_saved_config
+
+if TYPE_CHECKING:
+    from ..scoring.schema import Report
+    from ..scoring.scorer import Scorer
+    from .session import Session
+
+
+def resume_hint(run: RunDir, keyed: bool = False) -> str:
+    """The command that resumes `run`, quoted for a shell; printed, so a folder name's escape
+    sequences are shown as U+FFFD (shlex.quote keeps them inside its quotes). `keyed`: the run
+    sent an API key, which the resume needs again."""
+    again = f", and {KEY_AGAIN}" if keyed else ""
+    return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}{again}")
+
+
+def finish(run: RunDir, compat: str, show: bool = True, session: Session | None = None) -> Report:
+    """Compact predictions, then write reviews and reports (also used by rescore).
+
+    Without a `session` that scored its replies as they landed, the saved predictions are read
+    back and scored.
+    """
+    from ..pages.run_page import write_html
+    from ..pages.summary import print_summary
+    from ..scoring.report import build_report, write_report
+    from ..scoring.schema import checked
+
+    saved = load_saved_config(run.root)
+    traffic = session.traffic if session is not None else None
+    if session is not None and session.scorer is not None:
+        scorer = session.scorer
+        if not session.in_order:
+            compact_predictions(run.predictions)
+    else:
+        scorer = _score_saved(run, saved, compat)
+    run.own_folders(run.reviews, run.report_json)  # never written through a linked folder either
+    with replacing(run.reviews) as reviews:  # under a temporary name, then renamed
+        scorer.write_reviews(reviews)
+    report = checked(build_report(saved, run.root.name, scorer, compat))  # as read back: each field its type
+    traffic = _requests_record(run, traffic)
+    if traffic is not None:  # the last session's requests, kept for a rescore
+        report["requests"] = traffic
+    write_report(run.report_json, report)
+    if saved["config"].get("html_report", True):
+        write_html(run.report_html, report, scorer)
+    if show:
+        print_summary(report, run.root, page=run.report_html)
+        if not report["complete"] and not report.get("errors_ignored"):
+            print(resume_hint(run, bool(saved["config"].get("api_key"))), file=sys.stderr)
+    return report
+
+
+def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Save this session's record of requests; without one (a rescore), read the last one back:
+    a plain file of a few KiB inside the run that reads as the record, else none."""
+    path = run.requests
+    if traffic is not None:
+        run.own_folders(path)  # never written through a linked folder
+        with replacing(path) as out:
+            out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
+        return traffic
+    try:
+        return limits.checked(json.loads(read_regular(path, 64 * 1024, within=run.root)))
+    except (OSError, ValueError, RecursionError):  # UnreadableFile is a ValueError
+        return None
+
+
+def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
+    from ..scoring.scorer import Scorer
+
+    index = compact_predictions(run.predictions)
+    if not index.where:
+        raise DataError(f"{run.predictions}: no predictions to score")
+    subset = run.subset()
+    questions = int((saved.get("subset") or {}).get("count") or 0)
+    scorer = Scorer(compat=compat)
+    scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
+    for p in iter_predictions(run.predictions):
+        is_scored = scored(p)
+        if is_scored and p.get("target") not in ("YES", "NO"):  # not a row coinflip wrote: counted, not scored
+            scorer.unreadable += 1
+            continue
+        if subset is not None and p["id"] not in subset:
+            continue
+        if subset is None and questions and p["id"] >= questions:
+            continue
+        if is_scored:
+            scorer.add(p)
+        else:  # its forced answer is pending: not scored yet, but its reply was paid for
+            scorer.usage.add(p)
+    return scorer
