@@ -46,7 +46,7 @@ def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
     `task_cfg` is a TaskConfig, a dict, a path to a YAML or JSON file of one, or a list of
     those; a list returns a list of reports.
     """
-    from ..configfile import as_configs
+    from ..config.files import as_configs
 
     configs = as_configs(task_cfg, kwargs)
     reports = [run_one(config) for config in configs]
