@@ -105,7 +105,7 @@ BAD_PRICES: list[tuple[Any, str]] = [
     (lambda p: _pricing(p, "{input: 1, output: 2, batch_discount: 7}"), "batch_discount must be in (0, 1], got 7"),
     (lambda p: _pricing(p, "{input: 1, output: 2, batch_discount: 0}"), "batch_discount must be in (0, 1], got 0"),
     (lambda p: _pricing(p, "[1, 2]"), "m must map to {input: X, output: Y}, got [1, 2]"),
-    (lambda p: _pricing(p, "{input: " + "9" * 5000 + ", output: 1}"), "not valid YAML or JSON (Exceeds the limit"),
+    (lambda p: _pricing(p, "{input: " + "9" * 5000 + ", output: 1}"), "not valid YAML (Exceeds the limit"),
     (lambda p: ("--price-input", "1e308", "--price-output", "1"), "price_input must be a number from 0 to 1e9"),
 ]
 
