@@ -53,13 +53,16 @@ def _killed_while_polled(args: tuple[str, ...], work: Path, store: BatchStore) -
 
 
 def _batch_run_with_four_owed(srv: FakeOpenAIServer, work: Path) -> Path:
-    """A batch run of 6 questions done in `work`, then 4 of its answers dropped: a resume owes them."""
+    """A batch run of 6 questions done in `work`, then 4 of its answers dropped, and the batch's
+    saved results too (a resume would read them from there): a resume sends those 4 again."""
     args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST, "--work-dir", str(work))
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr
     run = only_run_dir(work)
     predictions = run / "predictions/m/coin_flip.jsonl"
     predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))
+    for saved in run.glob("batch/*.output.jsonl"):
+        saved.unlink()
     return run
 
 

@@ -23,8 +23,8 @@ __all__ = [
 _LAZY = {
     "EvalType": "_evalscope",
     "TaskConfig": "config",
-    "run_task": "runner",
-    "rescore": "runner",
+    "run_task": "run.runner",
+    "rescore": "run.runner",
     "extract_answer": "scoring.extract",
     "generate_file": "data.generate",
     "load_dataset": "data.load",

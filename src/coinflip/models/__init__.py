@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import BASELINES, LOCAL_MODELS, TaskConfig
+from ..config import BASELINES, LOCAL_MODELS, TaskConfig, run_secrets
 from ..errors import ConfigError
 from .base import Model, Reply, Request
 
@@ -86,38 +86,69 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 
 @contextlib.asynccontextmanager
 async def open_model(
-    config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int
+    config: TaskConfig,
+    urls: list[str] | None,
+    generation: dict[str, Any],
+    concurrency: int,
+    folder: Path | None = None,
+    admit: Callable[[Request], bool] | None = None,
 ) -> AsyncIterator[Model]:
-    """The model for a run; for a server, its endpoints are checked (EndpointError) before it is handed out."""
-    model: Model
-    if urls is None:
+    """The model for a run; for a server, its endpoints are checked (EndpointError) before it is
+    handed out. `folder`: where a batch backend keeps what a resume needs; `admit`: whether a
+    request a batch left may go online at the full price (--max-cost)."""
+    from ._http import megabytes
+
+    model: Any
+    cap, secrets = megabytes(config.max_reply_mb), run_secrets(config.api_key, generation, config.api_url)
+    if config.batch_results:
+        from ._redact import Redactor
+        from .batch import ResultsFile
+
+        model = ResultsFile(Path(config.batch_results).expanduser(), config.api_mode, cap, Redactor(secrets))
+    elif urls is None:
+        if config.batch:
+            raise ConfigError(f"--batch needs a server: {config.model} answers in-process")
         from .baselines import Baseline
 
         model = Baseline(str(config.model), config.seed, int(generation.get("n") or 1))
     else:
-        from ._http import megabytes
-        from .openai_api import OpenAIClient
-
-        client = OpenAIClient(
-            str(config.model),
-            urls,
-            config.api_key,
-            generation,
-            config.timeout,
-            config.retries,
-            concurrency,
-            mode=config.api_mode,
-            stream=bool(config.stream),
-            max_reply_bytes=megabytes(config.max_reply_mb),
-            patience=config.patience,
+        online = (
+            None if config.batch and not config.batch_rest_online else _online(config, urls, generation, concurrency)
         )
-        model = client
+        model = online
+        if config.batch:
+            from .batch import BatchModel
+            from .batch_api import BatchAPI
+
+            api = BatchAPI(urls[0], config.api_key, generation, config.timeout, secrets, cap)
+            assert folder is not None  # the runner gives it
+            model = BatchModel(api, folder, str(config.model), config.api_mode, generation, config.batch_poll_s,
+                               config.patience, cap, online, admit)  # fmt: skip
         try:
-            await client.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
+            await model.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
         except BaseException:
-            await client.aclose()
+            await model.aclose()
             raise
     try:
         yield model
     finally:
         await model.aclose()
+
+
+def _online(config: TaskConfig, urls: list[str], generation: dict[str, Any], concurrency: int) -> Any:
+    from ._http import megabytes
+    from .openai_api import OpenAIClient
+
+    return OpenAIClient(
+        str(config.model),
+        urls,
+        config.api_key,
+        generation,
+        config.timeout,
+        config.retries,
+        concurrency,
+        mode=config.api_mode,
+        stream=bool(config.stream),
+        max_reply_bytes=megabytes(config.max_reply_mb),
+        patience=config.patience,
+    )

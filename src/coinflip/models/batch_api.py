@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -80,23 +82,18 @@ def split_lines(
         yield group
 
 
-def custom_id_of(raw: bytes) -> str | None:
-    """The custom_id of a line of a request or result file (None: not a readable line)."""
-    try:
-        data = load_json(raw)
-    except BadReply:
-        return None
-    found = data.get("custom_id") if isinstance(data, dict) else None
-    return found if isinstance(found, str) else None
+_CUSTOM_ID = re.compile(rb'"custom_id"\s*:\s*"([A-Za-z0-9_.:-]{1,200})"')
 
 
 def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
-    """A result line as (custom_id, Reply); a failed line is a Reply with its error. None: the
-    line is not a result line at all (no custom_id)."""
+    """A result line as (custom_id, Reply); a failed line is a Reply with its error, and so is a
+    line that is not readable JSON (invalid UTF-8, a 5,000-digit number) where its custom_id can
+    still be read. None: the line is not a result line at all."""
     try:
         data = load_json(raw)
-    except BadReply:
-        return None
+    except BadReply as exc:
+        found = _CUSTOM_ID.search(raw[:4096])
+        return None if found is None else (found[1].decode(), Reply(None, error=f"its result line: {exc}"))
     if not isinstance(data, dict) or not isinstance(data.get("custom_id"), str):
         return None
     response, error = data.get("response"), data.get("error")
@@ -116,6 +113,41 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
     detail = server_message(json.dumps({"error": error}).encode()) if error else "no response"
     code = error.get("code") if isinstance(error, dict) and isinstance(error.get("code"), str) else "batch"
     return data["custom_id"], Reply(None, error=one_line(f"{code}: {detail}"))
+
+
+class Lines:
+    """The lines of a result file as its bytes come (a download, a file read in pieces), each at
+    most `cap` bytes: a longer one is never held whole, and comes out as a short error line for
+    its custom_id (read from its start), so that memory and the saved copy stay bounded."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.line = bytearray()
+        self.head: bytes | None = None  # the start of a line over the cap, the rest skipped
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        while chunk:
+            cut = chunk.find(b"\n") + 1 or len(chunk)
+            piece, chunk = chunk[:cut], chunk[cut:]
+            if self.head is None:
+                self.line += piece
+                if len(self.line) > self.cap:
+                    self.head, self.line = bytes(self.line[:4096]), bytearray()
+            if piece.endswith(b"\n"):
+                yield self._take()
+
+    def end(self) -> Iterator[bytes]:
+        if self.line or self.head is not None:
+            yield self._take()
+
+    def _take(self) -> bytes:
+        if self.head is None:
+            line, self.line = bytes(self.line), bytearray()
+            return line
+        found, self.head = _CUSTOM_ID.search(self.head), None
+        message = f"its result line is larger than the reply cap ({self.cap / 1048576:g} MB, --max-reply-mb); skipped"
+        error = {"code": "too_large", "message": message}
+        return json.dumps({"custom_id": found[1].decode() if found else None, "error": error}).encode() + b"\n"
 
 
 def api_base(url: str, query: dict[str, Any] | None = None) -> tuple[str, str]:
@@ -189,13 +221,19 @@ class BatchAPI:
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch; one the server no longer knows (404) comes back as status `lost`."""
         try:
-            return await self._call("GET", f"/batches/{_segment(batch_id)}", missing_ok=True)
+            return await self._call("GET", f"/batches/{_segment(batch_id)}", gone=(404,))
         except _Gone:
             return {"id": batch_id, "status": LOST}
 
     async def find(self, file_id: str) -> dict[str, Any] | None:
-        """A batch already made from this input file (a run killed while creating it), if any."""
-        listed = await self._call("GET", "/batches", params={"limit": 100})
+        """A batch already made from this input file (a run killed while creating it), if any. A
+        server that does not list batches (404, 405) cannot tell: said in one line, and None."""
+        try:
+            listed = await self._call("GET", "/batches", params={"limit": 100}, gone=(404, 405))
+        except _Gone as exc:
+            print(f"note: cannot check for a batch made from {file_id} before the last stop ({exc}): "
+                  "its requests go in a new batch", file=sys.stderr)  # fmt: skip
+            return None
         for batch in listed.get("data") or []:
             if isinstance(batch, dict) and batch.get("input_file_id") == file_id:
                 self._id_of(batch, "GET /batches")
@@ -203,15 +241,16 @@ class BatchAPI:
         return None
 
     async def download(self, file_id: str, dest: Path) -> bool:
-        """A file's content, streamed to `dest` (through a temporary file: a half file is never
-        kept); False when the server no longer has it."""
+        """A result file's content, streamed to `dest` line by line, each line capped (`Lines`) and
+        its secrets masked, through a temporary file (a half file is never kept); False when the
+        server no longer has it."""
         tmp = dest.with_name(dest.name + ".part")
         try:
             tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
         except OSError as exc:  # a folder there: one line naming it, not a traceback
             raise storage_error(tmp, exc) from None
         try:
-            await self._call("GET", f"/files/{_segment(file_id)}/content", into=tmp, missing_ok=True)
+            await self._call("GET", f"/files/{_segment(file_id)}/content", into=tmp, gone=(404,))
         except _Gone:
             return False
         tmp.replace(dest)
@@ -221,7 +260,7 @@ class BatchAPI:
         """The id the server gave a file or batch it made: text, or the server is no Batch API (a
         KeyError's traceback was all it said)."""
         server_id = found.get("id")
-        if not isinstance(server_id, str) or not server_id:
+        if not isinstance(server_id, str) or server_id in ("", ".", ".."):
             shown = one_line(repr(found), 200)
             raise FatalAPIError(self.redact(f"{call} answered without an id ({shown}): is it a Batch API?"))
         return server_id
@@ -233,11 +272,11 @@ class BatchAPI:
         body: Any = None,
         form: Any = None,
         into: Path | None = None,
-        missing_ok: bool = False,
+        gone: tuple[int, ...] = (),
         params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One call, retried on 429, 5xx and dropped connections; other refusals are fatal
-        (a 404 raises _Gone where `missing_ok`)."""
+        (a status in `gone` raises _Gone)."""
         import aiohttp
 
         message, url = "", self._url(path)
@@ -257,7 +296,7 @@ class BatchAPI:
                         return await self._read(response, into, f"{method} {path}")
                     detail = await self._error_detail(response)
                     message = f"{method} {path} answered {response.status}{': ' + detail if detail else ''}"
-                    if response.status == 404 and missing_ok:
+                    if response.status in gone:
                         raise _Gone(message)
                     if response.status == 404 and path in ("/files", "/batches"):
                         message += " - this server does not serve the Batch API: run without --batch, or write "
@@ -299,7 +338,12 @@ class BatchAPI:
         would make it smaller) within --timeout (TimeoutError: retried), or a file's content
         streamed to `into`."""
         if into is not None:
-            return await _download(response, into)
+            lines, redact = Lines(self.pool.limits.max_body), self.redact
+            with into.open("wb") as handle:
+                async for chunk in response.content.iter_chunked(1 << 16):
+                    handle.writelines(_masked(line, redact) for line in lines.feed(chunk))
+                handle.writelines(_masked(line, redact) for line in lines.end())
+            return {}
         try:
             raw = await self._body(response)
         except ReplyTooLarge as exc:
@@ -318,8 +362,6 @@ def _segment(server_id: str) -> str:
     return quote(server_id, safe="")
 
 
-async def _download(response: Any, into: Path) -> dict[str, Any]:
-    with into.open("wb") as handle:
-        async for chunk in response.content.iter_chunked(1 << 16):
-            handle.write(chunk)
-    return {}
+def _masked(line: bytes, redact: Redactor) -> bytes:
+    """A line with the run's secrets masked in every form (a server may echo them in its answers)."""
+    return redact(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from .base import Model, Reply, Request
+from .base import Model, Reply, Request, Unanswered
 
 T = TypeVar("T")
 RAMP = 8  # workers started per turn of the event loop
@@ -32,7 +32,8 @@ async def run_requests(
 
     `on_replies` gets every reply exactly once, in batches, also when the run is cancelled.
     `follow_up` may ask, right after a reply, for more requests about the same sample (a forced
-    answer); the same worker sends them before it takes new work.
+    answer); the same worker sends them before it takes new work (side by side for a model that
+    gathers requests into batches: one batch, not one per choice).
     """
     pending = iter(work)
     loop = asyncio.get_running_loop()
@@ -49,22 +50,36 @@ async def run_requests(
                 if not failed.done():
                     failed.set_exception(exc)
 
-    async def worker() -> None:
-        for first in pending:
-            queue = [first]
-            while queue:
-                if failed.done():
-                    return
+    together = getattr(model, "gathers", False)  # a batch: follow-ups side by side, in one batch
+
+    async def send(queue: list[tuple[T, Request]]) -> None:
+        helpers: list[asyncio.Task[None]] = []
+        try:
+            while queue and not failed.done():
                 item, request = queue.pop()
-                reply = await model.complete(request)
+                try:
+                    reply = await model.complete(request)
+                except Unanswered:  # stays owed: nothing recorded, no follow-up
+                    continue
                 if not landed:
                     loop.call_soon(hand_on)
                 landed.append((item, request, reply))
-                if follow_up is not None:
-                    queue.extend(follow_up(item, request, reply))
+                more = follow_up(item, request, reply) if follow_up is not None else []
+                if together:
+                    helpers += [asyncio.create_task(send([pair])) for pair in more[1:]]
+                    more = more[:1]
+                queue.extend(more)
                 if len(landed) >= MAX_BATCH:  # a model that never yields: hand on, and let the loop breathe
                     hand_on()
                     await asyncio.sleep(0)
+            await asyncio.gather(*helpers)
+        finally:
+            for helper in helpers:
+                helper.cancel()
+
+    async def worker() -> None:
+        for first in pending:
+            await send([first])
 
     tasks: list[asyncio.Task[None]] = []
     try:

@@ -30,8 +30,6 @@ from ..config import DEFAULT_BATCH, METRIC_COMPATS, TaskConfig, check_choice, ma
 from ..errors import CoinflipError, ConfigError, DataError, EndpointBroken, RunIncomplete, StorageError
 from ..models import Reply, Request, is_local, limits, open_model, serve_local
 from ..models.predict import run_requests
-from .plan import Plan, prepare, provenance
-from .progress import Progress
 from ..records import Prediction, sample_key, split_key
 from ..rundir import (
     PredictionIndex,
@@ -43,6 +41,8 @@ from ..rundir import (
     load_saved_config,
 )
 from ..scoring.calibration import answer_window
+from .plan import Plan, prepare, provenance
+from .progress import Progress
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
 if TYPE_CHECKING:
@@ -83,10 +83,12 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             with run.locked():
                 log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
                 if config.batch_write:  # offline: the requests as a file for `vllm run-batch`, nothing sent
-                    from .batch import write_requests
+                    from ..models.batch import write_requests
 
                     index = index_predictions(run.predictions, repair=True)
-                    return write_requests(plan, run, requests_left(plan, run, index))
+                    owed = (request for _, request in requests_left(plan, run, index))
+                    hint = resume_hint(run).replace("resume with: ", "")
+                    return {**write_requests(config, plan.generation, owed, hint), "run": str(run.root)}
                 session = ask(plan, run, fresh, stop)
                 with stop.held():  # the report is written whole; a signal during it ends the run after
                     return finish(run, config.metric_compat, show=not config.quiet, session=session)
@@ -277,11 +279,11 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     log.info("%d of %d samples already done; %d to go", plan.samples - todo, plan.samples, todo)
     if not todo:
         return None
-    live = fresh and index.lines == 0 and not config.batch  # a batch's resent lines would count twice
+    live = fresh and index.lines == 0
     scorer: Scorer | None = None
     writer = PredictionWriter(run.predictions)
     shown = False if config.quiet and config.progress is None else config.progress
-    progress = Progress(todo, f"coin_flip {config.name}", False if config.batch else shown)  # a batch has its own
+    progress = Progress(todo, f"coin_flip {config.name}", shown)
     started = time.perf_counter()
     pending = 0  # samples written with their forced answer pending (forced.py)
 
@@ -329,33 +331,19 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
         budget = budget_for(config, plan.generation, run.predictions, batch=bool(config.batch))
     traffic: dict[str, Any] = {}
     try:
-        if config.batch_results:  # offline: answers from a result file made elsewhere
-            from .batch import read_results
-
-            read_results(plan, requests_left(plan, run, index), on_replies)
-            return None
         with serve_local(config, run.server_log) as endpoint:
             concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
             progress.restart()
             _room_for(concurrency)
             work = requests_left(plan, run, index)
-            batches = None  # the budget the batches spent from, when there were batches
-            if config.batch:  # through the Batch API; what it leaves may go online
-                from .batch import send_batches
-
-                url = endpoint.urls[0] if endpoint.urls else None
-                work = iter(send_batches(plan, run, url, work, on_replies, follow_up, budget))
-                batches = budget
-                budget = budget.online() if budget is not None else None  # what it left goes at full price
             if budget is not None:
                 work, on_replies = budget.gate(work), budget.watch(on_replies)
             follow = budget.follow(follow_up) if budget is not None else follow_up  # forced answers: held too
-            if not config.batch or config.batch_rest_online:
-                sending = _send(plan, endpoint.urls, concurrency, work, on_replies, follow, todo, traffic)
-                run_until_stopped(sending, stop)
-            stopped = [b for b in (batches, budget) if b is not None and b.stopped]
-            if stopped:  # one line, from the last budget: it counts what the batches spent too
-                print(f"note: {stopped[-1].note()}", file=sys.stderr)
+            model = open_model(plan.config, endpoint.urls, plan.generation, concurrency, run.root / "batch",
+                               budget.admit if budget is not None else None)  # fmt: skip
+            run_until_stopped(_send(model, concurrency, work, on_replies, follow, todo, traffic), stop)
+            if budget is not None and budget.stopped:
+                print(f"note: {budget.note()}", file=sys.stderr)
     except EndpointBroken as exc:
         raise EndpointBroken(f"{exc}; once the server is fixed, {resume_hint(run)}") from None
     except Interrupted as exc:
@@ -397,8 +385,7 @@ def _room_for(connections: int) -> None:
 
 
 async def _send(
-    plan: Plan,
-    urls: list[str] | None,
+    opened: Any,
     concurrency: int,
     work: Iterator[tuple[Job, Request]],
     on_replies: Any,
@@ -406,12 +393,14 @@ async def _send(
     todo: int,
     traffic: dict[str, Any],
 ) -> None:
-    """Send `work`; never more workers than samples to finish (a forced answer follows its first
-    reply in the same worker), whatever --eval-batch-size says. `traffic` gets what went to the
-    endpoints (also when the run stops early)."""
-    async with open_model(plan.config, urls, plan.generation, concurrency) as model:
+    """Send `work` to the model `opened` gives; never more workers than samples to finish (a
+    forced answer follows its first reply in the same worker), whatever --eval-batch-size says,
+    and each its own worker for a model that gathers requests (a batch). `traffic` gets what
+    went to the endpoints (also when the run stops early)."""
+    async with opened as model:
+        workers = todo if getattr(model, "gathers", False) else min(concurrency, todo)
         try:
-            await run_requests(model, work, min(concurrency, todo), on_replies, follow_up)
+            await run_requests(model, work, workers, on_replies, follow_up)
         finally:
             sent = getattr(model, "traffic", None)  # a server's client has it; a baseline sends nothing
             if sent is not None:

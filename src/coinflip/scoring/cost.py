@@ -170,10 +170,11 @@ class Budget:
         self.answered = 0
         self.sent = 0
         self.stopped = False
+        self.online = [0, 0]  # requests a batch left that went online at the full price: admitted, answered
 
-    def add(self, usage: dict[str, int] | None) -> None:
-        usage = usage or {}
-        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, self.batch)
+    def add(self, usage: dict[str, int] | None, batch: bool | None = None) -> None:
+        usage, batch = usage or {}, self.batch if batch is None else batch
+        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, batch)
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """What the saved answers cost, each priced by how it came, as the report prices it."""
@@ -216,19 +217,23 @@ class Budget:
     def watch(self, on_replies: Callable[[list[tuple[T, Request, Reply]]], None]) -> Callable[..., None]:
         def counted(landed: list[tuple[T, Request, Reply]]) -> None:
             for _, _, reply in landed:
-                self.add(reply.usage)
+                self.add(reply.usage, reply.batch)
                 self.answered += 1
+                self.online[1] += self.batch and not reply.batch
             on_replies(landed)
 
         return counted
 
-    def online(self) -> Budget:
-        """The budget for what a batch left, sent online (--batch-rest-online): the same limit, with
-        what the batches cost as spent, and each new request at the full price. Its mean starts
-        afresh: a batch's discounted replies would make an online request look cheaper than it is."""
-        rest = Budget(self.limit, self.prices, False, self.generation)
-        rest.saved = self.saved + self.spent
-        return rest
+    def admit(self, request: Request) -> bool:
+        """Whether a request a batch left (priced by `gate` at the batch's price) may go online at
+        the full price (--batch-rest-online): what was spent, and what went online and is in flight,
+        leave room for it at its estimate."""
+        room = self.saved + self.spent + (self.online[0] - self.online[1] + 1) * price(
+            *estimate(request, self.generation), self.prices, False
+        )
+        self.stopped |= room > self.limit
+        self.online[0] += room <= self.limit
+        return room <= self.limit
 
     def note(self) -> str:
         return (
