@@ -1067,3 +1067,22 @@ def test_unreadable_result_lines_are_recorded_with_their_real_reason(tmp_path: P
     )
     assert len(errors) == 2 and all(e.startswith("its result line: malformed response body") for e in errors), errors
     assert "can't decode byte 0xff" in errors[0] and "(4300 digits)" in errors[1]
+
+
+def test_a_downloaded_answer_over_the_reply_cap_is_skipped_and_never_kept(tmp_path: Path) -> None:
+    """A result line was saved and read whole, however large: each resend kept another full copy."""
+
+    class Huge(_OneBatch):
+        @staticmethod
+        def results(ids: list[str]) -> bytes:
+            return _ok(ids[0], "ANSWER: YES " + "x" * (3 << 20)) + b"".join(_ok(c, "ANSWER: NO") for c in ids[1:])
+
+    with serving(Huge) as url:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", *FAST,
+                         "--max-reply-mb", "1", "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    errors = [r for r in rows if r["error"]]
+    assert len(rows) == 3 and len(errors) == 1 and "larger than the reply cap (1 MB" in errors[0]["error"]
+    assert errors[0]["attempts"] == 3  # sent again twice, as a failed line is
+    assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 1 << 20

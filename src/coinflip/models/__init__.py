@@ -122,8 +122,7 @@ async def open_model(
 
             api = BatchAPI(urls[0], config.api_key, generation, config.timeout, secrets, cap)
             assert folder is not None  # the runner gives it
-            model = BatchModel(api, folder, str(config.model), config.api_mode, generation, config.batch_poll_s,
-                               config.patience, cap, online, admit)  # fmt: skip
+            model = BatchModel(api, folder, config, generation, online, admit)
         try:
             await model.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
         except BaseException:
@@ -136,6 +135,7 @@ async def open_model(
 
 
 def _online(config: TaskConfig, urls: list[str], generation: dict[str, Any], concurrency: int) -> Any:
+    """The client of a server, as every online run uses it."""
     from ._http import megabytes
     from .openai_api import OpenAIClient
 

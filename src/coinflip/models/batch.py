@@ -1,17 +1,13 @@
 """Batch mode as a model backend: each request awaits its answer from a batch.
 
-As inspect_ai's batcher (model/_providers/util/batch.py): `complete(request)` puts the request
-in the next batch and awaits its Reply. The runner hands every request out at once; a batch is
-sent when a turn of the event loop adds no request. Its lines (built as online requests are,
-split at the API's limits) are uploaded, the batch created, polled until it ends, its output and
-error files downloaded (line by line: each line capped and its secrets masked) and read, and
-each waiting request gets its Reply. A line that failed is sent again in the next batch, up to
-RESENDS times, or online with --batch-rest-online. Forced turns are simply the next requests.
+As inspect_ai's batcher (model/_providers/util/batch.py): `complete(request)` puts the request in
+the next batch and awaits its Reply; the runner knows nothing of batches. A batch is sent once a
+turn of the event loop adds no request; it is uploaded, created, polled until it ends, and its
+results downloaded and read. A failed line is sent again, up to RESENDS times (or online).
 
-Resumable at every step: the folder the runner gives (batch/) keeps state.json, saved before each
-next step (ids file -> file id -> batch id -> status -> results downloaded), and each batch's
-custom_ids. A resumed request whose custom_id is in a saved batch waits for that batch, or reads
-its saved results: it is never sent again. Offline, `write_requests` writes what `vllm run-batch`
+Resumable at every step: batch/state.json is saved before each next step (ids -> file id -> batch
+id -> status -> results downloaded). A resumed request in a saved batch waits for it or reads its
+saved results: it is never sent again. Offline, `write_requests` writes what `vllm run-batch`
 reads, and `ResultsFile` answers from the file it writes.
 """
 
@@ -21,14 +17,14 @@ import asyncio
 import functools
 import json
 import logging
-import re
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from .._files import open_regular, read_regular, replacing
 from ..config import TaskConfig, safe_name, secret_keys
@@ -57,18 +53,14 @@ def request_lines(model: str, mode: str, generation: dict[str, Any], requests: I
         yield request_line(custom_id(request), mode, request_body(model, mode, generation, request, False, extra_body))
 
 
-def write_requests(
-    config: TaskConfig, generation: dict[str, Any], requests: Iterable[Request], hint: str
-) -> dict[str, Any]:
-    """Offline: the owed requests as one JSON Lines file for `vllm run-batch` (or a provider's
-    console); `hint` is the command that then scores its results."""
+def write_requests(config: TaskConfig, generation: dict[str, Any], requests: Iterable[Request], hint: str) -> Any:
+    """Offline: the owed requests as one JSON Lines file for `vllm run-batch`; `hint`: the
+    command that then scores its results."""
     path = Path(str(config.batch_write)).expanduser()
     secret = secret_keys(generation.get("extra_body"))  # what the saved config masks, a request file would carry
     if secret:
-        raise ConfigError(
-            f"generation_config extra_body {secret} look like secrets (every text is, but under the keys of "
-            "config.PLAIN_KEYS; the run directory masks them), which a request file would carry"
-        )
+        raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
+                          "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
     count = 0
     try:
         with path.open("wb") as handle:
@@ -119,29 +111,20 @@ def _take(raw: bytes, mode: str, wanted: set[str], replies: dict[str, Reply], co
     replies[cid] = reply
 
 
-@dataclass
-class Submitted:
-    """One batch as the run directory records it. The ids are saved the moment they exist."""
+class Submitted(msgspec.Struct):
+    """One batch as the run directory records it, each id saved the moment it exists; a saved
+    record is read as this declaration says (a run directory is not to be trusted)."""
 
-    ids: str  # the file of its custom_ids (one a line), relative to the run directory
+    ids: Annotated[str, msgspec.Meta(pattern=r"^batch/requests-\d+\.ids$")]  # its custom_ids, one a line
     count: int
     file_id: str | None = None
     batch_id: str | None = None
     status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
     collected: bool = False  # its results are downloaded into the batch folder (or it has none)
 
-    @classmethod
-    def read(cls, raw: Any) -> Submitted:
-        """A saved record, checked field by field (a run directory is not to be trusted)."""
-        kinds = {"ids": str, "count": int, "file_id": str, "batch_id": str, "status": str, "collected": bool}
-        if not isinstance(raw, dict) or not isinstance(raw.get("count"), int):
-            raise ValueError("not a batch record")
-        if not re.fullmatch(r"batch/requests-\d+\.ids", str(raw.get("ids"))):
-            raise ValueError("an ids file outside the run's batch folder")
-        for name, kind in kinds.items():
-            if raw.get(name) is not None and not isinstance(raw[name], kind):
-                raise ValueError(f"{name} is not a {kind.__name__}")
-        return cls(**{f.name: raw[f.name] for f in fields(cls) if f.name in raw})
+
+class State(msgspec.Struct):
+    batches: list[Submitted]
 
 
 class _Gathering:
@@ -226,25 +209,17 @@ class ResultsFile(_Gathering):
 
 
 class BatchModel(_Gathering):
-    """Requests answered through the Batch API at one endpoint, resumable from `folder` (batch/)."""
+    """Requests answered through the Batch API at one endpoint, resumable from `folder` (batch/);
+    `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
 
     def __init__(
-        self,
-        api: BatchAPI,
-        folder: Path,
-        model: str,
-        mode: str,
-        generation: dict[str, Any],
-        poll_s: float,
-        patience: float,
-        cap: int,
-        online: OpenAIClient | None = None,
-        admit: Callable[[Request], bool] | None = None,
-    ) -> None:
+        self, api: BatchAPI, folder: Path, config: TaskConfig, generation: dict[str, Any],
+        online: OpenAIClient | None = None, admit: Callable[[Request], bool] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
-        self.api, self.folder, self.name, self.mode, self.generation = api, folder, model, mode, generation
-        self.poll_s, self.patience, self.cap = poll_s, patience, cap
-        self.online, self.admit = online, admit  # --batch-rest-online; may a request go online at full price
+        self.api, self.folder, self.config, self.generation = api, folder, config, generation
+        self.name, self.mode, self.cap = str(config.model), config.api_mode, api.pool.limits.max_body
+        self.online, self.admit = online, admit
         self.batches: list[Submitted] = []
         self.covered: dict[str, Submitted] = {}  # custom_id -> the latest saved batch that holds it
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
@@ -260,10 +235,10 @@ class BatchModel(_Gathering):
         except OSError as exc:
             raise storage_error(self.folder, exc) from None
         if state.exists():
-            try:  # a plain file inside the run (a FIFO there would hang the resume), of sane depth
-                raw = json.loads(read_regular(state, STATE_LIMIT, within=self.folder.parent))
-                self.batches = [Submitted.read(b) for b in raw["batches"]]
-            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            try:  # a plain file inside the run (a FIFO there would hang the resume)
+                raw = read_regular(state, STATE_LIMIT, within=self.folder.parent)
+                self.batches = msgspec.json.decode(raw, type=State).batches
+            except (OSError, ValueError, msgspec.DecodeError) as exc:
                 raise ConfigError(f"{state}: not a batch state file ({exc}); move it away to start over") from None
         for batch in self.batches:
             if batch.file_id is None:  # killed before its upload: its requests are simply owed again
@@ -280,7 +255,7 @@ class BatchModel(_Gathering):
 
     def _save(self) -> None:
         with replacing(self.folder / "state.json") as out:  # a failure to write is StorageError, naming the file
-            out.write(json.dumps({"batches": [asdict(b) for b in self.batches]}, indent=1).encode())
+            out.write(msgspec.json.format(msgspec.json.encode(State(self.batches)), indent=1))
 
     def _ids(self, batch: Submitted) -> list[str]:
         root = self.folder.parent
@@ -358,15 +333,18 @@ class BatchModel(_Gathering):
                     batch.status = str(found.get("status"))
                     if batch.status in STATUSES:
                         strange.pop(str(batch.batch_id), None)
-                    elif time.monotonic() - strange.setdefault(str(batch.batch_id), time.monotonic()) > self.patience:
+                    elif (
+                        time.monotonic() - strange.setdefault(str(batch.batch_id), time.monotonic())
+                        > self.config.patience
+                    ):
                         raise EndpointBroken(
                             f"batch {batch.batch_id}: its status {repr(found.get('status'))[:40]} is none the Batch "
-                            f"API has, for {self.patience:g} s (--patience); the batch is saved"
+                            f"API has, for {self.config.patience:g} s (--patience); the batch is saved"
                         )
             self._save()
             if all(b.collected or b.status in ENDED for b in batches):
                 return
-            await asyncio.sleep(self.poll_s)
+            await asyncio.sleep(self.config.batch_poll_s)
 
     async def _collect(self, batch: Submitted, wanted: set[str]) -> dict[str, Reply]:
         """Download the batch's results (once: a resume reads them from the folder) and read the

@@ -1,18 +1,12 @@
 """The OpenAI Batch API from the client's side: the line format, and the few calls a batch needs.
 
-A batch input file is JSON Lines, one request a line: `{"custom_id", "method": "POST", "url":
-"/v1/chat/completions", "body": {...}}`, the body built exactly as an online request's
-(`openai_api.request_body`). A result line, from the API's output or error file or from
-`vllm run-batch`, is `{"id", "custom_id", "response": {"status_code", "request_id", "body"},
-"error"}`; its body is read by the same `parse_body` an online reply goes through, so a batch
-answer and an online one become the same Reply. Lines come back in any order: they are
-joined by `custom_id`.
+A request line is `{"custom_id", "method", "url", "body"}`, the body an online request's. A
+result line (the API's output or error file, or `vllm run-batch`'s) is `{"custom_id", "response":
+{"status_code", "body"}, "error"}`; its body goes through the online `parse_body`, so a batch
+answer and an online one are the same Reply. Lines come in any order, joined by `custom_id`.
 
-The calls (upload to /v1/files, create, retrieve and list at /v1/batches, download a file's
-content) go through the run's HTTP client (`_http.ConnectionPool`: its session, its proxies from
-the environment, its one-line errors for a wrong endpoint, the headers on each request and never
-on a proxy's CONNECT): a handful per run, none on a hot path. 429, 5xx and dropped
-connections are retried with backoff; any other refusal ends the run with the server's message.
+The calls go through the run's HTTP client (`_http.ConnectionPool`: proxies, headers, one-line
+errors); 429, 5xx and dropped connections are retried, any other refusal ends the run.
 """
 
 from __future__ import annotations
@@ -170,8 +164,7 @@ class BatchAPI:
         max_body: int = DEFAULT_MAX_BODY,
         retries: int = CALL_RETRIES,
     ) -> None:
-        """`max_body`: the most bytes of an answer (an error's too) that are read; a result file,
-        written to disk as it comes, is not held to it."""
+        """`max_body`: the most bytes of an answer, an error's, or a result file's line, read."""
         self.base, self.query = api_base(url, generation.get("extra_query"))
         headers = {"User-Agent": "coinflip"}
         headers.update({str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()})
