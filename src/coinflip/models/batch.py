@@ -14,7 +14,6 @@ reads, and `ResultsFile` answers from the file it writes.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import sys
@@ -31,7 +30,7 @@ from ..config import TaskConfig, safe_name, secret_keys
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ._redact import Redactor
 from .base import Reply, Request, Unanswered
-from .batch_api import ENDED, LOST, BatchAPI, Lines, read_result, request_line, split_lines
+from .batch_api import ENDED, LOST, BatchAPI, capped_lines, read_result, request_line, split_lines
 from .openai_api import OpenAIClient, request_body, split_generation
 
 log = logging.getLogger("coinflip")
@@ -81,17 +80,13 @@ def read_answers(
     paths: list[Path], wanted: set[str], mode: str, cap: int, redact: Redactor
 ) -> tuple[dict[str, Reply], Counter[str]]:
     """The answers for `wanted` custom_ids in result files, read line by line, each line capped
-    (`Lines`); secrets masked. Two successful answers for one request are an error naming the
+    (`capped_lines`); secrets masked. Two successful answers for one request are an error naming the
     conflict: neither is chosen. Also counts the lines for other requests and the unreadable ones."""
     replies: dict[str, Reply] = {}
     counts: Counter[str] = Counter()
     for path in paths:
-        lines = Lines(cap)
         with open_regular(path) as handle:
-            for chunk in iter(functools.partial(handle.read, 1 << 20), b""):
-                for raw in lines.feed(chunk):
-                    _take(raw, mode, wanted, replies, counts)
-            for raw in lines.end():
+            for raw in capped_lines(handle, cap):
                 _take(raw, mode, wanted, replies, counts)
     return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
 
@@ -159,13 +154,10 @@ class _Gathering:
                     future.set_exception(exc)
             return
         for cid, (_, future) in waiting.items():
-            found = replies.get(cid)
-            if future.done():
-                continue
-            if found is None:
+            if not future.done() and cid in replies:
+                future.set_result(replies[cid])
+            elif not future.done():
                 future.set_exception(Unanswered())
-            else:
-                future.set_result(found)
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
         raise NotImplementedError
@@ -183,16 +175,15 @@ class ResultsFile(_Gathering):
         super().__init__()
         self.name, self.path, self.mode, self.cap, self.redact = str(path), path, mode, cap, redact
         self.counts: Counter[str] = Counter()
-        try:
-            open_regular(path).close()  # a plain file (/dev/zero, a FIFO: refused), before any request
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"--batch-results {path}: cannot read ({getattr(exc, 'strerror', 0) or exc})") from None
 
     async def complete(self, request: Request) -> Reply:
         return await self._answer(request)
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        replies, counts = read_answers([self.path], set(requests), self.mode, self.cap, self.redact)
+        try:  # a plain file only: /dev/zero, /dev/urandom or a FIFO is UnreadableFile (exit 2)
+            replies, counts = read_answers([self.path], set(requests), self.mode, self.cap, self.redact)
+        except OSError as exc:
+            raise ConfigError(f"--batch-results {self.path}: cannot read ({exc.strerror})") from None
         self.counts.update(counts, owed=len(requests) - len(replies), read=len(replies))
         self.counts["failed"] += sum(reply.error is not None for reply in replies.values())
         return replies
@@ -200,12 +191,10 @@ class ResultsFile(_Gathering):
     async def aclose(self) -> None:
         await super().aclose()
         c = self.counts
-        print(
-            f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with two "
-            f"answers); {c['other']} lines for requests not owed now, {c['unreadable']} unreadable; {c['owed']} "
-            "requests still owed (write them with --batch-write)",
-            file=sys.stderr,
-        )
+        if c:  # it was read
+            print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
+                  f"two answers); {c['other']} lines for requests not owed now, {c['unreadable']} unreadable; "
+                  f"{c['owed']} requests still owed (write them with --batch-write)", file=sys.stderr)  # fmt: skip
 
 
 class BatchModel(_Gathering):

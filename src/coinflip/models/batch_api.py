@@ -18,9 +18,10 @@ import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from .._files import replacing
 from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
 from ._http import (
@@ -109,46 +110,19 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
     return data["custom_id"], Reply(None, error=one_line(f"{code}: {detail}"))
 
 
-class Lines:
-    """The lines of a result file as its bytes come (a download, a file read in pieces), each at
-    most `cap` bytes: a longer one is never held whole, and comes out as a short error line for
-    its custom_id (read from its start), so that memory and the saved copy stay bounded."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.line = bytearray()
-        self.head: bytes | None = None  # the start of a line over the cap, the rest skipped
-
-    def feed(self, chunk: bytes) -> Iterator[bytes]:
-        while chunk:
-            cut = chunk.find(b"\n") + 1 or len(chunk)
-            piece, chunk = chunk[:cut], chunk[cut:]
-            if self.head is None:
-                self.line += piece
-                if len(self.line) > self.cap:
-                    self.head, self.line = bytes(self.line[:4096]), bytearray()
-            if piece.endswith(b"\n"):
-                yield self._take()
-
-    def end(self) -> Iterator[bytes]:
-        if self.line or self.head is not None:
-            yield self._take()
-
-    def _take(self) -> bytes:
-        if self.head is None:
-            line, self.line = bytes(self.line), bytearray()
-            return line
-        found, self.head = _CUSTOM_ID.search(self.head), None
-        message = f"its result line is larger than the reply cap ({self.cap / 1048576:g} MB, --max-reply-mb); skipped"
+def capped_lines(handle: BinaryIO, cap: int) -> Iterator[bytes]:
+    """The lines of a result file, each read with at most `cap` bytes held: a longer one is
+    skipped, and stands as a short error line for its custom_id (read from its start)."""
+    while line := handle.readline(cap + 1):
+        if len(line) <= cap or line.endswith(b"\n"):
+            yield line
+            continue
+        while (rest := handle.readline(1 << 20)) and not rest.endswith(b"\n"):
+            pass
+        found = _CUSTOM_ID.search(line[:4096])
+        message = f"its result line is larger than the reply cap ({cap / 1048576:g} MB, --max-reply-mb); skipped"
         error = {"code": "too_large", "message": message}
-        return json.dumps({"custom_id": found[1].decode() if found else None, "error": error}).encode() + b"\n"
-
-
-def api_base(url: str, query: dict[str, Any] | None = None) -> tuple[str, str]:
-    """The API's root (…/v1) and query string, from any form --api-url takes."""
-    parts = urlsplit(endpoint_url(url, "chat", query))
-    root = parts.path[: -len("/chat/completions")]
-    return urlunsplit((parts.scheme, parts.netloc, root, "", "")), parts.query
+        yield json.dumps({"custom_id": found[1].decode() if found else None, "error": error}).encode() + b"\n"
 
 
 class BatchAPI:
@@ -165,7 +139,9 @@ class BatchAPI:
         retries: int = CALL_RETRIES,
     ) -> None:
         """`max_body`: the most bytes of an answer, an error's, or a result file's line, read."""
-        self.base, self.query = api_base(url, generation.get("extra_query"))
+        parts = urlsplit(endpoint_url(url, "chat", generation.get("extra_query")))  # the API's root: …/v1
+        self.base = urlunsplit((parts.scheme, parts.netloc, parts.path[: -len("/chat/completions")], "", ""))
+        self.query = parts.query
         headers = {"User-Agent": "coinflip"}
         headers.update({str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()})
         if api_key:
@@ -214,7 +190,7 @@ class BatchAPI:
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch; one the server no longer knows (404) comes back as status `lost`."""
         try:
-            return await self._call("GET", f"/batches/{_segment(batch_id)}", gone=(404,))
+            return await self._call("GET", f"/batches/{quote(batch_id, safe='')}", gone=(404,))
         except _Gone:
             return {"id": batch_id, "status": LOST}
 
@@ -234,19 +210,21 @@ class BatchAPI:
         return None
 
     async def download(self, file_id: str, dest: Path) -> bool:
-        """A result file's content, streamed to `dest` line by line, each line capped (`Lines`) and
-        its secrets masked, through a temporary file (a half file is never kept); False when the
-        server no longer has it."""
+        """A result file's content, into `dest` through a temporary file (never half a file), each
+        line capped (`capped_lines`) and its secrets masked; False when the server no longer has it."""
         tmp = dest.with_name(dest.name + ".part")
         try:
             tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
         except OSError as exc:  # a folder there: one line naming it, not a traceback
             raise storage_error(tmp, exc) from None
         try:
-            await self._call("GET", f"/files/{_segment(file_id)}/content", into=tmp, gone=(404,))
+            await self._call("GET", f"/files/{quote(file_id, safe='')}/content", into=tmp, gone=(404,))
         except _Gone:
             return False
-        tmp.replace(dest)
+        with tmp.open("rb") as raw, replacing(dest) as out:
+            for line in capped_lines(raw, self.pool.limits.max_body):
+                out.write(self.redact(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+        tmp.unlink()
         return True
 
     def _id_of(self, found: dict[str, Any], call: str) -> str:
@@ -331,11 +309,9 @@ class BatchAPI:
         would make it smaller) within --timeout (TimeoutError: retried), or a file's content
         streamed to `into`."""
         if into is not None:
-            lines, redact = Lines(self.pool.limits.max_body), self.redact
             with into.open("wb") as handle:
                 async for chunk in response.content.iter_chunked(1 << 16):
-                    handle.writelines(_masked(line, redact) for line in lines.feed(chunk))
-                handle.writelines(_masked(line, redact) for line in lines.end())
+                    handle.write(chunk)
             return {}
         try:
             raw = await self._body(response)
@@ -345,16 +321,3 @@ class BatchAPI:
         if not isinstance(found, dict):
             raise BadReply("the Batch API answered with something other than a JSON object")
         return found
-
-
-def _segment(server_id: str) -> str:
-    """An id the server gave, as one segment of a URL path: `/`, `?`, `#` and `%` quoted, so that
-    it never names another path on the server (`../..`) or adds a query."""
-    if server_id in ("", ".", ".."):  # URL libraries fold these away, quoted or not
-        raise FatalAPIError(f"the Batch API gave {server_id!r} as an id")
-    return quote(server_id, safe="")
-
-
-def _masked(line: bytes, redact: Redactor) -> bytes:
-    """A line with the run's secrets masked in every form (a server may echo them in its answers)."""
-    return redact(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
