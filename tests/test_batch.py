@@ -1024,8 +1024,9 @@ def test_a_batch_whose_status_is_none_the_api_has_ends_within_patience(tmp_path:
         result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", *FAST,
                          "--patience", "1", "--work-dir", str(tmp_path))  # fmt: skip
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "batch batch_1: its status None is none the Batch API has, for 1 s (--patience)" in result.stderr
-    assert "resume with: coinflip eval --use-cache" in result.stderr
+    (line,) = result.stderr.strip().splitlines()  # one line
+    assert "batch batch_1: its status None is none the Batch API has, for 1 s (--patience)" in line
+    assert "resume with: coinflip eval --use-cache" in line
 
 
 @pytest.mark.parametrize("saved", ["..", ""])

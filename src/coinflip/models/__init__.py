@@ -70,8 +70,8 @@ def check_model(config: TaskConfig) -> None:
 @contextlib.contextmanager
 def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
     """Start llama.cpp for a local model (--model smollm2 or --model-path); else use --api-url.
-    The model was checked (`check_model`) when the run was planned."""
-    answered_by = backend(config)
+    The model was checked (`check_model`) when the run was planned; a result file answers offline."""
+    answered_by = "server" if config.batch_results else backend(config)
     if answered_by == "local":
         from .llama_local import SLOTS, llama_server
 

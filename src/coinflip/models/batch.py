@@ -130,13 +130,15 @@ class _Gathering:
 
     def __init__(self) -> None:
         self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}
-        self.round: asyncio.Task[None] | None = None
+        self.rounds: list[asyncio.Task[None]] = []
+        self.gathering = False  # the last round still takes requests
 
     async def _answer(self, request: Request) -> Reply:
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self.waiting[custom_id(request)] = (request, future)
-        if self.round is None:
-            self.round = asyncio.create_task(self._run_round())
+        if not self.gathering:
+            self.gathering = True
+            self.rounds.append(asyncio.create_task(self._run_round()))
         return await future
 
     async def _run_round(self) -> None:
@@ -145,7 +147,7 @@ class _Gathering:
             count = len(self.waiting)
             for _ in range(2):
                 await asyncio.sleep(0)
-        waiting, self.waiting, self.round = self.waiting, {}, None
+        waiting, self.waiting, self.gathering = self.waiting, {}, False
         try:
             replies = await self._answers({cid: request for cid, (request, _) in waiting.items()})
         except Exception as exc:  # each waiting request gets it (a fatal answer)
@@ -162,9 +164,12 @@ class _Gathering:
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
         raise NotImplementedError
 
-    async def aclose(self) -> None:
-        if self.round is not None:
-            self.round.cancel()
+    def _stop(self) -> bool:
+        """Cancel the rounds still going (a stop); whether there were any."""
+        going = [task for task in self.rounds if not task.done()]
+        for task in going:
+            task.cancel()
+        return bool(going)
 
 
 class ResultsFile(_Gathering):
@@ -189,7 +194,7 @@ class ResultsFile(_Gathering):
         return replies
 
     async def aclose(self) -> None:
-        await super().aclose()
+        self._stop()
         c = self.counts
         if c:  # it was read
             print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
@@ -369,9 +374,8 @@ class BatchModel(_Gathering):
         return out
 
     async def aclose(self) -> None:
-        await super().aclose()
         running = [str(b.batch_id) for b in self.batches if b.batch_id and b.status not in ENDED]
-        if running:
+        if self._stop() and running:
             print(f"note: batches still running at the server, not cancelled: {', '.join(running)}; "
                   "resume the run to collect them", file=sys.stderr)  # fmt: skip
         await self.api.__aexit__()

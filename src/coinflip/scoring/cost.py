@@ -219,7 +219,7 @@ class Budget:
             for _, _, reply in landed:
                 self.add(reply.usage, reply.batch)
                 self.answered += 1
-                self.online[1] += self.batch and not reply.batch
+                self.online[1] += self.batch and not reply.batch and reply.error is None
             on_replies(landed)
 
         return counted
