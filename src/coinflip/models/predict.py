@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .base import Model, Reply, Request, Unanswered
 
@@ -19,6 +19,55 @@ T = TypeVar("T")
 RAMP = 8  # workers started per turn of the event loop
 MAX_BATCH = 256  # a model that never yields (a baseline) would pile every reply up here, deaf to Ctrl-C
 Landed = list[tuple[T, Request, Reply]]
+FollowUp = Callable[[T, Request, Reply], list[tuple[T, Request]]]
+
+
+class _Flow(Generic[T]):
+    """What the workers share: the replies landed and not yet handed on, and whether handing on failed."""
+
+    def __init__(self, model: Model, on_replies: Callable[[Landed[T]], None], follow_up: FollowUp[T] | None) -> None:
+        self.model, self.on_replies, self.follow_up = model, on_replies, follow_up
+        self.loop = asyncio.get_running_loop()
+        self.landed: Landed[T] = []
+        self.failed: asyncio.Future[None] = self.loop.create_future()
+        self.together = getattr(model, "gathers", False)  # a batch: follow-ups side by side, in one batch
+
+    def hand_on(self) -> None:
+        batch = self.landed.copy()
+        self.landed.clear()
+        if batch:
+            try:
+                self.on_replies(batch)
+            except BaseException as exc:  # e.g. disk full: stop the run rather than lose replies
+                if not self.failed.done():
+                    self.failed.set_exception(exc)
+
+    async def send(self, queue: list[tuple[T, Request]]) -> None:
+        """`queue` and the follow-ups of its replies, one after the other (side by side for a
+        model that gathers requests: the n choices' forced answers go in one batch)."""
+        helpers: list[asyncio.Task[None]] = []
+        try:
+            while queue and not self.failed.done():
+                item, request = queue.pop()
+                try:
+                    reply = await self.model.complete(request)
+                except Unanswered:  # stays owed: nothing recorded, no follow-up
+                    continue
+                if not self.landed:
+                    self.loop.call_soon(self.hand_on)
+                self.landed.append((item, request, reply))
+                more = self.follow_up(item, request, reply) if self.follow_up is not None else []
+                if self.together:
+                    helpers += [asyncio.create_task(self.send([pair])) for pair in more[1:]]
+                    more = more[:1]
+                queue.extend(more)
+                if len(self.landed) >= MAX_BATCH:  # a model that never yields: hand on, and let the loop breathe
+                    self.hand_on()
+                    await asyncio.sleep(0)
+            await asyncio.gather(*helpers)
+        finally:
+            for helper in helpers:
+                helper.cancel()
 
 
 async def run_requests(
@@ -26,60 +75,20 @@ async def run_requests(
     work: Iterable[tuple[T, Request]],
     concurrency: int,
     on_replies: Callable[[Landed[T]], None],
-    follow_up: Callable[[T, Request, Reply], list[tuple[T, Request]]] | None = None,
+    follow_up: FollowUp[T] | None = None,
 ) -> None:
     """`work` pairs each request with whatever the caller needs back (its record) and is read lazily.
 
     `on_replies` gets every reply exactly once, in batches, also when the run is cancelled.
     `follow_up` may ask, right after a reply, for more requests about the same sample (a forced
-    answer); the same worker sends them before it takes new work (side by side for a model that
-    gathers requests into batches: one batch, not one per choice).
+    answer); the same worker sends them before it takes new work.
     """
     pending = iter(work)
-    loop = asyncio.get_running_loop()
-    landed: Landed[T] = []
-    failed: asyncio.Future[None] = loop.create_future()
-
-    def hand_on() -> None:
-        batch = landed.copy()
-        landed.clear()
-        if batch:
-            try:
-                on_replies(batch)
-            except BaseException as exc:  # e.g. disk full: stop the run rather than lose replies
-                if not failed.done():
-                    failed.set_exception(exc)
-
-    together = getattr(model, "gathers", False)  # a batch: follow-ups side by side, in one batch
-
-    async def send(queue: list[tuple[T, Request]]) -> None:
-        helpers: list[asyncio.Task[None]] = []
-        try:
-            while queue and not failed.done():
-                item, request = queue.pop()
-                try:
-                    reply = await model.complete(request)
-                except Unanswered:  # stays owed: nothing recorded, no follow-up
-                    continue
-                if not landed:
-                    loop.call_soon(hand_on)
-                landed.append((item, request, reply))
-                more = follow_up(item, request, reply) if follow_up is not None else []
-                if together:
-                    helpers += [asyncio.create_task(send([pair])) for pair in more[1:]]
-                    more = more[:1]
-                queue.extend(more)
-                if len(landed) >= MAX_BATCH:  # a model that never yields: hand on, and let the loop breathe
-                    hand_on()
-                    await asyncio.sleep(0)
-            await asyncio.gather(*helpers)
-        finally:
-            for helper in helpers:
-                helper.cancel()
+    flow = _Flow(model, on_replies, follow_up)
 
     async def worker() -> None:
         for first in pending:
-            await send([first])
+            await flow.send([first])
 
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -89,15 +98,15 @@ async def run_requests(
                 await asyncio.sleep(0)
         everything = asyncio.gather(*tasks)
         everything.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen: re-raised below
-        either: list[asyncio.Future[Any]] = [everything, failed]
+        either: list[asyncio.Future[Any]] = [everything, flow.failed]
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if not failed.done():
+        if not flow.failed.done():
             everything.result()
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        hand_on()
-        error = failed.exception() if failed.done() else None
+        flow.hand_on()
+        error = flow.failed.exception() if flow.failed.done() else None
     if error is not None:
         raise error
