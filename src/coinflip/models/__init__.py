@@ -86,13 +86,9 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 
 @contextlib.asynccontextmanager
 async def open_model(
-    config: TaskConfig,
-    urls: list[str] | None,
-    generation: dict[str, Any],
-    concurrency: int,
-    folder: Path | None = None,
-    admit: Callable[[Request], bool] | None = None,
-) -> AsyncIterator[Model]:
+    config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int,
+    folder: Path | None = None, admit: Callable[[Request], bool] | None = None,
+) -> AsyncIterator[Model]:  # fmt: skip
     """The model for a run; for a server, its endpoints are checked (EndpointError) before it is
     handed out. `folder`: where a batch backend keeps what a resume needs; `admit`: whether a
     request a batch left may go online at the full price (--max-cost)."""
@@ -112,10 +108,8 @@ async def open_model(
 
         model = Baseline(str(config.model), config.seed, int(generation.get("n") or 1))
     else:
-        online = (
-            None if config.batch and not config.batch_rest_online else _online(config, urls, generation, concurrency)
-        )
-        model = online
+        sends_online = config.batch_rest_online or not config.batch
+        model = online = _online(config, urls, generation, concurrency) if sends_online else None
         if config.batch:
             from .batch import BatchModel
             from .batch_api import BatchAPI
@@ -139,16 +133,6 @@ def _online(config: TaskConfig, urls: list[str], generation: dict[str, Any], con
     from ._http import megabytes
     from .openai_api import OpenAIClient
 
-    return OpenAIClient(
-        str(config.model),
-        urls,
-        config.api_key,
-        generation,
-        config.timeout,
-        config.retries,
-        concurrency,
-        mode=config.api_mode,
-        stream=bool(config.stream),
-        max_reply_bytes=megabytes(config.max_reply_mb),
-        patience=config.patience,
-    )
+    return OpenAIClient(str(config.model), urls, config.api_key, generation, config.timeout, config.retries,
+                        concurrency, mode=config.api_mode, stream=bool(config.stream),
+                        max_reply_bytes=megabytes(config.max_reply_mb), patience=config.patience)  # fmt: skip
