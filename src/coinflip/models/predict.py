@@ -88,6 +88,8 @@ async def run_requests(
 
     async def worker() -> None:
         for first in pending:
+            if flow.failed.done():  # handing on failed (a full disk): take no more work
+                return
             await flow.send([first])
 
     tasks: list[asyncio.Task[None]] = []
