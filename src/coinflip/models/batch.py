@@ -68,11 +68,8 @@ def write_requests(config: TaskConfig, generation: dict[str, Any], requests: Ite
                 count += 1
     except OSError as exc:
         raise storage_error(path, exc) from None
-    print(
-        f"wrote {count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl "
-        f"--model {config.model}, then score them with: {hint} --batch-results results.jsonl",
-        file=sys.stderr,
-    )
+    print(f"wrote {count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl --model "
+          f"{config.model}, then score them with: {hint} --batch-results results.jsonl", file=sys.stderr)  # fmt: skip
     return {"complete": count == 0, "batch_written": {"path": str(path), "requests": count}}
 
 
