@@ -54,13 +54,16 @@ def _killed_while_polled(args: tuple[str, ...], work: Path, store: BatchStore) -
 
 
 def _batch_run_with_four_owed(srv: FakeOpenAIServer, work: Path) -> Path:
-    """A batch run of 6 questions done in `work`, then 4 of its answers dropped: a resume owes them."""
+    """A batch run of 6 questions done in `work`, then 4 of its answers dropped, and the batch's
+    saved results too (a resume would read them from there): a resume sends those 4 again."""
     args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST, "--work-dir", str(work))
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr
     run = only_run_dir(work)
     predictions = run / "predictions/m/coin_flip.jsonl"
     predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))
+    for saved in run.glob("batch/*.output.jsonl"):
+        saved.unlink()
     return run
 
 
@@ -869,3 +872,219 @@ def test_a_batch_api_answer_that_drips_forever_fails_within_the_timeout(status: 
     with serving(Drip) as url, pytest.raises(EndpointBroken) as caught:
         asyncio.run(asyncio.wait_for(ask(url), 60))  # a guard: the test fails rather than hangs
     assert str(caught.value).startswith("the Batch API did not answer: GET /batches/b")
+
+
+@pytest.mark.parametrize("step", ["upload", "create", "create-unlisted"])
+def test_killed_during_its_upload_or_creation_a_batch_run_never_submits_a_request_twice(
+    tmp_path: Path, step: str
+) -> None:
+    """SIGKILL while the server holds the upload (its file not yet kept) or the creation (the
+    batch made, its id not yet answered); the resume finds the batch by its input file. A server
+    that cannot list batches (405) cannot tell: the resume says so in one line and goes on."""
+    store = BatchStore(hold=step.split("-")[0], listing=step != "create-unlisted")
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "8", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
+        assert store.reached.wait(120), f"the server never held the {step}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        store.hold = ""
+        run = only_run_dir(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(_answers(run)) == 8 and _report(run)["complete"]
+    assert len(store.seen_ids) == 8 and all(n == 1 for n in store.seen_ids.values())  # none answered twice
+    notes = [line for line in resumed.stderr.splitlines() if "cannot check" in line]
+    if step == "create-unlisted":
+        assert store.created == 2 and len(notes) == 1 and "(GET /batches answered 405" in notes[0]
+    else:
+        assert store.created == 1 and not notes
+
+
+class _OneBatch(QuietHandler):
+    """A Batch API that makes one batch, `batch_1`, of whatever is uploaded: its status is the
+    class's `status`, its output file what `results(ids)` makes of the uploaded custom_ids."""
+
+    status: Any = "completed"
+    ids: list[str] = []
+    auth = ""
+
+    @staticmethod
+    def results(ids: list[str]) -> bytes:
+        return b""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/v1/files"):
+            type(self).ids = [m.decode() for m in re.findall(rb'"custom_id": ?"([^"]+)"', raw)]
+            type(self).auth = self.headers.get("Authorization", "")
+            self.reply(200, {"id": "file-in"})
+        else:
+            self.reply(200, {"id": "batch_1", "status": self.status, "input_file_id": "file-in"})
+
+    def do_GET(self) -> None:  # noqa: N802
+        if "/content" in self.path:
+            self.reply(200, type(self).results(type(self).ids), content_type=None)
+        else:
+            self.reply(200, {"id": "batch_1", "status": self.status, "output_file_id": "file-out"})
+
+
+def _ok(custom_id: str, content: str) -> bytes:
+    body = {"choices": [{"index": 0, "message": {"content": content}, "finish_reason": "stop"}]}
+    return json.dumps({"custom_id": custom_id, "response": {"status_code": 200, "body": body}}).encode() + b"\n"
+
+
+def test_a_batch_server_that_echoes_the_key_and_a_gateway_header_puts_neither_anywhere(tmp_path: Path) -> None:
+    """Batch answers and errors skipped the redaction online replies get: the key reached the
+    predictions, report, page, answers.csv, log, terminal and the saved batch files."""
+    import base64
+
+    from .test_redaction import KEY, forms
+
+    gateway = 'gw-Secret/Pass"9<&>'
+    headers = json.dumps({"extra_headers": {"X-Gateway-Key": gateway}})
+
+    class Echo(_OneBatch):
+        @staticmethod
+        def results(ids: list[str]) -> bytes:
+            said = f"{Echo.auth} via {gateway}"
+            lines = []
+            for n, cid in enumerate(ids):
+                if n % 3 == 0:
+                    body = {"error": {"message": f"upstream rejected {said}"}}
+                    lines.append(json.dumps({"custom_id": cid, "response": {"status_code": 500, "body": body}}))
+                elif n % 3 == 1:
+                    lines.append(_ok(cid, f"ANSWER: YES (you sent {said})").decode().strip())
+                else:
+                    lines.append(json.dumps({"custom_id": cid, "error": {"code": "x", "message": f"no: {said}"}}))
+            return "\n".join(lines).encode() + b"\n"
+
+    with serving(Echo) as url:
+        result = run_cli("eval", "--model", "m", "--limit", "6", "--api-url", url, "--api-key", KEY, "--batch", *FAST,
+                         "--generation-config", headers, "--work-dir", str(tmp_path))  # fmt: skip
+        shown = run_cli("answers", str(only_run_dir(tmp_path)))
+    assert result.returncode == 1 and shown.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert any("***" in (r["error"] or "") for r in rows) and any("***" in (r["reply"] or "") for r in rows)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name.endswith(".output.jsonl") for p in files) and any(p.suffix == ".csv" for p in files)
+    for secret in (KEY, gateway):
+        every = [*forms(secret), base64.b64encode(secret.encode()).decode()]
+        for text in [result.stdout + result.stderr + shown.stdout + shown.stderr, *(p.read_bytes().decode(
+                "utf-8", "replace") for p in files)]:  # fmt: skip
+            assert not [form for form in every if form in text]
+
+
+@pytest.mark.parametrize("given", ["huge line", "/dev/zero", "/dev/urandom", "a FIFO"])
+def test_result_files_are_read_in_bounded_memory_and_only_when_plain(tmp_path: Path, given: str) -> None:
+    """A result line was read whole (a 1.6 GB line: MemoryError), /dev/zero too, and a FIFO or
+    /dev/urandom hung: lines are capped at --max-reply-mb, and only a plain file is read."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    results = tmp_path / "results.jsonl"
+    if given == "huge line":
+        results.write_bytes(
+            _ok(ids[0], "ANSWER: YES " + "x" * (3 << 20)) + b"".join(_ok(c, "ANSWER: NO") for c in ids[1:])
+        )
+    elif given == "a FIFO":
+        os.mkfifo(results)
+    else:
+        results = Path(given)
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results), "--max-reply-mb", "1")
+    if given != "huge line":
+        lines = scored.stderr.strip().splitlines()
+        assert scored.returncode == 2 and len(lines) == 1 and "not a plain file" in lines[0], scored.stderr
+        return
+    assert scored.returncode == 1 and "Traceback" not in scored.stderr, scored.stderr
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    errors = [r["error"] for r in rows if r["error"]]
+    assert len(rows) == 5 and len(errors) == 1 and "larger than the reply cap (1 MB" in errors[0]
+
+
+def test_two_answers_for_one_request_are_a_conflict_not_a_choice(tmp_path: Path) -> None:
+    """The first of two successful answers was kept silently, and the second reported as a line
+    'not owed by this run'."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    results = tmp_path / "results.jsonl"
+    results.write_bytes(_ok(ids[0], "ANSWER: NO") + b"".join(_ok(c, "ANSWER: YES") for c in ids))
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    assert scored.returncode == 1, scored.stderr
+    errors = [r["error"] for r in read_jsonl(run / "predictions/m/coin_flip.jsonl") if r["error"]]
+    assert errors == [f"two answers for {ids[0]} in the batch's results; neither is kept (a conflict)"]
+    assert "1 with two answers); 0 lines for requests not owed now" in scored.stderr
+
+
+def test_a_batch_whose_status_is_none_the_api_has_ends_within_patience(tmp_path: Path) -> None:
+    """A batch whose status was null was polled forever, saying nothing."""
+
+    class Null(_OneBatch):
+        status = None
+
+    with serving(Null) as url:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", *FAST,
+                         "--patience", "1", "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip().splitlines()  # one line
+    assert "batch batch_1: its status None is none the Batch API has, for 1 s (--patience)" in line
+    assert "resume with: coinflip eval --use-cache" in line
+
+
+@pytest.mark.parametrize("saved", ["..", ""])
+def test_a_saved_batch_id_that_no_server_gives_is_looked_for_again(tmp_path: Path, saved: str) -> None:
+    """A batch id of '..' or '' in state.json made every resume exit 2, with no way forward."""
+    store = BatchStore(delay=3600.0)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        _killed_while_polled(("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST),
+                             tmp_path, store)  # fmt: skip
+        run = only_run_dir(tmp_path)
+        state = json.loads((run / "batch/state.json").read_text())
+        state["batches"][0]["batch_id"] = saved
+        (run / "batch/state.json").write_text(json.dumps(state))
+        store.delay = 0.0
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"batch id {saved!r} is not a batch's id" in resumed.stderr
+    assert store.created == 1 and len(_answers(run)) == 5
+
+
+def test_unreadable_result_lines_are_recorded_with_their_real_reason(tmp_path: Path) -> None:
+    """Lines with invalid UTF-8 or a 5,000-digit number were dropped as 'the batch ended completed
+    before this request ran', and sent again."""
+
+    class Broken(_OneBatch):
+        @staticmethod
+        def results(ids: list[str]) -> bytes:
+            usage = b'"usage": {"prompt_tokens": ' + b"9" * 5000 + b"}"
+            bad = [_ok(ids[0], "ANSWER: YES \udcff").replace(b"\\udcff", b"\xff"),
+                   _ok(ids[1], "ANSWER: NO").replace(b'"response"', usage + b', "response"')]  # fmt: skip
+            return b"".join([*bad, *(_ok(c, "ANSWER: YES") for c in ids[2:])])
+
+    with serving(Broken) as url:
+        result = run_cli("eval", "--model", "m", "--limit", "4", "--api-url", url, "--batch", *FAST,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    errors = sorted(
+        r["error"] for r in read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl") if r["error"]
+    )
+    assert len(errors) == 2 and all(e.startswith("its result line: malformed response body") for e in errors), errors
+    assert "can't decode byte 0xff" in errors[0] and "(4300 digits)" in errors[1]
+
+
+def test_a_downloaded_answer_over_the_reply_cap_is_skipped_and_never_kept(tmp_path: Path) -> None:
+    """A result line was saved and read whole, however large: each resend kept another full copy."""
+
+    class Huge(_OneBatch):
+        @staticmethod
+        def results(ids: list[str]) -> bytes:
+            return _ok(ids[0], "ANSWER: YES " + "x" * (3 << 20)) + b"".join(_ok(c, "ANSWER: NO") for c in ids[1:])
+
+    with serving(Huge) as url:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", url, "--batch", *FAST,
+                         "--max-reply-mb", "1", "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    errors = [r for r in rows if r["error"]]
+    assert len(rows) == 3 and len(errors) == 1 and "larger than the reply cap (1 MB" in errors[0]["error"]
+    assert errors[0]["attempts"] == 3  # sent again twice, as a failed line is
+    assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 1 << 20

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import BASELINES, LOCAL_MODELS, TaskConfig
 from ..errors import ConfigError
+from ..secrets import run_secrets
 from .base import Model, Reply, Request
 
 __all__ = ["BASELINES", "Endpoint", "backend", "Model", "Reply", "Request", "check_model", "open_model", "serve_local"]
@@ -70,8 +71,8 @@ def check_model(config: TaskConfig) -> None:
 @contextlib.contextmanager
 def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
     """Start llama.cpp for a local model (--model smollm2 or --model-path); else use --api-url.
-    The model was checked (`check_model`) when the run was planned."""
-    answered_by = backend(config)
+    The model was checked (`check_model`) when the run was planned; a result file answers offline."""
+    answered_by = "server" if config.batch_results else backend(config)
     if answered_by == "local":
         from .llama_local import SLOTS, llama_server
 
@@ -86,38 +87,53 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 
 @contextlib.asynccontextmanager
 async def open_model(
-    config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int
-) -> AsyncIterator[Model]:
-    """The model for a run; for a server, its endpoints are checked (EndpointError) before it is handed out."""
-    model: Model
-    if urls is None:
+    config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int,
+    folder: Path | None = None, admit: Callable[[Request], bool] | None = None,
+) -> AsyncIterator[Model]:  # fmt: skip
+    """The model for a run; for a server, its endpoints are checked (EndpointError) before it is
+    handed out. `folder`: where a batch backend keeps what a resume needs; `admit`: whether a
+    request a batch left may go online at the full price (--max-cost)."""
+    from ._http import megabytes
+
+    model: Any
+    cap, secrets = megabytes(config.max_reply_mb), run_secrets(config.api_key, generation, config.api_url)
+    if config.batch_results:
+        from ._redact import Redactor
+        from .batch import ResultsFile
+
+        model = ResultsFile(Path(config.batch_results).expanduser(), config.api_mode, cap, Redactor(secrets))
+    elif urls is None:
+        if config.batch:
+            raise ConfigError(f"--batch needs a server: {config.model} answers in-process")
         from .baselines import Baseline
 
         model = Baseline(str(config.model), config.seed, int(generation.get("n") or 1))
     else:
-        from ._http import megabytes
-        from .openai_api import OpenAIClient
+        sends_online = config.batch_rest_online or not config.batch
+        model = online = _online(config, urls, generation, concurrency) if sends_online else None
+        if config.batch:
+            from .batch import BatchModel
+            from .batch_api import BatchAPI
 
-        client = OpenAIClient(
-            str(config.model),
-            urls[0],  # one endpoint: replicas are a load balancer's work
-            config.api_key,
-            generation,
-            config.timeout,
-            config.retries,
-            concurrency,
-            mode=config.api_mode,
-            stream=bool(config.stream),
-            max_reply_bytes=megabytes(config.max_reply_mb),
-            patience=config.patience,
-        )
-        model = client
+            api = BatchAPI(urls[0], config.api_key, generation, config.timeout, secrets, cap)
+            assert folder is not None  # the runner gives it
+            model = BatchModel(api, folder, config, generation, online, admit)
         try:
-            await client.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
+            await model.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
         except BaseException:
-            await client.aclose()
+            await model.aclose()
             raise
     try:
         yield model
     finally:
         await model.aclose()
+
+
+def _online(config: TaskConfig, urls: list[str], generation: dict[str, Any], concurrency: int) -> Any:
+    """The client of a server, as every online run uses it."""
+    from ._http import megabytes
+    from .openai_api import OpenAIClient
+
+    return OpenAIClient(str(config.model), urls[0], config.api_key, generation, config.timeout, config.retries,
+                        concurrency, mode=config.api_mode, stream=bool(config.stream),
+                        max_reply_bytes=megabytes(config.max_reply_mb), patience=config.patience)  # fmt: skip

@@ -20,6 +20,12 @@ class Request:
     messages: list[dict[str, str]] = field(default_factory=list)
     repeat: int = 0
     params: dict[str, Any] = field(default_factory=dict)
+    forced: bool = False  # the follow-up that asks for the answer line alone
+
+
+class Unanswered(Exception):
+    """A backend that cannot answer a request now (a result file without its line, a budget that
+    does not reach): nothing is recorded, and the request stays owed for a resume."""
 
 
 @dataclass

@@ -1,18 +1,12 @@
 """The OpenAI Batch API from the client's side: the line format, and the few calls a batch needs.
 
-A batch input file is JSON Lines, one request a line: `{"custom_id", "method": "POST", "url":
-"/v1/chat/completions", "body": {...}}`, the body built exactly as an online request's
-(`openai_api.request_body`). A result line, from the API's output or error file or from
-`vllm run-batch`, is `{"id", "custom_id", "response": {"status_code", "request_id", "body"},
-"error"}`; its body is read by the same `parse_body` an online reply goes through, so a batch
-answer and an online one become the same Reply. Lines come back in any order: they are
-joined by `custom_id`.
+A request line is `{"custom_id", "method", "url", "body"}`, the body an online request's. A
+result line (the API's output or error file, or `vllm run-batch`'s) is `{"custom_id", "response":
+{"status_code", "body"}, "error"}`; its body goes through the online `parse_body`, so a batch
+answer and an online one are the same Reply. Lines come in any order, joined by `custom_id`.
 
-The calls (upload to /v1/files, create, retrieve and list at /v1/batches, download a file's
-content) go through the run's HTTP client (`_http.ConnectionPool`: its session, its proxies from
-the environment, its one-line errors for a wrong endpoint, the headers on each request and never
-on a proxy's CONNECT): a handful per run, none on a hot path. 429, 5xx and dropped
-connections are retried with backoff; any other refusal ends the run with the server's message.
+The calls go through the run's HTTP client (`_http.ConnectionPool`: proxies, headers, one-line
+errors); 429, 5xx and dropped connections are retried, any other refusal ends the run.
 """
 
 from __future__ import annotations
@@ -20,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from .._files import replacing
 from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
 from ._http import (
@@ -80,23 +77,18 @@ def split_lines(
         yield group
 
 
-def custom_id_of(raw: bytes) -> str | None:
-    """The custom_id of a line of a request or result file (None: not a readable line)."""
-    try:
-        data = load_json(raw)
-    except BadReply:
-        return None
-    found = data.get("custom_id") if isinstance(data, dict) else None
-    return found if isinstance(found, str) else None
+_CUSTOM_ID = re.compile(rb'"custom_id"\s*:\s*"([A-Za-z0-9_.:-]{1,200})"')
 
 
 def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
-    """A result line as (custom_id, Reply); a failed line is a Reply with its error. None: the
-    line is not a result line at all (no custom_id)."""
+    """A result line as (custom_id, Reply); a failed line is a Reply with its error, and so is a
+    line that is not readable JSON (invalid UTF-8, a 5,000-digit number) where its custom_id can
+    still be read. None: the line is not a result line at all."""
     try:
         data = load_json(raw)
-    except BadReply:
-        return None
+    except BadReply as exc:
+        found = _CUSTOM_ID.search(raw[:4096])
+        return None if found is None else (found[1].decode(), Reply(None, error=f"its result line: {exc}"))
     if not isinstance(data, dict) or not isinstance(data.get("custom_id"), str):
         return None
     response, error = data.get("response"), data.get("error")
@@ -118,11 +110,19 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
     return data["custom_id"], Reply(None, error=one_line(f"{code}: {detail}"))
 
 
-def api_base(url: str, query: dict[str, Any] | None = None) -> tuple[str, str]:
-    """The API's root (…/v1) and query string, from any form --api-url takes."""
-    parts = urlsplit(endpoint_url(url, "chat", query))
-    root = parts.path[: -len("/chat/completions")]
-    return urlunsplit((parts.scheme, parts.netloc, root, "", "")), parts.query
+def capped_lines(handle: BinaryIO, cap: int) -> Iterator[bytes]:
+    """The lines of a result file, each read with at most `cap` bytes held: a longer one is
+    skipped, and stands as a short error line for its custom_id (read from its start)."""
+    while line := handle.readline(cap + 1):
+        if len(line) <= cap or line.endswith(b"\n"):
+            yield line
+            continue
+        while (rest := handle.readline(1 << 20)) and not rest.endswith(b"\n"):
+            pass
+        found = _CUSTOM_ID.search(line[:4096])
+        message = f"its result line is larger than the reply cap ({cap / 1048576:g} MB, --max-reply-mb); skipped"
+        error = {"code": "too_large", "message": message}
+        yield json.dumps({"custom_id": found[1].decode() if found else None, "error": error}).encode() + b"\n"
 
 
 class BatchAPI:
@@ -138,9 +138,10 @@ class BatchAPI:
         max_body: int = DEFAULT_MAX_BODY,
         retries: int = CALL_RETRIES,
     ) -> None:
-        """`max_body`: the most bytes of an answer (an error's too) that are read; a result file,
-        written to disk as it comes, is not held to it."""
-        self.base, self.query = api_base(url, generation.get("extra_query"))
+        """`max_body`: the most bytes of an answer, an error's, or a result file's line, read."""
+        parts = urlsplit(endpoint_url(url, "chat", generation.get("extra_query")))  # the API's root: …/v1
+        self.base = urlunsplit((parts.scheme, parts.netloc, parts.path[: -len("/chat/completions")], "", ""))
+        self.query = parts.query
         headers = {"User-Agent": "coinflip"}
         headers.update({str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()})
         if api_key:
@@ -189,13 +190,19 @@ class BatchAPI:
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch; one the server no longer knows (404) comes back as status `lost`."""
         try:
-            return await self._call("GET", f"/batches/{_segment(batch_id)}", missing_ok=True)
+            return await self._call("GET", f"/batches/{quote(batch_id, safe='')}", gone=(404,))
         except _Gone:
             return {"id": batch_id, "status": LOST}
 
     async def find(self, file_id: str) -> dict[str, Any] | None:
-        """A batch already made from this input file (a run killed while creating it), if any."""
-        listed = await self._call("GET", "/batches", params={"limit": 100})
+        """A batch already made from this input file (a run killed while creating it), if any. A
+        server that does not list batches (404, 405) cannot tell: said in one line, and None."""
+        try:
+            listed = await self._call("GET", "/batches", params={"limit": 100}, gone=(404, 405))
+        except _Gone as exc:
+            print(f"note: cannot check for a batch made from {file_id} before the last stop ({exc}): "
+                  "its requests go in a new batch", file=sys.stderr)  # fmt: skip
+            return None
         for batch in listed.get("data") or []:
             if isinstance(batch, dict) and batch.get("input_file_id") == file_id:
                 self._id_of(batch, "GET /batches")
@@ -203,25 +210,28 @@ class BatchAPI:
         return None
 
     async def download(self, file_id: str, dest: Path) -> bool:
-        """A file's content, streamed to `dest` (through a temporary file: a half file is never
-        kept); False when the server no longer has it."""
+        """A result file's content, into `dest` through a temporary file (never half a file), each
+        line capped (`capped_lines`) and its secrets masked; False when the server no longer has it."""
         tmp = dest.with_name(dest.name + ".part")
         try:
             tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
         except OSError as exc:  # a folder there: one line naming it, not a traceback
             raise storage_error(tmp, exc) from None
         try:
-            await self._call("GET", f"/files/{_segment(file_id)}/content", into=tmp, missing_ok=True)
+            await self._call("GET", f"/files/{quote(file_id, safe='')}/content", into=tmp, gone=(404,))
         except _Gone:
             return False
-        tmp.replace(dest)
+        with tmp.open("rb") as raw, replacing(dest) as out:
+            for line in capped_lines(raw, self.pool.limits.max_body):
+                out.write(self.redact(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+        tmp.unlink()
         return True
 
     def _id_of(self, found: dict[str, Any], call: str) -> str:
         """The id the server gave a file or batch it made: text, or the server is no Batch API (a
         KeyError's traceback was all it said)."""
         server_id = found.get("id")
-        if not isinstance(server_id, str) or not server_id:
+        if not isinstance(server_id, str) or server_id in ("", ".", ".."):
             shown = one_line(repr(found), 200)
             raise FatalAPIError(self.redact(f"{call} answered without an id ({shown}): is it a Batch API?"))
         return server_id
@@ -233,11 +243,11 @@ class BatchAPI:
         body: Any = None,
         form: Any = None,
         into: Path | None = None,
-        missing_ok: bool = False,
+        gone: tuple[int, ...] = (),
         params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One call, retried on 429, 5xx and dropped connections; other refusals are fatal
-        (a 404 raises _Gone where `missing_ok`)."""
+        (a status in `gone` raises _Gone)."""
         import aiohttp
 
         message, url = "", self._url(path)
@@ -257,7 +267,7 @@ class BatchAPI:
                         return await self._read(response, into, f"{method} {path}")
                     detail = await self._error_detail(response)
                     message = f"{method} {path} answered {response.status}{': ' + detail if detail else ''}"
-                    if response.status == 404 and missing_ok:
+                    if response.status in gone:
                         raise _Gone(message)
                     if response.status == 404 and path in ("/files", "/batches"):
                         message += " - this server does not serve the Batch API: run without --batch, or write "
@@ -299,7 +309,10 @@ class BatchAPI:
         would make it smaller) within --timeout (TimeoutError: retried), or a file's content
         streamed to `into`."""
         if into is not None:
-            return await _download(response, into)
+            with into.open("wb") as handle:
+                async for chunk in response.content.iter_chunked(1 << 16):
+                    handle.write(chunk)
+            return {}
         try:
             raw = await self._body(response)
         except ReplyTooLarge as exc:
@@ -308,18 +321,3 @@ class BatchAPI:
         if not isinstance(found, dict):
             raise BadReply("the Batch API answered with something other than a JSON object")
         return found
-
-
-def _segment(server_id: str) -> str:
-    """An id the server gave, as one segment of a URL path: `/`, `?`, `#` and `%` quoted, so that
-    it never names another path on the server (`../..`) or adds a query."""
-    if server_id in ("", ".", ".."):  # URL libraries fold these away, quoted or not
-        raise FatalAPIError(f"the Batch API gave {server_id!r} as an id")
-    return quote(server_id, safe="")
-
-
-async def _download(response: Any, into: Path) -> dict[str, Any]:
-    with into.open("wb") as handle:
-        async for chunk in response.content.iter_chunked(1 << 16):
-            handle.write(chunk)
-    return {}

@@ -10,12 +10,16 @@ A fatal server answer (bad key, unknown model) cancels the rest and propagates a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, Protocol, TypeVar
 
-from .base import Model, Reply, Request
+from .base import Model, Reply, Request, Unanswered
 
 T = TypeVar("T")
+RAMP = 8  # workers started per turn of the event loop
+MAX_BATCH = 256  # a model that never yields (a baseline) would pile every reply up here, deaf to Ctrl-C
+Landed = list[tuple[T, Request, Reply]]
+FollowUp = Callable[[T, Request, Reply], list[tuple[T, Request]]]
 
 
 class Gate(Protocol):
@@ -26,9 +30,59 @@ class Gate(Protocol):
     def settle(self, request: Request, reply: Reply) -> None: ...
 
 
-RAMP = 8  # workers started per turn of the event loop
-MAX_BATCH = 256  # a model that never yields (a baseline) would pile every reply up here, deaf to Ctrl-C
-Landed = list[tuple[T, Request, Reply]]
+class _Flow(Generic[T]):
+    """What the workers share: the replies landed and not yet handed on, and whether handing on failed."""
+
+    def __init__(
+        self, model: Model, on_replies: Callable[[Landed[T]], None], follow_up: FollowUp[T] | None, gate: Gate | None
+    ) -> None:
+        self.model, self.on_replies, self.follow_up, self.gate = model, on_replies, follow_up, gate
+        self.loop = asyncio.get_running_loop()
+        self.landed: Landed[T] = []
+        self.failed: asyncio.Future[None] = self.loop.create_future()
+        self.together = getattr(model, "gathers", False)  # a batch: follow-ups side by side, in one batch
+
+    def hand_on(self) -> None:
+        batch = self.landed.copy()
+        self.landed.clear()
+        if batch:
+            try:
+                self.on_replies(batch)
+            except BaseException as exc:  # e.g. disk full: stop the run rather than lose replies
+                if not self.failed.done():
+                    self.failed.set_exception(exc)
+
+    async def send(self, queue: list[tuple[T, Request]]) -> bool:
+        """`queue` and the follow-ups of its replies, one after the other (side by side for a
+        model that gathers requests: the n choices' forced answers go in one batch); False when
+        the gate refused a request, which ends the worker."""
+        helpers: list[asyncio.Task[bool]] = []
+        try:
+            while queue and not self.failed.done():
+                item, request = queue.pop()
+                if self.gate is not None and not await self.gate.admit(request):
+                    return False
+                try:
+                    reply = await self.model.complete(request)
+                except Unanswered:  # stays owed: nothing recorded, no follow-up
+                    continue
+                if self.gate is not None:
+                    self.gate.settle(request, reply)
+                if not self.landed:
+                    self.loop.call_soon(self.hand_on)
+                self.landed.append((item, request, reply))
+                more = self.follow_up(item, request, reply) if self.follow_up is not None else []
+                if self.together:
+                    helpers += [asyncio.create_task(self.send([pair])) for pair in more[1:]]
+                    more = more[:1]
+                queue.extend(more)
+                if len(self.landed) >= MAX_BATCH:  # a model that never yields: hand on, and let the loop breathe
+                    self.hand_on()
+                    await asyncio.sleep(0)
+            return all(await asyncio.gather(*helpers))
+        finally:
+            for helper in helpers:
+                helper.cancel()
 
 
 async def run_requests(
@@ -36,7 +90,7 @@ async def run_requests(
     work: Iterable[tuple[T, Request]],
     concurrency: int,
     on_replies: Callable[[Landed[T]], None],
-    follow_up: Callable[[T, Request, Reply], list[tuple[T, Request]]] | None = None,
+    follow_up: FollowUp[T] | None = None,
     gate: Gate | None = None,
 ) -> None:
     """`work` pairs each request with whatever the caller needs back (its record); read lazily.
@@ -45,62 +99,30 @@ async def run_requests(
     answer); the same worker sends them before it takes new work. A request `gate` refuses ends its worker.
     """
     pending = iter(work)
-    loop = asyncio.get_running_loop()
-    landed: Landed[T] = []
-    failed: asyncio.Future[None] = loop.create_future()
-
-    def hand_on() -> None:
-        batch = landed.copy()
-        landed.clear()
-        if batch:
-            try:
-                on_replies(batch)
-            except BaseException as exc:  # e.g. disk full: stop the run rather than lose replies
-                if not failed.done():
-                    failed.set_exception(exc)
+    flow = _Flow(model, on_replies, follow_up, gate)
 
     async def worker() -> None:
         for first in pending:
-            queue = [first]
-            while queue:
-                if failed.done():
-                    return
-                item, request = queue.pop()
-                if gate is not None and not await gate.admit(request):
-                    return
-                reply = await model.complete(request)
-                if gate is not None:
-                    gate.settle(request, reply)
-                if not landed:
-                    loop.call_soon(hand_on)
-                landed.append((item, request, reply))
-                if follow_up is not None:
-                    queue.extend(follow_up(item, request, reply))
-                if len(landed) >= MAX_BATCH:  # a model that never yields: hand on, and let the loop breathe
-                    hand_on()
-                    await asyncio.sleep(0)
+            if flow.failed.done() or not await flow.send([first]):  # a full disk, or the budget spent
+                return
 
     tasks: list[asyncio.Task[None]] = []
     try:
-        await _start(tasks, worker, concurrency)
+        for n in range(concurrency):  # a few per turn of the loop, so the first requests leave at once
+            tasks.append(asyncio.create_task(worker()))
+            if n % RAMP == RAMP - 1:
+                await asyncio.sleep(0)
         everything = asyncio.gather(*tasks)
         everything.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen: re-raised below
-        await asyncio.wait((everything, failed), return_when=asyncio.FIRST_COMPLETED)
-        if not failed.done():
+        either: list[asyncio.Future[Any]] = [everything, flow.failed]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not flow.failed.done():
             everything.result()
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        hand_on()
-        error = failed.exception() if failed.done() else None
+        flow.hand_on()
+        error = flow.failed.exception() if flow.failed.done() else None
     if error is not None:
         raise error
-
-
-async def _start(tasks: list[asyncio.Task[None]], worker: Callable[[], Coroutine[Any, Any, None]], n: int) -> None:
-    """`n` workers into `tasks`, a few per turn of the loop, so the first requests leave at once."""
-    for i in range(n):
-        tasks.append(asyncio.create_task(worker()))
-        if i % RAMP == RAMP - 1:
-            await asyncio.sleep(0)

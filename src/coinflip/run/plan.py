@@ -93,7 +93,7 @@ class RequestBuilder:
                 {"role": "assistant", "content": reply},
                 {"role": "user", "content": prompts.FORCE_PROMPT},
             ]
-        return Request(request.id, request.prompt, request.question, messages, repeat, params)
+        return Request(request.id, request.prompt, request.question, messages, repeat, params, forced=True)
 
 
 @dataclass

@@ -22,14 +22,12 @@ from .._terminal import printable
 from ..config import METRIC_COMPATS, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
 from ..jsonl import PredictionWriter, index_predictions
-from ..models import serve_local
+from ..models import open_model, serve_local
 from ..rundir import RunDir, load_saved_config
 from ..secrets import masked_somewhere, url_masked
-from .finish import finish
-from .finish import resume_hint as resume_hint  # batch.py's
+from .finish import finish, resume_hint
 from .plan import Plan, prepare, provenance
 from .progress import Progress
-from .session import Job as Job  # batch.py's
 from .session import Session, concurrency_for, left, requests_left, room_for, send
 from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
 
@@ -70,10 +68,12 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             with run.locked():
                 log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
                 if config.batch_write:  # offline: the requests as a file for `vllm run-batch`, nothing sent
-                    from .batch import write_requests
+                    from ..models.batch import write_requests
 
                     index = index_predictions(run.predictions, repair=True)
-                    return write_requests(plan, run, requests_left(plan, run, index))
+                    owed = (request for _, request in requests_left(plan, run, index))
+                    hint = resume_hint(run).replace("resume with: ", "")
+                    return {**write_requests(config, plan.generation, owed, hint), "run": str(run.root)}
                 session = ask(plan, run, fresh, stop)
                 with stop.held():  # the report is written whole; a signal during it ends the run after
                     return finish(run, config.metric_compat, show=not config.quiet, session=session)
@@ -193,11 +193,11 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     index, todo = left(plan, run)
     if not todo:
         return None
-    live = fresh and index.lines == 0 and not config.batch  # a batch's resent lines would count twice
+    live = fresh and index.lines == 0
     hint = resume_hint(run, bool(config.api_key))
     writer = PredictionWriter(run.predictions)
     shown = False if config.quiet and config.progress is None else config.progress
-    progress = Progress(todo, f"coin_flip {config.name}", False if config.batch else shown)  # a batch has its own
+    progress = Progress(todo, f"coin_flip {config.name}", shown)
     session = Session(plan, writer, progress, live)
     on_replies, follow_up = session.on_replies, session.follow_up
     endpoint_concurrency = concurrency_for(config)
@@ -208,31 +208,18 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
         budget = budget_for(config, plan.generation, run.predictions, batch=bool(config.batch))
     traffic: dict[str, Any] = {}
     try:
-        if config.batch_results:  # offline: answers from a result file made elsewhere
-            from .batch import read_results
-
-            read_results(plan, requests_left(plan, run, index), on_replies)
-            return None
         with serve_local(config, run.server_log) as endpoint:
             concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
             progress.restart()
             room_for(concurrency)
             work = requests_left(plan, run, index)
-            batches = None  # the budget the batches spent from, when there were batches
-            if config.batch:  # through the Batch API; what it leaves may go online
-                from .batch import send_batches
-
-                url = endpoint.urls[0] if endpoint.urls else None
-                work = iter(send_batches(plan, run, url, work, on_replies, follow_up, budget))
-                batches = budget
-                budget = budget.online() if budget is not None else None  # what it left goes at full price
-            if not config.batch or config.batch_rest_online:  # the budget holds forced answers too
-                sending = send(plan, endpoint.urls, concurrency, work, on_replies, follow_up, todo, traffic, budget)
-                run_until_stopped(sending, stop)
-            if budget is not None and (note := budget.note(batches is not None and batches.stopped)):
+            model = open_model(config, endpoint.urls, plan.generation, concurrency, run.root / "batch",
+                               budget.admit_online if budget is not None else None)  # fmt: skip
+            run_until_stopped(send(model, concurrency, work, on_replies, follow_up, todo, traffic, budget), stop)
+            if budget is not None and (note := budget.note()):
                 if not (index.lines or progress.done or session.pending):  # nothing to report: --max-cost 0, say
                     raise RunIncomplete(f"{note}; {hint}")
-                print(f"note: {note}", file=sys.stderr)  # one line: the last budget counts what batches spent
+                print(f"note: {note}", file=sys.stderr)
     except EndpointBroken as exc:
         raise EndpointBroken(f"{exc}; once the server is fixed, {hint}") from None
     except Interrupted as exc:

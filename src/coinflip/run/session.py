@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import DEFAULT_BATCH, TaskConfig
 from ..jsonl import PredictionIndex, PredictionWriter, index_predictions
-from ..models import Reply, Request, is_local, limits, open_model
+from ..models import Reply, Request, is_local, limits
 from ..models.predict import Gate, run_requests
 from ..records import Prediction, sample_key, split_key
 from ..rundir import RunDir
@@ -185,8 +185,7 @@ def room_for(connections: int) -> None:
 
 
 async def send(
-    plan: Plan,
-    urls: list[str] | None,
+    opened: Any,
     concurrency: int,
     work: Iterator[tuple[Job, Request]],
     on_replies: Any,
@@ -195,12 +194,14 @@ async def send(
     traffic: dict[str, Any],
     budget: Gate | None = None,
 ) -> None:
-    """Send `work`; never more workers than samples to finish (a forced answer follows its first
-    reply in the same worker), whatever --eval-batch-size says. `traffic` gets what went to the
-    endpoints (also when the run stops early)."""
-    async with open_model(plan.config, urls, plan.generation, concurrency) as model:
+    """Send `work` to the model `opened` gives; never more workers than samples to finish (a
+    forced answer follows its first reply in the same worker), whatever --eval-batch-size says,
+    and each its own worker for a model that gathers requests (a batch). `traffic` gets what
+    went to the endpoints (also when the run stops early)."""
+    async with opened as model:
+        workers = todo if getattr(model, "gathers", False) else min(concurrency, todo)
         try:
-            await run_requests(model, work, min(concurrency, todo), on_replies, follow_up, budget)
+            await run_requests(model, work, workers, on_replies, follow_up, budget)
         finally:
             sent = getattr(model, "traffic", None)  # a server's client has it; a baseline sends nothing
             if sent is not None:

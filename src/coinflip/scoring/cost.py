@@ -194,9 +194,9 @@ class Budget:
         self.settled = asyncio.Event()
         self.stopped = False
 
-    def add(self, usage: dict[str, int] | None) -> None:
-        usage = usage or {}
-        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, self.batch)
+    def add(self, usage: dict[str, int] | None, batch: bool | None = None) -> None:
+        usage, batch = usage or {}, self.batch if batch is None else batch
+        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, batch)
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """What the saved answers cost, each priced by how it came, as the report prices it."""
@@ -207,11 +207,11 @@ class Budget:
                 prompt, completion = token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
                 self.saved += price(prompt or 0, completion or 0, self.prices, by_batch(answer))
 
-    def cost(self, request: Request) -> float | None:
-        """What `request` may cost (None: nothing tells yet)."""
+    def cost(self, request: Request, batch: bool | None = None) -> float | None:
+        """What `request` may cost (None: nothing tells yet), at the batch price or `batch`'s."""
         most = worst_tokens({**self.generation, **request.params})
         if most is not None:
-            return price(prompt_bound(request), most, self.prices, self.batch)
+            return price(prompt_bound(request), most, self.prices, self.batch if batch is None else batch)
         return self.spent / self.answered if self.answered else None
 
     def fits(self, request: Request, in_flight: int = 0) -> bool:
@@ -236,18 +236,22 @@ class Budget:
         return False
 
     def settle(self, request: Request, reply: Reply) -> None:
-        """What `request` cost: from now its real cost counts, not what it was held at."""
+        """What `request` cost: from now its real cost counts, priced by how it came, not what it was held at."""
         self.held.pop(id(request), None)
-        self.add(reply.usage)
+        self.add(reply.usage, reply.batch)
         self.answered += reply.error is None
         self.settled.set()
 
-    def online(self) -> Budget:
-        """The budget for what a batch left, sent online (--batch-rest-online) at the full price, with
-        what the batches cost as spent (their discounted mean would make a request look cheaper)."""
-        rest = Budget(self.limit, self.prices, False, self.generation)
-        rest.saved = self.saved + self.spent
-        return rest
+    def admit_online(self, request: Request) -> bool:
+        """Whether a request a batch left (held at the batch's price) may go online at the full price
+        (--batch-rest-online): its hold rises to that price where the limit leaves room."""
+        full = self.cost(request, batch=False)
+        held = self.held.get(id(request), 0.0)
+        if full is None or self.saved + self.spent + sum(self.held.values()) - held + full > self.limit:
+            self.stopped = True
+            return False
+        self.held[id(request)] = full
+        return True
 
     def note(self, stopped: bool = False) -> str | None:
         """One line where the run passed the limit, or stopped for it (or `stopped` in batches before)."""

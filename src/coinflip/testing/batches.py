@@ -11,7 +11,9 @@ and the batch ends, as a real one does, in one of:
 - `cancelled` (after POST .../cancel): the lines done by then answered, the rest not.
 `fail_every` k makes every k-th line of a batch fail with a 500 the first time its custom_id
 is seen, so a second pass completes it. `created` counts the batches created, for tests that
-must see exactly one.
+must see exactly one. `hold` ("upload" or "create") holds that call unanswered (the upload
+before its file is kept, the creation after its batch is made) until the test clears it, and sets
+`reached` when it does: a test kills the client there. `listing` False: no GET /v1/batches (405).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import itertools
 import json
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -45,6 +48,9 @@ class BatchStore:
     created: int = 0
     polls: int = 0
     seen_ids: Counter[str] = field(default_factory=Counter)  # how often each custom_id ran
+    hold: str = ""  # "upload" or "create": that call waits, unanswered, while this stays so
+    reached: threading.Event = field(default_factory=threading.Event)  # set when a call is held
+    listing: bool = True  # GET /v1/batches (the list) is served
     _ids: Any = field(default_factory=itertools.count)
 
     def new_id(self, prefix: str) -> str:
@@ -69,11 +75,24 @@ class BatchRoutes:
     async def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
         parts = path.rstrip("/").split("/")
         tail = parts[parts.index("v1") + 1 :] if "v1" in parts else parts[1:]
+        if tail == ["files"] and method == "POST":
+            await self.held("upload")
         if tail[:1] == ["files"]:
             return self.files(method, tail[1:], headers, body)
+        if tail == ["batches"] and method == "GET" and not self.store.listing:
+            return _error(405, "Method Not Allowed")
         if tail[:1] == ["batches"]:
-            return await self.batches(method, tail[1:], body, headers.get("authorization", ""))
+            answer = await self.batches(method, tail[1:], body, headers.get("authorization", ""))
+            if tail == ["batches"] and method == "POST":
+                await self.held("create")
+            return answer
         return _error(404, f"no route {method} {path}")
+
+    async def held(self, step: str) -> None:
+        """Wait here while the test holds this step (it kills the client meanwhile)."""
+        while self.store.hold == step:
+            self.store.reached.set()
+            await asyncio.sleep(0.01)
 
     def files(self, method: str, rest: list[str], headers: dict[str, str], body: bytes) -> Response:
         store = self.store

@@ -1,0 +1,398 @@
+"""Batch mode as a model backend: each request awaits its answer from a batch.
+
+As inspect_ai's batcher (model/_providers/util/batch.py): `complete(request)` puts the request in
+the next batch and awaits its Reply; the runner knows nothing of batches. A batch is sent once a
+turn of the event loop adds no request; it is uploaded, created, polled until it ends, and its
+results downloaded and read. A failed line is sent again, up to RESENDS times (or online).
+
+Resumable at every step: batch/state.json is saved before each next step (ids -> file id -> batch
+id -> status -> results downloaded). A resumed request in a saved batch waits for it or reads its
+saved results: it is never sent again. Offline, `write_requests` writes what `vllm run-batch`
+reads, and `ResultsFile` answers from the file it writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from .._files import open_regular, read_regular, replacing
+from ..config import TaskConfig, safe_name
+from ..errors import ConfigError, EndpointBroken, storage_error
+from ..secrets import secret_keys
+from ._redact import Redactor
+from .base import Reply, Request, Unanswered
+from .batch_api import ENDED, LOST, BatchAPI, capped_lines, read_result, request_line, split_lines
+from .openai_api import OpenAIClient, request_body, split_generation
+
+log = logging.getLogger("coinflip")
+STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
+RESENDS = 2  # a request is sent at most 1 + RESENDS times in one run
+CONFLICT = "neither is kept (a conflict)"
+STATUSES = ("validating", "in_progress", "finalizing", "cancelling", *ENDED)
+
+
+def custom_id(request: Request) -> str:
+    """Stable across runs: question, first repeat, and whether it is the forced follow-up."""
+    return f"q{request.id}-r{request.repeat}" + ("-forced" if request.forced else "")
+
+
+def request_lines(model: str, mode: str, generation: dict[str, Any], requests: Iterable[Request]) -> Iterator[bytes]:
+    """Each request as a line of a batch input file, its body built as an online request's is."""
+    generation, extra_body = split_generation(generation)
+    for request in requests:
+        yield request_line(custom_id(request), mode, request_body(model, mode, generation, request, False, extra_body))
+
+
+def write_requests(config: TaskConfig, generation: dict[str, Any], requests: Iterable[Request], hint: str) -> Any:
+    """Offline: the owed requests as one JSON Lines file for `vllm run-batch`; `hint`: the
+    command that then scores its results."""
+    path = Path(str(config.batch_write)).expanduser()
+    secret = secret_keys(generation.get("extra_body"))  # what the saved config masks, a request file would carry
+    if secret:
+        raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
+                          "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
+    count = 0
+    try:
+        with path.open("wb") as handle:
+            for line in request_lines(str(config.model), config.api_mode, generation, requests):
+                handle.write(line)
+                count += 1
+    except OSError as exc:
+        raise storage_error(path, exc) from None
+    print(f"wrote {count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl --model "
+          f"{config.model}, then score them with: {hint} --batch-results results.jsonl", file=sys.stderr)  # fmt: skip
+    return {"complete": count == 0, "batch_written": {"path": str(path), "requests": count}}
+
+
+def read_answers(
+    paths: list[Path], wanted: set[str], mode: str, cap: int, redact: Redactor
+) -> tuple[dict[str, Reply], Counter[str]]:
+    """The answers for `wanted` custom_ids in result files, read line by line, each line capped
+    (`capped_lines`); secrets masked. Two successful answers for one request are an error naming the
+    conflict: neither is chosen. Also counts the lines for other requests and the unreadable ones."""
+    replies: dict[str, Reply] = {}
+    counts: Counter[str] = Counter()
+    for path in paths:
+        with open_regular(path) as handle:
+            for raw in capped_lines(handle, cap):
+                _take(raw, mode, wanted, replies, counts)
+    return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
+
+
+def _take(raw: bytes, mode: str, wanted: set[str], replies: dict[str, Reply], counts: Counter[str]) -> None:
+    found = read_result(raw, mode)
+    if found is None or found[0] not in wanted:
+        counts["unreadable" if found is None else "other"] += bool(raw.strip())
+        return
+    cid, reply = found
+    before = replies.get(cid)
+    if before is not None and before.error is None and reply.error is None:
+        reply = Reply(None, error=f"two answers for {cid} in the batch's results; {CONFLICT}")
+        counts["conflicts"] += 1
+    elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
+        return
+    replies[cid] = reply
+
+
+class Submitted(msgspec.Struct):
+    """One batch as the run directory records it, each id saved the moment it exists; a saved
+    record is read as this declaration says (a run directory is not to be trusted)."""
+
+    ids: Annotated[str, msgspec.Meta(pattern=r"^batch/requests-\d+\.ids$")]  # its custom_ids, one a line
+    count: int
+    file_id: str | None = None
+    batch_id: str | None = None
+    status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
+    collected: bool = False  # its results are downloaded into the batch folder (or it has none)
+
+
+class State(msgspec.Struct):
+    batches: list[Submitted]
+
+
+class _Gathering:
+    """Requests wait here for the next round; a round starts once a turn of the event loop adds
+    no request (the runner hands out every request at once, and forced turns all in one turn)."""
+
+    gathers = True  # the runner hands this model every request at once
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}
+        self.rounds: list[asyncio.Task[None]] = []
+        self.gathering = False  # the last round still takes requests
+
+    async def _answer(self, request: Request) -> Reply:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self.waiting[custom_id(request)] = (request, future)
+        if not self.gathering:
+            self.gathering = True
+            self.rounds.append(asyncio.create_task(self._run_round()))
+        return await future
+
+    async def _run_round(self) -> None:
+        count = -1
+        while count != len(self.waiting):
+            count = len(self.waiting)
+            for _ in range(2):
+                await asyncio.sleep(0)
+        waiting, self.waiting, self.gathering = self.waiting, {}, False
+        try:
+            replies = await self._answers({cid: request for cid, (request, _) in waiting.items()})
+        except Exception as exc:  # each waiting request gets it (a fatal answer)
+            for _, future in waiting.values():
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for cid, (_, future) in waiting.items():
+            if not future.done() and cid in replies:
+                future.set_result(replies[cid])
+            elif not future.done():
+                future.set_exception(Unanswered())
+
+    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
+        raise NotImplementedError
+
+    def _stop(self) -> bool:
+        """Cancel the rounds still going (a stop); whether there were any."""
+        going = [task for task in self.rounds if not task.done()]
+        for task in going:
+            task.cancel()
+        return bool(going)
+
+
+class ResultsFile(_Gathering):
+    """--batch-results: answers from a result file made elsewhere (`vllm run-batch -o FILE`); a
+    request it does not answer stays owed (Unanswered), for the next --batch-write."""
+
+    def __init__(self, path: Path, mode: str, cap: int, redact: Redactor) -> None:
+        super().__init__()
+        self.name, self.path, self.mode, self.cap, self.redact = str(path), path, mode, cap, redact
+        self.counts: Counter[str] = Counter()
+
+    async def complete(self, request: Request) -> Reply:
+        return await self._answer(request)
+
+    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
+        try:  # a plain file only: /dev/zero, /dev/urandom or a FIFO is UnreadableFile (exit 2)
+            replies, counts = read_answers([self.path], set(requests), self.mode, self.cap, self.redact)
+        except OSError as exc:
+            raise ConfigError(f"--batch-results {self.path}: cannot read ({exc.strerror})") from None
+        self.counts.update(counts, owed=len(requests) - len(replies), read=len(replies))
+        self.counts["failed"] += sum(reply.error is not None for reply in replies.values())
+        return replies
+
+    async def aclose(self) -> None:
+        self._stop()
+        c = self.counts
+        if c:  # it was read
+            print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
+                  f"two answers); {c['other']} lines for requests not owed now, {c['unreadable']} unreadable; "
+                  f"{c['owed']} requests still owed (write them with --batch-write)", file=sys.stderr)  # fmt: skip
+
+
+class BatchModel(_Gathering):
+    """Requests answered through the Batch API at one endpoint, resumable from `folder` (batch/);
+    `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
+
+    def __init__(
+        self, api: BatchAPI, folder: Path, config: TaskConfig, generation: dict[str, Any],
+        online: OpenAIClient | None = None, admit: Callable[[Request], bool] | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.api, self.folder, self.config, self.generation = api, folder, config, generation
+        self.name, self.mode, self.cap = str(config.model), config.api_mode, api.pool.limits.max_body
+        self.online, self.admit = online, admit
+        self.batches: list[Submitted] = []
+        self.covered: dict[str, Submitted] = {}  # custom_id -> the latest saved batch that holds it
+        self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
+
+    async def start(self) -> None:
+        """Read the saved batches (a first batch: the folder made a real one, never a link), then
+        open the endpoint: a wrong one fails here, in one line."""
+        state = self.folder / "state.json"
+        if self.folder.is_symlink():
+            self.folder.unlink()
+        try:
+            self.folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise storage_error(self.folder, exc) from None
+        if state.exists():
+            try:  # a plain file inside the run (a FIFO there would hang the resume)
+                raw = read_regular(state, STATE_LIMIT, within=self.folder.parent)
+                self.batches = msgspec.json.decode(raw, type=State).batches
+            except (OSError, ValueError, msgspec.DecodeError) as exc:
+                raise ConfigError(f"{state}: not a batch state file ({exc}); move it away to start over") from None
+        for batch in self.batches:
+            if batch.file_id is None:  # killed before its upload: its requests are simply owed again
+                batch.collected = True
+                continue
+            if batch.batch_id in ("", ".", ".."):  # no id a server gives: found again by its input file
+                print(f"note: {state}: batch id {batch.batch_id!r} is not a batch's id; looking for the batch "
+                      f"made from {batch.file_id} instead", file=sys.stderr)  # fmt: skip
+                batch.batch_id, batch.status = None, "new"
+            self.covered.update(dict.fromkeys(self._ids(batch), batch))
+        await self.api.__aenter__()
+        if self.online is not None:
+            await self.online.start()
+
+    def _save(self) -> None:
+        with replacing(self.folder / "state.json") as out:  # a failure to write is StorageError, naming the file
+            out.write(msgspec.json.format(msgspec.json.encode(State(self.batches)), indent=1))
+
+    def _ids(self, batch: Submitted) -> list[str]:
+        root = self.folder.parent
+        try:  # a plain file inside the run: a FIFO there would hang the resume
+            return read_regular(root / batch.ids, STATE_LIMIT, within=root).decode("utf-8").split()
+        except (OSError, ValueError):  # UnreadableFile and UnicodeDecodeError are ValueErrors
+            return []
+
+    async def complete(self, request: Request) -> Reply:
+        for sends in range(1, RESENDS + 2):  # noqa: B007 (its last value is the reply's)
+            reply = await self._answer(request)
+            if reply.error is None:
+                break
+            if self.online is not None:  # what a batch left goes online, if the run can afford it
+                if self.admit is not None and not self.admit(request):
+                    raise Unanswered()
+                return await self.online.complete(request)
+        reply.attempts = sends
+        return reply
+
+    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
+        batches: list[Submitted] = []  # the saved ones that hold some of these requests, then the new ones
+        fresh = []
+        for cid, request in requests.items():
+            batch = self.covered.pop(cid, None)
+            if batch is None:
+                fresh.append(request)
+            elif all(b is not batch for b in batches):
+                batches.append(batch)
+        for group in split_lines(request_lines(self.name, self.mode, self.generation, fresh)):
+            batches.append(await self._submit(group))
+        await self._poll(batches)
+        replies: dict[str, Reply] = {}
+        for batch in batches:
+            replies.update(await self._collect(batch, set(requests) - set(replies)))
+        return replies
+
+    async def _submit(self, group: list[bytes]) -> Submitted:
+        """Upload and create one batch, saving each id the moment it exists. The lines stay in
+        memory (their bodies may hold a gateway's secrets); the run directory keeps their ids."""
+        name = f"requests-{len(self.batches) + 1:03d}.ids"
+        ids = [str(json.loads(line)["custom_id"]) for line in group]
+        with replacing(self.folder / name) as out:  # never into a FIFO or through a link left there
+            out.write(("\n".join(ids) + "\n").encode("utf-8"))
+        batch = Submitted(f"batch/{name}", len(group))
+        self.batches.append(batch)
+        self._save()
+        batch.file_id = await self.api.upload(b"".join(group), name.replace(".ids", ".jsonl"))
+        self._save()
+        await self._create(batch, resumed=False)
+        return batch
+
+    async def _create(self, batch: Submitted, resumed: bool = True) -> None:
+        """Create the batch from its uploaded file; a resumed one (killed while creating it) is
+        first looked for among the server's batches, not made again."""
+        assert batch.file_id is not None
+        found = await self.api.find(batch.file_id) if resumed else None
+        if found is None:
+            found = await self.api.create(batch.file_id, self.mode, {"coinflip_run": self.folder.parent.name})
+        batch.batch_id, batch.status = str(found["id"]), str(found.get("status") or "validating")
+        self._save()
+        log.info("batch %s created from %s (%d requests)", batch.batch_id, batch.file_id, batch.count)
+
+    async def _poll(self, batches: list[Submitted]) -> None:
+        """Poll every open batch until it ends; one whose status is no Batch API status for
+        --patience seconds ends the run (resumable: the batch is saved)."""
+        strange: dict[str, float] = {}
+        while True:
+            for batch in batches:
+                if batch.batch_id is None:
+                    await self._create(batch)
+                if not batch.collected and (batch.status not in ENDED or batch.batch_id not in self.info):
+                    found = await self.api.retrieve(str(batch.batch_id))
+                    self.info[str(batch.batch_id)] = found
+                    batch.status = str(found.get("status"))
+                    if batch.status in STATUSES:
+                        strange.pop(str(batch.batch_id), None)
+                    elif (
+                        time.monotonic() - strange.setdefault(str(batch.batch_id), time.monotonic())
+                        > self.config.patience
+                    ):
+                        raise EndpointBroken(
+                            f"batch {batch.batch_id}: its status {repr(found.get('status'))[:40]} is none the Batch "
+                            f"API has, for {self.config.patience:g} s (--patience); the batch is saved"
+                        )
+            self._save()
+            if all(b.collected or b.status in ENDED for b in batches):
+                return
+            await asyncio.sleep(self.config.batch_poll_s)
+
+    async def _collect(self, batch: Submitted, wanted: set[str]) -> dict[str, Reply]:
+        """Download the batch's results (once: a resume reads them from the folder) and read the
+        answers for `wanted`; one the results lack is an error saying why."""
+        info = self.info.get(str(batch.batch_id), {})
+        name = safe_name(str(batch.batch_id))  # the server's id: never a path (../) out of the run
+        paths = {key: self.folder / f"{name}.{key}.jsonl" for key in ("output", "error")}
+        if not batch.collected:
+            for key, path in paths.items():
+                file_id = info.get(f"{key}_file_id")
+                if isinstance(file_id, str) and file_id and not await self.api.download(file_id, path):
+                    log.warning("batch %s: its %s file is gone from the server", batch.batch_id, key)
+            batch.collected = True
+            self._save()
+        wanted &= set(self._ids(batch))
+        found = [p for p in paths.values() if p.exists()]
+        replies, counts = read_answers(found, wanted, self.mode, self.cap, self.api.redact)
+        missing = f"the batch ended {batch.status} before this request ran"
+        if batch.status == LOST:
+            missing = f"the server no longer knows batch {batch.batch_id}"
+        elif batch.status == "failed":
+            missing = f"the batch failed: {_errors(info)}"
+        turnaround = _turnaround(info)
+        out = {}
+        for cid in wanted:
+            reply = replies.get(cid) or Reply(None, error=self.api.redact(missing))
+            for choice in (reply, *reply.more):
+                choice.latency_s = turnaround
+            out[cid] = reply
+        failed = sum(r.error is not None for r in out.values())
+        log.info("batch %s ended %s: %d answers, %d failed; %d unreadable lines", batch.batch_id, batch.status,
+                 len(out) - failed, failed, counts["unreadable"])  # fmt: skip
+        return out
+
+    async def aclose(self) -> None:
+        running = [str(b.batch_id) for b in self.batches if b.batch_id and b.status not in ENDED]
+        if self._stop() and running:
+            print(f"note: batches still running at the server, not cancelled: {', '.join(running)}; "
+                  "resume the run to collect them", file=sys.stderr)  # fmt: skip
+        await self.api.__aexit__()
+        if self.online is not None:
+            await self.online.aclose()
+
+
+def _turnaround(info: dict[str, Any]) -> float:
+    """Seconds from the batch's creation to its end, as the server dates them (else 0)."""
+    start = info.get("created_at")
+    ends = [info.get(f"{s}_at") for s in ENDED]
+    end = max((e for e in ends if isinstance(e, int | float) and not isinstance(e, bool)), default=None)
+    if isinstance(start, int | float) and end is not None:
+        return float(max(0.0, end - start))
+    return 0.0
+
+
+def _errors(info: dict[str, Any]) -> str:
+    errors = info.get("errors")
+    data = errors.get("data") if isinstance(errors, dict) else None
+    messages = [str(e.get("message")) for e in data or [] if isinstance(e, dict)]
+    return "; ".join(messages[:3]) or "no reason given"
