@@ -9,11 +9,9 @@ Three signals slow an endpoint down, never below one request in flight:
   and new requests are then paced a little under the rate the endpoint was seen to accept.
   Without one (gateways drop it), the level of requests in flight falls to what was in flight
   beside the refused one (an in-flight limit); when nothing else was, it is a rate limit too;
-- a server that serves one request at a time and publishes nothing (Ollama, LM Studio with one
-  slot): without published slots the first PROBE requests go alone, and when each of their replies
-  took about all the work before it as well as its own (by tokens), the server served them one
-  after another: the level stays at 1, so latencies are the model's time, not a queue's. A reply
-  faster than that opens the level to the ceiling (this costs other servers one reply's time);
+- one request at a time (Ollama, LM Studio with one slot, publishing nothing): the first PROBE
+  replies each took the work before it too, so the level stays at 1 and latencies are the model's
+  time, not a queue's; one faster reply opens the level (other servers pay one reply's time);
 - queueing: when the replies show the server works on about P requests at a time (replies per
   second times the fastest reply's time per token: Little's law) and far more are in flight,
   costing real time, the level is held at P + 1: the rest would only wait in the server's queue;
@@ -314,10 +312,9 @@ class Limiter:
         self.next_send = max(self.next_send, now)
 
     def _first_wave(self, latency: float, tokens: int) -> None:
-        """The first wave's replies in the order they come. A server serving one request at a time
-        answers the k-th after the k-1 before it, so its time covers all their work as well as its
-        own (by tokens, at the first reply's pace); one reply faster than that ends the wave, as does
-        a last reply faster than QUEUE_MIN_S (an instant server's queue costs no real time)."""
+        """The first wave's replies as they come: served one at a time, the k-th took the work of all
+        k (by tokens, at the first one's pace). A faster one, or a last one under QUEUE_MIN_S (an
+        instant server's queue costs no time), opens the level."""
         assert self.wave is not None
         self.wave.append((latency, tokens))
         pace, last = self.wave[0][0] / self.wave[0][1], len(self.wave) == PROBE

@@ -32,16 +32,11 @@ def significant(stats: Mapping[str, Any]) -> bool:
 
 
 def at_floor(base: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """A line when the base set's accuracy is not above the better trivial baseline on its questions
-    (always-yes or always-no; the base's 95% interval reaches it), else None. A model that only
-    guesses cannot drop on a variant, so no variant's difference can show contamination or holding."""
-    accuracy, interval = base["metrics"]["accuracy"], base["intervals"]["accuracy"]
-    known = [(name, b["accuracy"]) for name, b in baselines.items() if b.get("accuracy") is not None]
-    if accuracy is None or not known:
-        return None
-    name, level = max(known, key=lambda nb: nb[1])
-    low, high = interval or (accuracy, accuracy)
-    if low > level:
+    """A line when the base set's 95% interval reaches the better trivial baseline (always-yes or
+    always-no on its questions), else None: a guesser cannot drop on a variant, nor hold."""
+    accuracy, (low, high) = base["metrics"]["accuracy"], base["intervals"]["accuracy"] or (0.0, 1.0)
+    name, level = max(((n, b["accuracy"]) for n, b in baselines.items()), key=lambda nb: nb[1] or 0.0)
+    if accuracy is None or level is None or low > level:
         return None
     return (
         f"the variants cannot show anything: the base set is not above a trivial baseline (accuracy "
