@@ -319,7 +319,8 @@ class Limiter:
         self.wave.append((latency, tokens))
         pace, last = self.wave[0][0] / self.wave[0][1], len(self.wave) == PROBE
         if latency < SERIAL * pace * sum(t for _, t in self.wave) or (last and latency < QUEUE_MIN_S):
-            self.wave, self.period_start = None, -math.inf  # side by side: open, measuring anew from here
+            self.wave = None  # side by side: open; after a wave that took a while (a bucket refilled
+            self.period_start = -math.inf if latency >= SHORT_S else self.period_start  # meanwhile) measure anew
         elif last:
             self.wave, self.serial, self.queue_cap = None, True, 1
             self._lower(1.0)
