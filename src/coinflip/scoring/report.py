@@ -87,10 +87,11 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
             f"{scorer.impossible_logprobs} sample(s) have no P(YES): the server sent log probabilities that cannot "
             "be (above 0, NaN or infinite) at the answer position"
         )
-    if scorer.unreadable:  # counted where the saved lines are read (rundir and the runner)
+    if scorer.unreadable:  # counted where the saved lines are read (rundir)
         report["unreadable_rows"] = scorer.unreadable
         report["warnings"].append(
-            f"{scorer.unreadable} saved row(s) could not be read (not a row, or no YES or NO target) and were left out"
+            f"{scorer.unreadable} saved row(s) could not be read (not a row, or no YES or NO target) and were left "
+            "out; a resume (--use-cache) asks their questions again"
         )
     report["notes"] = notes(report)
     return report
