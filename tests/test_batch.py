@@ -388,7 +388,10 @@ def test_max_cost_limits_what_a_batch_submits(tmp_path: Path) -> None:
     assert first.returncode == 1 and "max-cost" in first.stderr
     assert 0 < submitted < 20 and _report(run)["cost"]["total"] <= 1
     assert rest.returncode == 0, rest.stderr
-    assert len(_answers(run)) == 20 and srv.state.batches.created == 2
+    # the cap may be met in parts (a batch more once answers settle what the last one cost), but
+    # never by sending a request twice
+    assert len(_answers(run)) == 20 and srv.state.batches.created >= 2
+    assert set(srv.state.batches.seen_ids.values()) == {1}
 
 
 def test_a_max_cost_stop_in_the_batches_and_in_their_online_rest_is_one_line(tmp_path: Path) -> None:

@@ -180,3 +180,28 @@ def test_compare_of_a_work_dir_a_probe_wrote_into(tmp_path: Path) -> None:
     every = json.loads((tmp_path / "all/compare.json").read_text())
     assert all(p["shared"] > 0 for p in every["pairs"]) and len(every["pairs"]) == 3
     assert len(forced.stdout.splitlines()) < 40
+
+
+def test_compare_never_breaks_a_number_or_a_run_id_in_a_pipe_or_at_80_columns(tmp_path: Path) -> None:
+    """Before, a pipe or a CI log (80 columns) got `chi2 cc 4.166` and `7` on the next line."""
+    import io
+
+    from rich.console import Console
+
+    from coinflip.pages.compare import compare, print_result
+
+    work = tmp_path / "w"
+    for model in ("oracle", "always-no", "random", "always-yes"):  # the same 40 questions: every pair is tested
+        _eval(work, "--model", model, "--limit", "40")
+    piped = run_cli("compare", str(work), "--out", str(tmp_path / "cmp"))  # no COLUMNS: what a pipe gets
+    assert piped.returncode == 0, piped.stderr
+    data = json.loads((tmp_path / "cmp/compare.json").read_text())
+    terminal = io.StringIO()
+    print_result(compare([work]), [], Console(file=terminal, force_terminal=True, width=80, color_system=None))
+    keys = ("chi2", "p_value", "chi2_corrected", "p_corrected", "p_exact")
+    numbers = [f"{p[k]:.4f}" if k.startswith("chi2") else f"{p[k]:.4g}" for p in data["pairs"] for k in keys]
+    assert len(data["pairs"]) == 6 and any(len(n) >= 9 for n in numbers)  # wide enough to have been broken
+    for shown in (piped.stdout, terminal.getvalue()):
+        words = shown.split()
+        assert all(n in words for n in numbers) and all(r["run_id"] in words for r in data["leaderboard"])
+        assert all(f"{r['f1_score']:.3f}" in words for r in data["leaderboard"] if r["f1_score"] is not None)

@@ -288,3 +288,28 @@ def test_a_refused_key_leaves_no_work_directory_it_made(tmp_path: Path) -> None:
 def test_a_model_path_alone_names_the_missing_file(tmp_path: Path) -> None:
     result = run_cli("eval", "--model-path", str(tmp_path / "nope.gguf"), "--work-dir", str(tmp_path / "w"))
     assert result.returncode == 2 and "nope.gguf: no such file" in _one_line(result)
+
+
+def test_a_tampered_target_is_asked_again_on_resume(tmp_path: Path) -> None:
+    """A predictions row whose target is MAYBE is untrusted input: before, every --use-cache said
+    'resume to run them' and never sent it."""
+    done = run_cli("eval", "--model", "oracle", "--limit", "6", "--limit-mode", "first", "--work-dir", str(tmp_path))
+    assert done.returncode == 0
+    run = only_run_dir(tmp_path)
+    predictions = run / "predictions/oracle/coin_flip.jsonl"
+    rows = read_jsonl(predictions)
+    target, rows[2]["target"] = rows[2]["target"], "MAYBE"
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    resumed = run_cli("eval", "--use-cache", str(run))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    again = {r["id"]: r for r in read_jsonl(predictions)}
+    assert len(again) == 6 and again[rows[2]["id"]]["target"] == target  # asked again, from the data
+    report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
+    assert report["complete"] and report["counts"]["samples"] == 6 and report["metrics"]["accuracy"] == 1.0
+
+
+def test_a_work_dir_longer_than_the_system_takes_is_one_line(tmp_path: Path) -> None:
+    work = tmp_path / "/".join(["d" * 200] * 25)  # 5,000 bytes: past PATH_MAX (4,096 on Linux)
+    result = run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(work))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-500:]
+    assert "Traceback" not in result.stderr and "work_dir is a path of" in result.stderr

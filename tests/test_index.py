@@ -464,3 +464,13 @@ def test_runs_on_other_questions_of_the_same_data_are_not_ranked_or_tested_toget
     assert rows[first.name]["cells"][1] == ["1"] and rows[apart.name]["cells"][1] == ["1"]  # each first of one
     pair = re.search(r'<div id="pair"[^>]*>(.*?)</div>', dom, re.S)
     assert pair and "share no question" in pair[1] and "McNemar" not in pair[1] and "p =" not in pair[1]
+
+
+def test_tied_runs_share_a_rank_and_say_they_tie(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    twins = [_eval(work, "--model", "oracle", "--limit", "20") for _ in range(2)]  # F1 1.0, both
+    last = _eval(work, "--model", "always-no", "--limit", "20")
+    dom = _dom(Work(work, {}, work / "index.html", ""), tmp_path)
+    rows = {r["id"]: r for r in _rows(dom)}
+    assert [rows[t.name]["cells"][1] for t in twins] == [["=1"], ["=1"]] and rows[last.name]["cells"][1] == ["3"]
+    assert dom.count('title="rank 1 (tied: equal F1) of 3 ') == 2 and 'title="rank 3 of 3 ' in dom

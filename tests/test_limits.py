@@ -137,22 +137,46 @@ def test_an_in_flight_limit_without_retry_after_is_found(cap: int, latency: floa
     assert result.limiter.traffic.low and result.limiter.traffic.low <= cap
 
 
-def test_a_server_without_limits_gets_every_request_at_once_from_the_start() -> None:
+def test_a_server_without_limits_gets_every_request_at_once_after_the_first_replies() -> None:
     limiter = Limiter(128)
     result = simulate(limiter, Capped(10**9), 3333, 0.2)
     assert limiter.traffic.peak == 128 and limiter.traffic.low == 0
-    assert result.elapsed == pytest.approx(math.ceil(3333 / 128) * 0.2)
+    assert result.elapsed == pytest.approx(0.2 + math.ceil((3333 - 4) / 128) * 0.2)  # the first wave: one reply
 
 
-def test_a_one_slot_server_that_publishes_nothing_is_found_by_its_queue() -> None:
+def test_a_one_slot_server_that_publishes_nothing_is_found_by_its_first_replies() -> None:
+    """60 questions, 300 ms each (Ollama or LM Studio with one slot): the first wave of 4 shows
+    replies one after another, and the rest go one at a time: latencies are the model's time."""
+
     @dataclass
     class OneSlot(Capped):
-        service: float = 0.2
+        service: float = 0.3
 
-    result = simulate(Limiter(32), OneSlot(10**9), 200, late_after=40)
-    assert result.limiter.queue_cap == 2
-    assert result.most_in_flight_late <= 2  # one served, one waiting, once the first replies showed the queue
-    assert sum(result.latencies[40:]) <= 2.05 * (len(result.latencies) - 40) * 0.2
+    result = simulate(Limiter(32), OneSlot(10**9), 60, late_after=4)
+    assert result.limiter.queue_cap == 1 and result.limiter.traffic.low == 1
+    assert result.limiter.traffic.peak == 4 and result.most_in_flight_late <= 1
+    assert sum(result.latencies) <= 1.2 * result.elapsed and result.elapsed <= 1.5 * 60 * 0.3
+
+
+@pytest.mark.parametrize(
+    ("times", "tokens", "serial"),
+    [
+        ((1, 2, 3, 4), (10, 10, 10, 10), True),  # alike, one after another
+        ((3, 4, 5, 6), (30, 10, 10, 10), True),  # a long one first, then the rest behind it
+        ((1, 1, 1.1, 1.2), (10, 10, 10, 10), False),  # side by side
+        ((1, 1.5, 2.2, 2.9), (10, 15, 22, 29), False),  # side by side, each as long as its answer
+    ],
+)
+def test_the_first_wave_is_one_at_a_time_only_when_each_reply_took_the_work_before_it(
+    times: tuple[float, ...], tokens: tuple[int, ...], serial: bool
+) -> None:
+    limiter = Limiter(32)
+    for _ in range(4):
+        limiter.send(0.0)
+    assert limiter.delay(0.0) == math.inf  # the first wave is 4
+    for at, n in zip(times, tokens, strict=True):
+        limiter.succeeded(at, 0.0, n)
+    assert limiter.serial is serial and limiter.allowed() == (1 if serial else 32)
 
 
 def test_published_slots_are_kept_to() -> None:

@@ -7,7 +7,6 @@ links. Each test plants what broke before, in files a real run against the test 
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import re
@@ -185,17 +184,20 @@ def test_compare_markdown_keeps_a_note_that_looks_like_markdown_as_text(runs: Pa
     )
 
 
-@pytest.mark.parametrize("start", ["\n=", "\uff1d", "\uff0b", "\uff0d", "\uff20"], ids=["newline", "=", "+", "-", "@"])
-def test_a_reply_a_spreadsheet_reads_as_a_formula_is_quoted_in_the_csv(runs: Path, tmp_path: Path, start: str) -> None:
-    """OWASP's list: a cell beginning with a line feed, or with the full-width =, +, - or @ that
-    some spreadsheets read as the ASCII ones, is a formula too."""
+def test_only_what_owasp_lists_as_a_formula_start_is_quoted_in_the_csv(runs: Path, tmp_path: Path) -> None:
+    """OWASP's list (= + - @ tab CR at the start) gets an apostrophe; a reply that starts with a line
+    break or any other character is written as it is, so pandas users get their text back."""
     work = _copy(runs, tmp_path)
-    formula = f'{start}HYPERLINK("http://x")'
-    _edit_rows(work / "a/predictions/a/coin_flip.jsonl", lambda n, row: row.update(question=formula))
-    out = run_cli("answers", str(work / "a"), "--out", "-")
+    starts = ["=", "+", "-", "@", "\t", "\r", "\n", "\n=", " =", "\uff1d", "'", "A"]
+    texts = [f'{start}HYPERLINK("http://x")' for start in starts]
+    _edit_rows(work / "a/predictions/a/coin_flip.jsonl", lambda n, row: row.update(question=texts[n % len(texts)]))
+    out = run_cli("answers", str(work / "a"), "--out", str(tmp_path / "a.csv"))
     assert out.returncode == 0, out.stderr
-    questions = [r["question"] for r in csv.DictReader(io.StringIO(out.stdout, newline=""))]
-    assert questions and all(q == f'\'{start}HYPERLINK("http://x")' for q in questions)
+    with (tmp_path / "a.csv").open(newline="", encoding="utf-8") as handle:  # as written: \r stays \r
+        questions = [r["question"] for r in csv.DictReader(handle)]
+    assert len(questions) >= len(texts)
+    expected = [("'" if n < 6 else "") + text for n, text in enumerate(texts)]
+    assert questions[: len(texts)] == expected
 
 
 def test_a_probe_links_its_runs_pages_whatever_letters_the_model_name_has(tmp_path: Path) -> None:

@@ -183,6 +183,25 @@ def test_the_fresh_twin_verdict_names_contamination_only_when_the_base_set_is_be
     assert "bundled set: coinflip generated it" in line(3, 2, bundled=True)
 
 
+def test_a_model_at_a_trivial_baseline_gets_no_verdict_from_its_variants(tmp_path: Path) -> None:
+    """always-yes scores what always-yes scores: its variants can show neither contamination nor holding."""
+    result = _probe(tmp_path, model="always-yes")
+    lines = [v["verdict"] for v in result["variants"] if v["name"] != "base"]
+    assert len(lines) == 7 and all("the variants cannot show anything" in line for line in lines), lines
+    assert not any("contamination" in line or "holds" in line for line in lines)
+    assert result["headline"].startswith("the variants cannot show anything: the base set is not above")
+    assert "always-" in result["headline"] and "95% interval" in result["headline"]
+
+
+def test_a_base_set_above_the_baseline_only_by_noise_is_at_the_floor() -> None:
+    from coinflip.probes.verdicts import at_floor
+
+    yes = {"always-yes": {"accuracy": 0.52}, "always-no": {"accuracy": 0.48}}
+    base = {"metrics": {"accuracy": 0.55}, "intervals": {"accuracy": [0.45, 0.65]}}  # SmolLM2 near always-yes
+    assert at_floor(base, yes) is not None and "always-yes 0.520" in str(at_floor(base, yes))
+    assert at_floor({"metrics": {"accuracy": 0.9}, "intervals": {"accuracy": [0.85, 0.95]}}, yes) is None
+
+
 def test_the_page_shows_the_variants_side_by_side_with_intervals_in_chromium(tmp_path: Path) -> None:
     with FakeOpenAIServer("shortcut") as server:
         result = _probe(tmp_path, lengths="2-3", model="m", model_id="<img src=x onerror=alert(1)>", api_url=server.url)

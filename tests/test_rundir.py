@@ -21,11 +21,11 @@ from coinflip.jsonl import (
 from coinflip.records import dumps, loads, sample_key
 
 ROWS = [
-    {"id": 2, "reply": "b", "error": None},
-    {"id": 0, "reply": None, "error": "HTTP 500"},
-    {"id": 1, "reply": "c", "error": None},
-    {"id": 0, "reply": "a", "error": None},  # a retry that worked replaces the error
-    {"id": 1, "reply": None, "error": "late"},  # an error never replaces a reply
+    {"id": 2, "target": "YES", "reply": "b", "error": None},
+    {"id": 0, "target": "YES", "reply": None, "error": "HTTP 500"},
+    {"id": 1, "target": "YES", "reply": "c", "error": None},
+    {"id": 0, "target": "YES", "reply": "a", "error": None},  # a retry that worked replaces the error
+    {"id": 1, "target": "YES", "reply": None, "error": "late"},  # an error never replaces a reply
 ]
 
 
@@ -65,8 +65,8 @@ def test_repair_cuts_a_half_written_last_line(tmp_path: Path) -> None:
 def test_a_reply_with_half_a_surrogate_pair_is_written_and_read_back(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     writer = PredictionWriter(path)
-    writer.write({"id": 0, "reply": "caf\u00e9 \ud83d ANSWER: YES", "error": None})
-    writer.write({"id": 1, "reply": "caf\u00e9", "error": None})
+    writer.write({"id": 0, "target": "YES", "reply": "caf\u00e9 \ud83d ANSWER: YES", "error": None})
+    writer.write({"id": 1, "target": "YES", "reply": "caf\u00e9", "error": None})
     writer.close()
     assert [r["reply"] for r in iter_predictions(path)] == ["caf\u00e9 \ud83d ANSWER: YES", "caf\u00e9"]
     assert "café" in path.read_text(encoding="utf-8")  # plain text stays readable
@@ -80,7 +80,8 @@ BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\ud800"  # every str.splitline
 def test_any_reply_is_one_line_of_its_file_and_reads_back(replies: list[str]) -> None:
     """Whatever text a server sends (line breaks of every kind, lone surrogates, controls), its
     row is one line by any reader's idea of a line, and reads back equal."""
-    text = b"".join(dumps({"id": i, "reply": r, "error": None}) for i, r in enumerate(replies)).decode()
+    rows = [{"id": i, "target": "YES", "reply": r, "error": None} for i, r in enumerate(replies)]
+    text = b"".join(dumps(row) for row in rows).decode()  # type: ignore[arg-type]
     lines = text.splitlines()
     assert len(lines) == len(replies) and [loads(line)["reply"] for line in lines] == replies
 
@@ -88,7 +89,8 @@ def test_any_reply_is_one_line_of_its_file_and_reads_back(replies: list[str]) ->
 def _written(path: Path, ids: list[int], error_at: int | None = None) -> PredictionWriter:
     writer = PredictionWriter(path)
     for key in ids:
-        writer.write({"id": key, "reply": f"r{key}" * (key % 7), "error": "late" if key == error_at else None})  # type: ignore[typeddict-item]
+        row = {"id": key, "target": "YES", "reply": f"r{key}" * (key % 7), "error": "late" if key == error_at else None}
+        writer.write(row)  # type: ignore[arg-type]
     writer.close()
     return writer
 
@@ -109,12 +111,12 @@ def test_a_writer_knows_whether_its_file_needs_compaction(tmp_path: Path) -> Non
 def test_repeats_are_samples_of_their_own_and_a_forced_answer_owed_is_remembered(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     rows = [
-        {"id": 4, "repeat": 0, "reply": "ANSWER: YES", "error": None},
-        {"id": 4, "repeat": 1, "reply": "hmm", "forced": {"pending": True}, "error": None},
-        {"id": 4, "repeat": 2, "reply": "hmm", "forced": {"pending": True}, "error": None},
-        {"id": 4, "repeat": 2, "reply": "hmm", "forced": {"reply": "ANSWER: NO", "error": None}, "error": None},
-        {"id": 5, "repeat": 0, "reply": "hmm", "forced": {"reply": None, "error": "HTTP 500"}, "error": None},
-        {"id": 5, "repeat": 0, "reply": None, "error": "late"},  # an error never replaces a reply
+        {"id": 4, "repeat": 0, "target": "YES", "reply": "ANSWER: YES", "error": None},
+        {"id": 4, "repeat": 1, "target": "YES", "reply": "hmm", "forced": {"pending": True}, "error": None},
+        {"id": 4, "repeat": 2, "target": "YES", "reply": "hmm", "forced": {"pending": True}, "error": None},
+        {"id": 4, "repeat": 2, "target": "YES", "reply": "hmm", "forced": {"reply": "ANSWER: NO", "error": None}},
+        {"id": 5, "repeat": 0, "target": "YES", "reply": "hmm", "forced": {"reply": None, "error": "HTTP 500"}},
+        {"id": 5, "repeat": 0, "target": "YES", "reply": None, "error": "late"},  # an error never replaces a reply
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     index = index_predictions(path)

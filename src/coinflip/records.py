@@ -210,8 +210,10 @@ def _placed(line: bytes | str) -> Any:
 
 def read_prediction(line: bytes | str) -> Prediction | None:
     """The prediction a line holds; None for a line that is not one. Every reader of predictions
-    goes through here."""
-    return _placed(line)  # type: ignore[no-any-return]
+    goes through here. A row whose target is not YES or NO (tampered, or hand-edited) is none: a
+    resume asks its question again rather than trust it."""
+    row = _placed(line)
+    return row if row is not None and row.get("target") in ("YES", "NO") else None
 
 
 def read_review(line: bytes | str) -> Review | None:

@@ -107,8 +107,8 @@ class RunDir:
                 raise ConfigError(f"cannot create run directory {work_dir}: {exc.strerror}") from None
             return cls(work_dir, model)
         stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
-        made = not work_dir.exists()
         try:  # filled under a hidden name, then renamed: a kill never leaves a half-made run
+            made = not work_dir.exists()  # exists() raises for a path the system cannot take
             work_dir.mkdir(parents=True, exist_ok=True)
             clear_lost_drafts(work_dir)
             draft = Path(tempfile.mkdtemp(prefix=f".{stamp}.", suffix=".new", dir=work_dir))

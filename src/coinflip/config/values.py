@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import fields
 from typing import Any
@@ -29,6 +30,7 @@ MAX_WHOLE = 2**63  # whole numbers in settings stay within 64 bits (what servers
 MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
 MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows
+PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 260  # bytes in a whole path, its NUL too
 
 
 def check_url(url: Any) -> None:
@@ -131,7 +133,7 @@ def odd_value(value: Any) -> str | None:
 
 
 def check_path(name: str, value: Any) -> None:
-    """A path the file system can take: no NUL, no component longer than it allows."""
+    """A path the file system can take: no NUL, no component longer than it allows, not longer as a whole."""
     if not isinstance(value, str):
         return
     if "\0" in value:
@@ -139,6 +141,9 @@ def check_path(name: str, value: Any) -> None:
     longest = max((len(part.encode("utf-8")) for part in re.split(r"[/\\]", value)), default=0)
     if longest > NAME_MAX:
         raise ConfigError(f"{name} has a folder or file name of {longest} bytes; the file system takes {NAME_MAX}")
+    whole = len(os.path.abspath(value).encode("utf-8", "surrogateescape"))
+    if whole >= PATH_MAX:
+        raise ConfigError(f"{name} is a path of {whole} bytes; the system takes {PATH_MAX - 1}: choose a shorter one")
 
 
 def parse_json(name: str, text: str) -> Any:

@@ -9,6 +9,9 @@ Three signals slow an endpoint down, never below one request in flight:
   and new requests are then paced a little under the rate the endpoint was seen to accept.
   Without one (gateways drop it), the level of requests in flight falls to what was in flight
   beside the refused one (an in-flight limit); when nothing else was, it is a rate limit too;
+- one request at a time (Ollama, LM Studio with one slot, publishing nothing): the first PROBE
+  replies each took the work before it too, so the level stays at 1 and latencies are the model's
+  time, not a queue's; one faster reply opens the level (other servers pay one reply's time);
 - queueing: when the replies show the server works on about P requests at a time (replies per
   second times the fastest reply's time per token: Little's law) and far more are in flight,
   costing real time, the level is held at P + 1: the rest would only wait in the server's queue;
@@ -37,6 +40,8 @@ NEAR_GROWTH = 0.25  # ...this much per round of replies, not one
 QUEUE_MIN_S = 0.25  # a reply slower than this, beyond the fastest, is worth a look for queueing
 QUEUE_SAMPLES = 8  # replies needed before the queueing estimate is trusted
 QUEUE_FACTOR = 4  # in flight beyond this many times the served parallelism (plus 2) is a queue
+PROBE = 4  # without published slots, the first requests go this many at once: their replies tell...
+SERIAL = 0.7  # ...a server serving one at a time, each taking this share of the work before it and its own
 
 
 @dataclass
@@ -130,7 +135,9 @@ def line(requests: dict[str, Any]) -> str:
         parts[-1] += f" (lowered to {requests['in_flight_lowest_limit']})"
     if requests.get("server_slots"):
         parts.append(f"server slots {requests['server_slots']}")
-    parts.append(f"{requests['waited_on_limits_s']:.1f} s waiting on limits")
+    if requests["waited_on_limits_s"]:  # named by its cause: a server's queue is no throttling
+        why = "refusals" if requests["refused"] else "timeouts" if requests["timeouts"] else "the server's queue"
+        parts.append(f"{requests['waited_on_limits_s']:.1f} s holding requests back for {why}")
     parts.append(f"{requests['timeouts']} timeouts, {requests['retries']} retries")
     return ", ".join(parts)
 
@@ -158,17 +165,26 @@ class Limiter:
         self.replies: deque[tuple[float, int]] = deque()  # (end, tokens) of the latest replies
         self.reply_tokens = 0  # their tokens, summed
         self.fastest = math.inf  # seconds per token of the fastest reply
+        self.wave: list[tuple[float, int]] | None = [] if self.ceiling > PROBE else None  # the first replies
+        self.serial = False  # the first replies came one after another: one request at a time
+        self.opened = math.inf  # the first send after the first wave: queueing is measured from then
         self.traffic = Traffic()
 
     def serves(self, slots: int) -> None:
         """The server says it serves `slots` requests at once: more would only queue there."""
         self.traffic.slots = slots
+        self.wave = None
         self.ceiling = max(1, min(self.ceiling, slots))
         self.level = min(self.level, float(self.ceiling))
 
     # -- when may the next request go ---------------------------------------------------------
     def allowed(self) -> int:
-        return max(1, min(int(self.level), self.queue_cap or self.ceiling))
+        cap = PROBE - len(self.wave) if self.wave is not None else self.queue_cap or self.ceiling  # a wave: no more
+        return max(1, min(int(self.level), cap))
+
+    def limiting(self, now: float) -> bool:
+        """A limit holds new requests back now: not the setting (--eval-batch-size) nor the first wave."""
+        return (self.wave is None and self.allowed() < self.ceiling) or max(self.paused_until, self.next_send) > now
 
     def delay(self, now: float) -> float:
         """Seconds until a new request may go; math.inf while the level is full (a reply frees it)."""
@@ -180,6 +196,8 @@ class Limiter:
     def send(self, now: float) -> None:
         self.in_flight += 1
         self.traffic.sent += 1
+        if self.wave is None and self.opened == math.inf:
+            self.opened = now
         self.traffic.peak = max(self.traffic.peak, self.in_flight)
         if self.period_start < self.paused_until <= now:  # the first request after a pause
             self.period_start = now
@@ -208,7 +226,10 @@ class Limiter:
         self.latency += (now - sent_at - self.latency) * (0.1 if self.latency else 1.0)
         near = self.level < NEAR * self.refused_at  # probe slowly near where the endpoint refused
         self.level = min(float(self.ceiling), self.level + (NEAR_GROWTH if near else 1.0) / self.level)
-        self._queueing(now, now - sent_at, tokens)
+        if self.wave is not None:
+            self._first_wave(now - sent_at, max(1, tokens))
+        if sent_at >= self.opened:
+            self._queueing(now, now - sent_at, tokens)
 
     def rejected(self, now: float, sent_at: float, retry_after: float | None) -> None:
         """A 429 (or an overloaded 503): slow down; `retry_after` in seconds when the server said.
@@ -217,6 +238,7 @@ class Limiter:
         level falls to what was in flight beside it; when almost nothing was, it is a rate limit too."""
         self.in_flight -= 1
         self.traffic.rejected += 1
+        self.wave = None
         if retry_after is not None and retry_after <= 0:
             if not self.passing:
                 self.passing = True
@@ -242,6 +264,7 @@ class Limiter:
         completed (a stalled request) says nothing about load."""
         self.in_flight -= 1
         self.traffic.timeouts += 1
+        self.wave = None
         if completed:
             self._lower(max(1.0, completed / 2))
             served = completed / max(now - sent_at, 1e-3)  # requests per second the server gets through
@@ -250,6 +273,7 @@ class Limiter:
     def failed(self) -> None:
         """Any other failed attempt (5xx, a dropped connection, a broken reply): no signal about load."""
         self.in_flight -= 1
+        self.wave = None
 
     # -- internals ----------------------------------------------------------------------------
     def _lower(self, level: float) -> None:
@@ -287,6 +311,20 @@ class Limiter:
         self.rate_set = (now, rate, measured)
         self.next_send = max(self.next_send, now)
 
+    def _first_wave(self, latency: float, tokens: int) -> None:
+        """The first wave's replies as they come: served one at a time, the k-th took the work of all
+        k (by tokens, at the first one's pace). A faster one, or a last one under QUEUE_MIN_S (an
+        instant server's queue costs no time), opens the level."""
+        assert self.wave is not None
+        self.wave.append((latency, tokens))
+        pace, last = self.wave[0][0] / self.wave[0][1], len(self.wave) == PROBE
+        if latency < SERIAL * pace * sum(t for _, t in self.wave) or (last and latency < QUEUE_MIN_S):
+            self.wave = None  # side by side: open; after a wave that took a while (a bucket refilled
+            self.period_start = -math.inf if latency >= SHORT_S else self.period_start  # meanwhile) measure anew
+        elif last:
+            self.wave, self.serial, self.queue_cap = None, True, 1
+            self._lower(1.0)
+
     def _queueing(self, now: float, latency: float, tokens: int) -> None:
         """Little's law: replies per second times the fastest reply's time (per token, so long
         answers do not look like queueing) is how many requests the server works on at once.
@@ -304,5 +342,5 @@ class Limiter:
         if self.queue_cap is None and self.in_flight + 1 > QUEUE_FACTOR * served + 2:
             self.queue_cap = max(1, round(served)) + 1
             self._lower(float(self.queue_cap))
-        elif self.queue_cap is not None:
+        elif self.queue_cap is not None and not self.serial:
             self.queue_cap = max(self.queue_cap, min(self.ceiling, max(1, round(served)) + 1))

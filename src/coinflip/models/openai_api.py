@@ -121,9 +121,9 @@ class OpenAIClient:
         self.last_success = time.monotonic()  # counted from the start: patience bounds a run that never answers too
         self.trouble = False  # a refusal or failure since the last success
         self.last_word = ""  # the latest failure, as the server said it
-        self.holding = 0  # requests held back by the limits now
+        self.holding = 0  # requests held back by a limit now (not by --eval-batch-size)
         self.held_since = 0.0
-        self.waited_s = 0.0  # wall time during which some request was held back
+        self.waited_s = 0.0  # wall time during which some request was held back by a limit
         self._freed: asyncio.Future[None] | None = None
         self.generation, self.extra_body = split_generation(generation)
         self.retries = retries
@@ -224,23 +224,29 @@ class OpenAIClient:
         """Wait until the endpoint may take a new request (its level, pause and pace allow it).
         Returns the moment the request goes, and how many requests it had answered by then."""
         limiter, now = self.limiter, time.monotonic()
-        if limiter.delay(now) > 0:
-            self.holding += 1
-            if self.holding == 1:
-                self.held_since = now
-            try:
-                while limiter.delay(now) > 0:
-                    self._check_patience(now)
-                    if self._freed is None:
-                        self._freed = asyncio.get_running_loop().create_future()
-                    await asyncio.wait([self._freed], timeout=min(limiter.delay(now), 1.0))
-                    now = time.monotonic()
-            finally:
-                self.holding -= 1
-                if not self.holding:
-                    self.waited_s += time.monotonic() - self.held_since
+        counted = False  # held by a limit, not by the setting (--eval-batch-size): counted in waited_s
+        try:
+            while limiter.delay(now) > 0:
+                counted = self._held(counted, limiter.limiting(now), now)
+                self._check_patience(now)
+                if self._freed is None:
+                    self._freed = asyncio.get_running_loop().create_future()
+                await asyncio.wait([self._freed], timeout=min(limiter.delay(now), 1.0))
+                now = time.monotonic()
+        finally:
+            self._held(counted, False, time.monotonic())
         limiter.send(now)
         return now, limiter.traffic.succeeded
+
+    def _held(self, was: bool, now_held: bool, now: float) -> bool:
+        """Count the wall time during which some request is held back by a limit."""
+        if now_held != was:
+            self.holding += 1 if now_held else -1
+            if now_held and self.holding == 1:
+                self.held_since = now
+            elif not now_held and not self.holding:
+                self.waited_s += now - self.held_since
+        return now_held
 
     def _check_patience(self, now: float) -> None:
         """Nothing has succeeded for `patience` seconds while the endpoint refused or failed: stop

@@ -2,8 +2,9 @@
 the forced answer where one was asked. EvalScope keeps all of this in its reviews file; coinflip
 keeps replies in predictions and verdicts in reviews, so `coinflip answers RUN_DIR` joins them.
 
-CSV is for spreadsheets: a model's reply that begins with `=`, `+`, `-` or `@` would be read there
-as a formula, so such text cells get a leading apostrophe. JSONL keeps every value as written.
+CSV is for spreadsheets: a text cell that begins with what OWASP lists as a formula's start (`=`,
+`+`, `-`, `@`, tab, carriage return) gets a leading apostrophe; every other cell is as written, so
+pandas reads the text back. JSONL keeps every value as written.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ COLUMNS = (
     "forced_answer", "p_yes", "error", "question", "reply", "forced_reply",
 )  # fmt: skip
 FORMATS = ("csv", "jsonl")
-# OWASP's list of what makes a cell a formula, the full-width forms too (some spreadsheets read them so)
-_FORMULA = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection list, no more
 
 
 def result(review: Review) -> str:

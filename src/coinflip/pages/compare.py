@@ -75,8 +75,7 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
 
     Runs pair on the questions they share: a group holds the runs linked by shared questions on
     the same data (with `force`, on any data). Two runs that share no question get no test and no
-    rank against each other, whatever their scores.
-    """
+    rank against each other, whatever their scores."""
     runs, skipped = gather(paths)
     if len(runs) < 2:
         detail = f" ({_few(skipped, 2)})" if skipped else ""
@@ -92,15 +91,8 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
     if not groups:
         raise ConfigError(_nothing_to_compare(runs, force))
     groups.sort(key=lambda m: (-len(m), min(m)))
-    out: dict[str, Any] = {
-        "same_data": len({r.row["data"]["key"] for r in runs}) == 1,
-        "warnings": [],
-        "skipped": skipped,
-        "leaderboard": [],
-        "pairs": [],
-        "untested": [],
-        "groups": [],
-    }
+    out: dict[str, Any] = {"same_data": len({r.row["data"]["key"] for r in runs}) == 1, "warnings": []}
+    out |= {"skipped": skipped, "leaderboard": [], "pairs": [], "untested": [], "groups": []}
     for n, group in enumerate(groups, 1):
         board = sorted((runs[i] for i in group), key=lambda r: -(r.row["m"]["f1_score"][0] or 0.0))
         rank = {id(r): k for k, r in enumerate(board, 1)}
@@ -265,19 +257,11 @@ def _f(value: Any, spec: str) -> str:
 
 
 PAIR_HEAD = (
-    "A",
-    "B",
-    "shared",
-    "only A right",
-    "only B right",
-    "chi2",
-    "p",
-    "chi2 (corrected)",
-    "p (corrected)",
-    "p (exact)",
-)
+    "A", "B", "shared", "only A right", "only B right", "chi2", "p", "chi2 (corrected)", "p (corrected)", "p (exact)",
+)  # fmt: skip
 
 
+PAIR_KEYS = ("chi2", "p_value", "chi2_corrected", "p_corrected", "p_exact")
 BOARD_HEAD = ("rank", "model", "run", "samples", "data", "template", "few-shot", *METRICS, "invalid")
 
 
@@ -298,18 +282,9 @@ def _board_cells(r: dict[str, Any]) -> list[str]:
 
 def _pair_cells(p: dict[str, Any], names: bool = True) -> list[str]:
     a, b = (str(p["a"]), str(p["b"])) if names else (f"#{p['a_rank']}", f"#{p['b_rank']}")
-    return [
-        a,
-        b,
-        str(p["shared"]),
-        str(p["only_a"]),
-        str(p["only_b"]),
-        f"{p['chi2']:.4f}",
-        f"{p['p_value']:.4g}",
-        f"{p['chi2_corrected']:.4f}",
-        f"{p['p_corrected']:.4g}",
-        f"{p['p_exact']:.4g}",
-    ]
+    counts = [str(p[k]) for k in ("shared", "only_a", "only_b")]
+    tests = [f"{p[k]:.4f}" if k.startswith("chi2") else f"{p[k]:.4g}" for k in PAIR_KEYS]
+    return [a, b, *counts, *tests]
 
 
 def _untested(result: dict[str, Any]) -> list[str]:
@@ -360,7 +335,6 @@ def to_html(result: dict[str, Any]) -> str:
 
 
 def write_files(result: dict[str, Any], out: Path) -> list[Path]:
-
     files = {"compare.md": to_markdown(result), "compare.html": to_html(result)}
     files["compare.json"] = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
     for name, content in files.items():  # compare/ may lie in a work directory someone else wrote
@@ -377,43 +351,49 @@ def default_out(result: dict[str, Any]) -> Path:
 
 
 def print_result(result: dict[str, Any], written: list[Path], console: Any = None) -> None:
-    """The terminal view; every user string goes in as plain text, never as rich markup."""
+    """The terminal view; every user string goes in as plain text, never as rich markup. A number
+    or an id is never broken across lines: in a terminal the tables are at least as wide as their
+    longest word, elsewhere (a pipe, a CI log) as wide as they need, so nothing wraps."""
     from rich import box
     from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
 
     console = console or Console()
-    several = len(result["groups"]) > 1
+    several, shown, wide = len(result["groups"]) > 1, [], console.options.update_width(10_000)
     for g in result["groups"]:
         title = "CoinFlip leaderboard" + (f" - {g['title']}" if several else "")
         board = Table(title=Text(one_line(title)), title_justify="left", box=box.SIMPLE_HEAD)
-        board.add_column("#")
-        board.add_column("run: model, id, size, data, template, few-shot", overflow="fold", min_width=20, ratio=1)
+        board.add_column("#", no_wrap=True)
+        board.add_column("run: model, id, size, data, template, few-shot", min_width=20, ratio=1)
         for column in ("f1", "acc", "prec", "recall", "yes", "invalid"):  # METRICS, then the invalid rate
-            board.add_column(column, justify="right")
+            board.add_column(column, justify="right", no_wrap=True)
         for r in _in_group(result, "leaderboard", g["group"]):
             name = Text(one_line(r["model"]), style="bold")
             name.append("\n" + one_line(f"{r['run_id']} · {size(r)} · {r['data']} · {r['template']} · "))
             name.append(one_line(f"{_f(r['few_shot'], 'd')}-shot") + ("" if r["complete"] else " · INCOMPLETE"))
             scores = [_f(r[m], ".3f") for m in METRICS]
             board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
-        console.print(board)
+        shown.append(board)
         pairs = _in_group(result, "pairs", g["group"])
-        if not pairs:
-            continue
-        tests = Table(
-            title="Paired McNemar tests (shared questions; A and B by rank; cc: with continuity correction)",
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-        )
-        for column in ("A", "B", "shared", "only A", "only B", "chi2", "p", "chi2 cc", "p cc", "p exact"):
-            tests.add_column(column, overflow="fold")
-        for p in pairs:
-            tests.add_row(*(Text(c) for c in _pair_cells(p, names=False)))
-        console.print(tests)
+        if pairs:
+            title = "Paired McNemar tests (shared questions; A and B by rank; cc: with continuity correction)"
+            tests = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0)
+            for column in ("A", "B", "shared", "only A", "only B", "chi2", "p", "chi2 cc", "p cc", "p exact"):
+                tests.add_column(column, no_wrap=True)
+            for p in pairs:
+                tests.add_row(*(Text(c) for c in _pair_cells(p, names=False)))
+            tests.min_width = Measurement.get(console, wide, tests).maximum  # headers too: no column wraps
+            shown.append(tests)
+    need = [Measurement.get(console, wide, t) for t in shown]
+    if need:  # a terminal wraps the run column at spaces; elsewhere nothing wraps
+        widest = max(m.maximum for m in need)
+        console.width = max(console.width, *(m.minimum for m in need)) if console.is_terminal else widest
+    for table in shown:
+        console.print(table)
     for warning in result["warnings"]:
-        console.print(Text.assemble(("warning: ", "yellow"), one_line(warning)))
+        console.print(Text.assemble(("warning: ", "yellow"), one_line(warning)), soft_wrap=True)
     for note in _untested(result) + result.get("left_out", []) + result["skipped"]:
-        console.print(Text.assemble(("note: ", "cyan"), one_line(note)))
-    console.print(Text(one_line("wrote " + ", ".join(str(p) for p in written))))
+        console.print(Text.assemble(("note: ", "cyan"), one_line(note)), soft_wrap=True)
+    console.print(Text(one_line("wrote " + ", ".join(str(p) for p in written))), soft_wrap=True)

@@ -165,7 +165,7 @@ def _datasets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _rank(rows: list[dict[str, Any]]) -> None:
     """Ranks by F1 among complete runs on the same questions (data set and subset), of the same
-    size and in the same arithmetic; others get none. Equal F1 shares a rank (1, 2, 2, 4)."""
+    size and in the same arithmetic; others get none. Equal F1 shares a rank, marked tied (1, =2, =2, 4)."""
     groups: dict[tuple[str, str, Any, Any], list[dict[str, Any]]] = {}
     for r in rows:
         r["rank"] = None
@@ -178,6 +178,9 @@ def _rank(rows: list[dict[str, Any]]) -> None:
             tied = ahead is not None and round(ahead["m"]["f1_score"][0], 12) == round(r["m"]["f1_score"][0], 12)
             r["rank"] = ahead["rank"] if tied and ahead is not None else n
             r["rank_of"] = len(members)
+        ranks = [r["rank"] for r in members]
+        for r in members:
+            r["tied"] = ranks.count(r["rank"]) > 1  # the page shows "=1": equal ranks say they tie
 
 
 def _problems(found: list[Found], rows: list[dict[str, Any]]) -> list[dict[str, str]]:

@@ -310,8 +310,12 @@ def _result(
     rows, lines = [], {}
     for variant, data, _, _ in plans:
         row = _row(variant, reports[variant.name], data, view)
-        if variant is not BASE:
-            lines[variant.name] = verdicts.verdict(variant, stats[variant.name], bundled, memorised.get(variant.name))
+        if variant is BASE:
+            floor = verdicts.at_floor(row, reports[BASE.name]["baselines"])
+        else:
+            lines[variant.name] = verdicts.verdict(
+                variant, stats[variant.name], bundled, memorised.get(variant.name), floor
+            )
             row |= {"paired": stats[variant.name], "verdict": lines[variant.name]}
             if variant.name in memorised:
                 row["paired_to_fresh"] = memorised[variant.name]
@@ -329,7 +333,7 @@ def _result(
         "base": {"dataset": source, "bundled": bundled, "questions": len(records), "seed": config.seed},
         "view": view,
         "complete": complete,
-        "headline": verdicts.headline(lines, [p[0] for p in plans], stats, memorised),
+        "headline": verdicts.headline(lines, [p[0] for p in plans], stats, memorised, floor),
         "variants": rows,
         "length": {"points": points, "falls_at": falls_at, "verdict": length_line},
     }

@@ -31,12 +31,31 @@ def significant(stats: Mapping[str, Any]) -> bool:
     return bool(stats["shared"]) and stats["p_exact"] < ALPHA and (stats["low"] > 0 or stats["high"] < 0)
 
 
+def at_floor(base: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """A line when the base set's 95% interval reaches the better trivial baseline (always-yes or
+    always-no on its questions), else None: a guesser cannot drop on a variant, nor hold."""
+    accuracy, (low, high) = base["metrics"]["accuracy"], base["intervals"]["accuracy"] or (0.0, 1.0)
+    name, level = max(((n, b["accuracy"]) for n, b in baselines.items()), key=lambda nb: nb[1] or 0.0)
+    if accuracy is None or level is None or low > level:
+        return None
+    return (
+        f"the variants cannot show anything: the base set is not above a trivial baseline (accuracy "
+        f"{accuracy:.3f}, 95% interval {low:.3f} to {high:.3f}; {name} {level:.3f} on the same questions)"
+    )
+
+
 def verdict(
-    variant: Variant, stats: Mapping[str, Any], bundled: bool = False, memorised: Mapping[str, Any] | None = None
+    variant: Variant,
+    stats: Mapping[str, Any],
+    bundled: bool = False,
+    memorised: Mapping[str, Any] | None = None,
+    floor: str | None = None,
 ) -> str:
     """One line: what the variant's paired difference says. `memorised`: the variant against the
     fresh twin, when the fresh twin showed contamination (a drop no larger than the twin's is the
-    memorised base set's, not the variant's)."""
+    memorised base set's, not the variant's). `floor`: `at_floor`'s line, which is then the verdict."""
+    if floor:
+        return f"{variant.title}: {floor}"
     if not stats["shared"]:
         return f"{variant.title}: no questions answered in both runs, nothing to compare"
     if variant.name == "fresh":
@@ -80,8 +99,11 @@ def headline(
     variants: Sequence[Variant],
     stats: Mapping[str, Mapping[str, Any]],
     memorised: Mapping[str, Mapping[str, Any]],
+    floor: str | None = None,
 ) -> str:
     """The probe in one line: contamination, then the surface variants it fails beyond that."""
+    if floor:
+        return floor
     parts = [verdicts["fresh"]] if "fresh" in verdicts else []
     surface = [v for v in variants if v.style is not None and v.name in stats]
     failed = [v for v in surface if drops(stats[v.name]) and (v.name not in memorised or drops(memorised[v.name]))]

@@ -94,9 +94,6 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
     scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):
         is_scored = scored(p)
-        if is_scored and p.get("target") not in ("YES", "NO"):  # not a row coinflip wrote: counted, not scored
-            scorer.unreadable += 1
-            continue
         if subset is not None and p["id"] not in subset:
             continue
         if subset is None and questions and p["id"] >= questions:

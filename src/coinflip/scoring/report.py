@@ -94,10 +94,11 @@ def _unread(report: Report, scorer: Scorer) -> list[str]:
             f"{scorer.impossible_logprobs} sample(s) have no P(YES): the server sent log probabilities that cannot "
             "be (above 0, NaN or infinite) at the answer position"
         )
-    if scorer.unreadable:  # counted where the saved lines are read (jsonl.py and the runner)
+    if scorer.unreadable:  # counted where the saved lines are read (jsonl.py)
         report["unreadable_rows"] = scorer.unreadable
         out.append(
-            f"{scorer.unreadable} saved row(s) could not be read (not a row, or no YES or NO target) and were left out"
+            f"{scorer.unreadable} saved row(s) could not be read (not a row, or no YES or NO target) and were left "
+            "out; a resume (--use-cache) asks their questions again"
         )
     return out
 

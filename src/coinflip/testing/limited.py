@@ -8,7 +8,8 @@
   at /props (`total_slots`) and /slots, as llama.cpp does, unless `publish_slots` is off.
 
 Every answered request's time from arrival to reply is kept in `Gate.latencies` (so a test can
-add up how long requests waited at the server), and the most requests held at once in `peak`.
+add up how long requests waited at the server), the most requests held at once in `peak`, and
+the first arrival and the last reply in `window` (how long the server was kept busy).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Gate:
         self.peak = 0
         self.refused = 0
         self.latencies: list[float] = []
+        self.window = (math.inf, 0.0)  # loop time of the first arrival and of the last reply
         self._slots: asyncio.Semaphore | None = None
 
     @property
@@ -89,6 +91,7 @@ class Gate:
         elif latency:  # counted from arrival, so the server's own work is part of the latency
             await asyncio.sleep(max(0.0, latency - (loop.time() - arrived)))
         self.latencies.append(loop.time() - arrived)
+        self.window = (min(self.window[0], arrived), loop.time())
 
     def done(self) -> None:
         self.in_flight -= 1

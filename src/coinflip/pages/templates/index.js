@@ -46,7 +46,7 @@ function cell(tr,text,cls,title){var td=el('td',cls,text);if(title)td.setAttribu
 function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAttribute('data-id',r.id);tr.setAttribute('data-model',r.model);
  var td=el('td'),box=el('input');box.type='checkbox';box.checked=sel;box.addEventListener('change',function(){var ids=S.sel?S.sel.split(','):[];
   if(box.checked)ids.push(r.id);else ids=ids.filter(function(x){return x!==r.id});S.sel=ids.join(',');update()});td.appendChild(box);tr.appendChild(td);
- cell(tr,r.rank==null?'\u2013':r.rank,'num',r.rank==null?'not ranked: incomplete':'rank '+r.rank+' of '+r.rank_of+' complete runs on '+r.tag+(r.subset?' ('+r.subset+')':'')+' with '+int(r.samples)+' samples in '+r.compat+' arithmetic');
+ cell(tr,r.rank==null?'\u2013':(r.tied?'=':'')+r.rank,'num',r.rank==null?'not ranked: incomplete':'rank '+r.rank+(r.tied?' (tied: equal F1)':'')+' of '+r.rank_of+' complete runs on '+r.tag+(r.subset?' ('+r.subset+')':'')+' with '+int(r.samples)+' samples in '+r.compat+' arithmetic');
  cell(tr,r.model.length>60?r.model.slice(0,59)+'\u2026':r.model,'model',r.model.length>60?r.model:'');
  var rc=el('td','runc'),more=el('button','more',OPEN[r.id]?'\u25be':'\u25b8');more.setAttribute('title','details');more.addEventListener('click',function(){OPEN[r.id]=!OPEN[r.id];table()});rc.appendChild(more);
  if(r.href){var a=el('a',null,r.run);a.setAttribute('href',r.href);rc.appendChild(a)}else rc.appendChild(document.createTextNode(r.run));
