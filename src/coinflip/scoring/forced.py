@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["PENDING", "answered", "needed", "pending", "progress", "recovered", "said", "scored"]
 
 
-
 def needed(reply: str | None) -> bool:
     """A reply is asked for its answer line when the strict rule finds no answer in it."""
     return extract_answer(reply) is None
