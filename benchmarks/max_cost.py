@@ -1,5 +1,6 @@
 """What `--max-cost` spends beside its cap, against the test server on 127.0.0.1.
-`python benchmarks/max_cost.py` prints the rows of docs/cost-cases.md.
+`python benchmarks/max_cost.py` writes the table between the README's max-cost markers;
+`--check` (CI) exits 1 with a diff where the README shows something else.
 
 Three cases: long replies (4,000 tokens, no max_tokens) online, and in batch mode (refused
 without max_tokens; with it, held to the worst case); cheap replies; and the test server's
@@ -8,7 +9,9 @@ without max_tokens; with it, held to the worst case); cheap replies; and the tes
 
 from __future__ import annotations
 
+import difflib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -16,6 +19,8 @@ from pathlib import Path
 
 from coinflip.testing.server import FakeOpenAIServer
 
+README = Path(__file__).resolve().parents[1] / "README.md"
+BEGIN, END = "<!-- BEGIN max-cost (generated: python benchmarks/max_cost.py) -->", "<!-- END max-cost -->"
 PRICES = ("--price-input", "0.15", "--price-output", "0.60")
 CASES = [  # what, reply tokens, cap, extra arguments
     ("long replies, online", 4000, 0.02, ("--limit", "40")),
@@ -36,10 +41,11 @@ def case(reply_tokens: int, cap: float, extra: tuple[str, ...], work: Path) -> s
     with FakeOpenAIServer("mixed", reply_tokens=reply_tokens) as srv:
         args = ("eval", "--model", "m", "--api-url", srv.url, *PRICES, "--max-cost", f"{cap:g}", *extra)
         done = subprocess.run(
-            [sys.executable, "-m", "coinflip.cli", *args, "--work-dir", str(work)],
+            [sys.executable, "-m", "coinflip", *args, "--work-dir", str(work)],
             capture_output=True,
             text=True,
             timeout=300,
+            env={**os.environ, "COLUMNS": "200"},
         )
     reports = list(work.glob("*/reports/m/coin_flip.json"))
     n = extra[extra.index("--limit") + 1]
@@ -52,11 +58,23 @@ def case(reply_tokens: int, cap: float, extra: tuple[str, ...], work: Path) -> s
     return f"exit {done.returncode}, {answered} of {n} answered, cost {cost:.4f}{said}"
 
 
-def main() -> None:
-    print("| case | cap | outcome |\n|---|---|---|")
+def table() -> str:
+    rows = ["| case | cap | outcome |", "|---|---|---|"]
     for what, reply_tokens, cap, extra in CASES:
         with tempfile.TemporaryDirectory() as tmp:
-            print(f"| {what} | {cap:g} | {case(reply_tokens, cap, extra, Path(tmp))} |", flush=True)
+            rows.append(f"| {what} | {cap:g} | {case(reply_tokens, cap, extra, Path(tmp))} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    readme = README.read_text(encoding="utf-8")
+    head, _, rest = readme.partition(BEGIN)
+    wanted = f"{head}{BEGIN}\n{table()}\n{END}{rest.partition(END)[2]}"
+    if "--check" not in sys.argv[1:]:
+        README.write_text(wanted, encoding="utf-8")
+    elif wanted != readme:
+        print("\n".join(difflib.unified_diff(readme.splitlines(), wanted.splitlines(), lineterm="")))
+        sys.exit("README.md's --max-cost table is not what benchmarks/max_cost.py measures: run it")
 
 
 if __name__ == "__main__":
