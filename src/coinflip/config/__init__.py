@@ -1,10 +1,6 @@
-"""The settings of a run: TaskConfig and its declarations.
-
-declare.py: how a setting is declared (help, flag, type, bounds, EvalScope name) and the checks
-derived from that; task.py: TaskConfig, the declarations themselves, saved with a version;
-values.py: what a declaration cannot say (JSON and key=value text, URLs, generation settings);
-evalscope.py: EvalScope's spellings; files.py: YAML/JSON config files for run_task.
-"""
+"""The settings of a run: declare.py how a setting is declared and checked; task.py TaskConfig and
+its declarations; values.py what a declaration cannot say; evalscope.py EvalScope's spellings;
+files.py YAML/JSON config files for run_task."""
 
 from ..records import REPEATS_MAX
 from .declare import (

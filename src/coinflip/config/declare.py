@@ -1,6 +1,5 @@
-"""How a setting is declared: one `Setting` per TaskConfig field, carrying its help, flag, type,
-bounds and EvalScope name, from which the CLI options, the docs' tables and the checks of a
-value's type and range are all derived (so they cannot drift)."""
+"""One `Setting` per TaskConfig field (help, flag, type, bounds, EvalScope name): the CLI options,
+the docs' tables and the checks of a value's type and range are derived from it, so they cannot drift."""
 
 from __future__ import annotations
 
@@ -54,7 +53,6 @@ class Setting:
 
 
 def setting(default: Any, help: str, *, factory: Any = None, repr: bool = True, **declared: Any) -> Any:
-    """A TaskConfig field with its declaration (the keywords of `Setting`) as metadata."""
     declared = {"help": help, "flag": "", "commands": ("eval", "sweep"), "evalscope": "=", **declared}
     if factory is not None:
         return field(default_factory=factory, metadata=declared, repr=repr)
@@ -62,7 +60,6 @@ def setting(default: Any, help: str, *, factory: Any = None, repr: bool = True, 
 
 
 def declarations(cls: Any) -> tuple[Setting, ...]:
-    """Every setting's declaration, in the order of the fields; flags and kinds filled in."""
     out = []
     for f in fields(cls):
         m = dict(f.metadata)
@@ -88,8 +85,7 @@ _WHAT = {"text": "a text", "int": "a whole number", "float": "a number", "bool":
 
 
 def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
-    """Each setting holds what its declaration says: its type (a YAML file or a dict can hold
-    anything), a value within its bounds, one of its choices, a path the file system takes."""
+    """Each setting holds what its declaration says (a YAML file or a dict can hold anything)."""
     for s in declared:
         value = getattr(config, s.name)
         if s.unused or (value is None and (s.default is None or s.kind not in _TYPES)):
@@ -113,9 +109,8 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
 
 
 def saved_settings(saved: dict[str, Any]) -> dict[str, Any]:
-    """Settings saved by any version, as this version reads them (the read path of old run
-    directories). Version 1 had no `version` and saved --api-url as a list (replicas of one
-    model): its first URL is the endpoint now (`--api-url` given on a resume wins)."""
+    """Settings saved by any version, as this one reads them. Version 1 had no `version` and saved
+    --api-url as a list (replicas of one model): its first URL is the endpoint now."""
     data = dict(saved)
     if data.pop("version", 1) == 1 and isinstance(data.get("api_url"), list):
         data["api_url"] = data["api_url"][0] if data["api_url"] else None
@@ -150,7 +145,8 @@ def one_url(value: Any) -> str | None:
 
 
 def check_across(config: Any) -> None:
-    """What ties settings together: the model, the data's source, batch mode and cost."""
+    """What ties settings together: the model, the data's source, batch mode and cost (a pricing
+    file is read where the run is planned, scoring.cost.check_costs: settings do no file I/O)."""
     if config.repeats > REPEATS_MAX or config.repeats * int(config.generation_config.get("n") or 1) > REPEATS_MAX:
         raise ConfigError(f"repeats times n (choices per request) must be at most {REPEATS_MAX}")
     if config.model is not None and not config.model.strip():
@@ -165,12 +161,19 @@ def check_across(config: Any) -> None:
         raise ConfigError("dataset_hub local needs dataset_path (or dataset_args.coin_flip.local_path)")
     if not config.prompt_template.strip():
         raise ConfigError(f"prompt_template must be one of {', '.join(PROMPT_TEMPLATES)} or a text with {{question}}")
-    _check_batch_and_cost(config)
+    check_prices(config)
+    if config.model is None:  # a resume: checked again with the run's saved settings
+        return
+    if config.batch and not config.api_url:
+        raise ConfigError("--batch needs --api-url: a server that serves /v1/files and /v1/batches")
+    if config.batch and config.stream:
+        raise ConfigError("--batch and --stream exclude each other: a batch has no stream")
+    if config.batch_write and config.batch_results:
+        raise ConfigError("give --batch-write or --batch-results, not both")
 
 
 def check_prices(config: Any) -> None:
-    """Prices (at most PRICE_MAX, so that a run's cost stays a finite number), the cost limit, and
-    the share of the price a batch pays. A pricing file's are checked too, where the run is planned."""
+    """Prices, the cost limit and the batch's share; a pricing file's too, where the run is planned."""
     for name in ("price_input", "price_output", "max_cost"):
         value = getattr(config, name)
         top, what = (math.inf, ">= 0") if name == "max_cost" else (PRICE_MAX, "from 0 to 1e9")
@@ -179,17 +182,3 @@ def check_prices(config: Any) -> None:
     discount = config.batch_discount  # None from a hand-edited task_config.yaml: not a number either
     if isinstance(discount, bool) or not isinstance(discount, int | float) or not 0 < discount <= 1:
         raise ConfigError(f"batch_discount must be in (0, 1], got {config.batch_discount!r}")
-
-
-def _check_batch_and_cost(config: Any) -> None:
-    """Batch mode needs a server that takes batches. Prices are checked here as given; a pricing
-    file is read where the run is planned (scoring.cost.check_costs): settings do no file I/O."""
-    check_prices(config)
-    if config.model is None:  # a resume: checked again with the run's saved settings
-        return
-    if config.batch and config.model is not None and not config.api_url:
-        raise ConfigError("--batch needs --api-url: a server that serves /v1/files and /v1/batches")
-    if config.batch and config.stream:
-        raise ConfigError("--batch and --stream exclude each other: a batch has no stream")
-    if config.batch_write and config.batch_results:
-        raise ConfigError("give --batch-write or --batch-results, not both")

@@ -70,14 +70,11 @@ def check_limit(value: Any) -> int | float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ConfigError(message)
-    if isinstance(value, float):
-        if value.is_integer():
-            value = int(value)
-        elif value > 1:
+    if isinstance(value, float) and not value.is_integer():
+        if value > 1:
             raise ConfigError(f"a fractional limit must be in (0, 1], got {value}; use a whole number for a count")
-        else:
-            return value
-    return value or None
+        return value
+    return int(value) or None
 
 
 def check_values(config: Any) -> None:
