@@ -138,18 +138,7 @@ def _refresh_index(root: Path) -> None:
     "--names", default="pool", show_default=True, help="pool: the shipped names; scripts: names in other scripts."
 )
 @click.option("--language", default="en", show_default=True, help="en, or zh: in Chinese.")
-def generate(
-    people: str,
-    count: int,
-    seed: int,
-    out: Path,
-    start: str,
-    ask: str | None,
-    phrasing: str,
-    idle: float,
-    names: str,
-    language: str,
-) -> None:
+def generate(people: str, count: int, seed: int, out: Path, start: str, ask: str | None, **words: Any) -> None:
     """Generate a fresh CoinFlip set, streamed to disk.
 
     Each person flips with probability 0.5; the answer is computed from the sequence (in the
@@ -161,7 +150,8 @@ def generate(
     from .data.generate import PeopleRange, generate_file
     from .data.grammar import Style, Surface
 
-    style = Style(Surface(start, ask or start, phrasing, language), idle, names).checked()
+    surface = Surface(start, ask or start, words["phrasing"], words["language"])
+    style = Style(surface, words["idle"], words["names"]).checked()
     written = generate_file(out, PeopleRange.parse(people), count, seed, style)
     click.echo(f"wrote {written} questions ({people} people, seed {seed}) to {out}", err=True)
 

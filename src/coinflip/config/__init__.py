@@ -3,21 +3,9 @@ its declarations; values.py what a declaration cannot say; evalscope.py EvalScop
 files.py YAML/JSON config files for run_task."""
 
 from ..records import REPEATS_MAX
-from .declare import (
-    BASELINES,
-    BENCHMARK,
-    DEFAULT_BATCH,
-    KEY_AGAIN,
-    LOCAL_MODELS,
-    METRIC_COMPATS,
-    SETTINGS_VERSION,
-    SPLITS,
-    Setting,
-    check_prices,
-    saved_settings,
-)
+from .declare import BASELINES, BENCHMARK, KEY_AGAIN, Setting, check_prices, saved_settings
 from .evalscope import EvalType
-from .task import TaskConfig, settings
+from .task import DEFAULT_BATCH, LOCAL_MODELS, METRIC_COMPATS, SETTINGS_VERSION, SPLITS, TaskConfig, settings
 from .values import GENERATION_KEYS, check_choice, parse_generation_config, parse_json, parse_pairs, safe_name
 
 __all__ = [

@@ -10,26 +10,14 @@ from typing import Any
 
 from ..errors import ConfigError, short
 from ..records import REPEATS_MAX
-from .values import check_choice, check_path, check_url
+from .values import check_choice, check_path
 
 BENCHMARK = "coin_flip"
-HUBS = ("bundled", "huggingface", "modelscope", "local")
-METRIC_COMPATS = ("coinflip", "evalscope")
-SPLITS = ("test", "validation")
-API_MODES = ("chat", "completions")
-LIMIT_MODES = ("stratified", "first", "random")
 PROMPT_TEMPLATES = ("default", "direct", "multiturn", "zh", "direct-zh")
-DEFAULT_BATCH = 32
-API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 KEY_AGAIN = "give the API key with --api-key, $COINFLIP_API_KEY or $OPENAI_API_KEY (never saved: a resume needs it)"
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
-LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
-MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
 MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
 PRICE_MAX = 1e9  # per million tokens; a run's cost stays a finite number (1e308 made it Infinity)
-SETTINGS_VERSION = 2  # 1: no version field (before coinflip 1.0); 2: `version`, one --api-url
-EVAL = ("eval",)
-UNUSED = "accepted, not used by coin_flip"
 
 
 @dataclass(frozen=True)
@@ -41,11 +29,11 @@ class Setting:
     flag: str | None  # "--api-url"; a "--x/--no-x" pair for booleans; None: Python and config files only
     commands: tuple[str, ...]  # which commands take the flag: eval, sweep
     kind: str  # text, int, float, bool, choice, list, json, limit
-    choices: tuple[str, ...]
-    metavar: str | None
     evalscope: str  # EvalScope's spelling ("" where it has none)
-    unused: str  # for EvalScope settings accepted but not used by coin_flip: why
     default: Any
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    unused: str = ""  # for EvalScope settings accepted but not used by coin_flip: why
     least: float | None = None  # the smallest value allowed
     unit: str = ""  # a positive number of these, at most `most`
     most: float = MAX_TIMEOUT
@@ -73,9 +61,6 @@ def declarations(cls: Any) -> tuple[Setting, ...]:
             if kind == "bool" and default is True:  # a default of False needs only the flag that turns it on
                 m["flag"] += f"/--no-{f.name.replace('_', '-')}"
         m["evalscope"] = f.name if m["evalscope"] == "=" else m["evalscope"]
-        m.setdefault("choices", ())
-        m.setdefault("metavar", None)
-        m.setdefault("unused", "")
         out.append(Setting(name=f.name, default=default, kind=kind, **m))
     return tuple(out)
 
@@ -125,23 +110,6 @@ def dataset_names(value: Any) -> list[str]:
     if not names or unknown:
         raise ConfigError(f"unknown dataset {unknown or names!r}: the only benchmark here is 'coin_flip'")
     return names
-
-
-def one_url(value: Any) -> str | None:
-    """One endpoint: several (replicas of one model) belong behind a load balancer."""
-    if value is None or value == [] or value == "":
-        return None
-    if not isinstance(value, (str, list, tuple)):
-        raise ConfigError(f"api_url must be a URL or a list of URLs, got {short(value)}")
-    urls = [value] if isinstance(value, str) else list(value)
-    for url in urls:
-        check_url(url)
-    if len(urls) > 1:
-        raise ConfigError(
-            f"give one --api-url, not {len(urls)}: put replicas of a model behind a load balancer (nginx, "
-            "LiteLLM) or use vLLM's data parallelism (--data-parallel-size), and give its URL"
-        )
-    return str(urls[0])
 
 
 def check_across(config: Any) -> None:

@@ -10,31 +10,22 @@ from typing import Any
 
 from ..errors import UnknownSettingError
 from ..secrets import REDACTED, redacted_generation, redacted_url
-from .declare import (
-    API_KEY_ENV,
-    API_MODES,
-    BASELINES,
-    BENCHMARK,
-    DEFAULT_BATCH,
-    EVAL,
-    HUBS,
-    LIMIT_MODES,
-    LOCAL_MODELS,
-    MAX_REPLY_MB,
-    METRIC_COMPATS,
-    SETTINGS_VERSION,
-    SPLITS,
-    UNUSED,
-    Setting,
-    check_across,
-    check_declared,
-    dataset_names,
-    declarations,
-    one_url,
-    setting,
-)
+from .declare import BASELINES, BENCHMARK, Setting, check_across, check_declared, dataset_names, declarations, setting
 from .evalscope import fold_evalscope
-from .values import check_header, check_limit, check_values, parse_generation_config, unknown_message
+from .values import check_header, check_limit, check_values, one_url, parse_generation_config, unknown_message
+
+DEFAULT_BATCH = 32
+LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
+METRIC_COMPATS = ("coinflip", "evalscope")
+SPLITS = ("test", "validation")
+HUBS = ("bundled", "huggingface", "modelscope", "local")
+API_MODES = ("chat", "completions")
+LIMIT_MODES = ("stratified", "first", "random")
+API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
+MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
+SETTINGS_VERSION = 2  # 1: no version field (before coinflip 1.0); 2: `version`, one --api-url
+EVAL = ("eval",)
+UNUSED = "accepted, not used by coin_flip"
 
 
 @dataclass
@@ -118,9 +109,7 @@ class TaskConfig:
         evalscope="dataset_args.coin_flip.prompt_template",
     )
     force_answer: bool = setting(
-        False,
-        "When a reply has no valid answer, ask once more for only 'ANSWER: YES' or 'ANSWER: NO'.",
-        evalscope="",
+        False, "When a reply has no valid answer, ask once more for only 'ANSWER: YES' or 'ANSWER: NO'.", evalscope=""
     )
     max_reply_mb: float = setting(
         16.0,

@@ -54,6 +54,23 @@ def check_url(url: Any) -> None:
         raise ConfigError(f"api_url {_shown(url)!r} holds characters a URL cannot carry: percent-encode them")
 
 
+def one_url(value: Any) -> str | None:
+    """One endpoint: several (replicas of one model) belong behind a load balancer."""
+    if value is None or value == [] or value == "":
+        return None
+    if not isinstance(value, (str, list, tuple)):
+        raise ConfigError(f"api_url must be a URL or a list of URLs, got {short(value)}")
+    urls = [value] if isinstance(value, str) else list(value)
+    for url in urls:
+        check_url(url)
+    if len(urls) > 1:
+        raise ConfigError(
+            f"give one --api-url, not {len(urls)}: put replicas of a model behind a load balancer (nginx, "
+            "LiteLLM) or use vLLM's data parallelism (--data-parallel-size), and give its URL"
+        )
+    return str(urls[0])
+
+
 def _shown(url: Any) -> Any:
     return shown_url(url) if isinstance(url, str) else url
 
