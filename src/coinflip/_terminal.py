@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import re
 
-# C0 controls but tab, newline and carriage return; DEL and C1; the bidi embeddings, overrides and
-# isolates (U+202A-U+202E, U+2066-U+2069); lone surrogates
+# C0 controls but tab, newline and carriage return; DEL and C1; bidi embeddings, overrides, isolates; lone surrogates
 UNSHOWABLE = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
-# and carriage return: a terminal goes back to the line's start, and what follows would overwrite it
-_CONTROL = re.compile(f"[{UNSHOWABLE}\r]")
+_CONTROL = re.compile(f"[{UNSHOWABLE}\r]")  # and carriage return, which would let what follows overwrite the line
 
 
 def printable(text: object) -> str:
