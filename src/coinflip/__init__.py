@@ -1,10 +1,5 @@
 """coinflip: fast, trustworthy CoinFlip evaluation of language models.
-
-    from coinflip import run_task, TaskConfig
-    report = run_task(TaskConfig(model="oracle", datasets=["coin_flip"], limit=10))
-
-Names are imported on first use so that `import coinflip` stays instant.
-"""
+`run_task(TaskConfig(model="oracle", limit=10))`; names are imported on first use, so `import coinflip` is instant."""
 
 TYPE_CHECKING = False  # not typing's: `import coinflip` imports nothing, so the command's first code runs at once
 

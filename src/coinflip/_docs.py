@@ -1,8 +1,5 @@
-"""The settings reference's tables (docs/settings.md), derived from TaskConfig's declarations.
-
-`python -m coinflip._docs` rewrites the tables between their markers; a test checks that the
-page holds exactly what this module makes, so docs and code cannot drift.
-"""
+"""The settings reference's tables (docs/settings.md), derived from TaskConfig's declarations:
+`python -m coinflip._docs` rewrites them between their markers; a test checks the page matches."""
 
 from __future__ import annotations
 
@@ -42,7 +39,6 @@ def _flag(s: Setting) -> str:
 
 
 def settings_table() -> str:
-    """Every setting a user can give, in declaration order (EvalScope's unused ones are in the other table)."""
     lines = ["| option | TaskConfig field | default | meaning |", "| --- | --- | --- | --- |"]
     for s in settings():
         if s.unused:
@@ -53,7 +49,6 @@ def settings_table() -> str:
 
 
 def evalscope_table() -> str:
-    """EvalScope 1.14.1's options and what each is here."""
     lines = ["| EvalScope | coinflip | note |", "| --- | --- | --- |"]
     for s in settings():
         if not s.evalscope or s.unused:

@@ -1,11 +1,6 @@
-"""Reading and writing files in a run or work directory that anyone may have written.
-
-A run directory is untrusted: a file may be a FIFO (opening it for reading waits for a writer),
-a device (/dev/zero never ends), a symlink to somewhere else entirely, or a sparse file of a
-terabyte. Every read of a saved file goes through `open_regular`: it opens without blocking,
-reads only a regular file, only inside the folder it belongs to, and only up to a size. Every
-file coinflip writes whole (a report, a page, the reviews) is written through `replacing`.
-"""
+"""Files in a run or work directory, which anyone may have written: a FIFO, a device, a link out, a
+sparse terabyte. Every read goes through `open_regular` (no blocking, a plain file inside its folder,
+up to a size); every file written whole goes through `replacing`."""
 
 from __future__ import annotations
 
@@ -27,18 +22,16 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, 
 
 
 class UnreadableFile(DataError):
-    """A saved file that is not a plain file inside its folder, or larger than what is read of it."""
+    """A saved file not a plain file inside its folder, or larger than what is read of it."""
 
 
 def inside(path: Path, folder: Path) -> bool:
-    """Whether `path`, symlinks resolved, lies within `folder` (symlinks resolved too)."""
     real, top = os.path.realpath(path), os.path.realpath(folder)
     return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
 def open_regular(path: Path, limit: int = NO_LIMIT, within: Path | None = None, write: bool = False) -> BinaryIO:
-    """`path` opened for binary reading (`write`: reading and writing), or UnreadableFile saying
-    why not; FileNotFoundError when there is nothing there."""
+    """`path` opened for binary reading (`write`: and writing), or UnreadableFile saying why not."""
     if within is not None and not inside(path, within):
         raise UnreadableFile(f"{path}: a link to outside {within}; coinflip reads only files inside the run")
     flags = (os.O_RDWR if write else os.O_RDONLY) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
@@ -62,19 +55,15 @@ def open_regular(path: Path, limit: int = NO_LIMIT, within: Path | None = None, 
 
 
 def read_regular(path: Path, limit: int, within: Path | None = None) -> bytes:
-    """The whole of a plain file of at most `limit` bytes (see `open_regular`)."""
     with open_regular(path, limit, within) as handle:
         return handle.read(limit + 1)[:limit]
 
 
 @contextlib.contextmanager
 def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
-    """A file that takes `path`'s place once written whole, so a reader never sees half of it.
-    It is written first under a hidden name beside it, made new (a link or FIFO someone left
-    there is removed, never written through or waited on; the process id keeps two processes
-    writing one page apart), then renamed over `path` (a link there is replaced, not followed).
-    On any failure the original stays as it was, the temporary file goes, and an OSError becomes
-    StorageError, naming the file, with `hint` saying what the user can do."""
+    """A file that takes `path`'s place once written whole: made new under a hidden name beside it
+    (a link or FIFO there is removed), then renamed over `path`. On failure the original stays and an
+    OSError becomes StorageError, naming the file, with `hint` saying what the user can do."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,8 +79,7 @@ def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
 
 
 def parse_yaml(text: str) -> Any:
-    """A YAML (or JSON) document without anchors and aliases: a kilobyte of aliases can stand
-    for billions of nodes. Any error is a yaml.YAMLError (or RecursionError)."""
+    """A YAML document without aliases (a kilobyte of them can stand for billions of nodes)."""
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -101,10 +89,8 @@ def parse_yaml(text: str) -> Any:
 
 
 def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None = None) -> Any:
-    """The one reader of YAML and JSON files (a task config, a run's saved settings, a prices
-    table): a plain file of at most `limit` bytes, UTF-8 or UTF-16/32 with a byte order mark (what
-    some Windows editors save), JSON by its own parser (a .json file), no YAML aliases. Every
-    failure is one ConfigError line naming the file, but FileNotFoundError, which the caller words."""
+    """The one reader of YAML and JSON files: UTF-8, or UTF-16/32 with a byte order mark (Windows
+    editors); every failure one ConfigError line naming the file, but FileNotFoundError."""
     import json
 
     import yaml

@@ -37,7 +37,6 @@ def app() -> None:
 
 
 def setting_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The command's options, derived from TaskConfig's declarations (config.settings())."""
 
     def apply(function: Callable[..., Any]) -> Callable[..., Any]:
         for s in reversed(settings()):
@@ -49,7 +48,7 @@ def setting_options(command: str) -> Callable[[Callable[..., Any]], Callable[...
 
 
 def _option(s: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Every option defaults to None, so a resumed run can tell what was given from what was not."""
+    """Every option defaults to None, so a resume can tell what was given."""
     shown = s.help
     if s.default not in (None, "", [], {}) and s.kind != "bool":
         shown += f"  [default: {', '.join(s.default) if isinstance(s.default, list) else s.default}]"
@@ -69,7 +68,6 @@ def _option(s: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 
 def given(opts: dict[str, Any]) -> dict[str, Any]:
-    """The options the user gave, as TaskConfig keywords."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items() if v is not None and v != ()}
 
 
@@ -99,7 +97,7 @@ def eval_command(config_file: str | None, **opts: Any) -> None:
 
 
 def _refresh_index(root: Path) -> None:
-    """After a run or a rescore: its work directory's index.html (never raises; logs why not)."""
+    """After a run or a rescore: its work directory's index.html (never raises)."""
     from .pages import index
     from .rundir import load_saved_config
 
@@ -140,18 +138,7 @@ def _refresh_index(root: Path) -> None:
     "--names", default="pool", show_default=True, help="pool: the shipped names; scripts: names in other scripts."
 )
 @click.option("--language", default="en", show_default=True, help="en, or zh: in Chinese.")
-def generate(
-    people: str,
-    count: int,
-    seed: int,
-    out: Path,
-    start: str,
-    ask: str | None,
-    phrasing: str,
-    idle: float,
-    names: str,
-    language: str,
-) -> None:
+def generate(people: str, count: int, seed: int, out: Path, start: str, ask: str | None, **words: Any) -> None:
     """Generate a fresh CoinFlip set, streamed to disk.
 
     Each person flips with probability 0.5; the answer is computed from the sequence (in the
@@ -163,7 +150,8 @@ def generate(
     from .data.generate import PeopleRange, generate_file
     from .data.grammar import Style, Surface
 
-    style = Style(Surface(start, ask or start, phrasing, language), idle, names).checked()
+    surface = Surface(start, ask or start, words["phrasing"], words["language"])
+    style = Style(surface, words["idle"], words["names"]).checked()
     written = generate_file(out, PeopleRange.parse(people), count, seed, style)
     click.echo(f"wrote {written} questions ({people} people, seed {seed}) to {out}", err=True)
 
@@ -329,10 +317,8 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: every user-fixable problem ends as one line on stderr and exit code 2; a stop
-    signal (run/stop.py) as one line and exit 1. `argv` None: the process's own command line, which
-    ends right after, so the signals stay ignored while it prints its outcome; `argv` given: a call
-    from Python (tests), whose caller gets its handlers back."""
+    """A user-fixable problem ends as one line and exit 2, a stop signal as one line and exit 1.
+    `argv` given: a call from Python, whose caller gets its signal handlers back."""
     from .run.stop import Interrupted, StopRequest, stopped_by
 
     stop = StopRequest()

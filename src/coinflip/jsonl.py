@@ -1,9 +1,5 @@
 """A run's predictions and reviews files: one JSON line a sample, appended and flushed as each lands.
-
-Predictions survive any crash: a half-written last line is cut on reopen (`index_predictions`
-with `repair`), the line that counts for each sample is found in one pass (a later line wins
-unless it got less far: records.progress), and `compact_predictions` leaves one line a sample.
-"""
+A half-written last line is cut on reopen; a later line wins unless it got less far (records.progress)."""
 
 from __future__ import annotations
 
@@ -21,12 +17,8 @@ from .records import DONE, ERROR, STARTED, Prediction, Review, dumps, key_of, pr
 
 @dataclass
 class PredictionIndex:
-    """Where the line that counts for each sample starts: `offset` for a reply, `~offset` for an error.
-
-    Keys are `records.sample_key(id, repeat)`. `pending` holds the samples whose reply is kept but
-    whose forced answer is pending (scoring/forced.py). Plain ints keep it small: a million samples
-    cost tens of MB, and no row is held.
-    """
+    """Where the line that counts for each sample key starts: `offset` for a reply, `~offset` for an
+    error; `pending`: replies whose forced answer is pending. Plain ints: a million samples, tens of MB."""
 
     where: dict[int, int]
     lines: int
@@ -34,16 +26,13 @@ class PredictionIndex:
     unreadable: int = field(default=0, compare=False)  # whole lines that hold no prediction (skipped)
 
     def replied(self, key: int) -> bool:
-        """A reply is kept (its forced answer may be pending)."""
         return self.where.get(key, -1) >= 0
 
     def start(self, key: int) -> int:
-        """Where the line starts, reply or error."""
         offset = self.where[key]
         return offset if offset >= 0 else ~offset
 
     def row(self, handle: BinaryIO, key: int) -> Prediction:
-        """The line that counts for `key`, read from the open predictions file."""
         row = read_prediction(_line_at(handle, self.start(key)))
         assert row is not None  # it was indexed because it read as a prediction
         return row
@@ -92,8 +81,7 @@ def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
 
 
 def compact_predictions(path: Path) -> PredictionIndex:
-    """Rewrite the file as one line per sample in id order, line by line through a temporary file;
-    on a full or read-only disk the original stays as it was."""
+    """One line per sample in key order, through a temporary file (a full disk leaves the original)."""
     index = index_predictions(path)
     keys = sorted(index.where)
     if index.lines == len(keys) and all(index.start(a) < index.start(b) for a, b in pairwise(keys)):
@@ -115,7 +103,6 @@ def _line_at(src: BinaryIO, offset: int) -> bytes:
 
 
 def iter_predictions(path: Path) -> Iterator[Prediction]:
-    """Every prediction of a file, in file order; a line that holds none is passed over."""
     with path.open("rb") as handle:
         for line in handle:
             if line.endswith(b"\n") and (row := read_prediction(line)) is not None:
@@ -123,7 +110,6 @@ def iter_predictions(path: Path) -> Iterator[Prediction]:
 
 
 def iter_reviews(path: Path) -> Iterator[Review]:
-    """Every review of a file, in file order; a line that holds none is passed over."""
     with path.open("rb") as handle:
         for line in handle:
             if (review := read_review(line)) is not None:
@@ -131,7 +117,7 @@ def iter_reviews(path: Path) -> Iterator[Review]:
 
 
 def read_predictions(path: Path) -> dict[int, Prediction]:
-    """All counting predictions in memory, by sample key (for small jobs such as a cost budget)."""
+    """All counting predictions in memory, by sample key (small jobs: a cost budget)."""
     if not path.exists():
         return {}
     index = index_predictions(path)
@@ -140,13 +126,8 @@ def read_predictions(path: Path) -> dict[int, Prediction]:
 
 
 class PredictionWriter:
-    """Appends one JSON line per finished sample; `flush` hands them to the OS (the runner does so
-    for every batch of replies that land together, before the next turn of the event loop).
-
-    `in_order` stays True while a writer that started on an empty file writes each sample once,
-    in key order: such a file needs no compaction. A full or read-only disk ends in StorageError
-    naming the file; what was flushed before stays.
-    """
+    """Appends one JSON line per finished sample. `in_order`: started empty and written in key order,
+    so the file needs no compaction. A full disk ends in StorageError; what was flushed stays."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -1,13 +1,6 @@
-"""The records a run directory holds, each declared once: a prediction (one JSON line per sample
-in predictions/), the forced answer it may carry, and a review (one line per sample in reviews/).
-
-Writers build these types and write them with `dumps`; readers parse every line with
-`read_prediction` or `read_review`, which keep a line only if it has the shape declared here
-(never by the writers' key order): anything else is skipped, never fatal, and counted
-(rundir.PredictionIndex.unreadable). A saved file may come from an older version or a hand
-edit, so a reader checks only what it needs to place a row (its id and repeat); the scorer copes
-with the rest.
-"""
+"""The records a run directory holds, each declared once: a prediction, the forced answer it may
+carry, and a review (one JSON line per sample each). Readers keep a line only if what places it (id,
+repeat) is sound; anything else is skipped and counted, never fatal (old versions, hand edits)."""
 
 from __future__ import annotations
 
@@ -28,8 +21,7 @@ FORCED_ANSWERS: tuple[str | None, ...] = (None, "YES", "NO", "invalid")  # None:
 
 
 class Forced(TypedDict, total=False):
-    """The follow-up that asks a reply without a valid answer for only its answer line
-    (forced.py). `pending` alone: asked for, not yet answered."""
+    """The follow-up asking a reply without a valid answer for its answer line; `pending` alone: unanswered."""
 
     pending: bool
     reply: str | None
@@ -60,8 +52,7 @@ class _Sample(TypedDict):
 
 
 class Prediction(_Sample, total=False):
-    """One sample: the question, what was sent, what came back (or the error after retries);
-    the fields of `_Sample` always, these where they apply."""
+    """One sample: the fields of `_Sample` always, these where they apply."""
 
     ttft_s: float  # streamed replies: time to the first token
     answer_logprobs: list[Any]  # log probabilities around the answer (scoring/calibration.py)
@@ -97,7 +88,7 @@ def make_review(
     forced: str | None,
     p_yes: float | None,
 ) -> Review:
-    """A review, with what follows from its fields (`correct`, `invalid`) worked out here only."""
+    """A review, `correct` and `invalid` worked out here only."""
     return {
         "id": id,
         "repeat": repeat,
@@ -123,21 +114,17 @@ def loads(line: bytes | str) -> Any:
 
 
 def by_batch(answer: Mapping[str, Any]) -> bool:
-    """Whether a Batch API gave this answer (a prediction row, or its forced answer), so it is
-    priced at the batch discount. Only `true` says so: a hand-edited "yes" or 1 is read as online."""
+    """Whether a Batch API gave this answer (priced at its discount); only `true` says so."""
     return answer.get("batch") is True
 
 
 def token_count(usage: Any, name: str) -> int | None:
-    """A saved token count (`usage[name]` of a row or its forced answer), as the writer saves one:
-    a whole number below TOKENS_MAX; anything else a hand edit left (a float, 400 digits) is none.
-    The report's tokens and the --max-cost budget both read counts here."""
+    """A saved token count, as the writer saves one (a whole number below TOKENS_MAX), or None."""
     value = usage.get(name) if isinstance(usage, dict) else None
     return value if whole(value, TOKENS_MAX) else None
 
 
 def sample_key(question: int, repeat: int = 0) -> int:
-    """One int per sample (question, repeat): how samples are indexed and ordered everywhere."""
     return question * REPEATS_MAX + repeat
 
 
@@ -150,7 +137,6 @@ def key_of(row: Prediction | Review) -> int:
 
 
 def whole(value: Any, below: float = float("inf")) -> TypeGuard[int]:
-    """A whole number (not a bool) from 0 up to `below`: what every saved count and id must be."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < below
 
 
@@ -159,14 +145,13 @@ ERROR, STARTED, DONE = 0, 1, 2  # how far a row got: an error, a reply with its 
 
 
 def pending(row: Prediction) -> bool:
-    """The row's reply is kept, its forced answer is still to be asked (never answered, or it failed)."""
+    """The reply is kept, its forced answer still to be asked (never answered, or it failed)."""
     forced = row.get("forced")
     return isinstance(forced, dict) and (bool(forced.get("pending")) or forced.get("error") is not None)
 
 
 def scored(row: Prediction) -> bool:
-    """A row counts in the report unless its forced answer was asked for and nothing came back yet
-    (a failed forced answer counts, as invalid)."""
+    """A row counts unless its forced answer is pending (a failed one counts, as invalid)."""
     forced = row.get("forced")
     return not (isinstance(forced, dict) and forced.get("pending"))
 
@@ -186,11 +171,8 @@ def _decoder() -> Any:
 
 
 def _placed(line: bytes | str) -> Any:
-    """A line's JSON object if it has a whole id, and a whole repeat below REPEATS_MAX or none
-    (0.0 or false is not one); else None. What places the row is checked, the rest is read
-    tolerantly. msgspec parses (8x faster than json, and it refuses NaN and Infinity as JSON
-    does); what it refuses that JSON allows, an escaped lone surrogate (which `dumps` writes for
-    half a surrogate pair from a server), is parsed again by `loads`."""
+    """A line's JSON object if it has a whole id and a whole repeat below REPEATS_MAX (or none); else
+    None. msgspec parses (8x json's speed); an escaped lone surrogate, which it refuses, `loads` reads."""
     import msgspec
 
     try:
@@ -209,22 +191,18 @@ def _placed(line: bytes | str) -> Any:
 
 
 def read_prediction(line: bytes | str) -> Prediction | None:
-    """The prediction a line holds; None for a line that is not one. Every reader of predictions
-    goes through here. A row whose target is not YES or NO (tampered, or hand-edited) is none: a
-    resume asks its question again rather than trust it."""
+    """The prediction a line holds, or None (a target not YES or NO too: a resume asks it again)."""
     row = _placed(line)
     return row if row is not None and row.get("target") in ("YES", "NO") else None
 
 
 def read_review(line: bytes | str) -> Review | None:
-    """The review a line holds; None for a line that is not one."""
     return _placed(line)  # type: ignore[no-any-return]
 
 
 def dumps(record: Prediction | Review) -> bytes:
-    """One JSON line; NaN and Infinity (not JSON) become null, and half a surrogate pair from a
-    server is kept as a \\u escape rather than crashing the run. msgspec writes it: a tenth of
-    json's time, on every sample."""
+    """One JSON line (msgspec: a tenth of json's time); NaN and Infinity become null, half a
+    surrogate pair from a server a \\u escape."""
     try:
         return escape_line_breaks(_encoder().encode(record)) + b"\n"
     except UnicodeEncodeError:  # a lone surrogate: json escapes it, msgspec cannot
@@ -235,10 +213,8 @@ _LINE_BREAKS = tuple((mark.encode(), f"\\u{ord(mark):04x}".encode()) for mark in
 
 
 def escape_line_breaks(text: bytes) -> bytes:
-    """A JSON text (UTF-8) with Unicode's own line breaks (NEL, U+2028, U+2029), which JSON leaves
-    raw, as \\u escapes: a reader that splits a JSONL file with str.splitlines() (Python's,
-    pandas' for some engines, many editors') would break a line at them. In valid UTF-8 their
-    bytes never occur inside another character, so replacing them is exact."""
+    """Unicode's own line breaks (NEL, U+2028, U+2029), which JSON leaves raw, as \\u escapes: a
+    reader splitting lines with str.splitlines() would break there. Exact in valid UTF-8."""
     for raw, escaped in _LINE_BREAKS:
         text = text.replace(raw, escaped)
     return text

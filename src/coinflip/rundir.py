@@ -1,8 +1,5 @@
-"""The run directory: config, predictions (appended and flushed one by one), reviews, reports, log.
-
-Predictions survive any crash: each line is flushed as its sample finishes, a half-written last
-line is dropped on reopen, and a resumed run appends only what was missing.
-"""
+"""The run directory: its settings, predictions, reviews, reports and logs, where each lives, and
+how a new one is made (under a hidden name, renamed when filled) and locked."""
 
 from __future__ import annotations
 
@@ -28,9 +25,7 @@ except ImportError:  # Windows: no advisory locks
 from ._files import UnreadableFile, inside, read_regular, read_settings, replacing
 from .config import BENCHMARK, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, storage_error
-from .records import (
-    loads,
-)
+from .records import loads
 
 CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
@@ -85,7 +80,6 @@ class RunDir:
 
     @property
     def requests(self) -> Path:
-        """What the last session sent to the endpoints (models/limits.py's record), for the report."""
         return self.root / "logs" / "requests.json"
 
     @property
@@ -94,7 +88,7 @@ class RunDir:
 
     @classmethod
     def create(cls, work_dir: Path, model: str, no_timestamp: bool = False) -> RunDir:
-        """A new run directory; `no_timestamp` uses `work_dir` itself (EvalScope's no_timestamp)."""
+        """A new run directory; `no_timestamp`: `work_dir` itself (EvalScope's no_timestamp)."""
         if no_timestamp:
             if (work_dir / CONFIG_FILE).exists():
                 raise ConfigError(
@@ -118,8 +112,7 @@ class RunDir:
         return cls(draft, model, made, draft=True, held=held)
 
     def publish(self) -> RunDir:
-        """A run made by `create` under its hidden name, now filled, under its timestamp: the
-        first free one of `STAMP`, `STAMP_1`, ... (a rename never replaces a folder that holds files)."""
+        """A filled draft under its timestamp: the first free one of `STAMP`, `STAMP_1`, ..."""
         if not self.draft:
             return self
         stamp = self.root.name[1:].split(".")[0]
@@ -138,17 +131,15 @@ class RunDir:
         raise ConfigError(f"{self.root.parent} holds a thousand runs started in the same second")
 
     def discard(self, folder: bool = False) -> None:
-        """Let go of a draft's lock (and with `folder`, of the draft itself: a run that never started)."""
+        """Let go of a draft's lock (`folder`: and of the draft itself, a run that never started)."""
         if self.held is not None:
             self.held.close()
         if folder and self.draft:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def own_folders(self, *files: Path) -> None:
-        """Make each folder from the run's root down to `files` a real one: a link there is
-        replaced by an empty folder (its target left alone), as `replacing` replaces a linked file,
-        so reports and logs are written in the run itself, never through a link to elsewhere. A
-        link at a file itself goes too (the log is appended to, not replaced)."""
+        """Each folder from the root down to `files` a real one, and no link at a file itself (the log is
+        appended to): reports and logs are written in the run, never through a link to elsewhere."""
         for file in files:
             folder = self.root
             for part in file.parent.relative_to(self.root).parts:
@@ -166,9 +157,7 @@ class RunDir:
                     raise storage_error(file, exc) from None
 
     def refuse_links_out(self) -> None:
-        """The predictions are read, compacted and appended to in place, so never through a link out
-        of the run (`predictions/MODEL` pointing into another run would be rewritten there, and a
-        resume would add to it): one line, as for every file a rescore reads."""
+        """The predictions are compacted and appended to in place, so never through a link out of the run."""
         if not inside(self.predictions, self.root):
             raise ConfigError(
                 f"{self.predictions}: a link to outside {self.root}; coinflip reads only files inside the run"
@@ -184,21 +173,19 @@ class RunDir:
         return run
 
     def save_config(self, data: dict[str, Any]) -> None:
-        """Write the run's settings atomically, as YAML for people to read. PyYAML escapes what is
-        not printable (C0 and C1 controls, DEL) in a double-quoted string, so every value reads back
-        as it was."""
+        """Atomically, as YAML (PyYAML escapes what is not printable, so every value reads back)."""
         import yaml
 
         class Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
             def ignore_aliases(self, data: Any) -> bool:  # never an alias: the reader refuses them
                 return True
 
-        _atomic_write(self.config_file, yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True))
+        with replacing(self.config_file) as out:
+            out.write(yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True).encode("utf-8"))
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """One coinflip process at a time per run directory: resuming a run that is still going
-        would send its missing work twice. The kernel drops the lock when the process dies."""
+        """One process per run directory (a resume of a live run would send its work twice)."""
         try:
             handle = (self.root / "configs" / "run.lock").open("a")
         except OSError:  # a read-only run directory: nothing will be written into it anyway
@@ -215,7 +202,8 @@ class RunDir:
             if ids is None:
                 path.unlink(missing_ok=True)
             else:
-                _atomic_write(path, json.dumps(list(ids)))
+                with replacing(path) as out:
+                    out.write(json.dumps(list(ids)).encode("utf-8"))
         except OSError as exc:
             raise storage_error(path, exc) from None
 
@@ -234,9 +222,7 @@ class RunDir:
 
 
 def _flock(file: Any) -> bool | None:
-    """An exclusive advisory lock, without waiting: True when taken, False when another process
-    holds it, None where there are no such locks (Windows, or a file system without them, such
-    as some NFS mounts: ENOLCK), which is no reason to refuse a run."""
+    """An exclusive lock without waiting: True taken, False held elsewhere, None: no locks here (NFS)."""
     if fcntl is None:
         return None
     try:
@@ -251,9 +237,7 @@ def _flock(file: Any) -> bool | None:
 
 
 def _lock_draft(draft: Path) -> Any:
-    """The lock its maker holds on a draft until it is published (the run's own run.lock): the
-    kernel lets go of it when the maker dies, which is how `clear_lost_drafts` tells. None
-    without advisory locks."""
+    """The maker's lock on a draft until it is published: the kernel drops it when the maker dies."""
     if fcntl is None:
         return None
     (draft / "configs").mkdir()
@@ -265,12 +249,9 @@ def _lock_draft(draft: Path) -> Any:
 
 
 def clear_lost_drafts(work_dir: Path) -> None:
-    """Remove the drafts of runs whose maker was killed while making them (hidden `.STAMP.xxxx.new`
-    folders, which nothing lists or resumes). A draft is lost when nobody holds its lock and it has
-    not changed for DRAFT_GRACE_S: its maker takes the lock within microseconds of making it and
-    holds it until the rename, so the age covers only that gap (and a lock file not yet there). The
-    lock is taken before removing, so two new runs never both remove it, and a live maker never
-    loses its folder. Without advisory locks only the age tells: a day. A link is never followed."""
+    """Remove the drafts whose maker was killed: unlocked and unchanged for DRAFT_GRACE_S (the age
+    covers the microseconds before the lock). The lock is taken before removing, so a live maker
+    never loses its folder. Without advisory locks only the age tells: a day."""
     try:
         entries = [e for e in os.scandir(work_dir) if DRAFT.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
     except OSError:
@@ -283,7 +264,7 @@ def clear_lost_drafts(work_dir: Path) -> None:
 
 @contextlib.contextmanager
 def _lost(draft: Path) -> Iterator[bool]:
-    """Whether `draft` has lost its maker, its lock held (where there is one) while the caller acts."""
+    """Whether `draft` has lost its maker, its lock held while the caller acts."""
     age = time.time() - draft.lstat().st_mtime
     if age <= DRAFT_GRACE_S:
         yield False
@@ -311,16 +292,13 @@ def _lost(draft: Path) -> Iterator[bool]:
 
 
 def _bare(draft: Path) -> bool:
-    """Whether a folder holds only what a maker killed between mkdtemp and its lock leaves: nothing,
-    or an empty configs/. A user's own hidden folder named like a draft holds more, and is kept."""
+    """Only what a maker killed before its lock leaves (a user's folder named like a draft holds more)."""
     found = os.listdir(draft)
     return not found or (found == ["configs"] and not os.listdir(draft / "configs"))
 
 
 def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:
-    """The saved settings of the run at `root`, checked as strictly as settings typed on the
-    command line (a hand-edited `seed: "abc"` is one line, not a traceback later). `check=False`
-    reads them only to be shown as text (the index lists whatever a run holds)."""
+    """A run's saved settings, checked as strictly as typed ones; `check=False`: only to be shown."""
     path = root / CONFIG_FILE
     try:
         data = read_settings(path, CONFIG_LIMIT, within=root)
@@ -340,8 +318,7 @@ def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:
 
 
 def _check_saved(path: Path, data: dict[str, Any]) -> None:
-    """The saved settings pass TaskConfig's checks (fields this version does not know are left
-    alone: a newer coinflip may have written them); the counts are counts."""
+    """TaskConfig's checks (fields a newer coinflip wrote are left alone); the counts are counts."""
     known = set(TaskConfig.field_names()) - {"dataset_args", "use_cache", "api_key", "pricing_file"}  # folded in
     try:
         TaskConfig(**{k: v for k, v in data["config"].items() if k in known})
@@ -354,8 +331,3 @@ def _check_saved(path: Path, data: dict[str, Any]) -> None:
         not isinstance(subset, dict) or any(type(subset.get(k, 0)) is not int for k in ("count", "of"))
     ):
         raise ConfigError(f"{path}: subset must hold whole numbers as its count and of")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    with replacing(path) as out:
-        out.write(text.encode("utf-8"))

@@ -1,9 +1,5 @@
-"""Every secret a run holds, and how each is masked: in the files a run writes (settings, URLs)
-and wherever a server may echo one back (models/_redact.py masks those forms).
-
-The basics layer: config and models both use it, so there is one list of the places a gateway
-reads a secret from, one mask and one way of showing a URL.
-"""
+"""Every secret a run holds, and how each is masked in the files a run writes (settings, URLs) and
+wherever a server may echo one back (models/_redact.py): one list of the places, one mask, one URL form."""
 
 from __future__ import annotations
 
@@ -15,9 +11,7 @@ from urllib.parse import quote_plus, unquote_plus, urlsplit
 
 REDACTED = "***"
 GATEWAY_KEYS = ("extra_headers", "extra_query", "extra_body")  # what a gateway may read a secret from
-# Keys whose values are plainly settings, never secrets: kept in the run directory and shown
-# (matched without case). Every other text in extra_headers, extra_query and extra_body is
-# treated as a secret: masked when saved and shown, asked for again on a resume.
+# Keys (any case) whose values are settings, kept and shown; every other text in GATEWAY_KEYS is a secret
 PLAIN_KEYS = frozenset({
     "api-version", "api_version", "anthropic-version", "openai-beta", "accept", "content-type", "user-agent",
     "guided_choice", "guided_regex", "guided_json", "guided_grammar", "response_format", "reasoning_effort",
@@ -25,9 +19,7 @@ PLAIN_KEYS = frozenset({
 
 
 def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
-    """Generation settings fit for a file: every text in extra_headers, extra_query and
-    extra_body (nested too) is masked, as a gateway may read a secret from any of them, except
-    under the keys of PLAIN_KEYS; numbers, booleans and null stay (they are settings)."""
+    """Every text in GATEWAY_KEYS (nested too) masked but under PLAIN_KEYS; numbers, booleans, null stay."""
     out = dict(generation)
     for key in GATEWAY_KEYS:
         if key in out:
@@ -46,15 +38,13 @@ def _masked(value: Any) -> Any:
 
 
 def secrets_in(generation: dict[str, Any]) -> list[str]:
-    """The values `redacted_generation` masks, and what a Basic credential among them decodes to
-    (`basic_secrets`): also masked wherever a server echoes them."""
+    """The values `redacted_generation` masks, and what a Basic credential among them decodes to."""
     texts = [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
     return texts + [s for t in texts for s in basic_secrets(t)]
 
 
 def basic_secrets(authorization: str) -> list[str]:
-    """What a `Basic TOKEN` credential (an Authorization header, a proxy's user:password) may be
-    echoed as besides itself: the token, the `user:password` it decodes to, and the password."""
+    """What a `Basic TOKEN` credential may be echoed as: the token, its `user:password`, the password."""
     scheme, _, token = authorization.strip().partition(" ")
     if scheme.lower() != "basic" or not token:
         return []
@@ -66,23 +56,20 @@ def basic_secrets(authorization: str) -> list[str]:
 
 
 def secret_keys(value: Any) -> list[str]:
-    """The keys of a gateway setting (extra_body, say) whose values hold a text that
-    `redacted_generation` masks: what a file written outside the run directory would give away."""
+    """The keys of a gateway setting whose values hold a text `redacted_generation` masks."""
     if not isinstance(value, dict):
         return []
     return [str(k) for k, v in value.items() if str(k).lower() not in PLAIN_KEYS and any(_texts(v, True))]
 
 
 def masked_somewhere(generation: dict[str, Any] | None) -> bool:
-    """Whether saved generation settings had a secret masked (a resume must be given it again).
-    None (a hand edit left `generation_config: null`, which the settings take) has none."""
+    """Whether saved generation settings had a secret masked (a resume must be given it again)."""
     if not isinstance(generation, dict):
         return False
     return any(REDACTED in _texts(generation.get(key), False) for key in GATEWAY_KEYS)
 
 
 def _texts(value: Any, skip_plain: bool) -> list[str]:
-    """Every text in `value`, nested too; with `skip_plain`, none under the keys of PLAIN_KEYS."""
     if isinstance(value, dict):
         kept = [v for k, v in value.items() if not (skip_plain and str(k).lower() in PLAIN_KEYS)]
         return [t for v in kept for t in _texts(v, skip_plain)]
@@ -92,9 +79,8 @@ def _texts(value: Any, skip_plain: bool) -> list[str]:
 
 
 def redacted_url(url: Any) -> Any:
-    """A URL fit for a file: every query value masked (a SAS token hides in `sv` and `sig`, a
-    function key in `code`), and every bare item (`?TOKEN`, no `=`) whole, except under the keys of
-    PLAIN_KEYS (api-version); a fragment (never sent) whole."""
+    """Every query value masked but under PLAIN_KEYS (a SAS token hides in `sig`), a bare item
+    (`?TOKEN`) and a fragment whole."""
     if not isinstance(url, str) or ("?" not in url and "#" not in url):
         return url
     url, hashed, fragment = url.partition("#")
@@ -112,23 +98,15 @@ def redacted_url(url: Any) -> Any:
 
 
 def _query(query: str) -> list[tuple[str, str | None]]:
-    """A query's items, decoded (`+` is a space); a bare item (no `=`) is a key with value None."""
-    items: list[tuple[str, str | None]] = []
-    for item in query.split("&"):
-        if item:
-            key, sep, value = item.partition("=")
-            items.append((unquote_plus(key), unquote_plus(value) if sep else None))
-    return items
+    parts = [item.partition("=") for item in query.split("&") if item]  # a bare item (no `=`): value None
+    return [(unquote_plus(key), unquote_plus(value) if sep else None) for key, sep, value in parts]
 
 
 def _secret_query(key: str, value: str | None) -> bool:
-    """A query value is a secret unless it is empty or under a key of PLAIN_KEYS; a bare item is
-    one whole (a gateway may take its token as `?TOKEN`)."""
     return value is None or (bool(value) and key.lower() not in PLAIN_KEYS)
 
 
 def url_secrets(urls: Any) -> list[str]:
-    """The query values (and bare items) `redacted_url` masks."""
     found = []
     for url in [urls] if isinstance(urls, str) else list(urls or []):
         query = url.partition("#")[0].partition("?")[2]  # the fragment is never sent
@@ -137,16 +115,9 @@ def url_secrets(urls: Any) -> list[str]:
 
 
 def shown_url(url: str) -> str:
-    """A URL fit to print or save, the one form every message, page and file shows: its
-    credentials removed, whatever they hold, and its query and fragment masked as `redacted_url`
-    masks them.
-
-    The credentials are what stands before the last `@` ahead of the query (a password may hold
-    `/`; an `@` in the path makes the URL shown shorter, never with a secret). Where no `@` comes
-    before the query but the part before the first `/`, `?` or `#` is no host and port (a raw
-    password that holds `?` or `#`), they end at the first `@` that a host and port follow. An `@`
-    in the query (an e-mail) is no credential: the host stays the host, and no tail of a query
-    value is shown in its place."""
+    """The one form of a URL every message, page and file shows: credentials removed (what stands
+    before the last `@` ahead of the query; for a raw password holding `?` or `#`, before the first
+    `@` a host and port follow), query and fragment masked as `redacted_url` masks them."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
@@ -172,8 +143,7 @@ def _host_and_port(authority: str) -> bool:
 
 
 def run_secrets(api_key: str | None, generation: dict[str, Any], urls: Any) -> list[str | None]:
-    """Every secret a run holds: the API key, the gateway settings' values and the URL's query
-    values; what the redactor masks wherever a server echoes them."""
+    """Every secret a run holds: what the redactor masks wherever a server echoes them."""
     return [api_key, *secrets_in(generation), *url_secrets(urls)]
 
 

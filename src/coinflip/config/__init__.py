@@ -1,27 +1,11 @@
-"""The settings of a run: TaskConfig and its declarations.
-
-declare.py: how a setting is declared (help, flag, type, bounds, EvalScope name) and the checks
-derived from that; task.py: TaskConfig, the declarations themselves, saved with a version;
-values.py: what a declaration cannot say (JSON and key=value text, URLs, generation settings);
-evalscope.py: EvalScope's spellings; files.py: YAML/JSON config files for run_task.
-"""
+"""The settings of a run: declare.py how a setting is declared and checked; task.py TaskConfig and
+its declarations; values.py what a declaration cannot say; evalscope.py EvalScope's spellings;
+files.py YAML/JSON config files for run_task."""
 
 from ..records import REPEATS_MAX
-from .declare import (
-    BASELINES,
-    BENCHMARK,
-    DEFAULT_BATCH,
-    KEY_AGAIN,
-    LOCAL_MODELS,
-    METRIC_COMPATS,
-    SETTINGS_VERSION,
-    SPLITS,
-    Setting,
-    check_prices,
-    saved_settings,
-)
+from .declare import BASELINES, BENCHMARK, KEY_AGAIN, Setting, check_prices, saved_settings
 from .evalscope import EvalType
-from .task import TaskConfig, settings
+from .task import DEFAULT_BATCH, LOCAL_MODELS, METRIC_COMPATS, SETTINGS_VERSION, SPLITS, TaskConfig, settings
 from .values import GENERATION_KEYS, check_choice, parse_generation_config, parse_json, parse_pairs, safe_name
 
 __all__ = [

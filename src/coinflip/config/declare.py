@@ -1,6 +1,5 @@
-"""How a setting is declared: one `Setting` per TaskConfig field, carrying its help, flag, type,
-bounds and EvalScope name, from which the CLI options, the docs' tables and the checks of a
-value's type and range are all derived (so they cannot drift)."""
+"""One `Setting` per TaskConfig field (help, flag, type, bounds, EvalScope name): the CLI options,
+the docs' tables and the checks of a value's type and range are derived from it, so they cannot drift."""
 
 from __future__ import annotations
 
@@ -11,26 +10,14 @@ from typing import Any
 
 from ..errors import ConfigError, short
 from ..records import REPEATS_MAX
-from .values import check_choice, check_path, check_url
+from .values import check_choice, check_path
 
 BENCHMARK = "coin_flip"
-HUBS = ("bundled", "huggingface", "modelscope", "local")
-METRIC_COMPATS = ("coinflip", "evalscope")
-SPLITS = ("test", "validation")
-API_MODES = ("chat", "completions")
-LIMIT_MODES = ("stratified", "first", "random")
 PROMPT_TEMPLATES = ("default", "direct", "multiturn", "zh", "direct-zh")
-DEFAULT_BATCH = 32
-API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 KEY_AGAIN = "give the API key with --api-key, $COINFLIP_API_KEY or $OPENAI_API_KEY (never saved: a resume needs it)"
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
-LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
-MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
 MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
 PRICE_MAX = 1e9  # per million tokens; a run's cost stays a finite number (1e308 made it Infinity)
-SETTINGS_VERSION = 2  # 1: no version field (before coinflip 1.0); 2: `version`, one --api-url
-EVAL = ("eval",)
-UNUSED = "accepted, not used by coin_flip"
 
 
 @dataclass(frozen=True)
@@ -42,11 +29,11 @@ class Setting:
     flag: str | None  # "--api-url"; a "--x/--no-x" pair for booleans; None: Python and config files only
     commands: tuple[str, ...]  # which commands take the flag: eval, sweep
     kind: str  # text, int, float, bool, choice, list, json, limit
-    choices: tuple[str, ...]
-    metavar: str | None
     evalscope: str  # EvalScope's spelling ("" where it has none)
-    unused: str  # for EvalScope settings accepted but not used by coin_flip: why
     default: Any
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    unused: str = ""  # for EvalScope settings accepted but not used by coin_flip: why
     least: float | None = None  # the smallest value allowed
     unit: str = ""  # a positive number of these, at most `most`
     most: float = MAX_TIMEOUT
@@ -54,7 +41,6 @@ class Setting:
 
 
 def setting(default: Any, help: str, *, factory: Any = None, repr: bool = True, **declared: Any) -> Any:
-    """A TaskConfig field with its declaration (the keywords of `Setting`) as metadata."""
     declared = {"help": help, "flag": "", "commands": ("eval", "sweep"), "evalscope": "=", **declared}
     if factory is not None:
         return field(default_factory=factory, metadata=declared, repr=repr)
@@ -62,7 +48,6 @@ def setting(default: Any, help: str, *, factory: Any = None, repr: bool = True, 
 
 
 def declarations(cls: Any) -> tuple[Setting, ...]:
-    """Every setting's declaration, in the order of the fields; flags and kinds filled in."""
     out = []
     for f in fields(cls):
         m = dict(f.metadata)
@@ -76,9 +61,6 @@ def declarations(cls: Any) -> tuple[Setting, ...]:
             if kind == "bool" and default is True:  # a default of False needs only the flag that turns it on
                 m["flag"] += f"/--no-{f.name.replace('_', '-')}"
         m["evalscope"] = f.name if m["evalscope"] == "=" else m["evalscope"]
-        m.setdefault("choices", ())
-        m.setdefault("metavar", None)
-        m.setdefault("unused", "")
         out.append(Setting(name=f.name, default=default, kind=kind, **m))
     return tuple(out)
 
@@ -88,8 +70,7 @@ _WHAT = {"text": "a text", "int": "a whole number", "float": "a number", "bool":
 
 
 def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
-    """Each setting holds what its declaration says: its type (a YAML file or a dict can hold
-    anything), a value within its bounds, one of its choices, a path the file system takes."""
+    """Each setting holds what its declaration says (a YAML file or a dict can hold anything)."""
     for s in declared:
         value = getattr(config, s.name)
         if s.unused or (value is None and (s.default is None or s.kind not in _TYPES)):
@@ -113,9 +94,8 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
 
 
 def saved_settings(saved: dict[str, Any]) -> dict[str, Any]:
-    """Settings saved by any version, as this version reads them (the read path of old run
-    directories). Version 1 had no `version` and saved --api-url as a list (replicas of one
-    model): its first URL is the endpoint now (`--api-url` given on a resume wins)."""
+    """Settings saved by any version, as this one reads them. Version 1 had no `version` and saved
+    --api-url as a list (replicas of one model): its first URL is the endpoint now."""
     data = dict(saved)
     if data.pop("version", 1) == 1 and isinstance(data.get("api_url"), list):
         data["api_url"] = data["api_url"][0] if data["api_url"] else None
@@ -132,25 +112,9 @@ def dataset_names(value: Any) -> list[str]:
     return names
 
 
-def one_url(value: Any) -> str | None:
-    """One endpoint: several (replicas of one model) belong behind a load balancer."""
-    if value is None or value == [] or value == "":
-        return None
-    if not isinstance(value, (str, list, tuple)):
-        raise ConfigError(f"api_url must be a URL or a list of URLs, got {short(value)}")
-    urls = [value] if isinstance(value, str) else list(value)
-    for url in urls:
-        check_url(url)
-    if len(urls) > 1:
-        raise ConfigError(
-            f"give one --api-url, not {len(urls)}: put replicas of a model behind a load balancer (nginx, "
-            "LiteLLM) or use vLLM's data parallelism (--data-parallel-size), and give its URL"
-        )
-    return str(urls[0])
-
-
 def check_across(config: Any) -> None:
-    """What ties settings together: the model, the data's source, batch mode and cost."""
+    """What ties settings together: the model, the data's source, batch mode and cost (a pricing
+    file is read where the run is planned, scoring.cost.check_costs: settings do no file I/O)."""
     if config.repeats > REPEATS_MAX or config.repeats * int(config.generation_config.get("n") or 1) > REPEATS_MAX:
         raise ConfigError(f"repeats times n (choices per request) must be at most {REPEATS_MAX}")
     if config.model is not None and not config.model.strip():
@@ -165,12 +129,19 @@ def check_across(config: Any) -> None:
         raise ConfigError("dataset_hub local needs dataset_path (or dataset_args.coin_flip.local_path)")
     if not config.prompt_template.strip():
         raise ConfigError(f"prompt_template must be one of {', '.join(PROMPT_TEMPLATES)} or a text with {{question}}")
-    _check_batch_and_cost(config)
+    check_prices(config)
+    if config.model is None:  # a resume: checked again with the run's saved settings
+        return
+    if config.batch and not config.api_url:
+        raise ConfigError("--batch needs --api-url: a server that serves /v1/files and /v1/batches")
+    if config.batch and config.stream:
+        raise ConfigError("--batch and --stream exclude each other: a batch has no stream")
+    if config.batch_write and config.batch_results:
+        raise ConfigError("give --batch-write or --batch-results, not both")
 
 
 def check_prices(config: Any) -> None:
-    """Prices (at most PRICE_MAX, so that a run's cost stays a finite number), the cost limit, and
-    the share of the price a batch pays. A pricing file's are checked too, where the run is planned."""
+    """Prices, the cost limit and the batch's share; a pricing file's too, where the run is planned."""
     for name in ("price_input", "price_output", "max_cost"):
         value = getattr(config, name)
         top, what = (math.inf, ">= 0") if name == "max_cost" else (PRICE_MAX, "from 0 to 1e9")
@@ -179,17 +150,3 @@ def check_prices(config: Any) -> None:
     discount = config.batch_discount  # None from a hand-edited task_config.yaml: not a number either
     if isinstance(discount, bool) or not isinstance(discount, int | float) or not 0 < discount <= 1:
         raise ConfigError(f"batch_discount must be in (0, 1], got {config.batch_discount!r}")
-
-
-def _check_batch_and_cost(config: Any) -> None:
-    """Batch mode needs a server that takes batches. Prices are checked here as given; a pricing
-    file is read where the run is planned (scoring.cost.check_costs): settings do no file I/O."""
-    check_prices(config)
-    if config.model is None:  # a resume: checked again with the run's saved settings
-        return
-    if config.batch and config.model is not None and not config.api_url:
-        raise ConfigError("--batch needs --api-url: a server that serves /v1/files and /v1/batches")
-    if config.batch and config.stream:
-        raise ConfigError("--batch and --stream exclude each other: a batch has no stream")
-    if config.batch_write and config.batch_results:
-        raise ConfigError("give --batch-write or --batch-results, not both")

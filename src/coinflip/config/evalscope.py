@@ -1,10 +1,5 @@
-"""EvalScope 1.14.1's spellings of coinflip's settings, folded in where a TaskConfig is made.
-
-`TaskConfig(eval_type=EvalType.SERVICE, stream=True, timeout=600, dataset_args={...})` and an
-EvalScope YAML file mean here what they mean there: the `dataset_args.coin_flip` keys are the
-`evalscope` names the settings declare; what cannot matter to coin_flip is accepted with a note,
-and what coinflip cannot do is refused with what to do instead.
-"""
+"""EvalScope 1.14.1's spellings of coinflip's settings, folded in where a TaskConfig is made: what
+cannot matter to coin_flip is accepted with a note, what coinflip cannot do refused with what to do."""
 
 from __future__ import annotations
 
@@ -16,8 +11,6 @@ from .values import check_values, parse_json, parse_pairs
 
 
 class EvalType:
-    """EvalScope's `eval_type` values that mean something to coin_flip."""
-
     OPENAI_API = "openai_api"
     SERVICE = "service"  # EvalScope's older name for openai_api
     SERVER = "server"  # likewise
@@ -37,7 +30,7 @@ GENERATION_DROPPED = {
 
 
 def fold_evalscope(config: Any, declared: tuple[Setting, ...]) -> list[str]:
-    """Fold EvalScope's forms into coinflip's fields, first thing; the notes on what changes nothing."""
+    """Fold EvalScope's forms into coinflip's fields; the notes on what changes nothing."""
     notes: list[str] = []
     _eval_type(config)
     _dataset_args(config, declared, notes)

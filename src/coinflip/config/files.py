@@ -1,5 +1,4 @@
-"""Configs from files and lists, as EvalScope's `run_task` takes them: a TaskConfig, a dict, a path
-to a YAML or JSON file holding one, or a list of any of these."""
+"""Configs as EvalScope's `run_task` takes them: a TaskConfig, a dict, a YAML or JSON file, or a list."""
 
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ def as_config(item: Any, kwargs: dict[str, Any]) -> TaskConfig:
 
 
 def read_file(path: Path) -> dict[str, Any]:
-    """A YAML or JSON file holding one config (EvalScope's format: the TaskConfig fields at the top)."""
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise ConfigError(f"{path}: a task config file ends in .yaml, .yml or .json")
     try:

@@ -1,9 +1,5 @@
 """TaskConfig: every setting of a run, declared once (declare.py) and validated once, at the edge.
-
-Field names follow EvalScope's TaskConfig where they overlap; EvalScope's other spellings are
-folded in by evalscope.py. Saved with a `version` (declare.SETTINGS_VERSION); `saved_settings`
-there reads older saved settings, so old run directories still resume and rescore.
-"""
+Saved with a `version`; declare.saved_settings reads older ones, so old run directories still resume."""
 
 from __future__ import annotations
 
@@ -14,31 +10,22 @@ from typing import Any
 
 from ..errors import UnknownSettingError
 from ..secrets import REDACTED, redacted_generation, redacted_url
-from .declare import (
-    API_KEY_ENV,
-    API_MODES,
-    BASELINES,
-    BENCHMARK,
-    DEFAULT_BATCH,
-    EVAL,
-    HUBS,
-    LIMIT_MODES,
-    LOCAL_MODELS,
-    MAX_REPLY_MB,
-    METRIC_COMPATS,
-    SETTINGS_VERSION,
-    SPLITS,
-    UNUSED,
-    Setting,
-    check_across,
-    check_declared,
-    dataset_names,
-    declarations,
-    one_url,
-    setting,
-)
+from .declare import BASELINES, BENCHMARK, Setting, check_across, check_declared, dataset_names, declarations, setting
 from .evalscope import fold_evalscope
-from .values import check_header, check_limit, check_values, parse_generation_config, unknown_message
+from .values import check_header, check_limit, check_values, one_url, parse_generation_config, unknown_message
+
+DEFAULT_BATCH = 32
+LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
+METRIC_COMPATS = ("coinflip", "evalscope")
+SPLITS = ("test", "validation")
+HUBS = ("bundled", "huggingface", "modelscope", "local")
+API_MODES = ("chat", "completions")
+LIMIT_MODES = ("stratified", "first", "random")
+API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
+MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
+SETTINGS_VERSION = 2  # 1: no version field (before coinflip 1.0); 2: `version`, one --api-url
+EVAL = ("eval",)
+UNUSED = "accepted, not used by coin_flip"
 
 
 @dataclass
@@ -107,9 +94,9 @@ class TaskConfig:
         metavar="SECONDS",
         unit="seconds",
     )
-    stream: bool = setting(False, "Stream replies (server-sent events); records time to first token.", kind="bool")
+    stream: bool = setting(False, "Stream replies (server-sent events); records time to first token.")
     ignore_errors: bool = setting(
-        False, "Exit 0 even when some samples got no reply (they are still counted and reported).", kind="bool"
+        False, "Exit 0 even when some samples got no reply (they are still counted and reported)."
     )
     system_prompt: str | None = setting(
         None, "Optional system message.", metavar="TEXT", evalscope="dataset_args.coin_flip.system_prompt"
@@ -122,10 +109,7 @@ class TaskConfig:
         evalscope="dataset_args.coin_flip.prompt_template",
     )
     force_answer: bool = setting(
-        False,
-        "When a reply has no valid answer, ask once more for only 'ANSWER: YES' or 'ANSWER: NO'.",
-        kind="bool",
-        evalscope="",
+        False, "When a reply has no valid answer, ask once more for only 'ANSWER: YES' or 'ANSWER: NO'.", evalscope=""
     )
     max_reply_mb: float = setting(
         16.0,
@@ -142,7 +126,6 @@ class TaskConfig:
         "--use-cache RUN_DIR polls the same batch.",
         flag="--batch/--no-batch",
         commands=EVAL,
-        kind="bool",
         evalscope="",
     )
     batch_poll_s: float = setting(
@@ -152,7 +135,6 @@ class TaskConfig:
         False,
         "Send what a batch left unanswered (expired, failed lines) online instead of in a new batch.",
         commands=EVAL,
-        kind="bool",
         evalscope="",
     )
     batch_write: str | None = setting(
@@ -270,7 +252,6 @@ class TaskConfig:
     few_shot_random: bool = setting(
         True,
         "Pick few-shot examples at random (seeded); --no-few-shot-random takes the first N, as EvalScope does.",
-        kind="bool",
         evalscope="dataset_args.coin_flip.few_shot_random",
     )
     seed: int = setting(42, "Seed for the subset, the random baseline and the bootstrap.", least=0)
@@ -284,7 +265,7 @@ class TaskConfig:
         path=True,
     )
     no_timestamp: bool = setting(
-        False, "Write the run into --work-dir itself instead of a timestamped folder.", commands=EVAL, kind="bool"
+        False, "Write the run into --work-dir itself instead of a timestamped folder.", commands=EVAL
     )
     metric_compat: str = setting(
         "coinflip",
@@ -294,9 +275,7 @@ class TaskConfig:
         choices=METRIC_COMPATS,
         evalscope="",
     )
-    html_report: bool = setting(
-        True, "Write the HTML report.", flag="--html/--no-html", commands=EVAL, kind="bool", evalscope=""
-    )
+    html_report: bool = setting(True, "Write the HTML report.", flag="--html/--no-html", commands=EVAL, evalscope="")
     progress: bool | None = setting(
         None, "Progress bar (default: on a terminal).", flag=None, kind="bool", evalscope=""
     )
@@ -306,30 +285,26 @@ class TaskConfig:
     judge_strategy: str | None = setting(None, "LLM judge strategy.", commands=EVAL, unused=UNUSED)
     judge_worker_num: int | None = setting(None, "LLM judge workers.", commands=EVAL, unused=UNUSED)
     judge_model_args: dict[str, Any] | None = setting(None, "LLM judge model.", commands=EVAL, unused=UNUSED)
-    analysis_report: bool = setting(False, "LLM-written analysis.", commands=EVAL, kind="bool", unused=UNUSED)
+    analysis_report: bool = setting(False, "LLM-written analysis.", commands=EVAL, unused=UNUSED)
     collect_perf: bool = setting(
         True,
         "Per-request performance.",
         commands=EVAL,
-        kind="bool",
         unused="always collected: latency, tokens and time to first token are in every report",
     )
-    enable_progress_tracker: bool = setting(False, "progress.json.", commands=EVAL, kind="bool", unused=UNUSED)
-    debug: bool = setting(False, "Debug logging.", commands=EVAL, kind="bool", unused="see logs/eval_log.log")
+    enable_progress_tracker: bool = setting(False, "progress.json.", commands=EVAL, unused=UNUSED)
+    debug: bool = setting(False, "Debug logging.", commands=EVAL, unused="see logs/eval_log.log")
     eval_backend: str | None = setting(None, "Evaluation backend (Native only).", commands=EVAL, unused=UNUSED)
     model_args: dict[str, Any] | None = setting(None, "Checkpoint loading arguments.", commands=EVAL, unused=UNUSED)
     chat_template: str | None = setting(
         None, "Checkpoint chat template.", commands=EVAL, unused="the server applies its own chat template"
     )
-    # not a setting: the settings that were given (the rest are defaults), which a resume keeps
-    # over the saved ones. `of` records the names it was given; a config made directly, the
-    # settings that differ from their defaults.
+    # not a setting: those given (`of`'s names, else those off their defaults), kept over the saved ones on a resume
     given: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @classmethod
     def of(cls, **values: Any) -> TaskConfig:
-        """A config from named settings (the CLI, a file, a dict): an unknown name ends in one line
-        naming the known ones, and the names are recorded in `given`."""
+        """A config from named settings (the CLI, a file, a dict), recorded in `given`."""
         names = cls.field_names()
         unknown = sorted(set(values) - set(names))
         if unknown:
@@ -354,12 +329,10 @@ class TaskConfig:
 
     @property
     def name(self) -> str:
-        """The model's name in reports and paths."""
         return self.model_id or self.model or "model"
 
     def redacted(self) -> dict[str, Any]:
-        """The config as saved to disk, with its version: the API key, and secret-looking headers,
-        query and body parameters of a gateway (in --api-url too), never leave memory."""
+        """The config as saved, with its version: the API key and a gateway's secrets never leave memory."""
         data = asdict(self)
         del data["given"]
         if data.get("api_key"):
@@ -380,11 +353,9 @@ class TaskConfig:
 
     @classmethod
     def field_names(cls) -> list[str]:
-        """The settings' names (every field but `given`)."""
         return [f.name for f in fields(cls) if f.metadata]
 
 
 @functools.cache
 def settings() -> tuple[Setting, ...]:
-    """Every setting's declaration, in the order of TaskConfig's fields."""
     return declarations(TaskConfig)

@@ -1,9 +1,6 @@
-"""What a declaration cannot say about a setting's value: JSON and key=value text, URLs, header
-text, the limit's two forms, generation settings key by key, and values that could not be sent,
-saved or read back (too deep, shared parts, bytes that are not UTF-8, numbers past 64 bits).
-
-Pure functions: nothing here reads a file or the environment.
-"""
+"""What a declaration cannot say about a setting's value: JSON and key=value text, URLs, headers,
+the limit's two forms, generation settings key by key, and values that could not be sent, saved or
+read back. Pure functions: nothing here reads a file or the environment."""
 
 from __future__ import annotations
 
@@ -27,10 +24,11 @@ OWN_BODY_KEYS = ("model", "messages", "prompt", "stream", "stream_options", "n")
 MAX_NESTING = 64  # levels of objects and lists in a setting: deeper JSON or YAML is a mistake or an attack
 MAX_PARTS = 100_000  # items in all of a setting's objects and lists together
 MAX_WHOLE = 2**63  # whole numbers in settings stay within 64 bits (what servers and numpy take)
-MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
-MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows
 PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 260  # bytes in a whole path, its NUL too
+NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
+WHOLES = ("max_tokens", "max_completion_tokens", "n", "top_logprobs", "top_k", "seed")
+OBJECTS = ("extra_body", "extra_query", "extra_headers", "chat_template_kwargs", "logit_bias")
 
 
 def check_url(url: Any) -> None:
@@ -56,6 +54,23 @@ def check_url(url: Any) -> None:
         raise ConfigError(f"api_url {_shown(url)!r} holds characters a URL cannot carry: percent-encode them")
 
 
+def one_url(value: Any) -> str | None:
+    """One endpoint: several (replicas of one model) belong behind a load balancer."""
+    if value is None or value == [] or value == "":
+        return None
+    if not isinstance(value, (str, list, tuple)):
+        raise ConfigError(f"api_url must be a URL or a list of URLs, got {short(value)}")
+    urls = [value] if isinstance(value, str) else list(value)
+    for url in urls:
+        check_url(url)
+    if len(urls) > 1:
+        raise ConfigError(
+            f"give one --api-url, not {len(urls)}: put replicas of a model behind a load balancer (nginx, "
+            "LiteLLM) or use vLLM's data parallelism (--data-parallel-size), and give its URL"
+        )
+    return str(urls[0])
+
+
 def _shown(url: Any) -> Any:
     return shown_url(url) if isinstance(url, str) else url
 
@@ -72,20 +87,15 @@ def check_limit(value: Any) -> int | float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ConfigError(message)
-    if isinstance(value, float):
-        if value.is_integer():
-            value = int(value)
-        elif value > 1:
+    if isinstance(value, float) and not value.is_integer():
+        if value > 1:
             raise ConfigError(f"a fractional limit must be in (0, 1], got {value}; use a whole number for a count")
-        else:
-            return value
-    return value or None
+        return value
+    return int(value) or None
 
 
 def check_values(config: Any) -> None:
-    """Every value of every setting can be sent, saved and read back: text is Unicode (no bytes
-    that were not UTF-8), objects and lists are not too deep or large and share no part (a YAML
-    alias bomb), keys are texts, numbers are finite and whole numbers fit in 64 bits."""
+    """Every value can be sent, saved and read back (see `odd_value`)."""
     for f in fields(config):
         problem = odd_value(getattr(config, f.name))
         if problem:
@@ -96,7 +106,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def odd_value(value: Any) -> str | None:
-    """Why `value` cannot be a setting's value, or None; a walk with its own stack, so any depth is safe."""
+    """Why `value` cannot be a setting's (bytes not UTF-8, too deep or large, a shared part: a YAML
+    alias bomb, a key not a text, a number past 64 bits), or None; its own stack, so any depth is safe."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     seen: set[int] = set()
     parts = 0
@@ -147,7 +158,6 @@ def check_path(name: str, value: Any) -> None:
 
 
 def parse_json(name: str, text: str) -> Any:
-    """JSON text of a setting; every way it can fail is one line."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -179,7 +189,6 @@ def parse_pairs(value: Any) -> dict[str, Any]:
 
 
 def parse_generation_config(raw: Any) -> dict[str, Any]:
-    """The generation settings sent with every request, checked key by key."""
     value = parse_pairs(raw)
     unknown = sorted(set(value) - set(GENERATION_KEYS))
     if unknown:
@@ -192,22 +201,20 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
 
 
 def _check_generation_values(value: dict[str, Any]) -> None:
-    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
-        if key in value and (isinstance(value[key], bool) or not isinstance(value[key], (int, float))):
-            raise ConfigError(f"generation_config {key} must be a number, got {value[key]!r}")
-    for key in ("max_tokens", "max_completion_tokens", "n", "top_logprobs", "top_k", "seed"):
-        if key in value and (isinstance(value[key], bool) or not isinstance(value[key], int)):
-            raise ConfigError(f"generation_config {key} must be a whole number, got {value[key]!r}")
+    for key in (*NUMBERS, *WHOLES):
+        item = value.get(key)
+        if key in value and (isinstance(item, bool) or not isinstance(item, int if key in WHOLES else (int, float))):
+            what = "a whole number" if key in WHOLES else "a number"
+            raise ConfigError(f"generation_config {key} must be {what}, got {item!r}")
     for key in ("max_tokens", "max_completion_tokens", "n"):
         if key in value and value[key] < 1:
             raise ConfigError(f"generation_config {key} must be at least 1, got {value[key]!r}")
-    if "stop" in value:
-        stop = value["stop"]
-        if isinstance(stop, str):
-            value["stop"] = [stop]
-        elif not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
-            raise ConfigError(f"generation_config stop must be a text or a list of texts, got {stop!r}")
-    for key in ("extra_body", "extra_query", "extra_headers", "chat_template_kwargs", "logit_bias"):
+    stop = value.get("stop")
+    if isinstance(stop, str):
+        value["stop"] = [stop]
+    elif "stop" in value and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
+        raise ConfigError(f"generation_config stop must be a text or a list of texts, got {stop!r}")
+    for key in OBJECTS:
         if key in value and not isinstance(value[key], dict):
             raise ConfigError(f"generation_config {key} must be an object, got {value[key]!r}")
     taken = sorted(set(value.get("extra_body", {})) & set(OWN_BODY_KEYS))
@@ -229,18 +236,16 @@ def _split_pairs(text: str) -> list[str]:
     """`a=1,stop=["x","y"],b=2`: a value that opens with a quote, bracket or brace runs to its
     close (commas inside do not split); any other value runs to the next comma."""
     parts: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
+    i = 0
+    while i < len(text):
         eq, comma = text.find("=", i), text.find(",", i)
-        if eq < 0 or 0 <= comma < eq:  # an item without "=": _parse_pair says so
-            end = n if comma < 0 else comma
-        else:
-            start = eq + 1
-            while start < n and text[start].isspace():
-                start += 1
-            after = _closing(text, start) if start < n and text[start] in "[{\"'" else start
-            comma = text.find(",", after)
-            end = n if comma < 0 else comma
+        after = i  # an item without "=": _parse_pair says so
+        if eq >= 0 and not 0 <= comma < eq:
+            after = len(text) - len(text[eq + 1 :].lstrip())
+            if after < len(text) and text[after] in "[{\"'":
+                after = _closing(text, after)
+        comma = text.find(",", after)
+        end = len(text) if comma < 0 else comma
         parts.append(text[i:end])
         i = end + 1
     return [p for p in parts if p.strip()]
@@ -261,10 +266,8 @@ def _closing(text: str, start: int) -> int:
             in_string = c != '"'
         elif c == '"':
             in_string = True
-        elif c in "[{":
-            depth += 1
-        elif c in "]}":
-            depth -= 1
+        elif c in "[{]}":
+            depth += 1 if c in "[{" else -1
             if depth == 0:
                 return k + 1
         k += 1
@@ -272,25 +275,24 @@ def _closing(text: str, start: int) -> int:
 
 
 def _parse_pair(part: str) -> tuple[str, Any]:
-    """`stop=\\nQ:` means a newline: backslash escapes are read as in JSON strings; a value in
-    single quotes is a text."""
+    """Backslash escapes are read as in JSON strings (`stop=\\nQ:` is a newline); 'quoted' is a text."""
     key, sep, raw = part.partition("=")
-    if not sep or not key.strip():
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key:
         raise ConfigError(f"generation_config item {part.strip()!r} is not key=value")
-    raw = raw.strip()
     if len(raw) >= 2 and raw[0] == raw[-1] == "'":
         raw = raw[1:-1]
     else:
         try:
-            return key.strip(), json.loads(raw)
+            return key, json.loads(raw)
         except json.JSONDecodeError:
             pass
         except (RecursionError, ValueError):  # nested too deep, or a whole number of thousands of digits
-            raise ConfigError(f"generation_config {key.strip()!r}: {short(raw)} is too deep or too long") from None
+            raise ConfigError(f"generation_config {key!r}: {short(raw)} is too deep or too long") from None
     try:
-        return key.strip(), json.loads('"' + raw.replace('"', '\\"') + '"')
+        return key, json.loads('"' + raw.replace('"', '\\"') + '"')
     except json.JSONDecodeError:
-        return key.strip(), raw
+        return key, raw
 
 
 def safe_name(name: str) -> str:
@@ -304,8 +306,7 @@ def safe_name(name: str) -> str:
 
 
 def check_header(name: str, value: str | None) -> None:
-    """What goes into an HTTP header must be one line of Latin-1 (a key copied with a zero-width
-    space or a line break would break the request, or be refused by the server)."""
+    """One line of Latin-1: a key copied with a zero-width space or a line break would break the request."""
     if value is None:
         return
     try:
