@@ -180,7 +180,7 @@ def _calibration(scorer: Scorer, outcomes: Outcomes) -> Calibration | None:
     """None when no sample has P(YES) (`_no_probabilities` says why)."""
     import numpy as np
 
-    p = scorer.probabilities()
+    p = scorer.column("p_yes")
     known = np.isfinite(p)
     if not known.any():
         return None
