@@ -1,6 +1,4 @@
-"""The report of a run: its saved settings plus what the scorer gathered, and the warnings a reader
-must not miss (incomplete, mostly invalid, one answer never given, no better than a trivial
-baseline, a partial subset, undefined ratios)."""
+"""The report of a run: its saved settings, what the scorer gathered, and the warnings a reader must not miss."""
 
 from __future__ import annotations
 
@@ -39,6 +37,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     expected = int(saved.get("samples") or len(outcomes))
     subset: Subset = saved.get("subset") or Subset(mode="all", count=expected, of=expected)
     template: Template = fingerprint.get("template") or Template(name="default")
+    used = tokens(scorer.usage, scorer.forced_usage)
     report: Report = {
         "benchmark": BENCHMARK,
         "model": config.get("model_id") or config["model"],
@@ -47,28 +46,24 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "complete": counts["errors"] == 0 and expected <= len(outcomes),
         "warnings": [],
         "notes": [],
+        **scores,
+        "baselines": baselines(scores["counts"], compat),
+        "invalid_reasons": {reason: n for reason, n in scorer.reasons.items() if n},
+        "errors_top": scorer.usage.top_errors(),
+        "dataset": _section(fingerprint.get("dataset")),
+        "subset": subset,
+        "template": template,
+        "few_shot_num": config.get("few_shot_num", 0),
+        "repeats": _repeats(fingerprint),
+        "api_mode": config.get("api_mode", "chat"),
+        "generation_config": _section(fingerprint.get("generation_config", config.get("generation_config"))),
+        "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
+        "usage": scorer.usage.result(),
+        "tokens": used,
+        "provenance": saved.get("provenance", {}),
+        "batch": bool(config.get("batch") or config.get("batch_results")),  # answered by a Batch API
+        "cost": cost_report(config, used),
     }
-    report.update(scores)
-    report.update(
-        {
-            "baselines": baselines(scores["counts"], compat),
-            "invalid_reasons": {reason: n for reason, n in scorer.reasons.items() if n},
-            "errors_top": scorer.usage.top_errors(),
-            "dataset": _section(fingerprint.get("dataset")),
-            "subset": subset,
-            "template": template,
-            "few_shot_num": config.get("few_shot_num", 0),
-            "repeats": _repeats(fingerprint),
-            "api_mode": config.get("api_mode", "chat"),
-            "generation_config": _section(fingerprint.get("generation_config", config.get("generation_config"))),
-            "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
-            "usage": scorer.usage.result(),
-            "tokens": tokens(scorer.usage, scorer.forced_usage),
-            "provenance": saved.get("provenance", {}),
-        }
-    )
-    report["batch"] = bool(config.get("batch") or config.get("batch_results"))  # answered by a Batch API
-    report["cost"] = cost_report(config, report["tokens"])
     repeated = report["repeats"] > 1 or bool(len(outcomes) and int(outcomes.repeat.max()) > 0)
     if repeated:
         report["repeat_metrics"] = reduce(outcomes, compat)
@@ -87,7 +82,6 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
 
 
 def _unread(report: Report, scorer: Scorer) -> list[str]:
-    """Warnings for what the scorer could not use: log probabilities that cannot be, unreadable rows."""
     out = []
     if scorer.impossible_logprobs:
         out.append(
@@ -104,14 +98,12 @@ def _unread(report: Report, scorer: Scorer) -> list[str]:
 
 
 def _section(value: Any) -> Any:
-    """A mapping of the saved fingerprint; what a hand edit left there instead is unknown (empty),
-    as the pages show it, rather than a traceback while the report is built."""
+    """A mapping of the saved fingerprint; anything else a hand edit left there is unknown (empty)."""
     return value if isinstance(value, dict) else {}
 
 
 def _repeats(fingerprint: dict[str, Any]) -> int:
-    """Answers asked per question: --repeats times the choices per request (`n`), as the plan counts
-    them (plan.per_question); a hand-edited value that is not a whole number from 1 counts as 1."""
+    """Answers asked per question: --repeats times `n`, as plan.per_question counts them (odd values count 1)."""
     repeats, n = fingerprint.get("repeats"), _section(fingerprint.get("generation_config")).get("n")
     return (repeats if whole(repeats) and repeats else 1) * (n if whole(n) and n else 1)
 
@@ -127,9 +119,7 @@ def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
 
 
 def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int, repeated: bool) -> Forced:
-    """The forced view (strict answer where valid, the forced one where not) and what forcing
-    recovered; with repeats, the forced view's majority vote too (a probe with --force-answer
-    pairs its runs on it)."""
+    """The forced view (strict answer where valid, the forced one where not) and what forcing recovered."""
     import numpy as np
 
     outcomes = scorer.outcomes(forced=True)
@@ -157,7 +147,6 @@ def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int, repeated: 
 
 
 def _no_probabilities(report: Report) -> str:
-    """Why no sample has P(YES), from what the run asked for and what its answers were."""
     generation = report["generation_config"]
     if not (generation.get("logprobs") or generation.get("top_logprobs")):
         return NO_LOGPROBS
@@ -177,7 +166,6 @@ def _no_probabilities(report: Report) -> str:
 
 
 def _calibration(scorer: Scorer, outcomes: Outcomes) -> Calibration | None:
-    """None when no sample has P(YES) (`_no_probabilities` says why)."""
     import numpy as np
 
     p = scorer.column("p_yes")
@@ -192,7 +180,6 @@ def _calibration(scorer: Scorer, outcomes: Outcomes) -> Calibration | None:
 
 
 def warnings(report: Report, expected: int, scored: int) -> list[str]:
-    """One line each; the terminal and the HTML page show them all."""
     c, out = report["counts"], []
     total = c["samples"]
     if c["errors"]:
@@ -256,7 +243,7 @@ EXPECTED = {
 
 
 def notes(report: Report) -> list[str]:
-    """What a reader should know but need not act on: a subset the user asked for (--limit) is one."""
+    """What a reader should know but need not act on, such as a subset the user asked for (--limit)."""
     out = []
     if report["dataset"].get("source") == "bundled":
         out.append(
@@ -281,20 +268,15 @@ def notes(report: Report) -> list[str]:
     return out
 
 
-def _utf8_json(report: Report, text: str) -> bytes:
-    """UTF-8, or where half a surrogate pair slipped in, the same JSON with \\u escapes."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return (json.dumps(report, indent=2) + "\n").encode("ascii")
-
-
 def write_report(path: Path, report: Report) -> None:
     from .._files import replacing
 
     try:
+        data = (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # half a surrogate pair slipped in: the same JSON with \\u escapes
+        data = (json.dumps(report, indent=2) + "\n").encode("ascii")
+    try:
         with replacing(path) as handle:  # never written through a link or into a FIFO
-            text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-            handle.write(_utf8_json(report, text))
+            handle.write(data)
     except OSError as exc:
         raise storage_error(path, exc) from None
