@@ -38,18 +38,11 @@ def completion(reply: str | None, reasoning: str | None = None) -> str:
     return (text[: found.start()] + text[found.end() :]).strip()
 
 
-def answer_line(text: str) -> str | None:
-    """utils/multi_choices.py `extract_answer_line`: the rest of the line after the last `ANSWER:`."""
-    markers = list(_ANSWER_MARKER.finditer(text or ""))
-    if not markers:
-        return None
-    return text[markers[-1].end() :].split("\n", 1)[0].strip().strip("*").strip()
-
-
 def filtered(text: str) -> str:
-    """coin_flip_adapter.py `CoinFlipAdapter.extract_answer` (coin_flip has no filters): the answer line, or all."""
-    line = answer_line(text)
-    return line if line is not None else text
+    """coin_flip_adapter.py `CoinFlipAdapter.extract_answer` (coin_flip has no filters): the answer line
+    (utils/multi_choices.py `extract_answer_line`: the rest of the line after the last `ANSWER:`), or all."""
+    markers = list(_ANSWER_MARKER.finditer(text or ""))
+    return text[markers[-1].end() :].split("\n", 1)[0].strip().strip("*").strip() if markers else text
 
 
 def extract_verdict(prediction: str, allow_lowercase_exact: bool = True) -> str | None:

@@ -106,26 +106,20 @@ def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resam
     intervals = (
         _clustered(outcomes, compat, seed, resamples) if repeated else _intervals(cells, compat, seed, resamples)
     )
-    intervals.update(dict.fromkeys(undefined))  # no interval around a number that is not there
-    for k, pair in intervals.items():  # a posterior interval may miss an extreme estimate (1.0 of 2)
-        value = values[k]
-        if pair is not None and value is not None:
-            intervals[k] = (min(pair[0], value), max(pair[1], value))
     errors = everything.error.astype(bool)
     errors_on = [int(np.sum(errors & (everything.cell < 3))), int(np.sum(errors & (everything.cell >= 3)))]
     invalid_on = [int(all_cells[2]) - errors_on[0], int(all_cells[5]) - errors_on[1]]
-    correct = int(cells[0] + cells[4])
     scores: Report = {"metric_compat": compat, "primary": PRIMARY}
     if compat == "evalscope":
         scores["evalscope"] = report_note(len(everything) - total, total)
     scores.update(
         {
             "metrics": {k: values[k] for k in METRICS},
-            "intervals": {k: _rounded(intervals[k]) for k in METRICS},
+            "intervals": {k: None if k in undefined else _rounded(intervals[k], values[k]) for k in METRICS},
             "undefined": undefined,
             "counts": {
                 "samples": len(everything),
-                "correct": correct,
+                "correct": int(cells[0] + cells[4]),
                 "tp": int(cells[0]),
                 "fp": int(cells[3]),
                 "tn": int(cells[4]),
@@ -147,8 +141,12 @@ def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resam
     return scores
 
 
-def _rounded(pair: tuple[float, float] | None) -> list[float] | None:
-    return None if pair is None else [round(pair[0], 6), round(pair[1], 6)]
+def _rounded(pair: tuple[float, float] | None, value: float | None) -> list[float] | None:
+    """The interval widened to hold its metric: a posterior interval may miss an extreme one (1.0 of 2)."""
+    if pair is None:
+        return None
+    low, high = (pair[0], pair[1]) if value is None else (min(pair[0], value), max(pair[1], value))
+    return [round(low, 6), round(high, 6)]
 
 
 def by_people(outcomes: Outcomes) -> dict[str, People]:

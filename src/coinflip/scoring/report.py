@@ -12,7 +12,7 @@ from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
-from .metrics import METRICS, Outcomes, number, rates, summarize
+from .metrics import Outcomes, number, rates, summarize
 from .reducers import reduce
 from .schema import Calibration, Counts, Forced, Numbers, Report, Subset, Template
 from .scorer import Scorer
@@ -111,11 +111,8 @@ def _repeats(fingerprint: dict[str, Any]) -> int:
 def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
     """always-yes and always-no on the same targets: the floor a metric must clear to mean anything."""
     yes, no = counts["target_yes"], counts["samples"] - counts["target_yes"]
-    out = {}
-    for name, cells in (("always-yes", [yes, 0, 0, no, 0, 0]), ("always-no", [0, yes, 0, 0, no, 0])):
-        values = rates(cells, compat)
-        out[name] = {k: number(values[k]) for k in METRICS}
-    return out
+    cells = {"always-yes": [yes, 0, 0, no, 0, 0], "always-no": [0, yes, 0, 0, no, 0]}
+    return {name: {k: number(v) for k, v in rates(c, compat).items()} for name, c in cells.items()}
 
 
 def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int, repeated: bool) -> Forced:
@@ -225,8 +222,7 @@ def _below_baselines(report: Report) -> list[str]:
         value = report["metrics"][name]
         if value is None:
             continue
-        floors = [(b, v[name]) for b, v in report["baselines"].items()]
-        known = [(b, floor) for b, floor in floors if floor is not None]
+        known = [(b, floor) for b, v in report["baselines"].items() if (floor := v[name]) is not None]
         best = max(known, key=lambda bv: bv[1], default=None)
         if best is not None and value <= best[1] + 1e-12:
             found.append(f"{name} {value:.4f} <= {best[0]} {best[1]:.4f}")
