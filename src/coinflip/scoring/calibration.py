@@ -8,6 +8,8 @@ without one (`impossible`). Over the rest: AUROC (ties half), Brier, and ECE ove
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import re
 import sys
@@ -30,16 +32,12 @@ def answer_window(logprobs: Sequence[dict[str, Any]] | None, bare: bool = False)
     """The token entries from the last ANSWER marker on (`bare`: or the start): a run keeps these, not thousands."""
     if not logprobs:
         return None
-    joined = "".join(str(entry.get("token", "")) for entry in logprobs)
-    markers = list(_MARKER.finditer(joined))
+    tokens = [str(entry.get("token", "")) for entry in logprobs]
+    markers = list(_MARKER.finditer("".join(tokens)))
     if not markers:
         return [dict(e) for e in logprobs[: WINDOW + 1]] if bare else None
-    start, position = markers[-1].start(), 0
-    for i, entry in enumerate(logprobs):
-        position += len(str(entry.get("token", "")))
-        if position > start:
-            return [dict(e) for e in logprobs[i : i + WINDOW + 1]]
-    return None
+    first = bisect.bisect_right(list(itertools.accumulate(map(len, tokens))), markers[-1].start())
+    return [dict(e) for e in logprobs[first : first + WINDOW + 1]]
 
 
 def p_yes(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> float | None:

@@ -106,13 +106,12 @@ def tokens(*usages: Usage) -> Tokens:
     completion = int(sum(sum(u.completion) for u in usages))
     reasoning = int(sum(sum(u.reasoning) for u in usages))
     totals = {"prompt": prompt, "completion": completion, "reasoning": reasoning}
-    mean = {k: round(v / requests, 2) if requests else None for k, v in totals.items()}
     return {
         "requests": requests,
         "prompt": prompt,
         "completion": completion,
         "reasoning": reasoning,
-        "per_request": mean,
+        "per_request": {k: round(v / requests, 2) if requests else None for k, v in totals.items()},
         "batch_prompt": sum(u.batch_tokens[0] for u in usages),
         "batch_completion": sum(u.batch_tokens[1] for u in usages),
     }

@@ -196,9 +196,8 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
         out.append(f"{c['invalid']} of {total} answers ({c['invalid'] / total:.0%}) are invalid ({reasons})")
         cut = report["invalid_reasons"].get("cut_off", 0)
         if cut * 2 > c["invalid"]:
-            limit = report["generation_config"].get("max_tokens") or report["generation_config"].get(
-                "max_completion_tokens"
-            )
+            generation = report["generation_config"]
+            limit = generation.get("max_tokens") or generation.get("max_completion_tokens")
             out.append(
                 f"most invalid answers were cut off by the token limit (finish_reason length, {cut}); "
                 f"raise max_tokens{f' above {limit}' if limit else ''} in --generation-config"
@@ -207,8 +206,7 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     if answered and (not c["answered_yes"] or not c["answered_no"]):
         never = "YES" if not c["answered_yes"] else "NO"
         out.append(f"the model never answered {never} (YES {c['answered_yes']}, NO {c['answered_no']}, of {total})")
-    below = _below_baselines(report)
-    if below:
+    if below := _below_baselines(report):
         out.append("not above a trivial baseline on the same questions: " + "; ".join(below))
     for name in report.get("undefined", []):
         why = {"precision": "no YES answers", "recall": "no YES targets", "f1_score": "no YES answers or targets"}
@@ -219,8 +217,7 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
 def _below_baselines(report: Report) -> list[str]:
     found = []
     for name in ("f1_score", "accuracy"):
-        value = report["metrics"][name]
-        if value is None:
+        if (value := report["metrics"][name]) is None:
             continue
         known = [(b, floor) for b, v in report["baselines"].items() if (floor := v[name]) is not None]
         best = max(known, key=lambda bv: bv[1], default=None)
@@ -258,8 +255,7 @@ def notes(report: Report) -> list[str]:
             "batch mode: time to first token does not exist there; latency is each batch's turnaround "
             "(creation to end), not a request's"
         )
-    spent = cost_line(report)  # tokens where a server reported them; the cost where prices were given
-    if spent:
+    if spent := cost_line(report):  # tokens where a server reported them; the cost where prices were given
         out.append(spent)
     return out
 
