@@ -178,10 +178,6 @@ class Budget:
         self.settled = asyncio.Event()
         self.stopped = False
 
-    def add(self, usage: dict[str, int] | None, batch: bool | None = None) -> None:
-        usage, batch = usage or {}, self.batch if batch is None else batch
-        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, batch)
-
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
             forced = row.get("forced")
@@ -215,7 +211,8 @@ class Budget:
     def settle(self, request: Request, reply: Reply) -> None:
         """From now its real cost counts, priced by how it came, not what it was held at."""
         self.held.pop(id(request), None)
-        self.add(reply.usage, reply.batch)
+        usage = reply.usage or {}
+        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
         self.answered += reply.error is None
         self.settled.set()
 

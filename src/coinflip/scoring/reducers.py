@@ -67,19 +67,10 @@ class Votes:
         index = self.keys.setdefault(question, len(self.keys))
         extracted, forced = review.get("extracted"), review.get("forced")
         error = bool(review.get("error"))
-        self.columns.append(
-            make_review(
-                index,
-                0,  # which repeat does not change a vote
-                0,
-                "YES" if review.get("target") == "YES" else "NO",
-                extracted if extracted in ("YES", "NO") and not error else None,
-                None,
-                error,
-                forced if forced in FORCED_ANSWERS else None,
-                None,
-            )
-        )
+        target = "YES" if review.get("target") == "YES" else "NO"
+        answer = extracted if extracted in ("YES", "NO") and not error else None
+        said = forced if forced in FORCED_ANSWERS else None
+        self.columns.append(make_review(index, 0, 0, target, answer, None, error, said, None))  # repeat: no matter
 
     def _cells(self) -> dict[str, int]:
         outcomes = scored(self.columns.outcomes(self.forced), self.compat)

@@ -55,18 +55,9 @@ def review(prediction: Prediction, compat: str = "coinflip") -> Review:
     error = prediction.get("error") is not None
     extracted, reason = (None, None) if error else _read(prediction, compat)
     probability = _probability(prediction, extracted is not None)
-    id_, repeat, people = (prediction.get(k) for k in ("id", "repeat", "people"))
-    return make_review(
-        id_ if whole(id_) else 0,
-        repeat if whole(repeat) else 0,
-        people if whole(people) else 0,
-        target,
-        extracted,
-        reason,
-        error,
-        forcing.said(prediction),
-        None if probability is None else round(probability, 6),
-    )
+    p = None if probability is None else round(probability, 6)
+    id_, repeat, people = (value if whole(value := prediction.get(k)) else 0 for k in ("id", "repeat", "people"))
+    return make_review(id_, repeat, people, target, extracted, reason, error, forcing.said(prediction), p)
 
 
 def _probability(prediction: Prediction, answered: bool) -> float | None:
@@ -133,18 +124,10 @@ class Columns:
 
     def review(self, i: int) -> Review:
         question, repeat = split_key(self.key[i])
-        probability = self.p_yes[i]
-        return make_review(
-            question,
-            repeat,
-            self.people[i],
-            "NO" if self.target_no[i] else "YES",
-            ANSWERS[self.answer[i]],
-            REASONS[self.reason[i]],
-            bool(self.error[i]),
-            FORCED_ANSWERS[self.forced[i]],
-            None if math.isnan(probability) else probability,
-        )
+        target, p = "NO" if self.target_no[i] else "YES", self.p_yes[i]
+        answer, reason, forced = ANSWERS[self.answer[i]], REASONS[self.reason[i]], FORCED_ANSWERS[self.forced[i]]
+        p_yes = None if math.isnan(p) else p
+        return make_review(question, repeat, self.people[i], target, answer, reason, bool(self.error[i]), forced, p_yes)
 
 
 def _quantiles(values: Sequence[float]) -> Quantiles:
