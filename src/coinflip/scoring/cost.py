@@ -50,8 +50,7 @@ def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
     if not isinstance(entry, dict):
         raise ConfigError(f"pricing file {path}: {name} must map to {{input: X, output: Y}}, got {short(entry)}")
     for key, field in (("input", "price_input"), ("output", "price_output"), ("batch_discount", "batch_discount")):
-        value = entry.get(key)
-        if value is None or field in config.given:
+        if (value := entry.get(key)) is None or field in config.given:
             continue
         if not _number(value):
             raise ConfigError(f"pricing file {path}: {name} {key} must be a number >= 0, got {short(value)}")

@@ -112,32 +112,28 @@ def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resam
     scores: Report = {"metric_compat": compat, "primary": PRIMARY}
     if compat == "evalscope":
         scores["evalscope"] = report_note(len(everything) - total, total)
-    scores.update(
-        {
-            "metrics": {k: values[k] for k in METRICS},
-            "intervals": {k: None if k in undefined else _rounded(intervals[k], values[k]) for k in METRICS},
-            "undefined": undefined,
-            "counts": {
-                "samples": len(everything),
-                "correct": int(cells[0] + cells[4]),
-                "tp": int(cells[0]),
-                "fp": int(cells[3]),
-                "tn": int(cells[4]),
-                "fn": int(cells[1]),
-                "invalid": sum(invalid_on),
-                "invalid_rate": sum(invalid_on) / total if total else 0.0,
-                "errors": sum(errors_on),
-                "target_yes": int(all_cells[:3].sum()),
-                "answered_yes": int(cells[0] + cells[3]),
-                "answered_no": int(cells[1] + cells[4]),
-                "invalid_on_yes": invalid_on[0],
-                "invalid_on_no": invalid_on[1],
-                "errors_on_yes": errors_on[0],
-                "errors_on_no": errors_on[1],
-            },
-            "by_people": by_people(everything),
-        }
-    )
+    scores["metrics"] = {k: values[k] for k in METRICS}
+    scores["intervals"] = {k: None if k in undefined else _rounded(intervals[k], values[k]) for k in METRICS}
+    scores["undefined"] = undefined
+    scores["counts"] = {
+        "samples": len(everything),
+        "correct": int(cells[0] + cells[4]),
+        "tp": int(cells[0]),
+        "fp": int(cells[3]),
+        "tn": int(cells[4]),
+        "fn": int(cells[1]),
+        "invalid": sum(invalid_on),
+        "invalid_rate": sum(invalid_on) / total if total else 0.0,
+        "errors": sum(errors_on),
+        "target_yes": int(all_cells[:3].sum()),
+        "answered_yes": int(cells[0] + cells[3]),
+        "answered_no": int(cells[1] + cells[4]),
+        "invalid_on_yes": invalid_on[0],
+        "invalid_on_no": invalid_on[1],
+        "errors_on_yes": errors_on[0],
+        "errors_on_no": errors_on[1],
+    }
+    scores["by_people"] = by_people(everything)
     return scores
 
 

@@ -282,9 +282,8 @@ class Scorer(Columns):
         import numpy as np
 
         names = EVALSCOPE if self.compat == "evalscope" else extract.REASONS
-        counts = np.bincount(self.column("reason"), minlength=len(REASONS)).tolist() if len(self) else []
-        found = {str(REASONS[i]): int(n) for i, n in enumerate(counts) if i}
-        return {name: found.get(name, 0) for name in names}
+        counts = np.bincount(self.column("reason"), minlength=len(REASONS))
+        return {name: int(counts[REASONS.index(name)]) for name in names}
 
     def order(self) -> Any:
         """Positions in key order (None: already in order)."""
