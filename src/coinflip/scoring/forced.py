@@ -33,8 +33,7 @@ def answered(first: Prediction, reply: Reply) -> Prediction:
         "attempts": reply.attempts,
         "error": reply.error,
     }
-    window = answer_window(reply.logprobs, bare=True)
-    if window is not None:
+    if (window := answer_window(reply.logprobs, bare=True)) is not None:
         forced["answer_logprobs"] = window
     if reply.batch:
         forced["batch"] = True
