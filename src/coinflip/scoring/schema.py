@@ -219,20 +219,15 @@ def checked(report: Mapping[str, Any]) -> Report:
 
 
 _LEFT_OUT = object()
+_hints = functools.cache(typing.get_type_hints)
 
 
 def _fields(found: Mapping[str, Any], declared: Any) -> dict[str, Any]:
     """The entries of `found` of their declared type: `declared` is a TypedDict (a field it does not name is
     kept) or dict[str, T] (one odd metric leaves the others)."""
-    hints = _hints(declared) if typing.is_typeddict(declared) else None
-    every = None if hints is not None else typing.get_args(declared)[1]
-    out = {}
-    for key, value in found.items():
-        hint = hints.get(key, Any) if hints is not None else every
-        kept = _checked(value, hint)
-        if kept is not _LEFT_OUT:
-            out[key] = kept
-    return out
+    hints, other = (_hints(declared), Any) if typing.is_typeddict(declared) else ({}, typing.get_args(declared)[1])
+    kept = ((key, _checked(value, hints.get(key, other))) for key, value in found.items())
+    return {key: value for key, value in kept if value is not _LEFT_OUT}
 
 
 def _checked(value: Any, hint: Any) -> Any:
@@ -250,8 +245,3 @@ def _checked(value: Any, hint: Any) -> Any:
             continue
         return value
     return _LEFT_OUT
-
-
-@functools.cache
-def _hints(declared: Any) -> dict[str, Any]:
-    return typing.get_type_hints(declared)
