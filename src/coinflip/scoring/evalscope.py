@@ -30,12 +30,8 @@ def completion(reply: str | None, reasoning: str | None = None) -> str:
     """`ModelOutput.completion`: models/utils/openai.py `chat_message_assistant_from_openai` keeps the content
     beside a reasoning field; without one, `ChatMessageAssistant.extract_reasoning` cuts the first <think> block."""
     text = reply or ""
-    if reasoning is not None:
-        return text
-    found = _THINK.search(text)
-    if found is None:
-        return text
-    return (text[: found.start()] + text[found.end() :]).strip()
+    found = None if reasoning is not None else _THINK.search(text)
+    return text if found is None else (text[: found.start()] + text[found.end() :]).strip()
 
 
 def filtered(text: str) -> str:
@@ -47,10 +43,9 @@ def filtered(text: str) -> str:
 
 def extract_verdict(prediction: str, allow_lowercase_exact: bool = True) -> str | None:
     """utils/yes_no.py `extract_verdict`: exactly one whole-word Yes/YES or No/NO, or a lone lowercase yes/no."""
-    if allow_lowercase_exact:
-        lowercase = _LOWERCASE_EXACT.fullmatch(prediction.strip())
-        if lowercase:
-            return lowercase.group(1).upper()
+    lowercase = _LOWERCASE_EXACT.fullmatch(prediction.strip()) if allow_lowercase_exact else None
+    if lowercase:
+        return lowercase.group(1).upper()
     has_yes = _YES.search(prediction) is not None
     has_no = _NO.search(prediction) is not None
     return None if has_yes == has_no else "YES" if has_yes else "NO"
@@ -66,8 +61,7 @@ def read_verdict(
 ) -> tuple[str | None, str | None]:
     """(verdict, None) or (None, reason): coinflip's account of why EvalScope found no verdict (it records none)."""
     text = filtered(completion(reply, reasoning))
-    found = extract_verdict(text)
-    if found is not None:
+    if (found := extract_verdict(text)) is not None:
         return found, None
     if finish_reason == "length":
         return None, "cut_off"

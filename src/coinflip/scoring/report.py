@@ -35,8 +35,6 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     scores = summarize(outcomes, compat, seed)
     counts = scores["counts"]
     expected = int(saved.get("samples") or len(outcomes))
-    subset: Subset = saved.get("subset") or Subset(mode="all", count=expected, of=expected)
-    template: Template = fingerprint.get("template") or Template(name="default")
     used = tokens(scorer.usage, scorer.forced_usage)
     report: Report = {
         "benchmark": BENCHMARK,
@@ -51,8 +49,8 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "invalid_reasons": {reason: n for reason, n in scorer.reasons.items() if n},
         "errors_top": scorer.usage.top_errors(),
         "dataset": _section(fingerprint.get("dataset")),
-        "subset": subset,
-        "template": template,
+        "subset": saved.get("subset") or Subset(mode="all", count=expected, of=expected),
+        "template": fingerprint.get("template") or Template(name="default"),
         "few_shot_num": config.get("few_shot_num", 0),
         "repeats": _repeats(fingerprint),
         "api_mode": config.get("api_mode", "chat"),
@@ -180,11 +178,8 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     c, out = report["counts"], []
     total = c["samples"]
     if c["errors"]:
-        counted = (
-            "are left out, as EvalScope's ignore_errors does"
-            if report["metric_compat"] == "evalscope"
-            else "are scored wrong"
-        )
+        evalscope = report["metric_compat"] == "evalscope"
+        counted = "are left out, as EvalScope's ignore_errors does" if evalscope else "are scored wrong"
         out.append(
             f"{c['errors']} sample(s) got no reply after retries and {counted}; resume to retry them"
             + (" (ignore_errors: the run still counts as done)" if report.get("errors_ignored") else "")

@@ -271,8 +271,7 @@ class Scorer(Columns):
         if r["p_yes"] is None and impossible_in(prediction):
             self.impossible_logprobs += 1
         self.usage.add(prediction)
-        forced = prediction.get("forced")
-        if isinstance(forced, dict):
+        if isinstance(forced := prediction.get("forced"), dict):
             self.forced_usage.add(forced)
         self.showcase.add(sample_key(r["id"], r["repeat"]), prediction, r)
 
