@@ -82,8 +82,7 @@ def _answer_entry(window: Sequence[dict[str, Any]] | None, bare: bool) -> dict[s
             continue  # still inside the marker, or only spaces, markdown, quotes
         if _word(rest, tokens[i + 1 :]).lower() not in ("yes", "no"):
             return None
-        entry: dict[str, Any] = window[i]
-        return entry
+        return dict(window[i])
     return None
 
 

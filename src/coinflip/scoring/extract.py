@@ -33,9 +33,7 @@ def invalid_reason(text: str | None, finish_reason: str | None = None) -> str | 
 def read_answer(text: str | None, finish_reason: str | None = None) -> tuple[str | None, str | None]:
     """(answer, None) or (None, reason); a cut-off reply is `cut_off` whatever else is wrong: raise max_tokens."""
     answer, reason = _parse(text)
-    if answer is None and finish_reason == "length":
-        return None, "cut_off"
-    return answer, reason
+    return (None, "cut_off") if answer is None and finish_reason == "length" else (answer, reason)
 
 
 def _parse(text: str | None) -> tuple[str | None, str | None]:
@@ -48,8 +46,7 @@ def _parse(text: str | None) -> tuple[str | None, str | None]:
     if not markers:
         return None, "no_marker" if visible.strip() else "empty"  # blank, or a reasoning block alone
     value = _value_after(visible, markers[-1].end())
-    answer = _yes_no(value)
-    if answer is not None:
+    if (answer := _yes_no(value)) is not None:
         return answer, None
     words = {w.lower() for w in _WORD.findall(value)}
     return None, "both" if {"yes", "no"} <= words else "no_verdict"
@@ -61,9 +58,7 @@ def _visible(text: str) -> str | None:
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:  # a template that opened <think> in the prompt leaves only the closing tag
         text = text[closes[-1].end() :]
-    if _THINK_OPEN.search(text):
-        return None
-    return text
+    return None if _THINK_OPEN.search(text) else text
 
 
 def _value_after(text: str, start: int) -> str:
