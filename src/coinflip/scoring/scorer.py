@@ -149,9 +149,8 @@ SECONDS_MAX = 1e9  # a saved duration past 30 years is a hand edit, not a reques
 
 def _seconds(value: Any) -> float | None:
     """A saved duration as a float; None for anything else (400 digits or 1e308 would overflow the mean)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if 0 <= value <= SECONDS_MAX else None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if number and 0 <= value <= SECONDS_MAX else None
 
 
 class Usage:
@@ -183,8 +182,7 @@ class Usage:
         if by_batch(p):
             self.batch_tokens[0] += prompt
             self.batch_tokens[1] += completion or 0
-        reasoning = token_count(usage, "reasoning_tokens")
-        if reasoning is not None:
+        if (reasoning := token_count(usage, "reasoning_tokens")) is not None:
             self.reasoning.append(float(reasoning))
 
     def result(self) -> UsageSummary:
