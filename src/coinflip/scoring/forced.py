@@ -37,10 +37,8 @@ def answered(first: Prediction, reply: Reply) -> Prediction:
         forced["answer_logprobs"] = window
     if reply.batch:
         forced["batch"] = True
-    row: Prediction = {k: v for k, v in first.items() if k not in ("forced", "error")}  # type: ignore[assignment]
-    row["forced"] = forced
-    row["error"] = first.get("error")
-    return row
+    kept = {k: v for k, v in first.items() if k not in ("forced", "error")}
+    return {**kept, "forced": forced, "error": first.get("error")}  # type: ignore[typeddict-item]
 
 
 def said(row: Prediction) -> str | None:
