@@ -41,7 +41,16 @@ def check_costs(config: TaskConfig, generation: dict[str, Any]) -> None:
 
 
 def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
-    table = _read_table(path)
+    from .._files import read_settings
+
+    try:  # a plain file of at most 16 MB, without YAML aliases
+        table = read_settings(path)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"pricing file {path}: cannot read ({exc.strerror})") from None
+    except ConfigError as exc:
+        raise ConfigError(f"pricing file {exc}") from None
+    if not isinstance(table, dict):
+        raise ConfigError(f"pricing file {path}: not a mapping of model names to prices")
     name = config.model if config.model in table else config.name
     if name not in table:
         known = ", ".join(sorted(map(str, table))[:10]) or "none"
@@ -61,20 +70,6 @@ def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
         raise ConfigError(f"pricing file {path}: {name}: {exc}") from None
     if config.price_input is None or config.price_output is None:
         raise ConfigError(f"pricing file {path}: {name} needs both input and output prices")
-
-
-def _read_table(path: Path) -> dict[str, Any]:
-    from .._files import read_settings
-
-    try:  # a plain file of at most 16 MB, without YAML aliases
-        data = read_settings(path)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"pricing file {path}: cannot read ({exc.strerror})") from None
-    except ConfigError as exc:
-        raise ConfigError(f"pricing file {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"pricing file {path}: not a mapping of model names to prices")
-    return data
 
 
 def prices_of(config: dict[str, Any]) -> dict[str, float] | None:
