@@ -219,8 +219,7 @@ def _clip(text: Any) -> Any:
 def _lean(prediction: Prediction) -> dict[str, Any]:
     """What the page shows of a prediction: thousands of long replies do not fill the memory."""
     lean = {k: _clip(prediction.get(k)) for k in ("question", "prompt", "reply", "error")}
-    forced = prediction.get("forced")
-    if isinstance(forced, dict):
+    if isinstance(forced := prediction.get("forced"), dict):
         lean["forced"] = {k: _clip(forced.get(k)) for k in ("reply", "error")}
     return lean
 
@@ -293,5 +292,4 @@ class Scorer(Columns):
         order = self.order()
         positions = range(len(self)) if order is None else order.tolist()
         for first in range(0, len(self), 4096):  # a slice at a time keeps Python objects few
-            part = positions[first : first + 4096]
-            out.write(b"".join(dumps(self.review(i)) for i in part))
+            out.write(b"".join(dumps(self.review(i)) for i in positions[first : first + 4096]))
