@@ -1,25 +1,15 @@
-"""Answer probabilities: how sure the model was, where the server returns log probabilities.
+"""P(YES), where the server returns log probabilities, and how well it is calibrated.
 
-P(YES) is the probability of the YES token against the NO token at the answer position: the
-first token after the last `ANSWER:` marker of the reply or of the forced answer (a forced
-answer without a marker is a bare verdict: its first word), past spaces, markdown, quotes and
-brackets. The word written there must be yes or no (in any case, across tokens: SmolLM2 writes
-" Y" + "ES"); otherwise the sample has no P(YES). At that position, the chosen token and the top
-alternatives the server sent are summed per side, every tokenisation counting (" YES", "YES",
-"Yes", "yes", " Y", "N": any start of yes or no), then normalised: P(YES) / (P(YES) + P(NO)).
-
-A log probability is a finite number not above 0 (up to rounding, `ROUNDING`): a sample whose
-answer position holds any other value (+50, NaN, infinity: the reply parser keeps these by name)
-has no P(YES), and is counted as such (`impossible`), rather than clamped into a confident one.
-
-Over the samples that have one: AUROC of P(YES) against the target (YES positive; ties count
-half), the Brier score, and the expected calibration error over 10 equal-width bins of P(YES)
-(the gap between each bin's mean P(YES) and its observed share of YES targets, weighted by the
-bin's share of samples), with the bins for a reliability diagram.
+P(YES) is read at the first token after the last `ANSWER:` marker (a bare forced answer: its first
+word), which must start yes or no: every start of either word among the chosen and top tokens adds
+to its side, normalised. An impossible log probability (above 0, NaN, infinite) leaves the sample
+without one (`impossible`). Over the rest: AUROC (ties half), Brier, and ECE over 10 equal bins.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import re
 import sys
@@ -33,46 +23,35 @@ WINDOW = 8  # tokens kept after the token holding the last marker
 FLOAT_MAX = sys.float_info.max  # below -FLOAT_MAX (-inf, or an integer of 400 digits) no float can say it
 ROUNDING = 1e-4  # a log probability up to this far above 0 is float rounding of a certain token
 BINS = 10
-_WORD = re.compile(r"[A-Za-z]+")
 _FILLER = r"\s*_`#>\"'“”‘’«»\[\](){}$\\"  # spaces, markdown, quotes and brackets before the answer
 _LEAD = re.compile(f"[{_FILLER}]*")
 _LETTERS = re.compile(r"[A-Za-z]*")
 
 
 def answer_window(logprobs: Sequence[dict[str, Any]] | None, bare: bool = False) -> list[dict[str, Any]] | None:
-    """The few token entries from the last ANSWER marker on (with `bare`, from the start when
-    there is no marker): all that P(YES) needs, so a run keeps a handful of tokens per reply
-    instead of thousands."""
+    """The token entries from the last ANSWER marker on (`bare`: or the start): a run keeps these, not thousands."""
     if not logprobs:
         return None
-    joined = "".join(str(entry.get("token", "")) for entry in logprobs)
-    markers = list(_MARKER.finditer(joined))
+    tokens = [str(entry.get("token", "")) for entry in logprobs]
+    markers = list(_MARKER.finditer("".join(tokens)))
     if not markers:
         return [dict(e) for e in logprobs[: WINDOW + 1]] if bare else None
-    start = markers[-1].start()
-    position = 0
-    for i, entry in enumerate(logprobs):
-        position += len(str(entry.get("token", "")))
-        if position > start:
-            return [dict(e) for e in logprobs[i : i + WINDOW + 1]]
-    return None
+    first = bisect.bisect_right(list(itertools.accumulate(map(len, tokens))), markers[-1].start())
+    return [dict(e) for e in logprobs[first : first + WINDOW + 1]]
 
 
 def p_yes(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> float | None:
-    """P(YES) at the answer position of a window from `answer_window`; None when the word written
-    there is not yes or no, the server sent no probability for either, or an impossible one."""
+    """None when the word at the answer is not yes or no, or no possible probability was sent for either."""
     entry = _answer_entry(window, bare)
     return None if entry is None or _impossible(entry) else _normalised(entry)
 
 
 def impossible(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> bool:
-    """Whether the answer position holds a log probability that cannot be one (the sample then has no P(YES))."""
     entry = _answer_entry(window, bare)
     return entry is not None and _impossible(entry)
 
 
 def impossible_in(prediction: Mapping[str, Any]) -> bool:
-    """Whether a saved row's reply or forced answer holds an impossible log probability at its answer position."""
     forced = prediction.get("forced")
     again = forced.get("answer_logprobs") if isinstance(forced, dict) else None
     return impossible(prediction.get("answer_logprobs")) or impossible(again, bare=True)
@@ -88,7 +67,6 @@ def _impossible(entry: dict[str, Any]) -> bool:
 
 
 def _answer_entry(window: Sequence[dict[str, Any]] | None, bare: bool) -> dict[str, Any] | None:
-    """The token entry at the answer position, when the word written there is yes or no."""
     if not isinstance(window, list) or not window or not all(isinstance(e, dict) for e in window):
         return None  # nothing, or not what a run writes (a hand-edited file)
     tokens = [str(e.get("token", "")) for e in window]
@@ -104,13 +82,12 @@ def _answer_entry(window: Sequence[dict[str, Any]] | None, bare: bool) -> dict[s
             continue  # still inside the marker, or only spaces, markdown, quotes
         if _word(rest, tokens[i + 1 :]).lower() not in ("yes", "no"):
             return None
-        entry: dict[str, Any] = window[i]
-        return entry
+        return dict(window[i])
     return None
 
 
 def _word(start: str, following: Sequence[str]) -> str:
-    """The word that begins `start`, carried on through the following tokens while they are letters."""
+    """The word that begins `start`, carried on through the following tokens (SmolLM2 writes " Y" + "ES")."""
     word = _LETTERS.match(start).group()  # type: ignore[union-attr]
     if word != start:
         return word
@@ -123,7 +100,6 @@ def _word(start: str, following: Sequence[str]) -> str:
 
 
 def _side(token: str) -> str | None:
-    """yes or no for any start of either word (" Y", "Ye", "YES", "no"); None otherwise."""
     letters = re.sub(r"[^a-z]", "", token.lower())
     if not letters:
         return None
@@ -144,7 +120,6 @@ def _normalised(entry: dict[str, Any]) -> float | None:
 
 
 def calibration(probabilities: Any, targets: Any) -> Calibration:
-    """AUROC, Brier and ECE of P(YES) against the targets (1 for YES), with reliability bins."""
     import numpy as np
 
     p = np.asarray(probabilities, dtype=np.float64)
@@ -159,8 +134,7 @@ def calibration(probabilities: Any, targets: Any) -> Calibration:
         mask = which == b
         n = int(mask.sum())
         if n:
-            gap = abs(float(p[mask].mean()) - float(y[mask].mean()))
-            ece += n / len(p) * gap
+            ece += n / len(p) * abs(float(p[mask].mean()) - float(y[mask].mean()))
         bins.append(
             {
                 "lo": round(float(edges[b]), 2),
@@ -170,13 +144,7 @@ def calibration(probabilities: Any, targets: Any) -> Calibration:
                 "yes_share": float(y[mask].mean()) if n else None,
             }
         )
-    return {
-        "samples": len(p),
-        "auroc": auroc(p, y),
-        "brier": float(np.mean((p - y) ** 2)),
-        "ece": ece,
-        "bins": bins,
-    }
+    return {"samples": len(p), "auroc": auroc(p, y), "brier": float(np.mean((p - y) ** 2)), "ece": ece, "bins": bins}
 
 
 def auroc(p: Any, y: Any) -> float | None:
@@ -189,10 +157,7 @@ def auroc(p: Any, y: Any) -> float | None:
         return None
     order = np.argsort(p, kind="mergesort")
     ranks = np.empty(len(p))
-    sorted_p = p[order]
-    # average ranks over ties
-    _, first, counts = np.unique(sorted_p, return_index=True, return_counts=True)
-    average = first + (counts + 1) / 2.0
-    ranks[order] = np.repeat(average, counts)
+    _, first, counts = np.unique(p[order], return_index=True, return_counts=True)
+    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)  # average ranks over ties
     u = float(ranks[y == 1].sum()) - positives * (positives + 1) / 2
     return u / (positives * negatives)

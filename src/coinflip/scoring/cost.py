@@ -1,12 +1,7 @@
-"""Tokens and cost: what a run used, and what it costs at the prices given.
-
-Prices are per million tokens, input (prompt) and output (completion; a reasoning model's
-reasoning tokens are part of its completion tokens, as OpenAI bills them), from the command line
-or a pricing file keyed by model. An answer a Batch API gave pays `batch_discount` of the price
-(OpenAI: half); one sent online pays it all, also in a run that used both.
-The cost covers every request the run's saved predictions hold, forced answers included: a
-resumed or rescored run shows what the whole run costs, not only its last part.
-`Budget` holds a run to --max-cost.
+"""Tokens and cost: what a run used, and what it costs at the prices given (per million tokens, from
+the command line or a pricing file keyed by model). Reasoning tokens are completion tokens, as OpenAI
+bills them; a Batch API's answer pays `batch_discount` of the price. The cost covers every saved
+prediction, forced answers included, so a resumed run shows the whole run's. `Budget`: --max-cost.
 """
 
 from __future__ import annotations
@@ -31,8 +26,7 @@ MILLION = 1_000_000
 
 
 def check_costs(config: TaskConfig, generation: dict[str, Any]) -> None:
-    """Every price of the run, checked before its first request (where the run is planned: settings
-    validation reads no file). A pricing file's prices for the model become the run's, saved with it."""
+    """Checked where the run is planned (settings read no file); a pricing file's prices become the run's."""
     if config.pricing_file:
         _apply_pricing_file(config, Path(str(config.pricing_file)).expanduser())
     if config.max_cost is None:
@@ -47,8 +41,16 @@ def check_costs(config: TaskConfig, generation: dict[str, Any]) -> None:
 
 
 def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
-    """Take the model's prices from the pricing file where the command line gave none."""
-    table = _read_table(path)
+    from .._files import read_settings
+
+    try:  # a plain file of at most 16 MB, without YAML aliases
+        table = read_settings(path)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"pricing file {path}: cannot read ({exc.strerror})") from None
+    except ConfigError as exc:
+        raise ConfigError(f"pricing file {exc}") from None
+    if not isinstance(table, dict):
+        raise ConfigError(f"pricing file {path}: not a mapping of model names to prices")
     name = config.model if config.model in table else config.name
     if name not in table:
         known = ", ".join(sorted(map(str, table))[:10]) or "none"
@@ -57,8 +59,7 @@ def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
     if not isinstance(entry, dict):
         raise ConfigError(f"pricing file {path}: {name} must map to {{input: X, output: Y}}, got {short(entry)}")
     for key, field in (("input", "price_input"), ("output", "price_output"), ("batch_discount", "batch_discount")):
-        value = entry.get(key)
-        if value is None or field in config.given:
+        if (value := entry.get(key)) is None or field in config.given:
             continue
         if not _number(value):
             raise ConfigError(f"pricing file {path}: {name} {key} must be a number >= 0, got {short(value)}")
@@ -71,22 +72,7 @@ def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
         raise ConfigError(f"pricing file {path}: {name} needs both input and output prices")
 
 
-def _read_table(path: Path) -> dict[str, Any]:
-    from .._files import read_settings
-
-    try:  # a plain file of at most 16 MB, without YAML aliases
-        data = read_settings(path)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"pricing file {path}: cannot read ({exc.strerror})") from None
-    except ConfigError as exc:
-        raise ConfigError(f"pricing file {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"pricing file {path}: not a mapping of model names to prices")
-    return data
-
-
 def prices_of(config: dict[str, Any]) -> dict[str, float] | None:
-    """The run's prices from its saved settings (None: none given)."""
     given = {k: config.get(f"price_{k}") for k in ("input", "output")}
     if any(not _number(v) for v in given.values()):
         return None
@@ -95,12 +81,11 @@ def prices_of(config: dict[str, Any]) -> dict[str, float] | None:
 
 
 def _number(value: Any) -> bool:
-    """A finite, non-negative number that float() takes (not 400 digits a hand edit left)."""
+    """A non-negative number that float() takes (not 400 digits a hand edit left)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= sys.float_info.max
 
 
 def _count(value: Any) -> float:
-    """A saved number as a float; anything else (a hand-edited file) as 0."""
     return float(value) if _number(value) else 0.0
 
 
@@ -110,28 +95,24 @@ def price(prompt: float, completion: float, prices: dict[str, float], batch: boo
 
 
 def tokens(*usages: Usage) -> Tokens:
-    """Token totals over first requests and forced ones, and the mean per request that reported usage."""
     requests = sum(len(u.completion) for u in usages)
     prompt = sum(u.prompt_tokens for u in usages)
     completion = int(sum(sum(u.completion) for u in usages))
     reasoning = int(sum(sum(u.reasoning) for u in usages))
     totals = {"prompt": prompt, "completion": completion, "reasoning": reasoning}
-    mean = {k: round(v / requests, 2) if requests else None for k, v in totals.items()}
     return {
         "requests": requests,
         "prompt": prompt,
         "completion": completion,
         "reasoning": reasoning,
-        "per_request": mean,
+        "per_request": {k: round(v / requests, 2) if requests else None for k, v in totals.items()},
         "batch_prompt": sum(u.batch_tokens[0] for u in usages),
         "batch_completion": sum(u.batch_tokens[1] for u in usages),
     }
 
 
 def cost_report(config: dict[str, Any], found: Tokens) -> Cost | None:
-    """The cost section of a report, from the saved settings and the token totals (None: no prices).
-    Each answer is priced by how it came: a Batch API's at the discount, the rest (sent online, or
-    left by a batch and sent with --batch-rest-online) at the full price."""
+    """Each answer priced by how it came: a Batch API's at the discount, the rest at the full price."""
     prices = prices_of(config)
     if prices is None:
         return None
@@ -148,7 +129,6 @@ def cost_report(config: dict[str, Any], found: Tokens) -> Cost | None:
 
 
 def cost_line(report: Report) -> str | None:
-    """One line for the terminal and the pages: tokens, and the cost where prices were given."""
     t = report.get("tokens")
     if not isinstance(t, dict) or not (t.get("requests") or report.get("cost")):  # a baseline uses none
         return None
@@ -165,22 +145,20 @@ def cost_line(report: Report) -> str | None:
 
 
 def worst_tokens(generation: Mapping[str, Any]) -> int | None:
-    """The most output tokens a request may use: max_tokens (or max_completion_tokens) for each of
-    its n choices; None where nothing bounds them."""
+    """The most output tokens a request may use (max_tokens for each of its n choices); None: unbounded."""
     most, n = generation.get("max_tokens") or generation.get("max_completion_tokens"), generation.get("n") or 1
     return most * n if type(most) is int and type(n) is int and most > 0 and n > 0 else None
 
 
 def prompt_bound(request: Request) -> int:
-    """At most as many prompt tokens as the prompt has bytes, and a few per message for the chat format."""
+    """At most a prompt token per byte, and a few per message for the chat format."""
     return sum(len(str(m.get("content", "")).encode("utf-8", "replace")) + 8 for m in request.messages)
 
 
 class Budget:
-    """--max-cost: a request goes where the run's cost (saved predictions included), what those in
-    flight may cost and what it may cost fit; else it waits for them, and with none left the run
-    stops. It may cost its worst case where max_tokens bounds it (the run never passes the limit),
-    else the answers' mean (the first goes alone; the run passes it by at most what was in flight)."""
+    """--max-cost: a request goes when the cost so far, the holds of those in flight and its own fit; else it
+    waits, and with none in flight the run stops. It is held at its worst case where max_tokens bounds it,
+    else at the answers' mean (the first goes alone: the run passes the limit by at most what was in flight)."""
 
     def __init__(self, limit: float, prices: dict[str, float], batch: bool, generation: dict[str, Any]) -> None:
         self.limit = limit
@@ -194,12 +172,7 @@ class Budget:
         self.settled = asyncio.Event()
         self.stopped = False
 
-    def add(self, usage: dict[str, int] | None, batch: bool | None = None) -> None:
-        usage, batch = usage or {}, self.batch if batch is None else batch
-        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, batch)
-
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """What the saved answers cost, each priced by how it came, as the report prices it."""
         for row in rows:
             forced = row.get("forced")
             for answer in (row, forced if isinstance(forced, dict) else {}):
@@ -208,19 +181,13 @@ class Budget:
                 self.saved += price(prompt or 0, completion or 0, self.prices, by_batch(answer))
 
     def cost(self, request: Request, batch: bool | None = None) -> float | None:
-        """What `request` may cost (None: nothing tells yet), at the batch price or `batch`'s."""
+        """What `request` may cost (None: nothing tells yet)."""
         most = worst_tokens({**self.generation, **request.params})
         if most is not None:
             return price(prompt_bound(request), most, self.prices, self.batch if batch is None else batch)
         return self.spent / self.answered if self.answered else None
 
-    def fits(self, request: Request, in_flight: int = 0) -> bool:
-        """Whether `request` fits after `in_flight` others like it (a batch's, which wait for nothing)."""
-        cost = self.cost(request)
-        return cost is not None and self.saved + self.spent + (in_flight + 1) * cost <= self.limit
-
     async def admit(self, request: Request) -> bool:
-        """Wait until `request` fits; False once it never will (the run stops)."""
         while not self.stopped:
             cost = self.cost(request)
             if cost is None and not self.held:  # the first request: it costs its prompt at least
@@ -236,15 +203,15 @@ class Budget:
         return False
 
     def settle(self, request: Request, reply: Reply) -> None:
-        """What `request` cost: from now its real cost counts, priced by how it came, not what it was held at."""
+        """From now its real cost counts, priced by how it came, not what it was held at."""
         self.held.pop(id(request), None)
-        self.add(reply.usage, reply.batch)
+        usage = reply.usage or {}
+        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
         self.answered += reply.error is None
         self.settled.set()
 
     def admit_online(self, request: Request) -> bool:
-        """Whether a request a batch left (held at the batch's price) may go online at the full price
-        (--batch-rest-online): its hold rises to that price where the limit leaves room."""
+        """--batch-rest-online: a request a batch left may go online where its hold can rise to the full price."""
         full = self.cost(request, batch=False)
         held = self.held.get(id(request), 0.0)
         if full is None or self.saved + self.spent + sum(self.held.values()) - held + full > self.limit:
@@ -253,15 +220,15 @@ class Budget:
         self.held[id(request)] = full
         return True
 
-    def note(self, stopped: bool = False) -> str | None:
-        """One line where the run passed the limit, or stopped for it (or `stopped` in batches before)."""
+    def note(self) -> str | None:
+        """One line where the run passed the limit, or stopped for it."""
         spent = self.saved + self.spent
         if spent > self.limit >= self.saved:  # passed by this session's replies
             return (
                 f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; the "
                 "replies in flight were dearer than the answers before them (max_tokens bounds each one)"
             )
-        if not (self.stopped or stopped):
+        if not self.stopped:
             return None
         return (
             f"stopped before passing --max-cost {self.limit:g}: the run has cost {spent:.4f}; "
@@ -270,7 +237,6 @@ class Budget:
 
 
 def budget_for(config: TaskConfig, generation: dict[str, Any], predictions: Path, batch: bool) -> Budget:
-    """The --max-cost budget of a run, with what its saved predictions already cost."""
     from ..jsonl import read_predictions
 
     prices = prices_of(vars(config))

@@ -1,17 +1,8 @@
-"""The forced answer (--force-answer), its whole lifecycle in one place.
+"""The forced answer (--force-answer): a reply without a valid answer is asked once more for its answer line.
 
-A reply without a valid answer (by the strict rule) is asked once more, for only its answer line
-(plan.py `RequestBuilder.forced` builds that request). A sample is *pending* from the moment its
-first reply is kept until its forced answer lands:
-
-1. its row is written with `"forced": {"pending": true}` (`PENDING`) as soon as the reply lands;
-2. the follow-up's reply lands: the row is written again, holding it (`answered`); on reading,
-   a later line for the same sample wins unless it got less far (`progress`; the row states are
-   declared with the rows, in records.py);
-3. a follow-up that failed leaves the sample pending: the row is final for the report (the forced
-   answer counts as invalid) but a resume asks again;
-4. scoring reads what the forced reply said (`said`), and the report's forced view puts it in
-   place of an invalid strict answer (`recovered`).
+Its row is written pending (`PENDING`) when the reply lands and again with the follow-up (`answered`);
+a failed follow-up leaves it pending for a resume (row states: records.py). Scoring reads what the
+forced reply said (`said`) and puts it in place of an invalid strict answer (`recovered`).
 """
 
 from __future__ import annotations
@@ -29,7 +20,6 @@ __all__ = ["PENDING", "answered", "needed", "pending", "progress", "recovered", 
 
 
 def needed(reply: str | None) -> bool:
-    """A reply is asked for its answer line when the strict rule finds no answer in it."""
     return extract_answer(reply) is None
 
 
@@ -43,20 +33,16 @@ def answered(first: Prediction, reply: Reply) -> Prediction:
         "attempts": reply.attempts,
         "error": reply.error,
     }
-    window = answer_window(reply.logprobs, bare=True)
-    if window is not None:
+    if (window := answer_window(reply.logprobs, bare=True)) is not None:
         forced["answer_logprobs"] = window
     if reply.batch:
         forced["batch"] = True
-    row: Prediction = {k: v for k, v in first.items() if k not in ("forced", "error")}  # type: ignore[assignment]
-    row["forced"] = forced
-    row["error"] = first.get("error")
-    return row
+    kept = {k: v for k, v in first.items() if k not in ("forced", "error")}
+    return {**kept, "forced": forced, "error": first.get("error")}  # type: ignore[typeddict-item]
 
 
 def said(row: Prediction) -> str | None:
-    """What the forced reply said, as a FORCED_ANSWERS value: None when none was asked or none came
-    back yet; "invalid" when it failed or holds no answer."""
+    """A FORCED_ANSWERS value: None when none was asked or came back yet; "invalid" when it failed or has none."""
     forced = row.get("forced")
     if not isinstance(forced, dict) or forced.get("pending"):
         return None
@@ -67,9 +53,7 @@ def said(row: Prediction) -> str | None:
 
 
 def recovered(answer: Any, error: Any, forced: Any) -> Any:
-    """The forced view's answers (indexes into ANSWERS): a strict answer where there is one, the
-    forced answer where there is none and it said YES or NO. Arrays of ANSWERS and FORCED_ANSWERS
-    indexes, one entry a sample."""
+    """ANSWERS indexes: the strict answer, or the forced one (FORCED_ANSWERS indexes) where only it says YES or NO."""
     import numpy as np
 
     as_answer = np.array([ANSWERS.index(a if a in ("YES", "NO") else None) for a in FORCED_ANSWERS], dtype=np.int8)

@@ -1,21 +1,9 @@
-"""Score stage: the five metrics (F1 primary), counts, and how sure each number is.
+"""Score stage: the five metrics (F1 primary, YES positive), counts, and how sure each number is.
 
-Positive class is YES. Two arithmetics:
-- "coinflip" (default): every sample counts. An invalid answer or an errored sample is wrong;
-  recall's denominator is every YES target, so an invalid answer on a YES target is a miss.
-- "evalscope": EvalScope 1.14.1's arithmetic (benchmarks/coin_flip/coin_flip_adapter.py,
-  `aggregate_scores`): samples without a YES/NO prediction are left out of TP/FP/FN but count in
-  accuracy's and yes_ratio's denominators, errored samples are in no denominator at all (EvalScope
-  drops them with `ignore_errors`, and writes no report without it; see scoring/evalscope.py),
-  and an undefined ratio is reported as 0.
-
-A ratio without a denominator (precision with no YES answer, recall with no YES target) is
-undefined: None in coinflip's arithmetic, never 0.000 with a 0-0 interval.
-
-Everything is computed from arrays of outcomes, one entry per (question, repeat). With one
-repeat, intervals are Wilson's for proportions and a Bayesian bootstrap over the six cells for
-precision, recall and F1; with several, a bootstrap that resamples questions (each with all its
-repeats), so they hold both question sampling and generation noise.
+"coinflip" arithmetic counts every sample (invalid or errored is wrong, so a miss); "evalscope" is
+EvalScope 1.14.1's `aggregate_scores`: no-verdict samples are out of TP/FP/FN, errored ones out of
+everything, and an undefined ratio is 0 (None in coinflip's). Intervals: Wilson and a Bayesian
+bootstrap over the six cells, or with repeats a bootstrap over questions (each with all its repeats).
 """
 
 from __future__ import annotations
@@ -68,8 +56,7 @@ def wilson(successes: int, total: int) -> tuple[float, float]:
 
 
 def rates(cells: Any, compat: str = "coinflip", undefined_as_zero: bool | None = None) -> dict[str, Any]:
-    """The five metrics of cell counts (the last axis holds the six CELLS); NaN where undefined,
-    or 0 in EvalScope's arithmetic. Works on one set of counts or a stack of resamples alike."""
+    """The five metrics of cell counts (last axis: CELLS), or of a stack of resamples; NaN where undefined."""
     import numpy as np
 
     c = np.asarray(cells, dtype=np.float64)
@@ -78,8 +65,7 @@ def rates(cells: Any, compat: str = "coinflip", undefined_as_zero: bool | None =
     fn = yes_no + (0 if compat == "evalscope" else yes_none)
     with np.errstate(divide="ignore", invalid="ignore"):
         precision, recall = tp / (tp + fp), tp / (tp + fn)
-        # the harmonic mean, as EvalScope computes it (same floats); where precision or recall has
-        # no denominator, 2TP / (2TP + FP + FN), which is 0 when there is anything to find
+        # the harmonic mean as EvalScope computes it (same floats); else 2TP / (2TP + FP + FN)
         harmonic = 2 * precision * recall / (precision + recall)
         counted = 2 * tp / (2 * tp + fp + fn)
         f1 = np.where(np.isfinite(harmonic), harmonic, np.where(tp == 0, counted, np.nan))
@@ -96,19 +82,16 @@ def rates(cells: Any, compat: str = "coinflip", undefined_as_zero: bool | None =
 
 
 def number(value: Any) -> float | None:
-    """A metric as a report holds it: a float, or None where it is undefined (NaN)."""
     value = float(value)
     return None if math.isnan(value) else value
 
 
 def scored(outcomes: Outcomes, compat: str) -> Outcomes:
-    """The samples the metrics count: all of them, or in EvalScope's arithmetic those that did not
-    error (errored samples never reach EvalScope's aggregation)."""
+    """The samples the metrics count: in EvalScope's arithmetic, errored ones never reach its aggregation."""
     return outcomes.where(outcomes.error == 0) if compat == "evalscope" else outcomes
 
 
 def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resamples: int = RESAMPLES) -> Report:
-    """All numbers of a report: metrics, intervals, counts, accuracy by number of people."""
     import numpy as np
 
     everything = outcomes
@@ -123,49 +106,43 @@ def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resam
     intervals = (
         _clustered(outcomes, compat, seed, resamples) if repeated else _intervals(cells, compat, seed, resamples)
     )
-    intervals.update(dict.fromkeys(undefined))  # no interval around a number that is not there
-    for k, pair in intervals.items():  # a posterior interval may miss an extreme estimate (1.0 of 2)
-        value = values[k]
-        if pair is not None and value is not None:
-            intervals[k] = (min(pair[0], value), max(pair[1], value))
     errors = everything.error.astype(bool)
     errors_on = [int(np.sum(errors & (everything.cell < 3))), int(np.sum(errors & (everything.cell >= 3)))]
     invalid_on = [int(all_cells[2]) - errors_on[0], int(all_cells[5]) - errors_on[1]]
-    correct = int(cells[0] + cells[4])
     scores: Report = {"metric_compat": compat, "primary": PRIMARY}
     if compat == "evalscope":
         scores["evalscope"] = report_note(len(everything) - total, total)
-    scores.update(
-        {
-            "metrics": {k: values[k] for k in METRICS},
-            "intervals": {k: _rounded(intervals[k]) for k in METRICS},
-            "undefined": undefined,
-            "counts": {
-                "samples": len(everything),
-                "correct": correct,
-                "tp": int(cells[0]),
-                "fp": int(cells[3]),
-                "tn": int(cells[4]),
-                "fn": int(cells[1]),
-                "invalid": sum(invalid_on),
-                "invalid_rate": sum(invalid_on) / total if total else 0.0,
-                "errors": sum(errors_on),
-                "target_yes": int(all_cells[:3].sum()),
-                "answered_yes": int(cells[0] + cells[3]),
-                "answered_no": int(cells[1] + cells[4]),
-                "invalid_on_yes": invalid_on[0],
-                "invalid_on_no": invalid_on[1],
-                "errors_on_yes": errors_on[0],
-                "errors_on_no": errors_on[1],
-            },
-            "by_people": by_people(everything),
-        }
-    )
+    scores["metrics"] = {k: values[k] for k in METRICS}
+    scores["intervals"] = {k: None if k in undefined else _rounded(intervals[k], values[k]) for k in METRICS}
+    scores["undefined"] = undefined
+    scores["counts"] = {
+        "samples": len(everything),
+        "correct": int(cells[0] + cells[4]),
+        "tp": int(cells[0]),
+        "fp": int(cells[3]),
+        "tn": int(cells[4]),
+        "fn": int(cells[1]),
+        "invalid": sum(invalid_on),
+        "invalid_rate": sum(invalid_on) / total if total else 0.0,
+        "errors": sum(errors_on),
+        "target_yes": int(all_cells[:3].sum()),
+        "answered_yes": int(cells[0] + cells[3]),
+        "answered_no": int(cells[1] + cells[4]),
+        "invalid_on_yes": invalid_on[0],
+        "invalid_on_no": invalid_on[1],
+        "errors_on_yes": errors_on[0],
+        "errors_on_no": errors_on[1],
+    }
+    scores["by_people"] = by_people(everything)
     return scores
 
 
-def _rounded(pair: tuple[float, float] | None) -> list[float] | None:
-    return None if pair is None else [round(pair[0], 6), round(pair[1], 6)]
+def _rounded(pair: tuple[float, float] | None, value: float | None) -> list[float] | None:
+    """The interval widened to hold its metric: a posterior interval may miss an extreme one (1.0 of 2)."""
+    if pair is None:
+        return None
+    low, high = (pair[0], pair[1]) if value is None else (min(pair[0], value), max(pair[1], value))
+    return [round(low, 6), round(high, 6)]
 
 
 def by_people(outcomes: Outcomes) -> dict[str, People]:
@@ -191,10 +168,8 @@ def _percentiles(samples: Any) -> tuple[float, float] | None:
 
 
 def _intervals(cells: Any, compat: str, seed: int, resamples: int) -> dict[str, tuple[float, float] | None]:
-    """Wilson for accuracy and yes_ratio; for the rest, a Bayesian bootstrap: cell shares drawn
-    from a Dirichlet over the six cells with a Jeffreys prior (1/2 a sample each), so 2 YES answers
-    out of 2 give a wide precision interval, not 1.000 - 1.000, and 2,000 draws of any size cost
-    a few milliseconds."""
+    """Wilson for accuracy and yes_ratio; else a Dirichlet draw with a Jeffreys prior over the cells, so 2 YES
+    of 2 give a wide precision interval, not 1.000 - 1.000, and 2,000 draws of any size cost milliseconds."""
     import numpy as np
 
     total = int(cells.sum())
@@ -209,7 +184,6 @@ def _intervals(cells: Any, compat: str, seed: int, resamples: int) -> dict[str, 
 
 
 def per_question(outcomes: Outcomes) -> tuple[Any, Any]:
-    """The question ids, and a (questions x 6) matrix of each question's cell counts."""
     import numpy as np
 
     ids, index = np.unique(outcomes.question, return_inverse=True)
@@ -219,7 +193,6 @@ def per_question(outcomes: Outcomes) -> tuple[Any, Any]:
 
 
 def _clustered(outcomes: Outcomes, compat: str, seed: int, resamples: int) -> dict[str, tuple[float, float] | None]:
-    """Percentile intervals from resampling questions, each with all its repeats."""
     import numpy as np
 
     _, matrix = per_question(outcomes)

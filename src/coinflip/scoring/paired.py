@@ -1,9 +1,5 @@
-"""Paired tests between two runs on the same questions: McNemar on the questions they share.
-
-Runs pair on the question text, so two runs on the same data pair whatever ids or subsets
-they used. A question asked several times in one run (repeats) counts as right when its
-majority vote is (scoring/reducers.py `majority_cells`, as in the report).
-"""
+"""McNemar between two runs on the questions they share, paired on the question text (whatever ids or
+subsets they used); with repeats a question counts as right when its majority vote is (reducers.Votes)."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ from .metrics import Z95
 
 
 def mcnemar(b: int, c: int) -> dict[str, float]:
-    """b: only A right; c: only B right. Chi-square (1 df) with and without continuity correction, and exact."""
+    """b: only A right; c: only B right. Chi-square (1 df), with continuity correction, and exact."""
     n = b + c
     chi2 = (b - c) ** 2 / n if n else 0.0  # no discordant question: no evidence either way, p = 1
     corrected = max(abs(b - c) - 1, 0) ** 2 / n if n else 0.0
@@ -32,8 +28,7 @@ def mcnemar(b: int, c: int) -> dict[str, float]:
 
 
 def _exact(b: int, c: int) -> float:
-    """Two-sided binomial p-value of min(b, c) in b + c draws at 1/2, in exact integers (each term
-    from the last, so thousands of discordant questions cost milliseconds)."""
+    """Two-sided binomial p-value in exact integers, each term from the last (milliseconds for thousands)."""
     n, term, tail = b + c, 1, 1
     for k in range(min(b, c)):
         term = term * (n - k) // (k + 1)
@@ -43,8 +38,6 @@ def _exact(b: int, c: int) -> float:
 
 @dataclass(frozen=True)
 class Paired:
-    """Two runs on their shared questions: the test, and the questions where exactly one was right."""
-
     shared: int
     only_a: list[str]  # questions only A got right
     only_b: list[str]
@@ -54,7 +47,6 @@ class Paired:
 
 
 def pair(a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
-    """`a`, `b`: correct or not, by question text (one verdict per question: reducers.Votes)."""
     small, large = (a, b) if len(a) <= len(b) else (b, a)
     shared = [q for q in small if q in large]
     only_a = [q for q in shared if a[q] and not b[q]]
@@ -63,10 +55,7 @@ def pair(a: Mapping[str, bool], b: Mapping[str, bool]) -> Paired:
 
 
 def difference(only_a: int, only_b: int, shared: int, z: float = Z95) -> dict[str, float]:
-    """B's accuracy minus A's on `shared` paired questions, with a 95% interval.
-
-    The interval is Agresti and Min's adjusted Wald interval (half a question added to each cell
-    of the 2x2 table), so it stays honest on few questions and never collapses to a point."""
+    """B's accuracy minus A's, with Agresti and Min's adjusted Wald interval: honest on few questions."""
     if shared <= 0:
         return {"difference": 0.0, "low": -1.0, "high": 1.0}
     n, b, c = shared + 2, only_a + 0.5, only_b + 0.5

@@ -1,6 +1,4 @@
-"""The report of a run: its saved settings plus what the scorer gathered, and the warnings a reader
-must not miss (incomplete, mostly invalid, one answer never given, no better than a trivial
-baseline, a partial subset, undefined ratios)."""
+"""The report of a run: its saved settings, what the scorer gathered, and the warnings a reader must not miss."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
-from .metrics import METRICS, Outcomes, number, rates, summarize
+from .metrics import Outcomes, number, rates, summarize
 from .reducers import reduce
 from .schema import Calibration, Counts, Forced, Numbers, Report, Subset, Template
 from .scorer import Scorer
@@ -37,8 +35,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     scores = summarize(outcomes, compat, seed)
     counts = scores["counts"]
     expected = int(saved.get("samples") or len(outcomes))
-    subset: Subset = saved.get("subset") or Subset(mode="all", count=expected, of=expected)
-    template: Template = fingerprint.get("template") or Template(name="default")
+    used = tokens(scorer.usage, scorer.forced_usage)
     report: Report = {
         "benchmark": BENCHMARK,
         "model": config.get("model_id") or config["model"],
@@ -47,28 +44,24 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "complete": counts["errors"] == 0 and expected <= len(outcomes),
         "warnings": [],
         "notes": [],
+        **scores,
+        "baselines": baselines(scores["counts"], compat),
+        "invalid_reasons": {reason: n for reason, n in scorer.reasons.items() if n},
+        "errors_top": scorer.usage.top_errors(),
+        "dataset": _section(fingerprint.get("dataset")),
+        "subset": saved.get("subset") or Subset(mode="all", count=expected, of=expected),
+        "template": fingerprint.get("template") or Template(name="default"),
+        "few_shot_num": config.get("few_shot_num", 0),
+        "repeats": _repeats(fingerprint),
+        "api_mode": config.get("api_mode", "chat"),
+        "generation_config": _section(fingerprint.get("generation_config", config.get("generation_config"))),
+        "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
+        "usage": scorer.usage.result(),
+        "tokens": used,
+        "provenance": saved.get("provenance", {}),
+        "batch": bool(config.get("batch") or config.get("batch_results")),  # answered by a Batch API
+        "cost": cost_report(config, used),
     }
-    report.update(scores)
-    report.update(
-        {
-            "baselines": baselines(scores["counts"], compat),
-            "invalid_reasons": {reason: n for reason, n in scorer.reasons.items() if n},
-            "errors_top": scorer.usage.top_errors(),
-            "dataset": _section(fingerprint.get("dataset")),
-            "subset": subset,
-            "template": template,
-            "few_shot_num": config.get("few_shot_num", 0),
-            "repeats": _repeats(fingerprint),
-            "api_mode": config.get("api_mode", "chat"),
-            "generation_config": _section(fingerprint.get("generation_config", config.get("generation_config"))),
-            "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
-            "usage": scorer.usage.result(),
-            "tokens": tokens(scorer.usage, scorer.forced_usage),
-            "provenance": saved.get("provenance", {}),
-        }
-    )
-    report["batch"] = bool(config.get("batch") or config.get("batch_results"))  # answered by a Batch API
-    report["cost"] = cost_report(config, report["tokens"])
     repeated = report["repeats"] > 1 or bool(len(outcomes) and int(outcomes.repeat.max()) > 0)
     if repeated:
         report["repeat_metrics"] = reduce(outcomes, compat)
@@ -87,7 +80,6 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
 
 
 def _unread(report: Report, scorer: Scorer) -> list[str]:
-    """Warnings for what the scorer could not use: log probabilities that cannot be, unreadable rows."""
     out = []
     if scorer.impossible_logprobs:
         out.append(
@@ -104,14 +96,12 @@ def _unread(report: Report, scorer: Scorer) -> list[str]:
 
 
 def _section(value: Any) -> Any:
-    """A mapping of the saved fingerprint; what a hand edit left there instead is unknown (empty),
-    as the pages show it, rather than a traceback while the report is built."""
+    """A mapping of the saved fingerprint; anything else a hand edit left there is unknown (empty)."""
     return value if isinstance(value, dict) else {}
 
 
 def _repeats(fingerprint: dict[str, Any]) -> int:
-    """Answers asked per question: --repeats times the choices per request (`n`), as the plan counts
-    them (plan.per_question); a hand-edited value that is not a whole number from 1 counts as 1."""
+    """Answers asked per question: --repeats times `n`, as plan.per_question counts them (odd values count 1)."""
     repeats, n = fingerprint.get("repeats"), _section(fingerprint.get("generation_config")).get("n")
     return (repeats if whole(repeats) and repeats else 1) * (n if whole(n) and n else 1)
 
@@ -119,17 +109,12 @@ def _repeats(fingerprint: dict[str, Any]) -> int:
 def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
     """always-yes and always-no on the same targets: the floor a metric must clear to mean anything."""
     yes, no = counts["target_yes"], counts["samples"] - counts["target_yes"]
-    out = {}
-    for name, cells in (("always-yes", [yes, 0, 0, no, 0, 0]), ("always-no", [0, yes, 0, 0, no, 0])):
-        values = rates(cells, compat)
-        out[name] = {k: number(values[k]) for k in METRICS}
-    return out
+    cells = {"always-yes": [yes, 0, 0, no, 0, 0], "always-no": [0, yes, 0, 0, no, 0]}
+    return {name: {k: number(v) for k, v in rates(c, compat).items()} for name, c in cells.items()}
 
 
 def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int, repeated: bool) -> Forced:
-    """The forced view (strict answer where valid, the forced one where not) and what forcing
-    recovered; with repeats, the forced view's majority vote too (a probe with --force-answer
-    pairs its runs on it)."""
+    """The forced view (strict answer where valid, the forced one where not) and what forcing recovered."""
     import numpy as np
 
     outcomes = scorer.outcomes(forced=True)
@@ -157,7 +142,6 @@ def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int, repeated: 
 
 
 def _no_probabilities(report: Report) -> str:
-    """Why no sample has P(YES), from what the run asked for and what its answers were."""
     generation = report["generation_config"]
     if not (generation.get("logprobs") or generation.get("top_logprobs")):
         return NO_LOGPROBS
@@ -177,10 +161,9 @@ def _no_probabilities(report: Report) -> str:
 
 
 def _calibration(scorer: Scorer, outcomes: Outcomes) -> Calibration | None:
-    """None when no sample has P(YES) (`_no_probabilities` says why)."""
     import numpy as np
 
-    p = scorer.probabilities()
+    p = scorer.column("p_yes")
     known = np.isfinite(p)
     if not known.any():
         return None
@@ -192,15 +175,11 @@ def _calibration(scorer: Scorer, outcomes: Outcomes) -> Calibration | None:
 
 
 def warnings(report: Report, expected: int, scored: int) -> list[str]:
-    """One line each; the terminal and the HTML page show them all."""
     c, out = report["counts"], []
     total = c["samples"]
     if c["errors"]:
-        counted = (
-            "are left out, as EvalScope's ignore_errors does"
-            if report["metric_compat"] == "evalscope"
-            else "are scored wrong"
-        )
+        evalscope = report["metric_compat"] == "evalscope"
+        counted = "are left out, as EvalScope's ignore_errors does" if evalscope else "are scored wrong"
         out.append(
             f"{c['errors']} sample(s) got no reply after retries and {counted}; resume to retry them"
             + (" (ignore_errors: the run still counts as done)" if report.get("errors_ignored") else "")
@@ -212,9 +191,8 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
         out.append(f"{c['invalid']} of {total} answers ({c['invalid'] / total:.0%}) are invalid ({reasons})")
         cut = report["invalid_reasons"].get("cut_off", 0)
         if cut * 2 > c["invalid"]:
-            limit = report["generation_config"].get("max_tokens") or report["generation_config"].get(
-                "max_completion_tokens"
-            )
+            generation = report["generation_config"]
+            limit = generation.get("max_tokens") or generation.get("max_completion_tokens")
             out.append(
                 f"most invalid answers were cut off by the token limit (finish_reason length, {cut}); "
                 f"raise max_tokens{f' above {limit}' if limit else ''} in --generation-config"
@@ -223,8 +201,7 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     if answered and (not c["answered_yes"] or not c["answered_no"]):
         never = "YES" if not c["answered_yes"] else "NO"
         out.append(f"the model never answered {never} (YES {c['answered_yes']}, NO {c['answered_no']}, of {total})")
-    below = _below_baselines(report)
-    if below:
+    if below := _below_baselines(report):
         out.append("not above a trivial baseline on the same questions: " + "; ".join(below))
     for name in report.get("undefined", []):
         why = {"precision": "no YES answers", "recall": "no YES targets", "f1_score": "no YES answers or targets"}
@@ -235,11 +212,9 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
 def _below_baselines(report: Report) -> list[str]:
     found = []
     for name in ("f1_score", "accuracy"):
-        value = report["metrics"][name]
-        if value is None:
+        if (value := report["metrics"][name]) is None:
             continue
-        floors = [(b, v[name]) for b, v in report["baselines"].items()]
-        known = [(b, floor) for b, floor in floors if floor is not None]
+        known = [(b, floor) for b, v in report["baselines"].items() if (floor := v[name]) is not None]
         best = max(known, key=lambda bv: bv[1], default=None)
         if best is not None and value <= best[1] + 1e-12:
             found.append(f"{name} {value:.4f} <= {best[0]} {best[1]:.4f}")
@@ -256,7 +231,7 @@ EXPECTED = {
 
 
 def notes(report: Report) -> list[str]:
-    """What a reader should know but need not act on: a subset the user asked for (--limit) is one."""
+    """What a reader should know but need not act on, such as a subset the user asked for (--limit)."""
     out = []
     if report["dataset"].get("source") == "bundled":
         out.append(
@@ -275,26 +250,20 @@ def notes(report: Report) -> list[str]:
             "batch mode: time to first token does not exist there; latency is each batch's turnaround "
             "(creation to end), not a request's"
         )
-    spent = cost_line(report)  # tokens where a server reported them; the cost where prices were given
-    if spent:
+    if spent := cost_line(report):  # tokens where a server reported them; the cost where prices were given
         out.append(spent)
     return out
-
-
-def _utf8_json(report: Report, text: str) -> bytes:
-    """UTF-8, or where half a surrogate pair slipped in, the same JSON with \\u escapes."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return (json.dumps(report, indent=2) + "\n").encode("ascii")
 
 
 def write_report(path: Path, report: Report) -> None:
     from .._files import replacing
 
     try:
+        data = (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # half a surrogate pair slipped in: the same JSON with \\u escapes
+        data = (json.dumps(report, indent=2) + "\n").encode("ascii")
+    try:
         with replacing(path) as handle:  # never written through a link or into a FIFO
-            text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-            handle.write(_utf8_json(report, text))
+            handle.write(data)
     except OSError as exc:
         raise storage_error(path, exc) from None

@@ -1,13 +1,8 @@
-"""The report record (reports/<model>/coin_flip.json), declared once.
+"""The report record (reports/<model>/coin_flip.json), declared once; every reader goes through `checked`.
 
-`build_report` (scoring/report.py) writes a `Report`; every reader goes through `checked`: the
-run page and the terminal summary with the report just built (its settings come from a run
-directory's files), the index, `compare` and the leaderboard rows (pages/board.py) with a saved
-one through `read_report`. Either is untrusted and a saved one may come from another version of
-coinflip, so `checked` tests each field against its declared type, section by section: a field of
-another type is left out (a reader then sees it missing), a field this version does not declare
-is kept as it is (the pages list it under "more about this run"), and nothing a report holds
-raises. Readers then read fields by their declared types, with no checks of their own.
+A report may come from another version of coinflip or a hand edit, so `checked` tests each field
+against its declared type, section by section: a field of another type is left out (readers see it
+missing), one this version does not declare is kept as it is, and nothing a report holds raises.
 """
 
 from __future__ import annotations
@@ -32,8 +27,6 @@ class Quantiles(TypedDict, total=False):
 
 
 class UsageSummary(TypedDict, total=False):
-    """Latency and token distributions over the requests a report counts (scorer.Usage)."""
-
     latency_s: Quantiles
     completion_tokens: Quantiles
     prompt_tokens_total: int
@@ -64,8 +57,6 @@ class Counts(TypedDict, total=False):
 
 
 class People(TypedDict, total=False):
-    """Accuracy on the questions with one number of people (by_people, keyed by that number)."""
-
     samples: int
     correct: int
     accuracy: float
@@ -73,8 +64,6 @@ class People(TypedDict, total=False):
 
 
 class Forced(TypedDict, total=False):
-    """--force-answer: the forced view (strict answer where valid, the forced one where not)."""
-
     metrics: Numbers
     intervals: Intervals
     counts: Counts
@@ -95,8 +84,6 @@ class Spread(TypedDict, total=False):
 
 
 class Repeats(TypedDict, total=False):
-    """--repeats above 1 (scoring/reducers.py)."""
-
     k: int
     questions: int
     per_repeat: dict[str, Spread]
@@ -114,8 +101,6 @@ class Bin(TypedDict, total=False):
 
 
 class Calibration(TypedDict, total=False):
-    """P(YES) against the targets (scoring/calibration.py); `available` False says `reason`."""
-
     available: bool
     reason: str
     coverage: float
@@ -138,8 +123,6 @@ class Tokens(TypedDict, total=False):
 
 
 class Cost(TypedDict, total=False):
-    """Prices per million tokens and what the run cost (scoring/cost.py)."""
-
     input: float
     output: float
     batch_discount: float
@@ -177,8 +160,6 @@ class Template(TypedDict, total=False):
 
 
 class Report(TypedDict, total=False):
-    """A run's report: its settings, its scores and what a reader must not miss (warnings)."""
-
     benchmark: str
     model: str  # the name shown (model_id where given)
     served_model: str  # the name sent to the server
@@ -219,8 +200,7 @@ class Report(TypedDict, total=False):
 
 
 def read_report(raw: bytes | str) -> Report | None:
-    """The report a file holds, each field checked against `Report`; None when the file is not
-    a JSON object. The one way a saved report is read."""
+    """The one way a saved report is read; None when the file is not a JSON object."""
     try:
         found = json.loads(raw)  # Python's parser: NaN and numbers past a float's range still read
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
@@ -229,8 +209,6 @@ def read_report(raw: bytes | str) -> Report | None:
 
 
 def checked(report: Mapping[str, Any]) -> Report:
-    """`report` as a `Report`: each field of its declared type, the others left out. The one
-    edge every page and summary reads a report through."""
     import msgspec  # with the first report read, not with coinflip
 
     try:  # a report as written checks whole in one call (30 us, against 1 ms field by field)
@@ -241,25 +219,18 @@ def checked(report: Mapping[str, Any]) -> Report:
 
 
 _LEFT_OUT = object()
+_hints = functools.cache(typing.get_type_hints)
 
 
 def _fields(found: Mapping[str, Any], declared: Any) -> dict[str, Any]:
-    """The entries of `found` that have their declared type, nested sections checked the same
-    way; `declared` is a TypedDict (a type per field; a field it does not name is kept as it is)
-    or dict[str, T] (T for every entry: one odd metric leaves the others)."""
-    hints = _hints(declared) if typing.is_typeddict(declared) else None
-    every = None if hints is not None else typing.get_args(declared)[1]
-    out = {}
-    for key, value in found.items():
-        hint = hints.get(key, Any) if hints is not None else every
-        kept = _checked(value, hint)
-        if kept is not _LEFT_OUT:
-            out[key] = kept
-    return out
+    """The entries of `found` of their declared type: `declared` is a TypedDict (a field it does not name is
+    kept) or dict[str, T] (one odd metric leaves the others)."""
+    hints, other = (_hints(declared), Any) if typing.is_typeddict(declared) else ({}, typing.get_args(declared)[1])
+    kept = ((key, _checked(value, hints.get(key, other))) for key, value in found.items())
+    return {key: value for key, value in kept if value is not _LEFT_OUT}
 
 
 def _checked(value: Any, hint: Any) -> Any:
-    """`value` if it has type `hint`, a section's entries that do, `_LEFT_OUT` otherwise."""
     import msgspec  # with the first report read, not with coinflip
 
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
@@ -274,8 +245,3 @@ def _checked(value: Any, hint: Any) -> Any:
             continue
         return value
     return _LEFT_OUT
-
-
-@functools.cache
-def _hints(declared: Any) -> dict[str, Any]:
-    return typing.get_type_hints(declared)

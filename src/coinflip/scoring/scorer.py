@@ -1,10 +1,8 @@
-"""Reviews: one verdict per saved prediction, gathered in any order into compact arrays.
+"""Reviews: one verdict per saved prediction, gathered in any order into compact typed arrays.
 
-A live run feeds the Scorer replies as they land, so the report is ready when the last one
-does; a rescore feeds it the saved predictions. Both give the same bytes: every part is
-order-free, and each review is kept as one entry in a few typed arrays (a column per field of
-records.Review), and written out in key order. Whatever a saved row holds (odd types from an
-old or hand-edited file), a review is made; only a target that is not YES or NO stops with one line.
+A live run feeds the Scorer replies as they land, a rescore the saved predictions; both give the same
+bytes, as every part is order-free and written in key order. Any saved row gets a review (odd types
+from a hand edit included); only a target that is not YES or NO stops with one line.
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ from ..records import (
 from . import extract
 from . import forced as forcing
 from .calibration import impossible_in, p_yes
+from .evalscope import REASONS as EVALSCOPE
 from .evalscope import read_verdict
 from .extract import read_answer
 from .metrics import Outcomes
@@ -49,35 +48,20 @@ def _text(value: Any) -> str | None:
 
 
 def review(prediction: Prediction, compat: str = "coinflip") -> Review:
-    """Score one saved prediction by coinflip's strict rule, or by EvalScope's (compat "evalscope").
-
-    The strict rule never looks at a separate reasoning field; EvalScope's only checks whether
-    there was one (scoring/evalscope.py `completion`). An errored sample has no answer and no
-    invalid reason: it is counted as an error. A forced answer is always read by the strict rule.
-    """
+    """One saved prediction by coinflip's strict rule or EvalScope's; an errored one has no answer and no reason."""
     target = prediction.get("target")
     if target not in ("YES", "NO"):
         raise DataError(f"prediction {prediction.get('id')!r}: target must be YES or NO, got {target!r}")
     error = prediction.get("error") is not None
     extracted, reason = (None, None) if error else _read(prediction, compat)
     probability = _probability(prediction, extracted is not None)
-    id_, repeat, people = (prediction.get(k) for k in ("id", "repeat", "people"))
-    return make_review(
-        id_ if whole(id_) else 0,
-        repeat if whole(repeat) else 0,
-        people if whole(people) else 0,
-        target,
-        extracted,
-        reason,
-        error,
-        forcing.said(prediction),
-        None if probability is None else round(probability, 6),
-    )
+    p = None if probability is None else round(probability, 6)
+    id_, repeat, people = (value if whole(value := prediction.get(k)) else 0 for k in ("id", "repeat", "people"))
+    return make_review(id_, repeat, people, target, extracted, reason, error, forcing.said(prediction), p)
 
 
 def _probability(prediction: Prediction, answered: bool) -> float | None:
-    """P(YES) where the answer that counts was given: the reply's when it has a valid answer,
-    else the forced answer's, else whatever the reply's answer position says."""
+    """P(YES) where the answer that counts was given: the reply's, else the forced answer's, else the reply's."""
     forced = prediction.get("forced")
     mine = p_yes(prediction.get("answer_logprobs"))
     if answered or not isinstance(forced, dict):
@@ -94,9 +78,8 @@ def _read(prediction: Prediction, compat: str) -> tuple[str | None, str | None]:
 
 
 class Columns:
-    """Reviews as typed arrays, one entry a sample in arrival order: a few bytes a sample where a
-    dict would take hundreds. Each column holds one field of records.Review; `answer` and
-    `forced` index ANSWERS and FORCED_ANSWERS, `reason` indexes REASONS."""
+    """Reviews as typed arrays (a few bytes a sample, not a dict's hundreds), a column per records.Review field;
+    `answer`, `forced` and `reason` index ANSWERS, FORCED_ANSWERS and REASONS."""
 
     def __init__(self) -> None:
         self.key = array("q")
@@ -122,15 +105,14 @@ class Columns:
         self.people.append(min(r["people"], 2**31 - 1))
 
     def column(self, name: str) -> Any:
-        """One column as a numpy array, without a copy (numpy reads an array's typecode as its own)."""
+        """One column as a numpy array, in arrival order, without a copy."""
         import numpy as np
 
         values = getattr(self, name)
         return np.frombuffer(values, dtype=values.typecode)
 
     def outcomes(self, forced: bool = False) -> Outcomes:
-        """Every sample as small arrays (what metrics and reducers count); with `forced`, an invalid
-        strict answer is replaced by its forced one (forced.recovered)."""
+        """Every sample as small arrays; with `forced`, an invalid strict answer replaced by its forced one."""
         import numpy as np
 
         answer, error = self.column("answer"), self.column("error")
@@ -141,24 +123,14 @@ class Columns:
         return Outcomes(question, repeat.astype(np.int16), cell, error, self.column("people"))
 
     def review(self, i: int) -> Review:
-        """The review at position `i`, as `review()` made it."""
         question, repeat = split_key(self.key[i])
-        probability = self.p_yes[i]
-        return make_review(
-            question,
-            repeat,
-            self.people[i],
-            "NO" if self.target_no[i] else "YES",
-            ANSWERS[self.answer[i]],
-            REASONS[self.reason[i]],
-            bool(self.error[i]),
-            FORCED_ANSWERS[self.forced[i]],
-            None if math.isnan(probability) else probability,
-        )
+        target, p = "NO" if self.target_no[i] else "YES", self.p_yes[i]
+        answer, reason, forced = ANSWERS[self.answer[i]], REASONS[self.reason[i]], FORCED_ANSWERS[self.forced[i]]
+        p_yes = None if math.isnan(p) else p
+        return make_review(question, repeat, self.people[i], target, answer, reason, bool(self.error[i]), forced, p_yes)
 
 
 def _quantiles(values: Sequence[float]) -> Quantiles:
-    """Mean and order statistics; sorted in one numpy array, not a list of a Python float each."""
     if not values:
         return {}
     import numpy as np
@@ -176,17 +148,12 @@ SECONDS_MAX = 1e9  # a saved duration past 30 years is a hand edit, not a reques
 
 
 def _seconds(value: Any) -> float | None:
-    """A saved duration as a float; None for anything else: an integer of 400 digits would
-    overflow float(), and 1e308 twice the mean (rescore ended in OverflowError), a negative one
-    the histograms."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if 0 <= value <= SECONDS_MAX else None
+    """A saved duration as a float; None for anything else (400 digits or 1e308 would overflow the mean)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if number and 0 <= value <= SECONDS_MAX else None
 
 
 class Usage:
-    """Latency, time to first token and token distributions, in compact arrays rather than rows."""
-
     def __init__(self) -> None:
         self.latency = array("d")
         self.ttft = array("d")
@@ -215,8 +182,7 @@ class Usage:
         if by_batch(p):
             self.batch_tokens[0] += prompt
             self.batch_tokens[1] += completion or 0
-        reasoning = token_count(usage, "reasoning_tokens")
-        if reasoning is not None:
+        if (reasoning := token_count(usage, "reasoning_tokens")) is not None:
             self.reasoning.append(float(reasoning))
 
     def result(self) -> UsageSummary:
@@ -243,7 +209,7 @@ SHOWN_CHARS = 4000  # of a prompt or reply on the page: the JSONL files keep eve
 
 
 def _clip(text: Any) -> Any:
-    """A long text's start and its end (where the answer line is), with how much was left out."""
+    """A long text's start and its end (where the answer line is)."""
     if not isinstance(text, str) or len(text) <= SHOWN_CHARS:
         return text
     head, tail = SHOWN_CHARS // 4, SHOWN_CHARS * 3 // 4
@@ -251,17 +217,15 @@ def _clip(text: Any) -> Any:
 
 
 def _lean(prediction: Prediction) -> dict[str, Any]:
-    """What the page shows of a prediction, so thousands of long replies do not fill the memory."""
+    """What the page shows of a prediction: thousands of long replies do not fill the memory."""
     lean = {k: _clip(prediction.get(k)) for k in ("question", "prompt", "reply", "error")}
-    forced = prediction.get("forced")
-    if isinstance(forced, dict):
+    if isinstance(forced := prediction.get("forced"), dict):
         lean["forced"] = {k: _clip(forced.get(k)) for k in ("reply", "error")}
     return lean
 
 
 class Showcase:
-    """The samples the HTML page lists: failures first, then correct ones, each in key order, up
-    to a cap. Kept as the lowest keys of each kind, so the order samples arrive in does not matter."""
+    """The samples the HTML page lists: failures first, then correct ones, the lowest keys of each up to a cap."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
@@ -277,7 +241,7 @@ class Showcase:
         entry = (-key, self._seq, _lean(prediction), review)  # max-heap on key
         if len(heap) < self.cap:
             heapq.heappush(heap, entry)
-        elif entry[0] > heap[0][0]:
+        else:
             heapq.heapreplace(heap, entry)
 
     def rows(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -286,47 +250,36 @@ class Showcase:
         return failed + passed[: max(0, self.cap - len(failed))]
 
 
-class Scorer:
+class Scorer(Columns):
     """What a report is made of, gathered one prediction at a time and in any order."""
 
     def __init__(self, showcase_cap: int = MAX_ROWS, compat: str = "coinflip") -> None:
+        super().__init__()
         self.compat = compat  # whose rule reviews each reply: coinflip's strict one or EvalScope's
         self.usage = Usage()
         self.forced_usage = Usage()
         self.showcase = Showcase(showcase_cap)
         self.unreadable = 0  # saved lines left out: no prediction, or no YES or NO target (a hand-edited file)
         self.impossible_logprobs = 0  # samples without P(YES): the server sent an impossible log probability
-        self.reviews = Columns()
 
     def add(self, prediction: Prediction) -> None:
         r = review(prediction, self.compat)
-        self.reviews.append(r)
+        self.append(r)
         if r["p_yes"] is None and impossible_in(prediction):
             self.impossible_logprobs += 1
         self.usage.add(prediction)
-        forced = prediction.get("forced")
-        if isinstance(forced, dict):
+        if isinstance(forced := prediction.get("forced"), dict):
             self.forced_usage.add(forced)
         self.showcase.add(sample_key(r["id"], r["repeat"]), prediction, r)
-
-    def __len__(self) -> int:
-        return len(self.reviews)
-
-    def column(self, name: str) -> Any:
-        """One column of the reviews (see Columns) as a numpy array, in arrival order."""
-        return self.reviews.column(name)
 
     @property
     def reasons(self) -> dict[str, int]:
         """Invalid answers by reason (every reason of the scorer's rule, zeros included)."""
         import numpy as np
 
-        from .evalscope import REASONS as EVALSCOPE
-
         names = EVALSCOPE if self.compat == "evalscope" else extract.REASONS
-        counts = np.bincount(self.column("reason"), minlength=len(REASONS)).tolist() if len(self) else []
-        found = {str(REASONS[i]): int(n) for i, n in enumerate(counts) if i}
-        return {name: found.get(name, 0) for name in names}
+        counts = np.bincount(self.column("reason"), minlength=len(REASONS))
+        return {name: int(counts[REASONS.index(name)]) for name in names}
 
     def order(self) -> Any:
         """Positions in key order (None: already in order)."""
@@ -339,13 +292,4 @@ class Scorer:
         order = self.order()
         positions = range(len(self)) if order is None else order.tolist()
         for first in range(0, len(self), 4096):  # a slice at a time keeps Python objects few
-            part = positions[first : first + 4096]
-            out.write(b"".join(dumps(self.reviews.review(i)) for i in part))
-
-    def outcomes(self, forced: bool = False) -> Outcomes:
-        """Every sample as small arrays; with `forced`, an invalid strict answer is replaced by its forced one."""
-        return self.reviews.outcomes(forced)
-
-    def probabilities(self) -> Any:
-        """P(YES) of every sample, NaN where it has none."""
-        return self.column("p_yes")
+            out.write(b"".join(dumps(self.review(i)) for i in positions[first : first + 4096]))
