@@ -55,9 +55,9 @@ def _char(c: str) -> str:
     return f"(?:{'|'.join(forms)})"
 
 
-# between two characters: a line break (raw or JSON-escaped) and its indent, or the one space a
-# one-line message leaves of them (_replies.one_line)
-_BREAK = r"(?:(?:\r?\n|\\r?\\n)[ \t]*| )?"
+# between two characters: a line break (raw, JSON-escaped, or shown as U+FFFD by _terminal.one_line)
+# and its indent, or a space
+_BREAK = r"(?:(?:\r?\n|\\r?\\n|\r?\ufffd)[ \t]*| )?"
 CUT_LEAST = 6  # characters of a secret's start that are masked where a cut message ends with them
 
 
