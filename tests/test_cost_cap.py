@@ -56,8 +56,11 @@ def test_long_replies_do_not_pass_the_cap(tmp_path: Path, how: str) -> None:
         base = ("eval", "--model", "m", "--limit", "40", "--api-url", srv.url, *MINI, "--max-cost", "0.05")
         result = run_cli(*base, *args, "--work-dir", str(tmp_path))
     cost = _cost(tmp_path)
-    assert result.returncode == 1 and 0.04 <= cost <= 0.05, (cost, result.stderr)
-    assert "stopped before passing --max-cost 0.05" in result.stderr and "passed" not in result.stderr
+    assert 0.04 <= cost <= 0.05 and "passed --max-cost" not in result.stderr, (cost, result.stderr)
+    if "batch" in how:  # met in parts: a batch more once answers settle what the last cost, all 40 may fit
+        assert result.returncode == 0 or "stopped before passing --max-cost 0.05" in result.stderr
+    else:
+        assert result.returncode == 1 and "stopped before passing --max-cost 0.05" in result.stderr
 
 
 def test_batch_mode_with_a_cap_needs_max_tokens(tmp_path: Path) -> None:

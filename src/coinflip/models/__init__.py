@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +88,7 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 @contextlib.asynccontextmanager
 async def open_model(
     config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int,
-    folder: Path | None = None, admit: Callable[[Request], bool] | None = None,
+    folder: Path | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[Model]:  # fmt: skip
     """The model for a run; for a server, its endpoints are checked (EndpointError) before it is
     handed out. `folder`: where a batch backend keeps what a resume needs; `admit`: whether a

@@ -19,7 +19,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -206,7 +206,7 @@ class BatchModel(_Gathering):
 
     def __init__(
         self, api: BatchAPI, folder: Path, config: TaskConfig, generation: dict[str, Any],
-        online: OpenAIClient | None = None, admit: Callable[[Request], bool] | None = None,
+        online: OpenAIClient | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
         self.api, self.folder, self.config, self.generation = api, folder, config, generation
@@ -262,7 +262,7 @@ class BatchModel(_Gathering):
             if reply.error is None:
                 break
             if self.online is not None:  # what a batch left goes online, if the run can afford it
-                if self.admit is not None and not self.admit(request):
+                if self.admit is not None and not await self.admit(request):
                     raise Unanswered()
                 return await self.online.complete(request)
         reply.attempts = sends

@@ -187,9 +187,10 @@ class Budget:
             return price(prompt_bound(request), most, self.prices, self.batch if batch is None else batch)
         return self.spent / self.answered if self.answered else None
 
-    async def admit(self, request: Request) -> bool:
+    async def admit(self, request: Request, batch: bool | None = None) -> bool:
+        """Wait until `request` fits beside what is held; False once it never will (the run stops)."""
         while not self.stopped:
-            cost = self.cost(request)
+            cost = self.cost(request, batch)
             if cost is None and not self.held:  # the first request: it costs its prompt at least
                 cost = price(prompt_bound(request), 0, self.prices, self.batch)
             if cost is not None and self.saved + self.spent + sum(self.held.values()) + cost <= self.limit:
@@ -210,15 +211,12 @@ class Budget:
         self.answered += reply.error is None
         self.settled.set()
 
-    def admit_online(self, request: Request) -> bool:
-        """--batch-rest-online: a request a batch left may go online where its hold can rise to the full price."""
-        full = self.cost(request, batch=False)
-        held = self.held.get(id(request), 0.0)
-        if full is None or self.saved + self.spent + sum(self.held.values()) - held + full > self.limit:
-            self.stopped = True
-            return False
-        self.held[id(request)] = full
-        return True
+    async def admit_online(self, request: Request) -> bool:
+        """--batch-rest-online: a request a batch left gives up its hold at the batch's price and waits
+        for room at the full price, as any request does."""
+        self.held.pop(id(request), None)
+        self.settled.set()
+        return await self.admit(request, batch=False)
 
     def note(self) -> str | None:
         """One line where the run passed the limit, or stopped for it."""
