@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .config import GENERATION_KEYS, Setting, settings
+from .config.declare import EVAL_ONLY
 from .config.evalscope import GENERATION_DROPPED, GENERATION_TO_TASK
 
 PAGE = "docs/settings.md"  # from the repository's root
@@ -43,7 +44,7 @@ def settings_table() -> str:
     for s in settings():
         if s.unused:
             continue
-        where = "" if "sweep" in s.commands else " (eval only)"
+        where = " (eval only)" if s.name in EVAL_ONLY else ""
         lines.append(f"| {_flag(s)} | `{s.name}` | {_default(s)} | {_cell(s.help)}{where} |")
     return "\n".join(lines)
 

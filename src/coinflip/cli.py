@@ -17,7 +17,8 @@ import click
 
 from ._terminal import one_line
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
-from .errors import CoinflipError
+from .config.declare import EVAL_ONLY
+from .errors import CoinflipError, ConfigError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -36,11 +37,11 @@ def app() -> None:
     """
 
 
-def setting_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def setting_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
     def apply(function: Callable[..., Any]) -> Callable[..., Any]:
         for s in reversed(settings()):
-            if s.flag and command in s.commands:
+            if s.flag:
                 function = _option(s)(function)
         return function
 
@@ -74,7 +75,7 @@ def given(opts: dict[str, Any]) -> dict[str, Any]:
 @app.command("eval")
 @click.option("--config", "config_file", metavar="FILE", help="A YAML or JSON task config, as run_task takes it "
               "(EvalScope's included); the flags given override it.")  # fmt: skip
-@setting_options("eval")
+@setting_options()
 def eval_command(config_file: str | None, **opts: Any) -> None:
     """Run the benchmark and write a run directory with predictions, reviews and reports.
 
@@ -276,7 +277,7 @@ def view_command(work_dir: Path, open_page: bool) -> None:
 
 
 @app.command("probe")
-@setting_options("eval")
+@setting_options()
 @click.option(
     "--variants",
     default=None,
@@ -303,6 +304,10 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     from .probes.run import ProbeOptions, probe
 
     config = TaskConfig.of(**given(opts))  # validated once, before anything is generated
+    if any(getattr(config, name) for name in EVAL_ONLY):
+        raise ConfigError(
+            "coinflip probe sends its variants online: --batch, --batch-write and --batch-results are eval's"
+        )
     chosen = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants is not None else None
     result = probe(config, ProbeOptions(chosen, lengths, length_count))
     click.echo(one_line(f"probe {result['model']}: {result['headline']}"))

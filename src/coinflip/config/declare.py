@@ -13,6 +13,7 @@ from ..records import REPEATS_MAX
 from .values import check_choice, check_path
 
 BENCHMARK = "coin_flip"
+EVAL_ONLY = ("batch", "batch_write", "batch_results", "batch_rest_online")  # a probe runs its variants online
 PROMPT_TEMPLATES = ("default", "direct", "multiturn", "zh", "direct-zh")
 KEY_AGAIN = "give the API key with --api-key, $COINFLIP_API_KEY or $OPENAI_API_KEY (never saved: a resume needs it)"
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
@@ -27,7 +28,6 @@ class Setting:
     name: str
     help: str
     flag: str | None  # "--api-url"; a "--x/--no-x" pair for booleans; None: Python and config files only
-    commands: tuple[str, ...]  # which commands take the flag: eval, sweep
     kind: str  # text, int, float, bool, choice, list, json, limit
     evalscope: str  # EvalScope's spelling ("" where it has none)
     default: Any
@@ -41,7 +41,7 @@ class Setting:
 
 
 def setting(default: Any, help: str, *, factory: Any = None, repr: bool = True, **declared: Any) -> Any:
-    declared = {"help": help, "flag": "", "commands": ("eval", "sweep"), "evalscope": "=", **declared}
+    declared = {"help": help, "flag": "", "evalscope": "=", **declared}
     if factory is not None:
         return field(default_factory=factory, metadata=declared, repr=repr)
     return field(default=default, metadata=declared, repr=repr)

@@ -24,7 +24,6 @@ LIMIT_MODES = ("stratified", "first", "random")
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
 SETTINGS_VERSION = 2  # 1: no version field (before coinflip 1.0); 2: `version`, one --api-url
-EVAL = ("eval",)
 UNUSED = "accepted, not used by coin_flip"
 
 
@@ -125,22 +124,17 @@ class TaskConfig:
         "Send the run through the OpenAI Batch API (about half the price; minutes to hours). Resumable: "
         "--use-cache RUN_DIR polls the same batch.",
         flag="--batch/--no-batch",
-        commands=EVAL,
         evalscope="",
     )
-    batch_poll_s: float = setting(
-        30.0, "Seconds between polls of a running batch.", commands=EVAL, evalscope="", unit="seconds"
-    )
+    batch_poll_s: float = setting(30.0, "Seconds between polls of a running batch.", evalscope="", unit="seconds")
     batch_rest_online: bool = setting(
         False,
         "Send what a batch left unanswered (expired, failed lines) online instead of in a new batch.",
-        commands=EVAL,
         evalscope="",
     )
     batch_write: str | None = setting(
         None,
         "Write the run's owed requests as a Batch API JSON Lines file (for vllm run-batch) and stop.",
-        commands=EVAL,
         metavar="FILE",
         evalscope="",
         path=True,
@@ -148,7 +142,6 @@ class TaskConfig:
     batch_results: str | None = setting(
         None,
         "Score a Batch API result file made elsewhere (vllm run-batch -o FILE) into the run (with --use-cache).",
-        commands=EVAL,
         metavar="FILE",
         evalscope="",
         path=True,
@@ -188,26 +181,21 @@ class TaskConfig:
         least=0,
     )
     # the data
-    datasets: list[str] = setting(
-        None, "Benchmark name (only coin_flip).", commands=EVAL, kind="list", factory=lambda: [BENCHMARK]
-    )
+    datasets: list[str] = setting(None, "Benchmark name (only coin_flip).", kind="list", factory=lambda: [BENCHMARK])
     dataset_args: dict[str, Any] | None = setting(
         None,
         'EvalScope\'s per-benchmark settings, e.g. \'{"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}\'.',
-        commands=EVAL,
         kind="json",
         metavar="JSON",
     )
     dataset_hub: str = setting(
         "bundled",
         "Where the data comes from: the bundled set, a hub (cached after the first download), or local files.",
-        commands=EVAL,
         choices=HUBS,
     )
     dataset_path: str | None = setting(
         None,
         "A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.",
-        commands=EVAL,
         metavar="PATH",
         evalscope="dataset_args.coin_flip.local_path",
         path=True,
@@ -215,22 +203,19 @@ class TaskConfig:
     dataset_id: str = setting(
         "extraordinarylab/coin-flip",
         "Dataset id on the hub.",
-        commands=EVAL,
         metavar="ID",
         evalscope="dataset_args.coin_flip.dataset_id",
     )
     dataset_dir: str | None = setting(
         None,
         "Hub cache folder (default $COINFLIP_CACHE or ~/.cache/coinflip).",
-        commands=EVAL,
         metavar="DIR",
         path=True,
     )
-    split: str = setting("test", "Split to evaluate.", commands=EVAL, choices=SPLITS, evalscope="")
+    split: str = setting("test", "Split to evaluate.", choices=SPLITS, evalscope="")
     limit: int | float | None = setting(
         None,
         "N questions, or a fraction such as 0.1 (0 or unset: all).",
-        commands=EVAL,
         kind="limit",
         metavar="N|FRACTION",
     )
@@ -238,7 +223,6 @@ class TaskConfig:
         "stratified",
         "How --limit picks: stratified (seeded, in proportion to the number of people), first (the first N, as "
         "EvalScope), random (seeded).",
-        commands=EVAL,
         choices=LIMIT_MODES,
         evalscope="dataset_args.coin_flip.shuffle",
     )
@@ -260,44 +244,39 @@ class TaskConfig:
     use_cache: str | None = setting(
         None,
         "Resume RUN_DIR with its saved settings: reuse finished predictions, send only the rest.",
-        commands=EVAL,
         metavar="RUN_DIR",
         path=True,
     )
-    no_timestamp: bool = setting(
-        False, "Write the run into --work-dir itself instead of a timestamped folder.", commands=EVAL
-    )
+    no_timestamp: bool = setting(False, "Write the run into --work-dir itself instead of a timestamped folder.")
     metric_compat: str = setting(
         "coinflip",
         "coinflip: strict answers, invalid ones count as wrong; evalscope: EvalScope 1.14.1's extraction and "
         "arithmetic.",
-        commands=EVAL,
         choices=METRIC_COMPATS,
         evalscope="",
     )
-    html_report: bool = setting(True, "Write the HTML report.", flag="--html/--no-html", commands=EVAL, evalscope="")
+    html_report: bool = setting(True, "Write the HTML report.", flag="--html/--no-html", evalscope="")
     progress: bool | None = setting(
         None, "Progress bar (default: on a terminal).", flag=None, kind="bool", evalscope=""
     )
     quiet: bool = setting(False, "No terminal summary.", flag=None, evalscope="")
     # EvalScope settings that are accepted but change nothing here
-    judge: dict[str, Any] | None = setting(None, "LLM judge settings.", commands=EVAL, unused=UNUSED)
-    judge_strategy: str | None = setting(None, "LLM judge strategy.", commands=EVAL, unused=UNUSED)
-    judge_worker_num: int | None = setting(None, "LLM judge workers.", commands=EVAL, unused=UNUSED)
-    judge_model_args: dict[str, Any] | None = setting(None, "LLM judge model.", commands=EVAL, unused=UNUSED)
-    analysis_report: bool = setting(False, "LLM-written analysis.", commands=EVAL, unused=UNUSED)
+    judge: dict[str, Any] | None = setting(None, "LLM judge settings.", unused=UNUSED)
+    judge_strategy: str | None = setting(None, "LLM judge strategy.", unused=UNUSED)
+    judge_worker_num: int | None = setting(None, "LLM judge workers.", unused=UNUSED)
+    judge_model_args: dict[str, Any] | None = setting(None, "LLM judge model.", unused=UNUSED)
+    analysis_report: bool = setting(False, "LLM-written analysis.", unused=UNUSED)
     collect_perf: bool = setting(
         True,
         "Per-request performance.",
-        commands=EVAL,
         unused="always collected: latency, tokens and time to first token are in every report",
     )
-    enable_progress_tracker: bool = setting(False, "progress.json.", commands=EVAL, unused=UNUSED)
-    debug: bool = setting(False, "Debug logging.", commands=EVAL, unused="see logs/eval_log.log")
-    eval_backend: str | None = setting(None, "Evaluation backend (Native only).", commands=EVAL, unused=UNUSED)
-    model_args: dict[str, Any] | None = setting(None, "Checkpoint loading arguments.", commands=EVAL, unused=UNUSED)
+    enable_progress_tracker: bool = setting(False, "progress.json.", unused=UNUSED)
+    debug: bool = setting(False, "Debug logging.", unused="see logs/eval_log.log")
+    eval_backend: str | None = setting(None, "Evaluation backend (Native only).", unused=UNUSED)
+    model_args: dict[str, Any] | None = setting(None, "Checkpoint loading arguments.", unused=UNUSED)
     chat_template: str | None = setting(
-        None, "Checkpoint chat template.", commands=EVAL, unused="the server applies its own chat template"
+        None, "Checkpoint chat template.", unused="the server applies its own chat template"
     )
     # not a setting: those given (`of`'s names, else those off their defaults), kept over the saved ones on a resume
     given: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
