@@ -96,3 +96,17 @@ def test_a_huge_batch_size_costs_no_more_than_the_work(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(next(only_run_dir(tmp_path).glob("reports/*/coin_flip.json")).read_text())
     assert report["counts"]["samples"] == 2
+
+
+@pytest.mark.parametrize("flag", [("--batch",), ("--batch-write", "requests.jsonl"), ("--batch-results", "out.jsonl")])
+def test_a_probe_refuses_the_batch_modes_in_one_line(tmp_path: Path, flag: tuple[str, ...]) -> None:
+    """A probe sends its variants online; --batch-write crashed it with a KeyError traceback."""
+    args = [*flag[:1], *(str(tmp_path / f) for f in flag[1:])]
+    done = subprocess.run(
+        [sys.executable, "-m", "coinflip", "probe", "--model", "oracle", "--work-dir", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and ("eval's" in done.stderr or flag == ("--batch",))
+    assert not any(tmp_path.iterdir())
