@@ -1,7 +1,7 @@
-"""Dataset stage: load CoinFlip records from the bundled splits, local files or a hub cache.
+"""Dataset stage: CoinFlip records from the bundled splits, local files or a hub cache.
 
-Every loader validates every row before anything is returned, so a bad file stops the run with
-one line naming the file, the row and the problem, and nothing is half-loaded.
+Every row is validated before anything is returned: a bad file stops the run with one line naming
+the file, the row and the problem.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from itertools import islice
+from itertools import islice, takewhile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
-FORMATS = (".json", ".jsonl", ".csv", ".parquet")
 
 
 @dataclass(frozen=True)
@@ -41,11 +40,8 @@ class Record:
 
 @dataclass(frozen=True)
 class Dataset:
-    """Validated rows plus where they came from; `source` goes into every report.
-
-    Line-based files (JSONL, CSV) are validated in one streaming pass and read again when
-    iterated, so a run over a million generated questions holds none of them in memory.
-    """
+    """Validated rows and where they came from (`source`, in every report). JSONL and CSV files are
+    read again when iterated, so a run over a million generated questions holds none in memory."""
 
     source: dict[str, Any]
     count: int
@@ -58,14 +54,8 @@ class Dataset:
         if self.ids is None:
             yield from islice(rows, self.count)
             return
-        wanted = iter(self.ids)
-        next_id = next(wanted, None)
-        for record in rows:
-            if next_id is None:
-                return
-            if record.id == next_id:
-                yield record
-                next_id = next(wanted, None)
+        wanted, last = set(self.ids), max(self.ids, default=-1)
+        yield from (r for r in takewhile(lambda r: r.id <= last, rows) if r.id in wanted)
 
     def __len__(self) -> int:
         return self.count
@@ -96,10 +86,16 @@ def make_record(index: int, question: Any, answer: Any, where: str) -> Record:
 
 
 def rows_sha256(records: Iterable[Record]) -> str:
-    digest = hashlib.sha256()
+    return _digest(records)[0]
+
+
+def _digest(records: Iterable[Record]) -> tuple[str, int]:
+    """The sha256 of the rows' questions and answers, and how many rows there were."""
+    digest, count = hashlib.sha256(), 0
     for r in records:
         digest.update(f"{r.question}\t{r.answer}\n".encode())
-    return digest.hexdigest()
+        count += 1
+    return digest.hexdigest(), count
 
 
 def _pick(row: dict[str, Any], keys: Sequence[str], where: str) -> Any:
@@ -158,8 +154,7 @@ def _read_parquet(path: Path) -> list[Any]:
     except ImportError:
         raise DataError(f"{path}: reading Parquet needs pyarrow: pip install 'coinflip[parquet]'") from None
     try:
-        rows: list[Any] = pq.read_table(path).to_pylist()
-        return rows
+        return list(pq.read_table(path).to_pylist())
     except Exception as exc:  # pyarrow raises several unrelated types for corrupt files
         raise DataError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
 
@@ -171,6 +166,7 @@ def _why(exc: BaseException) -> str:
 
 
 READERS = {".json": _read_json, ".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+FORMATS = tuple(READERS)
 
 
 def _checked(path: Path) -> Path:
@@ -186,7 +182,6 @@ def _checked(path: Path) -> Path:
 
 
 def _stream(path: Path) -> Iterator[Record]:
-    """Records of one file, read lazily; errors name the file and row."""
     try:
         yield from _iter_records(READERS[path.suffix.lower()](path), path)
     except UnicodeDecodeError:
@@ -200,7 +195,7 @@ def _stream(path: Path) -> Iterator[Record]:
 
 
 def load_file(path: str | Path) -> list[Record]:
-    """Read one file of rows; the format follows the file's extension."""
+    """One file's rows; the format follows the file's extension."""
     path = _checked(Path(path))
     records = list(_stream(path))
     if not records:
@@ -209,8 +204,8 @@ def load_file(path: str | Path) -> list[Record]:
 
 
 def _candidates(directory: Path) -> list[Path]:
-    """The directory's own files, and those of its `data/` folder (the hubs' layout): never a
-    whole tree, so `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
+    """The directory's own files and its `data/` folder's (the hubs' layout), never a whole tree,
+    so `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
     found: list[Path] = []
     for folder in (directory, directory / "data"):
         try:
@@ -221,8 +216,8 @@ def _candidates(directory: Path) -> list[Path]:
     return found
 
 
-def split_file(directory: Path, split: str) -> Path:
-    """The file for `split` in a directory: test.jsonl, data/test-00000-of-00001.parquet, ..."""
+def _split_file(directory: Path, split: str) -> Path:
+    """test.jsonl, data/test-00000-of-00001.parquet, ..."""
     found = [p for p in _candidates(directory) if re.match(rf"{split}([.-]|$)", p.name)]
     if not found:
         raise DataError(f"{directory}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")
@@ -231,30 +226,27 @@ def split_file(directory: Path, split: str) -> Path:
     return found[0]
 
 
-def split_files(path: Path, split: str) -> list[Path]:
+def _split_files(path: Path, split: str) -> list[Path]:
     """A file is the split itself; a directory holds test.* (or Parquet shards test-0000x-of-0000n)."""
     if not path.is_dir():
         return [_checked(path)]
     shards = [p for p in _candidates(path) if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
-    return shards if len(shards) > 1 else [split_file(path, split)]
+    return shards if len(shards) > 1 else [_split_file(path, split)]
 
 
 def load_split(path: str | Path, split: str) -> list[Record]:
-    rows = [r for f in split_files(Path(path), split) for r in load_file(f)]
+    rows = [r for f in _split_files(Path(path), split) for r in load_file(f)]
     return [replace(r, id=i) for i, r in enumerate(rows)]
 
 
 def open_split(path: Path, split: str) -> tuple[Dataset, str]:
-    """Validate a split; keep it on disk when it can be streamed, else in memory. Returns it and its sha256."""
-    files_ = split_files(path, split)
+    """A validated split and its sha256: kept on disk when it can be streamed, else in memory."""
+    files_ = _split_files(path, split)
     if len(files_) == 1 and files_[0].suffix.lower() in (".jsonl", ".csv"):
-        digest, count = hashlib.sha256(), 0
-        for record in _stream(files_[0]):
-            digest.update(f"{record.question}\t{record.answer}\n".encode())
-            count += 1
+        sha, count = _digest(_stream(files_[0]))
         if not count:
             raise DataError(f"{files_[0]}: no rows")
-        return Dataset({}, count, path=files_[0]), digest.hexdigest()
+        return Dataset({}, count, path=files_[0]), sha
     records = tuple(load_split(path, split))
     return Dataset({}, len(records), rows=records), rows_sha256(records)
 
@@ -269,30 +261,26 @@ def load_dataset(
     dataset_id: str | None = None,
     cache_dir: str | Path | None = None,
 ) -> Dataset:
-    """Load one split from the bundled data, a local path, or a hub's local cache."""
+    """One split of the bundled data, a local path, or a hub's local cache."""
     if path is not None:
-        where = Path(path)
-        source = {"source": "file", "path": os.path.abspath(where)}  # resolve() raises on a link loop
+        source = {"source": "file", "path": os.path.abspath(path)}  # resolve() raises on a link loop
+        dataset, sha = open_split(Path(path), split)
     elif hub == "bundled":
         shipped = json.loads((bundled_dir() / MANIFEST).read_text(encoding="utf-8"))[split]
-        dataset = Dataset({}, shipped["rows"], path=bundled_dir() / f"{split}.jsonl")
         source = {"source": "bundled", "path": f"coinflip/_data/{split}.jsonl"}
-        return replace(dataset, source={**source, "split": split, "rows": dataset.count, "sha256": shipped["sha256"]})
+        dataset, sha = Dataset({}, shipped["rows"], path=bundled_dir() / f"{split}.jsonl"), shipped["sha256"]
     else:
         from .hub import DATASET_ID, fetch
 
         hub_id = dataset_id or DATASET_ID
-        where = fetch(hub, hub_id, cache_dir)
         source = {"source": hub, "id": hub_id}
-    dataset, sha = open_split(where, split)
+        dataset, sha = open_split(fetch(hub, hub_id, cache_dir), split)
     return replace(dataset, source={**source, "split": split, "rows": dataset.count, "sha256": sha})
 
 
 def dataset_stats(records: Iterable[Record], template: str) -> dict[str, Any]:
-    """Rows, people/flips counts, YES share and 0-shot prompt lengths, as EvalScope's page lists them.
-
-    One streaming pass (Welford's mean and variance), so it works on sets of any size.
-    """
+    """Rows, people/flips counts, YES share and 0-shot prompt lengths, as EvalScope's page lists them;
+    one streaming pass (Welford's mean and variance), so sets of any size fit."""
     overhead = len(template.format(question=""))
     people: dict[int, int] = {}
     flips: dict[int, int] = {}
