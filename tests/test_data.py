@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coinflip.data import bundled_dir, dataset_stats, load_dataset, load_file, load_split, rows_sha256
+from coinflip.data.grammar import bundled_dir
+from coinflip.data.load import dataset_stats, load_dataset, load_file, load_split, rows_sha256
 from coinflip.data.prompts import ZERO_SHOT_TEMPLATE, build_prompt
 from coinflip.errors import DataError
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from coinflip.config import TaskConfig
-from coinflip.data import load_file
 from coinflip.data.grammar import parse, solve
+from coinflip.data.load import load_file
 from coinflip.probes.run import ProbeOptions, probe
 from coinflip.testing.policy import Policy
 from coinflip.testing.server import FakeOpenAIServer
@@ -67,7 +67,7 @@ def test_oracle_scores_one_on_every_variant_and_the_truth_is_the_grammars(tmp_pa
 
 
 def _bundled_test() -> Path:
-    from coinflip.data import bundled_dir
+    from coinflip.data.grammar import bundled_dir
 
     return bundled_dir() / "test.jsonl"
 

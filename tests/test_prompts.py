@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from coinflip.config import TaskConfig
-from coinflip.data import bundled_dir, load_split
+from coinflip.data.grammar import bundled_dir
+from coinflip.data.load import load_split
 from coinflip.data.prompts import (
     BUILT_IN,
     FEW_SHOT_TEMPLATE,
