@@ -1,9 +1,7 @@
 """probe.html: the variants side by side with their 95% intervals, the verdicts, and the length curve.
 
-Drawn by the pages package like every other page (pages/templates/probe.html on base.html and its
-one stylesheet, through the one autoescaping environment), so every text that came from a run
-(a model name, a path) is escaped by construction; the charts are plain SVG whose coordinates are
-computed here. One self-contained file: no script, nothing fetched.
+Drawn through the pages package's one autoescaping environment (pages/templates/probe.html), so text from
+a run is escaped by construction; the charts are plain SVG computed here. No script, nothing fetched.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The probe's variants, and the questions each one asks: written from the base set's own sequences.
-
-Every variant question is the base question at the same position with one thing changed, so a
-variant pairs with the base question by question (McNemar) and its answer comes from the grammar,
-never from a reply. The fresh twin keeps the sequence of actions and renames everyone with names
-of the same length drawn from the evaluated set's own names, so people counts, flip counts, the
-name pool and the prompt length all match, while no question is one the model can have seen.
+"""The probe's variants and their questions: each the base question at the same position with one thing
+changed, so it pairs with the base (McNemar) and its answer comes from the grammar. The fresh twin renames
+everyone with same-length names from the set's own, so counts, names and prompt lengths match, unseen.
 """
 
 from __future__ import annotations
@@ -90,28 +86,24 @@ def choose(names: Iterable[str]) -> tuple[Variant, ...]:
     return tuple(v for v in VARIANTS if v is BASE or v.name in wanted)
 
 
-def sequences(records: Sequence[Record]) -> list[grammar.Parsed]:
-    """Each question's sequence; a question outside the grammar cannot be probed."""
-    out = []
-    for r in records:
-        parsed = grammar.parse(r.question)
-        if parsed is None:
-            raise ConfigError(
-                f"question {r.id} is not a CoinFlip question the probes can rewrite "
-                f"({r.question[:60]!r}...): probe a set in CoinFlip's wording"
-            )
-        out.append(parsed)
-    return out
+def _parsed(record: Record) -> grammar.Parsed:
+    """The question's sequence; a question outside the grammar cannot be probed."""
+    parsed = grammar.parse(record.question)
+    if parsed is None:
+        raise ConfigError(
+            f"question {record.id} is not a CoinFlip question the probes can rewrite "
+            f"({record.question[:60]!r}...): probe a set in CoinFlip's wording"
+        )
+    return parsed
 
 
 def restyled(records: Sequence[Record], style: Style, seed: int, salt: str) -> list[tuple[str, str]]:
-    """(question, answer) per record: its sequence written in `style`, drawn from a seed per
-    question, so a question's variant does not depend on which others were chosen."""
-    rows = []
-    for record, parsed in zip(records, sequences(records), strict=True):
-        rng = random.Random(f"{seed}:{salt}:{record.question}")
-        rows.append(grammar.apply(parsed.sequence, style, rng))
-    return rows
+    """(question, answer) per record in `style`, seeded per question: it does not depend on the others chosen."""
+    parsed = [_parsed(r) for r in records]  # every question checked before any is written
+    return [
+        grammar.apply(p.sequence, style, random.Random(f"{seed}:{salt}:{r.question}"))
+        for r, p in zip(records, parsed, strict=True)
+    ]
 
 
 def name_pool(records: Iterable[Record]) -> dict[int, list[str]]:
@@ -127,11 +119,11 @@ def name_pool(records: Iterable[Record]) -> dict[int, list[str]]:
 def fresh_twins(
     records: Sequence[Record], pool: dict[int, list[str]], seen: set[str], seed: int
 ) -> list[tuple[str, str]]:
-    """(question, answer) per record: the same actions in the same form, everyone renamed with a
-    name of the same length from `pool`; never a question in `seen` (the whole evaluated set)."""
+    """(question, answer) per record: the same actions and form, everyone renamed with a name of the
+    same length from `pool`; never a question in `seen` (the whole evaluated set)."""
     everyone = sorted(name for names in pool.values() for name in names)
     rows = []
-    for record, parsed in zip(records, sequences(records), strict=True):
+    for record, parsed in zip(records, [_parsed(r) for r in records], strict=True):
         rng = random.Random(f"{seed}:fresh:{record.question}")
         for attempt in range(40):
             sequence = _renamed(parsed.sequence, pool if attempt < 20 else {}, everyone, rng)

@@ -1,8 +1,5 @@
-"""What each variant's difference to the base says, in a line people can quote.
-
-A difference counts when McNemar's exact test on the paired questions gives p < 0.05; the
-verdict then names what the variant changed and what a model that drops there is doing.
-Pure functions over numbers: the runs are read by run.py.
+"""What each variant's difference to the base says, in a line people can quote: a difference counts
+when McNemar's exact test on the paired questions gives p < 0.05 (pure functions; run.py reads the runs).
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ BUNDLED_NOTE = (
 
 
 def paired(base: Mapping[str, bool], variant: Mapping[str, bool]) -> dict[str, Any]:
-    """The variant against the base on the questions both answered, each keyed by its base
-    question: McNemar's test and the difference in accuracy (variant minus base)."""
+    """McNemar's test and the accuracy difference (variant minus base) on the questions both answered."""
     found = pair(base, variant)
     return {**found.stats(), **difference(len(found.only_a), len(found.only_b), found.shared)}
 
@@ -32,8 +28,8 @@ def significant(stats: Mapping[str, Any]) -> bool:
 
 
 def at_floor(base: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """A line when the base set's 95% interval reaches the better trivial baseline (always-yes or
-    always-no on its questions), else None: a guesser cannot drop on a variant, nor hold."""
+    """A line when the base set's 95% interval reaches the better trivial baseline (always-yes or always-no
+    on its questions), else None: a guesser can neither drop on a variant nor hold."""
     accuracy, (low, high) = base["metrics"]["accuracy"], base["intervals"]["accuracy"] or (0.0, 1.0)
     name, level = max(((n, b["accuracy"]) for n, b in baselines.items()), key=lambda nb: nb[1] or 0.0)
     if accuracy is None or level is None or low > level:
@@ -51,9 +47,8 @@ def verdict(
     memorised: Mapping[str, Any] | None = None,
     floor: str | None = None,
 ) -> str:
-    """One line: what the variant's paired difference says. `memorised`: the variant against the
-    fresh twin, when the fresh twin showed contamination (a drop no larger than the twin's is the
-    memorised base set's, not the variant's). `floor`: `at_floor`'s line, which is then the verdict."""
+    """What the variant's paired difference says. `memorised`: the variant against a contaminated fresh
+    twin (a drop no larger than the twin's is the memorised base set's); `floor`: `at_floor`'s line."""
     if floor:
         return f"{variant.title}: {floor}"
     if not stats["shared"]:
@@ -124,8 +119,7 @@ def headline(
 
 
 def length_verdict(points: Sequence[Mapping[str, Any]]) -> tuple[int | None, str]:
-    """The first number of people at which accuracy is no longer above the always-yes baseline
-    (its 95% interval reaches the baseline), and a line saying so."""
+    """The first number of people whose accuracy interval reaches the always-yes baseline, and a line."""
     if not points:
         return None, "no length curve"
     for p in points:
@@ -139,8 +133,7 @@ def length_verdict(points: Sequence[Mapping[str, Any]]) -> tuple[int | None, str
 
 
 def _points(fraction: float) -> str:
-    text = f"{abs(fraction) * 100:.1f}"
-    return text[:-2] if text.endswith(".0") else text
+    return f"{abs(fraction) * 100:.1f}".removesuffix(".0")
 
 
 def _p(value: float) -> str:
