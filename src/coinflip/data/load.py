@@ -1,7 +1,6 @@
-"""Dataset stage: CoinFlip records from the bundled splits, local files or a hub cache.
-
-Every row is validated before anything is returned: a bad file stops the run with one line naming
-the file, the row and the problem.
+"""Dataset stage: CoinFlip records from the bundled splits, local files or a hub cache, and the subset
+a `--limit` asks. Every row is validated before anything is returned: a bad file stops the run with one
+line naming the file, the row and the problem.
 """
 
 from __future__ import annotations
@@ -10,18 +9,16 @@ import csv
 import hashlib
 import json
 import os
+import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice, takewhile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import DataError, short
 from .grammar import FLIPS_PATTERN, KEEPS_PATTERN, bundled_dir
-
-if TYPE_CHECKING:
-    from .sampling import Subset
 
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
@@ -65,11 +62,57 @@ class Dataset:
         return tuple(self)
 
     def take(self, limit: int | float | None, mode: str = "first", seed: int = 0) -> tuple[Dataset, Subset]:
-        """The rows a limit asks for (see sampling.py), and how they were drawn."""
-        from .sampling import choose
-
+        """The rows a limit asks for, and how they were drawn."""
         subset = choose(self, self.count, limit, mode, seed)
         return replace(self, count=subset.count, ids=subset.ids), subset
+
+
+@dataclass(frozen=True)
+class Subset:
+    ids: tuple[int, ...] | None  # sorted; None: the first `count` rows
+    count: int
+    total: int
+    mode: str
+    seed: int
+
+    def describe(self) -> dict[str, object]:
+        mode = self.mode if self.count < self.total else "all"
+        return {"mode": mode, "seed": self.seed, "count": self.count, "of": self.total}
+
+
+def choose(records: Iterable[Record], total: int, limit: int | float | None, mode: str, seed: int) -> Subset:
+    """The subset a limit (a count, a fraction or None) asks for, the same for the same seed and data. The
+    official test split is ordered (2,000 four-person questions, then 1,333 two-person), so by default it is
+    stratified by the number of people; `first` is EvalScope's first N, `random` its `shuffle`."""
+    count = total if limit is None else max(1, int(total * limit)) if isinstance(limit, float) else int(limit)
+    count = min(count, total)  # EvalScope takes int(n * f) of a fraction
+    if count >= total or mode == "first":
+        return Subset(None, count, total, mode, seed)
+    if mode == "random":
+        order = list(range(total))
+        random.Random(f"coinflip-subset:{seed}").shuffle(order)
+        return Subset(tuple(sorted(order[:count])), count, total, mode, seed)
+    strata: dict[int, list[int]] = {}
+    for r in records:
+        strata.setdefault(r.people, []).append(r.id)
+    return Subset(_stratified(strata, count, total, seed), count, total, mode, seed)
+
+
+def _stratified(strata: dict[int, list[int]], count: int, total: int, seed: int) -> tuple[int, ...]:
+    """Proportional quotas by largest remainder (ties to the larger stratum), each the first rows of a
+    seeded shuffle: a larger limit mostly holds the smaller one's questions, so a resume reuses them."""
+    keys = sorted(strata)
+    quotas = {k: count * len(strata[k]) / total for k in keys}
+    taken = {k: int(quotas[k]) for k in keys}
+    short = count - sum(taken.values())
+    for k in sorted(keys, key=lambda k: (-(quotas[k] - taken[k]), -len(strata[k]), k))[:short]:
+        taken[k] += 1
+    chosen: list[int] = []
+    for k in keys:
+        order = list(strata[k])
+        random.Random(f"coinflip-subset:{seed}:{k}").shuffle(order)
+        chosen.extend(order[: taken[k]])
+    return tuple(sorted(chosen))
 
 
 def make_record(index: int, question: Any, answer: Any, where: str) -> Record:
