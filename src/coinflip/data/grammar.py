@@ -12,6 +12,7 @@ import random
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import product
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -181,12 +182,23 @@ class Parsed:
 
 
 def parse(question: str) -> Parsed | None:
-    """The sequence and surface a question of this grammar was written from; None for any other text."""
+    """The sequence and surface a question of this grammar was written from; None for any other text.
+    Its steps are read sentence by sentence, and the question is one only if they write it back exactly."""
     text = question.strip()
-    for language, book in BOOKS.items():
-        found = _parser(language).fullmatch(text)
-        if found is not None:
-            return _read(found, language, book)
+    for (language, book), start, asked in product(BOOKS.items(), SIDES, SIDES):
+        closing = (book.still if start == asked else book.other).format(side=book.sides[asked])
+        if not (text.startswith(book.opening.format(side=book.sides[start])) and text.endswith(closing)):
+            continue
+        meaning = {_key(s): (action, how) for (action, how), s in book.steps.items()}
+        meaning |= {_key(s): (IDLE, str(i)) for i, s in enumerate(book.idle)}
+        found = [(person, *meaning[sentence]) for person, sentence in _step_pattern(language).findall(text)]
+        steps = tuple((person, action) for person, action, _ in found)
+        choices = tuple(int(how) for _, action, how in found if action == IDLE)
+        phrasings = {how for _, action, how in found if action != IDLE}
+        phrasing = phrasings.pop() if len(phrasings) == 1 else "plain"  # mixed phrasings write nothing back
+        sequence, surface = Sequence(steps, start, asked), Surface(start, asked, phrasing, language)
+        if render(sequence, surface, choices) == text:
+            return Parsed(sequence, surface, choices)
     return None
 
 
@@ -194,27 +206,6 @@ def solve(question: str) -> str | None:
     """YES or NO, computed from the question's own sequence; None when it is not of this grammar."""
     parsed = parse(question)
     return parsed.sequence.answer if parsed else None
-
-
-def _read(found: re.Match[str], language: str, book: Phrasebook) -> Parsed | None:
-    side_of = {v: k for k, v in book.sides.items()}
-    start, asked = side_of[found["start"]], side_of[found["asked"]]
-    if (found["still"] is not None) != (start == asked):
-        return None  # "still tails up?" after a heads-up start is no question of this grammar
-    by_sentence = {_key(s): (action, phrasing) for (action, phrasing), s in book.steps.items()}
-    by_sentence.update({_key(s): (IDLE, str(i)) for i, s in enumerate(book.idle)})
-    steps, choices, phrasings = [], [], set()
-    for person, sentence in _step_pattern(language).findall(found["body"]):
-        action, how = by_sentence[sentence]
-        steps.append((person, action))
-        if action == IDLE:
-            choices.append(int(how))
-        else:
-            phrasings.add(how)
-    if len(phrasings) > 1:
-        return None
-    surface = Surface(start, asked, phrasings.pop() if phrasings else "plain", language)
-    return Parsed(Sequence(tuple(steps), start, asked), surface, tuple(choices))
 
 
 def _key(sentence: str) -> str:
@@ -230,21 +221,6 @@ def _step_pattern(language: str) -> re.Pattern[str]:
     if language == "en":
         return re.compile(rf" (\S+) ({alternatives})")
     return re.compile(rf"([^。？]+?)({alternatives})")
-
-
-@lru_cache(maxsize=4)
-def _parser(language: str) -> re.Pattern[str]:
-    """The whole question: opening, steps (checked sentence by sentence), closing."""
-    book = BOOKS[language]
-    sides = "|".join(re.escape(s) for s in book.sides.values())
-    opening = re.escape(book.opening).replace(re.escape("{side}"), f"(?P<start>{sides})")
-    still = re.escape(book.still).replace(re.escape("{side}"), f"(?P<asked>{sides})")
-    # the two closings differ only by "still " (en) or "仍然" / "是" (zh)
-    if language == "en":
-        closing = still.replace(re.escape("still "), "(?P<still>still )?")
-    else:
-        closing = still.replace("仍然", "(?:(?P<still>仍然)|是)")
-    return re.compile(rf"{opening}(?P<body>(?:{_step_pattern(language).pattern})*){closing}")
 
 
 def _counted(action: str) -> re.Pattern[str]:
