@@ -259,22 +259,19 @@ def _candidates(directory: Path) -> list[Path]:
     return found
 
 
-def _split_file(directory: Path, split: str) -> Path:
-    """test.jsonl, data/test-00000-of-00001.parquet, ..."""
-    found = [p for p in _candidates(directory) if re.match(rf"{split}([.-]|$)", p.name)]
-    if not found:
-        raise DataError(f"{directory}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")
-    if len(found) > 1:
-        raise DataError(f"{directory}: several {split} files ({', '.join(p.name for p in found)}); keep one")
-    return found[0]
-
-
 def _split_files(path: Path, split: str) -> list[Path]:
-    """A file is the split itself; a directory holds test.* (or Parquet shards test-0000x-of-0000n)."""
+    """A file is the split itself; a directory holds one test.* (test.jsonl, data/test-00000-of-00001.parquet)
+    or Parquet shards test-0000x-of-0000n."""
     if not path.is_dir():
         return [_checked(path)]
-    shards = [p for p in _candidates(path) if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
-    return shards if len(shards) > 1 else [_split_file(path, split)]
+    candidates = _candidates(path)
+    shards = [p for p in candidates if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
+    found = shards if len(shards) > 1 else [p for p in candidates if re.match(rf"{split}([.-]|$)", p.name)]
+    if not found:
+        raise DataError(f"{path}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")
+    if len(found) > 1 and found is not shards:
+        raise DataError(f"{path}: several {split} files ({', '.join(p.name for p in found)}); keep one")
+    return found
 
 
 def load_split(path: str | Path, split: str) -> list[Record]:

@@ -26,7 +26,7 @@ from ..jsonl import iter_reviews
 from ..pages.html import relative
 from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe
 from ..rundir import CONFIG_FILE, RunDir
-from . import verdicts
+from . import variants
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
 
 DEFAULT_LENGTHS = "2-8"
@@ -281,25 +281,25 @@ def _result(
             root / "runs" / variant.name, config.name, base_of, forced, config.metric_compat
         )
     base = answers[BASE.name]
-    stats = {v.name: verdicts.paired(base, answers[v.name]) for v, _, _ in plans if v is not BASE}
+    stats = {v.name: variants.paired(base, answers[v.name]) for v, _, _ in plans if v is not BASE}
     memorised = {}
-    if FRESH.name in stats and verdicts.drops(stats[FRESH.name]):  # contamination: hold variants to the twin
+    if FRESH.name in stats and variants.drops(stats[FRESH.name]):  # contamination: hold variants to the twin
         fresh = answers[FRESH.name]
-        memorised = {name: verdicts.paired(fresh, answers[name]) for name in stats if name != FRESH.name}
+        memorised = {name: variants.paired(fresh, answers[name]) for name in stats if name != FRESH.name}
     rows, lines = [], {}
     for variant, data, _ in plans:
         row = _row(variant, reports[variant.name], data, forced)
         if variant is BASE:
-            floor = verdicts.at_floor(row, reports[BASE.name]["baselines"])
+            floor = variants.at_floor(row, reports[BASE.name]["baselines"])
         else:
-            lines[variant.name] = verdicts.verdict(
+            lines[variant.name] = variants.verdict(
                 variant, stats[variant.name], bundled, memorised.get(variant.name), floor
             )
             row |= {"paired": stats[variant.name], "verdict": lines[variant.name]}
             if variant.name in memorised:
                 row["paired_to_fresh"] = memorised[variant.name]
         rows.append(row)
-    falls_at, length_line = verdicts.length_verdict(points)
+    falls_at, length_line = variants.length_verdict(points)
     complete = all(r["complete"] for r in reports.values()) and all(p["complete"] for p in points)
     return {
         "kind": "coinflip-probe",
@@ -312,7 +312,7 @@ def _result(
         "base": {"dataset": source, "bundled": bundled, "questions": len(records), "seed": config.seed},
         "view": "forced" if forced else "strict",
         "complete": complete,
-        "headline": verdicts.headline(lines, [p[0] for p in plans], stats, memorised, floor),
+        "headline": variants.headline(lines, [p[0] for p in plans], stats, memorised, floor),
         "variants": rows,
         "length": {"points": points, "falls_at": falls_at, "verdict": length_line},
     }

@@ -1,18 +1,21 @@
-"""The probe's variants and their questions: each the base question at the same position with one thing
-changed, so it pairs with the base (McNemar) and its answer comes from the grammar. The fresh twin renames
-everyone with same-length names from the set's own, so counts, names and prompt lengths match, unseen.
+"""The probe's variants, their questions and their verdicts. A variant question is the base question at
+the same position with one thing changed, so it pairs with the base and its answer comes from the grammar;
+the fresh twin renames everyone with same-length names from the set's own, so everything matches, unseen.
+A difference counts when McNemar's exact test on the paired questions gives p < 0.05.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..data import grammar
 from ..data.grammar import Style, Surface
 from ..data.load import Record
 from ..errors import ConfigError
+from ..scoring.paired import difference, pair
 
 
 @dataclass(frozen=True)
@@ -151,3 +154,138 @@ def _renamed(
         renamed[person] = rng.choice(choices)
         taken.add(renamed[person])
     return replace(sequence, steps=tuple((renamed[p], action) for p, action in sequence.steps))
+
+
+ALPHA = 0.05
+UNCLEAR = 0.1  # a difference this large that is not significant says "too few questions", not "holds"
+BUNDLED_NOTE = (
+    " [bundled set: coinflip generated it, so no model has seen it; --dataset-hub huggingface probes the official set]"
+)
+
+
+def paired(base: Mapping[str, bool], variant: Mapping[str, bool]) -> dict[str, Any]:
+    """McNemar's test and the accuracy difference (variant minus base) on the questions both answered."""
+    found = pair(base, variant)
+    return {**found.stats(), **difference(len(found.only_a), len(found.only_b), found.shared)}
+
+
+def significant(stats: Mapping[str, Any]) -> bool:
+    return bool(stats["shared"]) and stats["p_exact"] < ALPHA and (stats["low"] > 0 or stats["high"] < 0)
+
+
+def at_floor(base: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """A line when the base set's 95% interval reaches the better trivial baseline (always-yes or always-no
+    on its questions), else None: a guesser can neither drop on a variant nor hold."""
+    accuracy, (low, high) = base["metrics"]["accuracy"], base["intervals"]["accuracy"] or (0.0, 1.0)
+    name, level = max(((n, b["accuracy"]) for n, b in baselines.items()), key=lambda nb: nb[1] or 0.0)
+    if accuracy is None or level is None or low > level:
+        return None
+    return (
+        f"the variants cannot show anything: the base set is not above a trivial baseline (accuracy "
+        f"{accuracy:.3f}, 95% interval {low:.3f} to {high:.3f}; {name} {level:.3f} on the same questions)"
+    )
+
+
+def verdict(
+    variant: Variant,
+    stats: Mapping[str, Any],
+    bundled: bool = False,
+    memorised: Mapping[str, Any] | None = None,
+    floor: str | None = None,
+) -> str:
+    """What the variant's paired difference says. `memorised`: the variant against a contaminated fresh
+    twin (a drop no larger than the twin's is the memorised base set's); `floor`: `at_floor`'s line."""
+    if floor:
+        return f"{variant.title}: {floor}"
+    if not stats["shared"]:
+        return f"{variant.title}: no questions answered in both runs, nothing to compare"
+    if variant.name == "fresh":
+        return _contamination(stats, bundled)
+    points, p = _points(stats["difference"]), _p(stats["p_exact"])
+    if not significant(stats) and abs(stats["difference"]) >= UNCLEAR:
+        signed = f"{stats['difference'] * 100:+.1f}".replace(".0", "")
+        return f"no clear change {variant.change}: {signed} points, {p} (too few questions to tell)"
+    if not significant(stats):
+        return f"holds {variant.change}: within {points} points, {p}"
+    if stats["difference"] > 0:
+        return f"gains {points} points {variant.change} ({_interval(stats)}, {p})"
+    if memorised is not None and not drops(memorised):
+        against = f"{memorised['difference'] * 100:+.1f}"
+        return (
+            f"drops {points} points {variant.change}, no worse than the fresh twin ({against} points against it): "
+            "the base set is memorised"
+        )
+    return f"drops {points} points {variant.change}: {variant.meaning} ({_interval(stats)}, {p})"
+
+
+def drops(stats: Mapping[str, Any]) -> bool:
+    return significant(stats) and stats["difference"] < 0
+
+
+def _contamination(stats: Mapping[str, Any], bundled: bool) -> str:
+    note = BUNDLED_NOTE if bundled else ""
+    points, p = _points(stats["difference"]), _p(stats["p_exact"])
+    if drops(stats):
+        return (
+            f"sign of contamination: the base set scores {points} points above its fresh twin "
+            f"({_interval(stats, flip=True)}, {p}){note}"
+        )
+    if significant(stats):
+        return f"no sign of contamination: the fresh twin scores {points} points above the base set ({p}){note}"
+    return f"no sign of contamination: fresh twin within {points} points, {p}{note}"
+
+
+def headline(
+    verdicts: Mapping[str, str],
+    variants: Sequence[Variant],
+    stats: Mapping[str, Mapping[str, Any]],
+    memorised: Mapping[str, Mapping[str, Any]],
+    floor: str | None = None,
+) -> str:
+    """The probe in one line: contamination, then the surface variants it fails beyond that."""
+    if floor:
+        return floor
+    parts = [verdicts["fresh"]] if "fresh" in verdicts else []
+    surface = [v for v in variants if v.style is not None and v.name in stats]
+    failed = [v for v in surface if drops(stats[v.name]) and (v.name not in memorised or drops(memorised[v.name]))]
+    if failed:
+        parts.append("drops " + ", ".join(f"{v.change} ({v.meaning})" for v in failed))
+    elif surface and "fresh" in verdicts and drops(stats["fresh"]):
+        parts.append(f"the {len(surface)} surface variants drop no more than the fresh twin")
+    elif surface:
+        unclear = [v for v in surface if not significant(stats[v.name]) and abs(stats[v.name]["difference"]) >= UNCLEAR]
+        if unclear:
+            parts.append(
+                f"no significant drop on the {len(surface)} surface variants "
+                f"({len(unclear)} moved 10 points or more: too few questions to tell)"
+            )
+        else:
+            parts.append(f"holds on all {len(surface)} surface variants")
+    return "; ".join(parts)
+
+
+def length_verdict(points: Sequence[Mapping[str, Any]]) -> tuple[int | None, str]:
+    """The first number of people whose accuracy interval reaches the always-yes baseline, and a line."""
+    if not points:
+        return None, "no length curve"
+    for p in points:
+        if p["interval"][0] <= p["always_yes"]:
+            return p["people"], (
+                f"falls to the always-yes baseline at {p['people']} people "
+                f"(accuracy {p['accuracy']:.3f}, always-yes {p['always_yes']:.3f})"
+            )
+    last = points[-1]
+    return None, f"stays above the always-yes baseline up to {last['people']} people (accuracy {last['accuracy']:.3f})"
+
+
+def _points(fraction: float) -> str:
+    return f"{abs(fraction) * 100:.1f}".removesuffix(".0")
+
+
+def _p(value: float) -> str:
+    return "p < 0.001" if value < 0.001 else f"p = {value:.2g}" if value < 0.1 else f"p = {value:.2f}"
+
+
+def _interval(stats: Mapping[str, Any], flip: bool = False) -> str:
+    low, high = (-stats["high"], -stats["low"]) if flip else (stats["low"], stats["high"])
+    return f"95% interval {low * 100:+.1f} to {high * 100:+.1f} points"
