@@ -117,7 +117,11 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
             raise ConfigError(f"{root} already holds a probe; resume it with --use-cache {root}")
         return config, root, settle(options, in_work_dir=config.no_timestamp)
     root = Path(config.use_cache).expanduser()
-    saved = _load(root)
+    saved = read_probe(root)
+    if saved is None:
+        raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE})")
+    if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
+        raise ConfigError(f"{root / PROBE_FILE}: not a probe report")
     base_run = root / "runs" / BASE.name
     if not (base_run / CONFIG_FILE).is_file():
         raise ConfigError(f"{root}: its base run never started, so nothing is saved to resume; start a new probe")
@@ -135,15 +139,6 @@ def _new_folder(root: Path) -> Path:
         if not path.exists():
             return path
     raise ConfigError(f"cannot find a free folder name beside {root}")
-
-
-def _load(root: Path) -> dict[str, Any]:
-    saved = read_probe(root)
-    if saved is None:
-        raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE})")
-    if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
-        raise ConfigError(f"{root / PROBE_FILE}: not a probe report")
-    return saved
 
 
 def _save(root: Path, content: dict[str, Any]) -> None:
@@ -177,7 +172,7 @@ def _write_data(
         else:
             assert variant.style is not None
             rows = restyled(records, variant.style, config.seed, variant.name)
-            examples = restyled(pool, variant.style, config.seed, variant.name) if pool else []
+            examples = restyled(pool, variant.style, config.seed, variant.name)
         data = root / "data" / variant.name
         write_rows(data / "test.jsonl", rows, whole=True)  # a resumed probe's folder may hold a link there
         if examples:
@@ -186,9 +181,7 @@ def _write_data(
     return planned
 
 
-def _run_config(
-    config: TaskConfig, root: Path, name: str, data: Path | None, template: str | None = None
-) -> TaskConfig:
+def _run_config(config: TaskConfig, root: Path, name: str, data: Path | None, prompt: str | None = None) -> TaskConfig:
     """One variant's run: the user's settings in runs/<name> (resumed when it exists), on its questions."""
     folder = root / "runs" / name
     changes: dict[str, Any] = {
@@ -202,8 +195,8 @@ def _run_config(
     if data is not None:
         changes |= {"dataset_path": str(data), "dataset_hub": "local", "limit": None, "limit_mode": "first"}
         changes["split"] = "test"
-    if template is not None:
-        changes["prompt_template"] = template
+    if prompt is not None:
+        changes["prompt_template"] = prompt
     return replace(config, **changes)
 
 
