@@ -115,19 +115,6 @@ def _stratified(strata: dict[int, list[int]], count: int, total: int, seed: int)
     return tuple(sorted(chosen))
 
 
-def make_record(index: int, question: Any, answer: Any, where: str) -> Record:
-    if not isinstance(question, str) or not question.strip():
-        raise DataError(f"{where}: empty or missing question")
-    label = str(answer).strip().upper() if isinstance(answer, (str, bool)) else None
-    if label in ("TRUE", "FALSE"):
-        label = "YES" if label == "TRUE" else "NO"
-    if label not in ("YES", "NO"):
-        raise DataError(f"{where}: answer must be yes or no, got {short(answer)}")
-    text = question.strip()
-    flips = len(FLIPS_PATTERN.findall(text))  # every phrasing of the grammar (grammar.py)
-    return Record(index, text, label, flips + len(KEEPS_PATTERN.findall(text)), flips)
-
-
 def rows_sha256(records: Iterable[Record]) -> str:
     return _digest(records)[0]
 
@@ -153,7 +140,16 @@ def _iter_records(rows: Iterable[Any], path: Path) -> Iterator[Record]:
         where = f"{path}: row {number}"
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected an object with question/answer, got {type(row).__name__}")
-        yield make_record(number - 1, _pick(row, QUESTION_KEYS, where), _pick(row, ANSWER_KEYS, where), where)
+        question, answer = _pick(row, QUESTION_KEYS, where), _pick(row, ANSWER_KEYS, where)
+        if not isinstance(question, str) or not question.strip():
+            raise DataError(f"{where}: empty or missing question")
+        said = str(answer).strip().upper() if isinstance(answer, (str, bool)) else ""
+        label = {"TRUE": "YES", "FALSE": "NO"}.get(said, said)
+        if label not in ("YES", "NO"):
+            raise DataError(f"{where}: answer must be yes or no, got {short(answer)}")
+        text = question.strip()
+        flips = len(FLIPS_PATTERN.findall(text))  # every phrasing of the grammar (grammar.py)
+        yield Record(number - 1, text, label, flips + len(KEEPS_PATTERN.findall(text)), flips)
 
 
 def _read_json(path: Path) -> Iterable[Any]:

@@ -270,9 +270,8 @@ def _result(
     for variant, _, _ in plans:
         ids = [r.id for r in records] if variant is BASE else range(len(records))
         base_of = {i: str(k) for k, i in enumerate(ids)}  # the k-th base question (a text may come twice)
-        answers[variant.name] = _by_base(
-            root / "runs" / variant.name, config.name, base_of, forced, config.metric_compat
-        )
+        run = root / "runs" / variant.name
+        answers[variant.name] = _by_base(run, config.name, base_of, forced, config.metric_compat)
     base = answers[BASE.name]
     stats = {v.name: variants.paired(base, answers[v.name]) for v, _, _ in plans if v is not BASE}
     memorised = {}
@@ -314,13 +313,12 @@ def _result(
 def _row(variant: Variant, report: dict[str, Any], data: Path | None, forced: bool) -> dict[str, Any]:
     """A variant's numbers as the probe shows them: the forced view when answers were forced."""
     shown = report.get("forced") or report if forced else report
+    model = safe_name(str(report.get("model") or "model"))
     return {
         "name": variant.name,
         "title": variant.title,
         "run": f"runs/{variant.name}",
-        "page": relative(
-            f"runs/{variant.name}/reports/{safe_name(str(report.get('model') or 'model'))}/coin_flip.html"
-        ),
+        "page": relative(f"runs/{variant.name}/reports/{model}/coin_flip.html"),
         "data": f"data/{data.name}" if data is not None else None,
         "samples": report["counts"]["samples"],
         "metrics": shown["metrics"],
