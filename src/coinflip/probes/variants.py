@@ -199,9 +199,15 @@ def verdict(
         return f"{variant.title}: {floor}"
     if not stats["shared"]:
         return f"{variant.title}: no questions answered in both runs, nothing to compare"
-    if variant.name == "fresh":
-        return _contamination(stats, bundled)
     points, p = _points(stats["difference"]), _p(stats["p_exact"])
+    if variant.name == "fresh":  # contamination: the base set above its twin
+        note = BUNDLED_NOTE if bundled else ""
+        if drops(stats):
+            above = f"{points} points above its fresh twin ({_interval(stats, flip=True)}, {p})"
+            return f"sign of contamination: the base set scores {above}{note}"
+        if significant(stats):
+            return f"no sign of contamination: the fresh twin scores {points} points above the base set ({p}){note}"
+        return f"no sign of contamination: fresh twin within {points} points, {p}{note}"
     if not significant(stats) and abs(stats["difference"]) >= UNCLEAR:
         signed = f"{stats['difference'] * 100:+.1f}".replace(".0", "")
         return f"no clear change {variant.change}: {signed} points, {p} (too few questions to tell)"
@@ -220,19 +226,6 @@ def verdict(
 
 def drops(stats: Mapping[str, Any]) -> bool:
     return significant(stats) and stats["difference"] < 0
-
-
-def _contamination(stats: Mapping[str, Any], bundled: bool) -> str:
-    note = BUNDLED_NOTE if bundled else ""
-    points, p = _points(stats["difference"]), _p(stats["p_exact"])
-    if drops(stats):
-        return (
-            f"sign of contamination: the base set scores {points} points above its fresh twin "
-            f"({_interval(stats, flip=True)}, {p}){note}"
-        )
-    if significant(stats):
-        return f"no sign of contamination: the fresh twin scores {points} points above the base set ({p}){note}"
-    return f"no sign of contamination: fresh twin within {points} points, {p}{note}"
 
 
 def headline(
