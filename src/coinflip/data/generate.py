@@ -76,7 +76,7 @@ def _drawn(people: PeopleRange, count: int, seed: int, chunk: int = 50_000) -> I
 
 def iter_questions(people: PeopleRange, count: int, seed: int, style: Style | None = None) -> Iterator[tuple[str, str]]:
     """(question, answer) pairs; the official form is joined from ready sentences: a million in seconds."""
-    if style is not None and not style.is_default():
+    if style not in (None, Style()):
         rng = random.Random(f"{seed}:style")  # a second generator, so style choices never move the sequences
         yield from (apply(sequence, style, rng) for sequence in iter_sequences(people, count, seed))
         return

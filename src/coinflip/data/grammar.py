@@ -19,6 +19,7 @@ from ..errors import ConfigError
 
 FLIP, KEEP, IDLE = "flip", "keep", "idle"  # a step turns the coin, leaves it, or changes nothing
 SIDES = ("heads", "tails")
+OTHER_SIDE = {"heads": "tails", "tails": "heads"}
 PHRASINGS = ("plain", "rephrased")
 LANGUAGES = ("en", "zh")
 
@@ -88,12 +89,8 @@ class Sequence:
 
     @property
     def answer(self) -> str:
-        final = self.start if self.flips % 2 == 0 else other_side(self.start)
+        final = self.start if self.flips % 2 == 0 else OTHER_SIDE[self.start]
         return "YES" if final == self.asked else "NO"
-
-
-def other_side(side: str) -> str:
-    return "tails" if side == "heads" else "heads"
 
 
 def render(sequence: Sequence, surface: Surface, choices: tuple[int, ...] = ()) -> str:
@@ -118,9 +115,6 @@ class Style:
     surface: Surface = Surface()
     idle: float = 0.0  # the chance of an idle sentence after each step
     names: str = "pool"  # pool: the names as drawn; scripts: each person renamed from `script_names()`
-
-    def is_default(self) -> bool:
-        return self == Style()
 
     def checked(self) -> Style:
         """This style, or one line saying which part of it is not of the grammar."""

@@ -115,11 +115,7 @@ def _stratified(strata: dict[int, list[int]], count: int, total: int, seed: int)
     return tuple(sorted(chosen))
 
 
-def rows_sha256(records: Iterable[Record]) -> str:
-    return _digest(records)[0]
-
-
-def _digest(records: Iterable[Record]) -> tuple[str, int]:
+def digest(records: Iterable[Record]) -> tuple[str, int]:
     """The sha256 of the rows' questions and answers, and how many rows there were."""
     digest, count = hashlib.sha256(), 0
     for r in records:
@@ -279,12 +275,12 @@ def open_split(path: Path, split: str) -> tuple[Dataset, str]:
     """A validated split and its sha256: kept on disk when it can be streamed, else in memory."""
     files_ = _split_files(path, split)
     if len(files_) == 1 and files_[0].suffix.lower() in (".jsonl", ".csv"):
-        sha, count = _digest(_stream(files_[0]))
+        sha, count = digest(_stream(files_[0]))
         if not count:
             raise DataError(f"{files_[0]}: no rows")
         return Dataset({}, count, path=files_[0]), sha
     records = tuple(load_split(path, split))
-    return Dataset({}, len(records), rows=records), rows_sha256(records)
+    return Dataset({}, len(records), rows=records), digest(records)[0]
 
 
 MANIFEST = "manifest.json"  # rows and sha256 of the shipped splits, so they need no validation pass

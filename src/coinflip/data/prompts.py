@@ -122,7 +122,7 @@ def reasoning(question: str) -> str:
     lines = [f"The coin starts {side} up."]
     for name, action in sequence.steps:
         if action == grammar.FLIP:
-            side = grammar.other_side(side)
+            side = grammar.OTHER_SIDE[side]
         did = " {} does nothing to the coin." if action == grammar.IDLE else words[action, parsed.surface.phrasing]
         then = "is now" if action == grammar.FLIP else "stays"
         lines.append(f"{did.format(name)[1:-1]}, so it {then} {side} up.")
