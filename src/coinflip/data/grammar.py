@@ -176,8 +176,7 @@ class Parsed:
 
 
 def parse(question: str) -> Parsed | None:
-    """The sequence and surface a question of this grammar was written from; None for any other text.
-    Its steps are read sentence by sentence, and the question is one only if they write it back exactly."""
+    """The sequence and surface a question was written from, if its steps write it back exactly; else None."""
     text = question.strip()
     for (language, book), start, asked in product(BOOKS.items(), SIDES, SIDES):
         closing = (book.still if start == asked else book.other).format(side=book.sides[asked])

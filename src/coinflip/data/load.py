@@ -252,8 +252,7 @@ def _candidates(directory: Path) -> list[Path]:
 
 
 def _split_files(path: Path, split: str) -> list[Path]:
-    """A file is the split itself; a directory holds one test.* (test.jsonl, data/test-00000-of-00001.parquet)
-    or Parquet shards test-0000x-of-0000n."""
+    """A file is the split itself; a directory holds one test.* (maybe in data/) or Parquet shards."""
     if not path.is_dir():
         return [_checked(path)]
     candidates = _candidates(path)

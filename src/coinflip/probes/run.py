@@ -215,8 +215,7 @@ def _run(config: TaskConfig) -> dict[str, Any]:
 
 
 def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str, Any]:
-    """One point of the length curve: `count` fresh questions with `people` people (few-shot examples
-    of the same length when asked for), and the always-yes baseline on them."""
+    """One point of the length curve: `count` fresh questions with `people` people, and always-yes on them."""
     data, size = root / "data" / f"people_{people:02d}", PeopleRange(people, people)
     generate_file(data / "test.jsonl", size, count, config.seed + people, whole=True)
     if config.few_shot_num:
@@ -238,9 +237,8 @@ def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str
 
 
 def _by_base(run: Path, model: str, base_of: dict[int, str], forced: bool, compat: str) -> dict[str, bool]:
-    """Right or not per question (by majority vote, as the report counts it), keyed by the base question
-    it was written from (`base_of`: id to key), so every variant pairs with the base; with `forced`, an
-    invalid answer counts by its forced answer."""
+    """Right or not per question (by majority vote, as the report counts), keyed by the base question it was
+    written from (`base_of`: id to key), so every variant pairs with the base; `forced`: the forced view."""
     from ..scoring.reducers import Votes
 
     votes = Votes(compat, forced)
