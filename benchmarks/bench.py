@@ -80,7 +80,8 @@ def best(cmd: list[str], runs: int = 3) -> tuple[float, float]:
 
 
 def write_prompts(path: Path) -> None:
-    from coinflip.data import bundled_dir, load_split
+    from coinflip.data.grammar import bundled_dir
+    from coinflip.data.load import load_split
     from coinflip.data.prompts import build_prompt
 
     with path.open("w", encoding="utf-8") as handle:
@@ -103,7 +104,7 @@ class Lines(list[str]):
 
 def evalscope_run(binary: str, url: str, tmp: Path) -> tuple[float, float]:
     """EvalScope on the same server and data: a local directory with test.jsonl and validation.jsonl."""
-    from coinflip.data import bundled_dir
+    from coinflip.data.grammar import bundled_dir
 
     data = tmp / "evalscope-data"
     data.mkdir()

@@ -146,7 +146,7 @@ class Server:
 
 def write_data(directory: Path, count: int, seed: int) -> list[dict[str, Any]]:
     """A seeded sample of the bundled test split (both lengths of question), in its order."""
-    from coinflip.data import bundled_dir
+    from coinflip.data.grammar import bundled_dir
 
     rows = [json.loads(line) for line in (bundled_dir() / "test.jsonl").read_text(encoding="utf-8").splitlines()]
     chosen = sorted(random.Random(seed).sample(range(len(rows)), min(count, len(rows))))

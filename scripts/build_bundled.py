@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coinflip.data import MANIFEST, open_split
 from coinflip.data.generate import BUNDLED_SEED, build_bundled, write_jsonl
+from coinflip.data.load import MANIFEST, open_split
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "coinflip" / "_data"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from coinflip import TaskConfig
-from coinflip.data import bundled_dir
+from coinflip.data.grammar import bundled_dir
 from coinflip.errors import ConfigError
 from coinflip.run.runner import run_task
 

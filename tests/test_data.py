@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coinflip.data import bundled_dir, dataset_stats, load_dataset, load_file, load_split, rows_sha256
+from coinflip.data.grammar import bundled_dir
+from coinflip.data.load import dataset_stats, digest, load_dataset, load_file, load_split
 from coinflip.data.prompts import ZERO_SHOT_TEMPLATE, build_prompt
 from coinflip.errors import DataError
 
@@ -105,7 +106,7 @@ def test_directory_with_test_and_validation(tmp_path: Path) -> None:
     (tmp_path / "validation.json").write_text(json.dumps([{"inputs": Q2, "targets": "no"}] * 3))
     data = load_dataset("test", tmp_path)
     assert len(data) == 1 and data.source["source"] == "file"
-    assert data.source["sha256"] == rows_sha256(data.records)
+    assert data.source["sha256"] == digest(data.records)[0]
     assert len(load_dataset("validation", tmp_path)) == 3
 
 

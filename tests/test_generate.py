@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from coinflip.data import bundled_dir, load_file
 from coinflip.data.generate import BUNDLED_SEED, PeopleRange, build_bundled, iter_questions, names
+from coinflip.data.grammar import bundled_dir
+from coinflip.data.load import load_file
 from coinflip.errors import ConfigError
 
 from .conftest import SKRISHNA, read_jsonl, run_cli, shared
@@ -104,7 +105,7 @@ def test_file_writer_matches_the_question_iterator(tmp_path: Path, people: str) 
 
 
 def test_manifest_describes_the_shipped_files() -> None:
-    from coinflip.data import MANIFEST, load_dataset, open_split
+    from coinflip.data.load import MANIFEST, load_dataset, open_split
 
     manifest = json.loads((bundled_dir() / MANIFEST).read_text())
     for split in ("test", "validation"):

@@ -10,7 +10,6 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coinflip.data import load_file
 from coinflip.data.generate import PeopleRange, generate_file, iter_questions, iter_sequences, names, write_jsonl
 from coinflip.data.grammar import (
     FLIP,
@@ -27,6 +26,7 @@ from coinflip.data.grammar import (
     script_names,
     solve,
 )
+from coinflip.data.load import load_file
 from coinflip.data.prompts import BUILT_IN, reasoning
 from coinflip.scoring.extract import extract_answer
 from coinflip.testing.policy import Policy, truth

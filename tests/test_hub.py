@@ -13,8 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from coinflip.data import hub, load_dataset
+from coinflip.data import hub
 from coinflip.data.generate import PeopleRange, iter_questions
+from coinflip.data.load import load_dataset
 from coinflip.errors import DataError
 
 from .conftest import only_run_dir, run_cli

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from coinflip.config import TaskConfig
-from coinflip.data import load_file
 from coinflip.data.grammar import parse, solve
+from coinflip.data.load import load_file
 from coinflip.probes.run import ProbeOptions, probe
 from coinflip.testing.policy import Policy
 from coinflip.testing.server import FakeOpenAIServer
@@ -67,7 +67,7 @@ def test_oracle_scores_one_on_every_variant_and_the_truth_is_the_grammars(tmp_pa
 
 
 def _bundled_test() -> Path:
-    from coinflip.data import bundled_dir
+    from coinflip.data.grammar import bundled_dir
 
     return bundled_dir() / "test.jsonl"
 
@@ -159,8 +159,7 @@ def test_with_forced_answers_the_probe_reads_the_forced_view(tmp_path: Path) -> 
      (7, 3, 20, "no clear change when flips are phrased as 'turns the coin over': -20 points, p = 0.34 (too few")],
 )  # fmt: skip
 def test_verdicts_say_what_the_paired_difference_says(b: int, c: int, n: int, start: str) -> None:
-    from coinflip.probes.variants import BY_NAME
-    from coinflip.probes.verdicts import verdict
+    from coinflip.probes.variants import BY_NAME, verdict
     from coinflip.scoring.paired import difference, mcnemar
 
     stats = {"shared": n, **mcnemar(b, c), **difference(b, c, n)}
@@ -170,8 +169,7 @@ def test_verdicts_say_what_the_paired_difference_says(b: int, c: int, n: int, st
 
 
 def test_the_fresh_twin_verdict_names_contamination_only_when_the_base_set_is_better() -> None:
-    from coinflip.probes.variants import FRESH
-    from coinflip.probes.verdicts import verdict
+    from coinflip.probes.variants import FRESH, verdict
     from coinflip.scoring.paired import difference, mcnemar
 
     def line(b: int, c: int, bundled: bool = False) -> str:
@@ -194,7 +192,7 @@ def test_a_model_at_a_trivial_baseline_gets_no_verdict_from_its_variants(tmp_pat
 
 
 def test_a_base_set_above_the_baseline_only_by_noise_is_at_the_floor() -> None:
-    from coinflip.probes.verdicts import at_floor
+    from coinflip.probes.variants import at_floor
 
     yes = {"always-yes": {"accuracy": 0.52}, "always-no": {"accuracy": 0.48}}
     base = {"metrics": {"accuracy": 0.55}, "intervals": {"accuracy": [0.45, 0.65]}}  # SmolLM2 near always-yes

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 
 from coinflip.config import TaskConfig
-from coinflip.data import bundled_dir, load_split
-from coinflip.data.prompts import FEW_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE, build_prompt, reasoning, to_messages
+from coinflip.data.grammar import bundled_dir
+from coinflip.data.load import load_split
+from coinflip.data.prompts import (
+    BUILT_IN,
+    FEW_SHOT_TEMPLATE,
+    ZERO_SHOT_TEMPLATE,
+    build_messages,
+    build_prompt,
+    reasoning,
+)
 from coinflip.run.plan import RequestBuilder, few_shot_pool
 from coinflip.scoring.extract import extract_answer
 
@@ -76,7 +84,8 @@ def test_a_question_is_never_among_its_own_examples() -> None:
 
 @pytest.mark.parametrize("system", [None, "You are careful."])
 def test_messages_carry_the_same_text(system: str | None) -> None:
-    prompt = build_prompt("Q: A coin is heads up.  Is the coin still heads up?")
-    messages = to_messages(prompt, system)
+    question = "Q: A coin is heads up.  Is the coin still heads up?"
+    prompt = build_prompt(question)
+    messages = build_messages(question, (), BUILT_IN["default"], system)
     assert messages[-1] == {"role": "user", "content": prompt}
     assert len(messages) == (2 if system else 1)

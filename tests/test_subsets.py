@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from coinflip.config import TaskConfig
-from coinflip.data import load_dataset
-from coinflip.data.sampling import choose
+from coinflip.data.load import choose, load_dataset
 
 from .conftest import only_run_dir, read_jsonl, run_cli
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from coinflip.config import TaskConfig
-from coinflip.data import bundled_dir, load_split
+from coinflip.data.grammar import bundled_dir
+from coinflip.data.load import load_split
 from coinflip.data.prompts import DIRECT_TEMPLATE, ZERO_SHOT_TEMPLATE
 from coinflip.run.plan import RequestBuilder, effective_generation, few_shot_pool
 from coinflip.testing.server import FakeOpenAIServer

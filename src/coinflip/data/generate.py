@@ -1,15 +1,11 @@
 """Seeded CoinFlip question generator: fresh, uncontaminated sets of any length, streamed to disk.
 
-Each question is a sequence (who flips and who does not) drawn from the seed. Written in the
-official form by default, byte for byte; a `Style` (grammar.py) writes the same sequences another
-way: tails-up start, the other side asked, rephrased actions, idle sentences, names in other
-scripts, Chinese. The same seed gives the same sequences in every style, and each answer is
-computed from its sequence.
+The official form is written byte for byte; a `Style` (grammar.py) writes the same sequences another
+way. The same seed gives the same sequences in every style, and each answer comes from its sequence.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import random
 from collections.abc import Iterable, Iterator
@@ -20,21 +16,16 @@ from typing import Any, TextIO
 
 from .._files import replacing
 from ..errors import ConfigError
-from .grammar import FLIP, KEEP, Sequence, Style, apply
+from .grammar import EN, FLIP, KEEP, Sequence, Style, apply, bundled_dir
 
-OPENING = "Q: A coin is heads up."
-CLOSING = "  Is the coin still heads up?"
-FLIPS = " {} flips the coin."
-KEEPS = " {} does not flip the coin."
+OPENING = EN.opening.format(side="heads")
+CLOSING = EN.still.format(side="heads")
 
 
 @lru_cache(maxsize=1)
 def names() -> tuple[str, ...]:
     """First names shipped with the package (built from Faker's locales by scripts/make_names.py)."""
-    from .grammar import bundled_dir
-
-    text = (bundled_dir() / "names.txt").read_text(encoding="utf-8")
-    return tuple(text.split())
+    return tuple((bundled_dir() / "names.txt").read_text(encoding="utf-8").split())
 
 
 @dataclass(frozen=True)
@@ -62,66 +53,38 @@ class PeopleRange:
         return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
 
 
-def _table() -> list[str]:
-    """Every piece a line is made of, by code: i = name i flips, size + i = name i keeps,
-    then the empty piece (padding for shorter questions), the JSON head and the two tails."""
-    pool = names()
-    pieces = [FLIPS.format(n) for n in pool] + [KEEPS.format(n) for n in pool]
-    return [
-        *pieces,
-        "",
-        '{"question": "' + OPENING,
-        f'{CLOSING}", "answer": "YES"}}\n',
-        f'{CLOSING}", "answer": "NO"}}\n',
-    ]
-
-
-def _chunk(rng: Any, size: int, count: int, people: PeopleRange) -> tuple[Any, Any]:
-    """Draw `count` questions at once: piece codes per person (padded with the empty piece) and flip counts."""
-    import numpy as np
-
-    high = people.high
-    ks = rng.integers(people.low, high + 1, count)
-    idx = rng.integers(0, size, (count, high))
-    while high > 1:  # redraw rows that name someone twice
-        ordered = np.sort(idx, axis=1)
-        bad = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
-        redraw = int(bad.sum())
-        if not redraw:
-            break
-        idx[bad] = rng.integers(0, size, (redraw, high))
-    bits = rng.integers(0, 2, (count, high))
-    present = np.arange(high) < ks[:, None]
-    codes = np.where(present, idx + size * (1 - bits), 2 * size)
-    return codes, (bits * present).sum(axis=1)
-
-
 def _drawn(people: PeopleRange, count: int, seed: int, chunk: int = 50_000) -> Iterator[tuple[Any, Any]]:
+    """Questions drawn a chunk at a time (numpy, so memory stays flat): flip counts and a code per
+    person, i = name i flips, size + i = name i keeps, 2 * size = nobody (padding)."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-    size = len(names())
-    left = count
-    while left > 0:
-        codes, flips = _chunk(rng, size, min(chunk, left), people)
-        left -= len(flips)
-        yield codes, flips
+    rng, size, high = np.random.default_rng(seed), len(names()), people.high
+    for start in range(0, count, chunk):
+        n = min(chunk, count - start)
+        ks = rng.integers(people.low, high + 1, n)
+        idx = rng.integers(0, size, (n, high))
+        while high > 1:  # redraw rows that name someone twice
+            ordered = np.sort(idx, axis=1)
+            bad = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+            if not bad.any():
+                break
+            idx[bad] = rng.integers(0, size, (int(bad.sum()), high))
+        bits = rng.integers(0, 2, (n, high))
+        present = np.arange(high) < ks[:, None]
+        yield np.where(present, idx + size * (1 - bits), 2 * size), (bits * present).sum(axis=1)
 
 
 def iter_questions(people: PeopleRange, count: int, seed: int, style: Style | None = None) -> Iterator[tuple[str, str]]:
-    """Yield (question, answer) pairs; in the official form the answer is YES exactly when the
-    number of flips is even, in any other style it is computed from the sequence.
-
-    Random draws are vectorised per chunk (numpy), so memory stays flat however many are asked for.
-    """
-    if style is not None and not style.is_default():
-        yield from _styled(people, count, seed, style)
+    """(question, answer) pairs; the official form is joined from ready sentences: a million in seconds."""
+    if style not in (None, Style()):
+        rng = random.Random(f"{seed}:style")  # a second generator, so style choices never move the sequences
+        yield from (apply(sequence, style, rng) for sequence in iter_sequences(people, count, seed))
         return
-    piece = _table().__getitem__
-    join = "".join
+    pool = names()
+    piece = [*(EN.steps[FLIP, "plain"].format(n) for n in pool), *(EN.steps[KEEP, "plain"].format(n) for n in pool), ""]
     for codes, flips in _drawn(people, count, seed):
         for row, f in zip(codes.tolist(), flips.tolist(), strict=True):
-            yield OPENING + join(map(piece, row)) + CLOSING, "NO" if f & 1 else "YES"
+            yield OPENING + "".join(map(piece.__getitem__, row)) + CLOSING, "NO" if f & 1 else "YES"
 
 
 def iter_sequences(people: PeopleRange, count: int, seed: int) -> Iterator[Sequence]:
@@ -134,77 +97,37 @@ def iter_sequences(people: PeopleRange, count: int, seed: int) -> Iterator[Seque
             yield Sequence(tuple(steps))
 
 
-def _styled(people: PeopleRange, count: int, seed: int, style: Style) -> Iterator[tuple[str, str]]:
-    """The same sequences as the official form, written in `style`; its random choices (idle
-    sentences, names) come from a second generator, so they never move the sequences."""
-    rng = random.Random(f"{seed}:style")
-    for sequence in iter_sequences(people, count, seed):
-        yield apply(sequence, style, rng)
-
-
-def write_jsonl(rows: Iterable[tuple[str, str]], out: TextIO, chunk: int = 8192) -> int:
-    """Stream rows as JSON lines; names hold no quote, backslash or control character, so no escaping."""
-    written = 0
-    buffer: list[str] = []
+def write_jsonl(rows: Iterable[tuple[str, str]], out: TextIO) -> int:
+    """Rows as JSON lines; names hold no quote, backslash or control character, so nothing is escaped."""
+    count = 0
     for question, answer in rows:
-        buffer.append(f'{{"question": "{question}", "answer": "{answer}"}}\n')
-        if len(buffer) >= chunk:
-            out.writelines(buffer)
-            written += len(buffer)
-            buffer.clear()
-    out.writelines(buffer)
-    return written + len(buffer)
+        out.write(f'{{"question": "{question}", "answer": "{answer}"}}\n')
+        count += 1
+    return count
 
 
 def generate_file(
     path: Path, people: PeopleRange, count: int, seed: int, style: Style | None = None, whole: bool = False
 ) -> int:
-    """The lines `write_jsonl(iter_questions(...))` makes; in the official form each chunk is
-    joined inside numpy: a million questions in a few seconds."""
-    import numpy as np
-
     if count < 1:
         raise ConfigError(f"--count must be at least 1, got {count}")
     if seed < 0:
         raise ConfigError(f"--seed must be a whole number >= 0, got {seed}")
-    if style is not None and not style.is_default():
-        return write_rows(path, iter_questions(people, count, seed, style), whole)
-    table = np.array(_table(), dtype=object)
-    head = len(table) - 3
-    try:
-        with _text_file(path, whole) as out:
-            for codes, flips in _drawn(people, count, seed):
-                line = np.empty((len(flips), codes.shape[1] + 2), dtype=np.int64)
-                line[:, 0] = head
-                line[:, 1:-1] = codes
-                line[:, -1] = head + 1 + (flips & 1)
-                out.write("".join(np.add.reduce(table[line], axis=1).tolist()))
-        return count
-    except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+    return write_rows(path, iter_questions(people, count, seed, style), whole)
 
 
 def write_rows(path: Path, rows: Iterable[tuple[str, str]], whole: bool = False) -> int:
-    """`rows` as a JSON Lines file (its folder made if need be); a failure to write is one line."""
+    """`rows` as a JSON Lines file: in place (the user's --out, maybe /dev/stdout), or with `whole`
+    through `_files.replacing` (a probe's data, where a resume may find a link or a FIFO left)."""
     try:
-        with _text_file(path, whole) as out:
+        if whole:
+            with replacing(path, "the runs written so far are kept") as raw, io.TextIOWrapper(raw, "utf-8") as out:
+                return write_jsonl(rows, out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as out:
             return write_jsonl(rows, out)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
-
-
-@contextlib.contextmanager
-def _text_file(path: Path, whole: bool) -> Iterator[TextIO]:
-    """`path` opened to write: in place (the user's --out, which may be /dev/stdout), or with
-    `whole` through `_files.replacing`, for a probe's own data in a folder a resume
-    finds as someone left it (a link there is replaced, never written through; a FIFO never waited on)."""
-    if whole:
-        with replacing(path, "the runs written so far are kept") as raw, io.TextIOWrapper(raw, encoding="utf-8") as out:
-            yield out
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as out:
-        yield out
 
 
 BUNDLED_SEED = 20240501

@@ -1,34 +1,25 @@
 """The CoinFlip grammar: a coin starts on one side, people act on it in turn, a question asks about one side.
 
-The official questions are one point of this grammar: the coin starts heads up, people "flip" or
-"do not flip" it, and the question asks "Is the coin still heads up?". Probes say the same
-sequence of actions in other words (`Surface`) to tell a model that tracks the coin from one that
-matches phrases:
-
-- start: the side the coin starts on (heads, tails);
-- asked: the side the question asks about; "still" when it is the start side;
-- phrasing: plain ("flips the coin" / "does not flip the coin") or rephrased ("turns the coin
-  over" / "leaves the coin as it is");
-- idle sentences, which change nothing ("X looks at the coin."), are steps of their own;
-- language: en, or zh (the same grammar in Chinese; replies still end in "ANSWER: YES" or
-  "ANSWER: NO", the markers the scorer reads).
-
-The answer is always computed from the sequence (`Sequence.answer`), and `parse` reads every
-question this grammar writes back into its sequence, so no truth ever comes from a reply.
+The official questions are one point of it (heads up, "flips" / "does not flip", "still heads up?"). A
+`Surface` says the same sequence otherwise: start side, side asked, rephrased actions, Chinese (replies
+still end in "ANSWER: YES/NO"); idle sentences change nothing. Answers always come from the sequence,
+and `parse` reads every question written here back into its sequence.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
+from itertools import product
 from pathlib import Path
 
 from ..errors import ConfigError
 
 FLIP, KEEP, IDLE = "flip", "keep", "idle"  # a step turns the coin, leaves it, or changes nothing
 SIDES = ("heads", "tails")
+OTHER_SIDE = {"heads": "tails", "tails": "heads"}
 PHRASINGS = ("plain", "rephrased")
 LANGUAGES = ("en", "zh")
 
@@ -42,16 +33,13 @@ class Surface:
     phrasing: str = "plain"
     language: str = "en"
 
-    def is_default(self) -> bool:
-        return self == Surface()
-
 
 @dataclass(frozen=True)
 class Phrasebook:
     """The sentences of one language: `{side}` and `{}` (the person) are filled in."""
 
     opening: str
-    steps: dict[tuple[str, str], str]  # (action, phrasing) -> sentence; IDLE under every phrasing
+    steps: dict[tuple[str, str], str]  # (action, phrasing) -> sentence
     idle: tuple[str, ...]
     still: str  # the question when it asks about the start side
     other: str  # the question when it asks about the other side
@@ -100,26 +88,13 @@ class Sequence:
         return sum(action == FLIP for _, action in self.steps)
 
     @property
-    def people(self) -> int:
-        """People who act on the coin (an idle sentence is no action)."""
-        return sum(action != IDLE for _, action in self.steps)
-
-    @property
-    def final(self) -> str:
-        return self.start if self.flips % 2 == 0 else other_side(self.start)
-
-    @property
     def answer(self) -> str:
-        return "YES" if self.final == self.asked else "NO"
-
-
-def other_side(side: str) -> str:
-    return "tails" if side == "heads" else "heads"
+        final = self.start if self.flips % 2 == 0 else OTHER_SIDE[self.start]
+        return "YES" if final == self.asked else "NO"
 
 
 def render(sequence: Sequence, surface: Surface, choices: tuple[int, ...] = ()) -> str:
-    """The question text. The sequence's start and asked sides are used (a surface's are applied
-    by `restyle`); `choices` picks each idle sentence's wording (default: the first)."""
+    """The question text, from the sequence's sides; `choices` picks each idle sentence (default: the first)."""
     book = BOOKS[surface.language]
     parts = [book.opening.format(side=book.sides[sequence.start])]
     idle = iter(choices)
@@ -133,14 +108,6 @@ def render(sequence: Sequence, surface: Surface, choices: tuple[int, ...] = ()) 
     return "".join(parts)
 
 
-def restyle(sequence: Sequence, surface: Surface) -> Sequence:
-    """The sequence with the surface's start and asked sides: the actions stay, the answer follows."""
-    return replace(sequence, start=surface.start, asked=surface.asked)
-
-
-NAME_POOLS = ("pool", "scripts")
-
-
 @dataclass(frozen=True)
 class Style:
     """A surface plus what is drawn at random when it is applied: idle sentences and other names."""
@@ -148,9 +115,6 @@ class Style:
     surface: Surface = Surface()
     idle: float = 0.0  # the chance of an idle sentence after each step
     names: str = "pool"  # pool: the names as drawn; scripts: each person renamed from `script_names()`
-
-    def is_default(self) -> bool:
-        return self == Style()
 
     def checked(self) -> Style:
         """This style, or one line saying which part of it is not of the grammar."""
@@ -160,7 +124,7 @@ class Style:
             ("ask", s.asked, SIDES),
             ("phrasing", s.phrasing, PHRASINGS),
             ("language", s.language, LANGUAGES),
-            ("names", self.names, NAME_POOLS),
+            ("names", self.names, ("pool", "scripts")),
         ):
             if value not in allowed:
                 raise ConfigError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
@@ -170,8 +134,7 @@ class Style:
 
 
 def apply(sequence: Sequence, style: Style, rng: random.Random) -> tuple[str, str]:
-    """(question, answer) for `sequence` written in `style`; `rng` draws idle sentences and names,
-    so the same seed gives the same text and the actions (hence the answer) never depend on it."""
+    """(question, answer) for `sequence` in `style`; `rng` draws only idle sentences and names, never actions."""
     steps = list(sequence.steps)
     if style.names == "scripts":
         people = list(dict.fromkeys(person for person, _ in steps))
@@ -189,7 +152,7 @@ def apply(sequence: Sequence, style: Style, rng: random.Random) -> tuple[str, st
                 with_idle.append((rng.choice(people), IDLE))
                 choices.append(rng.randrange(len(BOOKS[style.surface.language].idle)))
         steps = with_idle
-    written = restyle(replace(sequence, steps=tuple(steps)), style.surface)
+    written = Sequence(tuple(steps), style.surface.start, style.surface.asked)
     return render(written, style.surface, tuple(choices)), written.answer
 
 
@@ -213,12 +176,22 @@ class Parsed:
 
 
 def parse(question: str) -> Parsed | None:
-    """The sequence and surface a question of this grammar was written from; None for any other text."""
+    """The sequence and surface a question was written from, if its steps write it back exactly; else None."""
     text = question.strip()
-    for language, book in BOOKS.items():
-        found = _parser(language).fullmatch(text)
-        if found is not None:
-            return _read(found, language, book)
+    for (language, book), start, asked in product(BOOKS.items(), SIDES, SIDES):
+        closing = (book.still if start == asked else book.other).format(side=book.sides[asked])
+        if not (text.startswith(book.opening.format(side=book.sides[start])) and text.endswith(closing)):
+            continue
+        meaning = {_key(s): (action, how) for (action, how), s in book.steps.items()}
+        meaning |= {_key(s): (IDLE, str(i)) for i, s in enumerate(book.idle)}
+        found = [(person, *meaning[sentence]) for person, sentence in _step_pattern(language).findall(text)]
+        steps = tuple((person, action) for person, action, _ in found)
+        choices = tuple(int(how) for _, action, how in found if action == IDLE)
+        phrasings = {how for _, action, how in found if action != IDLE}
+        phrasing = phrasings.pop() if len(phrasings) == 1 else "plain"  # mixed phrasings write nothing back
+        sequence, surface = Sequence(steps, start, asked), Surface(start, asked, phrasing, language)
+        if render(sequence, surface, choices) == text:
+            return Parsed(sequence, surface, choices)
     return None
 
 
@@ -226,27 +199,6 @@ def solve(question: str) -> str | None:
     """YES or NO, computed from the question's own sequence; None when it is not of this grammar."""
     parsed = parse(question)
     return parsed.sequence.answer if parsed else None
-
-
-def _read(found: re.Match[str], language: str, book: Phrasebook) -> Parsed | None:
-    side_of = {v: k for k, v in book.sides.items()}
-    start, asked = side_of[found["start"]], side_of[found["asked"]]
-    if (found["still"] is not None) != (start == asked):
-        return None  # "still tails up?" after a heads-up start is no question of this grammar
-    by_sentence = {_key(s): (action, phrasing) for (action, phrasing), s in book.steps.items()}
-    by_sentence.update({_key(s): (IDLE, str(i)) for i, s in enumerate(book.idle)})
-    steps, choices, phrasings = [], [], set()
-    for person, sentence in _step_pattern(language).findall(found["body"]):
-        action, how = by_sentence[sentence]
-        steps.append((person, action))
-        if action == IDLE:
-            choices.append(int(how))
-        else:
-            phrasings.add(how)
-    if len(phrasings) > 1:
-        return None
-    surface = Surface(start, asked, phrasings.pop() if phrasings else "plain", language)
-    return Parsed(Sequence(tuple(steps), start, asked), surface, tuple(choices))
 
 
 def _key(sentence: str) -> str:
@@ -264,30 +216,8 @@ def _step_pattern(language: str) -> re.Pattern[str]:
     return re.compile(rf"([^。？]+?)({alternatives})")
 
 
-@lru_cache(maxsize=4)
-def _parser(language: str) -> re.Pattern[str]:
-    """The whole question: opening, steps (checked sentence by sentence), closing."""
-    book = BOOKS[language]
-    sides = "|".join(re.escape(s) for s in book.sides.values())
-    steps = _step_pattern(language).pattern
-    opening = re.escape(book.opening).replace(re.escape("{side}"), f"(?P<start>{sides})")
-    still = re.escape(book.still).replace(re.escape("{side}"), f"(?P<asked>{sides})")
-    # the two closings differ only by "still " (en) or "仍然" / "是" (zh)
-    if language == "en":
-        closing = still.replace(re.escape("still "), "(?P<still>still )?")
-    else:
-        closing = still.replace("仍然", "(?:(?P<still>仍然)|是)")
-    return re.compile(rf"{opening}(?P<body>(?:{_plain(steps)})*){closing}")
-
-
-def _plain(pattern: str) -> str:
-    """A step pattern without its capturing groups, to repeat inside the whole-question pattern."""
-    return pattern.replace("(\\S+)", "\\S+").replace("([^。？]+?)", "[^。？]+?").replace("(", "(?:", 1)
-
-
 def _counted(action: str) -> re.Pattern[str]:
-    """Someone doing `action` (FLIP or KEEP) in any question of this grammar, in either phrasing
-    and language: what the loader counts."""
+    """Someone doing `action` in any question of this grammar, in either phrasing and language."""
     english = [r"\S " + re.escape(_key(EN.steps[action, p])) for p in PHRASINGS]
     return re.compile("|".join(english + [re.escape(_key(ZH.steps[action, p])) for p in PHRASINGS]))
 

@@ -13,18 +13,14 @@ MARKER = ".coinflip-complete"
 PATTERNS = ["*.parquet", "*.json", "*.jsonl", "*.csv", "**/*.parquet", "**/*.json", "**/*.jsonl", "**/*.csv"]
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("COINFLIP_CACHE") or Path.home() / ".cache" / "coinflip").expanduser()
-
-
 def cache_dir(hub: str, dataset_id: str, root: str | Path | None = None) -> Path:
-    base = Path(root).expanduser() if root else cache_root()
+    base = Path(root or os.environ.get("COINFLIP_CACHE") or Path.home() / ".cache" / "coinflip").expanduser()
     return base / hub / dataset_id.replace("/", "___")
 
 
 def fetch(hub: str, dataset_id: str = DATASET_ID, root: str | Path | None = None) -> Path:
-    """Return the cached snapshot, downloading it first when the cache is empty; `root` is the
-    cache folder (EvalScope's dataset_dir), by default $COINFLIP_CACHE or ~/.cache/coinflip."""
+    """The cached snapshot, downloaded first when the cache is empty; `root` is the cache folder
+    (EvalScope's dataset_dir), by default $COINFLIP_CACHE or ~/.cache/coinflip."""
     target = cache_dir(hub, dataset_id, root)
     if (target / MARKER).exists():
         return target

@@ -1,7 +1,6 @@
-"""Dataset stage: load CoinFlip records from the bundled splits, local files or a hub cache.
-
-Every loader validates every row before anything is returned, so a bad file stops the run with
-one line naming the file, the row and the problem, and nothing is half-loaded.
+"""Dataset stage: CoinFlip records from the bundled splits, local files or a hub cache, and the subset
+a `--limit` asks. Every row is validated before anything is returned: a bad file stops the run with one
+line naming the file, the row and the problem.
 """
 
 from __future__ import annotations
@@ -10,22 +9,19 @@ import csv
 import hashlib
 import json
 import os
+import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from itertools import islice
+from itertools import islice, takewhile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import DataError, short
 from .grammar import FLIPS_PATTERN, KEEPS_PATTERN, bundled_dir
 
-if TYPE_CHECKING:
-    from .sampling import Subset
-
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
-FORMATS = (".json", ".jsonl", ".csv", ".parquet")
 
 
 @dataclass(frozen=True)
@@ -41,11 +37,8 @@ class Record:
 
 @dataclass(frozen=True)
 class Dataset:
-    """Validated rows plus where they came from; `source` goes into every report.
-
-    Line-based files (JSONL, CSV) are validated in one streaming pass and read again when
-    iterated, so a run over a million generated questions holds none of them in memory.
-    """
+    """Validated rows and where they came from (`source`, in every report). JSONL and CSV files are
+    read again when iterated, so a run over a million generated questions holds none in memory."""
 
     source: dict[str, Any]
     count: int
@@ -58,14 +51,8 @@ class Dataset:
         if self.ids is None:
             yield from islice(rows, self.count)
             return
-        wanted = iter(self.ids)
-        next_id = next(wanted, None)
-        for record in rows:
-            if next_id is None:
-                return
-            if record.id == next_id:
-                yield record
-                next_id = next(wanted, None)
+        wanted, last = set(self.ids), max(self.ids, default=-1)
+        yield from (r for r in takewhile(lambda r: r.id <= last, rows) if r.id in wanted)
 
     def __len__(self) -> int:
         return self.count
@@ -75,31 +62,66 @@ class Dataset:
         return tuple(self)
 
     def take(self, limit: int | float | None, mode: str = "first", seed: int = 0) -> tuple[Dataset, Subset]:
-        """The rows a limit asks for (see sampling.py), and how they were drawn."""
-        from .sampling import choose
-
+        """The rows a limit asks for, and how they were drawn."""
         subset = choose(self, self.count, limit, mode, seed)
         return replace(self, count=subset.count, ids=subset.ids), subset
 
 
-def make_record(index: int, question: Any, answer: Any, where: str) -> Record:
-    if not isinstance(question, str) or not question.strip():
-        raise DataError(f"{where}: empty or missing question")
-    label = str(answer).strip().upper() if isinstance(answer, (str, bool)) else None
-    if label in ("TRUE", "FALSE"):
-        label = "YES" if label == "TRUE" else "NO"
-    if label not in ("YES", "NO"):
-        raise DataError(f"{where}: answer must be yes or no, got {short(answer)}")
-    text = question.strip()
-    flips = len(FLIPS_PATTERN.findall(text))  # every phrasing of the grammar (grammar.py)
-    return Record(index, text, label, flips + len(KEEPS_PATTERN.findall(text)), flips)
+@dataclass(frozen=True)
+class Subset:
+    ids: tuple[int, ...] | None  # sorted; None: the first `count` rows
+    count: int
+    total: int
+    mode: str
+    seed: int
+
+    def describe(self) -> dict[str, object]:
+        mode = self.mode if self.count < self.total else "all"
+        return {"mode": mode, "seed": self.seed, "count": self.count, "of": self.total}
 
 
-def rows_sha256(records: Iterable[Record]) -> str:
-    digest = hashlib.sha256()
+def choose(records: Iterable[Record], total: int, limit: int | float | None, mode: str, seed: int) -> Subset:
+    """The subset a limit (a count, a fraction or None) asks for, the same for the same seed and data. The
+    official test split is ordered (2,000 four-person questions, then 1,333 two-person), so by default it is
+    stratified by the number of people; `first` is EvalScope's first N, `random` its `shuffle`."""
+    count = total if limit is None else max(1, int(total * limit)) if isinstance(limit, float) else int(limit)
+    count = min(count, total)  # EvalScope takes int(n * f) of a fraction
+    if count >= total or mode == "first":
+        return Subset(None, count, total, mode, seed)
+    if mode == "random":
+        order = list(range(total))
+        random.Random(f"coinflip-subset:{seed}").shuffle(order)
+        return Subset(tuple(sorted(order[:count])), count, total, mode, seed)
+    strata: dict[int, list[int]] = {}
+    for r in records:
+        strata.setdefault(r.people, []).append(r.id)
+    return Subset(_stratified(strata, count, total, seed), count, total, mode, seed)
+
+
+def _stratified(strata: dict[int, list[int]], count: int, total: int, seed: int) -> tuple[int, ...]:
+    """Proportional quotas by largest remainder (ties to the larger stratum), each the first rows of a
+    seeded shuffle: a larger limit mostly holds the smaller one's questions, so a resume reuses them."""
+    keys = sorted(strata)
+    quotas = {k: count * len(strata[k]) / total for k in keys}
+    taken = {k: int(quotas[k]) for k in keys}
+    short = count - sum(taken.values())
+    for k in sorted(keys, key=lambda k: (-(quotas[k] - taken[k]), -len(strata[k]), k))[:short]:
+        taken[k] += 1
+    chosen: list[int] = []
+    for k in keys:
+        order = list(strata[k])
+        random.Random(f"coinflip-subset:{seed}:{k}").shuffle(order)
+        chosen.extend(order[: taken[k]])
+    return tuple(sorted(chosen))
+
+
+def digest(records: Iterable[Record]) -> tuple[str, int]:
+    """The sha256 of the rows' questions and answers, and how many rows there were."""
+    digest, count = hashlib.sha256(), 0
     for r in records:
         digest.update(f"{r.question}\t{r.answer}\n".encode())
-    return digest.hexdigest()
+        count += 1
+    return digest.hexdigest(), count
 
 
 def _pick(row: dict[str, Any], keys: Sequence[str], where: str) -> Any:
@@ -114,7 +136,16 @@ def _iter_records(rows: Iterable[Any], path: Path) -> Iterator[Record]:
         where = f"{path}: row {number}"
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected an object with question/answer, got {type(row).__name__}")
-        yield make_record(number - 1, _pick(row, QUESTION_KEYS, where), _pick(row, ANSWER_KEYS, where), where)
+        question, answer = _pick(row, QUESTION_KEYS, where), _pick(row, ANSWER_KEYS, where)
+        if not isinstance(question, str) or not question.strip():
+            raise DataError(f"{where}: empty or missing question")
+        said = str(answer).strip().upper() if isinstance(answer, (str, bool)) else ""
+        label = {"TRUE": "YES", "FALSE": "NO"}.get(said, said)
+        if label not in ("YES", "NO"):
+            raise DataError(f"{where}: answer must be yes or no, got {short(answer)}")
+        text = question.strip()
+        flips = len(FLIPS_PATTERN.findall(text))  # every phrasing of the grammar (grammar.py)
+        yield Record(number - 1, text, label, flips + len(KEEPS_PATTERN.findall(text)), flips)
 
 
 def _read_json(path: Path) -> Iterable[Any]:
@@ -158,8 +189,7 @@ def _read_parquet(path: Path) -> list[Any]:
     except ImportError:
         raise DataError(f"{path}: reading Parquet needs pyarrow: pip install 'coinflip[parquet]'") from None
     try:
-        rows: list[Any] = pq.read_table(path).to_pylist()
-        return rows
+        return list(pq.read_table(path).to_pylist())
     except Exception as exc:  # pyarrow raises several unrelated types for corrupt files
         raise DataError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
 
@@ -171,6 +201,7 @@ def _why(exc: BaseException) -> str:
 
 
 READERS = {".json": _read_json, ".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+FORMATS = tuple(READERS)
 
 
 def _checked(path: Path) -> Path:
@@ -186,7 +217,6 @@ def _checked(path: Path) -> Path:
 
 
 def _stream(path: Path) -> Iterator[Record]:
-    """Records of one file, read lazily; errors name the file and row."""
     try:
         yield from _iter_records(READERS[path.suffix.lower()](path), path)
     except UnicodeDecodeError:
@@ -200,7 +230,7 @@ def _stream(path: Path) -> Iterator[Record]:
 
 
 def load_file(path: str | Path) -> list[Record]:
-    """Read one file of rows; the format follows the file's extension."""
+    """One file's rows; the format follows the file's extension."""
     path = _checked(Path(path))
     records = list(_stream(path))
     if not records:
@@ -209,8 +239,8 @@ def load_file(path: str | Path) -> list[Record]:
 
 
 def _candidates(directory: Path) -> list[Path]:
-    """The directory's own files, and those of its `data/` folder (the hubs' layout): never a
-    whole tree, so `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
+    """The directory's own files and its `data/` folder's (the hubs' layout), never a whole tree,
+    so `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
     found: list[Path] = []
     for folder in (directory, directory / "data"):
         try:
@@ -221,42 +251,35 @@ def _candidates(directory: Path) -> list[Path]:
     return found
 
 
-def split_file(directory: Path, split: str) -> Path:
-    """The file for `split` in a directory: test.jsonl, data/test-00000-of-00001.parquet, ..."""
-    found = [p for p in _candidates(directory) if re.match(rf"{split}([.-]|$)", p.name)]
-    if not found:
-        raise DataError(f"{directory}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")
-    if len(found) > 1:
-        raise DataError(f"{directory}: several {split} files ({', '.join(p.name for p in found)}); keep one")
-    return found[0]
-
-
-def split_files(path: Path, split: str) -> list[Path]:
-    """A file is the split itself; a directory holds test.* (or Parquet shards test-0000x-of-0000n)."""
+def _split_files(path: Path, split: str) -> list[Path]:
+    """A file is the split itself; a directory holds one test.* (maybe in data/) or Parquet shards."""
     if not path.is_dir():
         return [_checked(path)]
-    shards = [p for p in _candidates(path) if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
-    return shards if len(shards) > 1 else [split_file(path, split)]
+    candidates = _candidates(path)
+    shards = [p for p in candidates if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
+    found = shards if len(shards) > 1 else [p for p in candidates if re.match(rf"{split}([.-]|$)", p.name)]
+    if not found:
+        raise DataError(f"{path}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")
+    if len(found) > 1 and found is not shards:
+        raise DataError(f"{path}: several {split} files ({', '.join(p.name for p in found)}); keep one")
+    return found
 
 
 def load_split(path: str | Path, split: str) -> list[Record]:
-    rows = [r for f in split_files(Path(path), split) for r in load_file(f)]
+    rows = [r for f in _split_files(Path(path), split) for r in load_file(f)]
     return [replace(r, id=i) for i, r in enumerate(rows)]
 
 
 def open_split(path: Path, split: str) -> tuple[Dataset, str]:
-    """Validate a split; keep it on disk when it can be streamed, else in memory. Returns it and its sha256."""
-    files_ = split_files(path, split)
+    """A validated split and its sha256: kept on disk when it can be streamed, else in memory."""
+    files_ = _split_files(path, split)
     if len(files_) == 1 and files_[0].suffix.lower() in (".jsonl", ".csv"):
-        digest, count = hashlib.sha256(), 0
-        for record in _stream(files_[0]):
-            digest.update(f"{record.question}\t{record.answer}\n".encode())
-            count += 1
+        sha, count = digest(_stream(files_[0]))
         if not count:
             raise DataError(f"{files_[0]}: no rows")
-        return Dataset({}, count, path=files_[0]), digest.hexdigest()
+        return Dataset({}, count, path=files_[0]), sha
     records = tuple(load_split(path, split))
-    return Dataset({}, len(records), rows=records), rows_sha256(records)
+    return Dataset({}, len(records), rows=records), digest(records)[0]
 
 
 MANIFEST = "manifest.json"  # rows and sha256 of the shipped splits, so they need no validation pass
@@ -269,30 +292,26 @@ def load_dataset(
     dataset_id: str | None = None,
     cache_dir: str | Path | None = None,
 ) -> Dataset:
-    """Load one split from the bundled data, a local path, or a hub's local cache."""
+    """One split of the bundled data, a local path, or a hub's local cache."""
     if path is not None:
-        where = Path(path)
-        source = {"source": "file", "path": os.path.abspath(where)}  # resolve() raises on a link loop
+        source = {"source": "file", "path": os.path.abspath(path)}  # resolve() raises on a link loop
+        dataset, sha = open_split(Path(path), split)
     elif hub == "bundled":
         shipped = json.loads((bundled_dir() / MANIFEST).read_text(encoding="utf-8"))[split]
-        dataset = Dataset({}, shipped["rows"], path=bundled_dir() / f"{split}.jsonl")
         source = {"source": "bundled", "path": f"coinflip/_data/{split}.jsonl"}
-        return replace(dataset, source={**source, "split": split, "rows": dataset.count, "sha256": shipped["sha256"]})
+        dataset, sha = Dataset({}, shipped["rows"], path=bundled_dir() / f"{split}.jsonl"), shipped["sha256"]
     else:
         from .hub import DATASET_ID, fetch
 
         hub_id = dataset_id or DATASET_ID
-        where = fetch(hub, hub_id, cache_dir)
         source = {"source": hub, "id": hub_id}
-    dataset, sha = open_split(where, split)
+        dataset, sha = open_split(fetch(hub, hub_id, cache_dir), split)
     return replace(dataset, source={**source, "split": split, "rows": dataset.count, "sha256": sha})
 
 
 def dataset_stats(records: Iterable[Record], template: str) -> dict[str, Any]:
-    """Rows, people/flips counts, YES share and 0-shot prompt lengths, as EvalScope's page lists them.
-
-    One streaming pass (Welford's mean and variance), so it works on sets of any size.
-    """
+    """Rows, people/flips counts, YES share and 0-shot prompt lengths, as EvalScope's page lists them;
+    one streaming pass (Welford's mean and variance), so sets of any size fit."""
     overhead = len(template.format(question=""))
     people: dict[int, int] = {}
     flips: dict[int, int] = {}

@@ -1,11 +1,8 @@
-"""Prompt stage: the specification's templates, byte for byte, named variants, and worked few-shot examples.
+"""Prompt stage: the specification's templates byte for byte, named variants, worked few-shot examples.
 
-Templates: `default` is the specification's (0-shot and few-shot, byte-exact); `direct` asks for
-the answer line alone; `multiturn` is the default with each few-shot example as its own
-user/assistant pair; `zh` and `direct-zh` are default and direct in Chinese (for questions in
-Chinese; replies still end in "ANSWER: YES" or "ANSWER: NO"); any other text is a custom
-template holding `{question}` (and optionally `{fewshot}`). Every run records the template's
-name and hash, so numbers say what they were asked with.
+`default` is the specification's; `direct` asks for the answer line alone; `multiturn` gives each example
+its own user/assistant pair; `zh` and `direct-zh` are for questions in Chinese (the answer markers stay);
+any other text is a custom template holding `{question}` (and optionally `{fewshot}`).
 """
 
 from __future__ import annotations
@@ -40,8 +37,6 @@ DIRECT_TEMPLATE = (
     "\n"
     "{question}\n"
 )
-# The default and direct templates in Chinese, for questions in Chinese (grammar.py, language zh).
-# The answer markers stay "ANSWER: YES" / "ANSWER: NO", so extraction and scoring are the same.
 ZH_ZERO_SHOT_TEMPLATE = (
     '\n请逐步解答下面的硬币翻转问题。回答的最后一行应为 "ANSWER: [ANSWER]"（不含引号）的形式，'
     "其中 [ANSWER] 是问题的答案。\n"
@@ -52,10 +47,9 @@ ZH_ZERO_SHOT_TEMPLATE = (
     "\n"
     "推理：\n"
 )
+# --force-answer: the turn after a chat reply without an answer, the cue after such a completion
 FORCE_PROMPT = 'Give only your final answer, in one line of the form "ANSWER: YES" or "ANSWER: NO".'
-"""The forced answer's turn (--force-answer) after a chat reply without an answer."""
 FORCE_CUE = "\n\nSo the final answer (YES or NO) is:"  # neutral: it names both answers, favours neither
-"""The forced answer's cue after a plain completion without an answer."""
 ZH_FEW_SHOT_HEAD = "以下是一些类似问题的解答示例：\n\n{fewshot}\n\n"
 ZH_DIRECT_TEMPLATE = (
     '\n请直接回答下面的硬币翻转问题，不要解释。只回复一行 "ANSWER: [ANSWER]"（不含引号），'
@@ -99,55 +93,45 @@ def template(value: str) -> Template:
     """A built-in name, or a custom text with {question} (and optionally {fewshot}); checked at start."""
     if value in BUILT_IN:
         return BUILT_IN[value]
+    braces = "write a literal brace as {{ or }}"
     try:
         names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
     except ValueError as exc:
-        raise ConfigError(f"prompt_template: {exc}; write a literal brace as {{{{ or }}}}") from None
+        raise ConfigError(f"prompt_template: {exc}; {braces}") from None
     unknown = sorted(names - {"question", "fewshot"})
     if "question" not in names or unknown:
-        extra = f" (unknown placeholder(s) {unknown}; write a literal brace as {{{{ or }}}})" if unknown else ""
+        extra = f" (unknown placeholder(s) {unknown}; {braces})" if unknown else ""
         raise ConfigError(f"prompt_template must be one of {', '.join(BUILT_IN)} or a text holding {{question}}{extra}")
     try:  # a format spec or conversion ({question:d}, {question!z}) fails only when formatted
         value.format(question="Q", fewshot="")
     except (ValueError, IndexError, KeyError, AttributeError) as exc:
-        raise ConfigError(
-            f"prompt_template cannot be filled in ({exc}); write a literal brace as {{{{ or }}}}"
-        ) from None
+        raise ConfigError(f"prompt_template cannot be filled in ({exc}); {braces}") from None
     few_shot = value if "fewshot" in names else FEW_SHOT_HEAD + value
     return Template("custom", value, few_shot)
 
 
 def reasoning(question: str) -> str:
-    """A short correct solution that tracks the coin person by person, ending in the answer line.
-
-    Any question of the grammar (grammar.py: either start, either side asked, rephrased actions,
-    idle sentences, Chinese) is solved from its own sequence; the official form reads as it always has.
-    """
+    """A short correct solution tracking the coin person by person, ending in the answer line; any
+    question of the grammar is solved from its own sequence, any other from the official sentences in it."""
     parsed = grammar.parse(question)
-    if parsed is None:  # not of the grammar: track the official sentences found in it
+    if parsed is None:
         steps = tuple((n, grammar.FLIP if a == "flips" else grammar.KEEP) for n, a in _STEP.findall(question))
         parsed = grammar.Parsed(grammar.Sequence(steps), grammar.Surface(), ())
-    sequence = parsed.sequence
+    sequence, words = parsed.sequence, grammar.EN.steps
     side = sequence.start
     lines = [f"The coin starts {side} up."]
-    words = grammar.BOOKS["en"].steps
-    phrasing = parsed.surface.phrasing
     for name, action in sequence.steps:
         if action == grammar.FLIP:
-            side = grammar.other_side(side)
-            lines.append(f"{name}{words[action, phrasing].format('')[1:-1]}, so it is now {side} up.")
-        elif action == grammar.KEEP:
-            lines.append(f"{name}{words[action, phrasing].format('')[1:-1]}, so it stays {side} up.")
-        else:
-            lines.append(f"{name} does nothing to the coin, so it stays {side} up.")
+            side = grammar.OTHER_SIDE[side]
+        did = " {} does nothing to the coin." if action == grammar.IDLE else words[action, parsed.surface.phrasing]
+        then = "is now" if action == grammar.FLIP else "stays"
+        lines.append(f"{did.format(name)[1:-1]}, so it {then} {side} up.")
     asked = sequence.asked
     if side != asked:
         verdict = f"{side} up, not {asked} up"
     else:
         verdict = f"still {asked} up" if asked == sequence.start else f"{asked} up"
-    lines.append(f"The coin ends {verdict}.")
-    lines.append(f"ANSWER: {sequence.answer}")
-    return "\n".join(lines)
+    return "\n".join([*lines, f"The coin ends {verdict}.", f"ANSWER: {sequence.answer}"])
 
 
 def answer(record: Record, worked: bool = True) -> str:
@@ -155,15 +139,8 @@ def answer(record: Record, worked: bool = True) -> str:
     return reasoning(record.question) if worked else f"ANSWER: {record.answer}"
 
 
-def format_example(record: Record, worked: bool = True) -> str:
-    if not worked:
-        return f"{record.question}\n\n{answer(record, False)}"
-    return f"{record.question}\n\nReasoning:\n{reasoning(record.question)}"
-
-
 def choose_examples(pool: Sequence[Record], count: int, seed: int, shuffle: bool = True) -> list[Record]:
-    """Candidates drawn once: one spare, so a question is never its own example. Without
-    `shuffle`, the first rows of the pool (EvalScope's few_shot_random=False)."""
+    """Candidates drawn once, one spare so a question is never its own example; no `shuffle`: the first rows."""
     if count <= 0:
         return []
     if count >= len(pool):
@@ -178,29 +155,21 @@ def examples_for(question: str, candidates: Sequence[Record], count: int) -> lis
 
 
 def build_prompt(question: str, examples: Sequence[Record] = (), style: Template = BUILT_IN["default"]) -> str:
-    """The one user message of a single-message prompt."""
+    """The one user message of a single-message prompt (the last one of a multiturn prompt)."""
     if not examples or style.multiturn:
         return style.zero_shot.format(question=question, fewshot="")
-    fewshot = "\n\n".join(format_example(r, style.reasoning) for r in examples)
+    head = "Reasoning:\n" if style.reasoning else ""
+    fewshot = "\n\n".join(f"{r.question}\n\n{head}{answer(r, style.reasoning)}" for r in examples)
     return style.few_shot.format(fewshot=fewshot, question=question)
-
-
-def to_messages(prompt: str, system_prompt: str | None = None) -> list[dict[str, str]]:
-    """The same text as chat messages; a plain completion endpoint takes `prompt` itself."""
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": prompt})
-    return messages
 
 
 def build_messages(
     question: str, examples: Sequence[Record], style: Template, system_prompt: str | None = None
 ) -> list[dict[str, str]]:
-    """Chat messages for one question: one user message, or one user/assistant pair per example."""
-    if not style.multiturn or not examples:
-        return to_messages(build_prompt(question, examples, style), system_prompt)
+    """Chat messages for one question: one user message, or one user/assistant pair per example first."""
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    for r in examples:
-        messages.append({"role": "user", "content": style.zero_shot.format(question=r.question, fewshot="")})
+    for r in examples if style.multiturn else ():
+        messages.append({"role": "user", "content": build_prompt(r.question, (), style)})
         messages.append({"role": "assistant", "content": answer(r, style.reasoning)})
-    messages.append({"role": "user", "content": style.zero_shot.format(question=question, fewshot="")})
+    messages.append({"role": "user", "content": build_prompt(question, examples, style)})
     return messages

@@ -1,9 +1,7 @@
 """probe.html: the variants side by side with their 95% intervals, the verdicts, and the length curve.
 
-Drawn by the pages package like every other page (pages/templates/probe.html on base.html and its
-one stylesheet, through the one autoescaping environment), so every text that came from a run
-(a model name, a path) is escaped by construction; the charts are plain SVG whose coordinates are
-computed here. One self-contained file: no script, nothing fetched.
+Drawn through the pages package's one autoescaping environment (pages/templates/probe.html), so text from
+a run is escaped by construction; the charts are plain SVG computed here. No script, nothing fetched.
 """
 
 from __future__ import annotations
@@ -25,10 +23,13 @@ VIEW_NOTES = {
 
 
 def render(result: dict[str, Any]) -> str:
+    dataset = result["base"]["dataset"]
+    where = dataset.get("id") or dataset.get("path") or dataset.get("source")
+    label = f"{dataset.get('source')} {where} ({dataset.get('split')})"
     return render_template(
         "probe.html",
         r=result,
-        base_label=_base_label(result),
+        base_label=label + (", coinflip's own generated set" if result["base"]["bundled"] else ""),
         resume=f"coinflip probe --use-cache {shlex.quote(str(result.get('directory')))}",  # to paste in a shell
         view_note=VIEW_NOTES.get(result.get("view", "strict"), ""),
         chart=variant_chart(result["variants"]),
@@ -38,19 +39,11 @@ def render(result: dict[str, Any]) -> str:
     )
 
 
-def _base_label(result: dict[str, Any]) -> str:
-    dataset = result["base"]["dataset"]
-    where = dataset.get("id") or dataset.get("path") or dataset.get("source")
-    label = f"{dataset.get('source')} {where} ({dataset.get('split')})"
-    return label + (", coinflip's own generated set" if result["base"]["bundled"] else "")
-
-
 def variant_chart(variants: list[dict[str, Any]]) -> dict[str, Any]:
     """Rows of dots and interval bars on one accuracy axis from 0 to 1."""
-    span = CHART_W - LEFT - RIGHT
 
     def x(value: float) -> float:
-        return round(LEFT + span * min(max(value, 0.0), 1.0), 1)
+        return round(LEFT + (CHART_W - LEFT - RIGHT) * min(max(value, 0.0), 1.0), 1)
 
     rows = []
     for i, v in enumerate(variants):
@@ -69,17 +62,14 @@ def variant_chart(variants: list[dict[str, Any]]) -> dict[str, Any]:
                 "colour": "#b3261e" if drop < -0.05 else BLUE,
             }
         )
-    height = 20 + len(variants) * ROW_H + 20
-    ticks = [{"x": x(t / 4), "label": f"{t / 4:.2f}"} for t in range(5)]
-    base = variants[0]["metrics"]["accuracy"] if variants else 0.0
     return {
         "width": CHART_W,
-        "height": height,
+        "height": 20 + len(variants) * ROW_H + 20,
         "left": LEFT,
         "right_label": RIGHT - 20,
         "rows": rows,
-        "ticks": ticks,
-        "base_x": x(base),
+        "ticks": [{"x": x(t / 4), "label": f"{t / 4:.2f}"} for t in range(5)],
+        "base_x": x(variants[0]["metrics"]["accuracy"] if variants else 0.0),
     }
 
 
@@ -87,30 +77,26 @@ def length_curve(points: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Accuracy over the number of people with its interval band and the always-yes line."""
     if not points:
         return None
-    span_x, span_y = CURVE_W - PAD - 10, CURVE_H - PAD - 10
     count = max(len(points) - 1, 1)
 
     def at(i: int, value: float) -> tuple[float, float]:
-        return round(PAD + span_x * i / count, 1), round(10 + span_y * (1 - min(max(value, 0.0), 1.0)), 1)
+        x = PAD + (CURVE_W - PAD - 10) * i / count
+        return round(x, 1), round(10 + (CURVE_H - PAD - 10) * (1 - min(max(value, 0.0), 1.0)), 1)
 
-    def line(values: list[float]) -> str:
-        return " ".join("{},{}".format(*at(i, v)) for i, v in enumerate(values))
+    def line(values: list[float], order: list[int] | None = None) -> str:
+        return " ".join("{},{}".format(*at(i, values[i])) for i in order or range(len(values)))
 
-    lows = [p["interval"][0] for p in points]
-    highs = [p["interval"][1] for p in points]
-    band = line(highs) + " " + " ".join("{},{}".format(*at(i, lows[i])) for i in reversed(range(len(points))))
-    dots = [
-        {"people": p["people"], "x": at(i, p["accuracy"])[0], "y": at(i, p["accuracy"])[1]}
-        for i, p in enumerate(points)
-    ]
-    ticks = [{"y": at(0, t / 4)[1], "label": f"{t / 4:.2f}"} for t in range(5)]
+    lows, highs = [p["interval"][0] for p in points], [p["interval"][1] for p in points]
     return {
         "width": CURVE_W,
         "height": CURVE_H,
         "pad": PAD,
         "line": line([p["accuracy"] for p in points]),
-        "band": band,
+        "band": line(highs) + " " + line(lows, list(reversed(range(len(points))))),
         "baseline": line([p["always_yes"] for p in points]),
-        "points": dots,
-        "ticks": ticks,
+        "points": [
+            {"people": p["people"], "x": at(i, p["accuracy"])[0], "y": at(i, p["accuracy"])[1]}
+            for i, p in enumerate(points)
+        ],
+        "ticks": [{"y": at(0, t / 4)[1], "label": f"{t / 4:.2f}"} for t in range(5)],
     }

@@ -1,14 +1,7 @@
 """`coinflip probe`: the base set, its fresh twin, the surface variants and the length curve, each an
-ordinary run in one probe directory, then one report (probe.json), one page (probe.html) and the
-work directory's index.
-
-    probe_YYYYmmdd_HHMMSS/
-      probe.json  probe.html        the report and the page
-      data/<variant>/test.jsonl     the generated questions (validation.jsonl too for few-shot)
-      runs/<variant>/               one run directory each (base, fresh, tails, ..., people_02, ...)
-
-Every run is resumable as any run is; `coinflip probe --use-cache PROBE_DIR` resumes them all with
-the settings saved in the base run, generating the same data again (everything is seeded).
+ordinary run (runs/<variant>/ on data/<variant>/) in one probe directory, then probe.json, probe.html
+and the work directory's index. `coinflip probe --use-cache PROBE_DIR` resumes every run with the
+settings saved in the base run, generating the same data again (everything is seeded).
 """
 
 from __future__ import annotations
@@ -33,7 +26,7 @@ from ..jsonl import iter_reviews
 from ..pages.html import relative
 from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe
 from ..rundir import CONFIG_FILE, RunDir
-from . import verdicts
+from . import variants
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
 
 DEFAULT_LENGTHS = "2-8"
@@ -89,26 +82,28 @@ def settle(options: ProbeOptions, saved: dict[str, Any] | None = None, in_work_d
 def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[str, Any]:
     """Run every variant and the length curve; write probe.json, probe.html and the index."""
     from ..pages import index
+    from ..pages.board import write_whole
     from ..run.plan import few_shot_pool, prepare
+    from .page import render
 
     config, root, settings = _open(config, options)
     base = prepare(_run_config(config, root, BASE.name, None))
     records = list(base.dataset)
-    pool = few_shot_pool(config)
-    plans = _write_data(config, root, settings, records, pool)
+    plans = _write_data(config, root, settings, records, few_shot_pool(config))
     _save(root, {"settings": settings.saved(), "complete": False})
     reports = {}
-    total = len(plans) + len(_lengths(settings))
-    for i, (variant, data, template, _) in enumerate(plans, 1):
+    lengths = range(settings.lengths.low, settings.lengths.high + 1) if settings.lengths else range(0)
+    total = len(plans) + len(lengths)
+    for i, (variant, data, template) in enumerate(plans, 1):
         print(one_line(f"probe {config.name}: {variant.title} ({i} of {total})"), file=sys.stderr, flush=True)
         reports[variant.name] = _run(_run_config(config, root, variant.name, data, template))
     points = []
-    for i, people in enumerate(_lengths(settings), len(plans) + 1):
+    for i, people in enumerate(lengths, len(plans) + 1):
         print(one_line(f"probe {config.name}: {people} people ({i} of {total})"), file=sys.stderr, flush=True)
         points.append(_length(config, root, people, settings.length_count or min(len(records), LENGTH_COUNT_MAX)))
     result = _result(config, root, settings, base.dataset.source, records, plans, reports, points)
     _save(root, result)
-    _write_page(root, result)
+    write_whole(root / PAGE_FILE, render(result))  # a resumed probe's folder may hold a link there
     index.refresh(root if settings.in_work_dir else root.parent)
     return result
 
@@ -122,7 +117,11 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
             raise ConfigError(f"{root} already holds a probe; resume it with --use-cache {root}")
         return config, root, settle(options, in_work_dir=config.no_timestamp)
     root = Path(config.use_cache).expanduser()
-    saved = _load(root)
+    saved = read_probe(root)
+    if saved is None:
+        raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE})")
+    if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
+        raise ConfigError(f"{root / PROBE_FILE}: not a probe report")
     base_run = root / "runs" / BASE.name
     if not (base_run / CONFIG_FILE).is_file():
         raise ConfigError(f"{root}: its base run never started, so nothing is saved to resume; start a new probe")
@@ -142,32 +141,22 @@ def _new_folder(root: Path) -> Path:
     raise ConfigError(f"cannot find a free folder name beside {root}")
 
 
-def _load(root: Path) -> dict[str, Any]:
-    saved = read_probe(root)
-    if saved is None:
-        raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE})")
-    if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
-        raise ConfigError(f"{root / PROBE_FILE}: not a probe report")
-    return saved
-
-
 def _save(root: Path, content: dict[str, Any]) -> None:
     with replacing(root / PROBE_FILE) as out:
         out.write((json.dumps(content, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-Planned = tuple[Variant, Path | None, str | None, list[tuple[str, str]]]  # variant, data, template, (base q, variant q)
+Planned = tuple[Variant, Path | None, str | None]  # variant, its data (the base: none), its template
 
 
 def _write_data(
     config: TaskConfig, root: Path, settings: Settings, records: list[Record], pool: list[Record]
 ) -> list[Planned]:
-    """Each variant's questions on disk (the base needs none), paired with the base questions."""
+    """Each variant's questions on disk, the k-th written from the k-th base question."""
     planned: list[Planned] = []
-    full: list[Record] | None = None
     for variant in settings.variants:
         if variant is BASE:
-            planned.append((BASE, None, None, [(r.question, r.question) for r in records]))
+            planned.append((BASE, None, None))
             continue
         template = None
         if variant.name == "zh":
@@ -176,30 +165,24 @@ def _write_data(
                 print("note: the Chinese variant needs the default or direct template; skipped", file=sys.stderr)
                 continue
         if variant is FRESH:
-            full = full or list(
-                load_dataset(
-                    config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir
-                )
-            )
+            where = (config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
+            full = list(load_dataset(*where))
             rows = fresh_twins(records, name_pool(full), {r.question for r in full}, config.seed)
             examples = [(r.question, r.answer) for r in pool]
         else:
             assert variant.style is not None
             rows = restyled(records, variant.style, config.seed, variant.name)
-            examples = restyled(pool, variant.style, config.seed, variant.name) if pool else []
+            examples = restyled(pool, variant.style, config.seed, variant.name)
         data = root / "data" / variant.name
         write_rows(data / "test.jsonl", rows, whole=True)  # a resumed probe's folder may hold a link there
         if examples:
             write_rows(data / "validation.jsonl", examples, whole=True)
-        planned.append((variant, data, template, [(r.question, q) for r, (q, _) in zip(records, rows, strict=True)]))
+        planned.append((variant, data, template))
     return planned
 
 
-def _run_config(
-    config: TaskConfig, root: Path, name: str, data: Path | None, template: str | None = None
-) -> TaskConfig:
-    """The run of one variant: the user's settings, in runs/<name>, on the variant's questions;
-    a run that already exists there is resumed."""
+def _run_config(config: TaskConfig, root: Path, name: str, data: Path | None, prompt: str | None = None) -> TaskConfig:
+    """One variant's run: the user's settings in runs/<name> (resumed when it exists), on its questions."""
     folder = root / "runs" / name
     changes: dict[str, Any] = {
         "work_dir": str(folder),
@@ -210,15 +193,10 @@ def _run_config(
         "dataset_args": None,
     }
     if data is not None:
-        changes |= {
-            "dataset_path": str(data),
-            "dataset_hub": "local",
-            "limit": None,
-            "limit_mode": "first",
-            "split": "test",
-        }
-    if template is not None:
-        changes["prompt_template"] = template
+        changes |= {"dataset_path": str(data), "dataset_hub": "local", "limit": None, "limit_mode": "first"}
+        changes["split"] = "test"
+    if prompt is not None:
+        changes["prompt_template"] = prompt
     return replace(config, **changes)
 
 
@@ -236,14 +214,8 @@ def _run(config: TaskConfig) -> dict[str, Any]:
     return report
 
 
-def _lengths(settings: Settings) -> range:
-    return range(settings.lengths.low, settings.lengths.high + 1) if settings.lengths else range(0)
-
-
 def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str, Any]:
-    """One point of the length curve: a fresh set of `count` questions with `people` people (seeded
-    by the seed plus the length; few-shot examples of the same length when asked for), with the
-    always-yes baseline on the same questions."""
+    """One point of the length curve: `count` fresh questions with `people` people, and always-yes on them."""
     data, size = root / "data" / f"people_{people:02d}", PeopleRange(people, people)
     generate_file(data / "test.jsonl", size, count, config.seed + people, whole=True)
     if config.few_shot_num:
@@ -265,10 +237,8 @@ def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str
 
 
 def _by_base(run: Path, model: str, base_of: dict[int, str], forced: bool, compat: str) -> dict[str, bool]:
-    """Right or not per question of a run (asked several times: by majority vote, as the report
-    counts it), keyed by the base question it was written from (`base_of`: id to key), so every
-    variant pairs with the base. With `forced`, an invalid answer counts by its forced answer, as
-    the forced view does."""
+    """Right or not per question (by majority vote, as the report counts), keyed by the base question it was
+    written from (`base_of`: id to key), so every variant pairs with the base; `forced`: the forced view."""
     from ..scoring.reducers import Votes
 
     votes = Votes(compat, forced)
@@ -293,34 +263,33 @@ def _result(
     points: list[dict[str, Any]],
 ) -> dict[str, Any]:
     bundled = source.get("source") == "bundled"
-    view = "forced" if config.force_answer else "strict"
+    forced = config.force_answer
     answers = {}
-    for variant, _, _, twins in plans:
-        ids = [r.id for r in records] if variant is BASE else range(len(twins))
+    for variant, _, _ in plans:
+        ids = [r.id for r in records] if variant is BASE else range(len(records))
         base_of = {i: str(k) for k, i in enumerate(ids)}  # the k-th base question (a text may come twice)
-        answers[variant.name] = _by_base(
-            root / "runs" / variant.name, config.name, base_of, view == "forced", config.metric_compat
-        )
+        run = root / "runs" / variant.name
+        answers[variant.name] = _by_base(run, config.name, base_of, forced, config.metric_compat)
     base = answers[BASE.name]
-    stats = {v.name: verdicts.paired(base, answers[v.name]) for v, _, _, _ in plans if v is not BASE}
+    stats = {v.name: variants.paired(base, answers[v.name]) for v, _, _ in plans if v is not BASE}
     memorised = {}
-    if FRESH.name in stats and verdicts.drops(stats[FRESH.name]):  # contamination: hold variants to the twin
+    if FRESH.name in stats and variants.drops(stats[FRESH.name]):  # contamination: hold variants to the twin
         fresh = answers[FRESH.name]
-        memorised = {name: verdicts.paired(fresh, answers[name]) for name in stats if name != FRESH.name}
+        memorised = {name: variants.paired(fresh, answers[name]) for name in stats if name != FRESH.name}
     rows, lines = [], {}
-    for variant, data, _, _ in plans:
-        row = _row(variant, reports[variant.name], data, view)
+    for variant, data, _ in plans:
+        row = _row(variant, reports[variant.name], data, forced)
         if variant is BASE:
-            floor = verdicts.at_floor(row, reports[BASE.name]["baselines"])
+            floor = variants.at_floor(row, reports[BASE.name]["baselines"])
         else:
-            lines[variant.name] = verdicts.verdict(
+            lines[variant.name] = variants.verdict(
                 variant, stats[variant.name], bundled, memorised.get(variant.name), floor
             )
             row |= {"paired": stats[variant.name], "verdict": lines[variant.name]}
             if variant.name in memorised:
                 row["paired_to_fresh"] = memorised[variant.name]
         rows.append(row)
-    falls_at, length_line = verdicts.length_verdict(points)
+    falls_at, length_line = variants.length_verdict(points)
     complete = all(r["complete"] for r in reports.values()) and all(p["complete"] for p in points)
     return {
         "kind": "coinflip-probe",
@@ -331,24 +300,23 @@ def _result(
         "directory": str(root),
         "settings": settings.saved(),
         "base": {"dataset": source, "bundled": bundled, "questions": len(records), "seed": config.seed},
-        "view": view,
+        "view": "forced" if forced else "strict",
         "complete": complete,
-        "headline": verdicts.headline(lines, [p[0] for p in plans], stats, memorised, floor),
+        "headline": variants.headline(lines, [p[0] for p in plans], stats, memorised, floor),
         "variants": rows,
         "length": {"points": points, "falls_at": falls_at, "verdict": length_line},
     }
 
 
-def _row(variant: Variant, report: dict[str, Any], data: Path | None, view: str) -> dict[str, Any]:
+def _row(variant: Variant, report: dict[str, Any], data: Path | None, forced: bool) -> dict[str, Any]:
     """A variant's numbers as the probe shows them: the forced view when answers were forced."""
-    shown = report.get("forced") or report if view == "forced" else report
+    shown = report.get("forced") or report if forced else report
+    model = safe_name(str(report.get("model") or "model"))
     return {
         "name": variant.name,
         "title": variant.title,
         "run": f"runs/{variant.name}",
-        "page": relative(
-            f"runs/{variant.name}/reports/{safe_name(str(report.get('model') or 'model'))}/coin_flip.html"
-        ),
+        "page": relative(f"runs/{variant.name}/reports/{model}/coin_flip.html"),
         "data": f"data/{data.name}" if data is not None else None,
         "samples": report["counts"]["samples"],
         "metrics": shown["metrics"],
@@ -358,10 +326,3 @@ def _row(variant: Variant, report: dict[str, Any], data: Path | None, view: str)
         "errors": report["counts"]["errors"],
         "complete": report["complete"],
     }
-
-
-def _write_page(root: Path, result: dict[str, Any]) -> None:
-    from ..pages.board import write_whole
-    from .page import render
-
-    write_whole(root / PAGE_FILE, render(result))  # a resumed probe's folder may hold a link there

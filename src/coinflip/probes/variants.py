@@ -1,22 +1,21 @@
-"""The probe's variants, and the questions each one asks: written from the base set's own sequences.
-
-Every variant question is the base question at the same position with one thing changed, so a
-variant pairs with the base question by question (McNemar) and its answer comes from the grammar,
-never from a reply. The fresh twin keeps the sequence of actions and renames everyone with names
-of the same length drawn from the evaluated set's own names, so people counts, flip counts, the
-name pool and the prompt length all match, while no question is one the model can have seen.
+"""The probe's variants, their questions and their verdicts. A variant question is the base question at
+the same position with one thing changed, so it pairs with the base and its answer comes from the grammar;
+the fresh twin renames everyone with same-length names from the set's own, so everything matches, unseen.
+A difference counts when McNemar's exact test on the paired questions gives p < 0.05.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..data import grammar
 from ..data.grammar import Style, Surface
 from ..data.load import Record
 from ..errors import ConfigError
+from ..scoring.paired import difference, pair
 
 
 @dataclass(frozen=True)
@@ -90,28 +89,24 @@ def choose(names: Iterable[str]) -> tuple[Variant, ...]:
     return tuple(v for v in VARIANTS if v is BASE or v.name in wanted)
 
 
-def sequences(records: Sequence[Record]) -> list[grammar.Parsed]:
-    """Each question's sequence; a question outside the grammar cannot be probed."""
-    out = []
-    for r in records:
-        parsed = grammar.parse(r.question)
-        if parsed is None:
-            raise ConfigError(
-                f"question {r.id} is not a CoinFlip question the probes can rewrite "
-                f"({r.question[:60]!r}...): probe a set in CoinFlip's wording"
-            )
-        out.append(parsed)
-    return out
+def _parsed(record: Record) -> grammar.Parsed:
+    """The question's sequence; a question outside the grammar cannot be probed."""
+    parsed = grammar.parse(record.question)
+    if parsed is None:
+        raise ConfigError(
+            f"question {record.id} is not a CoinFlip question the probes can rewrite "
+            f"({record.question[:60]!r}...): probe a set in CoinFlip's wording"
+        )
+    return parsed
 
 
 def restyled(records: Sequence[Record], style: Style, seed: int, salt: str) -> list[tuple[str, str]]:
-    """(question, answer) per record: its sequence written in `style`, drawn from a seed per
-    question, so a question's variant does not depend on which others were chosen."""
-    rows = []
-    for record, parsed in zip(records, sequences(records), strict=True):
-        rng = random.Random(f"{seed}:{salt}:{record.question}")
-        rows.append(grammar.apply(parsed.sequence, style, rng))
-    return rows
+    """(question, answer) per record in `style`, seeded per question: it does not depend on the others chosen."""
+    parsed = [_parsed(r) for r in records]  # every question checked before any is written
+    return [
+        grammar.apply(p.sequence, style, random.Random(f"{seed}:{salt}:{r.question}"))
+        for r, p in zip(records, parsed, strict=True)
+    ]
 
 
 def name_pool(records: Iterable[Record]) -> dict[int, list[str]]:
@@ -127,11 +122,11 @@ def name_pool(records: Iterable[Record]) -> dict[int, list[str]]:
 def fresh_twins(
     records: Sequence[Record], pool: dict[int, list[str]], seen: set[str], seed: int
 ) -> list[tuple[str, str]]:
-    """(question, answer) per record: the same actions in the same form, everyone renamed with a
-    name of the same length from `pool`; never a question in `seen` (the whole evaluated set)."""
+    """(question, answer) per record: the same actions and form, everyone renamed with a name of the
+    same length from `pool`; never a question in `seen` (the whole evaluated set)."""
     everyone = sorted(name for names in pool.values() for name in names)
     rows = []
-    for record, parsed in zip(records, sequences(records), strict=True):
+    for record, parsed in zip(records, [_parsed(r) for r in records], strict=True):
         rng = random.Random(f"{seed}:fresh:{record.question}")
         for attempt in range(40):
             sequence = _renamed(parsed.sequence, pool if attempt < 20 else {}, everyone, rng)
@@ -159,3 +154,131 @@ def _renamed(
         renamed[person] = rng.choice(choices)
         taken.add(renamed[person])
     return replace(sequence, steps=tuple((renamed[p], action) for p, action in sequence.steps))
+
+
+ALPHA = 0.05
+UNCLEAR = 0.1  # a difference this large that is not significant says "too few questions", not "holds"
+BUNDLED_NOTE = (
+    " [bundled set: coinflip generated it, so no model has seen it; --dataset-hub huggingface probes the official set]"
+)
+
+
+def paired(base: Mapping[str, bool], variant: Mapping[str, bool]) -> dict[str, Any]:
+    """McNemar's test and the accuracy difference (variant minus base) on the questions both answered."""
+    found = pair(base, variant)
+    return {**found.stats(), **difference(len(found.only_a), len(found.only_b), found.shared)}
+
+
+def significant(stats: Mapping[str, Any]) -> bool:
+    return bool(stats["shared"]) and stats["p_exact"] < ALPHA and (stats["low"] > 0 or stats["high"] < 0)
+
+
+def at_floor(base: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """A line when the base set's 95% interval reaches the better trivial baseline (always-yes or always-no
+    on its questions), else None: a guesser can neither drop on a variant nor hold."""
+    accuracy, (low, high) = base["metrics"]["accuracy"], base["intervals"]["accuracy"] or (0.0, 1.0)
+    name, level = max(((n, b["accuracy"]) for n, b in baselines.items()), key=lambda nb: nb[1] or 0.0)
+    if accuracy is None or level is None or low > level:
+        return None
+    return (
+        f"the variants cannot show anything: the base set is not above a trivial baseline (accuracy "
+        f"{accuracy:.3f}, 95% interval {low:.3f} to {high:.3f}; {name} {level:.3f} on the same questions)"
+    )
+
+
+def verdict(
+    variant: Variant,
+    stats: Mapping[str, Any],
+    bundled: bool = False,
+    memorised: Mapping[str, Any] | None = None,
+    floor: str | None = None,
+) -> str:
+    """What the variant's paired difference says. `memorised`: the variant against a contaminated fresh
+    twin (a drop no larger than the twin's is the memorised base set's); `floor`: `at_floor`'s line."""
+    if floor:
+        return f"{variant.title}: {floor}"
+    if not stats["shared"]:
+        return f"{variant.title}: no questions answered in both runs, nothing to compare"
+    points, p = _points(stats["difference"]), _p(stats["p_exact"])
+    if variant.name == "fresh":  # contamination: the base set above its twin
+        note = BUNDLED_NOTE if bundled else ""
+        if drops(stats):
+            above = f"{points} points above its fresh twin ({_interval(stats, flip=True)}, {p})"
+            return f"sign of contamination: the base set scores {above}{note}"
+        if significant(stats):
+            return f"no sign of contamination: the fresh twin scores {points} points above the base set ({p}){note}"
+        return f"no sign of contamination: fresh twin within {points} points, {p}{note}"
+    if not significant(stats) and abs(stats["difference"]) >= UNCLEAR:
+        signed = f"{stats['difference'] * 100:+.1f}".replace(".0", "")
+        return f"no clear change {variant.change}: {signed} points, {p} (too few questions to tell)"
+    if not significant(stats):
+        return f"holds {variant.change}: within {points} points, {p}"
+    if stats["difference"] > 0:
+        return f"gains {points} points {variant.change} ({_interval(stats)}, {p})"
+    if memorised is not None and not drops(memorised):
+        against = f"{memorised['difference'] * 100:+.1f}"
+        return (
+            f"drops {points} points {variant.change}, no worse than the fresh twin ({against} points against it): "
+            "the base set is memorised"
+        )
+    return f"drops {points} points {variant.change}: {variant.meaning} ({_interval(stats)}, {p})"
+
+
+def drops(stats: Mapping[str, Any]) -> bool:
+    return significant(stats) and stats["difference"] < 0
+
+
+def headline(
+    verdicts: Mapping[str, str],
+    variants: Sequence[Variant],
+    stats: Mapping[str, Mapping[str, Any]],
+    memorised: Mapping[str, Mapping[str, Any]],
+    floor: str | None = None,
+) -> str:
+    """The probe in one line: contamination, then the surface variants it fails beyond that."""
+    if floor:
+        return floor
+    parts = [verdicts["fresh"]] if "fresh" in verdicts else []
+    surface = [v for v in variants if v.style is not None and v.name in stats]
+    failed = [v for v in surface if drops(stats[v.name]) and (v.name not in memorised or drops(memorised[v.name]))]
+    if failed:
+        parts.append("drops " + ", ".join(f"{v.change} ({v.meaning})" for v in failed))
+    elif surface and "fresh" in verdicts and drops(stats["fresh"]):
+        parts.append(f"the {len(surface)} surface variants drop no more than the fresh twin")
+    elif surface:
+        unclear = [v for v in surface if not significant(stats[v.name]) and abs(stats[v.name]["difference"]) >= UNCLEAR]
+        if unclear:
+            parts.append(
+                f"no significant drop on the {len(surface)} surface variants "
+                f"({len(unclear)} moved 10 points or more: too few questions to tell)"
+            )
+        else:
+            parts.append(f"holds on all {len(surface)} surface variants")
+    return "; ".join(parts)
+
+
+def length_verdict(points: Sequence[Mapping[str, Any]]) -> tuple[int | None, str]:
+    """The first number of people whose accuracy interval reaches the always-yes baseline, and a line."""
+    if not points:
+        return None, "no length curve"
+    for p in points:
+        if p["interval"][0] <= p["always_yes"]:
+            return p["people"], (
+                f"falls to the always-yes baseline at {p['people']} people "
+                f"(accuracy {p['accuracy']:.3f}, always-yes {p['always_yes']:.3f})"
+            )
+    last = points[-1]
+    return None, f"stays above the always-yes baseline up to {last['people']} people (accuracy {last['accuracy']:.3f})"
+
+
+def _points(fraction: float) -> str:
+    return f"{abs(fraction) * 100:.1f}".removesuffix(".0")
+
+
+def _p(value: float) -> str:
+    return "p < 0.001" if value < 0.001 else f"p = {value:.2g}" if value < 0.1 else f"p = {value:.2f}"
+
+
+def _interval(stats: Mapping[str, Any], flip: bool = False) -> str:
+    low, high = (-stats["high"], -stats["low"]) if flip else (stats["low"], stats["high"])
+    return f"95% interval {low * 100:+.1f} to {high * 100:+.1f} points"

@@ -18,8 +18,7 @@ from typing import Any
 from .. import __version__
 from ..config import TaskConfig
 from ..data import prompts
-from ..data.load import Dataset, Record, load_dataset
-from ..data.sampling import Subset
+from ..data.load import Dataset, Record, Subset, load_dataset
 from ..errors import ConfigError
 from ..models import Request, check_model
 from ..scoring.cost import check_costs

@@ -59,7 +59,8 @@ def shortcut(question: str) -> str:
 @functools.lru_cache(maxsize=1)
 def known_questions() -> frozenset[str]:
     """The questions a contaminated model has seen: the bundled splits."""
-    from ..data import bundled_dir, load_file
+    from ..data.grammar import bundled_dir
+    from ..data.load import load_file
 
     return frozenset(
         r.question for split in ("test", "validation") for r in load_file(bundled_dir() / f"{split}.jsonl")
