@@ -24,19 +24,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from .._files import replacing
 from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
-from ._http import (
-    DEFAULT_MAX_BODY,
-    ConnectionPool,
-    ReplyTooLarge,
-    UnknownCoding,
-    check_framing,
-    merge_headers,
-    read_at_most,
-    tls_like,
-    undecoded,
-)
+from ._http import DEFAULT_MAX_BODY, ConnectionPool, merge_headers
 from ._redact import Redactor
 from ._replies import BadReply, load_json, one_line, parse_body, server_message
+from ._wire import ReplyTooLarge, UnknownCoding, check_framing, read_at_most, tls_like, undecoded
 from .base import Reply
 from .openai_api import endpoint_url, retry_after
 

@@ -21,6 +21,7 @@ Latency is the model's time: the attempt that succeeded. Errors keep what the se
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import random
@@ -259,9 +260,8 @@ class OpenAIClient:
 
     def traffic(self) -> Traffic:
         """What went to the endpoint and came back, and how long requests were held back."""
-        total = Traffic().add(self.limiter.traffic)
-        total.waited_s = self.waited_s + (time.monotonic() - self.held_since if self.holding else 0.0)
-        return total
+        waited = self.waited_s + (time.monotonic() - self.held_since if self.holding else 0.0)
+        return dataclasses.replace(self.limiter.traffic, waited_s=waited)
 
     def _failed(self, message: str, status: int | None, sent: float, attempts: int) -> Reply:
         message = self.redact(one_line(message))
