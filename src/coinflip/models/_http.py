@@ -1,24 +1,9 @@
-"""POST a JSON body to an OpenAI-compatible server and read the whole answer, on aiohttp.
-
-aiohttp does the HTTP: keep-alive connections per origin (as many as requests in flight),
-the framing of answers, Content-Encoding (gzip, deflate), TLS, 1xx interim answers, and
-proxies (absolute-form requests for http, a CONNECT tunnel for https). What stays here is what
-an evaluation needs on top of any client:
-
-- one line saying what is wrong with an endpoint (`check` opens the first connection before a
-  run, within CONNECT_S; a wrong scheme either way is told apart by trying the other), and our
-  own exceptions instead of aiohttp's (`_wire.py`, with the proxy a URL goes through);
-- the cost of a reply bounded, not only its bytes: a body or stream over `max_body` bytes, a
-  JSON document of more than one value per 16 bytes of `max_body`, or a stream whose events
-  average under 32 bytes fails with ReplyTooLarge as soon as it is seen; a stream's events go
-  to a sink as they arrive (`StreamReply` keeps only the text), so `--eval-batch-size` replies
-  in flight cost at most a small multiple of the cap in memory;
-- server-sent events split as they arrive (`_sse.py`), each with its arrival time; `data:
-  [DONE]` completes the reply, whether or not the server then ends its HTTP message;
-- what aiohttp would read in a way of its own fails the attempt instead (`check_framing`: a
-  Transfer-Encoding other than chunked, a Content-Encoding in layers);
-- a reused connection the server had already closed is retried once at once, as browsers do.
-"""
+"""POST a JSON body to an OpenAI-compatible server and read the whole answer, on aiohttp (which does
+keep-alive, framing, gzip/deflate, TLS and proxies). Added here: one line saying what is wrong with
+an endpoint (`check`, `answers`; a wrong scheme told apart by trying the other); a reply's cost
+bounded (bytes, JSON values, tiny events: ReplyTooLarge at once); server-sent events handed to a
+sink as they arrive, `data: [DONE]` ending the reply; odd framing refused (`check_framing`); a
+stale kept connection retried once."""
 
 from __future__ import annotations
 
@@ -36,23 +21,19 @@ from ..errors import ConfigError, EndpointError
 from ._sse import SSEDecoder
 from ._wire import (
     Limits,
+    ReplyTooLarge,
     Target,
-    describe_connect_error,
+    check_framing,
+    connect_failure,
     no_http,
     opens,
+    read_at_most,
     refuse_invalid,
     tls_record,
     translated,
+    undecoded,
     within,
 )
-
-# what the Batch API's client (batch_api.py) takes from here too
-from ._wire import ReplyTooLarge as ReplyTooLarge
-from ._wire import UnknownCoding as UnknownCoding
-from ._wire import check_framing as check_framing
-from ._wire import read_at_most as read_at_most
-from ._wire import tls_like as tls_like
-from ._wire import undecoded as undecoded
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 CONNECT_S = 10.0  # the longest the first connection before a run may take (TCP, proxy, TLS): real ones take <1 s
@@ -65,11 +46,9 @@ Event = tuple[float, str, str]  # arrival (loop time), event type, data
 
 
 class EventSink(Protocol):
-    """Where a stream's events go as they arrive, so that no list of them need be kept."""
+    """Where a stream's events go as they arrive; `add` is True when no more is needed."""
 
-    def add(self, at: float, kind: str, data: str) -> bool:
-        """Take one event; True when no more is needed (the reply is complete, or failed)."""
-        ...
+    def add(self, at: float, kind: str, data: str) -> bool: ...
 
 
 class EventList(list[Event]):
@@ -90,7 +69,6 @@ class Response:
 
 
 def merge_headers(*layers: Mapping[str, str]) -> dict[str, str]:
-    """Later layers win, whatever the case of the names."""
     merged: dict[str, str] = {}
     for layer in layers:
         for name, value in layer.items():
@@ -101,14 +79,11 @@ def merge_headers(*layers: Mapping[str, str]) -> dict[str, str]:
 
 
 def megabytes(mb: float) -> int:
-    """--max-reply-mb in bytes: the cap on every reply a run reads, online or from the Batch API."""
     return int(mb * 1024 * 1024)
 
 
 @dataclass
 class _Progress:
-    """How far one attempt got: whether its answer's head came, how many events."""
-
     head: bool = False
     events: int = 0
 
@@ -124,8 +99,6 @@ class ConnectionPool:
         max_body: int = DEFAULT_MAX_BODY,
         sink: Callable[[], EventSink] = EventList,
     ) -> None:
-        """`proxy` sends everything through that proxy (else the environment decides per URL);
-        `sink` makes what takes each stream's events."""
         defaults = {"Accept": "application/json", "Accept-Encoding": "identity"}
         self.headers = {k: v for k, v in merge_headers(defaults, headers).items() if k.lower() not in _FRAMING_HEADERS}
         self.timeout = timeout
@@ -138,7 +111,6 @@ class ConnectionPool:
         self._heard: set[str] = set()  # servers (host:port) that have sent an HTTP head: their scheme is right
 
     def target(self, url: str) -> Target:
-        """Where `url` points; its `options` are the arguments of every aiohttp request sent there."""
         target = self._targets.get(url)
         if target is None:
             target = self._targets[url] = Target.parse(url, self.headers, self._proxy)
@@ -148,8 +120,7 @@ class ConnectionPool:
         return target
 
     def proxy_secrets(self, urls: list[str]) -> list[str]:
-        """The credentials of the proxies `urls` go through, for the redactor (secrets.run_secrets
-        holds the run's own); a proxy URL that cannot be read adds none (the check says why)."""
+        """The credentials of the proxies `urls` go through, for the redactor."""
         found = []
         for url in urls:
             with contextlib.suppress(ConfigError, ValueError):
@@ -170,9 +141,8 @@ class ConnectionPool:
         return self._session
 
     async def check(self, url: str) -> None:
-        """Open the first connection to `url` now and keep it for the first request; EndpointError
-        (one line saying what is wrong) when it cannot be opened. A connection reset as it opened
-        was taken (a refused one is refused): `answers`, which follows, tries fresh ones and says so."""
+        """Open the first connection to `url`, kept for the first request; else EndpointError. One reset as
+        it opened was taken: `answers`, which follows, tries fresh ones."""
         target = self.target(url)
         session = self.session
         options = target.options
@@ -197,17 +167,13 @@ class ConnectionPool:
                     f"https://{target.authority} takes a connection but no TLS handshake within {limit:g} s; is it "
                     "an https:// server? - check --api-url"
                 ) from None
-            reason = translated(exc, target, limit)
-            raise EndpointError(describe_connect_error(reason, target, limit)) from None
+            raise connect_failure(exc, target, limit) from None
         connection.release()
 
     async def answers(self, url: str) -> None:
-        """After `check`, before a run: EndpointError when what listens at `url` has never sent an
-        HTTP head and, asked with a GET of `url`, closes or resets the connection twice without one,
-        or sends something that is not HTTP (a wrong port or host; a proxy that speaks something
-        else). Any status will do, in any coding (one aiohttp refuses, br or zstd, came in an HTTP
-        head: the run's replies decide), and a server heard from before (by the probes of its capacity)
-        is not asked again; one that is only slow to answer is left to the run's --timeout."""
+        """EndpointError when a server never heard from closes or resets a GET of `url` twice with no
+        HTTP head, or answers something that is not HTTP. Any status or coding will do; slow is left
+        to the run's --timeout."""
         target = self.target(url)
         failure: BaseException | None = None
         for _ in (1, 2):  # the second on a fresh connection: the first may be one the server had closed
@@ -219,10 +185,10 @@ class ConnectionPool:
                 return
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc.os_error, ConnectionResetError):
-                    raise EndpointError(describe_connect_error(translated(exc, target, 0), target, 0)) from None
+                    raise connect_failure(exc, target, 0) from None
                 failure = exc
             except aiohttp.ClientHttpProxyError as exc:  # a proxy's refusal of a new tunnel: the proxy's line
-                raise EndpointError(describe_connect_error(translated(exc, target, 0), target, 0)) from None
+                raise connect_failure(exc, target, 0) from None
             except (aiohttp.ClientError, http_exceptions.HttpProcessingError) as exc:
                 if undecoded(exc) is not None:  # an HTTP head, in a coding aiohttp refused: the run's replies decide
                     self.heard(target)
@@ -233,8 +199,7 @@ class ConnectionPool:
         raise await self.wrong_scheme(target) or EndpointError(no_http(failure, target)) from None
 
     async def _head(self, target: Target) -> None:
-        """A GET of the target until its answer's head (its body read up to PROBE_BYTES, so that the
-        connection is kept for the run); the server is then heard."""
+        """A GET of the target (its body read up to PROBE_BYTES, so that the connection is kept)."""
         limit = aiohttp.ClientTimeout(total=min(self.timeout, CONNECT_S))
         async with self.session.get(target.url, allow_redirects=False, timeout=limit, **target.options) as answer:
             self.heard(target)
@@ -261,19 +226,15 @@ class ConnectionPool:
         raise AssertionError("unreachable")
 
     async def _failure(self, exc: BaseException, target: Target, suspect: bool) -> BaseException:
-        """aiohttp's exception as ours; and where a plain http:// server that has not answered yet
-        answers like a TLS one (hangs up twice with no head, or sends a TLS record) and takes a TLS
-        handshake, the wrong scheme."""
+        """aiohttp's exception as ours, or the wrong scheme where `suspect` and a TLS handshake works."""
         wrong = await self.wrong_scheme(target) if suspect else None
         return wrong or translated(exc, target, self.timeout)
 
     def heard(self, target: Target) -> None:
-        """The server at `target` sent an HTTP head: its scheme is right, whatever fails later."""
         self._heard.add(target.authority)
 
     async def wrong_scheme(self, target: Target) -> EndpointError | None:
-        """The wrong scheme where a plain http:// target that has given no HTTP answer yet speaks
-        TLS (the online requests' and the Batch API's test); None otherwise."""
+        """The wrong scheme where a plain http:// target never heard from speaks TLS; else None."""
         if target.authority in self._heard or not await self._speaks_tls(target):
             return None
         return EndpointError(
@@ -282,9 +243,7 @@ class ConnectionPool:
         )
 
     async def _speaks_tls(self, target: Target) -> bool:
-        """Whether a plain http:// server that gave no HTTP answer takes a TLS handshake: servers
-        on OpenSSL (Python's, uvicorn's) hang up on plain HTTP, others send a TLS alert, where nginx
-        and Go answer 400."""
+        """Whether a plain http:// target takes a TLS handshake (OpenSSL servers hang up on plain HTTP)."""
         if target.tls or target.proxy is not None:
             return False
         context = ssl.create_default_context()
@@ -332,7 +291,7 @@ class ConnectionPool:
         return sink
 
     async def _after_done(self, resp: aiohttp.ClientResponse, size: int) -> None:
-        """[DONE] is the reply's end: let the message end too (the connection is then kept), or drop it."""
+        """After [DONE], let the message end too (the connection is kept), or drop it."""
         if resp.content.at_eof():
             return
         try:

@@ -1,18 +1,8 @@
-"""Whatever a server sends, a Reply or a BadReply: never a crash, never a NaN.
-
-OpenAI-compatible servers and gateways differ in the details, so each field is read for what
-it can be: `content` as text, as a list of parts (their `text` joined), a number or boolean
-(recorded as its JSON text, e.g. "1": the server did answer, and the answer is scored, most
-likely as invalid), or null (empty text); an object is a BadReply. Usage keeps whole,
-non-negative token counts only (a numeric string such as "120" is read as the number; NaN,
-Infinity, fractions and other types are dropped), so the predictions file stays strict JSON.
-Log probabilities become one entry per token, {"token", "logprob", "top"}, with `logprob` None
-and `top` entries dropped where the server sent no number; NaN and infinities are kept by name
-("NaN", "Infinity", "inf": strict JSON has no such numbers), so that P(YES) can tell an impossible
-value from a missing one (scoring/calibration.py). A streamed answer is the same fields spread
-over chunks, read as they arrive (`StreamReply`): deltas are joined per choice, usage comes from
-the chunk that has it.
-"""
+"""Whatever a server sends, a Reply or a BadReply: never a crash, never a NaN. `content` may be text,
+parts (their `text` joined), a number or boolean (its JSON text) or null; usage keeps whole
+non-negative counts only; log probabilities keep NaN and infinities by name ("NaN", "inf"), so
+calibration can tell an impossible value from a missing one. A stream is the same fields over
+chunks (`StreamReply`)."""
 
 from __future__ import annotations
 
@@ -22,6 +12,7 @@ import math
 import re
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec  # imported with the transport, not with `import coinflip`
@@ -35,7 +26,7 @@ MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough 
 
 
 class BadReply(Exception):
-    """The body is not a usable answer (retried, like a dropped connection)."""
+    """The body is not a usable answer (retried)."""
 
 
 class ServerSaidError(BadReply):
@@ -47,14 +38,8 @@ _FAST = msgspec.json.Decoder()
 
 
 def load_json(raw: bytes | str) -> Any:
-    """JSON with NaN and Infinity read as their names ("NaN", "Infinity"): never a float that is
-    not a number, and a log probability of NaN stays an impossible one, not a missing one;
-    nesting too deep for Python is a BadReply.
-
-    msgspec reads first (a streamed reply is a JSON document per event: json's Python-level
-    wrapper was a fifth of a stream's cost); what it refuses (NaN, 1e400, a lone surrogate,
-    UTF-16, a byte order mark, anything malformed) is read again by json, so the result is
-    json's in every case."""
+    """JSON with NaN and Infinity read as their names; too deep a nesting is a BadReply. msgspec reads
+    first (fast); what it refuses (NaN, 1e400, UTF-16, malformed) json reads: the result is json's."""
     try:
         return _FAST.decode(raw)
     except (msgspec.DecodeError, UnicodeError):
@@ -74,8 +59,7 @@ _PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I
 
 
 def server_message(raw: bytes) -> str:
-    """The message a server put in an error body: `{"error": {"message": ...}}`, an HTML page's
-    title (a proxy's or web server's error page: the rest is markup and styles), or the text."""
+    """The message in an error body: `{"error": {"message": ...}}`, an HTML page's title, or the text."""
     try:
         data = load_json(raw)
     except BadReply:
@@ -127,10 +111,6 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def _choice(choice: Any, mode: str) -> Reply:
     if mode == "chat":
         message = choice.get("message") if isinstance(choice, dict) else None
@@ -157,7 +137,6 @@ def _reasoning(message: dict[str, Any]) -> str | None:
 
 
 def text_of(value: Any) -> str | None:
-    """Text from a content field: a string, a list of parts, a number or boolean, or null."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -182,8 +161,7 @@ def _part_text(part: Any) -> str:
 
 
 def token_count(value: Any) -> int | None:
-    """A server's token count as records.whole takes it, below TOKENS_MAX; a whole float or a string
-    of digits too. A server may send 400 digits: such a count would overflow every float it meets."""
+    """A whole count below TOKENS_MAX (a whole float or a string of digits too), else None."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
@@ -203,8 +181,7 @@ def usage(value: Any) -> dict[str, int] | None:
 
 
 def _logprob(value: Any) -> float | str | None:
-    """A log probability as sent: a finite number; None if none was sent; else a text saying what
-    came instead ("NaN", "Infinity", "inf", "not a number"), which calibration counts as impossible."""
+    """A finite number, None if none was sent, else a text saying what came ("NaN", "not a number")."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -252,28 +229,22 @@ def completion_logprobs(value: Any) -> list[dict[str, Any]]:
     return entries
 
 
+@dataclass
 class _Choice:
     """One choice of a streamed answer, put together from its deltas."""
 
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.reasoning: list[str] = []
-        self.finish: str | None = None
-        self.logprobs: list[dict[str, Any]] = []
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    finish: str | None = None
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
 
     def reply(self) -> Reply:
-        return Reply(
-            text="".join(self.text),
-            reasoning="".join(self.reasoning) or None,
-            finish_reason=self.finish,
-            logprobs=self.logprobs or None,
-        )
+        return Reply("".join(self.text), "".join(self.reasoning) or None, self.finish, logprobs=self.logprobs or None)
 
 
 class StreamReply:
-    """A streamed answer put together as its events arrive, keeping only what the Reply needs:
-    a stream then costs what its text costs, however many events carry it. The first malformed
-    or error event ends it (`add` says stop) and `reply` raises it."""
+    """A streamed answer put together as events arrive, keeping only what the Reply needs; the first
+    malformed or error event ends it (`add` says stop) and `reply` raises it."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -284,7 +255,6 @@ class StreamReply:
         self.error: BadReply | None = None
 
     def add(self, at: float, kind: str, data: str) -> bool:
-        """Take one event (arrival time, type, data); True when the reply needs no more."""
         if data.strip() == "[DONE]":
             self.done = True
             return True
@@ -304,7 +274,6 @@ class StreamReply:
         return False
 
     def reply(self, sent: float) -> Reply:
-        """The Reply; `ttft_s` counts from `sent` to the first text or reasoning."""
         if self.error is not None:
             raise self.error
         if not self.choices:
@@ -319,13 +288,13 @@ class StreamReply:
 
 
 def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> bool:
-    """Add one chunk's part of a choice; True when it brought text or reasoning."""
+    """True when the chunk brought text or reasoning."""
     index = item.get("index", 0)
     choice = choices.get(index) if type(index) is int else None  # noqa: E721 - bool is not an index
     if choice is None:
         choice = choices.setdefault(_index(index), _Choice())
     if mode == "chat":
-        delta = _dict(item.get("delta"))
+        delta: dict[str, Any] = item["delta"] if isinstance(item.get("delta"), dict) else {}
         text = delta.get("content")
         if text is not None and type(text) is not str:  # noqa: E721 - the common case, checked fast
             text = text_of(text)

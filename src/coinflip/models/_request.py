@@ -12,8 +12,9 @@ import aiohttp
 
 from ..errors import EndpointError
 from ..secrets import GATEWAY_KEYS, shown_url
-from ._http import PROBE_BYTES, ConnectionPool, Response, read_at_most
+from ._http import PROBE_BYTES, ConnectionPool, Response
 from ._replies import BadReply, load_json
+from ._wire import read_at_most
 from .base import Request
 
 PROBE_S = 2.0  # seconds the capacity probe at the start may take
