@@ -87,10 +87,8 @@ async def open_model(
 ) -> AsyncIterator[Model]:  # fmt: skip
     """The model for a run, its endpoint checked first. `folder`: a batch's resume state; `admit`:
     whether a request a batch left may go online at the full price (--max-cost)."""
-    from ._http import megabytes
-
     model: Any
-    cap, secrets = megabytes(config.max_reply_mb), run_secrets(config.api_key, generation, config.api_url)
+    cap, secrets = int(config.max_reply_mb * 1024 * 1024), run_secrets(config.api_key, generation, config.api_url)
     if config.batch_results:
         from ._redact import Redactor
         from .batch import ResultsFile
@@ -103,8 +101,14 @@ async def open_model(
 
         model = Baseline(str(config.model), config.seed, int(generation.get("n") or 1))
     else:
-        sends_online = config.batch_rest_online or not config.batch
-        model = online = _online(config, urls, generation, concurrency) if sends_online else None
+        from .openai_api import OpenAIClient
+
+        online: OpenAIClient | None = None
+        if config.batch_rest_online or not config.batch:
+            online = OpenAIClient(str(config.model), urls[0], config.api_key, generation, config.timeout,
+                config.retries, concurrency, mode=config.api_mode, stream=bool(config.stream), max_reply_bytes=cap,
+                patience=config.patience)  # fmt: skip
+        model = online
         if config.batch:
             from .batch import BatchModel
             from .batch_api import BatchAPI
@@ -121,12 +125,3 @@ async def open_model(
         yield model
     finally:
         await model.aclose()
-
-
-def _online(config: TaskConfig, urls: list[str], generation: dict[str, Any], concurrency: int) -> Any:
-    from ._http import megabytes
-    from .openai_api import OpenAIClient
-
-    return OpenAIClient(str(config.model), urls[0], config.api_key, generation, config.timeout, config.retries,
-                        concurrency, mode=config.api_mode, stream=bool(config.stream),
-                        max_reply_bytes=megabytes(config.max_reply_mb), patience=config.patience)  # fmt: skip

@@ -70,16 +70,9 @@ class Response:
 
 def merge_headers(*layers: Mapping[str, str]) -> dict[str, str]:
     merged: dict[str, str] = {}
-    for layer in layers:
-        for name, value in layer.items():
-            for old in [k for k in merged if k.lower() == name.lower()]:
-                del merged[old]
-            merged[name] = value
+    for name, value in (pair for layer in layers for pair in layer.items()):
+        merged = {k: v for k, v in merged.items() if k.lower() != name.lower()} | {name: value}
     return merged
-
-
-def megabytes(mb: float) -> int:
-    return int(mb * 1024 * 1024)
 
 
 @dataclass
@@ -92,13 +85,9 @@ class ConnectionPool:
     """One aiohttp session: keep-alive connections per origin, opened on demand."""
 
     def __init__(
-        self,
-        headers: dict[str, str],
-        timeout: float,
-        proxy: str | None = None,
-        max_body: int = DEFAULT_MAX_BODY,
+        self, headers: dict[str, str], timeout: float, proxy: str | None = None, max_body: int = DEFAULT_MAX_BODY,
         sink: Callable[[], EventSink] = EventList,
-    ) -> None:
+    ) -> None:  # fmt: skip
         defaults = {"Accept": "application/json", "Accept-Encoding": "identity"}
         self.headers = {k: v for k, v in merge_headers(defaults, headers).items() if k.lower() not in _FRAMING_HEADERS}
         self.timeout = timeout
@@ -119,25 +108,18 @@ class ConnectionPool:
                 target.options["ssl"] = self._ssl
         return target
 
-    def proxy_secrets(self, urls: list[str]) -> list[str]:
-        """The credentials of the proxies `urls` go through, for the redactor."""
-        found = []
-        for url in urls:
-            with contextlib.suppress(ConfigError, ValueError):
-                found += self.target(url).secrets
-        return found
+    def proxy_secrets(self, url: str) -> list[str]:
+        """The credentials of the proxy `url` goes through, for the redactor."""
+        with contextlib.suppress(ConfigError, ValueError):
+            return self.target(url).secrets
+        return []
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                skip_auto_headers=("User-Agent",),
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                auto_decompress=True,
-                trust_env=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
+            connector, timeout = aiohttp.TCPConnector(limit=0), aiohttp.ClientTimeout(total=self.timeout)
+            self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",),
+                timeout=timeout, trust_env=False, cookie_jar=aiohttp.DummyCookieJar())  # fmt: skip
         return self._session
 
     async def check(self, url: str) -> None:
@@ -146,14 +128,9 @@ class ConnectionPool:
         target = self.target(url)
         session = self.session
         options = target.options
-        request = aiohttp.ClientRequest(
-            "POST",
-            target.url,
-            loop=asyncio.get_running_loop(),
-            ssl=options.get("ssl", True),
-            proxy=options["proxy"],
-            proxy_headers=options["proxy_headers"],
-        )
+        request = aiohttp.ClientRequest("POST", target.url, loop=asyncio.get_running_loop(),
+                                        ssl=options.get("ssl", True), proxy=options["proxy"],
+                                        proxy_headers=options["proxy_headers"])  # fmt: skip
         limit = min(self.timeout, CONNECT_S)
         try:
             refuse_invalid(target)

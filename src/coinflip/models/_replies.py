@@ -92,15 +92,12 @@ def parse_body(raw: bytes, mode: str) -> Reply:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise BadReply("malformed response body (no choices)")
-    replies = [_choice(c, mode) for c in _in_order(choices)]
+    ordered = sorted(choices, key=lambda c: _index(c.get("index")) if isinstance(c, dict) else 0)
+    replies = [_choice(c, mode) for c in ordered]
     first = replies[0]
     first.usage = usage(data.get("usage"))
     first.more = replies[1:]
     return first
-
-
-def _in_order(choices: list[Any]) -> list[Any]:
-    return sorted(choices, key=lambda c: _index(c.get("index")) if isinstance(c, dict) else 0)
 
 
 def _index(value: Any) -> int:
@@ -124,12 +121,8 @@ def _choice(choice: Any, mode: str) -> Reply:
         text, reasoning = text_of(choice.get("text")), None
         logprobs = completion_logprobs(choice.get("logprobs"))
     finish = choice.get("finish_reason")
-    return Reply(
-        text=text or "",
-        reasoning=reasoning or None,
-        finish_reason=finish[:MAX_FINISH] if isinstance(finish, str) else None,
-        logprobs=logprobs or None,
-    )
+    finish = finish[:MAX_FINISH] if isinstance(finish, str) else None
+    return Reply(text or "", reasoning or None, finish, logprobs=logprobs or None)
 
 
 def _reasoning(message: dict[str, Any]) -> str | None:
@@ -202,31 +195,29 @@ def _entry(token: Any, logprob: Any, top: Iterable[tuple[Any, Any]]) -> dict[str
 def chat_logprobs(value: Any) -> list[dict[str, Any]]:
     """`choices[i].logprobs.content`: [{token, logprob, top_logprobs: [{token, logprob}]}]."""
     content = value.get("content") if isinstance(value, dict) else None
-    if not isinstance(content, list):
-        return []
-    entries = []
-    for item in content:
-        if isinstance(item, dict):
-            pairs = [(t.get("token"), t.get("logprob")) for t in _list(item.get("top_logprobs")) if isinstance(t, dict)]
-            entry = _entry(item.get("token"), item.get("logprob"), pairs)
-            if entry is not None:
-                entries.append(entry)
-    return entries
+    items = [item for item in _list(content) if isinstance(item, dict)]
+    entries = [_entry(item.get("token"), item.get("logprob"), _pairs(item.get("top_logprobs"))) for item in items]
+    return [entry for entry in entries if entry is not None]
+
+
+def _pairs(top: Any) -> list[tuple[Any, Any]]:
+    return [(t.get("token"), t.get("logprob")) for t in _list(top) if isinstance(t, dict)]
 
 
 def completion_logprobs(value: Any) -> list[dict[str, Any]]:
     """`choices[i].logprobs`: {tokens: [...], token_logprobs: [...], top_logprobs: [{token: logprob}]}."""
     if not isinstance(value, dict) or not isinstance(value.get("tokens"), list):
         return []
-    tokens = value["tokens"]
     logprobs, tops = _list(value.get("token_logprobs")), _list(value.get("top_logprobs"))
-    entries = []
-    for i, token in enumerate(tokens):
-        top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
-        entry = _entry(token, logprobs[i] if i < len(logprobs) else None, top.items())
-        if entry is not None:
-            entries.append(entry)
-    return entries
+    entries = [
+        _entry(token, logprobs[i] if i < len(logprobs) else None, _dict(tops[i] if i < len(tops) else None).items())
+        for i, token in enumerate(value["tokens"])
+    ]
+    return [entry for entry in entries if entry is not None]
+
+
+def _dict(value: Any) -> dict[Any, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass
@@ -294,7 +285,7 @@ def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> 
     if choice is None:
         choice = choices.setdefault(_index(index), _Choice())
     if mode == "chat":
-        delta: dict[str, Any] = item["delta"] if isinstance(item.get("delta"), dict) else {}
+        delta = _dict(item.get("delta"))
         text = delta.get("content")
         if text is not None and type(text) is not str:  # noqa: E721 - the common case, checked fast
             text = text_of(text)

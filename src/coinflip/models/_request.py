@@ -95,24 +95,6 @@ def refused_redirect(url: str, response: Response) -> EndpointError:
     )
 
 
-def _one_at_a_time(found: Any) -> bool:
-    """Whether /v1/models came from the Python llama.cpp server, which owns every model as "me"."""
-    models = found.get("data") if isinstance(found, dict) else None
-    return (
-        bool(models)
-        and isinstance(models, list)
-        and all(isinstance(m, dict) and m.get("owned_by") == "me" for m in models)
-    )
-
-
-def _slots_in(found: Any) -> int | None:
-    """llama.cpp's `total_slots` at /props."""
-    slots = found.get("total_slots") if isinstance(found, dict) else None
-    if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= 4096:
-        return slots
-    return None
-
-
 def redirect(url: str, response: Response) -> str:
     """Where a 307/308 leads when it keeps the scheme, host and port; any other is refused."""
     location = _location(url, response)
@@ -133,21 +115,20 @@ async def published_slots(pool: ConnectionPool, url: str) -> int | None:
     props, models = await asyncio.gather(
         _get_json(pool, target, root + "/props"), _get_json(pool, target, root + "/v1/models")
     )
-    slots = _slots_in(props)
-    if slots is None and _one_at_a_time(models):
-        slots = 1
-    return slots
+    slots = props.get("total_slots") if isinstance(props, dict) else None  # llama.cpp's
+    if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= 4096:
+        return slots
+    listed = models.get("data") if isinstance(models, dict) else None
+    if listed and isinstance(listed, list) and all(isinstance(m, dict) and m.get("owned_by") == "me" for m in listed):
+        return 1  # the Python llama.cpp server, which owns every model as "me"
+    return None
 
 
 async def _get_json(pool: ConnectionPool, target: Any, path: str) -> Any:
     options = {k: v for k, v in target.options.items() if k in ("headers", "ssl")}
     try:
-        async with pool.session.get(
-            target.url.with_path(path).with_query(None),
-            allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=PROBE_S),
-            **options,
-        ) as answer:
+        url, timeout = target.url.with_path(path).with_query(None), aiohttp.ClientTimeout(total=PROBE_S)
+        async with pool.session.get(url, allow_redirects=False, timeout=timeout, **options) as answer:
             pool.heard(target)
             if answer.status != 200:
                 return None

@@ -115,23 +115,20 @@ class Limiter:
     def __init__(self, ceiling: int, now: float = 0.0) -> None:
         self.ceiling = max(1, ceiling)
         self.level = float(self.ceiling)
-        self.in_flight = 0
-        self.paused_until = 0.0
+        self.in_flight, self.paused_until, self.next_send = 0, 0.0, 0.0
         self.rate: float | None = None  # requests per second; None: unpaced
         self.rate_set = (now, 0.0, False)  # when the pace was set, to what, and whether it was measured
-        self.next_send = 0.0
         self.period_start = -math.inf  # since the last pause: what was sent, and refused, since then
         self.period_sends: deque[float] = deque(maxlen=PERIOD_MAX)  # when each request went
         self.period_refused: deque[float] = deque(maxlen=PERIOD_MAX)  # when each refused one went
         self.burst: int | None = None  # what the endpoint took at once before its first rejection
-        self.queue_cap: int | None = None
+        self.queue_cap: int | None = None  # the level queueing showed the server works at
         self.refused_at = 0  # requests in flight beside the last refusal without a Retry-After
         self.spread = False  # send the level's requests spread over a reply's time, not together
         self.passing = False  # a refusal saying "come back now" (Retry-After: 0) since the last success
         self.latency = 0.0  # seconds, a moving average of the replies'
         self.replies: deque[tuple[float, int]] = deque()  # (end, tokens) of the latest replies
-        self.reply_tokens = 0  # their tokens, summed
-        self.fastest = math.inf  # seconds per token of the fastest reply
+        self.reply_tokens, self.fastest = 0, math.inf  # their tokens summed; seconds per token of the fastest
         self.wave: list[tuple[float, int]] | None = [] if self.ceiling > PROBE else None  # the first replies
         self.serial = False  # the first replies came one after another: one request at a time
         self.opened = math.inf  # the first send after the first wave: queueing is measured from then

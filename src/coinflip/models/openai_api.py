@@ -76,38 +76,23 @@ class OpenAIClient:
     """One model behind one endpoint, over chat completions or plain completions (`mode`)."""
 
     def __init__(
-        self,
-        model: str,
-        url: str,
-        api_key: str | None = None,
-        generation: dict[str, Any] | None = None,
-        timeout: float = 120.0,
-        retries: int = 5,
-        concurrency: int = 32,
-        backoff_base: float = BACKOFF_BASE,
-        mode: str = "chat",
-        stream: bool = False,
-        max_reply_bytes: int = DEFAULT_MAX_BODY,
-        patience: float = 300.0,
-    ) -> None:
+        self, model: str, url: str, api_key: str | None = None, generation: dict[str, Any] | None = None,
+        timeout: float = 120.0, retries: int = 5, concurrency: int = 32, backoff_base: float = BACKOFF_BASE,
+        mode: str = "chat", stream: bool = False, max_reply_bytes: int = DEFAULT_MAX_BODY, patience: float = 300.0,
+    ) -> None:  # fmt: skip
         generation = dict(generation or {})
         extra_headers = {str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()}
-        self.name = model
-        self.mode = mode
-        self.stream = stream
+        self.name, self.mode, self.stream, self.patience = model, mode, stream, patience
         self.url = endpoint_url(url, mode, generation.get("extra_query"))
         self.limiter = Limiter(concurrency)
-        self.patience = patience
         self.last_success = time.monotonic()  # counted from the start: patience bounds a run that never answers too
         self.trouble = False  # a refusal or failure since the last success
         self.last_word = ""  # the latest failure, as the server said it
-        self.holding = 0  # requests held back by a limit now (not by --eval-batch-size)
-        self.held_since = 0.0
+        self.holding, self.held_since = 0, 0.0  # requests held back by a limit now (not by --eval-batch-size)
         self.waited_s = 0.0  # wall time during which some request was held back by a limit
         self._freed: asyncio.Future[None] | None = None
         self.generation, self.extra_body = split_generation(generation)
-        self.retries = retries
-        self.backoff_base = backoff_base
+        self.retries, self.backoff_base = retries, backoff_base
         self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
         self.answered = False  # any reply yet: before one, a web page means a wrong --api-url
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
@@ -119,7 +104,7 @@ class OpenAIClient:
         self._pool = ConnectionPool(
             merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes, sink=lambda: StreamReply(mode)
         )
-        self.redact = Redactor([*run_secrets(api_key, generation, url), *self._pool.proxy_secrets([self.url])])
+        self.redact = Redactor([*run_secrets(api_key, generation, url), *self._pool.proxy_secrets(self.url)])
 
     async def start(self) -> None:
         """Open the first connection now: a wrong endpoint fails here, in seconds, with EndpointError."""

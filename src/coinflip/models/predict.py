@@ -77,13 +77,9 @@ class _Flow(Generic[T]):
 
 
 async def run_requests(
-    model: Model,
-    work: Iterable[tuple[T, Request]],
-    concurrency: int,
-    on_replies: Callable[[Landed[T]], None],
-    follow_up: FollowUp[T] | None = None,
-    gate: Gate | None = None,
-) -> None:
+    model: Model, work: Iterable[tuple[T, Request]], concurrency: int, on_replies: Callable[[Landed[T]], None],
+    follow_up: FollowUp[T] | None = None, gate: Gate | None = None,
+) -> None:  # fmt: skip
     """`work` pairs each request with what the caller needs back, read lazily. `on_replies` gets
     every reply once, in batches, also on cancel. `follow_up` may ask for more requests about a
     sample (a forced answer), sent by the same worker first. A request `gate` refuses ends its worker."""
