@@ -25,12 +25,8 @@ def endpoint_url(url: str, mode: str = "chat", query: dict[str, Any] | None = No
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
     tail = "/chat/completions" if mode == "chat" else "/completions"
-    for known in ("/chat/completions", "/completions"):
-        if path.endswith(known):
-            path = path[: -len(known)]
-            break
-    else:
-        path += "/v1" if not path else ""
+    known = next((k for k in ("/chat/completions", "/completions") if path.endswith(k)), None)
+    path = path[: -len(known)] if known else path or "/v1"
     extra = urlencode({k: _query_value(v) for k, v in (query or {}).items()})
     joined = "&".join(q for q in (parts.query, extra) if q)
     return urlunsplit((parts.scheme, parts.netloc, path + tail, joined, ""))
