@@ -228,8 +228,7 @@ class ConnectionPool:
         return await opens(target, context, min(self.timeout, 5.0))
 
     async def _exchange(self, target: Target, body: bytes, stream: bool, progress: _Progress) -> Response:
-        loop = asyncio.get_running_loop()
-        sent = loop.time()
+        sent = asyncio.get_running_loop().time()
         async with self.session.post(target.url, data=body, allow_redirects=False, **target.options) as resp:
             progress.head = True
             self.heard(target)
@@ -237,7 +236,7 @@ class ConnectionPool:
             length = resp.content_length
             self.limits.length(length)
             if stream and resp.status == 200 and "text/event-stream" in resp.headers.get("Content-Type", ""):
-                events = await self._events(resp, loop, progress)
+                events = await self._events(resp, progress)
                 return Response(resp.status, resp.headers, b"", events, sent)
             if length is not None and "Content-Encoding" not in resp.headers:
                 data = await resp.read()  # framed by its length: no larger than checked above
@@ -246,11 +245,9 @@ class ConnectionPool:
             self.limits.json(data)
             return Response(resp.status, resp.headers, data, None, sent)
 
-    async def _events(
-        self, resp: aiohttp.ClientResponse, loop: asyncio.AbstractEventLoop, progress: _Progress
-    ) -> EventSink:
-        decoder, sink, size = SSEDecoder(), self.sink(), 0
-        limits = self.limits
+    async def _events(self, resp: aiohttp.ClientResponse, progress: _Progress) -> EventSink:
+        decoder, sink, size, limits = SSEDecoder(), self.sink(), 0, self.limits
+        loop = asyncio.get_running_loop()
         async for chunk in resp.content.iter_any():
             size += len(chunk)
             within(size, limits.max_body)

@@ -300,16 +300,13 @@ class BatchModel(_Gathering):
             for batch in batches:
                 if batch.batch_id is None:
                     await self._create(batch)
-                if not batch.collected and (batch.status not in ENDED or batch.batch_id not in self.info):
-                    found = await self.api.retrieve(str(batch.batch_id))
-                    self.info[str(batch.batch_id)] = found
+                bid = str(batch.batch_id)
+                if not batch.collected and (batch.status not in ENDED or bid not in self.info):
+                    found = self.info[bid] = await self.api.retrieve(bid)
                     batch.status = str(found.get("status"))
                     if batch.status in STATUSES:
-                        strange.pop(str(batch.batch_id), None)
-                    elif (
-                        time.monotonic() - strange.setdefault(str(batch.batch_id), time.monotonic())
-                        > self.config.patience
-                    ):
+                        strange.pop(bid, None)
+                    elif time.monotonic() - strange.setdefault(bid, time.monotonic()) > self.config.patience:
                         raise EndpointBroken(
                             f"batch {batch.batch_id}: its status {repr(found.get('status'))[:40]} is none the Batch "
                             f"API has, for {self.config.patience:g} s (--patience); the batch is saved"

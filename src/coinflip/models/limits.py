@@ -84,15 +84,11 @@ def checked(data: Any) -> dict[str, Any] | None:
     if not isinstance(data, dict) or set(data) != set(describe(Traffic(), 1)):
         return None
     whole = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in whole):
-        return None
-    waited = data["waited_on_limits_s"]
-    if isinstance(waited, bool) or not isinstance(waited, (int, float)) or not 0 <= waited < 1e9:
-        return None
-    hints = data["hints"]
-    if not isinstance(hints, list) or len(hints) > 8 or not all(isinstance(h, str) and len(h) < 500 for h in hints):
-        return None
-    return data
+    waited, hints = data["waited_on_limits_s"], data["hints"]
+    counts = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in whole)
+    seconds = isinstance(waited, int | float) and not isinstance(waited, bool) and 0 <= waited < 1e9
+    texts = isinstance(hints, list) and len(hints) <= 8 and all(isinstance(h, str) and len(h) < 500 for h in hints)
+    return data if counts and seconds and texts else None
 
 
 def line(requests: dict[str, Any]) -> str:
