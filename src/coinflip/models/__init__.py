@@ -18,17 +18,14 @@ __all__ = ["BASELINES", "Endpoint", "backend", "Model", "Reply", "Request", "che
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where requests go (None: a baseline answers in-process), and how many the server can serve
-    at once when coinflip started it (None: the user's server, whose capacity we cannot know)."""
+    """Where requests go (None: in-process), and the slots of a server coinflip started (None: unknown)."""
 
     urls: list[str] | None
     slots: int | None = None
 
 
 def backend(config: TaskConfig) -> str:
-    """Who answers a run, decided here once: "local" (llama.cpp started here, for --model-path or
-    a bundled model's name without --api-url), "baseline" (answered in-process; --api-url is not
-    used, config.notes says so) or "server" (--api-url)."""
+    """Who answers a run, decided once: "local" (llama.cpp here), "baseline" (in-process) or "server"."""
     if config.model_path or (config.model in LOCAL_MODELS and not config.api_url):
         return "local"
     if config.model in BASELINES or config.eval_type == "mock_llm":
@@ -41,15 +38,14 @@ def is_local(config: TaskConfig) -> bool:
 
 
 def _gguf(config: TaskConfig) -> Path:
-    """The GGUF file of a local model: --model-path, or the one a package ships for --model."""
+    """--model-path, or the GGUF a package ships for --model."""
     from .llama_local import bundled_gguf
 
     return Path(config.model_path).expanduser() if config.model_path else bundled_gguf(str(config.model))
 
 
 def check_model(config: TaskConfig) -> None:
-    """Everything about the model that can be checked before a run directory exists (plan.py
-    calls it once, first)."""
+    """What can be checked about the model before a run directory exists."""
     if config.batch_write or config.batch_results:  # offline: the requests are answered elsewhere
         return
     answered_by = backend(config)
@@ -70,8 +66,7 @@ def check_model(config: TaskConfig) -> None:
 
 @contextlib.contextmanager
 def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
-    """Start llama.cpp for a local model (--model smollm2 or --model-path); else use --api-url.
-    The model was checked (`check_model`) when the run was planned; a result file answers offline."""
+    """Start llama.cpp for a local model; else use --api-url (a result file answers offline)."""
     answered_by = "server" if config.batch_results else backend(config)
     if answered_by == "local":
         from .llama_local import SLOTS, llama_server
@@ -90,13 +85,10 @@ async def open_model(
     config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int,
     folder: Path | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[Model]:  # fmt: skip
-    """The model for a run; for a server, its endpoints are checked (EndpointError) before it is
-    handed out. `folder`: where a batch backend keeps what a resume needs; `admit`: whether a
-    request a batch left may go online at the full price (--max-cost)."""
-    from ._http import megabytes
-
+    """The model for a run, its endpoint checked first. `folder`: a batch's resume state; `admit`:
+    whether a request a batch left may go online at the full price (--max-cost)."""
     model: Any
-    cap, secrets = megabytes(config.max_reply_mb), run_secrets(config.api_key, generation, config.api_url)
+    cap, secrets = int(config.max_reply_mb * 1024 * 1024), run_secrets(config.api_key, generation, config.api_url)
     if config.batch_results:
         from ._redact import Redactor
         from .batch import ResultsFile
@@ -109,8 +101,14 @@ async def open_model(
 
         model = Baseline(str(config.model), config.seed, int(generation.get("n") or 1))
     else:
-        sends_online = config.batch_rest_online or not config.batch
-        model = online = _online(config, urls, generation, concurrency) if sends_online else None
+        from .openai_api import OpenAIClient
+
+        online: OpenAIClient | None = None
+        if config.batch_rest_online or not config.batch:
+            online = OpenAIClient(str(config.model), urls[0], config.api_key, generation, config.timeout,
+                config.retries, concurrency, mode=config.api_mode, stream=bool(config.stream), max_reply_bytes=cap,
+                patience=config.patience)  # fmt: skip
+        model = online
         if config.batch:
             from .batch import BatchModel
             from .batch_api import BatchAPI
@@ -127,13 +125,3 @@ async def open_model(
         yield model
     finally:
         await model.aclose()
-
-
-def _online(config: TaskConfig, urls: list[str], generation: dict[str, Any], concurrency: int) -> Any:
-    """The client of a server, as every online run uses it."""
-    from ._http import megabytes
-    from .openai_api import OpenAIClient
-
-    return OpenAIClient(str(config.model), urls[0], config.api_key, generation, config.timeout, config.retries,
-                        concurrency, mode=config.api_mode, stream=bool(config.stream),
-                        max_reply_bytes=megabytes(config.max_reply_mb), patience=config.patience)  # fmt: skip

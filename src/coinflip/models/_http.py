@@ -1,24 +1,9 @@
-"""POST a JSON body to an OpenAI-compatible server and read the whole answer, on aiohttp.
-
-aiohttp does the HTTP: keep-alive connections per origin (as many as requests in flight),
-the framing of answers, Content-Encoding (gzip, deflate), TLS, 1xx interim answers, and
-proxies (absolute-form requests for http, a CONNECT tunnel for https). What stays here is what
-an evaluation needs on top of any client:
-
-- one line saying what is wrong with an endpoint (`check` opens the first connection before a
-  run, within CONNECT_S; a wrong scheme either way is told apart by trying the other), and our
-  own exceptions instead of aiohttp's (`_wire.py`, with the proxy a URL goes through);
-- the cost of a reply bounded, not only its bytes: a body or stream over `max_body` bytes, a
-  JSON document of more than one value per 16 bytes of `max_body`, or a stream whose events
-  average under 32 bytes fails with ReplyTooLarge as soon as it is seen; a stream's events go
-  to a sink as they arrive (`StreamReply` keeps only the text), so `--eval-batch-size` replies
-  in flight cost at most a small multiple of the cap in memory;
-- server-sent events split as they arrive (`_sse.py`), each with its arrival time; `data:
-  [DONE]` completes the reply, whether or not the server then ends its HTTP message;
-- what aiohttp would read in a way of its own fails the attempt instead (`check_framing`: a
-  Transfer-Encoding other than chunked, a Content-Encoding in layers);
-- a reused connection the server had already closed is retried once at once, as browsers do.
-"""
+"""POST a JSON body to an OpenAI-compatible server and read the whole answer, on aiohttp (which does
+keep-alive, framing, gzip/deflate, TLS and proxies). Added here: one line saying what is wrong with
+an endpoint (`check`, `answers`; a wrong scheme told apart by trying the other); a reply's cost
+bounded (bytes, JSON values, tiny events: ReplyTooLarge at once); server-sent events handed to a
+sink as they arrive, `data: [DONE]` ending the reply; odd framing refused (`check_framing`); a
+stale kept connection retried once."""
 
 from __future__ import annotations
 
@@ -36,23 +21,19 @@ from ..errors import ConfigError, EndpointError
 from ._sse import SSEDecoder
 from ._wire import (
     Limits,
+    ReplyTooLarge,
     Target,
-    describe_connect_error,
+    check_framing,
+    connect_failure,
     no_http,
     opens,
+    read_at_most,
     refuse_invalid,
     tls_record,
     translated,
+    undecoded,
     within,
 )
-
-# what the Batch API's client (batch_api.py) takes from here too
-from ._wire import ReplyTooLarge as ReplyTooLarge
-from ._wire import UnknownCoding as UnknownCoding
-from ._wire import check_framing as check_framing
-from ._wire import read_at_most as read_at_most
-from ._wire import tls_like as tls_like
-from ._wire import undecoded as undecoded
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 CONNECT_S = 10.0  # the longest the first connection before a run may take (TCP, proxy, TLS): real ones take <1 s
@@ -65,11 +46,9 @@ Event = tuple[float, str, str]  # arrival (loop time), event type, data
 
 
 class EventSink(Protocol):
-    """Where a stream's events go as they arrive, so that no list of them need be kept."""
+    """Where a stream's events go as they arrive; `add` is True when no more is needed."""
 
-    def add(self, at: float, kind: str, data: str) -> bool:
-        """Take one event; True when no more is needed (the reply is complete, or failed)."""
-        ...
+    def add(self, at: float, kind: str, data: str) -> bool: ...
 
 
 class EventList(list[Event]):
@@ -90,25 +69,14 @@ class Response:
 
 
 def merge_headers(*layers: Mapping[str, str]) -> dict[str, str]:
-    """Later layers win, whatever the case of the names."""
     merged: dict[str, str] = {}
-    for layer in layers:
-        for name, value in layer.items():
-            for old in [k for k in merged if k.lower() == name.lower()]:
-                del merged[old]
-            merged[name] = value
+    for name, value in (pair for layer in layers for pair in layer.items()):
+        merged = {k: v for k, v in merged.items() if k.lower() != name.lower()} | {name: value}
     return merged
-
-
-def megabytes(mb: float) -> int:
-    """--max-reply-mb in bytes: the cap on every reply a run reads, online or from the Batch API."""
-    return int(mb * 1024 * 1024)
 
 
 @dataclass
 class _Progress:
-    """How far one attempt got: whether its answer's head came, how many events."""
-
     head: bool = False
     events: int = 0
 
@@ -117,15 +85,9 @@ class ConnectionPool:
     """One aiohttp session: keep-alive connections per origin, opened on demand."""
 
     def __init__(
-        self,
-        headers: dict[str, str],
-        timeout: float,
-        proxy: str | None = None,
-        max_body: int = DEFAULT_MAX_BODY,
+        self, headers: dict[str, str], timeout: float, proxy: str | None = None, max_body: int = DEFAULT_MAX_BODY,
         sink: Callable[[], EventSink] = EventList,
-    ) -> None:
-        """`proxy` sends everything through that proxy (else the environment decides per URL);
-        `sink` makes what takes each stream's events."""
+    ) -> None:  # fmt: skip
         defaults = {"Accept": "application/json", "Accept-Encoding": "identity"}
         self.headers = {k: v for k, v in merge_headers(defaults, headers).items() if k.lower() not in _FRAMING_HEADERS}
         self.timeout = timeout
@@ -138,7 +100,6 @@ class ConnectionPool:
         self._heard: set[str] = set()  # servers (host:port) that have sent an HTTP head: their scheme is right
 
     def target(self, url: str) -> Target:
-        """Where `url` points; its `options` are the arguments of every aiohttp request sent there."""
         target = self._targets.get(url)
         if target is None:
             target = self._targets[url] = Target.parse(url, self.headers, self._proxy)
@@ -147,43 +108,29 @@ class ConnectionPool:
                 target.options["ssl"] = self._ssl
         return target
 
-    def proxy_secrets(self, urls: list[str]) -> list[str]:
-        """The credentials of the proxies `urls` go through, for the redactor (secrets.run_secrets
-        holds the run's own); a proxy URL that cannot be read adds none (the check says why)."""
-        found = []
-        for url in urls:
-            with contextlib.suppress(ConfigError, ValueError):
-                found += self.target(url).secrets
-        return found
+    def proxy_secrets(self, url: str) -> list[str]:
+        """The credentials of the proxy `url` goes through, for the redactor."""
+        with contextlib.suppress(ConfigError, ValueError):
+            return self.target(url).secrets
+        return []
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                skip_auto_headers=("User-Agent",),
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                auto_decompress=True,
-                trust_env=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
+            connector, timeout = aiohttp.TCPConnector(limit=0), aiohttp.ClientTimeout(total=self.timeout)
+            self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",),
+                timeout=timeout, trust_env=False, cookie_jar=aiohttp.DummyCookieJar())  # fmt: skip
         return self._session
 
     async def check(self, url: str) -> None:
-        """Open the first connection to `url` now and keep it for the first request; EndpointError
-        (one line saying what is wrong) when it cannot be opened. A connection reset as it opened
-        was taken (a refused one is refused): `answers`, which follows, tries fresh ones and says so."""
+        """Open the first connection to `url`, kept for the first request; else EndpointError. One reset as
+        it opened was taken: `answers`, which follows, tries fresh ones."""
         target = self.target(url)
         session = self.session
         options = target.options
-        request = aiohttp.ClientRequest(
-            "POST",
-            target.url,
-            loop=asyncio.get_running_loop(),
-            ssl=options.get("ssl", True),
-            proxy=options["proxy"],
-            proxy_headers=options["proxy_headers"],
-        )
+        request = aiohttp.ClientRequest("POST", target.url, loop=asyncio.get_running_loop(),
+                                        ssl=options.get("ssl", True), proxy=options["proxy"],
+                                        proxy_headers=options["proxy_headers"])  # fmt: skip
         limit = min(self.timeout, CONNECT_S)
         try:
             refuse_invalid(target)
@@ -197,17 +144,13 @@ class ConnectionPool:
                     f"https://{target.authority} takes a connection but no TLS handshake within {limit:g} s; is it "
                     "an https:// server? - check --api-url"
                 ) from None
-            reason = translated(exc, target, limit)
-            raise EndpointError(describe_connect_error(reason, target, limit)) from None
+            raise connect_failure(exc, target, limit) from None
         connection.release()
 
     async def answers(self, url: str) -> None:
-        """After `check`, before a run: EndpointError when what listens at `url` has never sent an
-        HTTP head and, asked with a GET of `url`, closes or resets the connection twice without one,
-        or sends something that is not HTTP (a wrong port or host; a proxy that speaks something
-        else). Any status will do, in any coding (one aiohttp refuses, br or zstd, came in an HTTP
-        head: the run's replies decide), and a server heard from before (by the probes of its capacity)
-        is not asked again; one that is only slow to answer is left to the run's --timeout."""
+        """EndpointError when a server never heard from closes or resets a GET of `url` twice with no
+        HTTP head, or answers something that is not HTTP. Any status or coding will do; slow is left
+        to the run's --timeout."""
         target = self.target(url)
         failure: BaseException | None = None
         for _ in (1, 2):  # the second on a fresh connection: the first may be one the server had closed
@@ -219,10 +162,10 @@ class ConnectionPool:
                 return
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc.os_error, ConnectionResetError):
-                    raise EndpointError(describe_connect_error(translated(exc, target, 0), target, 0)) from None
+                    raise connect_failure(exc, target, 0) from None
                 failure = exc
             except aiohttp.ClientHttpProxyError as exc:  # a proxy's refusal of a new tunnel: the proxy's line
-                raise EndpointError(describe_connect_error(translated(exc, target, 0), target, 0)) from None
+                raise connect_failure(exc, target, 0) from None
             except (aiohttp.ClientError, http_exceptions.HttpProcessingError) as exc:
                 if undecoded(exc) is not None:  # an HTTP head, in a coding aiohttp refused: the run's replies decide
                     self.heard(target)
@@ -233,8 +176,7 @@ class ConnectionPool:
         raise await self.wrong_scheme(target) or EndpointError(no_http(failure, target)) from None
 
     async def _head(self, target: Target) -> None:
-        """A GET of the target until its answer's head (its body read up to PROBE_BYTES, so that the
-        connection is kept for the run); the server is then heard."""
+        """A GET of the target (its body read up to PROBE_BYTES, so that the connection is kept)."""
         limit = aiohttp.ClientTimeout(total=min(self.timeout, CONNECT_S))
         async with self.session.get(target.url, allow_redirects=False, timeout=limit, **target.options) as answer:
             self.heard(target)
@@ -261,19 +203,15 @@ class ConnectionPool:
         raise AssertionError("unreachable")
 
     async def _failure(self, exc: BaseException, target: Target, suspect: bool) -> BaseException:
-        """aiohttp's exception as ours; and where a plain http:// server that has not answered yet
-        answers like a TLS one (hangs up twice with no head, or sends a TLS record) and takes a TLS
-        handshake, the wrong scheme."""
+        """aiohttp's exception as ours, or the wrong scheme where `suspect` and a TLS handshake works."""
         wrong = await self.wrong_scheme(target) if suspect else None
         return wrong or translated(exc, target, self.timeout)
 
     def heard(self, target: Target) -> None:
-        """The server at `target` sent an HTTP head: its scheme is right, whatever fails later."""
         self._heard.add(target.authority)
 
     async def wrong_scheme(self, target: Target) -> EndpointError | None:
-        """The wrong scheme where a plain http:// target that has given no HTTP answer yet speaks
-        TLS (the online requests' and the Batch API's test); None otherwise."""
+        """The wrong scheme where a plain http:// target never heard from speaks TLS; else None."""
         if target.authority in self._heard or not await self._speaks_tls(target):
             return None
         return EndpointError(
@@ -282,9 +220,7 @@ class ConnectionPool:
         )
 
     async def _speaks_tls(self, target: Target) -> bool:
-        """Whether a plain http:// server that gave no HTTP answer takes a TLS handshake: servers
-        on OpenSSL (Python's, uvicorn's) hang up on plain HTTP, others send a TLS alert, where nginx
-        and Go answer 400."""
+        """Whether a plain http:// target takes a TLS handshake (OpenSSL servers hang up on plain HTTP)."""
         if target.tls or target.proxy is not None:
             return False
         context = ssl.create_default_context()
@@ -292,8 +228,7 @@ class ConnectionPool:
         return await opens(target, context, min(self.timeout, 5.0))
 
     async def _exchange(self, target: Target, body: bytes, stream: bool, progress: _Progress) -> Response:
-        loop = asyncio.get_running_loop()
-        sent = loop.time()
+        sent = asyncio.get_running_loop().time()
         async with self.session.post(target.url, data=body, allow_redirects=False, **target.options) as resp:
             progress.head = True
             self.heard(target)
@@ -301,7 +236,7 @@ class ConnectionPool:
             length = resp.content_length
             self.limits.length(length)
             if stream and resp.status == 200 and "text/event-stream" in resp.headers.get("Content-Type", ""):
-                events = await self._events(resp, loop, progress)
+                events = await self._events(resp, progress)
                 return Response(resp.status, resp.headers, b"", events, sent)
             if length is not None and "Content-Encoding" not in resp.headers:
                 data = await resp.read()  # framed by its length: no larger than checked above
@@ -310,11 +245,9 @@ class ConnectionPool:
             self.limits.json(data)
             return Response(resp.status, resp.headers, data, None, sent)
 
-    async def _events(
-        self, resp: aiohttp.ClientResponse, loop: asyncio.AbstractEventLoop, progress: _Progress
-    ) -> EventSink:
-        decoder, sink, size = SSEDecoder(), self.sink(), 0
-        limits = self.limits
+    async def _events(self, resp: aiohttp.ClientResponse, progress: _Progress) -> EventSink:
+        decoder, sink, size, limits = SSEDecoder(), self.sink(), 0, self.limits
+        loop = asyncio.get_running_loop()
         async for chunk in resp.content.iter_any():
             size += len(chunk)
             within(size, limits.max_body)
@@ -332,7 +265,7 @@ class ConnectionPool:
         return sink
 
     async def _after_done(self, resp: aiohttp.ClientResponse, size: int) -> None:
-        """[DONE] is the reply's end: let the message end too (the connection is then kept), or drop it."""
+        """After [DONE], let the message end too (the connection is kept), or drop it."""
         if resp.content.at_eof():
             return
         try:

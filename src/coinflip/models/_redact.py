@@ -1,19 +1,13 @@
-"""Secrets out of everything a run keeps or shows: error messages, replies, reasoning.
-
-A server may echo the key back in any of the forms it travelled or was stored in, and a form may
-differ character by character: raw (and so inside `Bearer KEY`), escaped for JSON (`\\/`,
-`\\u0073`, a surrogate pair), for HTML (`&amp;`, `&#115;`, `&#x73;`, leading zeros, either case),
-or URL-encoded (the UTF-8 bytes as `%hh` in either case, `+` for a space), and it may be split
-across lines (a line break, raw or JSON-escaped, and its indent, between any two characters). The
-secret is matched as a sequence of characters each in any of its forms, so every mixture is
-masked as `***`.
-"""
+"""Secrets out of everything a run keeps or shows. A server may echo a key in any form, character
+by character: raw, JSON-escaped (`\\u0073`, surrogate pairs), HTML (`&#x73;`, `&amp;`), URL-encoded
+(`%hh`, `+`), and split across lines; each character is matched in any of its forms."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from ..secrets import REDACTED as MASK  # one mask for what is saved and what is shown
 from .base import Reply
@@ -25,18 +19,15 @@ _HTML_NAMED = {"&": "amp", "<": "lt", ">": "gt", '"': "quot", "'": "apos"}
 
 
 def is_secret(value: str | None) -> bool:
-    """A value worth masking: long enough, and not one of the stand-ins local servers accept."""
     return value is not None and len(value) >= MIN_SECRET and value.lower() not in PLACEHOLDERS
 
 
 def _hex(number: int, width: int = 1) -> str:
-    """A pattern for `number` in hex digits of either case, zero-padded to `width`."""
     return "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{number:0{width}x}")
 
 
 def _char(c: str) -> str:
-    """A pattern for one character in any of the forms above; the character itself is tried last,
-    so a final `%` echoed as `%25` (or `&` as `&amp;`) is masked whole, not as `***25`."""
+    """One character in any form; itself last, so a final `%` echoed as `%25` is masked whole."""
     code = ord(c)
     forms = [f"&#0*{code};", f"&#[xX]0*{_hex(code)};"]
     if code > 0xFFFF:  # JSON spells it as a surrogate pair
@@ -62,9 +53,7 @@ CUT_LEAST = 6  # characters of a secret's start that are masked where a cut mess
 
 
 def pattern(secret: str) -> str:
-    """A pattern matching `secret` however each of its characters was escaped, and split across
-    lines anywhere (a server that wraps its error page, or folds a header it echoes); or its
-    start, from CUT_LEAST characters, where a text ends (a message cut to its length, `…`)."""
+    """`secret` in any escaping, split across lines; or its start (CUT_LEAST+) where a cut text ends."""
     chars = [_char(c) for c in secret]
     cut = ""
     for c in reversed(chars[CUT_LEAST:-1]):
@@ -74,8 +63,6 @@ def pattern(secret: str) -> str:
 
 
 class Redactor:
-    """Masks every form of the given secrets; a no-op without any."""
-
     def __init__(self, secrets: Iterable[str | None]) -> None:
         kept = sorted({s for s in secrets if s is not None and is_secret(s)}, key=len, reverse=True)
         self._pattern = re.compile("|".join(pattern(s) for s in kept)) if kept else None
@@ -87,18 +74,11 @@ class Redactor:
         return text is not None and self._pattern is not None and self._pattern.search(text) is not None
 
     def reply(self, reply: Reply) -> Reply:
-        """The reply with secrets masked; its log probabilities dropped if the text held one (its
-        tokens would spell the secret out)."""
+        """Masked; log probabilities dropped where the text held a secret (its tokens spell it out)."""
         if self._pattern is None:
             return reply
-        if not any(self.found(t) for t in (reply.text, reply.reasoning, reply.finish_reason, reply.error)):
+        texts = {name: getattr(reply, name) for name in ("text", "reasoning", "finish_reason", "error")}
+        if not any(self.found(t) for t in texts.values()):
             return replace(reply, more=[self.reply(r) for r in reply.more]) if reply.more else reply
-        return replace(
-            reply,
-            text=None if reply.text is None else self(reply.text),
-            reasoning=None if reply.reasoning is None else self(reply.reasoning),
-            finish_reason=None if reply.finish_reason is None else self(reply.finish_reason),
-            error=None if reply.error is None else self(reply.error),
-            logprobs=None,
-            more=[self.reply(r) for r in reply.more],
-        )
+        masked: dict[str, Any] = {name: t and self(t) for name, t in texts.items()}
+        return replace(reply, **masked, logprobs=None, more=[self.reply(r) for r in reply.more])

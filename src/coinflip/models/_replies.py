@@ -1,18 +1,8 @@
-"""Whatever a server sends, a Reply or a BadReply: never a crash, never a NaN.
-
-OpenAI-compatible servers and gateways differ in the details, so each field is read for what
-it can be: `content` as text, as a list of parts (their `text` joined), a number or boolean
-(recorded as its JSON text, e.g. "1": the server did answer, and the answer is scored, most
-likely as invalid), or null (empty text); an object is a BadReply. Usage keeps whole,
-non-negative token counts only (a numeric string such as "120" is read as the number; NaN,
-Infinity, fractions and other types are dropped), so the predictions file stays strict JSON.
-Log probabilities become one entry per token, {"token", "logprob", "top"}, with `logprob` None
-and `top` entries dropped where the server sent no number; NaN and infinities are kept by name
-("NaN", "Infinity", "inf": strict JSON has no such numbers), so that P(YES) can tell an impossible
-value from a missing one (scoring/calibration.py). A streamed answer is the same fields spread
-over chunks, read as they arrive (`StreamReply`): deltas are joined per choice, usage comes from
-the chunk that has it.
-"""
+"""Whatever a server sends, a Reply or a BadReply: never a crash, never a NaN. `content` may be text,
+parts (their `text` joined), a number or boolean (its JSON text) or null; usage keeps whole
+non-negative counts only; log probabilities keep NaN and infinities by name ("NaN", "inf"), so
+calibration can tell an impossible value from a missing one. A stream is the same fields over
+chunks (`StreamReply`)."""
 
 from __future__ import annotations
 
@@ -22,6 +12,7 @@ import math
 import re
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec  # imported with the transport, not with `import coinflip`
@@ -35,7 +26,7 @@ MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough 
 
 
 class BadReply(Exception):
-    """The body is not a usable answer (retried, like a dropped connection)."""
+    """The body is not a usable answer (retried)."""
 
 
 class ServerSaidError(BadReply):
@@ -47,14 +38,8 @@ _FAST = msgspec.json.Decoder()
 
 
 def load_json(raw: bytes | str) -> Any:
-    """JSON with NaN and Infinity read as their names ("NaN", "Infinity"): never a float that is
-    not a number, and a log probability of NaN stays an impossible one, not a missing one;
-    nesting too deep for Python is a BadReply.
-
-    msgspec reads first (a streamed reply is a JSON document per event: json's Python-level
-    wrapper was a fifth of a stream's cost); what it refuses (NaN, 1e400, a lone surrogate,
-    UTF-16, a byte order mark, anything malformed) is read again by json, so the result is
-    json's in every case."""
+    """JSON with NaN and Infinity read as their names; too deep a nesting is a BadReply. msgspec reads
+    first (fast); what it refuses (NaN, 1e400, UTF-16, malformed) json reads: the result is json's."""
     try:
         return _FAST.decode(raw)
     except (msgspec.DecodeError, UnicodeError):
@@ -74,8 +59,7 @@ _PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I
 
 
 def server_message(raw: bytes) -> str:
-    """The message a server put in an error body: `{"error": {"message": ...}}`, an HTML page's
-    title (a proxy's or web server's error page: the rest is markup and styles), or the text."""
+    """The message in an error body: `{"error": {"message": ...}}`, an HTML page's title, or the text."""
     try:
         data = load_json(raw)
     except BadReply:
@@ -108,15 +92,12 @@ def parse_body(raw: bytes, mode: str) -> Reply:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise BadReply("malformed response body (no choices)")
-    replies = [_choice(c, mode) for c in _in_order(choices)]
+    ordered = sorted(choices, key=lambda c: _index(c.get("index")) if isinstance(c, dict) else 0)
+    replies = [_choice(c, mode) for c in ordered]
     first = replies[0]
     first.usage = usage(data.get("usage"))
     first.more = replies[1:]
     return first
-
-
-def _in_order(choices: list[Any]) -> list[Any]:
-    return sorted(choices, key=lambda c: _index(c.get("index")) if isinstance(c, dict) else 0)
 
 
 def _index(value: Any) -> int:
@@ -125,10 +106,6 @@ def _index(value: Any) -> int:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _choice(choice: Any, mode: str) -> Reply:
@@ -144,12 +121,8 @@ def _choice(choice: Any, mode: str) -> Reply:
         text, reasoning = text_of(choice.get("text")), None
         logprobs = completion_logprobs(choice.get("logprobs"))
     finish = choice.get("finish_reason")
-    return Reply(
-        text=text or "",
-        reasoning=reasoning or None,
-        finish_reason=finish[:MAX_FINISH] if isinstance(finish, str) else None,
-        logprobs=logprobs or None,
-    )
+    finish = finish[:MAX_FINISH] if isinstance(finish, str) else None
+    return Reply(text or "", reasoning or None, finish, logprobs=logprobs or None)
 
 
 def _reasoning(message: dict[str, Any]) -> str | None:
@@ -157,7 +130,6 @@ def _reasoning(message: dict[str, Any]) -> str | None:
 
 
 def text_of(value: Any) -> str | None:
-    """Text from a content field: a string, a list of parts, a number or boolean, or null."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -182,8 +154,7 @@ def _part_text(part: Any) -> str:
 
 
 def token_count(value: Any) -> int | None:
-    """A server's token count as records.whole takes it, below TOKENS_MAX; a whole float or a string
-    of digits too. A server may send 400 digits: such a count would overflow every float it meets."""
+    """A whole count below TOKENS_MAX (a whole float or a string of digits too), else None."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
@@ -203,8 +174,7 @@ def usage(value: Any) -> dict[str, int] | None:
 
 
 def _logprob(value: Any) -> float | str | None:
-    """A log probability as sent: a finite number; None if none was sent; else a text saying what
-    came instead ("NaN", "Infinity", "inf", "not a number"), which calibration counts as impossible."""
+    """A finite number, None if none was sent, else a text saying what came ("NaN", "not a number")."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -225,55 +195,47 @@ def _entry(token: Any, logprob: Any, top: Iterable[tuple[Any, Any]]) -> dict[str
 def chat_logprobs(value: Any) -> list[dict[str, Any]]:
     """`choices[i].logprobs.content`: [{token, logprob, top_logprobs: [{token, logprob}]}]."""
     content = value.get("content") if isinstance(value, dict) else None
-    if not isinstance(content, list):
-        return []
-    entries = []
-    for item in content:
-        if isinstance(item, dict):
-            pairs = [(t.get("token"), t.get("logprob")) for t in _list(item.get("top_logprobs")) if isinstance(t, dict)]
-            entry = _entry(item.get("token"), item.get("logprob"), pairs)
-            if entry is not None:
-                entries.append(entry)
-    return entries
+    items = [item for item in _list(content) if isinstance(item, dict)]
+    entries = [_entry(item.get("token"), item.get("logprob"), _pairs(item.get("top_logprobs"))) for item in items]
+    return [entry for entry in entries if entry is not None]
+
+
+def _pairs(top: Any) -> list[tuple[Any, Any]]:
+    return [(t.get("token"), t.get("logprob")) for t in _list(top) if isinstance(t, dict)]
 
 
 def completion_logprobs(value: Any) -> list[dict[str, Any]]:
     """`choices[i].logprobs`: {tokens: [...], token_logprobs: [...], top_logprobs: [{token: logprob}]}."""
     if not isinstance(value, dict) or not isinstance(value.get("tokens"), list):
         return []
-    tokens = value["tokens"]
     logprobs, tops = _list(value.get("token_logprobs")), _list(value.get("top_logprobs"))
-    entries = []
-    for i, token in enumerate(tokens):
-        top = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
-        entry = _entry(token, logprobs[i] if i < len(logprobs) else None, top.items())
-        if entry is not None:
-            entries.append(entry)
-    return entries
+    entries = [
+        _entry(token, logprobs[i] if i < len(logprobs) else None, _dict(tops[i] if i < len(tops) else None).items())
+        for i, token in enumerate(value["tokens"])
+    ]
+    return [entry for entry in entries if entry is not None]
 
 
+def _dict(value: Any) -> dict[Any, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass
 class _Choice:
     """One choice of a streamed answer, put together from its deltas."""
 
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.reasoning: list[str] = []
-        self.finish: str | None = None
-        self.logprobs: list[dict[str, Any]] = []
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    finish: str | None = None
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
 
     def reply(self) -> Reply:
-        return Reply(
-            text="".join(self.text),
-            reasoning="".join(self.reasoning) or None,
-            finish_reason=self.finish,
-            logprobs=self.logprobs or None,
-        )
+        return Reply("".join(self.text), "".join(self.reasoning) or None, self.finish, logprobs=self.logprobs or None)
 
 
 class StreamReply:
-    """A streamed answer put together as its events arrive, keeping only what the Reply needs:
-    a stream then costs what its text costs, however many events carry it. The first malformed
-    or error event ends it (`add` says stop) and `reply` raises it."""
+    """A streamed answer put together as events arrive, keeping only what the Reply needs; the first
+    malformed or error event ends it (`add` says stop) and `reply` raises it."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
@@ -284,7 +246,6 @@ class StreamReply:
         self.error: BadReply | None = None
 
     def add(self, at: float, kind: str, data: str) -> bool:
-        """Take one event (arrival time, type, data); True when the reply needs no more."""
         if data.strip() == "[DONE]":
             self.done = True
             return True
@@ -304,7 +265,6 @@ class StreamReply:
         return False
 
     def reply(self, sent: float) -> Reply:
-        """The Reply; `ttft_s` counts from `sent` to the first text or reasoning."""
         if self.error is not None:
             raise self.error
         if not self.choices:
@@ -319,7 +279,7 @@ class StreamReply:
 
 
 def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> bool:
-    """Add one chunk's part of a choice; True when it brought text or reasoning."""
+    """True when the chunk brought text or reasoning."""
     index = item.get("index", 0)
     choice = choices.get(index) if type(index) is int else None  # noqa: E721 - bool is not an index
     if choice is None:

@@ -1,6 +1,5 @@
-"""What an OpenAI-compatible request is, apart from sending it: its URL and JSON body (online, or
-as a line of a batch file), where a redirect may lead, a web page where the API was due, and
-what a server publishes about how many requests it serves at once."""
+"""An OpenAI-compatible request apart from sending it: its URL and body, where a redirect may lead,
+a web page where the API was due, and how many requests a server says it serves at once."""
 
 from __future__ import annotations
 
@@ -13,25 +12,21 @@ import aiohttp
 
 from ..errors import EndpointError
 from ..secrets import GATEWAY_KEYS, shown_url
-from ._http import PROBE_BYTES, ConnectionPool, Response, read_at_most
+from ._http import PROBE_BYTES, ConnectionPool, Response
 from ._replies import BadReply, load_json
+from ._wire import read_at_most
 from .base import Request
 
 PROBE_S = 2.0  # seconds the capacity probe at the start may take
 
 
 def endpoint_url(url: str, mode: str = "chat", query: dict[str, Any] | None = None) -> str:
-    """Accept a base URL (…/v1), a server root, or the full endpoint; `mode` is chat or completions.
-    A query string (`?api-version=...`) stays at the end, with `query` added to it."""
+    """A base URL (…/v1), a server root or the full endpoint; its query string stays, `query` added."""
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
     tail = "/chat/completions" if mode == "chat" else "/completions"
-    for known in ("/chat/completions", "/completions"):
-        if path.endswith(known):
-            path = path[: -len(known)]
-            break
-    else:
-        path += "/v1" if not path else ""
+    known = next((k for k in ("/chat/completions", "/completions") if path.endswith(k)), None)
+    path = path[: -len(known)] if known else path or "/v1"
     extra = urlencode({k: _query_value(v) for k, v in (query or {}).items()})
     joined = "&".join(q for q in (parts.query, extra) if q)
     return urlunsplit((parts.scheme, parts.netloc, path + tail, joined, ""))
@@ -44,15 +39,9 @@ def _query_value(value: Any) -> str:
 
 
 def request_body(
-    model: str,
-    mode: str,
-    generation: dict[str, Any],
-    request: Request,
-    stream: bool = False,
-    extra_body: dict[str, Any] | None = None,
+    model: str, mode: str, generation: dict[str, Any], request: Request, stream: bool, extra_body: dict[str, Any]
 ) -> dict[str, Any]:
-    """The JSON body of one request, online or as a line of a batch file: `generation` without
-    the gateway keys (see `split_generation`), `extra_body` last."""
+    """One request's body, online or in a batch file: `generation` as `split_generation` gives it."""
     body: dict[str, Any] = {"model": model}
     if mode == "chat":
         body["messages"] = request.messages
@@ -63,23 +52,22 @@ def request_body(
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-    body.update(extra_body or {})
+    body.update(extra_body)
     return body
 
 
 def split_generation(generation: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The settings sent in the body, and `extra_body` (headers and query go elsewhere)."""
     return {k: v for k, v in generation.items() if k not in GATEWAY_KEYS}, dict(generation.get("extra_body") or {})
 
 
 def web_page(response: Response) -> bool:
-    """An HTML page (a web UI's root, a login or captive portal) where JSON or a stream was due."""
+    """An HTML page (a web UI, a login or captive portal) where JSON or a stream was due."""
     kind = response.headers.get("content-type", "").lower()
     return "text/html" in kind or (response.events is None and response.body.lstrip()[:1] == b"<")
 
 
 def _location(url: str, response: Response) -> str:
-    """Where a redirect points; a Location that is no URL (`http://[::1/x`) as sent, never followed."""
+    """Where a redirect points; a Location that is no URL (`http://[::1/x`) as sent."""
     location = response.headers.get("location", "").strip()
     try:
         return urljoin(url, location)
@@ -103,27 +91,8 @@ def refused_redirect(url: str, response: Response) -> EndpointError:
     )
 
 
-def _one_at_a_time(found: Any) -> bool:
-    """Whether /v1/models came from the Python llama.cpp server, which owns every model as "me"."""
-    models = found.get("data") if isinstance(found, dict) else None
-    return (
-        isinstance(models, list)
-        and bool(models)
-        and all(isinstance(m, dict) and m.get("owned_by") == "me" for m in models)
-    )
-
-
-def _slots_in(found: Any) -> int | None:
-    """The number of slots in what a server published at /props (llama.cpp's `total_slots`)."""
-    slots = found.get("total_slots") if isinstance(found, dict) else None
-    if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= 4096:
-        return slots
-    return None
-
-
 def redirect(url: str, response: Response) -> str:
-    """Where a 307/308 leads when it keeps the scheme, host and port (a POST may follow it); any
-    other is refused, with its Location shown."""
+    """Where a 307/308 leads when it keeps the scheme, host and port; any other is refused."""
     location = _location(url, response)
     if location != url and _origin(location) == _origin(url):
         return location
@@ -131,13 +100,9 @@ def redirect(url: str, response: Response) -> str:
 
 
 async def published_slots(pool: ConnectionPool, url: str) -> int | None:
-    """How many requests the server says it serves at once, where it says so: llama.cpp's server
-    publishes `total_slots` at /props; the Python llama.cpp server (llama-cpp-python), which
-    serves one request at a time behind a lock, names itself by owning its models as "me" at
-    /v1/models. Anything else - no such route, a gateway, a slow or odd answer, a proxy on the
-    way (it need not see more than the run's requests) - is None: the limits then learn it by
-    watching. Both GETs go together (one on the connection `check` opened): one round trip at
-    the start, not two, for a server that publishes neither."""
+    """How many requests the server serves at once where it says so (llama.cpp's /props, or the Python
+    llama.cpp server, one at a time, by its /v1/models); None: the limits learn it by watching.
+    Both GETs go together: one round trip for a server that publishes neither."""
     target = pool.target(url)
     if target.proxy is not None:
         return None
@@ -146,22 +111,20 @@ async def published_slots(pool: ConnectionPool, url: str) -> int | None:
     props, models = await asyncio.gather(
         _get_json(pool, target, root + "/props"), _get_json(pool, target, root + "/v1/models")
     )
-    slots = _slots_in(props)
-    if slots is None and _one_at_a_time(models):
-        slots = 1
-    return slots
+    slots = props.get("total_slots") if isinstance(props, dict) else None  # llama.cpp's
+    if isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots <= 4096:
+        return slots
+    listed = models.get("data") if isinstance(models, dict) else None
+    if listed and isinstance(listed, list) and all(isinstance(m, dict) and m.get("owned_by") == "me" for m in listed):
+        return 1  # the Python llama.cpp server, which owns every model as "me"
+    return None
 
 
 async def _get_json(pool: ConnectionPool, target: Any, path: str) -> Any:
-    """A server's JSON answer to a GET of `path`, or None for anything else."""
     options = {k: v for k, v in target.options.items() if k in ("headers", "ssl")}
     try:
-        async with pool.session.get(
-            target.url.with_path(path).with_query(None),
-            allow_redirects=False,
-            timeout=aiohttp.ClientTimeout(total=PROBE_S),
-            **options,
-        ) as answer:
+        url, timeout = target.url.with_path(path).with_query(None), aiohttp.ClientTimeout(total=PROBE_S)
+        async with pool.session.get(url, allow_redirects=False, timeout=timeout, **options) as answer:
             pool.heard(target)
             if answer.status != 200:
                 return None

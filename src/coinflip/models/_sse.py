@@ -1,13 +1,7 @@
-"""Server-sent events, decoded incrementally as the bytes arrive.
-
-Follows the event-stream interpretation of the WHATWG HTML standard (section 9.2.6), the same
-algorithm browsers' EventSource and httpx-sse implement: lines end with CRLF, LF or CR (a CR at
-the end of one read may be half of a CRLF), `:` starts a comment, a field without a colon has an
-empty value, one space after the colon is dropped, `data` lines of one event are joined with
-newlines, a blank line dispatches the event, and an event with no data is dropped. Pending data
-at the end of the stream is discarded, as the standard says. `id` and `retry` only matter to a
-reconnecting EventSource, so they are skipped.
-"""
+"""Server-sent events, decoded incrementally as the bytes arrive, as the WHATWG HTML standard
+(9.2.6) says: CRLF, LF or CR end lines (a CR may end one read and its LF start the next), `:`
+starts a comment, one space after the colon is dropped, `data` lines join with newlines, a blank
+line dispatches, an event without data is dropped, and pending data at the end is discarded."""
 
 from __future__ import annotations
 
@@ -40,24 +34,16 @@ class SSEDecoder:
             if self._first:
                 line, self._first = line.removeprefix(b"\xef\xbb\xbf"), False
             if not line:
-                self._dispatch(events)
+                if self._data:
+                    events.append((self._type or "message", "\n".join(self._data)))
+                self._data, self._type = [], ""
             elif line.startswith(b"data:"):  # nearly every line: the fast path
                 self._data.append(line[6 if line[5:6] == b" " else 5 :].decode("utf-8", "replace"))
             elif not line.startswith(b":"):
-                self._field(line.decode("utf-8", "replace"))
+                name, colon, value = line.decode("utf-8", "replace").partition(":")
+                value = value[1:] if colon and value.startswith(" ") else value
+                if name == "data":
+                    self._data.append(value)
+                elif name == "event":
+                    self._type = value
         return events
-
-    def _field(self, line: str) -> None:
-        name, colon, value = line.partition(":")
-        if colon and value.startswith(" "):
-            value = value[1:]
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
-            self._type = value
-
-    def _dispatch(self, events: list[tuple[str, str]]) -> None:
-        if self._data:
-            events.append((self._type or "message", "\n".join(self._data)))
-        self._data = []
-        self._type = ""

@@ -1,14 +1,7 @@
-"""Where a request goes and what went wrong on the way, in words a user can act on.
-
-A URL's `Target`: its host, port and scheme, and the proxy it goes through. The proxy is read
-from the environment by aiohttp (HTTP_PROXY, HTTPS_PROXY, NO_PROXY; credentials in the proxy
-URL, or ~/.netrc); what aiohttp lacks is added here: loopback is never proxied (as in Go's
-net/http: a proxy cannot reach this machine's 127.0.0.1, where local servers listen), and a
-proxy URL that cannot be used (https://, no URL) is one line instead of silence or a traceback.
-aiohttp's exceptions become ours (`translated`): OSError, TimeoutError, ProtocolError,
-ProxyError, ReplyTooLarge or UnknownCoding, and one line per failed connection. What a reply
-may cost (`Limits`) and how it may be framed (`check_framing`) are checked here too.
-"""
+"""Where a request goes and what went wrong on the way, in words a user can act on: a URL's `Target`
+(proxy from the environment as aiohttp reads it, loopback never proxied, an unusable proxy URL one
+line), aiohttp's exceptions as ours (`translated`), what a reply may cost (`Limits`) and how it may
+be framed (`check_framing`)."""
 
 from __future__ import annotations
 
@@ -31,7 +24,7 @@ from ..secrets import basic_secrets, shown_url
 
 
 class ProtocolError(ConnectionError):
-    """The peer sent something that is not valid HTTP/1.1, or a body that does not decode."""
+    """Not valid HTTP/1.1, or a body that does not decode."""
 
 
 class ProxyError(ConnectionError):
@@ -43,8 +36,7 @@ class ReplyTooLarge(ProtocolError):
 
 
 class UnknownCoding(ProtocolError):
-    """The body is in a Content-Encoding coinflip does not undo (br, zstd): the server ignored our
-    `Accept-Encoding: identity` and would again, so an error for its sample, not worth a retry."""
+    """A Content-Encoding coinflip does not undo, despite `Accept-Encoding: identity`: not retried."""
 
 
 DECODED = ("identity", "gzip", "deflate", "br", "zstd")  # what aiohttp undoes (br, zstd: with a package installed)
@@ -59,8 +51,7 @@ def unknown_coding(coding: str) -> UnknownCoding:
 
 
 def undecoded(exc: BaseException) -> UnknownCoding | None:
-    """aiohttp's refusal of a br or zstd body it could decode with a package that is not installed,
-    as ours; None for any other error."""
+    """aiohttp's refusal of a br or zstd body (its package not installed) as ours; else None."""
     found = _UNDECODED.search(str(getattr(exc, "message", "")))
     return unknown_coding(found.group(1)) if isinstance(exc, aiohttp.ClientResponseError) and found else None
 
@@ -74,22 +65,12 @@ def _mb(size: int) -> str:
     return f"{size / 1024 / 1024:g} MB"
 
 
-_BYTES_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
-_TEXT_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
 
-def json_values(text: bytes | str) -> int:
+def json_values(text: bytes) -> int:
     """At most how many values a JSON text holds: each but a container's first follows a comma."""
-    if isinstance(text, bytes):
-        return text.count(b"{") + text.count(b"[") + text.count(b",") + 1
-    return text.count("{") + text.count("[") + text.count(",") + 1
-
-
-def _without_strings(text: bytes | str) -> bytes | str:
-    """The text with each JSON string emptied, so that braces and commas inside them do not count."""
-    if isinstance(text, bytes):
-        return _BYTES_STRING.sub(b'""', text)
-    return _TEXT_STRING.sub('""', text)
+    return text.count(b"{") + text.count(b"[") + text.count(b",") + 1
 
 
 _HINT = "; raise max_reply_mb to keep such replies"
@@ -105,7 +86,8 @@ class Limits:
     def json(self, text: bytes | str) -> None:
         if len(text) < self.max_values:  # at most one value per character (plus one): nothing to count
             return
-        if json_values(text) > self.max_values and json_values(_without_strings(text)) > self.max_values:
+        raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+        if json_values(raw) > self.max_values and json_values(_STRING.sub(b'""', raw)) > self.max_values:
             raise ReplyTooLarge(
                 f"the reply holds more than {self.max_values} JSON values (one per {BYTES_PER_NODE} bytes of "
                 f"{_mb(self.max_body)}){_HINT}"
@@ -116,7 +98,6 @@ class Limits:
             raise ReplyTooLarge(f"the reply is {length} bytes, larger than {_mb(self.max_body)}{_HINT}")
 
     def events(self, count: int, size: int) -> None:
-        """Each event costs the same whatever its size: tiny ones are the costly kind of stream."""
         if count > FREE_EVENTS + size // BYTES_PER_EVENT:
             raise ReplyTooLarge(
                 f"the stream sent {count} events in {size} bytes; real streams' events average over "
@@ -125,8 +106,7 @@ class Limits:
 
 
 async def read_at_most(content: aiohttp.StreamReader, limit: int, already: int = 0) -> bytes:
-    """The rest of a body, in as many reads as it arrives in (one read gives what has come, not
-    all); ReplyTooLarge as soon as `already` bytes and these pass `limit`."""
+    """The rest of a body; ReplyTooLarge as soon as `already` bytes and these pass `limit`."""
     body = bytearray()
     async for piece in content.iter_any():
         body += piece
@@ -140,9 +120,8 @@ def within(size: int, limit: int) -> None:
 
 
 def check_framing(headers: Any) -> None:
-    """What aiohttp would read some way of its own fails the attempt instead: a Transfer-Encoding
-    other than chunked (read as if it ended the body), and a Content-Encoding of more than one
-    coding or of one it does not know (it would hand over the body still encoded)."""
+    """What aiohttp would read its own way fails instead: a Transfer-Encoding other than chunked, a
+    Content-Encoding in layers or unknown (handed over still encoded)."""
     if "Transfer-Encoding" in headers:
         transfer = ",".join(headers.getall("Transfer-Encoding"))
         if transfer.strip().lower() != "chunked":
@@ -158,8 +137,6 @@ def check_framing(headers: Any) -> None:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a URL points and how to get there: the arguments of every request sent there."""
-
     url: URL
     host: str
     port: int
@@ -169,8 +146,7 @@ class Target:
 
     @classmethod
     def parse(cls, url: str, headers: dict[str, str], proxy: str | None = None) -> Target:
-        """`proxy` (a URL) or else the environment's. The headers go with each request, never as
-        the session's defaults: aiohttp would add those to a CONNECT, handing the proxy the API key."""
+        """`proxy` or the environment's. Headers go per request: aiohttp adds session defaults to a CONNECT."""
         parsed = URL(url, encoded=True)
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ValueError(f"not an http(s) URL: {shown_url(url)}")
@@ -189,13 +165,12 @@ class Target:
 
     @property
     def secrets(self) -> list[str]:
-        """What of the proxy's credentials a proxy may echo: the password, and the Basic token."""
+        """What a proxy may echo of its credentials: the password, and the Basic token."""
         sent = {**self.options["headers"], **(self.options["proxy_headers"] or {})}.get("Proxy-Authorization")
         return basic_secrets(sent) if sent else []
 
 
 def proxy_for(url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
-    """The proxy the environment names for `url` and its credentials, or (None, None)."""
     named, host = getproxies().get(url.scheme), url.host or ""
     if not named or _loopback(host) or proxy_bypass(host):  # NO_PROXY, as aiohttp reads it
         return None, None
@@ -223,13 +198,12 @@ def _loopback(host: str) -> bool:
 
 
 def _never_resolves(host: str) -> bool:
-    """RFC 6761: `.invalid` names are never looked up; a resolver answers no at once."""
+    """RFC 6761: `.invalid` names are never looked up."""
     return host.lower().rstrip(".").endswith(".invalid") or host.lower() == "invalid"
 
 
 async def opens(target: Target, tls: ssl.SSLContext | None = None, limit: float = 2.0) -> bool:
-    """Whether a connection to the target, plain or (with `tls`) with a TLS handshake, opens within
-    `limit` seconds: the test that tells a wrong scheme from a server that is down."""
+    """Whether a connection (with `tls`: a handshake too) opens: a wrong scheme, or a server down."""
     try:
         opened = asyncio.open_connection(
             target.host, target.port, ssl=tls, server_hostname=target.host if tls else None
@@ -242,7 +216,6 @@ async def opens(target: Target, tls: ssl.SSLContext | None = None, limit: float 
 
 
 def refuse_invalid(target: Target) -> None:
-    """No look-up for a `.invalid` name, the server's or (when there is one) the proxy's."""
     unknown = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
     if target.proxy is not None and _never_resolves(target.proxy.host or ""):
         raise _unreachable(target, unknown)
@@ -256,7 +229,6 @@ def _unreachable(target: Target, reason: BaseException) -> ProxyError:
 
 
 def translated(exc: BaseException, target: Target, timeout: float) -> BaseException:
-    """aiohttp's exceptions as ours: what went wrong, in words a user can act on."""
     if isinstance(exc, ProtocolError | ProxyError | socket.gaierror):
         return exc
     if isinstance(exc, aiohttp.ClientHttpProxyError):
@@ -293,15 +265,14 @@ def translated(exc: BaseException, target: Target, timeout: float) -> BaseExcept
 
 
 def tls_like(exc: BaseException) -> bool:
-    """Whether a request that got no HTTP head failed as a plain request to a TLS server does: the
-    connection closed or reset (not refused), or a TLS record where the status line should be."""
+    """Failed as a plain request to a TLS server does: closed or reset (not refused), or a TLS record."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         return False
     return isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError) or tls_record(exc)
 
 
 def tls_record(exc: BaseException) -> bool:
-    """Whether what came instead of a status line starts as a TLS record does (alert or handshake)."""
+    """What came instead of a status line starts as a TLS record (alert or handshake)."""
     shown = _detail(exc.__cause__ or exc)
     return "b'\\x15\\x03" in shown or "b'\\x16\\x03" in shown
 
@@ -321,7 +292,6 @@ def _reason(exc: BaseException) -> str:
 
 
 def no_http(exc: BaseException, target: Target) -> str:
-    """One line for a target that takes connections but never answers HTTP over them."""
     where, hint = _where(target)
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
         how = "resets" if isinstance(exc, aiohttp.ClientOSError) else "closes"  # RST, or FIN
@@ -330,7 +300,6 @@ def no_http(exc: BaseException, target: Target) -> str:
 
 
 def _where(target: Target) -> tuple[str, str]:
-    """How a target is named in a line about its endpoint, and what to check."""
     where, hint = f"{'https' if target.tls else 'http'}://{target.authority}", "check --api-url"
     if target.proxy is not None:  # the proxy may be what failed: name it
         where += f" through proxy {target.proxy.host}:{target.proxy.port}"
@@ -338,8 +307,11 @@ def _where(target: Target) -> tuple[str, str]:
     return where, hint
 
 
+def connect_failure(exc: BaseException, target: Target, timeout: float) -> EndpointError:
+    return EndpointError(describe_connect_error(translated(exc, target, timeout), target, timeout))
+
+
 def describe_connect_error(exc: BaseException, target: Target, timeout: float) -> str:
-    """One line for a connection that could not be opened before the run."""
     where, hint = _where(target)
     if isinstance(exc, EndpointError):
         return str(exc)

@@ -8,11 +8,8 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class Request:
-    """One prompt to send; `question` lets the baselines solve it without a model.
-
-    `params` are body settings for this request alone (a repeat's seed); `repeat` is the first
-    repeat it answers (a request with n choices answers repeats repeat .. repeat + n - 1).
-    """
+    """One prompt; `question` lets the baselines solve it. `params`: body settings for this request
+    alone (a repeat's seed); `repeat`: the first repeat it answers (n choices: repeat .. repeat + n - 1)."""
 
     id: int
     prompt: str
@@ -24,19 +21,14 @@ class Request:
 
 
 class Unanswered(Exception):
-    """A backend that cannot answer a request now (a result file without its line, a budget that
-    does not reach): nothing is recorded, and the request stays owed for a resume."""
+    """A backend that cannot answer a request now: nothing is recorded, it stays owed for a resume."""
 
 
 @dataclass
 class Reply:
-    """A model's answer, or the error that stood in for it after the last retry.
-
-    `usage` holds whole numbers only (prompt_tokens, completion_tokens, total_tokens, and
-    reasoning_tokens where the server reports them). `logprobs` is one entry per generated
-    token: {"token": str, "logprob": float, "top": {token: logprob, ...}}. `more` holds the
-    other choices of a request that asked for n > 1.
-    """
+    """A model's answer, or the error that stood in for it after the last retry. `usage`: whole
+    numbers only; `logprobs`: per token {"token", "logprob", "top": {token: logprob}}; `more`: the
+    other choices of a request that asked for n > 1."""
 
     text: str | None
     reasoning: str | None = None
@@ -53,8 +45,6 @@ class Reply:
 
 
 class Model(Protocol):
-    """A backend: async so that many requests can be in flight at once."""
-
     name: str
 
     async def complete(self, request: Request) -> Reply: ...

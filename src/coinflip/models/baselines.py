@@ -17,9 +17,7 @@ class Baseline:
     def __init__(self, name: str, seed: int = 42, choices: int = 1) -> None:
         if name not in NAMES:
             raise ValueError(f"unknown baseline {name!r}")
-        self.name = name
-        self.seed = seed
-        self.choices = choices
+        self.name, self.seed, self.choices = name, seed, choices
 
     def answer(self, request: Request, repeat: int | None = None) -> str:
         if self.name == "oracle":

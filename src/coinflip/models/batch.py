@@ -1,15 +1,7 @@
-"""Batch mode as a model backend: each request awaits its answer from a batch.
-
-As inspect_ai's batcher (model/_providers/util/batch.py): `complete(request)` puts the request in
-the next batch and awaits its Reply; the runner knows nothing of batches. A batch is sent once a
-turn of the event loop adds no request; it is uploaded, created, polled until it ends, and its
-results downloaded and read. A failed line is sent again, up to RESENDS times (or online).
-
-Resumable at every step: batch/state.json is saved before each next step (ids -> file id -> batch
-id -> status -> results downloaded). A resumed request in a saved batch waits for it or reads its
-saved results: it is never sent again. Offline, `write_requests` writes what `vllm run-batch`
-reads, and `ResultsFile` answers from the file it writes.
-"""
+"""Batch mode as a model backend (as inspect_ai's batcher): `complete(request)` puts the request in
+the next batch (sent once a turn of the event loop adds none) and awaits its Reply. Resumable at
+every step: batch/state.json is saved before each next one, and a request in a saved batch is
+never sent again. Offline, `write_requests` writes what `vllm run-batch` reads, `ResultsFile` reads it."""
 
 from __future__ import annotations
 
@@ -42,20 +34,18 @@ STATUSES = ("validating", "in_progress", "finalizing", "cancelling", *ENDED)
 
 
 def custom_id(request: Request) -> str:
-    """Stable across runs: question, first repeat, and whether it is the forced follow-up."""
+    """Stable across runs."""
     return f"q{request.id}-r{request.repeat}" + ("-forced" if request.forced else "")
 
 
 def request_lines(model: str, mode: str, generation: dict[str, Any], requests: Iterable[Request]) -> Iterator[bytes]:
-    """Each request as a line of a batch input file, its body built as an online request's is."""
     generation, extra_body = split_generation(generation)
     for request in requests:
         yield request_line(custom_id(request), mode, request_body(model, mode, generation, request, False, extra_body))
 
 
 def write_requests(config: TaskConfig, generation: dict[str, Any], requests: Iterable[Request], hint: str) -> Any:
-    """Offline: the owed requests as one JSON Lines file for `vllm run-batch`; `hint`: the
-    command that then scores its results."""
+    """Offline: the owed requests as a file for `vllm run-batch`; `hint`: the command that scores it."""
     path = Path(str(config.batch_write)).expanduser()
     secret = secret_keys(generation.get("extra_body"))  # what the saved config masks, a request file would carry
     if secret:
@@ -77,9 +67,8 @@ def write_requests(config: TaskConfig, generation: dict[str, Any], requests: Ite
 def read_answers(
     paths: list[Path], wanted: set[str], mode: str, cap: int, redact: Redactor
 ) -> tuple[dict[str, Reply], Counter[str]]:
-    """The answers for `wanted` custom_ids in result files, read line by line, each line capped
-    (`capped_lines`); secrets masked. Two successful answers for one request are an error naming the
-    conflict: neither is chosen. Also counts the lines for other requests and the unreadable ones."""
+    """The answers for `wanted` custom_ids in result files, masked (two good ones: a conflict error),
+    and counts of the lines for other requests and the unreadable ones."""
     replies: dict[str, Reply] = {}
     counts: Counter[str] = Counter()
     for path in paths:
@@ -105,8 +94,7 @@ def _take(raw: bytes, mode: str, wanted: set[str], replies: dict[str, Reply], co
 
 
 class Submitted(msgspec.Struct):
-    """One batch as the run directory records it, each id saved the moment it exists; a saved
-    record is read as this declaration says (a run directory is not to be trusted)."""
+    """One batch as the run directory records it (read back as declared: it is not trusted)."""
 
     ids: Annotated[str, msgspec.Meta(pattern=r"^batch/requests-\d+\.ids$")]  # its custom_ids, one a line
     count: int
@@ -121,8 +109,7 @@ class State(msgspec.Struct):
 
 
 class _Gathering:
-    """Requests wait here for the next round; a round starts once a turn of the event loop adds
-    no request (the runner hands out every request at once, and forced turns all in one turn)."""
+    """Requests wait here for the next round, which starts once a turn of the event loop adds none."""
 
     gathers = True  # the runner hands this model every request at once
 
@@ -163,7 +150,6 @@ class _Gathering:
         raise NotImplementedError
 
     def _stop(self) -> bool:
-        """Cancel the rounds still going (a stop); whether there were any."""
         going = [task for task in self.rounds if not task.done()]
         for task in going:
             task.cancel()
@@ -171,8 +157,7 @@ class _Gathering:
 
 
 class ResultsFile(_Gathering):
-    """--batch-results: answers from a result file made elsewhere (`vllm run-batch -o FILE`); a
-    request it does not answer stays owed (Unanswered), for the next --batch-write."""
+    """--batch-results: answers from `vllm run-batch -o FILE`; one it lacks stays owed (Unanswered)."""
 
     def __init__(self, path: Path, mode: str, cap: int, redact: Redactor) -> None:
         super().__init__()
@@ -217,8 +202,7 @@ class BatchModel(_Gathering):
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
 
     async def start(self) -> None:
-        """Read the saved batches (a first batch: the folder made a real one, never a link), then
-        open the endpoint: a wrong one fails here, in one line."""
+        """Read the saved batches (the folder made a real one, never a link), then open the endpoint."""
         state = self.folder / "state.json"
         if self.folder.is_symlink():
             self.folder.unlink()
@@ -286,8 +270,7 @@ class BatchModel(_Gathering):
         return replies
 
     async def _submit(self, group: list[bytes]) -> Submitted:
-        """Upload and create one batch, saving each id the moment it exists. The lines stay in
-        memory (their bodies may hold a gateway's secrets); the run directory keeps their ids."""
+        """Upload and create one batch, saving each id as it exists (the lines, maybe with secrets, are not)."""
         name = f"requests-{len(self.batches) + 1:03d}.ids"
         ids = [str(json.loads(line)["custom_id"]) for line in group]
         with replacing(self.folder / name) as out:  # never into a FIFO or through a link left there
@@ -301,8 +284,7 @@ class BatchModel(_Gathering):
         return batch
 
     async def _create(self, batch: Submitted, resumed: bool = True) -> None:
-        """Create the batch from its uploaded file; a resumed one (killed while creating it) is
-        first looked for among the server's batches, not made again."""
+        """Create the batch from its file; a resumed one is first looked for among the server's batches."""
         assert batch.file_id is not None
         found = await self.api.find(batch.file_id) if resumed else None
         if found is None:
@@ -312,23 +294,19 @@ class BatchModel(_Gathering):
         log.info("batch %s created from %s (%d requests)", batch.batch_id, batch.file_id, batch.count)
 
     async def _poll(self, batches: list[Submitted]) -> None:
-        """Poll every open batch until it ends; one whose status is no Batch API status for
-        --patience seconds ends the run (resumable: the batch is saved)."""
+        """Poll every open batch until it ends; an unknown status for --patience seconds ends the run."""
         strange: dict[str, float] = {}
         while True:
             for batch in batches:
                 if batch.batch_id is None:
                     await self._create(batch)
-                if not batch.collected and (batch.status not in ENDED or batch.batch_id not in self.info):
-                    found = await self.api.retrieve(str(batch.batch_id))
-                    self.info[str(batch.batch_id)] = found
+                bid = str(batch.batch_id)
+                if not batch.collected and (batch.status not in ENDED or bid not in self.info):
+                    found = self.info[bid] = await self.api.retrieve(bid)
                     batch.status = str(found.get("status"))
                     if batch.status in STATUSES:
-                        strange.pop(str(batch.batch_id), None)
-                    elif (
-                        time.monotonic() - strange.setdefault(str(batch.batch_id), time.monotonic())
-                        > self.config.patience
-                    ):
+                        strange.pop(bid, None)
+                    elif time.monotonic() - strange.setdefault(bid, time.monotonic()) > self.config.patience:
                         raise EndpointBroken(
                             f"batch {batch.batch_id}: its status {repr(found.get('status'))[:40]} is none the Batch "
                             f"API has, for {self.config.patience:g} s (--patience); the batch is saved"
@@ -339,8 +317,7 @@ class BatchModel(_Gathering):
             await asyncio.sleep(self.config.batch_poll_s)
 
     async def _collect(self, batch: Submitted, wanted: set[str]) -> dict[str, Reply]:
-        """Download the batch's results (once: a resume reads them from the folder) and read the
-        answers for `wanted`; one the results lack is an error saying why."""
+        """Download the batch's results once, and read the answers for `wanted` (missing: an error why)."""
         info = self.info.get(str(batch.batch_id), {})
         name = safe_name(str(batch.batch_id))  # the server's id: never a path (../) out of the run
         paths = {key: self.folder / f"{name}.{key}.jsonl" for key in ("output", "error")}
@@ -382,7 +359,7 @@ class BatchModel(_Gathering):
 
 
 def _turnaround(info: dict[str, Any]) -> float:
-    """Seconds from the batch's creation to its end, as the server dates them (else 0)."""
+    """Seconds from the batch's creation to its end, as the server dates them."""
     start = info.get("created_at")
     ends = [info.get(f"{s}_at") for s in ENDED]
     end = max((e for e in ends if isinstance(e, int | float) and not isinstance(e, bool)), default=None)

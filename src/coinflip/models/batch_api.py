@@ -1,13 +1,6 @@
-"""The OpenAI Batch API from the client's side: the line format, and the few calls a batch needs.
-
-A request line is `{"custom_id", "method", "url", "body"}`, the body an online request's. A
-result line (the API's output or error file, or `vllm run-batch`'s) is `{"custom_id", "response":
-{"status_code", "body"}, "error"}`; its body goes through the online `parse_body`, so a batch
-answer and an online one are the same Reply. Lines come in any order, joined by `custom_id`.
-
-The calls go through the run's HTTP client (`_http.ConnectionPool`: proxies, headers, one-line
-errors); 429, 5xx and dropped connections are retried, any other refusal ends the run.
-"""
+"""The OpenAI Batch API from the client's side: request lines `{"custom_id", "method", "url", "body"}`,
+result lines `{"custom_id", "response": {"status_code", "body"}, "error"}` read through the online
+`parse_body`, and the few calls a batch needs (429, 5xx and dropped connections retried)."""
 
 from __future__ import annotations
 
@@ -21,22 +14,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import aiohttp
+
 from .._files import replacing
 from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
-from ._http import (
-    DEFAULT_MAX_BODY,
-    ConnectionPool,
-    ReplyTooLarge,
-    UnknownCoding,
-    check_framing,
-    merge_headers,
-    read_at_most,
-    tls_like,
-    undecoded,
-)
+from ._http import DEFAULT_MAX_BODY, ConnectionPool, merge_headers
 from ._redact import Redactor
 from ._replies import BadReply, load_json, one_line, parse_body, server_message
+from ._wire import ReplyTooLarge, UnknownCoding, check_framing, read_at_most, tls_like, undecoded
 from .base import Reply
 from .openai_api import endpoint_url, retry_after
 
@@ -49,7 +35,7 @@ CALL_RETRIES = 6
 
 
 class _Gone(Exception):
-    """A 404 where the caller expects one: the server no longer has the batch or file."""
+    """A 404 where the caller expects one."""
 
 
 def request_line(custom_id: str, mode: str, body: dict[str, Any]) -> bytes:
@@ -81,9 +67,7 @@ _CUSTOM_ID = re.compile(rb'"custom_id"\s*:\s*"([A-Za-z0-9_.:-]{1,200})"')
 
 
 def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
-    """A result line as (custom_id, Reply); a failed line is a Reply with its error, and so is a
-    line that is not readable JSON (invalid UTF-8, a 5,000-digit number) where its custom_id can
-    still be read. None: the line is not a result line at all."""
+    """A result line as (custom_id, Reply), a failed or unreadable one with its error; None: no result line."""
     try:
         data = load_json(raw)
     except BadReply as exc:
@@ -111,8 +95,7 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
 
 
 def capped_lines(handle: BinaryIO, cap: int) -> Iterator[bytes]:
-    """The lines of a result file, each read with at most `cap` bytes held: a longer one is
-    skipped, and stands as a short error line for its custom_id (read from its start)."""
+    """The lines of a result file, at most `cap` bytes held: a longer one becomes a short error line."""
     while line := handle.readline(cap + 1):
         if len(line) <= cap or line.endswith(b"\n"):
             yield line
@@ -126,19 +109,13 @@ def capped_lines(handle: BinaryIO, cap: int) -> Iterator[bytes]:
 
 
 class BatchAPI:
-    """Files and batches at one endpoint; use as an async context manager."""
+    """Files and batches at one endpoint, as an async context manager; `max_body`: the most bytes read
+    of an answer, an error's, or a result file's line."""
 
     def __init__(
-        self,
-        url: str,
-        api_key: str | None,
-        generation: dict[str, Any],
-        timeout: float,
-        secrets: list[str | None],
-        max_body: int = DEFAULT_MAX_BODY,
-        retries: int = CALL_RETRIES,
-    ) -> None:
-        """`max_body`: the most bytes of an answer, an error's, or a result file's line, read."""
+        self, url: str, api_key: str | None, generation: dict[str, Any], timeout: float, secrets: list[str | None],
+        max_body: int = DEFAULT_MAX_BODY, retries: int = CALL_RETRIES,
+    ) -> None:  # fmt: skip
         parts = urlsplit(endpoint_url(url, "chat", generation.get("extra_query")))  # the API's root: …/v1
         self.base = urlunsplit((parts.scheme, parts.netloc, parts.path[: -len("/chat/completions")], "", ""))
         self.query = parts.query
@@ -149,18 +126,17 @@ class BatchAPI:
         self.timeout = timeout
         self.retries = retries
         self.pool = ConnectionPool(merge_headers(headers), timeout, max_body=max_body)
-        self.redact = Redactor([*secrets, *self.pool.proxy_secrets([url])])
+        self.redact = Redactor([*secrets, *self.pool.proxy_secrets(url)])
 
     async def __aenter__(self) -> BatchAPI:
-        """A wrong endpoint (nothing listening, unknown host, TLS, proxy, no HTTP) fails here, in one line."""
+        """A wrong endpoint fails here, in one line."""
         try:
             await self.pool.check(self._url("/files"))
             await self.pool.answers(self._url("/files"))
-        except FatalAPIError as exc:  # a proxy's error may echo its credentials
+        except BaseException as exc:
             await self.pool.aclose()
-            raise type(exc)(self.redact(str(exc))) from None
-        except BaseException:
-            await self.pool.aclose()
+            if isinstance(exc, FatalAPIError):  # a proxy's error may echo its credentials
+                raise type(exc)(self.redact(str(exc))) from None
             raise
         return self
 
@@ -171,8 +147,6 @@ class BatchAPI:
         return f"{self.base}{path}" + (f"?{self.query}" if self.query else "")
 
     async def upload(self, content: bytes, name: str) -> str:
-        import aiohttp
-
         def form() -> Any:
             data = aiohttp.FormData()
             data.add_field("purpose", "batch")
@@ -188,15 +162,14 @@ class BatchAPI:
         return found
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
-        """The batch; one the server no longer knows (404) comes back as status `lost`."""
+        """The batch; one the server no longer knows (404) has status `lost`."""
         try:
             return await self._call("GET", f"/batches/{quote(batch_id, safe='')}", gone=(404,))
         except _Gone:
             return {"id": batch_id, "status": LOST}
 
     async def find(self, file_id: str) -> dict[str, Any] | None:
-        """A batch already made from this input file (a run killed while creating it), if any. A
-        server that does not list batches (404, 405) cannot tell: said in one line, and None."""
+        """A batch already made from this input file (a run killed while creating it), if any."""
         try:
             listed = await self._call("GET", "/batches", params={"limit": 100}, gone=(404, 405))
         except _Gone as exc:
@@ -210,8 +183,7 @@ class BatchAPI:
         return None
 
     async def download(self, file_id: str, dest: Path) -> bool:
-        """A result file's content, into `dest` through a temporary file (never half a file), each
-        line capped (`capped_lines`) and its secrets masked; False when the server no longer has it."""
+        """A result file into `dest` (via a temporary file), lines capped and masked; False when gone."""
         tmp = dest.with_name(dest.name + ".part")
         try:
             tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
@@ -228,8 +200,7 @@ class BatchAPI:
         return True
 
     def _id_of(self, found: dict[str, Any], call: str) -> str:
-        """The id the server gave a file or batch it made: text, or the server is no Batch API (a
-        KeyError's traceback was all it said)."""
+        """The id the server gave what it made: text, or the server is no Batch API."""
         server_id = found.get("id")
         if not isinstance(server_id, str) or server_id in ("", ".", ".."):
             shown = one_line(repr(found), 200)
@@ -237,19 +208,10 @@ class BatchAPI:
         return server_id
 
     async def _call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        form: Any = None,
-        into: Path | None = None,
-        gone: tuple[int, ...] = (),
-        params: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """One call, retried on 429, 5xx and dropped connections; other refusals are fatal
-        (a status in `gone` raises _Gone)."""
-        import aiohttp
-
+        self, method: str, path: str, body: Any = None, form: Any = None, into: Path | None = None,
+        gone: tuple[int, ...] = (), params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """One call, retried on 429, 5xx and dropped connections; others are fatal (`gone`: _Gone)."""
         message, url = "", self._url(path)
         target = self.pool.target(url)  # its options: headers per request, proxy from the environment
         for attempt in range(self.retries + 1):
@@ -289,14 +251,11 @@ class BatchAPI:
         raise EndpointBroken(self.redact(one_line(f"the Batch API did not answer: {message}")))
 
     async def _body(self, response: Any) -> bytes:
-        """An answer's body: at most `max_body` bytes (ReplyTooLarge), within --timeout
-        (TimeoutError). The session's timeouts bound only the gap between reads, since a file's
-        content may take longer; a JSON answer that drips under the cap would take hours."""
+        """At most `max_body` bytes within --timeout (the session's timeouts bound only gaps: files)."""
         return await asyncio.wait_for(read_at_most(response.content, self.pool.limits.max_body), self.timeout)
 
     async def _error_detail(self, response: Any) -> str:
-        """What an error answer says, from at most `max_body` bytes of it, read within --timeout:
-        an endless body is cut off there, and the answer's status still decides what happens."""
+        """What an error answer says, from at most `max_body` bytes of it read within --timeout."""
         try:
             return server_message(await self._body(response))
         except ReplyTooLarge as exc:
@@ -305,9 +264,7 @@ class BatchAPI:
             return f"its body did not end within {self.timeout:g} s"
 
     async def _read(self, response: Any, into: Path | None, call: str) -> dict[str, Any]:
-        """A JSON answer, of at most `max_body` bytes (EndpointBroken at once when larger: no retry
-        would make it smaller) within --timeout (TimeoutError: retried), or a file's content
-        streamed to `into`."""
+        """A JSON answer (too large: EndpointBroken, no retry), or a file's content streamed to `into`."""
         if into is not None:
             with into.open("wb") as handle:
                 async for chunk in response.content.iter_chunked(1 << 16):

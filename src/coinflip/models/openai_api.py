@@ -1,26 +1,15 @@
 """OpenAI-compatible chat (or text) completions: many requests in flight, retried with care.
 
-Every attempt waits for a slot at the endpoint's `Limiter` (limits.py). A refusal (429, 503/529
-"overloaded") slows it down and waits its turn again, using none of --retries; the run's
-patience bounds the waiting (EndpointBroken, exit 1, resumable). Other 5xx, timeouts, dropped
-connections, framing errors, malformed bodies and empty choices are retried (exponential
-backoff with jitter, honouring Retry-After). Never retried: 400, 401, 403, 404, 413 and 422
-(FatalAPIError, exit 2, with the server's message); a wrong endpoint (EndpointError, exit 2:
-`start()` opens the first connection and asks for an HTTP answer before the run, so nothing
-listening, an unknown host, an untrusted certificate, a proxy that is down or a port that
-speaks no HTTP fail in seconds; so do a 407 and a redirect other than a 307/308 to the same
-origin); a reply too large or in a coding coinflip does not undo (an error for its sample).
-`start()` also keeps to the number of requests a server publishes it serves at once.
-
-Early stop: when the last K requests (K = in flight, 3 to 8) all failed the same way (digits
-aside) after their retries, the endpoint is broken, not a sample: EndpointBroken (exit 1).
-Latency is the model's time: the attempt that succeeded. Errors keep what the server said
-("HTTP 500: <its message>"); every secret the run holds is masked in them (`_redact.py`).
-"""
+Every attempt waits for a slot at the endpoint's `Limiter`. A refusal (429, 503/529) slows it and
+waits again, using none of --retries (bounded by --patience: EndpointBroken). Other 5xx, timeouts,
+dropped connections and malformed bodies are retried with backoff; 400/401/403/404/413/422 are
+FatalAPIError; a wrong endpoint fails at `start()` with EndpointError. The last K failures all alike
+(digits aside) mean a broken endpoint (EarlyStop). Every secret the run holds is masked in errors."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import random
@@ -34,20 +23,14 @@ import msgspec
 from ..config import KEY_AGAIN
 from ..errors import EndpointBroken, EndpointError, FatalAPIError
 from ..secrets import run_secrets, shown_url
-from ._http import (
-    DEFAULT_MAX_BODY,
-    ConnectionPool,
-    ReplyTooLarge,
-    Response,
-    UnknownCoding,
-    merge_headers,
-)
+from ._http import DEFAULT_MAX_BODY, ConnectionPool, Response, merge_headers
 from ._redact import Redactor
 from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
 from ._request import endpoint_url as endpoint_url  # batch_api.py and run/batch.py take these from here
 from ._request import published_slots, redirect, refused_redirect, web_page
 from ._request import request_body as request_body
 from ._request import split_generation as split_generation
+from ._wire import ReplyTooLarge, UnknownCoding
 from .base import Reply, Request
 from .limits import Limiter, Traffic
 
@@ -75,8 +58,7 @@ class RetryableError(Exception):
 
 
 class EarlyStop:
-    """The last `needed` final outcomes all errors of one kind (digits aside): a broken endpoint,
-    whether it never worked or died mid-run."""
+    """The last `needed` final outcomes all errors of one kind (digits aside): a broken endpoint."""
 
     def __init__(self, needed: int) -> None:
         self.needed = needed
@@ -86,48 +68,31 @@ class EarlyStop:
         self.recent.append(None)
 
     def failure(self, message: str) -> bool:
-        """True when this failure completes the pattern."""
         self.recent.append(re.sub(r"\d+(\.\d+)?", "#", message))
         return len(self.recent) == self.needed and len(set(self.recent)) == 1 and self.recent[0] is not None
 
 
 class OpenAIClient:
-    """One model behind one endpoint, over chat completions or plain completions (`mode`).
-    Replicas of a model belong behind a load balancer (nginx, LiteLLM) or vLLM's data parallelism."""
+    """One model behind one endpoint, over chat completions or plain completions (`mode`)."""
 
     def __init__(
-        self,
-        model: str,
-        url: str,
-        api_key: str | None = None,
-        generation: dict[str, Any] | None = None,
-        timeout: float = 120.0,
-        retries: int = 5,
-        concurrency: int = 32,
-        backoff_base: float = BACKOFF_BASE,
-        mode: str = "chat",
-        stream: bool = False,
-        max_reply_bytes: int = DEFAULT_MAX_BODY,
-        patience: float = 300.0,
-    ) -> None:
+        self, model: str, url: str, api_key: str | None = None, generation: dict[str, Any] | None = None,
+        timeout: float = 120.0, retries: int = 5, concurrency: int = 32, backoff_base: float = BACKOFF_BASE,
+        mode: str = "chat", stream: bool = False, max_reply_bytes: int = DEFAULT_MAX_BODY, patience: float = 300.0,
+    ) -> None:  # fmt: skip
         generation = dict(generation or {})
         extra_headers = {str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()}
-        self.name = model
-        self.mode = mode
-        self.stream = stream
+        self.name, self.mode, self.stream, self.patience = model, mode, stream, patience
         self.url = endpoint_url(url, mode, generation.get("extra_query"))
         self.limiter = Limiter(concurrency)
-        self.patience = patience
         self.last_success = time.monotonic()  # counted from the start: patience bounds a run that never answers too
         self.trouble = False  # a refusal or failure since the last success
         self.last_word = ""  # the latest failure, as the server said it
-        self.holding = 0  # requests held back by a limit now (not by --eval-batch-size)
-        self.held_since = 0.0
+        self.holding, self.held_since = 0, 0.0  # requests held back by a limit now (not by --eval-batch-size)
         self.waited_s = 0.0  # wall time during which some request was held back by a limit
         self._freed: asyncio.Future[None] | None = None
         self.generation, self.extra_body = split_generation(generation)
-        self.retries = retries
-        self.backoff_base = backoff_base
+        self.retries, self.backoff_base = retries, backoff_base
         self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
         self.answered = False  # any reply yet: before one, a web page means a wrong --api-url
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
@@ -139,11 +104,10 @@ class OpenAIClient:
         self._pool = ConnectionPool(
             merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes, sink=lambda: StreamReply(mode)
         )
-        self.redact = Redactor([*run_secrets(api_key, generation, url), *self._pool.proxy_secrets([self.url])])
+        self.redact = Redactor([*run_secrets(api_key, generation, url), *self._pool.proxy_secrets(self.url)])
 
     async def start(self) -> None:
-        """Open the first connection to every replica now (kept for the first request): a wrong
-        endpoint fails here, in seconds, with EndpointError."""
+        """Open the first connection now: a wrong endpoint fails here, in seconds, with EndpointError."""
         try:
             await self._pool.check(self.url)
             slots = await published_slots(self._pool, self.url)
@@ -166,7 +130,7 @@ class OpenAIClient:
         while True:
             sent, done_before = await self._slot()
             attempts += 1
-            limiter, wait, outcome, reply = self.limiter, None, "failed", None
+            wait, outcome, reply = None, "failed", None
             try:
                 reply = await self._attempt(self.url, body)
                 outcome = "ok"
@@ -176,14 +140,13 @@ class OpenAIClient:
             except (ReplyTooLarge, UnknownCoding) as exc:
                 message, status = str(exc), None
                 outcome = "final"
-            except TimeoutError as exc:  # one class since Python 3.11
-                message, status, outcome = f"{type(exc).__name__}: {exc}".rstrip(": "), None, "timeout"
-            except OSError as exc:
+            except OSError as exc:  # TimeoutError included
                 message, status = f"{type(exc).__name__}: {exc}".rstrip(": "), None
+                outcome = "timeout" if isinstance(exc, TimeoutError) else "failed"
             except FatalAPIError as exc:
                 raise type(exc)(self.redact(str(exc))) from None
             finally:
-                self._settle(limiter, outcome, sent, wait, reply, done_before)
+                self._settle(outcome, sent, wait, reply, done_before)
             if reply is not None:
                 reply.latency_s = time.monotonic() - sent  # the model's time: not the wait, not the failures
                 reply.attempts = attempts
@@ -197,14 +160,11 @@ class OpenAIClient:
             failures += 1
             if outcome == "final" or failures > self.retries:
                 return self._failed(message, status, sent, attempts)
-            limiter.traffic.retried += 1
+            self.limiter.traffic.retried += 1
             await asyncio.sleep(self._delay(failures, wait))
 
-    def _settle(
-        self, limiter: Limiter, outcome: str, sent: float, wait: float | None, reply: Reply | None, done_before: int
-    ) -> None:
-        """Tell the endpoint's limiter how an attempt ended, and wake the requests waiting on it."""
-        now = time.monotonic()
+    def _settle(self, outcome: str, sent: float, wait: float | None, reply: Reply | None, done_before: int) -> None:
+        limiter, now = self.limiter, time.monotonic()
         self.trouble = outcome != "ok"
         if outcome == "ok":
             usage = reply.usage if reply is not None else None
@@ -221,8 +181,7 @@ class OpenAIClient:
         self._freed = None
 
     async def _slot(self) -> tuple[float, int]:
-        """Wait until the endpoint may take a new request (its level, pause and pace allow it).
-        Returns the moment the request goes, and how many requests it had answered by then."""
+        """Wait until the limiter lets a request go; when it goes, and how many had succeeded by then."""
         limiter, now = self.limiter, time.monotonic()
         counted = False  # held by a limit, not by the setting (--eval-batch-size): counted in waited_s
         try:
@@ -239,7 +198,6 @@ class OpenAIClient:
         return now, limiter.traffic.succeeded
 
     def _held(self, was: bool, now_held: bool, now: float) -> bool:
-        """Count the wall time during which some request is held back by a limit."""
         if now_held != was:
             self.holding += 1 if now_held else -1
             if now_held and self.holding == 1:
@@ -249,8 +207,6 @@ class OpenAIClient:
         return now_held
 
     def _check_patience(self, now: float) -> None:
-        """Nothing has succeeded for `patience` seconds while the endpoint refused or failed: stop
-        (resumable) rather than wait without end."""
         if self.trouble and now - self.last_success > self.patience:
             raise EndpointBroken(
                 f"no request has succeeded for {self.patience:g} s (patience), the endpoint still "
@@ -258,10 +214,8 @@ class OpenAIClient:
             )
 
     def traffic(self) -> Traffic:
-        """What went to the endpoint and came back, and how long requests were held back."""
-        total = Traffic().add(self.limiter.traffic)
-        total.waited_s = self.waited_s + (time.monotonic() - self.held_since if self.holding else 0.0)
-        return total
+        waited = self.waited_s + (time.monotonic() - self.held_since if self.holding else 0.0)
+        return dataclasses.replace(self.limiter.traffic, waited_s=waited)
 
     def _failed(self, message: str, status: int | None, sent: float, attempts: int) -> Reply:
         message = self.redact(one_line(message))
@@ -322,8 +276,7 @@ class OpenAIClient:
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header as RFC 9110 defines it (ASCII digits, or an HTTP
-    date; anything else, `1_0` or `1.5` say, is no Retry-After), capped at a minute."""
+    """A Retry-After as RFC 9110 has it (ASCII digits or an HTTP date, not `1.5`), capped at a minute."""
     if value is None:
         return None
     if value.isascii() and value.isdigit():
@@ -341,8 +294,7 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
 def limit_wait(headers: Any) -> float | None:
-    """How long a refusal asks to wait: retry-after-ms, Retry-After (seconds or an HTTP date), or
-    OpenAI's x-ratelimit-reset-requests/-tokens ("1s", "6m0s", "20ms"; the sooner of the two)."""
+    """retry-after-ms, Retry-After, or the sooner of OpenAI's x-ratelimit-reset-requests/-tokens."""
     try:
         ms = float(headers.get("retry-after-ms", "nan"))
     except ValueError:
@@ -358,7 +310,7 @@ def limit_wait(headers: Any) -> float | None:
 
 
 def _duration(value: str | None) -> float | None:
-    """A Go-style duration as OpenAI writes its reset headers: 1s, 6m0s, 20ms, 1h2m3.5s."""
+    """A Go-style duration, as OpenAI's reset headers: 1s, 6m0s, 20ms, 1h2m3.5s."""
     if not value:
         return None
     text = value.strip().lower()

@@ -1,11 +1,7 @@
-"""Model stage: send every pending request with N in flight and hand the replies on as they land.
-
-Workers pull from one shared iterator, so a slow or retried request holds up nobody else.
-A worker sends its next request before anything is done with the reply it just got: the
-replies that land in one turn of the event loop are handed on together, right after, so
-bookkeeping (writing, progress) never sits between a reply and the next request.
-A fatal server answer (bad key, unknown model) cancels the rest and propagates at once.
-"""
+"""Send every pending request with N in flight and hand the replies on as they land. Workers pull
+from one shared iterator; the replies that land in one turn of the event loop are handed on
+together, after the next requests went, so bookkeeping never delays a request. A fatal answer
+cancels the rest at once."""
 
 from __future__ import annotations
 
@@ -23,16 +19,12 @@ FollowUp = Callable[[T, Request, Reply], list[tuple[T, Request]]]
 
 
 class Gate(Protocol):
-    """Holds each request until it may go (--max-cost's budget), and hears what it cost."""
-
     async def admit(self, request: Request) -> bool: ...
 
     def settle(self, request: Request, reply: Reply) -> None: ...
 
 
 class _Flow(Generic[T]):
-    """What the workers share: the replies landed and not yet handed on, and whether handing on failed."""
-
     def __init__(
         self, model: Model, on_replies: Callable[[Landed[T]], None], follow_up: FollowUp[T] | None, gate: Gate | None
     ) -> None:
@@ -53,9 +45,8 @@ class _Flow(Generic[T]):
                     self.failed.set_exception(exc)
 
     async def send(self, queue: list[tuple[T, Request]]) -> bool:
-        """`queue` and the follow-ups of its replies, one after the other (side by side for a
-        model that gathers requests: the n choices' forced answers go in one batch); False when
-        the gate refused a request, which ends the worker."""
+        """`queue` and its replies' follow-ups (side by side for a model that gathers: one batch);
+        False when the gate refused a request, which ends the worker."""
         helpers: list[asyncio.Task[bool]] = []
         try:
             while queue and not self.failed.done():
@@ -86,18 +77,12 @@ class _Flow(Generic[T]):
 
 
 async def run_requests(
-    model: Model,
-    work: Iterable[tuple[T, Request]],
-    concurrency: int,
-    on_replies: Callable[[Landed[T]], None],
-    follow_up: FollowUp[T] | None = None,
-    gate: Gate | None = None,
-) -> None:
-    """`work` pairs each request with whatever the caller needs back (its record); read lazily.
-    `on_replies` gets every reply exactly once, in batches, also when the run is cancelled.
-    `follow_up` may ask, right after a reply, for more requests about the same sample (a forced
-    answer); the same worker sends them before it takes new work. A request `gate` refuses ends its worker.
-    """
+    model: Model, work: Iterable[tuple[T, Request]], concurrency: int, on_replies: Callable[[Landed[T]], None],
+    follow_up: FollowUp[T] | None = None, gate: Gate | None = None,
+) -> None:  # fmt: skip
+    """`work` pairs each request with what the caller needs back, read lazily. `on_replies` gets
+    every reply once, in batches, also on cancel. `follow_up` may ask for more requests about a
+    sample (a forced answer), sent by the same worker first. A request `gate` refuses ends its worker."""
     pending = iter(work)
     flow = _Flow(model, on_replies, follow_up, gate)
 
