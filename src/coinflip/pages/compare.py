@@ -1,9 +1,5 @@
-"""Compare runs on the same data: a leaderboard that tells runs apart, and paired McNemar tests
-on the shared questions (the statistics live in scoring/paired.py).
-
-Arguments may be run directories or work directories (every run below them); runs that cannot
-be compared (no report yet, unreadable files) are skipped with a note, not a crash.
-"""
+"""`coinflip compare`: a leaderboard per group of runs that share questions, with paired McNemar
+tests (scoring/paired.py), printed and written as compare.md and compare.json."""
 
 from __future__ import annotations
 
@@ -23,7 +19,7 @@ from ..scoring.paired import pair
 from . import markdown
 from .board import label, row, size, write_whole
 from .catalog import Found, read_answers, read_run, scan
-from .html import fmt, render_template
+from .html import fmt
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,6 @@ def _usable(found: Found) -> tuple[Run | None, str]:
 
 
 def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
-    """The runs named by `paths` (run or work directories), and a note for each folder skipped."""
     runs: list[Run] = []
     notes: list[str] = []
     for given in paths:
@@ -71,11 +66,8 @@ def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
 
 
 def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
-    """Group the runs that can be compared, rank and test each group, and say why the rest were not.
-
-    Runs pair on the questions they share: a group holds the runs linked by shared questions on
-    the same data (with `force`, on any data). Two runs that share no question get no test and no
-    rank against each other, whatever their scores."""
+    """Runs linked by shared questions on the same data (with `force`, any data) form a group, ranked
+    and tested on its own; runs that share no question get no test or rank against each other."""
     runs, skipped = gather(paths)
     if len(runs) < 2:
         detail = f" ({_few(skipped, 2)})" if skipped else ""
@@ -116,7 +108,6 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
 
 
 def _swapped(st: dict[str, Any]) -> dict[str, Any]:
-    """The stats of (b, a) as stats of (a, b): only the one-sided counts change places."""
     return {**st, "only_a": st["only_b"], "only_b": st["only_a"]}
 
 
@@ -144,13 +135,11 @@ def _group_title(board: list[Run], n: int, total: int) -> str:
 
 
 def _few(items: list[str], keep: int = 3) -> str:
-    """At most `keep` items, then how many more: messages stay one short line."""
     shown = "; ".join(items[:keep])
     return shown + (f"; and {len(items) - keep} more" if len(items) > keep else "")
 
 
 def _left_out(runs: list[Run], alone: list[int], force: bool) -> list[str]:
-    """Runs in no group, one line per reason."""
     by_data = Counter(r.row["data"]["key"] for r in runs)
     only = [i for i in alone if by_data[runs[i].row["data"]["key"]] == 1 and not force]
     apart = [i for i in alone if i not in only]
@@ -187,8 +176,7 @@ def _nothing_to_compare(runs: list[Run], force: bool) -> str:
 
 
 def _unique_names(runs: list[Run]) -> None:
-    """Runs in different work directories may share a folder name: then their paths from the
-    folder that holds them all name them."""
+    """Runs of different work directories may share a folder name: then their common path names them."""
     names = [r.row["run"] for r in runs]
     if len(set(names)) == len(names):
         return
@@ -266,7 +254,6 @@ BOARD_HEAD = ("rank", "model", "run", "samples", "data", "template", "few-shot",
 
 
 def _board_cells(r: dict[str, Any]) -> list[str]:
-    """One leaderboard row as text cells, in the order of BOARD_HEAD."""
     return [
         str(r["rank"]),
         str(r["model"]),
@@ -310,50 +297,23 @@ def to_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
-def to_html(result: dict[str, Any]) -> str:
-    groups = []
-    for g in result["groups"]:
-        rows = []
-        for r in _in_group(result, "leaderboard", g["group"]):
-            cells = _board_cells(r)
-            rows.append({
-                "rank": cells[0], "model": cells[1], "run_id": cells[2], "samples": cells[3], "data": cells[4],
-                "template": cells[5], "few_shot": cells[6], "metrics": cells[7:-1], "invalid": cells[-1],
-            })  # fmt: skip
-        pairs = [_pair_cells(p) for p in _in_group(result, "pairs", g["group"])]
-        title = g["title"] if len(result["groups"]) > 1 else "Leaderboard"
-        groups.append({"title": title, "rows": rows, "pairs": pairs})
-    return render_template(
-        "compare.html",
-        warnings=result["warnings"],
-        groups=groups,
-        metrics=METRICS,
-        pair_head=PAIR_HEAD,
-        untested=_untested(result),
-        left_out=result.get("left_out", []) + result["skipped"],
-    )
-
-
 def write_files(result: dict[str, Any], out: Path) -> list[Path]:
-    files = {"compare.md": to_markdown(result), "compare.html": to_html(result)}
-    files["compare.json"] = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+    files = {"compare.md": to_markdown(result), "compare.json": json.dumps(result, indent=2, ensure_ascii=False) + "\n"}
     for name, content in files.items():  # compare/ may lie in a work directory someone else wrote
         write_whole(out / name, content, "choose another folder with --out")
     return [out / name for name in files]
 
 
 def default_out(result: dict[str, Any]) -> Path:
-    """compare/ beside the runs: in the work directory they share (their runs' parent), so one
-    comparison does not overwrite another of other runs."""
+    """compare/ in the work directory the runs share: one comparison does not overwrite another's."""
     parents = {str(Path(r["run"]).resolve().parent) for r in result["leaderboard"]}
     shared = os.path.commonpath(sorted(parents)) if parents else ""
     return Path(shared) / "compare" if shared and shared != "/" else Path("outputs") / "compare"
 
 
 def print_result(result: dict[str, Any], written: list[Path], console: Any = None) -> None:
-    """The terminal view; every user string goes in as plain text, never as rich markup. A number
-    or an id is never broken across lines: in a terminal the tables are at least as wide as their
-    longest word, elsewhere (a pipe, a CI log) as wide as they need, so nothing wraps."""
+    """Every user string goes in as plain text, never markup. No number or id breaks across lines: a
+    terminal's tables are as wide as their longest word, elsewhere (a pipe, a CI log) as they need."""
     from rich import box
     from rich.console import Console
     from rich.measure import Measurement
