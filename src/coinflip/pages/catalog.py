@@ -1,15 +1,8 @@
-"""Every run under a work directory, read defensively: what the index and `compare WORK_DIR` list.
+"""Every run under a work directory (a folder holding configs/task_config.yaml, at any depth), as
+a run, an incomplete run, a broken one or a foreign folder, never an exception.
 
-A run directory is any folder holding configs/task_config.yaml, at any depth (a `--no-timestamp`
-run is the work directory itself, and may hold timestamped runs too). Whatever is on disk, a
-folder ends up as a run, an incomplete run, a broken one or a foreign folder, never as an
-exception: reports are read through scoring/schema.py `read_report`, which keeps each field of
-its declared type and the fields other versions of coinflip write that this one does not know.
-
-A work directory is untrusted: only plain files inside their run folder are read (never a FIFO,
-a device, or a link out of the tree: `_files.open_regular`), each up to a size, and the walk
-follows no link out of the work directory and stops at a time budget. Another run's files can
-make that run broken, never slow or fail the command that reads them.
+A work directory is untrusted: only plain files inside their run folder are read, each up to a
+size (`_files.open_regular`), and the walk follows no link out and stops at a time budget.
 """
 
 from __future__ import annotations
@@ -56,8 +49,7 @@ class Found:
 
 
 def scan(work_dir: Path, budget_s: float = SCAN_BUDGET_S) -> list[Found]:
-    """Every run, incomplete, broken and foreign folder under `work_dir`, in path order; folders
-    not reached within `budget_s` seconds are listed as one broken entry."""
+    """Every folder found, in path order; those not reached within `budget_s` are one broken entry."""
     root = work_dir.expanduser()
     found: list[Found] = []
     _walk(root, root, 0, _Seen(time.monotonic() + budget_s), found)
@@ -66,7 +58,7 @@ def scan(work_dir: Path, budget_s: float = SCAN_BUDGET_S) -> list[Found]:
 
 @dataclass
 class _Seen:
-    """What the walk has visited (a folder reached twice through links is listed once), and when it must stop."""
+    """Folders visited (one reached twice through links is listed once), and when the walk must stop."""
 
     deadline: float
     folders: set[tuple[int, int]] = field(default_factory=set)
@@ -123,7 +115,6 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
 
 
 def _is_dir(entry: os.DirEntry[str], root: Path) -> bool:
-    """A folder to walk into: a real one, or a link to a folder inside the work directory."""
     try:
         return entry.is_dir() and (not entry.is_symlink() or inside(Path(entry.path), root))
     except OSError:
@@ -143,7 +134,7 @@ def _foreign_reason(folder: Path) -> str:
 
 
 def read_run(root: Path, folder: Path) -> Found:
-    """A run folder as a leaderboard row; never raises, whatever its files hold."""
+    """Never raises, whatever the folder holds."""
     rel = _rel(root, folder)
     try:
         saved = load_saved_config(folder, check=False)  # shown as text; rescore and resume check it
@@ -175,14 +166,12 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
     except UnreadableFile as exc:
         run.kind, run.reason = "broken", _short(exc)
         return run
+    where = f"reports/{run.model_dir}/{BENCHMARK}.json"
     if report is None:
-        run.kind, run.reason = (
-            "broken",
-            f"reports/{run.model_dir}/{BENCHMARK}.json is not valid JSON or not an object; `coinflip rescore` rewrites it",
-        )
+        run.kind, run.reason = "broken", f"{where} is not valid JSON or not an object; `coinflip rescore` rewrites it"
         return run
     if "metrics" not in report:
-        run.kind, run.reason = "broken", f"reports/{run.model_dir}/{BENCHMARK}.json holds no metrics"
+        run.kind, run.reason = "broken", f"{where} holds no metrics"
         return run
     run.report = report
     return run
@@ -197,7 +186,6 @@ def count_lines(path: Path, within: Path) -> int:
 
 
 def _lines(path: Path, within: Path | None) -> Iterator[bytes]:
-    """The lines of a plain file inside `within`, each read up to LINE_LIMIT bytes."""
     with open_regular(path, ROWS_LIMIT, within) as handle:
         yield from iter(lambda: handle.readline(LINE_LIMIT), b"")
 
@@ -208,7 +196,7 @@ def _short(exc: BaseException) -> str:
 
 
 def started(run: Found) -> str:
-    """When the run started: its report's own stamp if it has one, else its folder's name, else the file's time."""
+    """Its report's stamp, else its folder's name, else its config's file time."""
     for where in (run.report, run.report.get("provenance"), run.config):
         if isinstance(where, dict):
             for key in ("started_at", "started", "created", "date", "timestamp"):
@@ -227,18 +215,16 @@ def started(run: Found) -> str:
 
 @dataclass
 class Answers:
-    """A run's verdicts by question text, read from its reviews and predictions."""
-
-    correct: dict[str, bool]  # one verdict per question: its majority vote (scoring/reducers.py) is right
-    # question -> (id, answer, target, people) of its first row; the answer is its majority vote's
-    # where that is YES or NO, or "no majority" for several answers without one
+    correct: dict[str, bool]  # by question text: its majority vote (scoring/reducers.py) is right
+    # question -> (id, answer, target, people) of its first row; the answer is the majority vote's,
+    # or "no majority" for several answers without one
     first: dict[str, tuple[int, str, str, int]]
     predictions: Path
     offsets: dict[int, int]  # where each id's first line starts in the predictions file
     run: Path  # the run folder: the predictions file is read only inside it
 
     def replies(self, questions: Iterable[str]) -> dict[str, str]:
-        """The saved reply (or error) of each question's first row, read line by line where it is."""
+        """The saved reply (or error) of each question's first row."""
         out: dict[str, str] = {}
         try:
             handle = open_regular(self.predictions, ROWS_LIMIT, self.run)
@@ -260,7 +246,7 @@ class Answers:
 
 
 def read_answers(run: Found) -> Answers | None:
-    """None when the run's reviews or predictions cannot be read (the run is then left out of pairs)."""
+    """None when its reviews or predictions cannot be read (the run is then left out of pairs)."""
     from ..scoring.reducers import Votes
 
     try:
@@ -299,10 +285,8 @@ def _answer(review: Review) -> str:
 
 
 def _questions(path: Path, within: Path | None = None) -> tuple[dict[int, str], dict[int, int]]:
-    """Question text by id, and where each id's first line starts. A text that a data set holds
-    under several ids is several questions, as the report counts them: the second is keyed
-    "text (#2)" (by id order), so its answers get a verdict of their own rather than joining the
-    first's vote."""
+    """Question text by id, and where each id's first line starts. A text held under several ids is
+    several questions, as the report counts them: the second is "text (#2)", with a vote of its own."""
     questions: dict[int, str] = {}
     offsets: dict[int, int] = {}
     position = 0
