@@ -1,9 +1,5 @@
-"""Inline SVG charts: no JavaScript library, no network, readable in any browser.
-
-Each function here turns values into geometry (plain numbers and label text); the macros in
-templates/charts.html draw it, escaping every label. Values that are not finite numbers (a
-hand-edited report) are drawn as missing, never as an exception.
-"""
+"""Inline SVG charts: values become geometry here, templates/charts.html draws it. A value that is
+not a finite number (a hand-edited report) is drawn as missing."""
 
 from __future__ import annotations
 
@@ -21,10 +17,7 @@ def _unit(value: Any) -> float:
 
 
 def bars(series: list[tuple[str, str, list[Point]]], height: int = 180, title: str = "") -> dict[str, Any]:
-    """Vertical bars with interval whiskers, one group per label and one bar per series in it.
-
-    `series`: (name, colour, points); the points of every series share labels in order.
-    """
+    """Bars with interval whiskers; `series`: (name, colour, points), all with the same labels in order."""
     labels = [p[0] for p in series[0][2]] if series else []
     per = max(1, len(series))
     width = max(320, (30 * per + 16) * len(labels) + 50)
@@ -93,8 +86,7 @@ def histogram(values: list[float], unit: str, bins: int = 20) -> dict[str, Any]:
 
 
 def reliability(bins: Any, width: int = 340, height: int = 230) -> dict[str, Any]:
-    """Share of YES targets in each P(YES) bin, with the number of samples above each bar,
-    against the diagonal a calibrated model follows."""
+    """Share of YES targets per P(YES) bin, against the diagonal a calibrated model follows."""
     left, bottom, top, right = 36, 28, 18, 10
     w, h = width - left - right, height - top - bottom
 

@@ -112,21 +112,14 @@ def _swapped(st: dict[str, Any]) -> dict[str, Any]:
 
 
 def _components(n: int, links: list[tuple[int, int]]) -> list[list[int]]:
-    """Runs linked by shared questions, directly or through others (union-find)."""
-    parent = list(range(n))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    """Runs linked by shared questions, directly or through others, in order of their first run."""
+    groups = [{i} for i in range(n)]
     for a, b in links:
-        parent[root(a)] = root(b)
-    found: dict[int, list[int]] = {}
-    for i in range(n):
-        found.setdefault(root(i), []).append(i)
-    return list(found.values())
+        ga, gb = (next(g for g in groups if i in g) for i in (a, b))
+        if ga is not gb:
+            ga |= gb
+            groups.remove(gb)
+    return sorted(sorted(g) for g in groups)
 
 
 def _group_title(board: list[Run], n: int, total: int) -> str:

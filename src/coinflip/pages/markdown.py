@@ -1,7 +1,4 @@
-"""Markdown files (compare.md) written so that every value is text, by construction:
-markdown viewers render HTML and links, a `|` ends a table cell, a line break ends its row, and a
-list item that begins with `# ` is a heading. Every value a markdown file shows passes through
-`text`; tables are written by `table` only."""
+"""Markdown (compare.md) where every value is text: each passes `text`, tables are written by `table`."""
 
 from __future__ import annotations
 
@@ -24,9 +21,7 @@ _BLOCK = re.compile(r"#{1,6}(?=\s|$)|[+-](?=\s|$)|-{3,}|\d{1,9}(?=[.)](\s|$))")
 
 
 def text(value: Any) -> str:
-    """`value` as markdown text on one line: as a page shows it (`shown`), with `<`, `>` and `&`
-    as entities and every character markdown would read as syntax escaped, so each shows as
-    itself wherever it stands (a table cell, a heading, the start of a list item)."""
+    """One line, `shown`, with HTML as entities and markdown syntax escaped wherever it stands."""
     out = _UNDERSCORE.sub(r"\\_", html.escape(shown(value), quote=False).translate(_INLINE).strip())
     marker = _BLOCK.match(out)
     if marker is None:
@@ -36,7 +31,6 @@ def text(value: Any) -> str:
 
 
 def table(head: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """A markdown table whose separator row has as many cells as its header, every cell `text`."""
 
     def line(cells: Sequence[Any]) -> str:
         return "| " + " | ".join(text(c) for c in cells) + " |"

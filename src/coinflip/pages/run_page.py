@@ -1,10 +1,5 @@
-"""A self-contained HTML page per run: no CDN, no network, charts as inline SVG.
-
-The page is templates/run.html, rendered with autoescape: a reply holding <script>, or a config
-value someone edited into markup, is shown as text and runs nothing. This module only decides
-what to show. `render` takes the report through scoring/schema.py `checked`, so each field read
-here has its declared type or is missing (shown as "?" or not at all).
-"""
+"""A self-contained HTML page per run (templates/run.html): no network, charts as inline SVG. The
+report comes through scoring/schema.py `checked`: each field has its declared type or is missing."""
 
 from __future__ import annotations
 
@@ -48,7 +43,7 @@ def _kind(r: dict[str, Any]) -> str:
 
 
 def _forcing(r: dict[str, Any]) -> str:
-    """What the forced answer did for an invalid sample: recovered (right), wrong, still invalid, or ''."""
+    """What the forced answer did for an invalid sample: recovered, wrong, still invalid, or ''."""
     said = r.get("forced")
     if not r.get("invalid") or not isinstance(said, str) or said in ("", "none"):
         return ""
@@ -177,7 +172,6 @@ def _repeats(report: Report) -> dict[str, Any] | None:
 
 
 def _meta(report: Report) -> list[str]:
-    """The settings line under the title, one item each."""
     data, samples = report.get("dataset", {}), report.get("counts", {}).get("samples")
     subset, template, prov = report.get("subset", {}), report.get("template", {}), report.get("provenance", {})
     source = data.get("id") or data.get("path") or data.get("source")
@@ -203,7 +197,6 @@ def _meta(report: Report) -> list[str]:
 def context(
     report: Report, samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> dict[str, Any]:
-    """Everything the template shows, computed from the checked report and the listed samples."""
     ordered = sorted(samples, key=lambda pr: (bool(pr[1].get("correct")), _key(pr[1], "id"), _key(pr[1], "repeat")))
     rows = [_sample(p, r) for p, r in ordered]
     primary, forced = report.get("primary"), report.get("forced")
@@ -238,8 +231,7 @@ def context(
 
 
 def _most(counts: Mapping[str, Any], keep: int = 10) -> list[tuple[str, Any]]:
-    """The `keep` largest counts, then one line for the rest: a server may send a different
-    finish_reason with every reply, and the page lists kinds, not replies."""
+    """The `keep` largest, then one line for the rest: a server may send a new finish_reason per reply."""
     ranked = sorted(counts.items(), key=lambda kv: -(number(kv[1]) or 0.0))
     rest = ranked[keep:]
     if not rest:
@@ -249,9 +241,7 @@ def _most(counts: Mapping[str, Any], keep: int = 10) -> list[tuple[str, Any]]:
 
 
 def _extra(report: Report) -> list[list[str]]:
-    """Report fields other parts of coinflip add (requests, retries, tokens, cost): one line each
-    in the "More about this run" panel, whatever they hold, so a new field shows without a
-    change here."""
+    """Fields other parts of coinflip add (requests, cost...), one line each: a new one shows unchanged here."""
     known = {
         "benchmark", "model", "served_model", "run", "complete", "warnings", "notes", "metric_compat", "primary",
         "metrics", "intervals", "undefined", "counts", "by_people", "baselines", "invalid_reasons", "errors_top",
@@ -270,8 +260,7 @@ def _extra(report: Report) -> list[list[str]]:
 def render(
     report: Mapping[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> str:
-    """`report` as built or read (checked here, once); `samples`: (prediction, review) pairs to
-    list; `latency` and `tokens`: values for the histograms."""
+    """`samples`: (prediction, review) pairs to list; `latency`, `tokens`: values for the histograms."""
     return render_template("run.html", **context(checked(report), samples, latency, tokens))
 
 
