@@ -93,24 +93,20 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
         reason = f"looks like a run folder but has no {CONFIG_FILE}: another tool's output, or a run that never started"
         out.append(Found(folder, _rel(root, folder), "foreign", reason))
         return True
-    skip = RUN_PARTS if is_run else set()
-    if "sweep.json" in names or "probe.json" in names:
-        skip = skip | {"data"}  # a sweep's or a probe's generated sets
+    # a sweep's or probe's data/ holds the sets it generated
+    skip = (RUN_PARTS if is_run else set()) | ({"data"} if names & {"sweep.json", "probe.json"} else set())
     holds_runs = is_run
     empty: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        if entry.name.startswith((".", "__")) or entry.name in skip or not _is_dir(entry, root):
-            continue
-        if depth >= MAX_DEPTH:
+        if depth >= MAX_DEPTH or entry.name.startswith((".", "__")) or entry.name in skip or not _is_dir(entry, root):
             continue
         sub = Path(entry.path)
         if _walk(root, sub, depth + 1, seen, out):
             holds_runs = True
         elif not (sub / "compare.json").is_file():  # compare's own output is not foreign
             empty.append(sub)
-    if holds_runs or folder == root:
-        for sub in empty:  # the highest folder without runs is the one worth naming
-            out.append(Found(sub, _rel(root, sub), "foreign", _foreign_reason(sub)))
+    if holds_runs or folder == root:  # the highest folder without runs is the one worth naming
+        out += [Found(sub, _rel(root, sub), "foreign", _foreign_reason(sub)) for sub in empty]
     return holds_runs
 
 

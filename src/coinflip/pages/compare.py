@@ -73,12 +73,13 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
         detail = f" ({_few(skipped, 2)})" if skipped else ""
         raise ConfigError(f"compare needs at least two runs with reports, found {len(runs)}{detail}")
     _unique_names(runs)
-    stats = {
-        (a, b): pair(runs[a].correct, runs[b].correct).stats()
+    links = [
+        (a, b)
         for a, b in combinations(range(len(runs)), 2)
-        if force or runs[a].row["data"]["key"] == runs[b].row["data"]["key"]
-    }
-    members = _components(len(runs), [ab for ab, st in stats.items() if st["shared"] > 0])
+        if (force or runs[a].row["data"]["key"] == runs[b].row["data"]["key"])
+        and not runs[a].correct.keys().isdisjoint(runs[b].correct)
+    ]
+    members = _components(len(runs), links)
     groups = [m for m in members if len(m) > 1]
     if not groups:
         raise ConfigError(_nothing_to_compare(runs, force))
@@ -93,22 +94,15 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
         prefix = f"{title}: " if len(groups) > 1 else ""
         out["warnings"] += [prefix + w for w in warnings(board)]
         out["leaderboard"] += [{**_entry(rank[id(r)], r), "group": n} for r in board]
-        for a, b in combinations(board, 2):
-            ia, ib = runs.index(a), runs.index(b)
-            st = stats.get((min(ia, ib), max(ia, ib)))
-            if st is None:
-                continue
+        for a, b in combinations(board, 2):  # a group is on one data set (with --force, any): each pair counts
+            st = pair(a.correct, b.correct).stats()
             names = {"group": n, "a": a.label, "b": b.label, "a_rank": rank[id(a)], "b_rank": rank[id(b)]}
             if st["shared"]:
-                out["pairs"].append({**names, **st} if ia < ib else {**names, **_swapped(st)})
+                out["pairs"].append({**names, **st})
             else:
                 out["untested"].append({**names, "reason": "no shared question"})
     out["left_out"] = _left_out(runs, [m[0] for m in members if len(m) == 1], force)
     return out
-
-
-def _swapped(st: dict[str, Any]) -> dict[str, Any]:
-    return {**st, "only_a": st["only_b"], "only_b": st["only_a"]}
 
 
 def _components(n: int, links: list[tuple[int, int]]) -> list[list[int]]:
@@ -267,8 +261,9 @@ def _pair_cells(p: dict[str, Any], names: bool = True) -> list[str]:
     return [a, b, *counts, *tests]
 
 
-def _untested(result: dict[str, Any]) -> list[str]:
-    return [f"{u['a']} and {u['b']}: {u['reason']}, no test" for u in result.get("untested", [])]
+def _notes(result: dict[str, Any]) -> list[str]:
+    untested = [f"{u['a']} and {u['b']}: {u['reason']}, no test" for u in result.get("untested", [])]
+    return [*untested, *result.get("left_out", []), *result["skipped"]]
 
 
 def _in_group(result: dict[str, Any], key: str, n: int) -> list[dict[str, Any]]:
@@ -286,7 +281,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             lines += ["", "### Paired McNemar tests (shared questions)", ""]
             lines += markdown.table(PAIR_HEAD, [_pair_cells(p) for p in pairs])
     notes = [f"- **Warning:** {markdown.text(w)}" for w in result["warnings"]]
-    notes += [f"- {markdown.text(s)}" for s in _untested(result) + result.get("left_out", []) + result["skipped"]]
+    notes += [f"- {markdown.text(s)}" for s in _notes(result)]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
@@ -347,6 +342,6 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
         console.print(table)
     for warning in result["warnings"]:
         console.print(Text.assemble(("warning: ", "yellow"), one_line(warning)), soft_wrap=True)
-    for note in _untested(result) + result.get("left_out", []) + result["skipped"]:
+    for note in _notes(result):
         console.print(Text.assemble(("note: ", "cyan"), one_line(note)), soft_wrap=True)
     console.print(Text(one_line("wrote " + ", ".join(str(p) for p in written))), soft_wrap=True)

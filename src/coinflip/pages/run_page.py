@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import storage_error
+from ..errors import KEPT
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Forced, People, Report, checked
 from . import charts
-from .board import utf8
+from .board import details, write_whole
 from .html import ends, fmt, number, render_template, span
 
 if TYPE_CHECKING:
@@ -61,14 +61,12 @@ RESULT_LABELS = {
 
 def _sample(p: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     kind, forcing = _kind(r), _forcing(r)
-    classes = ["s", kind] + ([] if r.get("correct") else ["notok"])
     reason = r.get("invalid_reason") or r.get("reason") or ""
-    classes += [f"r-{reason}"] if reason else []
-    classes += [forcing] if forcing else []
+    classes = ["s", kind, "" if r.get("correct") else "notok", f"r-{reason}" if reason else "", forcing]
     forced = p.get("forced") if isinstance(p.get("forced"), dict) else None
     repeat = r.get("repeat")
     return {
-        "classes": " ".join(str(c) for c in classes),
+        "classes": " ".join(str(c) for c in classes if c),
         "id": f"{r.get('id')}" + (f".{repeat}" if repeat else ""),
         "people": r.get("people"),
         "question": p.get("question", ""),
@@ -248,8 +246,6 @@ def _extra(report: Report) -> list[list[str]]:
         "dataset", "subset", "template", "few_shot_num", "repeats", "api_mode", "generation_config", "extraction",
         "usage", "provenance", "repeat_metrics", "forced", "calibration", "errors_ignored", "evalscope",
     }  # fmt: skip
-    from .board import details
-
     out = details({k: v for k, v in report.items() if k not in known})
     for key, value in report.get("usage", {}).items():
         if key not in ("finish_reasons", "latency_s", "completion_tokens") and not isinstance(value, (dict, list)):
@@ -266,10 +262,4 @@ def render(
 
 def write_html(path: Path, report: Mapping[str, Any], scorer: Scorer) -> None:
     page = render(report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
-    from .._files import replacing
-
-    try:
-        with replacing(path) as handle:  # never written through a link or into a FIFO
-            handle.write(utf8(page))  # a lone surrogate in a reply must not fail the run
-    except OSError as exc:
-        raise storage_error(path, exc) from None
+    write_whole(path, page, KEPT)  # never through a link; a lone surrogate in a reply must not fail the run

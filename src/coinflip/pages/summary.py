@@ -62,16 +62,14 @@ def print_summary(
     report = checked(report)
     console = console or Console()
     for warning in report.get("warnings", []):
-        label = "INCOMPLETE: " if report.get("complete") is False and _incomplete(warning) else "WARNING: "
+        label = "INCOMPLETE: " if report.get("complete") is False and "resume" in warning else "WARNING: "
         style = "bold red" if label.startswith("INC") else "bold yellow"
         console.print(Text.assemble((label, style), one_line(warning)), soft_wrap=True)
     table = Table(title=Text(one_line(title(report))), title_justify="left")
     table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("95% interval", justify="right")
     forced = report.get("forced")
-    if forced:
-        table.add_column("forced", justify="right")
+    for column in ["value", "95% interval"] + (["forced"] if forced else []):
+        table.add_column(column, justify="right")
     metrics, intervals, undefined = report.get("metrics", {}), report.get("intervals", {}), report.get("undefined", [])
     for name in METRICS:
         label = f"{name} (primary)" if name == report.get("primary") else name
@@ -80,19 +78,13 @@ def print_summary(
             row.append(value(forced.get("metrics", {}).get(name)))
         table.add_row(*row)
     console.print(table)
-    for line in lines(report):
-        console.print(Text(one_line(line)), soft_wrap=True)
+    shown = lines(report)
     if run_dir is not None:
-        console.print(Text(one_line(f"run directory: {run_dir}")), soft_wrap=True)
         pages = [page] if page is not None and page.is_file() else sorted(run_dir.glob("reports/*/coin_flip.html"))
-        if pages:
-            console.print(Text(one_line(f"page: {pages[0]}")), soft_wrap=True)
-        hint = f"answers, one line per sample: coinflip answers {shlex.quote(str(run_dir))}"
-        console.print(Text(one_line(hint)), soft_wrap=True)
-
-
-def _incomplete(warning: str) -> bool:
-    return "resume" in warning
+        shown += [f"run directory: {run_dir}", *(f"page: {p}" for p in pages[:1])]
+        shown.append(f"answers, one line per sample: coinflip answers {shlex.quote(str(run_dir))}")
+    for line in shown:
+        console.print(Text(one_line(line)), soft_wrap=True)
 
 
 def lines(report: Report) -> list[str]:
