@@ -24,21 +24,21 @@ def bars(series: list[tuple[str, str, list[Point]]], height: int = 180, title: s
     inner = height - 40
     slot = (width - 50) / max(1, len(labels))
     bar = slot * 0.7 / per
+
+    def top(value: Any) -> float:
+        return round(10 + inner * (1 - _unit(value)), 1)
+
     drawn = []
     for s, (name, color, points) in enumerate(series):
         for i, (label, value, lo, hi) in enumerate(points):
-            v = number(value)
-            x = 45 + i * slot + s * bar
-            y = 10 + inner * (1 - _unit(v))
-            whisker = None
-            if number(lo) is not None and number(hi) is not None:
-                whisker = (round(10 + inner * (1 - _unit(hi)), 1), round(10 + inner * (1 - _unit(lo)), 1))
+            v, x = number(value), 45 + i * slot + s * bar
+            whisker = (top(hi), top(lo)) if number(lo) is not None and number(hi) is not None else None
             tip = f"{label}{' ' + name if len(series) > 1 else ''}: " + ("—" if v is None else f"{v:.3f}")
             drawn.append(
                 {
                     "series": f"s{s}",
                     "x": round(x, 1),
-                    "y": round(y, 1),
+                    "y": top(v),
                     "w": round(bar * 0.9, 1),
                     "h": round(inner * _unit(v), 1),
                     "color": color,
@@ -51,7 +51,7 @@ def bars(series: list[tuple[str, str, list[Point]]], height: int = 180, title: s
         "title": title,
         "width": width,
         "height": height,
-        "ticks": [{"y": round(10 + inner * (1 - t), 1), "label": f"{t:.1f}"} for t in (0, 0.5, 1)],
+        "ticks": [{"y": top(t), "label": f"{t:.1f}"} for t in (0, 0.5, 1)],
         "bars": drawn,
         "labels": [{"x": round(45 + i * slot, 1), "text": label} for i, label in enumerate(labels)],
         "legend": [(name, color) for name, color, _ in series] if len(series) > 1 else [],

@@ -126,9 +126,8 @@ def _yes_chart(report: Report) -> dict[str, Any]:
         return name, color, [("yes_ratio", block.get("metrics", {}).get("yes_ratio"), *pair)]
 
     points = [ratio(STRICT, report)] + ([ratio(FORCED, report["forced"])] if report.get("forced") else [])
-    return charts.bars(
-        points + [("true YES share", "#7a8291", [("yes_ratio", true_yes, None, None)])], title="yes_ratio"
-    )
+    points.append(("true YES share", "#7a8291", [("yes_ratio", true_yes, None, None)]))
+    return charts.bars(points, title="yes_ratio")
 
 
 def _calibration(report: Report) -> dict[str, Any]:
@@ -137,9 +136,7 @@ def _calibration(report: Report) -> dict[str, Any]:
         return {"available": False, "reason": c.get("reason", "not available")}
     return {
         "available": True,
-        "auroc": fmt(c.get("auroc")),
-        "brier": fmt(c.get("brier")),
-        "ece": fmt(c.get("ece")),
+        **{k: fmt(c.get(k)) for k in ("auroc", "brier", "ece")},
         "samples": fmt(c.get("samples"), "d"),
         "coverage": fmt(c.get("coverage"), ".0%", "?"),
         "chart": charts.reliability(c.get("bins", [])),
@@ -161,12 +158,7 @@ def _repeats(report: Report) -> dict[str, Any] | None:
         }
         for name, s in r.get("per_repeat", {}).items()
     ]
-    return {
-        "k": r.get("k", "?"),
-        "rows": rows,
-        "pass_at_k": fmt(r.get("pass_at_k")),
-        "consistency": fmt(r.get("consistency")),
-    }
+    return {"k": r.get("k", "?"), "rows": rows, **{k: fmt(r.get(k)) for k in ("pass_at_k", "consistency")}}
 
 
 def _meta(report: Report) -> list[str]:
@@ -232,10 +224,8 @@ def _most(counts: Mapping[str, Any], keep: int = 10) -> list[tuple[str, Any]]:
     """The `keep` largest, then one line for the rest: a server may send a new finish_reason per reply."""
     ranked = sorted(counts.items(), key=lambda kv: -(number(kv[1]) or 0.0))
     rest = ranked[keep:]
-    if not rest:
-        return ranked
     total = sum(number(n) or 0.0 for _, n in rest)
-    return ranked[:keep] + [(f"{len(rest):,} others", fmt(total, "d"))]
+    return ranked[:keep] + ([(f"{len(rest):,} others", fmt(total, "d"))] if rest else [])
 
 
 def _extra(report: Report) -> list[list[str]]:
