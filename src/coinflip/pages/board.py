@@ -14,7 +14,7 @@ from ..config import BENCHMARK
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Dataset, Report, Subset, Template, UsageSummary
 from .catalog import Found, started
-from .html import ends, number, relative
+from .html import ends, number, relative, text
 
 # optional columns: (key, label, where it is in a report)
 EXTRAS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -37,11 +37,6 @@ def dig(data: Any, *keys: str) -> Any:
             return None
         data = data.get(key)
     return data
-
-
-def text(value: Any, limit: int = 300) -> str:
-    out = value if isinstance(value, str) else "" if value is None else str(value)
-    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -84,10 +79,8 @@ def template_of(report: Report, config: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def repeats_of(report: Report, config: dict[str, Any]) -> int:
-    for value in (report.get("repeats"), config.get("repeats")):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return 1
+    given = (report.get("repeats"), config.get("repeats"))
+    return next((v for v in given if isinstance(v, int) and not isinstance(v, bool) and v > 0), 1)
 
 
 def subset_of(report: Report) -> str:
@@ -117,11 +110,8 @@ def _quantiles(value: Any) -> dict[str, float | None]:
 
 
 def version_of(report: Report, config: dict[str, Any]) -> str:
-    for where in (report.get("provenance"), config.get("provenance")):
-        value = dig(where, "coinflip_version")
-        if isinstance(value, str):
-            return text(value, 40)
-    return ""
+    found = (dig(where, "coinflip_version") for where in (report.get("provenance"), config.get("provenance")))
+    return next((text(v, 40) for v in found if isinstance(v, str)), "")
 
 
 def details(report: Mapping[str, Any]) -> list[list[str]]:

@@ -22,6 +22,7 @@ from ..config import BENCHMARK, safe_name
 from ..records import Review, read_prediction, read_review
 from ..rundir import CONFIG_FILE, load_saved_config
 from ..scoring.schema import Report, read_report
+from .html import text
 
 RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs"})
 MAX_DEPTH = 8
@@ -187,8 +188,7 @@ def _lines(path: Path, within: Path | None) -> Iterator[bytes]:
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
+    return text(str(exc) or type(exc).__name__)
 
 
 def started(run: Found) -> str:
@@ -199,10 +199,8 @@ def started(run: Found) -> str:
                 value = where.get(key)
                 if isinstance(value, str) and len(value) >= 10:
                     return value[:19].replace("T", " ")
-    stamp = _STAMP.match(run.path.name)
-    if stamp:
-        y, mo, d, h, mi, s = stamp.groups()
-        return f"{y}-{mo}-{d} {h}:{mi}:{s}"
+    if stamp := _STAMP.match(run.path.name):
+        return "{}-{}-{} {}:{}:{}".format(*stamp.groups())
     try:
         return datetime.fromtimestamp(run.path.joinpath(CONFIG_FILE).stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S")
     except OSError:
@@ -294,8 +292,8 @@ def _questions(path: Path, within: Path | None = None) -> tuple[dict[int, str], 
         questions[row["id"]], offsets[row["id"]] = row["question"], start
     copies: Counter[str] = Counter()
     for id_ in sorted(questions):
-        text = questions[id_]
-        copies[text] += 1
-        if copies[text] > 1:
-            questions[id_] = f"{text} (#{copies[text]})"
+        question = questions[id_]
+        copies[question] += 1
+        if copies[question] > 1:
+            questions[id_] = f"{question} (#{copies[question]})"
     return questions, offsets

@@ -3,9 +3,12 @@ tests (scoring/paired.py), printed and written as compare.md and compare.json.""
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -16,10 +19,9 @@ from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from . import markdown
 from .board import label, row, size, write_whole
 from .catalog import Found, read_answers, read_run, scan
-from .html import fmt
+from .html import fmt, shown
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,8 @@ def _group_title(board: list[Run], n: int, total: int) -> str:
 
 
 def _few(items: list[str], keep: int = 3) -> str:
-    shown = "; ".join(items[:keep])
-    return shown + (f"; and {len(items) - keep} more" if len(items) > keep else "")
+    listed = "; ".join(items[:keep])
+    return listed + (f"; and {len(items) - keep} more" if len(items) > keep else "")
 
 
 def _left_out(runs: list[Run], alone: list[int], force: bool) -> list[str]:
@@ -270,18 +272,44 @@ def _in_group(result: dict[str, Any], key: str, n: int) -> list[dict[str, Any]]:
     return [x for x in result[key] if x.get("group", 1) == n]
 
 
+# a backslash, a `|` (ends the cell), brackets (`[x](javascript:...)` is a link), backticks (code),
+# `*` and `~` (emphasis, strikethrough) are escaped; a line break (ends the row) becomes a space
+_INLINE = str.maketrans(
+    {"\\": "\\\\", "|": "\\|", "[": "\\[", "]": "\\]", "`": "\\`", "*": "\\*", "~": "\\~", "\n": " ", "\r": " "}
+)
+_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")  # at a word's edge; inside one (f1_score) it is text
+# what makes a heading, a list item or a rule where a block begins (after "- " in a list): "# ", "- ",
+# "+ ", "---", "1. ", "1) "
+_BLOCK = re.compile(r"#{1,6}(?=\s|$)|[+-](?=\s|$)|-{3,}|\d{1,9}(?=[.)](\s|$))")
+
+
+def _md(value: Any) -> str:
+    """One line, `shown`, with HTML as entities and markdown syntax escaped wherever it stands."""
+    out = _UNDERSCORE.sub(r"\\_", html.escape(shown(value), quote=False).translate(_INLINE).strip())
+    marker = _BLOCK.match(out)
+    if marker is None:
+        return out
+    at = marker.end() if out[0].isdigit() else 0  # the dot of "1. ", else the first character
+    return f"{out[:at]}\\{out[at:]}"
+
+
+def _md_table(head: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(_md(c) for c in cells) + " |" for cells in [head, *rows]]
+    return [lines[0], "|" + "---|" * len(head), *lines[1:]]
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = ["# CoinFlip comparison"]
     for g in result["groups"]:
         n = g["group"]
-        lines += ["", f"## {markdown.text(g['title'])}" if len(result["groups"]) > 1 else "## Leaderboard", ""]
-        lines += markdown.table(BOARD_HEAD, [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
+        lines += ["", f"## {_md(g['title'])}" if len(result["groups"]) > 1 else "## Leaderboard", ""]
+        lines += _md_table(BOARD_HEAD, [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
         pairs = _in_group(result, "pairs", n)
         if pairs:
             lines += ["", "### Paired McNemar tests (shared questions)", ""]
-            lines += markdown.table(PAIR_HEAD, [_pair_cells(p) for p in pairs])
-    notes = [f"- **Warning:** {markdown.text(w)}" for w in result["warnings"]]
-    notes += [f"- {markdown.text(s)}" for s in _notes(result)]
+            lines += _md_table(PAIR_HEAD, [_pair_cells(p) for p in pairs])
+    notes = [f"- **Warning:** {_md(w)}" for w in result["warnings"]]
+    notes += [f"- {_md(s)}" for s in _notes(result)]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
@@ -309,7 +337,7 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
     from rich.text import Text
 
     console = console or Console()
-    several, shown, wide = len(result["groups"]) > 1, [], console.options.update_width(10_000)
+    several, tables, wide = len(result["groups"]) > 1, [], console.options.update_width(10_000)
     for g in result["groups"]:
         title = "CoinFlip leaderboard" + (f" - {g['title']}" if several else "")
         board = Table(title=Text(one_line(title)), title_justify="left", box=box.SIMPLE_HEAD)
@@ -323,7 +351,7 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
             name.append(one_line(f"{_f(r['few_shot'], 'd')}-shot") + ("" if r["complete"] else " · INCOMPLETE"))
             scores = [_f(r[m], ".3f") for m in METRICS]
             board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
-        shown.append(board)
+        tables.append(board)
         pairs = _in_group(result, "pairs", g["group"])
         if pairs:
             title = "Paired McNemar tests (shared questions; A and B by rank; cc: with continuity correction)"
@@ -333,12 +361,12 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
             for p in pairs:
                 tests.add_row(*(Text(c) for c in _pair_cells(p, names=False)))
             tests.min_width = Measurement.get(console, wide, tests).maximum  # headers too: no column wraps
-            shown.append(tests)
-    need = [Measurement.get(console, wide, t) for t in shown]
+            tables.append(tests)
+    need = [Measurement.get(console, wide, t) for t in tables]
     if need:  # a terminal wraps the run column at spaces; elsewhere nothing wraps
         widest = max(m.maximum for m in need)
         console.width = max(console.width, *(m.minimum for m in need)) if console.is_terminal else widest
-    for table in shown:
+    for table in tables:
         console.print(table)
     for warning in result["warnings"]:
         console.print(Text.assemble(("warning: ", "yellow"), one_line(warning)), soft_wrap=True)

@@ -55,8 +55,9 @@ def _plain(data: Any) -> Any:
     return data
 
 
-def _dumps(data: Any, **kwargs: Any) -> str:
-    return json.dumps(_plain(data), **kwargs)
+def text(value: Any, limit: int = 300) -> str:
+    out = value if isinstance(value, str) else "" if value is None else str(value)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def link(target: Any) -> str:
@@ -125,7 +126,7 @@ def environment() -> Environment:
     env.filters["fmt"] = fmt
     env.filters["link"] = link
     # tojson escapes <, >, & and ' so the JSON cannot end its <script> element; keep key order
-    env.policies["json.dumps_function"] = _dumps
+    env.policies["json.dumps_function"] = lambda data, **kwargs: json.dumps(_plain(data), **kwargs)
     env.policies["json.dumps_kwargs"] = {"ensure_ascii": False, "separators": (",", ":"), "allow_nan": False}
     return env
 

@@ -15,12 +15,12 @@ from typing import Any
 
 from .._files import UnreadableFile, read_regular
 from .._terminal import one_line
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from .board import EXTRAS, row, text, write_whole
+from .board import EXTRAS, row, write_whole
 from .catalog import Answers, Found, read_answers, scan
-from .html import relative, render_template
+from .html import relative, render_template, text
 
 INDEX = "index.html"
 PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precomputed: 190 pairs at most
@@ -53,10 +53,7 @@ def view(work_dir: Path, open_page: bool = False) -> Path:
     if not folder.is_dir():
         raise ConfigError(f"{folder} is not a directory: give the work directory of your runs (--work-dir)")
     data = build(folder)
-    try:
-        path = write(folder, data)
-    except OSError as exc:
-        raise StorageError(f"cannot write {folder / INDEX}: {exc.strerror or exc}") from None
+    path = write(folder, data)  # a failed write is a StorageError (_files.replacing)
     click.echo(one_line(f"wrote {path}: {_summary(data)}"), err=True)
     for p in data["problems"][:20]:
         click.echo(one_line(f"  {p['kind']:<10} {p['id']}: {p['reason']}"), err=True)
