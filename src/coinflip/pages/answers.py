@@ -47,21 +47,9 @@ def answers(run: RunDir) -> Iterator[dict[str, Any]]:
                 continue
             row = index.row(handle, key)
             forced = row["forced"] if isinstance(row.get("forced"), dict) else {}
-            yield {
-                "id": review["id"],
-                "repeat": review["repeat"],
-                "people": review.get("people"),
-                "target": review.get("target"),
-                "extracted": review.get("extracted"),
-                "result": result(review),
-                "invalid_reason": review.get("invalid_reason"),
-                "forced_answer": review.get("forced"),
-                "p_yes": review.get("p_yes"),
-                "error": row.get("error"),
-                "question": row.get("question"),
-                "reply": row.get("reply"),
-                "forced_reply": forced.get("reply"),
-            }
+            own: dict[str, Any] = {c: row.get(c) for c in ("error", "question", "reply")}
+            own.update(result=result(review), forced_answer=review.get("forced"), forced_reply=forced.get("reply"))
+            yield {c: own[c] if c in own else review.get(c) for c in COLUMNS}  # the rest as the review has it
 
 
 def _utf8(text: str) -> str:

@@ -24,13 +24,8 @@ FORCED_COUNTS = ("asked", "invalid_strict", "recovered_correct", "recovered_wron
 def _cards(primary: str | None, block: Report | Forced) -> list[dict[str, Any]]:
     metrics, intervals = block.get("metrics", {}), block.get("intervals", {})
     return [
-        {
-            "name": name,
-            "primary": name == primary,
-            "value": fmt(metrics.get(name)),
-            "interval": f"95% {span(intervals.get(name))}",
-        }
-        for name in METRICS
+        {"name": m, "primary": m == primary, "value": fmt(metrics.get(m)), "interval": f"95% {span(intervals.get(m))}"}
+        for m in METRICS
     ]
 
 
