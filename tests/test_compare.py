@@ -39,9 +39,9 @@ def test_compare_names_each_run_warns_about_sizes_and_says_what_it_wrote(tmp_pat
     assert "[red]m[/red]" in result.stdout  # a model name is printed as written, not as markup
     assert "20 q" in result.stdout and "40 q" in result.stdout and "0-shot" in result.stdout
     assert "warning: runs differ in size (20 to 40 samples)" in result.stdout
-    written = [out / "compare.md", out / "compare.html", out / "compare.json"]
+    written = [out / "compare.md", out / "compare.json"]
     assert f"wrote {', '.join(map(str, written))}" in result.stdout
-    data = json.loads(written[2].read_text())
+    data = json.loads(written[1].read_text())
     board = data["leaderboard"]
     assert sorted(r["run_id"] for r in board) == sorted(r.name for r in runs)
     assert sorted(r["samples"] for r in board) == [20, 40, 40, 40]

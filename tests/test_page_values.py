@@ -41,7 +41,7 @@ FOLDER = f"\u202e\x1b{MARKUP}"  # nor does a folder name hold NUL or /
 class Pages:
     run: Path  # a run's coin_flip.html
     index: Path
-    compare: Path  # compare.html beside compare.md
+    compare: Path  # compare.json beside compare.md
     rescored: str  # what rescore printed: the terminal summary
     compared: str  # what compare printed
 
@@ -77,7 +77,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
     compared = run_cli("compare", str(work), "--out", str(work.parent / "cmp"))
     assert compared.returncode == 0, compared.stderr
     (page,) = (runs[0] / "reports").glob("*/coin_flip.html")
-    yield Pages(page, work / "index.html", work.parent / "cmp/compare.html", rescored, compared.stdout)
+    yield Pages(page, work / "index.html", work.parent / "cmp/compare.json", rescored, compared.stdout)
 
 
 def _look(page: Path, tmp_path: Path, fragment: str = "") -> dict:
@@ -168,12 +168,11 @@ def test_the_probe_page_quotes_its_resume_command_for_a_shell(tmp_path: Path) ->
     assert "resume with\ncoinflip probe --use-cache '\ufffd\ufffd" in text  # one argument, whatever the folder holds
 
 
-@pytest.mark.parametrize("which", ["run", "index", "compare", "probe"])
+@pytest.mark.parametrize("which", ["run", "index", "probe"])
 def test_every_page_shows_hostile_text_as_text_that_fits_the_window(pages: Pages, tmp_path: Path, which: str) -> None:
     page = {
         "run": lambda: pages.run,
         "index": lambda: pages.index,
-        "compare": lambda: pages.compare,
         "probe": lambda: _probe_page(tmp_path),
     }[which]()
     seen = _look(page, tmp_path)
@@ -212,7 +211,7 @@ def test_compare_markdown_holds_markup_and_markdown_as_text(pages: Pages) -> Non
     element a name made, each row as many cells as the header, and the names there as text."""
     from coinflip.pages.compare import to_markdown
 
-    result = json.loads((pages.compare.parent / "compare.json").read_text())
+    result = json.loads(pages.compare.read_text())
     for n, entry in enumerate(result["leaderboard"]):
         entry["model"] = [MARKDOWN, entry["model"]][n % 2]
     shown = markdown_page(to_markdown(result))
@@ -342,12 +341,11 @@ ANSWERS, COMPARE, VIEW = (
     [
         (f"oracle/.answers.csv.{os.getpid()}.tmp", "oracle/answers.csv", _saved_answers),  # in this process
         ("oracle/answers.csv", "oracle/answers.csv", ANSWERS),
-        ("compare/compare.html", "compare/compare.html", COMPARE),
         ("compare/compare.md", "compare/compare.md", COMPARE),
         ("index.html", "index.html", VIEW),
         (f".index.html.{os.getpid()}.tmp", "index.html", index.write),  # in this process: its pid
     ],
-    ids=["answers-tmp", "answers", "compare-html", "compare-md", "index", "index-tmp"],
+    ids=["answers-tmp", "answers", "compare-md", "index", "index-tmp"],
 )
 def test_a_link_left_in_a_work_directory_is_never_written_through(
     two_runs: Path, tmp_path: Path, planted: str, written: str, write: Callable[[Path], Any]

@@ -244,7 +244,7 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
     "--out",
     default=None,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder for compare.md, compare.html and compare.json  [default: compare/ in the work directory "
+    help="Folder for compare.md and compare.json  [default: compare/ in the work directory "
     "the runs share, else ./outputs/compare]",
 )
 def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path | None) -> None:

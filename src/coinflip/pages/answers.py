@@ -1,11 +1,6 @@
-"""Every sample of a run on one line: question, reply, extracted verdict, target and result, with
-the forced answer where one was asked. EvalScope keeps all of this in its reviews file; coinflip
-keeps replies in predictions and verdicts in reviews, so `coinflip answers RUN_DIR` joins them.
-
-CSV is for spreadsheets: a text cell that begins with what OWASP lists as a formula's start (`=`,
-`+`, `-`, `@`, tab, carriage return) gets a leading apostrophe; every other cell is as written, so
-pandas reads the text back. JSONL keeps every value as written.
-"""
+"""`coinflip answers`: every sample on one line, joining predictions (replies) and reviews (verdicts)
+as EvalScope's reviews file holds them. A CSV cell that starts as OWASP lists a formula's start gets
+a leading apostrophe; every other cell, and all of JSONL, is as written."""
 
 from __future__ import annotations
 
@@ -27,12 +22,11 @@ COLUMNS = (
     "id", "repeat", "people", "target", "extracted", "result", "invalid_reason",
     "forced_answer", "p_yes", "error", "question", "reply", "forced_reply",
 )  # fmt: skip
-FORMATS = ("csv", "jsonl")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection list, no more
 
 
 def result(review: Review) -> str:
-    """right, wrong, invalid (no valid answer) or error (no reply), in coinflip's strict reading."""
+    """right, wrong, invalid (no valid answer) or error (no reply), read strictly."""
     if review.get("error"):
         return "error"
     if review.get("extracted") is None:
@@ -41,8 +35,7 @@ def result(review: Review) -> str:
 
 
 def answers(run: RunDir) -> Iterator[dict[str, Any]]:
-    """The joined rows, in the order of the predictions file: scored samples only (a sample whose
-    forced answer is pending, or outside the run's questions, has no review and is left out)."""
+    """In the predictions' order; a sample without a review (forced answer pending) is left out."""
     if not run.reviews.is_file() or not run.predictions.is_file():
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
     reviews = {key_of(review): review for review in iter_reviews(run.reviews)}
@@ -54,27 +47,13 @@ def answers(run: RunDir) -> Iterator[dict[str, Any]]:
                 continue
             row = index.row(handle, key)
             forced = row["forced"] if isinstance(row.get("forced"), dict) else {}
-            yield {
-                "id": review["id"],
-                "repeat": review["repeat"],
-                "people": review.get("people"),
-                "target": review.get("target"),
-                "extracted": review.get("extracted"),
-                "result": result(review),
-                "invalid_reason": review.get("invalid_reason"),
-                "forced_answer": review.get("forced"),
-                "p_yes": review.get("p_yes"),
-                "error": row.get("error"),
-                "question": row.get("question"),
-                "reply": row.get("reply"),
-                "forced_reply": forced.get("reply"),
-            }
+            own: dict[str, Any] = {c: row.get(c) for c in ("error", "question", "reply")}
+            own.update(result=result(review), forced_answer=review.get("forced"), forced_reply=forced.get("reply"))
+            yield {c: own[c] if c in own else review.get(c) for c in COLUMNS}  # the rest as the review has it
 
 
 def _utf8(text: str) -> str:
-    """Text that UTF-8 can encode: half a surrogate pair from a server (kept in the predictions
-    file as JSON's escape) is written as that escape, `\\ud800`, which a JSON reader of the JSONL
-    reads back as it was; as is, writing it raised UnicodeEncodeError mid-file."""
+    """Half a surrogate pair is written as its escape, `\\ud800` (as is, it raised mid-file)."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
@@ -87,23 +66,20 @@ def _cell(value: Any) -> Any:
 
 
 def write(rows: Iterator[dict[str, Any]], out: IO[str], form: str, terminal: bool = False) -> int:
-    """Write `rows` as CSV (with a header) or JSONL; return how many. For a `terminal`, every
-    text written is `printable`: a reply, or a list a hand-edited review holds, may carry escape
-    sequences (C1 controls and bidi overrides pass through JSON as they are) that would act."""
+    """CSV (with a header) or JSONL; how many. For a `terminal`, all text is `printable` (no escape acts)."""
     show = printable if terminal else _utf8
-    count = 0
+    writer = csv.writer(out)
     if form == "csv":
-        writer = csv.writer(out)
         writer.writerow(COLUMNS)
-        for row in rows:
-            cells = (_cell(row[c]) for c in COLUMNS)
-            writer.writerow([show(c) if isinstance(c, str) else c for c in cells])
-            count += 1
-        return count
+    count = 0
     for row in rows:
-        line = escape_line_breaks(json.dumps(row, ensure_ascii=False).encode("utf-8", "backslashreplace")).decode()
-        out.write(show(line) + "\n")
         count += 1
+        if form == "csv":
+            cells = [_cell(row[key]) for key in COLUMNS]
+            writer.writerow([show(c) if isinstance(c, str) else c for c in cells])
+        else:
+            line = json.dumps(row, ensure_ascii=False).encode("utf-8", "backslashreplace")
+            out.write(show(escape_line_breaks(line).decode()) + "\n")
     return count
 
 
@@ -112,6 +88,5 @@ def default_path(run: RunDir, form: str) -> Path:
 
 
 def save(run: RunDir, path: Path, form: str) -> int:
-    """Write the answers to `path` whole (`_files.replacing`); return how many."""
     with replacing(path, "try --out elsewhere") as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as out:
         return write(answers(run), out, form)

@@ -1,9 +1,5 @@
-"""A run's report as one leaderboard row: every field read on its own, shown when present.
-
-The report comes through scoring/schema.py `read_report`, so each field it declares has its
-declared type or is missing (a missing one shows as None); a field this version does not
-know lands in the row's details, never an exception.
-"""
+"""A run's report as one leaderboard row. Fields come through scoring/schema.py `read_report`: each
+has its declared type or is missing (None); a field this version does not know lands in the details."""
 
 from __future__ import annotations
 
@@ -18,18 +14,18 @@ from ..config import BENCHMARK
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Dataset, Report, Subset, Template, UsageSummary
 from .catalog import Found, started
-from .html import ends, number, relative
+from .html import ends, number, relative, text
 
-# optional columns: (key, label, where to look in a report, first match wins)
-EXTRAS: tuple[tuple[str, str, tuple[tuple[str, ...], ...]], ...] = (
-    ("forced_accuracy", "forced acc.", (("forced", "metrics", "accuracy"),)),
-    ("majority_accuracy", "majority acc.", (("repeat_metrics", "majority_vote", "accuracy"),)),
-    ("forced_majority_accuracy", "forced majority acc.", (("forced", "repeat_metrics", "majority_vote", "accuracy"),)),
-    ("pass_at_k", "pass@k", (("repeat_metrics", "pass_at_k"),)),
-    ("consistency", "consistency", (("repeat_metrics", "consistency"),)),
-    ("auroc", "AUROC", (("calibration", "auroc"),)),
-    ("ece", "ECE", (("calibration", "ece"),)),
-    ("brier", "Brier", (("calibration", "brier"),)),
+# optional columns: (key, label, where it is in a report)
+EXTRAS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("forced_accuracy", "forced acc.", ("forced", "metrics", "accuracy")),
+    ("majority_accuracy", "majority acc.", ("repeat_metrics", "majority_vote", "accuracy")),
+    ("forced_majority_accuracy", "forced majority acc.", ("forced", "repeat_metrics", "majority_vote", "accuracy")),
+    ("pass_at_k", "pass@k", ("repeat_metrics", "pass_at_k")),
+    ("consistency", "consistency", ("repeat_metrics", "consistency")),
+    ("auroc", "AUROC", ("calibration", "auroc")),
+    ("ece", "ECE", ("calibration", "ece")),
+    ("brier", "Brier", ("calibration", "brier")),
 )
 SHOWN = {"benchmark", "model", "run", "complete", "warnings", "metrics", "intervals", "by_people", "usage", "primary"}
 MAX_DETAILS = 80
@@ -43,32 +39,24 @@ def dig(data: Any, *keys: str) -> Any:
     return data
 
 
-def text(value: Any, limit: int = 300) -> str:
-    out = value if isinstance(value, str) else "" if value is None else str(value)
-    return out if len(out) <= limit else out[: limit - 1] + "…"
-
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_PEOPLE = re.compile(
-    "[0-9]{1,6}"
-)  # a number of people: "²" and "٣" are digits to str.isdigit, not to the page's Number()
+# a number of people: "²" and "٣" are digits to str.isdigit, not to the page's Number()
+_PEOPLE = re.compile("[0-9]{1,6}")
 
 
 def utf8(page: str) -> bytes:
-    """A page as UTF-8. A lone surrogate (a folder name that is not UTF-8, half a pair in a
-    reply) becomes U+FFFD: it cannot be written as UTF-8, and browsers choke on it in the DOM."""
+    """A lone surrogate (a folder name not in UTF-8, half a pair in a reply) becomes U+FFFD: UTF-8 cannot hold it."""
     return _SURROGATE.sub("\ufffd", page).encode("utf-8")
 
 
 def write_whole(path: Path, page: str, hint: str = "the runs it shows are unchanged") -> None:
-    """`page` in `path` as UTF-8, whole (`_files.replacing`): a browser or a second writer never
-    sees half a page, and a folder someone else wrote never makes us write outside it."""
+    """Whole (`_files.replacing`): no reader sees half a page, and no link makes us write outside the folder."""
     with replacing(path, hint) as out:
         out.write(utf8(page))
 
 
 def data_of(report: Report, config: dict[str, Any]) -> dict[str, Any]:
-    """The data a run used: a key that is the same for the same file and split, and a label."""
+    """The data a run used: a key, the same for the same file and split, and a label."""
     data = report.get("dataset", Dataset())
     source = text(data.get("source") or config.get("dataset_hub") or "unknown", 60)
     where = data.get("path") or data.get("id") or config.get("dataset_path") or ""
@@ -91,15 +79,12 @@ def template_of(report: Report, config: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def repeats_of(report: Report, config: dict[str, Any]) -> int:
-    for value in (report.get("repeats"), config.get("repeats")):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return 1
+    given = (report.get("repeats"), config.get("repeats"))
+    return next((v for v in given if isinstance(v, int) and not isinstance(v, bool) and v > 0), 1)
 
 
 def subset_of(report: Report) -> str:
-    """Which questions of the data a run asked, as a key: "" for all of them. Runs on different
-    subsets (another --seed) may share no question, so they are not ranked together."""
+    """Which questions a run asked, "" for all: runs on different subsets are not ranked together."""
     subset = report.get("subset", Subset())
     count, of = subset.get("count"), subset.get("of")
     if count is None or of is None or count >= of:
@@ -125,11 +110,8 @@ def _quantiles(value: Any) -> dict[str, float | None]:
 
 
 def version_of(report: Report, config: dict[str, Any]) -> str:
-    for where in (report.get("provenance"), config.get("provenance")):
-        value = dig(where, "coinflip_version")
-        if isinstance(value, str):
-            return text(value, 40)
-    return ""
+    found = (dig(where, "coinflip_version") for where in (report.get("provenance"), config.get("provenance")))
+    return next((text(v, 40) for v in found if isinstance(v, str)), "")
 
 
 def details(report: Mapping[str, Any]) -> list[list[str]]:
@@ -162,7 +144,7 @@ def _shown(value: Any) -> str:
 
 
 def href(found: Found) -> str:
-    """A relative link to the run's own page ("./" first, so no folder name reads as a scheme)."""
+    """A link to the run's own page ("./" first, so no folder name reads as a scheme)."""
     page = found.path / "reports" / found.model_dir / f"{BENCHMARK}.html"
     if not page.is_file():
         return ""
@@ -171,7 +153,6 @@ def href(found: Found) -> str:
 
 
 def row(found: Found) -> dict[str, Any]:
-    """The leaderboard row of a run that has a report."""
     report, config = found.report, found.config
     counts = report.get("counts", Counts())
     name, digest, full = template_of(report, config)
@@ -205,17 +186,9 @@ def row(found: Found) -> dict[str, Any]:
         "ptok": number(usage.get("prompt_tokens_total")),
         "ctok": number(usage.get("completion_tokens_total")),
         "version": version_of(report, config),
-        "extra": {key: _first(report, paths) for key, _, paths in EXTRAS},
+        "extra": {key: number(dig(report, *path)) for key, _, path in EXTRAS},
         "details": details(report),
     }
-
-
-def _first(report: Report, paths: tuple[tuple[str, ...], ...]) -> float | None:
-    for path in paths:
-        value = number(dig(report, *path))
-        if value is not None:
-            return value
-    return None
 
 
 def _reasons(report: Report) -> str:
@@ -231,9 +204,7 @@ def label(row: dict[str, Any]) -> str:
 
 
 def size(row: dict[str, Any]) -> str:
-    """A run's size as questions ("30 q"), and answers a question where it asked several ("30 q x 2"):
-    samples alone would call 30 questions asked twice "60 q". Samples that do not fill whole
-    questions (a hand-edited report) are named as samples."""
+    """ "30 q", or "30 q x 2" for 30 questions asked twice; samples that fill no whole questions as samples."""
     samples, repeats = row["samples"], row["repeats"]
     if samples is None:
         return "? q"

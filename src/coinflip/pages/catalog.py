@@ -1,15 +1,8 @@
-"""Every run under a work directory, read defensively: what the index and `compare WORK_DIR` list.
+"""Every run under a work directory (a folder holding configs/task_config.yaml, at any depth), as
+a run, an incomplete run, a broken one or a foreign folder, never an exception.
 
-A run directory is any folder holding configs/task_config.yaml, at any depth (a `--no-timestamp`
-run is the work directory itself, and may hold timestamped runs too). Whatever is on disk, a
-folder ends up as a run, an incomplete run, a broken one or a foreign folder, never as an
-exception: reports are read through scoring/schema.py `read_report`, which keeps each field of
-its declared type and the fields other versions of coinflip write that this one does not know.
-
-A work directory is untrusted: only plain files inside their run folder are read (never a FIFO,
-a device, or a link out of the tree: `_files.open_regular`), each up to a size, and the walk
-follows no link out of the work directory and stops at a time budget. Another run's files can
-make that run broken, never slow or fail the command that reads them.
+A work directory is untrusted: only plain files inside their run folder are read, each up to a
+size (`_files.open_regular`), and the walk follows no link out and stops at a time budget.
 """
 
 from __future__ import annotations
@@ -29,6 +22,7 @@ from ..config import BENCHMARK, safe_name
 from ..records import Review, read_prediction, read_review
 from ..rundir import CONFIG_FILE, load_saved_config
 from ..scoring.schema import Report, read_report
+from .html import text
 
 RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs"})
 MAX_DEPTH = 8
@@ -56,8 +50,7 @@ class Found:
 
 
 def scan(work_dir: Path, budget_s: float = SCAN_BUDGET_S) -> list[Found]:
-    """Every run, incomplete, broken and foreign folder under `work_dir`, in path order; folders
-    not reached within `budget_s` seconds are listed as one broken entry."""
+    """Every folder found, in path order; those not reached within `budget_s` are one broken entry."""
     root = work_dir.expanduser()
     found: list[Found] = []
     _walk(root, root, 0, _Seen(time.monotonic() + budget_s), found)
@@ -66,7 +59,7 @@ def scan(work_dir: Path, budget_s: float = SCAN_BUDGET_S) -> list[Found]:
 
 @dataclass
 class _Seen:
-    """What the walk has visited (a folder reached twice through links is listed once), and when it must stop."""
+    """Folders visited (one reached twice through links is listed once), and when the walk must stop."""
 
     deadline: float
     folders: set[tuple[int, int]] = field(default_factory=set)
@@ -101,29 +94,24 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
         reason = f"looks like a run folder but has no {CONFIG_FILE}: another tool's output, or a run that never started"
         out.append(Found(folder, _rel(root, folder), "foreign", reason))
         return True
-    skip = RUN_PARTS if is_run else set()
-    if "sweep.json" in names or "probe.json" in names:
-        skip = skip | {"data"}  # a sweep's or a probe's generated sets
+    # a sweep's or probe's data/ holds the sets it generated
+    skip = (RUN_PARTS if is_run else set()) | ({"data"} if names & {"sweep.json", "probe.json"} else set())
     holds_runs = is_run
     empty: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        if entry.name.startswith((".", "__")) or entry.name in skip or not _is_dir(entry, root):
-            continue
-        if depth >= MAX_DEPTH:
+        if depth >= MAX_DEPTH or entry.name.startswith((".", "__")) or entry.name in skip or not _is_dir(entry, root):
             continue
         sub = Path(entry.path)
         if _walk(root, sub, depth + 1, seen, out):
             holds_runs = True
         elif not (sub / "compare.json").is_file():  # compare's own output is not foreign
             empty.append(sub)
-    if holds_runs or folder == root:
-        for sub in empty:  # the highest folder without runs is the one worth naming
-            out.append(Found(sub, _rel(root, sub), "foreign", _foreign_reason(sub)))
+    if holds_runs or folder == root:  # the highest folder without runs is the one worth naming
+        out += [Found(sub, _rel(root, sub), "foreign", _foreign_reason(sub)) for sub in empty]
     return holds_runs
 
 
 def _is_dir(entry: os.DirEntry[str], root: Path) -> bool:
-    """A folder to walk into: a real one, or a link to a folder inside the work directory."""
     try:
         return entry.is_dir() and (not entry.is_symlink() or inside(Path(entry.path), root))
     except OSError:
@@ -143,7 +131,7 @@ def _foreign_reason(folder: Path) -> str:
 
 
 def read_run(root: Path, folder: Path) -> Found:
-    """A run folder as a leaderboard row; never raises, whatever its files hold."""
+    """Never raises, whatever the folder holds."""
     rel = _rel(root, folder)
     try:
         saved = load_saved_config(folder, check=False)  # shown as text; rescore and resume check it
@@ -175,14 +163,12 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
     except UnreadableFile as exc:
         run.kind, run.reason = "broken", _short(exc)
         return run
+    where = f"reports/{run.model_dir}/{BENCHMARK}.json"
     if report is None:
-        run.kind, run.reason = (
-            "broken",
-            f"reports/{run.model_dir}/{BENCHMARK}.json is not valid JSON or not an object; `coinflip rescore` rewrites it",
-        )
+        run.kind, run.reason = "broken", f"{where} is not valid JSON or not an object; `coinflip rescore` rewrites it"
         return run
     if "metrics" not in report:
-        run.kind, run.reason = "broken", f"reports/{run.model_dir}/{BENCHMARK}.json holds no metrics"
+        run.kind, run.reason = "broken", f"{where} holds no metrics"
         return run
     run.report = report
     return run
@@ -197,28 +183,24 @@ def count_lines(path: Path, within: Path) -> int:
 
 
 def _lines(path: Path, within: Path | None) -> Iterator[bytes]:
-    """The lines of a plain file inside `within`, each read up to LINE_LIMIT bytes."""
     with open_regular(path, ROWS_LIMIT, within) as handle:
         yield from iter(lambda: handle.readline(LINE_LIMIT), b"")
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
+    return text(str(exc) or type(exc).__name__)
 
 
 def started(run: Found) -> str:
-    """When the run started: its report's own stamp if it has one, else its folder's name, else the file's time."""
+    """Its report's stamp, else its folder's name, else its config's file time."""
     for where in (run.report, run.report.get("provenance"), run.config):
         if isinstance(where, dict):
             for key in ("started_at", "started", "created", "date", "timestamp"):
                 value = where.get(key)
                 if isinstance(value, str) and len(value) >= 10:
                     return value[:19].replace("T", " ")
-    stamp = _STAMP.match(run.path.name)
-    if stamp:
-        y, mo, d, h, mi, s = stamp.groups()
-        return f"{y}-{mo}-{d} {h}:{mi}:{s}"
+    if stamp := _STAMP.match(run.path.name):
+        return "{}-{}-{} {}:{}:{}".format(*stamp.groups())
     try:
         return datetime.fromtimestamp(run.path.joinpath(CONFIG_FILE).stat().st_mtime).strftime("%Y-%m-%d %H:%M:%S")
     except OSError:
@@ -227,18 +209,16 @@ def started(run: Found) -> str:
 
 @dataclass
 class Answers:
-    """A run's verdicts by question text, read from its reviews and predictions."""
-
-    correct: dict[str, bool]  # one verdict per question: its majority vote (scoring/reducers.py) is right
-    # question -> (id, answer, target, people) of its first row; the answer is its majority vote's
-    # where that is YES or NO, or "no majority" for several answers without one
+    correct: dict[str, bool]  # by question text: its majority vote (scoring/reducers.py) is right
+    # question -> (id, answer, target, people) of its first row; the answer is the majority vote's,
+    # or "no majority" for several answers without one
     first: dict[str, tuple[int, str, str, int]]
     predictions: Path
     offsets: dict[int, int]  # where each id's first line starts in the predictions file
     run: Path  # the run folder: the predictions file is read only inside it
 
     def replies(self, questions: Iterable[str]) -> dict[str, str]:
-        """The saved reply (or error) of each question's first row, read line by line where it is."""
+        """The saved reply (or error) of each question's first row."""
         out: dict[str, str] = {}
         try:
             handle = open_regular(self.predictions, ROWS_LIMIT, self.run)
@@ -260,7 +240,7 @@ class Answers:
 
 
 def read_answers(run: Found) -> Answers | None:
-    """None when the run's reviews or predictions cannot be read (the run is then left out of pairs)."""
+    """None when its reviews or predictions cannot be read (the run is then left out of pairs)."""
     from ..scoring.reducers import Votes
 
     try:
@@ -299,10 +279,8 @@ def _answer(review: Review) -> str:
 
 
 def _questions(path: Path, within: Path | None = None) -> tuple[dict[int, str], dict[int, int]]:
-    """Question text by id, and where each id's first line starts. A text that a data set holds
-    under several ids is several questions, as the report counts them: the second is keyed
-    "text (#2)" (by id order), so its answers get a verdict of their own rather than joining the
-    first's vote."""
+    """Question text by id, and where each id's first line starts. A text held under several ids is
+    several questions, as the report counts them: the second is "text (#2)", with a vote of its own."""
     questions: dict[int, str] = {}
     offsets: dict[int, int] = {}
     position = 0
@@ -314,8 +292,8 @@ def _questions(path: Path, within: Path | None = None) -> tuple[dict[int, str], 
         questions[row["id"]], offsets[row["id"]] = row["question"], start
     copies: Counter[str] = Counter()
     for id_ in sorted(questions):
-        text = questions[id_]
-        copies[text] += 1
-        if copies[text] > 1:
-            questions[id_] = f"{text} (#{copies[text]})"
+        question = questions[id_]
+        copies[question] += 1
+        if copies[question] > 1:
+            questions[id_] = f"{question} (#{copies[question]})"
     return questions, offsets

@@ -1,9 +1,5 @@
-"""Inline SVG charts: no JavaScript library, no network, readable in any browser.
-
-Each function here turns values into geometry (plain numbers and label text); the macros in
-templates/charts.html draw it, escaping every label. Values that are not finite numbers (a
-hand-edited report) are drawn as missing, never as an exception.
-"""
+"""Inline SVG charts: values become geometry here, templates/charts.html draws it. A value that is
+not a finite number (a hand-edited report) is drawn as missing."""
 
 from __future__ import annotations
 
@@ -21,31 +17,28 @@ def _unit(value: Any) -> float:
 
 
 def bars(series: list[tuple[str, str, list[Point]]], height: int = 180, title: str = "") -> dict[str, Any]:
-    """Vertical bars with interval whiskers, one group per label and one bar per series in it.
-
-    `series`: (name, colour, points); the points of every series share labels in order.
-    """
+    """Bars with interval whiskers; `series`: (name, colour, points), all with the same labels in order."""
     labels = [p[0] for p in series[0][2]] if series else []
     per = max(1, len(series))
     width = max(320, (30 * per + 16) * len(labels) + 50)
     inner = height - 40
     slot = (width - 50) / max(1, len(labels))
     bar = slot * 0.7 / per
+
+    def top(value: Any) -> float:
+        return round(10 + inner * (1 - _unit(value)), 1)
+
     drawn = []
     for s, (name, color, points) in enumerate(series):
         for i, (label, value, lo, hi) in enumerate(points):
-            v = number(value)
-            x = 45 + i * slot + s * bar
-            y = 10 + inner * (1 - _unit(v))
-            whisker = None
-            if number(lo) is not None and number(hi) is not None:
-                whisker = (round(10 + inner * (1 - _unit(hi)), 1), round(10 + inner * (1 - _unit(lo)), 1))
+            v, x = number(value), 45 + i * slot + s * bar
+            whisker = (top(hi), top(lo)) if number(lo) is not None and number(hi) is not None else None
             tip = f"{label}{' ' + name if len(series) > 1 else ''}: " + ("—" if v is None else f"{v:.3f}")
             drawn.append(
                 {
                     "series": f"s{s}",
                     "x": round(x, 1),
-                    "y": round(y, 1),
+                    "y": top(v),
                     "w": round(bar * 0.9, 1),
                     "h": round(inner * _unit(v), 1),
                     "color": color,
@@ -58,7 +51,7 @@ def bars(series: list[tuple[str, str, list[Point]]], height: int = 180, title: s
         "title": title,
         "width": width,
         "height": height,
-        "ticks": [{"y": round(10 + inner * (1 - t), 1), "label": f"{t:.1f}"} for t in (0, 0.5, 1)],
+        "ticks": [{"y": top(t), "label": f"{t:.1f}"} for t in (0, 0.5, 1)],
         "bars": drawn,
         "labels": [{"x": round(45 + i * slot, 1), "text": label} for i, label in enumerate(labels)],
         "legend": [(name, color) for name, color, _ in series] if len(series) > 1 else [],
@@ -93,8 +86,7 @@ def histogram(values: list[float], unit: str, bins: int = 20) -> dict[str, Any]:
 
 
 def reliability(bins: Any, width: int = 340, height: int = 230) -> dict[str, Any]:
-    """Share of YES targets in each P(YES) bin, with the number of samples above each bar,
-    against the diagonal a calibrated model follows."""
+    """Share of YES targets per P(YES) bin, against the diagonal a calibrated model follows."""
     left, bottom, top, right = 36, 28, 18, 10
     w, h = width - left - right, height - top - bottom
 

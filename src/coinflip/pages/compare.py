@@ -1,15 +1,14 @@
-"""Compare runs on the same data: a leaderboard that tells runs apart, and paired McNemar tests
-on the shared questions (the statistics live in scoring/paired.py).
-
-Arguments may be run directories or work directories (every run below them); runs that cannot
-be compared (no report yet, unreadable files) are skipped with a note, not a crash.
-"""
+"""`coinflip compare`: a leaderboard per group of runs that share questions, with paired McNemar
+tests (scoring/paired.py), printed and written as compare.md and compare.json."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -20,10 +19,9 @@ from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from . import markdown
 from .board import label, row, size, write_whole
 from .catalog import Found, read_answers, read_run, scan
-from .html import fmt, render_template
+from .html import fmt, shown
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,6 @@ def _usable(found: Found) -> tuple[Run | None, str]:
 
 
 def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
-    """The runs named by `paths` (run or work directories), and a note for each folder skipped."""
     runs: list[Run] = []
     notes: list[str] = []
     for given in paths:
@@ -71,22 +68,20 @@ def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
 
 
 def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
-    """Group the runs that can be compared, rank and test each group, and say why the rest were not.
-
-    Runs pair on the questions they share: a group holds the runs linked by shared questions on
-    the same data (with `force`, on any data). Two runs that share no question get no test and no
-    rank against each other, whatever their scores."""
+    """Runs linked by shared questions on the same data (with `force`, any data) form a group, ranked
+    and tested on its own; runs that share no question get no test or rank against each other."""
     runs, skipped = gather(paths)
     if len(runs) < 2:
         detail = f" ({_few(skipped, 2)})" if skipped else ""
         raise ConfigError(f"compare needs at least two runs with reports, found {len(runs)}{detail}")
     _unique_names(runs)
-    stats = {
-        (a, b): pair(runs[a].correct, runs[b].correct).stats()
+    links = [
+        (a, b)
         for a, b in combinations(range(len(runs)), 2)
-        if force or runs[a].row["data"]["key"] == runs[b].row["data"]["key"]
-    }
-    members = _components(len(runs), [ab for ab, st in stats.items() if st["shared"] > 0])
+        if (force or runs[a].row["data"]["key"] == runs[b].row["data"]["key"])
+        and not runs[a].correct.keys().isdisjoint(runs[b].correct)
+    ]
+    members = _components(len(runs), links)
     groups = [m for m in members if len(m) > 1]
     if not groups:
         raise ConfigError(_nothing_to_compare(runs, force))
@@ -101,41 +96,26 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
         prefix = f"{title}: " if len(groups) > 1 else ""
         out["warnings"] += [prefix + w for w in warnings(board)]
         out["leaderboard"] += [{**_entry(rank[id(r)], r), "group": n} for r in board]
-        for a, b in combinations(board, 2):
-            ia, ib = runs.index(a), runs.index(b)
-            st = stats.get((min(ia, ib), max(ia, ib)))
-            if st is None:
-                continue
+        for a, b in combinations(board, 2):  # a group is on one data set (with --force, any): each pair counts
+            st = pair(a.correct, b.correct).stats()
             names = {"group": n, "a": a.label, "b": b.label, "a_rank": rank[id(a)], "b_rank": rank[id(b)]}
             if st["shared"]:
-                out["pairs"].append({**names, **st} if ia < ib else {**names, **_swapped(st)})
+                out["pairs"].append({**names, **st})
             else:
                 out["untested"].append({**names, "reason": "no shared question"})
     out["left_out"] = _left_out(runs, [m[0] for m in members if len(m) == 1], force)
     return out
 
 
-def _swapped(st: dict[str, Any]) -> dict[str, Any]:
-    """The stats of (b, a) as stats of (a, b): only the one-sided counts change places."""
-    return {**st, "only_a": st["only_b"], "only_b": st["only_a"]}
-
-
 def _components(n: int, links: list[tuple[int, int]]) -> list[list[int]]:
-    """Runs linked by shared questions, directly or through others (union-find)."""
-    parent = list(range(n))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    """Runs linked by shared questions, directly or through others, in order of their first run."""
+    groups = [{i} for i in range(n)]
     for a, b in links:
-        parent[root(a)] = root(b)
-    found: dict[int, list[int]] = {}
-    for i in range(n):
-        found.setdefault(root(i), []).append(i)
-    return list(found.values())
+        ga, gb = (next(g for g in groups if i in g) for i in (a, b))
+        if ga is not gb:
+            ga |= gb
+            groups.remove(gb)
+    return sorted(sorted(g) for g in groups)
 
 
 def _group_title(board: list[Run], n: int, total: int) -> str:
@@ -144,13 +124,11 @@ def _group_title(board: list[Run], n: int, total: int) -> str:
 
 
 def _few(items: list[str], keep: int = 3) -> str:
-    """At most `keep` items, then how many more: messages stay one short line."""
-    shown = "; ".join(items[:keep])
-    return shown + (f"; and {len(items) - keep} more" if len(items) > keep else "")
+    listed = "; ".join(items[:keep])
+    return listed + (f"; and {len(items) - keep} more" if len(items) > keep else "")
 
 
 def _left_out(runs: list[Run], alone: list[int], force: bool) -> list[str]:
-    """Runs in no group, one line per reason."""
     by_data = Counter(r.row["data"]["key"] for r in runs)
     only = [i for i in alone if by_data[runs[i].row["data"]["key"]] == 1 and not force]
     apart = [i for i in alone if i not in only]
@@ -187,8 +165,7 @@ def _nothing_to_compare(runs: list[Run], force: bool) -> str:
 
 
 def _unique_names(runs: list[Run]) -> None:
-    """Runs in different work directories may share a folder name: then their paths from the
-    folder that holds them all name them."""
+    """Runs of different work directories may share a folder name: then their common path names them."""
     names = [r.row["run"] for r in runs]
     if len(set(names)) == len(names):
         return
@@ -266,7 +243,6 @@ BOARD_HEAD = ("rank", "model", "run", "samples", "data", "template", "few-shot",
 
 
 def _board_cells(r: dict[str, Any]) -> list[str]:
-    """One leaderboard row as text cells, in the order of BOARD_HEAD."""
     return [
         str(r["rank"]),
         str(r["model"]),
@@ -287,73 +263,73 @@ def _pair_cells(p: dict[str, Any], names: bool = True) -> list[str]:
     return [a, b, *counts, *tests]
 
 
-def _untested(result: dict[str, Any]) -> list[str]:
-    return [f"{u['a']} and {u['b']}: {u['reason']}, no test" for u in result.get("untested", [])]
+def _notes(result: dict[str, Any]) -> list[str]:
+    untested = [f"{u['a']} and {u['b']}: {u['reason']}, no test" for u in result.get("untested", [])]
+    return [*untested, *result.get("left_out", []), *result["skipped"]]
 
 
 def _in_group(result: dict[str, Any], key: str, n: int) -> list[dict[str, Any]]:
     return [x for x in result[key] if x.get("group", 1) == n]
 
 
+# a backslash, a `|` (ends the cell), brackets (`[x](javascript:...)` is a link), backticks (code),
+# `*` and `~` (emphasis, strikethrough) are escaped; a line break (ends the row) becomes a space
+_INLINE = str.maketrans(
+    {"\\": "\\\\", "|": "\\|", "[": "\\[", "]": "\\]", "`": "\\`", "*": "\\*", "~": "\\~", "\n": " ", "\r": " "}
+)
+_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")  # at a word's edge; inside one (f1_score) it is text
+# what makes a heading, a list item or a rule where a block begins (after "- " in a list): "# ", "- ",
+# "+ ", "---", "1. ", "1) "
+_BLOCK = re.compile(r"#{1,6}(?=\s|$)|[+-](?=\s|$)|-{3,}|\d{1,9}(?=[.)](\s|$))")
+
+
+def _md(value: Any) -> str:
+    """One line, `shown`, with HTML as entities and markdown syntax escaped wherever it stands."""
+    out = _UNDERSCORE.sub(r"\\_", html.escape(shown(value), quote=False).translate(_INLINE).strip())
+    marker = _BLOCK.match(out)
+    if marker is None:
+        return out
+    at = marker.end() if out[0].isdigit() else 0  # the dot of "1. ", else the first character
+    return f"{out[:at]}\\{out[at:]}"
+
+
+def _md_table(head: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(_md(c) for c in cells) + " |" for cells in [head, *rows]]
+    return [lines[0], "|" + "---|" * len(head), *lines[1:]]
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = ["# CoinFlip comparison"]
     for g in result["groups"]:
         n = g["group"]
-        lines += ["", f"## {markdown.text(g['title'])}" if len(result["groups"]) > 1 else "## Leaderboard", ""]
-        lines += markdown.table(BOARD_HEAD, [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
+        lines += ["", f"## {_md(g['title'])}" if len(result["groups"]) > 1 else "## Leaderboard", ""]
+        lines += _md_table(BOARD_HEAD, [_board_cells(r) for r in _in_group(result, "leaderboard", n)])
         pairs = _in_group(result, "pairs", n)
         if pairs:
             lines += ["", "### Paired McNemar tests (shared questions)", ""]
-            lines += markdown.table(PAIR_HEAD, [_pair_cells(p) for p in pairs])
-    notes = [f"- **Warning:** {markdown.text(w)}" for w in result["warnings"]]
-    notes += [f"- {markdown.text(s)}" for s in _untested(result) + result.get("left_out", []) + result["skipped"]]
+            lines += _md_table(PAIR_HEAD, [_pair_cells(p) for p in pairs])
+    notes = [f"- **Warning:** {_md(w)}" for w in result["warnings"]]
+    notes += [f"- {_md(s)}" for s in _notes(result)]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
-def to_html(result: dict[str, Any]) -> str:
-    groups = []
-    for g in result["groups"]:
-        rows = []
-        for r in _in_group(result, "leaderboard", g["group"]):
-            cells = _board_cells(r)
-            rows.append({
-                "rank": cells[0], "model": cells[1], "run_id": cells[2], "samples": cells[3], "data": cells[4],
-                "template": cells[5], "few_shot": cells[6], "metrics": cells[7:-1], "invalid": cells[-1],
-            })  # fmt: skip
-        pairs = [_pair_cells(p) for p in _in_group(result, "pairs", g["group"])]
-        title = g["title"] if len(result["groups"]) > 1 else "Leaderboard"
-        groups.append({"title": title, "rows": rows, "pairs": pairs})
-    return render_template(
-        "compare.html",
-        warnings=result["warnings"],
-        groups=groups,
-        metrics=METRICS,
-        pair_head=PAIR_HEAD,
-        untested=_untested(result),
-        left_out=result.get("left_out", []) + result["skipped"],
-    )
-
-
 def write_files(result: dict[str, Any], out: Path) -> list[Path]:
-    files = {"compare.md": to_markdown(result), "compare.html": to_html(result)}
-    files["compare.json"] = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+    files = {"compare.md": to_markdown(result), "compare.json": json.dumps(result, indent=2, ensure_ascii=False) + "\n"}
     for name, content in files.items():  # compare/ may lie in a work directory someone else wrote
         write_whole(out / name, content, "choose another folder with --out")
     return [out / name for name in files]
 
 
 def default_out(result: dict[str, Any]) -> Path:
-    """compare/ beside the runs: in the work directory they share (their runs' parent), so one
-    comparison does not overwrite another of other runs."""
+    """compare/ in the work directory the runs share: one comparison does not overwrite another's."""
     parents = {str(Path(r["run"]).resolve().parent) for r in result["leaderboard"]}
     shared = os.path.commonpath(sorted(parents)) if parents else ""
     return Path(shared) / "compare" if shared and shared != "/" else Path("outputs") / "compare"
 
 
 def print_result(result: dict[str, Any], written: list[Path], console: Any = None) -> None:
-    """The terminal view; every user string goes in as plain text, never as rich markup. A number
-    or an id is never broken across lines: in a terminal the tables are at least as wide as their
-    longest word, elsewhere (a pipe, a CI log) as wide as they need, so nothing wraps."""
+    """Every user string goes in as plain text, never markup. No number or id breaks across lines: a
+    terminal's tables are as wide as their longest word, elsewhere (a pipe, a CI log) as they need."""
     from rich import box
     from rich.console import Console
     from rich.measure import Measurement
@@ -361,7 +337,7 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
     from rich.text import Text
 
     console = console or Console()
-    several, shown, wide = len(result["groups"]) > 1, [], console.options.update_width(10_000)
+    several, tables, wide = len(result["groups"]) > 1, [], console.options.update_width(10_000)
     for g in result["groups"]:
         title = "CoinFlip leaderboard" + (f" - {g['title']}" if several else "")
         board = Table(title=Text(one_line(title)), title_justify="left", box=box.SIMPLE_HEAD)
@@ -375,7 +351,7 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
             name.append(one_line(f"{_f(r['few_shot'], 'd')}-shot") + ("" if r["complete"] else " · INCOMPLETE"))
             scores = [_f(r[m], ".3f") for m in METRICS]
             board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
-        shown.append(board)
+        tables.append(board)
         pairs = _in_group(result, "pairs", g["group"])
         if pairs:
             title = "Paired McNemar tests (shared questions; A and B by rank; cc: with continuity correction)"
@@ -385,15 +361,15 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
             for p in pairs:
                 tests.add_row(*(Text(c) for c in _pair_cells(p, names=False)))
             tests.min_width = Measurement.get(console, wide, tests).maximum  # headers too: no column wraps
-            shown.append(tests)
-    need = [Measurement.get(console, wide, t) for t in shown]
+            tables.append(tests)
+    need = [Measurement.get(console, wide, t) for t in tables]
     if need:  # a terminal wraps the run column at spaces; elsewhere nothing wraps
         widest = max(m.maximum for m in need)
         console.width = max(console.width, *(m.minimum for m in need)) if console.is_terminal else widest
-    for table in shown:
+    for table in tables:
         console.print(table)
     for warning in result["warnings"]:
         console.print(Text.assemble(("warning: ", "yellow"), one_line(warning)), soft_wrap=True)
-    for note in _untested(result) + result.get("left_out", []) + result["skipped"]:
+    for note in _notes(result):
         console.print(Text.assemble(("note: ", "cyan"), one_line(note)), soft_wrap=True)
     console.print(Text(one_line("wrote " + ", ".join(str(p) for p in written))), soft_wrap=True)

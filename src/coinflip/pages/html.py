@@ -1,15 +1,8 @@
-"""Every HTML page is a Jinja2 template rendered with autoescape on: a value from a run directory
-(a model name, a reply, a config value someone edited) reaches the page as text unless a template
-says otherwise, and no template does. Python computes what to show (numbers, chart geometry,
-labels); the templates under `templates/` only lay it out.
+"""Every page is a Jinja2 template under templates/ rendered with autoescape: values reach it as text.
 
-Escaping alone keeps markup out, not text that misleads or breaks the page, so every value a
-template writes also passes through `shown` (the environment's finalize, and the JSON of
-`tojson`): a control character, a bidi override that would reverse the text after it (the run id
-beside a model name), or half a surrogate pair becomes U+FFFD, and a value past SHOWN_MAX
-characters is cut. Links go through `link`: a relative path inside the page's folder, or http(s).
-
-Jinja2 is imported on first use, so `import coinflip` and `coinflip --help` do not pay for it.
+Every value also passes through `shown` (finalize, and tojson's JSON): control characters, bidi
+overrides and half surrogate pairs become U+FFFD and long values are cut. Links pass `link`.
+Jinja2 is imported on first use, so `coinflip --help` does not pay for it.
 """
 
 from __future__ import annotations
@@ -32,7 +25,7 @@ _LINK = re.compile(r"(\./)?[A-Za-z0-9._~%/-]+|https?://[A-Za-z0-9._~%/?#&=+:@!$,
 
 
 def shown(value: Any) -> str:
-    """`value` as a page writes it: as text, every unshowable character U+FFFD, at most SHOWN_MAX characters."""
+    """As text, every unshowable character U+FFFD, at most SHOWN_MAX characters."""
     try:
         text = _UNSHOWABLE.sub("\ufffd", value if isinstance(value, str) else str(value))
     except ValueError:  # a whole number past Python's 4300 digits
@@ -44,15 +37,13 @@ def shown(value: Any) -> str:
 
 
 def _finalize(value: Any) -> Any:
-    """Jinja's finalize: every `{{ }}` of every template passes here before it is escaped."""
     if hasattr(value, "__html__"):  # Markup, tojson's output or a macro's: replacing characters cannot make markup
         return type(value)(_UNSHOWABLE.sub("\ufffd", value))
     return shown(value)
 
 
 def _plain(data: Any) -> Any:
-    """`data` for tojson: each string (keys too) as `shown` writes it, NaN and the infinities as
-    null (JSON has no such numbers)."""
+    """For tojson: each string (keys too) `shown`, NaN and the infinities null (JSON has no such numbers)."""
     if isinstance(data, str):
         return shown(data)
     if isinstance(data, dict):
@@ -64,13 +55,13 @@ def _plain(data: Any) -> Any:
     return data
 
 
-def _dumps(data: Any, **kwargs: Any) -> str:
-    return json.dumps(_plain(data), **kwargs)
+def text(value: Any, limit: int = 300) -> str:
+    out = value if isinstance(value, str) else "" if value is None else str(value)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def link(target: Any) -> str:
-    """An href a page may hold: a relative path below the page's folder (quoted, no `..`), or an
-    http(s) URL; anything else (javascript:, data:, //host, ../, a quote) becomes "#"."""
+    """A relative path below the page's folder, or an http(s) URL; anything else (javascript:, ../) is "#"."""
     from urllib.parse import unquote
 
     text = target if isinstance(target, str) else ""
@@ -80,15 +71,14 @@ def link(target: Any) -> str:
 
 
 def relative(path: str) -> str:
-    """The href of a file below the page's folder, from its path there, quoted here: a folder or
-    model name in any letters (safe_name keeps them) stays a link, as `link` reads it, not "#"."""
+    """The href of a file below the page's folder, quoted: a name in any letters stays a link, not "#"."""
     from urllib.parse import quote
 
     return link("./" + quote(path, errors="surrogateescape"))  # a folder named in bytes that are not UTF-8: those bytes
 
 
 def number(value: Any) -> float | None:
-    """A finite number, or None for anything else (a string where a count should be, NaN, a bool)."""
+    """A finite number, or None (a string where a count should be, NaN, a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -99,12 +89,10 @@ def number(value: Any) -> float | None:
 
 
 def fmt(value: Any, spec: str = ".4f", missing: str = "undefined") -> str:
-    """A number in `spec`; whatever else a report holds there is shown as it is (and escaped)."""
+    """A number in `spec`; anything else (NaN, 400 digits: format() would raise) as it is."""
     if value is None:
         return missing
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if number(value) is None:  # NaN, an infinity, or a whole number of 400 digits (format() would raise)
+    if number(value) is None:
         return str(value)
     if spec == "d":
         return str(int(value)) if float(value).is_integer() else f"{value:g}"
@@ -112,22 +100,18 @@ def fmt(value: Any, spec: str = ".4f", missing: str = "undefined") -> str:
 
 
 def ends(pair: list[float] | None) -> tuple[float | None, float | None]:
-    """An interval's two ends as finite numbers, or (None, None) where it is not two of them: a
-    report may hold [0.4, NaN], and half an interval is none (the index's script drew the low end
-    and stopped at the missing high one)."""
+    """An interval's two finite ends, or (None, None): half an interval ([0.4, NaN]) is none."""
     lo, hi = (number(pair[0]), number(pair[1])) if isinstance(pair, list) and len(pair) == 2 else (None, None)
     return (lo, hi) if lo is not None and hi is not None else (None, None)
 
 
 def span(pair: list[float] | None) -> str:
-    """An interval as "low - high", or "-" where it has no two finite ends."""
     lo, hi = ends(pair)
     return "-" if lo is None or hi is None else f"{lo:.3f} - {hi:.3f}"
 
 
 @functools.cache
 def environment() -> Environment:
-    """The one template environment: autoescape everywhere, undefined names fail loudly."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(
@@ -142,7 +126,7 @@ def environment() -> Environment:
     env.filters["fmt"] = fmt
     env.filters["link"] = link
     # tojson escapes <, >, & and ' so the JSON cannot end its <script> element; keep key order
-    env.policies["json.dumps_function"] = _dumps
+    env.policies["json.dumps_function"] = lambda data, **kwargs: json.dumps(_plain(data), **kwargs)
     env.policies["json.dumps_kwargs"] = {"ensure_ascii": False, "separators": (",", ":"), "allow_nan": False}
     return env
 

@@ -1,12 +1,7 @@
-"""The index of a work directory: every run in one self-contained page (`coinflip view`).
+"""The index of a work directory (`coinflip view`): every run in one self-contained page.
 
-The rows travel as JSON inside the page and a small script draws the table, the charts and
-the pair view from them, so a thousand runs sort and filter without a reload. The state of
-the view (sort, filters, selected runs, the pair) lives in the URL fragment, e.g.
-`index.html#sort=f1_score&dir=desc&model=oracle&q=text`, so a view can be bookmarked.
-Everything a model, a server or a user wrote reaches the page as JSON text (with `<`, `>` and
-`&` escaped by the template's `tojson`) or through the template's autoescape, and the script
-(templates/index.js) only ever sets it as text.
+The rows travel as JSON (`tojson`) and templates/index.js draws the table, charts and pair view,
+setting every value as text; the view's state lives in the URL fragment, so it can be bookmarked.
 """
 
 from __future__ import annotations
@@ -20,12 +15,12 @@ from typing import Any
 
 from .._files import UnreadableFile, read_regular
 from .._terminal import one_line
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from .board import EXTRAS, row, text, write_whole
+from .board import EXTRAS, row, write_whole
 from .catalog import Answers, Found, read_answers, scan
-from .html import relative, render_template
+from .html import relative, render_template, text
 
 INDEX = "index.html"
 PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precomputed: 190 pairs at most
@@ -37,11 +32,7 @@ log = logging.getLogger("coinflip")
 
 
 def refresh(work_dir: Path) -> Path | None:
-    """Rewrite `work_dir/index.html`; the CLI calls it after every eval and rescore.
-
-    Never raises: a page that cannot be written must not fail the run that asked for it. Returns
-    the page's path, or None after logging why it could not be written.
-    """
+    """Rewrite the index after an eval or rescore; never raises (the run is done): None, logged, on failure."""
     try:
         return write(work_dir)
     except Exception as exc:  # noqa: BLE001 - whatever happened, the run itself is done and saved
@@ -62,10 +53,7 @@ def view(work_dir: Path, open_page: bool = False) -> Path:
     if not folder.is_dir():
         raise ConfigError(f"{folder} is not a directory: give the work directory of your runs (--work-dir)")
     data = build(folder)
-    try:
-        path = _write_html(folder, render(data))
-    except OSError as exc:
-        raise StorageError(f"cannot write {folder / INDEX}: {exc.strerror or exc}") from None
+    path = write(folder, data)  # a failed write is a StorageError (_files.replacing)
     click.echo(one_line(f"wrote {path}: {_summary(data)}"), err=True)
     for p in data["problems"][:20]:
         click.echo(one_line(f"  {p['kind']:<10} {p['id']}: {p['reason']}"), err=True)
@@ -79,20 +67,13 @@ def view(work_dir: Path, open_page: bool = False) -> Path:
     return path
 
 
-def write(work_dir: Path) -> Path:
-    """Write the index of `work_dir`."""
+def write(work_dir: Path, data: dict[str, Any] | None = None) -> Path:
     work_dir = Path(work_dir).expanduser()
-    return _write_html(work_dir, render(build(work_dir)))
-
-
-def _write_html(work_dir: Path, html: str) -> Path:
-    """Whole, so a browser or a second run never sees half a page (board.write_whole)."""
-    write_whole(work_dir / INDEX, html)
+    write_whole(work_dir / INDEX, render(data or build(work_dir)))  # whole: no browser sees half a page
     return work_dir / INDEX
 
 
 def build(work_dir: Path) -> dict[str, Any]:
-    """Everything the page shows, as plain data."""
     found = scan(work_dir)
     runs, rows = _rows(found)
     datasets = _datasets(rows)
@@ -120,7 +101,7 @@ def build(work_dir: Path) -> dict[str, Any]:
 
 
 def _probes(work_dir: Path, found: list[Found]) -> list[dict[str, Any]]:
-    """Each probe under the work directory (a folder whose runs/base is a run), with its headline."""
+    """Each probe (a folder whose runs/base is a run), with its headline."""
     out = []
     for f in found:
         folder = f.path.parent.parent
@@ -164,8 +145,7 @@ def _datasets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _rank(rows: list[dict[str, Any]]) -> None:
-    """Ranks by F1 among complete runs on the same questions (data set and subset), of the same
-    size and in the same arithmetic; others get none. Equal F1 shares a rank, marked tied (1, =2, =2, 4)."""
+    """F1 ranks among complete runs on the same questions, size and arithmetic; equal F1, equal rank (1, =2, =2, 4)."""
     groups: dict[tuple[str, str, Any, Any], list[dict[str, Any]]] = {}
     for r in rows:
         r["rank"] = None
@@ -219,27 +199,21 @@ class _Pairs:
             listed.append(({"a": i, "b": j, **p.stats(), "total": len(differ), "rows": []}, shown))
         texts = {i: answers[i].replies(questions) for i, questions in wanted.items()}
         for record, shown in listed:
-            a, b = answers[record["a"]], answers[record["b"]]
-            for q in shown:
-                record["rows"].append(
-                    [
-                        self._question_index(q, a),
-                        a.first[q][1],
-                        b.first[q][1],
-                        self._reply_index(texts[record["a"]].get(q, "")),
-                        self._reply_index(texts[record["b"]].get(q, "")),
-                    ]
-                )
+            a, b, ta, tb = answers[record["a"]], answers[record["b"]], texts[record["a"]], texts[record["b"]]
+            record["rows"] = [
+                [self._qid(q, a), a.first[q][1], b.first[q][1], self._rid(ta.get(q, "")), self._rid(tb.get(q, ""))]
+                for q in shown
+            ]
             self.records.append(record)
 
-    def _question_index(self, question: str, answers: Answers) -> int:
+    def _qid(self, question: str, answers: Answers) -> int:
         if question not in self._question:
             _, _, target, people = answers.first[question]
             self._question[question] = len(self.questions)
             self.questions.append([text(question, QUESTION_CHARS), text(target, 20), people])
         return self._question[question]
 
-    def _reply_index(self, reply: str) -> int:
+    def _rid(self, reply: str) -> int:
         reply = reply if len(reply) <= REPLY_TAIL else "…" + reply[-REPLY_TAIL:]
         if reply not in self._reply:
             self._reply[reply] = len(self.replies)
@@ -267,7 +241,6 @@ def _summary(data: dict[str, Any]) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    """The page: the rows travel as JSON (`tojson` keeps it from ending its <script> element)."""
     folder = Path(data["work_dir"]).name or data["work_dir"]
     return render_template("index.html", data=data, folder=folder, summary=_summary(data), problems=data["problems"])
 
@@ -277,8 +250,7 @@ PROBE_LIMIT = 64 << 20  # bytes read of a probe.json (a real one is tens of kilo
 
 
 def read_probe(root: Path) -> Any:
-    """probe.json, read as any file of a work directory is (untrusted: only a plain file inside
-    the probe folder, up to PROBE_LIMIT; a FIFO there must not hang the index); None if unreadable."""
+    """probe.json, untrusted: a plain file inside the probe folder (a FIFO must not hang the index); else None."""
     try:
         return json.loads(read_regular(root / PROBE_FILE, PROBE_LIMIT, within=root))
     except (OSError, ValueError, RecursionError, UnreadableFile):
@@ -286,8 +258,7 @@ def read_probe(root: Path) -> Any:
 
 
 def probe_summary(root: Path) -> dict[str, Any] | None:
-    """A probe's model, headline and completeness for the index, read defensively (the file is
-    untrusted: None when it is not a finished probe report)."""
+    """A probe's model, headline and completeness; None when it is not a finished probe report."""
     saved = read_probe(root)
     if not isinstance(saved, dict) or not isinstance(saved.get("headline"), str) or not (root / PAGE_FILE).is_file():
         return None

@@ -1,10 +1,5 @@
-"""A self-contained HTML page per run: no CDN, no network, charts as inline SVG.
-
-The page is templates/run.html, rendered with autoescape: a reply holding <script>, or a config
-value someone edited into markup, is shown as text and runs nothing. This module only decides
-what to show. `render` takes the report through scoring/schema.py `checked`, so each field read
-here has its declared type or is missing (shown as "?" or not at all).
-"""
+"""A self-contained HTML page per run (templates/run.html): no network, charts as inline SVG. The
+report comes through scoring/schema.py `checked`: each field has its declared type or is missing."""
 
 from __future__ import annotations
 
@@ -12,11 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import storage_error
+from ..errors import KEPT
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Forced, People, Report, checked
 from . import charts
-from .board import utf8
+from .board import details, write_whole
 from .html import ends, fmt, number, render_template, span
 
 if TYPE_CHECKING:
@@ -29,13 +24,8 @@ FORCED_COUNTS = ("asked", "invalid_strict", "recovered_correct", "recovered_wron
 def _cards(primary: str | None, block: Report | Forced) -> list[dict[str, Any]]:
     metrics, intervals = block.get("metrics", {}), block.get("intervals", {})
     return [
-        {
-            "name": name,
-            "primary": name == primary,
-            "value": fmt(metrics.get(name)),
-            "interval": f"95% {span(intervals.get(name))}",
-        }
-        for name in METRICS
+        {"name": m, "primary": m == primary, "value": fmt(metrics.get(m)), "interval": f"95% {span(intervals.get(m))}"}
+        for m in METRICS
     ]
 
 
@@ -48,7 +38,7 @@ def _kind(r: dict[str, Any]) -> str:
 
 
 def _forcing(r: dict[str, Any]) -> str:
-    """What the forced answer did for an invalid sample: recovered (right), wrong, still invalid, or ''."""
+    """What the forced answer did for an invalid sample: recovered, wrong, still invalid, or ''."""
     said = r.get("forced")
     if not r.get("invalid") or not isinstance(said, str) or said in ("", "none"):
         return ""
@@ -66,14 +56,12 @@ RESULT_LABELS = {
 
 def _sample(p: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     kind, forcing = _kind(r), _forcing(r)
-    classes = ["s", kind] + ([] if r.get("correct") else ["notok"])
     reason = r.get("invalid_reason") or r.get("reason") or ""
-    classes += [f"r-{reason}"] if reason else []
-    classes += [forcing] if forcing else []
+    classes = ["s", kind, "" if r.get("correct") else "notok", f"r-{reason}" if reason else "", forcing]
     forced = p.get("forced") if isinstance(p.get("forced"), dict) else None
     repeat = r.get("repeat")
     return {
-        "classes": " ".join(str(c) for c in classes),
+        "classes": " ".join(str(c) for c in classes if c),
         "id": f"{r.get('id')}" + (f".{repeat}" if repeat else ""),
         "people": r.get("people"),
         "question": p.get("question", ""),
@@ -133,9 +121,8 @@ def _yes_chart(report: Report) -> dict[str, Any]:
         return name, color, [("yes_ratio", block.get("metrics", {}).get("yes_ratio"), *pair)]
 
     points = [ratio(STRICT, report)] + ([ratio(FORCED, report["forced"])] if report.get("forced") else [])
-    return charts.bars(
-        points + [("true YES share", "#7a8291", [("yes_ratio", true_yes, None, None)])], title="yes_ratio"
-    )
+    points.append(("true YES share", "#7a8291", [("yes_ratio", true_yes, None, None)]))
+    return charts.bars(points, title="yes_ratio")
 
 
 def _calibration(report: Report) -> dict[str, Any]:
@@ -144,9 +131,7 @@ def _calibration(report: Report) -> dict[str, Any]:
         return {"available": False, "reason": c.get("reason", "not available")}
     return {
         "available": True,
-        "auroc": fmt(c.get("auroc")),
-        "brier": fmt(c.get("brier")),
-        "ece": fmt(c.get("ece")),
+        **{k: fmt(c.get(k)) for k in ("auroc", "brier", "ece")},
         "samples": fmt(c.get("samples"), "d"),
         "coverage": fmt(c.get("coverage"), ".0%", "?"),
         "chart": charts.reliability(c.get("bins", [])),
@@ -168,16 +153,10 @@ def _repeats(report: Report) -> dict[str, Any] | None:
         }
         for name, s in r.get("per_repeat", {}).items()
     ]
-    return {
-        "k": r.get("k", "?"),
-        "rows": rows,
-        "pass_at_k": fmt(r.get("pass_at_k")),
-        "consistency": fmt(r.get("consistency")),
-    }
+    return {"k": r.get("k", "?"), "rows": rows, **{k: fmt(r.get(k)) for k in ("pass_at_k", "consistency")}}
 
 
 def _meta(report: Report) -> list[str]:
-    """The settings line under the title, one item each."""
     data, samples = report.get("dataset", {}), report.get("counts", {}).get("samples")
     subset, template, prov = report.get("subset", {}), report.get("template", {}), report.get("provenance", {})
     source = data.get("id") or data.get("path") or data.get("source")
@@ -203,7 +182,6 @@ def _meta(report: Report) -> list[str]:
 def context(
     report: Report, samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> dict[str, Any]:
-    """Everything the template shows, computed from the checked report and the listed samples."""
     ordered = sorted(samples, key=lambda pr: (bool(pr[1].get("correct")), _key(pr[1], "id"), _key(pr[1], "repeat")))
     rows = [_sample(p, r) for p, r in ordered]
     primary, forced = report.get("primary"), report.get("forced")
@@ -238,28 +216,21 @@ def context(
 
 
 def _most(counts: Mapping[str, Any], keep: int = 10) -> list[tuple[str, Any]]:
-    """The `keep` largest counts, then one line for the rest: a server may send a different
-    finish_reason with every reply, and the page lists kinds, not replies."""
+    """The `keep` largest, then one line for the rest: a server may send a new finish_reason per reply."""
     ranked = sorted(counts.items(), key=lambda kv: -(number(kv[1]) or 0.0))
     rest = ranked[keep:]
-    if not rest:
-        return ranked
     total = sum(number(n) or 0.0 for _, n in rest)
-    return ranked[:keep] + [(f"{len(rest):,} others", fmt(total, "d"))]
+    return ranked[:keep] + ([(f"{len(rest):,} others", fmt(total, "d"))] if rest else [])
 
 
 def _extra(report: Report) -> list[list[str]]:
-    """Report fields other parts of coinflip add (requests, retries, tokens, cost): one line each
-    in the "More about this run" panel, whatever they hold, so a new field shows without a
-    change here."""
+    """Fields other parts of coinflip add (requests, cost...), one line each: a new one shows unchanged here."""
     known = {
         "benchmark", "model", "served_model", "run", "complete", "warnings", "notes", "metric_compat", "primary",
         "metrics", "intervals", "undefined", "counts", "by_people", "baselines", "invalid_reasons", "errors_top",
         "dataset", "subset", "template", "few_shot_num", "repeats", "api_mode", "generation_config", "extraction",
         "usage", "provenance", "repeat_metrics", "forced", "calibration", "errors_ignored", "evalscope",
     }  # fmt: skip
-    from .board import details
-
     out = details({k: v for k, v in report.items() if k not in known})
     for key, value in report.get("usage", {}).items():
         if key not in ("finish_reasons", "latency_s", "completion_tokens") and not isinstance(value, (dict, list)):
@@ -270,17 +241,10 @@ def _extra(report: Report) -> list[list[str]]:
 def render(
     report: Mapping[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> str:
-    """`report` as built or read (checked here, once); `samples`: (prediction, review) pairs to
-    list; `latency` and `tokens`: values for the histograms."""
+    """`samples`: (prediction, review) pairs to list; `latency`, `tokens`: values for the histograms."""
     return render_template("run.html", **context(checked(report), samples, latency, tokens))
 
 
 def write_html(path: Path, report: Mapping[str, Any], scorer: Scorer) -> None:
     page = render(report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
-    from .._files import replacing
-
-    try:
-        with replacing(path) as handle:  # never written through a link or into a FIFO
-            handle.write(utf8(page))  # a lone surrogate in a reply must not fail the run
-    except OSError as exc:
-        raise storage_error(path, exc) from None
+    write_whole(path, page, KEPT)  # never through a link; a lone surrogate in a reply must not fail the run

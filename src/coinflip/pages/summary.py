@@ -1,7 +1,5 @@
-"""The terminal summary of a run. Everything a user or a model wrote is printed as literal text:
-a model named `[bold red]x` or `x[/]` is shown as written, never read as markup. `print_summary`
-takes the report through scoring/schema.py `checked`, so each field read here has its declared
-type or is missing (shown as "?")."""
+"""The terminal summary of a run: what a user or a model wrote prints as text, never as rich markup;
+the report comes through scoring/schema.py `checked` (a missing field shows as "?")."""
 
 from __future__ import annotations
 
@@ -30,8 +28,7 @@ def data_line(report: Report) -> str:
 
 
 def title(report: Report) -> str:
-    """What tells two runs of one model apart at a glance: shots, API mode, repeats (the template
-    is on the data line below)."""
+    """What tells two runs of one model apart: shots, API mode, repeats (the template is on the data line)."""
     parts = [f"coin_flip - {report.get('model')}", f"{report.get('few_shot_num', '?')}-shot"]
     parts.append(report.get("api_mode", "chat"))
     if report.get("repeats", 1) > 1:
@@ -40,7 +37,7 @@ def title(report: Report) -> str:
 
 
 def timing_line(report: Report) -> str | None:
-    """Latency and, for streamed runs, time to first token (medians and p90, in seconds)."""
+    """Latency and, streamed, time to first token (median and p90, in seconds)."""
     usage = report.get("usage", {})
     latency = "batch turnaround" if report.get("batch") else "latency"  # a batch has no per-request time
     shown = [
@@ -57,7 +54,7 @@ def timing_line(report: Report) -> str | None:
 def print_summary(
     report: Mapping[str, Any], run_dir: Path | None = None, console: Any = None, page: Path | None = None
 ) -> None:
-    """The run in a screen; `page` is the HTML report to point to (default: the run's own)."""
+    """`page`: the HTML report to point to (default: the run's own)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -65,16 +62,14 @@ def print_summary(
     report = checked(report)
     console = console or Console()
     for warning in report.get("warnings", []):
-        label = "INCOMPLETE: " if report.get("complete") is False and _incomplete(warning) else "WARNING: "
+        label = "INCOMPLETE: " if report.get("complete") is False and "resume" in warning else "WARNING: "
         style = "bold red" if label.startswith("INC") else "bold yellow"
         console.print(Text.assemble((label, style), one_line(warning)), soft_wrap=True)
     table = Table(title=Text(one_line(title(report))), title_justify="left")
     table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("95% interval", justify="right")
     forced = report.get("forced")
-    if forced:
-        table.add_column("forced", justify="right")
+    for column in ["value", "95% interval"] + (["forced"] if forced else []):
+        table.add_column(column, justify="right")
     metrics, intervals, undefined = report.get("metrics", {}), report.get("intervals", {}), report.get("undefined", [])
     for name in METRICS:
         label = f"{name} (primary)" if name == report.get("primary") else name
@@ -83,23 +78,16 @@ def print_summary(
             row.append(value(forced.get("metrics", {}).get(name)))
         table.add_row(*row)
     console.print(table)
-    for line in lines(report):
-        console.print(Text(one_line(line)), soft_wrap=True)
+    shown = lines(report)
     if run_dir is not None:
-        console.print(Text(one_line(f"run directory: {run_dir}")), soft_wrap=True)
         pages = [page] if page is not None and page.is_file() else sorted(run_dir.glob("reports/*/coin_flip.html"))
-        if pages:
-            console.print(Text(one_line(f"page: {pages[0]}")), soft_wrap=True)
-        hint = f"answers, one line per sample: coinflip answers {shlex.quote(str(run_dir))}"
-        console.print(Text(one_line(hint)), soft_wrap=True)
-
-
-def _incomplete(warning: str) -> bool:
-    return "resume" in warning
+        shown += [f"run directory: {run_dir}", *(f"page: {p}" for p in pages[:1])]
+        shown.append(f"answers, one line per sample: coinflip answers {shlex.quote(str(run_dir))}")
+    for line in shown:
+        console.print(Text(one_line(line)), soft_wrap=True)
 
 
 def lines(report: Report) -> list[str]:
-    """The plain lines under the table: counts, errors, forced answers, calibration, data."""
     c, primary = report.get("counts", {}), report.get("primary", "accuracy")
     out = [
         f"samples {c.get('samples', '?')}  invalid {c.get('invalid', '?')} ({fmt(c.get('invalid_rate'), '.1%', '?')})"
