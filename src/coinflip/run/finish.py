@@ -62,14 +62,13 @@ def finish(run: RunDir, compat: str, show: bool = True, session: Session | None 
 
 def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, Any] | None:
     """This session's record of requests, saved; without one (a rescore), the last one's, if it reads as one."""
-    path = run.requests
     if traffic is not None:
-        run.own_folders(path)  # never written through a linked folder
-        with replacing(path) as out:
+        run.own_folders(run.requests)  # never written through a linked folder
+        with replacing(run.requests) as out:
             out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
         return traffic
     try:
-        return limits.checked(json.loads(read_regular(path, 64 * 1024, within=run.root)))
+        return limits.checked(json.loads(read_regular(run.requests, 64 * 1024, within=run.root)))
     except (OSError, ValueError, RecursionError):  # UnreadableFile is a ValueError
         return None
 

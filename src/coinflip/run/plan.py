@@ -26,21 +26,17 @@ FORCE_MAX_TOKENS = 16
 
 
 def effective_generation(config: TaskConfig) -> dict[str, Any]:
-    """The user's, plus a default stop for plain completions (given stop sequences, even none, replace it)."""
+    """The user's, plus a default stop for plain completions (given stop sequences, even none, replace it).
+    `logprobs=5` or `logprobs=true,top_logprobs=5` alike: chat takes a flag and a count, completions a number."""
     generation = dict(config.generation_config)
-    if config.api_mode == "completions" and "stop" not in generation:
+    completions = config.api_mode == "completions"
+    if completions and "stop" not in generation:
         generation["stop"] = list(COMPLETIONS_STOP)
-    return _logprobs_for(config.api_mode, generation)
-
-
-def _logprobs_for(mode: str, generation: dict[str, Any]) -> dict[str, Any]:
-    """`logprobs=5` or `logprobs=true,top_logprobs=5` alike: chat takes a flag and a count, completions a number."""
-    wanted = generation.get("logprobs")
+    wanted, top = generation.get("logprobs"), generation.get("top_logprobs")
     if wanted is None or wanted is False:
         return generation
-    top = generation.get("top_logprobs")
     count = top if isinstance(top, int) and not isinstance(top, bool) else wanted if type(wanted) is int else 5
-    if mode == "completions":
+    if completions:
         generation.pop("top_logprobs", None)
         generation["logprobs"] = count
     else:

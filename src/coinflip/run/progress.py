@@ -66,15 +66,10 @@ class Progress:
                     left = estimate.remaining(time.perf_counter(), progress.done, progress.total)
                     return Text(f"eta {clock(left)}", style="progress.remaining")
 
-            self._bar = bar.Progress(
-                bar.TextColumn("{task.description}", markup=False),  # a model named [/] is a name, not markup
-                bar.BarColumn(),
-                bar.MofNCompleteColumn(),
-                bar.TaskProgressColumn(),
-                bar.TextColumn("{task.fields[rate]}"),
-                bar.TimeElapsedColumn(),
-                Remaining(),
-            )
+            name = bar.TextColumn("{task.description}", markup=False)  # a model named [/] is a name, not markup
+            done = (bar.BarColumn(), bar.MofNCompleteColumn(), bar.TaskProgressColumn())
+            rate = bar.TextColumn("{task.fields[rate]}")
+            self._bar = bar.Progress(name, *done, rate, bar.TimeElapsedColumn(), Remaining())
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=total, rate="")
 

@@ -69,7 +69,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 with stop.held():  # the report is written whole; a signal during it ends the run after
                     return finish(run, config.metric_compat, show=not config.quiet, session=session)
         except Interrupted as exc:  # outside the requests: nothing was lost, the run resumes
-            raise RunIncomplete(f"{stopped_by(exc)}; {resume_hint(run, bool(config.api_key))}") from None
+            raise RunIncomplete(f"{stopped_by(exc)}{stop.hint}") from None
         except CoinflipError as exc:
             log.error("%s", exc)
             if fresh and exc.exit_code == 2:
@@ -104,7 +104,7 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
 def open_run(plan: Plan) -> tuple[RunDir, bool]:
     """The run directory, its settings on disk from the first moment; and whether it is new."""
     config = plan.config
-    content = {
+    content: dict[str, Any] = {
         "config": config.redacted(),
         "fingerprint": plan.fingerprint,
         "samples": plan.samples,
@@ -134,7 +134,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     found = saved.get("provenance")  # a hand edit may have left anything there
     first = found.get("created") if isinstance(found, dict) else None
     if isinstance(first, str):  # a run started when it was created; a resume adds when it went on
-        now = provenance()
+        now = content["provenance"]
         content["provenance"] = {**now, "created": first, "resumed": now["created"]}
     run.save_config(content)
     run.save_subset(plan.subset.ids)

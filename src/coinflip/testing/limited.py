@@ -42,12 +42,6 @@ class Gate:
         self.window = (math.inf, 0.0)  # loop time of the first arrival and of the last reply
         self._slots: asyncio.Semaphore | None = None
 
-    def props(self) -> Any:
-        """/props as llama.cpp publishes it; None where the server publishes no slots."""
-        if self.limits.slots > 0 and self.limits.publish_slots:
-            return {"total_slots": self.limits.slots, "default_generation_settings": {"n_ctx": 2048}}
-        return None
-
     def admit(self) -> Response | None:
         """None: admitted (then `serve` it); else the 429 to answer."""
         limits = self.limits

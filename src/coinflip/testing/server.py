@@ -52,8 +52,8 @@ class FakeOpenAIServer:
             owner = {"owned_by": gate.limits.owned_by} if gate.limits.owned_by else {}
             models = [{"id": m, "object": "model", **owner} for m in state.models or ("fake",)]
             return reply_json(200, {"object": "list", "data": models})
-        if method == "GET" and path == "/props" and gate.props() is not None:
-            return reply_json(200, gate.props())
+        if method == "GET" and path == "/props" and gate.limits.slots > 0 and gate.limits.publish_slots:  # llama.cpp's
+            return reply_json(200, {"total_slots": gate.limits.slots, "default_generation_settings": {"n_ctx": 2048}})
         if method == "GET" and path == "/stats":
             counts = {"requests": dict(state.requests), "answered": dict(state.answered), "faults": dict(state.faults)}
             gated = {"refused": gate.refused, "peak_in_flight": gate.peak, "latencies": gate.latencies}
