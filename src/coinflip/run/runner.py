@@ -213,8 +213,7 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
 
 
 class _LogFile(logging.FileHandler):
-    """Control characters shown as U+FFFD (`cat eval_log.log` would act on a server's escapes); a full disk is
-    left to the run's own error."""
+    """Control characters as U+FFFD (`cat` would act on a server's escapes); a full disk: the run's error says it."""
 
     def format(self, record: logging.LogRecord) -> str:
         return printable(super().format(record))

@@ -30,8 +30,7 @@ Job = Any  # what a reply completes: a first request's record, or the saved row 
 
 
 def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, list[int]]]:
-    """(record, draw, keys) for each request to send: `keys` empty for a whole request, else the samples
-    whose forced answer is pending."""
+    """(record, draw, keys) per request to send: `keys` the samples whose forced answer is pending, or none."""
     n = plan.build.choices
     fresh = not index.where and not index.pending  # nothing saved: every request, no key to look up
     for record in plan.dataset:

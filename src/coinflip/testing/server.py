@@ -99,8 +99,7 @@ class FakeOpenAIServer:
 
 
 class HttpProtocol(asyncio.Protocol):
-    """Just enough HTTP/1.1 (keep-alive, Content-Length bodies) to be fast: a benchmark's server
-    must cost far less than the client it measures."""
+    """Just enough HTTP/1.1 (keep-alive, Content-Length bodies): it must cost far less than the client it serves."""
 
     def __init__(self, handler: FakeOpenAIServer) -> None:
         self.handler = handler
