@@ -1,5 +1,4 @@
-"""The report step of a run and of a rescore: predictions compacted, then reviews, the report and
-its page written whole, each under a temporary name first."""
+"""The report step of a run and of a rescore: predictions compacted, then reviews, report and page, each whole."""
 
 from __future__ import annotations
 
@@ -24,29 +23,23 @@ if TYPE_CHECKING:
 
 
 def resume_hint(run: RunDir, keyed: bool = False) -> str:
-    """The command that resumes `run`, quoted for a shell; printed, so a folder name's escape
-    sequences are shown as U+FFFD (shlex.quote keeps them inside its quotes). `keyed`: the run
-    sent an API key, which the resume needs again."""
+    """The resume command, shell-quoted, a folder name's escapes shown as U+FFFD; `keyed`: give the API key again."""
     again = f", and {KEY_AGAIN}" if keyed else ""
     return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}{again}")
 
 
 def finish(run: RunDir, compat: str, show: bool = True, session: Session | None = None) -> Report:
-    """Compact predictions, then write reviews and reports (also used by rescore).
-
-    Without a `session` that scored its replies as they landed, the saved predictions are read
-    back and scored.
-    """
+    """Without a `session` that scored its replies as they landed, the saved predictions are scored."""
     from ..pages.run_page import write_html
     from ..pages.summary import print_summary
     from ..scoring.report import build_report, write_report
     from ..scoring.schema import checked
 
     saved = load_saved_config(run.root)
-    traffic = session.traffic if session is not None else None
+    traffic = (session.traffic or None) if session is not None else None
     if session is not None and session.scorer is not None:
         scorer = session.scorer
-        if not session.in_order:
+        if not session.writer.in_order:
             compact_predictions(run.predictions)
     else:
         scorer = _score_saved(run, saved, compat)
@@ -68,16 +61,14 @@ def finish(run: RunDir, compat: str, show: bool = True, session: Session | None 
 
 
 def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Save this session's record of requests; without one (a rescore), read the last one back:
-    a plain file of a few KiB inside the run that reads as the record, else none."""
-    path = run.requests
+    """This session's record of requests, saved; without one (a rescore), the last one's, if it reads as one."""
     if traffic is not None:
-        run.own_folders(path)  # never written through a linked folder
-        with replacing(path) as out:
+        run.own_folders(run.requests)  # never written through a linked folder
+        with replacing(run.requests) as out:
             out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
         return traffic
     try:
-        return limits.checked(json.loads(read_regular(path, 64 * 1024, within=run.root)))
+        return limits.checked(json.loads(read_regular(run.requests, 64 * 1024, within=run.root)))
     except (OSError, ValueError, RecursionError):  # UnreadableFile is a ValueError
         return None
 
@@ -93,12 +84,9 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
     scorer = Scorer(compat=compat)
     scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):
-        is_scored = scored(p)
-        if subset is not None and p["id"] not in subset:
+        if p["id"] not in subset if subset is not None else bool(questions) and p["id"] >= questions:
             continue
-        if subset is None and questions and p["id"] >= questions:
-            continue
-        if is_scored:
+        if scored(p):
             scorer.add(p)
         else:  # its forced answer is pending: not scored yet, but its reply was paid for
             scorer.usage.add(p)

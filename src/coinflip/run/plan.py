@@ -1,9 +1,5 @@
-"""What a run will ask, worked out before anything touches the disk or the network.
-
-`prepare` checks everything that can be checked up front (the model, the template, the data, the
-few-shot pool), draws the subset and builds the requests, so a bad setting ends in one line with
-no run directory left behind.
-"""
+"""What a run will ask, worked out before anything touches the disk or the network: a bad setting
+(model, template, data, few-shot pool) ends in one line with no run directory left behind."""
 
 from __future__ import annotations
 
@@ -29,23 +25,17 @@ FORCE_MAX_TOKENS = 16
 
 
 def effective_generation(config: TaskConfig) -> dict[str, Any]:
-    """The generation settings sent: the user's, plus a default stop for plain completions
-    (given stop sequences, even an empty list, replace it)."""
+    """The user's, plus a default stop for plain completions (given stop sequences, even none, replace it).
+    `logprobs=5` or `logprobs=true,top_logprobs=5` alike: chat takes a flag and a count, completions a number."""
     generation = dict(config.generation_config)
-    if config.api_mode == "completions" and "stop" not in generation:
+    completions = config.api_mode == "completions"
+    if completions and "stop" not in generation:
         generation["stop"] = list(COMPLETIONS_STOP)
-    return _logprobs_for(config.api_mode, generation)
-
-
-def _logprobs_for(mode: str, generation: dict[str, Any]) -> dict[str, Any]:
-    """`logprobs=5` or `logprobs=true,top_logprobs=5` mean the same in both modes: chat takes a
-    flag and a count, plain completions one number (the alternatives per token)."""
-    wanted = generation.get("logprobs")
+    wanted, top = generation.get("logprobs"), generation.get("top_logprobs")
     if wanted is None or wanted is False:
         return generation
-    top = generation.get("top_logprobs")
     count = top if isinstance(top, int) and not isinstance(top, bool) else wanted if type(wanted) is int else 5
-    if mode == "completions":
+    if completions:
         generation.pop("top_logprobs", None)
         generation["logprobs"] = count
     else:
@@ -60,16 +50,14 @@ class RequestBuilder:
         self.count = config.few_shot_num
         self.system_prompt = config.system_prompt
         self.style = prompts.template(config.prompt_template)
-        self.candidates = prompts.choose_examples(
-            pool, config.few_shot_num, config.few_shot_seed, config.few_shot_random
-        )
+        self.candidates = prompts.choose_examples(pool, self.count, config.few_shot_seed, config.few_shot_random)
         self.seed = generation.get("seed")
         self.choices = int(generation.get("n") or 1)
         self.completions = config.api_mode == "completions"
         self.short = "max_tokens" in generation  # cap a forced answer only where the user set max_tokens
 
     def __call__(self, record: Record, draw: int = 0) -> Request:
-        """The request for `record`'s draw-th request (repeats draw*n .. draw*n + n - 1)."""
+        """The draw-th request (repeats draw*n .. draw*n + n - 1)."""
         examples = prompts.examples_for(record.question, self.candidates, self.count)
         messages = prompts.build_messages(record.question, examples, self.style, self.system_prompt)
         prompt = messages[-1]["content"]
@@ -78,8 +66,7 @@ class RequestBuilder:
         return Request(record.id, prompt, record.question, messages, first, params)
 
     def forced(self, request: Request, reply: str, repeat: int) -> Request:
-        """The follow-up that asks for only the answer line: the conversation so far, then a fixed
-        turn (chat) or a fixed cue after the reply (completions)."""
+        """The follow-up asking for only the answer line: a fixed turn (chat) or cue (completions) after the reply."""
         params: dict[str, Any] = {"n": 1}
         if self.short:  # a reasoning model may refuse max_tokens, so it is never added unasked
             params["max_tokens"] = FORCE_MAX_TOKENS
@@ -87,11 +74,8 @@ class RequestBuilder:
             text = "\n\n".join(m["content"] for m in request.messages) + reply + prompts.FORCE_CUE
             messages = [{"role": "user", "content": text}]  # sent as the prompt itself
         else:
-            messages = [
-                *request.messages,
-                {"role": "assistant", "content": reply},
-                {"role": "user", "content": prompts.FORCE_PROMPT},
-            ]
+            turns = [{"role": "assistant", "content": reply}, {"role": "user", "content": prompts.FORCE_PROMPT}]
+            messages = [*request.messages, *turns]
         return Request(request.id, request.prompt, request.question, messages, repeat, params, forced=True)
 
 
@@ -105,13 +89,8 @@ class Plan:
     fingerprint: dict[str, Any]
 
     @property
-    def per_question(self) -> int:
-        """Samples per question: repeats times choices per request."""
-        return self.config.repeats * self.build.choices
-
-    @property
     def samples(self) -> int:
-        return self.dataset.count * self.per_question
+        return self.dataset.count * self.config.repeats * self.build.choices
 
 
 def prepare(config: TaskConfig) -> Plan:
@@ -132,31 +111,23 @@ def few_shot_pool(config: TaskConfig) -> list[Record]:
             "few-shot examples come from a validation split: give --dataset-path a directory holding "
             "test.* and validation.*, or use --few-shot-num 0"
         )
-    pool = load_dataset(
-        "validation", config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir
-    ).records
+    where = (config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
+    pool = list(load_dataset("validation", *where).records)
     if len(pool) <= config.few_shot_num:
         raise ConfigError(f"few_shot_num {config.few_shot_num} needs more than {len(pool)} validation rows")
-    return list(pool)
+    return pool
 
 
 def make_fingerprint(
     config: TaskConfig, dataset: Dataset, build: RequestBuilder, generation: dict[str, Any]
 ) -> dict[str, Any]:
     """What must match for saved predictions to be reused (the data, prompts, model, generation)."""
+    fields = ("model", "model_id", "few_shot_num", "few_shot_seed", "few_shot_random", "system_prompt")
     return {
         "dataset": dataset.source,
-        "model": config.model,
-        "model_id": config.model_id,
-        "few_shot_num": config.few_shot_num,
-        "few_shot_seed": config.few_shot_seed,
-        "few_shot_random": config.few_shot_random,
-        "system_prompt": config.system_prompt,
+        **{name: getattr(config, name) for name in (*fields, "api_mode", "repeats", "force_answer")},
         "template": build.style.describe(),
         "generation_config": redacted_generation(generation),
-        "api_mode": config.api_mode,
-        "repeats": config.repeats,
-        "force_answer": config.force_answer,
         "subset": {"mode": config.limit_mode, "seed": config.seed},
     }
 

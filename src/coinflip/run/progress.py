@@ -1,9 +1,5 @@
-"""Progress on long work: a rich bar with rate and ETA on a terminal, plain lines otherwise.
-
-A local model answers one question every few seconds, so the rate is shown in seconds per sample
-below one sample a second (`0.0/s` said nothing), and the ETA is the finish time predicted from
-the mean rate, smoothed so one slow or fast reply moves it a little, counting down in between.
-"""
+"""Progress: a rich bar with rate and ETA on a terminal, plain lines otherwise. Below one sample a second
+the rate is in seconds per sample; the ETA is the mean rate's finish time, smoothed, counting down."""
 
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ SMOOTHING = 0.2  # weight of each new estimate of the finish time
 
 
 def rate_text(done: int, elapsed: float) -> str:
-    """'12.3/s' at one sample a second or more, '4.2 s/sample' below."""
     if done <= 0 or elapsed <= 0:
         return ""
     rate = done / elapsed
@@ -25,7 +20,6 @@ def rate_text(done: int, elapsed: float) -> str:
 
 
 def clock(seconds: float | None) -> str:
-    """Seconds as 0:07:42 (h:mm:ss), '-:--:--' when not known yet."""
     if seconds is None:
         return "-:--:--"
     whole = max(0, round(seconds))
@@ -33,8 +27,6 @@ def clock(seconds: float | None) -> str:
 
 
 class Estimate:
-    """The predicted finish time: the mean rate's prediction, smoothed exponentially."""
-
     def __init__(self) -> None:
         self.finish: float | None = None
         self.updates = 0
@@ -48,9 +40,7 @@ class Estimate:
         self.finish = predicted if self.finish is None else self.finish + weight * (predicted - self.finish)
 
     def remaining(self, now: float, done: int, total: int) -> float | None:
-        if done >= total:
-            return 0.0
-        return None if self.finish is None else max(0.0, self.finish - now)
+        return 0.0 if done >= total else None if self.finish is None else max(0.0, self.finish - now)
 
 
 class Progress:
@@ -72,27 +62,19 @@ class Progress:
             estimate, progress = self.estimate, self
 
             class Remaining(bar.ProgressColumn):
-                """The smoothed ETA, counting down between replies."""
-
                 def render(self, task: Any) -> Text:
                     left = estimate.remaining(time.perf_counter(), progress.done, progress.total)
                     return Text(f"eta {clock(left)}", style="progress.remaining")
 
-            self._bar = bar.Progress(
-                bar.TextColumn("{task.description}", markup=False),  # a model named [/] is a name, not markup
-                bar.BarColumn(),
-                bar.MofNCompleteColumn(),
-                bar.TaskProgressColumn(),
-                bar.TextColumn("{task.fields[rate]}"),
-                bar.TimeElapsedColumn(),
-                Remaining(),
-                transient=False,
-            )
+            name = bar.TextColumn("{task.description}", markup=False)  # a model named [/] is a name, not markup
+            done = (bar.BarColumn(), bar.MofNCompleteColumn(), bar.TaskProgressColumn())
+            rate = bar.TextColumn("{task.fields[rate]}")
+            self._bar = bar.Progress(name, *done, rate, bar.TimeElapsedColumn(), Remaining())
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=total, rate="")
 
     def restart(self) -> None:
-        """Count time from now: the rate is the model's, not the time a local server took to start."""
+        """The rate is the model's, not the time a local server took to start."""
         self.start = time.perf_counter()
 
     def advance(self, n: int = 1) -> None:
@@ -105,11 +87,8 @@ class Progress:
             self._bar.update(self._task, advance=n, rate=rate)
         elif self._plain and (elapsed >= self._next_line or (self.done == self.total and self._printed)):
             left = clock(self.estimate.remaining(now, self.done, self.total))
-            print(
-                f"{self.label}: {self.done}/{self.total} ({self.done / self.total:.0%}) {rate or '-'} eta {left}",
-                file=sys.stderr,
-                flush=True,
-            )
+            done = f"{self.done}/{self.total} ({self.done / self.total:.0%})"
+            print(f"{self.label}: {done} {rate or '-'} eta {left}", file=sys.stderr, flush=True)
             self._next_line = elapsed + 5.0
             self._printed = True
 

@@ -1,11 +1,6 @@
-"""The runner: the one place that knows the order of the stages.
-
-config -> plan (data, subset, prompts; nothing on disk yet) -> run directory -> model ->
-(predictions on disk) -> extract -> score -> report -> pages
-
-A run directory is resumable from the moment it exists: its settings are written when it is
-made. SIGINT, SIGTERM and SIGHUP ask the run to stop (stop.py): the requests in flight are
-cancelled, what finished is kept, a local server is stopped, and the exit code is 1.
+"""The runner: the one place that knows the order of the stages. config -> plan (nothing on disk yet)
+-> run directory (resumable from the moment it exists: its settings are written when it is made) ->
+model -> predictions -> scores -> report -> pages. A stop signal (stop.py) keeps what finished; exit 1.
 """
 
 from __future__ import annotations
@@ -21,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 from .._terminal import printable
 from ..config import METRIC_COMPATS, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
-from ..jsonl import PredictionWriter, index_predictions
+from ..jsonl import index_predictions
 from ..models import open_model, serve_local
 from ..rundir import RunDir, load_saved_config
+from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
 from .finish import finish, resume_hint
 from .plan import Plan, prepare, provenance
-from .progress import Progress
-from .session import Session, concurrency_for, left, requests_left, room_for, send
-from .stop import Interrupted, StopRequest, run_until_stopped, stopped_by, stopping
+from .session import Session, concurrency_for, left, requests_left, room_for
+from .stop import Interrupted, StopRequest, stopped_by, stopping
 
 if TYPE_CHECKING:
     from ..scoring.schema import Report
@@ -39,11 +34,7 @@ NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet", "batch_write", "batc
 
 
 def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
-    """Evaluate a model on CoinFlip and return the report (EvalScope's `run_task`, same call).
-
-    `task_cfg` is a TaskConfig, a dict, a path to a YAML or JSON file of one, or a list of
-    those; a list returns a list of reports.
-    """
+    """EvalScope's `run_task`: a TaskConfig, a dict, a YAML or JSON file, or a list of those (a list of reports)."""
     from ..config.files import as_configs
 
     configs = as_configs(task_cfg, kwargs)
@@ -78,7 +69,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 with stop.held():  # the report is written whole; a signal during it ends the run after
                     return finish(run, config.metric_compat, show=not config.quiet, session=session)
         except Interrupted as exc:  # outside the requests: nothing was lost, the run resumes
-            raise RunIncomplete(f"{stopped_by(exc)}; {resume_hint(run, bool(config.api_key))}") from None
+            raise RunIncomplete(f"{stopped_by(exc)}{stop.hint}") from None
         except CoinflipError as exc:
             log.error("%s", exc)
             if fresh and exc.exit_code == 2:
@@ -90,15 +81,12 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
 
 
 def resume_settings(config: TaskConfig) -> TaskConfig:
-    """`--use-cache RUN_DIR` alone resumes with the run's saved settings; what is given is kept
-    (and must still match the run's fingerprint)."""
+    """`--use-cache RUN_DIR` alone resumes with the saved settings; what is given is kept (fingerprint permitting)."""
     if not config.use_cache:
         return config
     saved = load_saved_config(Path(config.use_cache).expanduser())["config"]
-    merged = {}
-    for name in TaskConfig.field_names():
-        take = name in saved and name not in NOT_CARRIED and name not in config.given
-        merged[name] = saved[name] if take else getattr(config, name)
+    mine = {*NOT_CARRIED, *config.given}
+    merged = {n: saved[n] if n in saved and n not in mine else getattr(config, n) for n in TaskConfig.field_names()}
     merged["dataset_args"] = None  # already folded into the saved fields
     if masked_somewhere(merged["generation_config"]):
         raise ConfigError(
@@ -114,9 +102,9 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
 
 
 def open_run(plan: Plan) -> tuple[RunDir, bool]:
-    """The run directory, with its settings on disk from the first moment; and whether it is new."""
+    """The run directory, its settings on disk from the first moment; and whether it is new."""
     config = plan.config
-    content = {
+    content: dict[str, Any] = {
         "config": config.redacted(),
         "fingerprint": plan.fingerprint,
         "samples": plan.samples,
@@ -128,11 +116,10 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
         try:
             run.save_config(content)
             run.save_subset(plan.subset.ids)
-            run = run.publish()  # under its timestamp only once its settings are there
+            return run.publish(), True  # under its timestamp only once its settings are there
         except BaseException:
             run.discard(folder=True)
             raise
-        return run, True
     root = Path(config.use_cache).expanduser()
     saved = load_saved_config(root)
     differences = [
@@ -147,7 +134,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     found = saved.get("provenance")  # a hand edit may have left anything there
     first = found.get("created") if isinstance(found, dict) else None
     if isinstance(first, str):  # a run started when it was created; a resume adds when it went on
-        now = provenance()
+        now = content["provenance"]
         content["provenance"] = {**now, "created": first, "resumed": now["created"]}
     run.save_config(content)
     run.save_subset(plan.subset.ids)
@@ -158,10 +145,8 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
 
 
 def _comparable(value: Any) -> Any:
-    """Dataset sources compare by content and split, not by row count (a new --limit may differ)."""
-    if isinstance(value, dict) and "sha256" in value:
-        return (value.get("sha256"), value.get("split"))
-    return value
+    """Dataset sources compare by content and split, not row count (a new --limit may differ)."""
+    return (value.get("sha256"), value.get("split")) if isinstance(value, dict) and "sha256" in value else value
 
 
 def _discard(run: RunDir, config: TaskConfig) -> None:
@@ -184,54 +169,39 @@ def _discard(run: RunDir, config: TaskConfig) -> None:
 
 
 def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Session | None:
-    """Send what has no reply yet; each reply is appended to the predictions file as it lands.
-
-    A fresh run also scores each reply as it lands, so the report is ready with the last reply;
-    a resumed one is scored from the file.
-    """
+    """Send what has no reply yet; each reply is written (and in a fresh run scored) as it lands."""
     config = plan.config
     index, todo = left(plan, run)
     if not todo:
         return None
-    live = fresh and index.lines == 0
     hint = resume_hint(run, bool(config.api_key))
-    writer = PredictionWriter(run.predictions)
-    shown = False if config.quiet and config.progress is None else config.progress
-    progress = Progress(todo, f"coin_flip {config.name}", shown)
-    session = Session(plan, writer, progress, live)
-    on_replies, follow_up = session.on_replies, session.follow_up
-    endpoint_concurrency = concurrency_for(config)
-    budget = None
-    if config.max_cost is not None:
-        from ..scoring.cost import budget_for
-
-        budget = budget_for(config, plan.generation, run.predictions, batch=bool(config.batch))
-    traffic: dict[str, Any] = {}
+    session = Session(plan, run, todo, live=fresh and index.lines == 0)
+    wanted = concurrency_for(config)
+    cap = config.max_cost is not None
+    budget = budget_for(config, plan.generation, run.predictions, batch=bool(config.batch)) if cap else None
     try:
         with serve_local(config, run.server_log) as endpoint:
-            concurrency = min(endpoint_concurrency, endpoint.slots or endpoint_concurrency)
-            progress.restart()
+            concurrency = min(wanted, endpoint.slots or wanted)
+            session.progress.restart()
             room_for(concurrency)
-            work = requests_left(plan, run, index)
             model = open_model(config, endpoint.urls, plan.generation, concurrency, run.root / "batch",
                                budget.admit_online if budget is not None else None)  # fmt: skip
-            run_until_stopped(send(model, concurrency, work, on_replies, follow_up, todo, traffic, budget), stop)
+            (stop or StopRequest()).run(session.send(model, concurrency, requests_left(plan, run, index), budget))
             if budget is not None and (note := budget.note()):
-                if not (index.lines or progress.done or session.pending):  # nothing to report: --max-cost 0, say
+                if not (index.lines or session.progress.done or session.pending):  # nothing to report: --max-cost 0
                     raise RunIncomplete(f"{note}; {hint}")
                 print(f"note: {note}", file=sys.stderr)
     except EndpointBroken as exc:
         raise EndpointBroken(f"{exc}; once the server is fixed, {hint}") from None
     except Interrupted as exc:
-        raise RunIncomplete(f"{stopped_by(exc)}: {progress.done} new samples kept; {hint}") from None
+        raise RunIncomplete(f"{stopped_by(exc)}: {session.progress.done} new samples kept; {hint}") from None
     finally:
-        session.close(traffic)
+        session.close()
     return session
 
 
 def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = True) -> Report:
-    """Recompute reviews and reports from saved predictions, calling no model. In an arithmetic
-    other than the run's own, they are written beside the run's (coin_flip.evalscope.json)."""
+    """Reviews and reports from saved predictions; another arithmetic's beside the run's (coin_flip.evalscope.json)."""
     run = RunDir.open(run_dir)
     own = load_saved_config(run.root)["config"].get("metric_compat", "coinflip")
     compat = metric_compat or own
@@ -243,9 +213,7 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
 
 
 class _LogFile(logging.FileHandler):
-    """The run's log, its lines with control characters shown as U+FFFD (a server's message may
-    hold escape sequences, which `cat eval_log.log` would otherwise act on). A log that cannot be
-    written (a full disk) says nothing: the run's own error says it once."""
+    """Control characters as U+FFFD (`cat` would act on a server's escapes); a full disk: the run's error says it."""
 
     def format(self, record: logging.LogRecord) -> str:
         return printable(super().format(record))

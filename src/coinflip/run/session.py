@@ -1,9 +1,4 @@
-"""A session of requests: what is still to ask, and what lands, written and scored as it lands.
-
-The runner opens the run and hands each session's work to the model; `Session` turns each reply
-into the predictions file's rows (a forced follow-up where --force-answer asks for one) and, in
-a fresh run, into the scores the report is built from.
-"""
+"""A session of requests: what is still to ask, and what lands: written, and in a fresh run scored, as it lands."""
 
 from __future__ import annotations
 
@@ -12,7 +7,6 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import DEFAULT_BATCH, TaskConfig
@@ -32,54 +26,33 @@ if TYPE_CHECKING:
 log = logging.getLogger("coinflip")
 
 
-@dataclass(frozen=True)
-class Job:
-    """One request's worth of work: a first request (`saved` None) or a forced follow-up."""
-
-    record: Any
-    saved: Prediction | None = None
+Job = Any  # what a reply completes: a first request's record, or the saved row of a forced answer (`request.forced`)
 
 
 def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, list[int]]]:
-    """(record, draw, keys) for each request still to send, in question order: `keys` empty for a
-    whole request (a choice missing or failed), else the samples whose forced answer is pending."""
+    """(record, draw, keys) per request to send: `keys` the samples whose forced answer is pending, or none."""
     n = plan.build.choices
     fresh = not index.where and not index.pending  # nothing saved: every request, no key to look up
     for record in plan.dataset:
         for draw in range(plan.config.repeats):
-            if fresh:
+            keys = [] if fresh else [sample_key(record.id, draw * n + i) for i in range(n)]
+            if fresh or not all(index.replied(k) for k in keys):
                 yield record, draw, []
-                continue
-            keys = [sample_key(record.id, draw * n + i) for i in range(n)]
-            if not all(index.replied(k) for k in keys):
-                yield record, draw, []
-            elif index.pending:
-                pending = [k for k in keys if k in index.pending]
-                if pending:
-                    yield record, draw, pending
+            elif pending := [k for k in keys if k in index.pending]:
+                yield record, draw, pending
 
 
 def requests_left(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
-    """The requests still to send: first requests, and forced follow-ups whose first reply is kept."""
     build = plan.build
     with run.predictions.open("rb") if index.pending else contextlib.nullcontext() as handle:
         for record, draw, pending in _unfinished(plan, index):
             if not pending:
-                yield Job(record), build(record, draw)
+                yield record, build(record, draw)
             for key in pending:
                 assert handle is not None  # opened whenever a forced answer is pending
                 row = index.row(handle, key)
                 request = build.forced(build(record, draw), row.get("reply") or "", split_key(key)[1])
-                yield Job(record, row), request
-
-
-def samples_left(plan: Plan, index: PredictionIndex) -> int:
-    """Samples still to finish: a reply or a forced answer to get (what the progress bar counts).
-    Nothing saved yet: all of them, without a pass over the data (it was validated when opened;
-    a pass costs as much as 8 ms per thousand questions, before the first request goes)."""
-    if not index.where and not index.pending:
-        return plan.samples
-    return sum(len(pending) or plan.build.choices for _, _, pending in _unfinished(plan, index))
+                yield row, request
 
 
 def left(plan: Plan, run: RunDir) -> tuple[PredictionIndex, int]:
@@ -87,21 +60,25 @@ def left(plan: Plan, run: RunDir) -> tuple[PredictionIndex, int]:
     index = index_predictions(run.predictions, repair=True)
     if index.unreadable:
         log.warning("%d saved line(s) hold no prediction and were skipped; asked again", index.unreadable)
-    todo = samples_left(plan, index)
+    todo = plan.samples  # nothing saved: no pass over the data, which costs 8 ms per thousand questions
+    if index.where or index.pending:
+        todo = sum(len(pending) or plan.build.choices for _, _, pending in _unfinished(plan, index))
     log.info("%d of %d samples already done; %d to go", plan.samples - todo, plan.samples, todo)
     return index, todo
 
 
 class Session:
-    """Where replies land: each is written as it lands (flushed a batch at a time), counted on the
-    progress bar, and in a fresh run (`live`) scored, so the report is ready with the last reply.
-    What it leaves for the report: what went to the endpoints (`traffic`), the scores (`scorer`),
-    and whether every sample was written once and in key order (then the file needs no compaction)."""
+    """Where replies land: written (flushed a batch at a time), counted, and in a fresh run (`live`) scored.
+    Left for the report: `traffic`, `scorer`, and `writer.in_order` (in key order: no compaction)."""
 
-    def __init__(self, plan: Plan, writer: PredictionWriter, progress: Progress, live: bool) -> None:
-        self.plan, self.writer, self.progress, self.live = plan, writer, progress, live
+    def __init__(self, plan: Plan, run: RunDir, todo: int, live: bool) -> None:
+        config = plan.config
+        self.plan, self.live = plan, live
+        self.writer = PredictionWriter(run.predictions)
+        shown = False if config.quiet and config.progress is None else config.progress
+        self.progress = Progress(todo, f"coin_flip {config.name}", shown)
         self.scorer: Scorer | None = None
-        self.traffic: dict[str, Any] | None = None
+        self.traffic: dict[str, Any] = {}  # what went to the endpoints
         self.pending = 0  # samples written with their forced answer pending (scoring/forced.py)
         self.started = time.perf_counter()
 
@@ -113,10 +90,10 @@ class Session:
             self.scorer = Scorer(compat=config.metric_compat)
         finished = 0  # samples done: one whose forced answer is pending finishes later
         for job, request, reply in landed:
-            if job.saved is None:
-                rows = first_rows(job.record, request, reply, self.plan.build.choices, config.force_answer)
+            if request.forced:
+                rows = [forced.answered(job, reply)]
             else:
-                rows = [forced.answered(job.saved, reply)]
+                rows = first_rows(job, request, reply, self.plan.build.choices, config.force_answer)
             for row in rows:
                 self.writer.write(row)
                 if not forced.scored(row):
@@ -125,7 +102,7 @@ class Session:
                 finished += 1
                 if self.scorer is not None:
                     self.scorer.add(row)
-            self.pending -= job.saved is not None  # a forced answer: one pending sample fewer
+            self.pending -= request.forced  # a forced answer: one pending sample fewer
             if reply.error:
                 log.warning("sample %d failed after %d attempts: %s", request.id, reply.attempts, reply.error)
         self.writer.flush()
@@ -134,34 +111,43 @@ class Session:
     def follow_up(self, job: Job, request: Request, reply: Reply) -> list[tuple[Job, Request]]:
         """The forced answer's request for each choice of a first reply that holds no answer."""
         build = self.plan.build
-        if not self.plan.config.force_answer or job.saved is not None or reply.error:
+        if not self.plan.config.force_answer or request.forced or reply.error:
             return []
         out = []
         for i, choice in enumerate([reply, *reply.more][: build.choices]):  # a server may send more
             if forced.needed(choice.text):
-                row = prediction_row(job.record, request.repeat + i, request, choice)
-                out.append((Job(job.record, row), build.forced(request, choice.text or "", request.repeat + i)))
+                row = prediction_row(job, request.repeat + i, request, choice)
+                out.append((row, build.forced(request, choice.text or "", request.repeat + i)))
         return out
 
-    @property
-    def in_order(self) -> bool:
-        return self.writer.in_order
+    async def send(
+        self, opened: Any, concurrency: int, work: Iterator[tuple[Job, Request]], budget: Gate | None
+    ) -> None:
+        """Never more workers than samples to finish (a forced answer follows its first reply in the same
+        worker); each its own for a model that gathers requests (a batch). `traffic` is kept on a stop too."""
+        async with opened as model:
+            todo = self.progress.total
+            workers = todo if getattr(model, "gathers", False) else min(concurrency, todo)
+            try:
+                await run_requests(model, work, workers, self.on_replies, self.follow_up, budget)
+            finally:
+                sent = getattr(model, "traffic", None)  # a server's client has it; a baseline sends nothing
+                if sent is not None:
+                    self.traffic.update(limits.describe(sent(), concurrency))
 
-    def close(self, traffic: dict[str, Any]) -> None:
+    def close(self) -> None:
         self.progress.close()
         self.writer.close()
-        self.traffic = traffic or None
         if self.pending:  # a forced answer still pending (a stop): scored from the file, which counts what it spent
             self.scorer = None
         log.info("finished %d samples in %.2f s", self.progress.done, time.perf_counter() - self.started)
-        if traffic:
-            log.info("%s", limits.line(traffic))
-            for hint in traffic["hints"]:
+        if self.traffic:
+            log.info("%s", limits.line(self.traffic))
+            for hint in self.traffic["hints"]:
                 log.warning("%s", hint)
 
 
 def concurrency_for(config: TaskConfig) -> int:
-    """Requests in flight: the user's number, or 32; a local llama.cpp server gets its slots."""
     if config.eval_batch_size is not None:
         if is_local(config) and config.eval_batch_size > 1:
             print("note: llama.cpp serves one request at a time; sending them one by one", file=sys.stderr)
@@ -170,8 +156,7 @@ def concurrency_for(config: TaskConfig) -> int:
 
 
 def room_for(connections: int) -> None:
-    """Thousands of requests in flight need as many sockets: raise the soft limit on open files
-    toward the hard one (a common soft limit is 1,024)."""
+    """Thousands of requests in flight need as many sockets: the soft limit on open files (often 1,024) goes up."""
     try:
         import resource
     except ImportError:  # Windows
@@ -184,43 +169,15 @@ def room_for(connections: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
 
 
-async def send(
-    opened: Any,
-    concurrency: int,
-    work: Iterator[tuple[Job, Request]],
-    on_replies: Any,
-    follow_up: Any,
-    todo: int,
-    traffic: dict[str, Any],
-    budget: Gate | None = None,
-) -> None:
-    """Send `work` to the model `opened` gives; never more workers than samples to finish (a
-    forced answer follows its first reply in the same worker), whatever --eval-batch-size says,
-    and each its own worker for a model that gathers requests (a batch). `traffic` gets what
-    went to the endpoints (also when the run stops early)."""
-    async with opened as model:
-        workers = todo if getattr(model, "gathers", False) else min(concurrency, todo)
-        try:
-            await run_requests(model, work, workers, on_replies, follow_up, budget)
-        finally:
-            sent = getattr(model, "traffic", None)  # a server's client has it; a baseline sends nothing
-            if sent is not None:
-                traffic.update(limits.describe(sent(), concurrency))
-
-
 def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[Prediction]:
-    """One row per choice; a choice the server did not return is an error row (resumed later)."""
+    """One row per choice; a choice the server did not return is an error row (asked again on resume)."""
     got = [reply, *reply.more][:choices] if reply.error is None else [reply] * choices
-    rows = []
-    for i in range(choices):
-        if i < len(got):
-            choice = got[i]
-        else:
-            choice = Reply(None, error=f"the server returned {len(got)} of n={choices} choices; use --repeats")
-        row = prediction_row(record, request.repeat + i, request, choice)
+    missing = Reply(None, error=f"the server returned {len(got)} of n={choices} choices; use --repeats")
+    got += [missing] * (choices - len(got))
+    rows = [prediction_row(record, request.repeat + i, request, choice) for i, choice in enumerate(got)]
+    for row in rows:
         if force and row["error"] is None and forced.needed(row["reply"]):
             row["forced"] = forced.PENDING.copy()
-        rows.append(row)
     return rows
 
 
@@ -243,8 +200,7 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
     }
     if reply.ttft_s is not None:
         row["ttft_s"] = round(reply.ttft_s, 6)
-    window = answer_window(reply.logprobs)
-    if window is not None:
+    if (window := answer_window(reply.logprobs)) is not None:
         row["answer_logprobs"] = window
     if reply.status is not None and reply.error is not None:
         row["status"] = reply.status

@@ -1,10 +1,6 @@
-"""SIGINT, SIGTERM and SIGHUP stop a run, the way asyncio.Runner carries Ctrl-C: by cancelling the
-run's task inside its event loop, so the replies that landed are written and the loop unwinds.
-
-Outside the loop the handler raises `Interrupted` at once (reading data, starting a local server),
-except in a step that must finish once begun (`held`: the run's settings, the report), after
-which it is raised. Where it lands in code that cannot raise (a destructor, a weakref callback),
-the process ends at once in one line, as a second signal does, or `GRACE_S` after the first.
+"""SIGINT, SIGTERM and SIGHUP stop a run as asyncio.Runner carries Ctrl-C: the run's task is cancelled
+in its loop, so what landed is written. Outside the loop `Interrupted` is raised at once, or after a
+`held` step; where it cannot be raised, or on a second signal, or `GRACE_S` later, the process ends.
 """
 
 from __future__ import annotations
@@ -25,17 +21,15 @@ GRACE_S = 20  # the longest a first signal may take to end the process
 
 
 class Interrupted(BaseException):
-    """A stop asked for by a signal (args[0]: its name); not a KeyboardInterrupt, which click and
-    asyncio treat specially."""
+    """A stop signal (args[0]: its name); not a KeyboardInterrupt, which click and asyncio treat specially."""
 
 
 def stopped_by(exc: BaseException | str | None) -> str:
-    """'interrupted' for Ctrl-C, 'stopped by SIGTERM' for the others."""
     return said(exc if isinstance(exc, str) else exc.args[0] if isinstance(exc, Interrupted) and exc.args else None)
 
 
 class StopRequest:
-    """The stop signal this process received, and where the run is (held, or a task in flight)."""
+    """The stop signal received, and where the run is (held, or a task in flight)."""
 
     def __init__(self) -> None:
         self.signal: str | None = None
@@ -79,8 +73,6 @@ class StopRequest:
             raise Interrupted(self.signal)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
-        """`main` in an event loop (asyncio.Runner), cancelled by a stop signal; `Interrupted` then."""
-
         async def cancellable() -> T:
             self.task = asyncio.current_task()
             if self.signal is not None and self.task is not None:  # it came while the loop was starting
@@ -102,8 +94,7 @@ class StopRequest:
         self.exit_now(f"{said(self.signal)}, and still running {GRACE_S} s later")
 
     def install(self) -> StopRequest:
-        """Handle the stop signals until `restore`; one ignored (`nohup`: SIGHUP) stays ignored.
-        Off the main thread, where Python sets no handler, nothing."""
+        """Until `restore`; one ignored (`nohup`: SIGHUP) stays ignored; off the main thread, nothing."""
         if threading.current_thread() is not threading.main_thread():
             return self
         self.previous = {sig: signal.getsignal(sig) for sig in (*NAMES, signal.SIGALRM)}
@@ -115,7 +106,6 @@ class StopRequest:
         return self
 
     def restore(self) -> None:
-        """The handlers `install` replaced, back: a library call leaves its caller as it found it."""
         if self.previous:
             signal.alarm(0)
         for sig, old in self.previous.items():
@@ -124,30 +114,18 @@ class StopRequest:
             sys.unraisablehook = self.hook
 
     def settle(self) -> None:
-        """The command prints its outcome and ends: stop signals are ignored from now on, so that a
-        late one changes nothing (Python's shutdown would put back the default: death by signal)."""
+        """The outcome is printed: a late signal changes nothing (Python's shutdown would die of it)."""
         self.holds += 1
         for sig in NAMES:
             signal.signal(sig, signal.SIG_IGN)
 
 
-def run_until_stopped(main: Coroutine[Any, Any, T], stop: StopRequest | None = None) -> T:
-    return (stop or current() or StopRequest()).run(main)
-
-
-def current() -> StopRequest | None:
-    """The StopRequest whose handler is installed, if any."""
-    owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
-    return owner if isinstance(owner, StopRequest) else None
-
-
 @contextlib.contextmanager
 def stopping() -> Iterator[StopRequest]:
-    """The installed StopRequest (the command line's), or one installed for the duration (a library
-    call on the main thread); elsewhere one that no signal reaches."""
-    existing = current()
-    if existing is not None or threading.current_thread() is not threading.main_thread():
-        yield existing or StopRequest()
+    """The command line's StopRequest, or one installed for a library call (off the main thread, an idle one)."""
+    existing = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    if isinstance(existing, StopRequest):
+        yield existing
         return
     stop = StopRequest().install()
     try:

@@ -1,20 +1,11 @@
-"""The fake server's chat and completions endpoints, plain or streamed.
-
-A request with `"stream": true` gets server-sent events in HTTP chunks, as vLLM sends them:
-reasoning deltas, content deltas, the finish reason, a usage chunk when the request asked for
-it (`stream_options.include_usage`, unless `stream_usage` is off) and `data: [DONE]`. `n`
-choices and `logprobs` are answered in both forms. Faults (`fail_rate`): 429 with Retry-After,
-500, a stalled reply, a dropped connection, a malformed body or an empty choice list.
-
-Forced answers: a request that continues a reply with coinflip's forced-answer turn (chat) or
-cue (completions) gets the policy's `forced` answer line. Log probabilities put the policy's
-`confidence` on the answer token and the rest on the other answer, so P(YES) is known;
-`impossible_logprobs` sends ones no model can give (`ServerState.impossible`).
-"""
+"""The test server's chat and completions, plain or streamed as vLLM streams them, with faults
+(`fail_rate`); a forced-answer turn or cue gets the policy's `forced` answer. Log probabilities put the
+policy's confidence on the answer token, the rest on the other answer, so P(YES) is known."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import re
@@ -22,16 +13,22 @@ import time
 from typing import Any
 
 from ..data.prompts import FORCE_CUE, FORCE_PROMPT
-from .limited import Gate
-from .policy import Response, ServerState, Stream, _other, last_question, reply_json
+from .limited import Gate, Response, reply_json
+from .policy import ServerState, Stream, _other, last_question
 
-FAULTS = ("429", "500", "stall", "drop", "malformed", "empty")
+FAULTS: dict[str, Response | None] = {  # in the order the draw picks them
+    "429": reply_json(429, {"error": {"message": "rate limited"}}, {"Retry-After": "0"}),
+    "500": reply_json(500, {"error": {"message": "internal error"}}),
+    "stall": reply_json(504, {"error": {"message": "too late"}}),
+    "drop": None,  # the connection dropped, unanswered
+    "malformed": (200, b'{"choices": [{"message": ', {}),
+    "empty": reply_json(200, {"id": "x", "choices": []}),
+}
 
 
 async def completion(
     state: ServerState, gate: Gate, headers: dict[str, str], raw: bytes, arrived: float, chat: bool = True
 ) -> Response | Stream | None:
-    """One request to /chat/completions (`chat`) or /completions: refused, failed or answered."""
     auth = headers.get("authorization", "")
     state.auth_headers.append(auth)
     if state.api_key is not None and auth != f"Bearer {state.api_key}":
@@ -48,22 +45,20 @@ async def completion(
     state.arrivals.append(time.monotonic())
     if state.throttle:
         return reply_json(429, {"error": {"message": "slow down"}}, {"Retry-After": state.throttle.pop(0)})
-    refused = gate.admit()
-    if refused is not None:
+    if (refused := gate.admit()) is not None:
         return refused
-    try:
-        await gate.serve(state.latency, arrived)
-    finally:
-        gate.done()
+    await gate.serve(state.latency, arrived)
     if state.fail_rate and state.rng.random() < state.fail_rate:
-        return await fault(state)
+        fault = state.rng.choice(list(FAULTS))
+        state.faults[fault] += 1
+        await asyncio.sleep(state.stall if fault == "stall" else 0)
+        return FAULTS[fault]
     return _answer(state, body, prompt, question, _forced_turn(messages, chat), chat)
 
 
 def _answer(
     state: ServerState, body: dict[str, Any], prompt: str, question: str, forced: bool, chat: bool
 ) -> Response | Stream:
-    """The policy's reply (or forced answer) as the endpoint sends it: n choices, usage, logprobs."""
     answer = state.policy.forced(question) if forced else state.policy.expected(question)
     text = state.policy.reply(question) if not forced else f"ANSWER: {answer or 'maybe'}"
     if forced and not chat:
@@ -72,39 +67,29 @@ def _answer(
     if state.reply_tokens and not forced:  # a long reply, cut where max_tokens says, as a server cuts it
         most = body.get("max_tokens") or body.get("max_completion_tokens")
         text = ("flip" * state.reply_tokens + text)[: 4 * most if isinstance(most, int) else None]
-    usage = {
-        "prompt_tokens": len(prompt) // 4,
-        "completion_tokens": len(text) // 4,
-        "total_tokens": (len(prompt) + len(text)) // 4,
-    }
-    p_yes = state.policy.p_yes(question, answer)
+    usage = {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4}
+    usage["total_tokens"] = (len(prompt) + len(text)) // 4
     bad = state.impossible_logprobs if state.impossible(question) else ""
+    p_yes = state.policy.p_yes(question, answer)
+    logprobs = functools.partial(_logprobs, chat=chat, p_yes=p_yes, fault=bad) if body.get("logprobs") else None
     scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
     n = int(body["n"]) if isinstance(body.get("n"), int) else 1
     if body.get("stream"):
         include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
-        events = stream(text, scratch if chat else None, n, usage if include else None, body, p_yes, bad)
+        events = stream(text, scratch if chat else None, n, usage if include else None, logprobs)
         return Stream(events, state.stream_stalls.pop(0) if state.stream_stalls else 0.0)
-    logprobs = _logprobs(text, chat, p_yes, bad) if body.get("logprobs") else None
+    found = logprobs(text) if logprobs else None
     if not chat:
-        choices = [{"index": i, "finish_reason": "stop", "text": text, "logprobs": logprobs} for i in range(n)]
+        choices = [{"index": i, "finish_reason": "stop", "text": text, "logprobs": found} for i in range(n)]
         return reply_json(200, {"id": "cmpl-fake", "object": "text_completion", "choices": choices, "usage": usage})
     message = {"role": "assistant", "content": text, "reasoning_content": scratch}
-    choices = [{"index": i, "finish_reason": "stop", "message": message, "logprobs": logprobs} for i in range(n)]
+    choices = [{"index": i, "finish_reason": "stop", "message": message, "logprobs": found} for i in range(n)]
     reply = {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"), "choices": choices}
     return reply_json(200, {**reply, "usage": usage})
 
 
-def stream(
-    text: str,
-    scratch: str | None,
-    n: int,
-    usage: Any,
-    body: dict[str, Any],
-    p_yes: float | None = 0.5,
-    fault: str = "",
-) -> list[bytes]:
-    """Chunks as vLLM streams them: role, reasoning pieces, content pieces, finish, usage, [DONE]."""
+def stream(text: str, scratch: str | None, n: int, usage: Any, logprobs: Any) -> list[bytes]:
+    """Role, reasoning pieces (chat: `scratch`), content pieces, finish, usage (if given), [DONE]."""
     chat = scratch is not None
     kind = "chat.completion.chunk" if chat else "text_completion"
     deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}] if chat else []
@@ -112,41 +97,20 @@ def stream(
     deltas += [{"content": piece} for piece in _pieces(text)]
     events = []
     for delta in deltas:
-        choices = []
-        for i in range(n):
-            if chat:
-                choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": None}
-            else:
-                choice = {"index": i, "text": delta["content"], "finish_reason": None}
-            if body.get("logprobs") and delta.get("content"):
-                choice["logprobs"] = _logprobs(delta["content"], chat, p_yes, fault)
-            choices.append(choice)
-        events.append({"id": "x", "object": kind, "choices": choices})
-    finish = {"index": 0, "delta": {}, "finish_reason": "stop"} if chat else {"index": 0, "text": ""}
+        piece = delta.get("content")
+        choice: dict[str, Any] = {"delta": delta} if chat else {"text": piece}
+        if logprobs and piece:
+            choice["logprobs"] = logprobs(piece)
+        events.append(
+            {"id": "x", "object": kind, "choices": [{"index": i, **choice, "finish_reason": None} for i in range(n)]}
+        )
+    finish: dict[str, Any] = {"delta": {}} if chat else {"text": ""}
     events.append(
-        {"id": "x", "object": kind, "choices": [{**finish, "index": i, "finish_reason": "stop"} for i in range(n)]}
+        {"id": "x", "object": kind, "choices": [{"index": i, **finish, "finish_reason": "stop"} for i in range(n)]}
     )
     if usage is not None:
         events.append({"id": "x", "object": kind, "choices": [], "usage": usage})
     return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
-
-
-async def fault(state: ServerState) -> Response | None:
-    """None means: drop the connection without answering."""
-    fault = state.rng.choice(FAULTS)
-    state.faults[fault] += 1
-    if fault == "429":
-        return reply_json(429, {"error": {"message": "rate limited"}}, {"Retry-After": "0"})
-    if fault == "500":
-        return reply_json(500, {"error": {"message": "internal error"}})
-    if fault == "stall":
-        await asyncio.sleep(state.stall)
-        return reply_json(504, {"error": {"message": "too late"}})
-    if fault == "drop":
-        return None
-    if fault == "malformed":
-        return 200, b'{"choices": [{"message": ', {}
-    return reply_json(200, {"id": "x", "choices": []})
 
 
 def _pieces(text: str) -> list[str]:
@@ -159,15 +123,10 @@ def _forced_turn(messages: list[Any], chat: bool) -> bool:
     return last.startswith(FORCE_PROMPT) if chat else last.rstrip().endswith(FORCE_CUE.strip())
 
 
-def _answer_side(token: str) -> str | None:
+def _alternatives(token: str, p_yes: float | None, fault: str) -> list[tuple[str, float]]:
+    """The answer token and the others, with probabilities that make P(YES) = p_yes (a `fault`: impossible ones)."""
     word = re.sub(r"[^A-Za-z]", "", token).upper()
-    return word if word in ("YES", "NO", "MAYBE") else None
-
-
-def _alternatives(token: str, p_yes: float | None, fault: str = "") -> list[tuple[str, float]]:
-    """The answer token and the other answers, with the probabilities that make P(YES) = p_yes
-    (with a `fault`, impossible ones)."""
-    side = _answer_side(token)
+    side = word if word in ("YES", "NO", "MAYBE") else None
     if side == "MAYBE":
         return [(token, math.log(0.5)), (" YES", math.log(0.3)), (" NO", math.log(0.2))]
     if side is None or p_yes is None:
@@ -181,7 +140,7 @@ def _alternatives(token: str, p_yes: float | None, fault: str = "") -> list[tupl
     return [(token, math.log(mine)), (other, math.log(1 - mine))]
 
 
-def _logprobs(text: str, chat: bool, p_yes: float | None = 0.5, fault: str = "") -> dict[str, Any]:
+def _logprobs(text: str, chat: bool, p_yes: float | None, fault: str) -> dict[str, Any]:
     tokens = _pieces(text)
     options = [_alternatives(t, p_yes, fault) for t in tokens]
     if chat:
@@ -190,8 +149,5 @@ def _logprobs(text: str, chat: bool, p_yes: float | None = 0.5, fault: str = "")
             for t, alts in zip(tokens, options, strict=True)
         ]
         return {"content": content}
-    return {
-        "tokens": tokens,
-        "token_logprobs": [alts[0][1] for alts in options],
-        "top_logprobs": [dict(alts) for alts in options],
-    }
+    top = [dict(alts) for alts in options]
+    return {"tokens": tokens, "token_logprobs": [alts[0][1] for alts in options], "top_logprobs": top}

@@ -1,17 +1,6 @@
-"""An OpenAI-compatible server on 127.0.0.1 that answers CoinFlip questions by a known policy.
-
-Used by the tests and the benchmarks, and handy for trying coinflip without a model:
-
-    python -m coinflip.testing.server --port 8000 --policy mixed --fail-rate 0.3
-
-The endpoints, one module each: chat and completions, plain or streamed (completions.py), the
-Batch API's files and batches (batches.py), and the limits a real server has (limited.py): a
-requests-per-second token bucket and an in-flight cap that answer 429, and slots that serve
-requests one after another, published at /props as llama.cpp does. The policies and what the
-server keeps are in policy.py. Here: the routes, just enough HTTP/1.1, and a server on a
-thread. A gateway is imitated by `require_headers` and `require_query`; `stream_gap` seconds
-between events splits a stream into packets, and `stream_stalls` pause the first streams
-halfway through. `kill()` makes the server die mid-run (connection refused).
+"""An OpenAI-compatible server on 127.0.0.1 that answers CoinFlip questions by a known policy, for the
+tests, the benchmarks and trying coinflip without a model: `python -m coinflip.testing.server --port 8000`.
+Here: the routes, just enough HTTP/1.1, a thread; chat in completions.py, batches in batches.py.
 """
 
 from __future__ import annotations
@@ -19,83 +8,100 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import re
 import threading
 from http.client import responses
 from typing import Any
 from urllib.parse import parse_qsl
 
-from .batches import BatchRoutes, BatchStore
+from .batches import BatchStore
 from .completions import completion
-from .limited import Gate, Limits
-from .policy import POLICIES, Policy, Response, ServerState, Stream, reply_json
+from .limited import Gate, Limits, Response, reply_json
+from .policy import POLICIES, Policy, ServerState, Stream
 
 
-class Handler:
-    """The routes. Kept apart from HTTP parsing so the policy reads plainly."""
+class FakeOpenAIServer:
+    """The routes, served on 127.0.0.1 (a free port unless told) by a background thread; a context manager."""
 
-    def __init__(self, state: ServerState) -> None:
-        self.state = state
-        self.limiter = Gate(state.limits)
-        self.connections: set[HttpProtocol] = set()
+    def __init__(self, policy: str = "correct", port: int = 0, **options: Any) -> None:
+        self.state = state = ServerState(Policy(policy), **options)
+        self.gate = Gate(state.limits)  # the limits at work: latencies, peak in flight, refusals
+        self.chat = functools.partial(completion, state, self.gate)
+        state.batches.chat = self.chat
         state.rng.seed(state.seed)
-        self.batch_routes = BatchRoutes(state.batches, self.chat)
+        self.connections: set[HttpProtocol] = set()
+        self.port = port
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.base_events.Server | None = None
 
     async def __call__(
         self, method: str, target: str, headers: dict[str, str], body: bytes, arrived: float = 0.0
     ) -> Response | Stream | None:
         path, _, query = target.partition("?")
-        refused = self.gateway(headers, dict(parse_qsl(query)))
-        if refused is not None:
-            return refused
-        if method == "GET" and path.endswith("/models"):
-            owner = {"owned_by": self.limiter.limits.owned_by} if self.limiter.limits.owned_by else {}
-            models = [{"id": m, "object": "model", **owner} for m in self.state.models or ("fake",)]
-            return reply_json(200, {"object": "list", "data": models})
-        if method == "GET" and path in ("/props", "/slots") and self.limiter.publishes:
-            return reply_json(200, self.limiter.published(path))
-        if method == "GET" and path == "/stats":
-            s = self.state
-            gate = self.limiter
-            return reply_json(
-                200,
-                {
-                    "requests": dict(s.requests),
-                    "answered": dict(s.answered),
-                    "faults": dict(s.faults),
-                    "refused": gate.refused,
-                    "peak_in_flight": gate.peak,
-                    "latencies": gate.latencies,
-                },
-            )
-        if method == "POST" and path.endswith("/completions"):
-            return await self.chat(headers, body, arrived, chat=path.endswith("/chat/completions"))
-        if re.search(r"/(files|batches)(/|$)", path):
-            if self.state.api_key is not None and headers.get("authorization") != f"Bearer {self.state.api_key}":
-                return reply_json(401, {"error": {"message": "Incorrect API key provided"}})
-            return await self.batch_routes(method, path, headers, body)
-        return reply_json(404, {"error": {"message": f"no route {method} {path}"}})
-
-    def gateway(self, headers: dict[str, str], query: dict[str, str]) -> Response | None:
-        for name, value in self.state.require_headers.items():
+        state, gate = self.state, self.gate
+        for name, value in state.require_headers.items():  # a gateway's header and query parameter
             if headers.get(name.lower()) != value:
                 return reply_json(401, {"error": {"message": f"Access denied: header {name} missing or wrong"}})
-        for name, value in self.state.require_query.items():
-            if query.get(name) != value:
+        for name, value in state.require_query.items():
+            if dict(parse_qsl(query)).get(name) != value:
                 return reply_json(404, {"error": {"message": f"Resource not found: query parameter {name} missing"}})
-        return None
+        if method == "GET" and path.endswith("/models"):
+            owner = {"owned_by": gate.limits.owned_by} if gate.limits.owned_by else {}
+            models = [{"id": m, "object": "model", **owner} for m in state.models or ("fake",)]
+            return reply_json(200, {"object": "list", "data": models})
+        if method == "GET" and path == "/props" and gate.limits.slots > 0 and gate.limits.publish_slots:  # llama.cpp's
+            return reply_json(200, {"total_slots": gate.limits.slots, "default_generation_settings": {"n_ctx": 2048}})
+        if method == "GET" and path == "/stats":
+            counts = {"requests": dict(state.requests), "answered": dict(state.answered), "faults": dict(state.faults)}
+            gated = {"refused": gate.refused, "peak_in_flight": gate.peak, "latencies": gate.latencies}
+            return reply_json(200, counts | gated)
+        if method == "POST" and path.endswith("/completions"):
+            return await self.chat(headers, body, arrived, path.endswith("/chat/completions"))
+        if re.search(r"/(files|batches)(/|$)", path):
+            if state.api_key is not None and headers.get("authorization") != f"Bearer {state.api_key}":
+                return reply_json(401, {"error": {"message": "Incorrect API key provided"}})
+            return await state.batches(method, path, headers, body)
+        return reply_json(404, {"error": {"message": f"no route {method} {path}"}})
 
-    async def chat(
-        self, headers: dict[str, str], raw: bytes, arrived: float, chat: bool = True
-    ) -> Response | Stream | None:
-        return await completion(self.state, self.limiter, headers, raw, arrived, chat)
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> FakeOpenAIServer:
+        self._thread.start()
+        start = self._loop.create_server(lambda: HttpProtocol(self), "127.0.0.1", self.port, backlog=1024)
+        self._server = asyncio.run_coroutine_threadsafe(start, self._loop).result(10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def kill(self, tasks: bool = False) -> None:
+        """Die as a crashed server does: stop listening (connection refused) and drop every connection."""
+
+        async def die() -> None:
+            assert self._server is not None
+            self._server.close()
+            for connection in list(self.connections):
+                if connection.transport is not None:
+                    connection.transport.abort()
+            for task in asyncio.all_tasks() if tasks else ():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(die(), self._loop).result(10)
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill(tasks=True)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
 
 
 class HttpProtocol(asyncio.Protocol):
-    """Just enough HTTP/1.1 (keep-alive, Content-Length bodies) to be fast: a benchmark's server
-    must cost far less than the client it measures."""
+    """Just enough HTTP/1.1 (keep-alive, Content-Length bodies): it must cost far less than the client it serves."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: FakeOpenAIServer) -> None:
         self.handler = handler
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
@@ -136,94 +142,25 @@ class HttpProtocol(asyncio.Protocol):
                 await self._stream(response)
                 continue
             status, payload, extra = response
-            head = [
-                f"HTTP/1.1 {status} {responses.get(status, 'Status')}",
-                "Content-Type: application/json",
-                f"Content-Length: {len(payload)}",
-                *(f"{k}: {v}" for k, v in extra.items()),
-            ]
+            fields = {"Content-Type": "application/json", "Content-Length": len(payload), **extra}
+            head = [f"HTTP/1.1 {status} {responses.get(status, 'Status')}", *(f"{k}: {v}" for k, v in fields.items())]
             self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
 
     async def _stream(self, stream: Stream) -> None:
         gap = self.handler.state.stream_gap
         head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
         chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in stream.events] + [b"0\r\n\r\n"]
-        if not gap and not stream.stall:
-            self._write(head + b"".join(chunks))
-            return
-        self._write(head)
-        for i, chunk in enumerate(chunks):
-            self._write(chunk)
-            pause = stream.stall if i == len(chunks) // 2 else gap
+        parts = [head + chunks[0], *chunks[1:]] if gap or stream.stall else [head + b"".join(chunks)]
+        for i, part in enumerate(parts):
+            if self.transport is not None:
+                self.transport.write(part)
+            pause = stream.stall if i == len(parts) // 2 else gap
             if pause:
                 await asyncio.sleep(pause)
-
-    def _write(self, data: bytes) -> None:
-        if self.transport is not None:
-            self.transport.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.handler.connections.discard(self)
-
-
-async def start_server(state: ServerState, port: int = 0, handler: Handler | None = None) -> asyncio.base_events.Server:
-    loop = asyncio.get_running_loop()
-    handler = handler or Handler(state)
-    return await loop.create_server(lambda: HttpProtocol(handler), "127.0.0.1", port, backlog=1024)
-
-
-class FakeOpenAIServer:
-    """Runs the server on a free 127.0.0.1 port in a background thread; use as a context manager."""
-
-    def __init__(self, policy: str = "correct", **options: Any) -> None:
-        self.state = ServerState(Policy(policy), **options)
-        self.handler = Handler(self.state)
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.base_events.Server | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self) -> FakeOpenAIServer:
-        self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(start_server(self.state, 0, self.handler), self._loop).result(
-            10
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    @property
-    def gate(self) -> Gate:
-        """The server's limits at work: its latencies, its peak in flight, its refusals."""
-        return self.handler.limiter
-
-    def kill(self) -> None:
-        """Die as a crashed server does: stop listening (connection refused) and drop every connection."""
-
-        async def die() -> None:
-            assert self._server is not None
-            self._server.close()
-            for connection in list(self.handler.connections):
-                if connection.transport is not None:
-                    connection.transport.abort()
-
-        asyncio.run_coroutine_threadsafe(die(), self._loop).result(10)
-
-    def __exit__(self, *exc: object) -> None:
-        async def stop() -> None:
-            assert self._server is not None
-            self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
-
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
 
 def serve(argv: list[str] | None = None) -> None:
@@ -239,38 +176,19 @@ def serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-fail-every", type=int, default=0, help="every K-th batch line fails once")
     parser.add_argument("--rate", type=float, default=0.0, help="requests per second allowed, beyond: 429")
     parser.add_argument("--burst", type=int, default=1, help="requests allowed at once by --rate")
-    parser.add_argument(
-        "--no-retry-after", dest="retry_after", action="store_false", help="--rate's 429s without Retry-After"
-    )
+    parser.add_argument("--no-retry-after", dest="retry_after", action="store_false", help="--rate's 429s bare")
     parser.add_argument("--max-in-flight", type=int, default=0, help="requests in flight allowed, beyond: 429")
     parser.add_argument("--slots", type=int, default=0, help="serve this many at a time, one after another")
-    parser.add_argument(
-        "--hide-slots", dest="publish_slots", action="store_false", help="do not publish --slots at /props"
-    )
-    parser.add_argument(
-        "--owned-by", default="", help="the owner /v1/models names (me: like the Python llama.cpp server)"
-    )
+    parser.add_argument("--hide-slots", dest="publish_slots", action="store_false", help="no --slots at /props")
+    parser.add_argument("--owned-by", default="", help="the owner /v1/models names (me: the Python llama.cpp server)")
     args = parser.parse_args(argv)
-    state = ServerState(
-        Policy(args.policy),
-        api_key=args.api_key,
-        latency=args.latency,
-        fail_rate=args.fail_rate,
-        stream_gap=args.stream_gap,
-        batches=BatchStore(delay=args.batch_delay, expire=args.batch_expire, fail_every=args.batch_fail_every),
-        limits=Limits(
-            args.rate, args.burst, args.retry_after, args.max_in_flight, args.slots, args.publish_slots, args.owned_by
-        ),
-    )
-
-    async def main() -> None:
-        server = await start_server(state, args.port)
-        print(f"serving the {args.policy} policy on http://127.0.0.1:{args.port}/v1 (Ctrl-C stops)", flush=True)
-        async with server:
-            await server.serve_forever()
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+    batches = BatchStore(delay=args.batch_delay, expire=args.batch_expire, fail_every=args.batch_fail_every)
+    limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+    options = {name: getattr(args, name) for name in ("api_key", "latency", "fail_rate", "stream_gap")}
+    server = FakeOpenAIServer(args.policy, args.port, batches=batches, limits=limits, **options)
+    with contextlib.suppress(KeyboardInterrupt), server:
+        print(f"serving the {args.policy} policy on {server.url} (Ctrl-C stops)", flush=True)
+        threading.Event().wait()
 
 
 if __name__ == "__main__":
