@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coinflip.models.limits import Limiter, Traffic, checked, describe, line
+from coinflip.models.limits import Limiter, Traffic, describe
 from coinflip.models.openai_api import limit_wait
+from coinflip.records import checked_requests as checked
+from coinflip.records import requests_line as line
 
 
 @dataclass

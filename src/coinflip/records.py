@@ -235,3 +235,35 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
+
+
+RECORD_INTS = ("sent", "succeeded", "refused", "timeouts", "retries", "in_flight_max", "in_flight_setting")
+REQUESTS_KEYS = {*RECORD_INTS, "in_flight_lowest_limit", "server_slots", "waited_on_limits_s", "hints"}
+
+
+def checked_requests(data: Any) -> dict[str, Any] | None:
+    """The requests record (models.limits.describe writes it) read back from a run directory
+    (untrusted), or None where it is not one."""
+    if not isinstance(data, dict) or set(data) != REQUESTS_KEYS:
+        return None
+    whole = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
+    waited, hints = data["waited_on_limits_s"], data["hints"]
+    counts = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in whole)
+    seconds = isinstance(waited, int | float) and not isinstance(waited, bool) and 0 <= waited < 1e9
+    texts = isinstance(hints, list) and len(hints) <= 8 and all(isinstance(h, str) and len(h) < 500 for h in hints)
+    return data if counts and seconds and texts else None
+
+
+def requests_line(requests: dict[str, Any]) -> str:
+    """The requests record as the terminal and the log show it."""
+    parts = [f"requests {requests['sent']} sent", f"{requests['refused']} refused (429/overloaded)"]
+    parts.append(f"in flight up to {requests['in_flight_max']} of {requests['in_flight_setting']}")
+    if requests.get("in_flight_lowest_limit"):
+        parts[-1] += f" (lowered to {requests['in_flight_lowest_limit']})"
+    if requests.get("server_slots"):
+        parts.append(f"server slots {requests['server_slots']}")
+    if requests["waited_on_limits_s"]:  # named by its cause: a server's queue is no throttling
+        why = "refusals" if requests["refused"] else "timeouts" if requests["timeouts"] else "the server's queue"
+        parts.append(f"{requests['waited_on_limits_s']:.1f} s holding requests back for {why}")
+    parts.append(f"{requests['timeouts']} timeouts, {requests['retries']} retries")
+    return ", ".join(parts)

@@ -76,35 +76,6 @@ def describe(traffic: Traffic, ceiling: int) -> dict[str, Any]:
     }
 
 
-RECORD_INTS = ("sent", "succeeded", "refused", "timeouts", "retries", "in_flight_max", "in_flight_setting")
-
-
-def checked(data: Any) -> dict[str, Any] | None:
-    """A record read back from a run directory (untrusted), or None where `describe` did not write it."""
-    if not isinstance(data, dict) or set(data) != set(describe(Traffic(), 1)):
-        return None
-    whole = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
-    waited, hints = data["waited_on_limits_s"], data["hints"]
-    counts = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in whole)
-    seconds = isinstance(waited, int | float) and not isinstance(waited, bool) and 0 <= waited < 1e9
-    texts = isinstance(hints, list) and len(hints) <= 8 and all(isinstance(h, str) and len(h) < 500 for h in hints)
-    return data if counts and seconds and texts else None
-
-
-def line(requests: dict[str, Any]) -> str:
-    parts = [f"requests {requests['sent']} sent", f"{requests['refused']} refused (429/overloaded)"]
-    parts.append(f"in flight up to {requests['in_flight_max']} of {requests['in_flight_setting']}")
-    if requests.get("in_flight_lowest_limit"):
-        parts[-1] += f" (lowered to {requests['in_flight_lowest_limit']})"
-    if requests.get("server_slots"):
-        parts.append(f"server slots {requests['server_slots']}")
-    if requests["waited_on_limits_s"]:  # named by its cause: a server's queue is no throttling
-        why = "refusals" if requests["refused"] else "timeouts" if requests["timeouts"] else "the server's queue"
-        parts.append(f"{requests['waited_on_limits_s']:.1f} s holding requests back for {why}")
-    parts.append(f"{requests['timeouts']} timeouts, {requests['retries']} retries")
-    return ", ".join(parts)
-
-
 class Limiter:
     """One endpoint's level of requests in flight, its pause and its pace."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .._terminal import one_line
+from ..records import checked_requests, requests_line
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Report, checked
 from .html import fmt, span
@@ -95,11 +96,10 @@ def lines(report: Report) -> list[str]:
         + "  ".join(f"{k} {v}" for k, v in report.get("invalid_reasons", {}).items())
     ]
     out += [f"  {error['count']} x {error['message']}" for error in report.get("errors_top", [])[:3]]
-    from ..models import limits
 
-    requests = limits.checked(report.get("requests"))  # the record models/limits.py declares
+    requests = checked_requests(report.get("requests"))
     if requests:
-        out.append(limits.line(requests))
+        out.append(requests_line(requests))
         out.extend(f"  hint: {hint}" for hint in requests.get("hints", []))
     repeats = report.get("repeat_metrics")
     if repeats:

@@ -12,8 +12,7 @@ from .._terminal import one_line
 from ..config import KEY_AGAIN
 from ..errors import DataError
 from ..jsonl import compact_predictions, iter_predictions
-from ..models import limits
-from ..records import scored
+from ..records import checked_requests, scored
 from ..rundir import RunDir, load_saved_config
 
 if TYPE_CHECKING:
@@ -68,7 +67,7 @@ def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, A
             out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
         return traffic
     try:
-        return limits.checked(json.loads(read_regular(run.requests, 64 * 1024, within=run.root)))
+        return checked_requests(json.loads(read_regular(run.requests, 64 * 1024, within=run.root)))
     except (OSError, ValueError, RecursionError):  # UnreadableFile is a ValueError
         return None
 

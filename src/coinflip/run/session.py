@@ -13,7 +13,7 @@ from ..config import DEFAULT_BATCH, TaskConfig
 from ..jsonl import PredictionIndex, PredictionWriter, index_predictions
 from ..models import Reply, Request, is_local, limits
 from ..models.predict import Gate, run_requests
-from ..records import Prediction, sample_key, split_key
+from ..records import Prediction, requests_line, sample_key, split_key
 from ..rundir import RunDir
 from ..scoring import forced
 from ..scoring.calibration import answer_window
@@ -142,7 +142,7 @@ class Session:
             self.scorer = None
         log.info("finished %d samples in %.2f s", self.progress.done, time.perf_counter() - self.started)
         if self.traffic:
-            log.info("%s", limits.line(self.traffic))
+            log.info("%s", requests_line(self.traffic))
             for hint in self.traffic["hints"]:
                 log.warning("%s", hint)
 
