@@ -300,3 +300,15 @@ def test_a_capacity_answer_that_arrives_in_pieces_is_read_whole(tmp_path: Path) 
         result, run = run_eval(url, tmp_path, "--limit", "4")
     assert result.returncode == 0, result.stderr
     assert run is not None and report_of(run)["requests"]["server_slots"] == 1
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_an_eval_batch_size_the_user_gave_is_sent_at_once_without_a_first_wave(tmp_path: Path, given: bool) -> None:
+    """The first wave of 4 (finding a one-slot server) costs one reply's time; a level the user set
+    is their word on what the server serves, so all of it goes at once. The 2 s replies keep the
+    16 requests in flight together at any machine speed."""
+    with FakeOpenAIServer("correct", latency=2.0) as srv:
+        result, _ = run_eval(srv.url, tmp_path, "--limit", "16", *(["--eval-batch-size", "16"] if given else []))
+        peak = srv.gate.peak
+    assert result.returncode == 0, result.stderr
+    assert peak == 16 if given else peak < 16  # without: 4 first, the rest once one of them answered

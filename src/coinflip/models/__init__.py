@@ -107,7 +107,7 @@ async def open_model(
         if config.batch_rest_online or not config.batch:
             online = OpenAIClient(str(config.model), urls[0], config.api_key, generation, config.timeout,
                 config.retries, concurrency, mode=config.api_mode, stream=bool(config.stream), max_reply_bytes=cap,
-                patience=config.patience)  # fmt: skip
+                patience=config.patience, probe=config.eval_batch_size is None)  # fmt: skip
         model = online
         if config.batch:
             from .batch import BatchModel

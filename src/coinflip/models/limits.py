@@ -79,7 +79,8 @@ def describe(traffic: Traffic, ceiling: int) -> dict[str, Any]:
 class Limiter:
     """One endpoint's level of requests in flight, its pause and its pace."""
 
-    def __init__(self, ceiling: int, now: float = 0.0) -> None:
+    def __init__(self, ceiling: int, now: float = 0.0, probe: bool = True) -> None:
+        """`probe`: find a one-at-a-time server by the first replies (not where the user set the level)."""
         self.ceiling = max(1, ceiling)
         self.level = float(self.ceiling)
         self.in_flight, self.paused_until, self.next_send = 0, 0.0, 0.0
@@ -96,7 +97,7 @@ class Limiter:
         self.latency = 0.0  # seconds, a moving average of the replies'
         self.replies: deque[tuple[float, int]] = deque()  # (end, tokens) of the latest replies
         self.reply_tokens, self.fastest = 0, math.inf  # their tokens summed; seconds per token of the fastest
-        self.wave: list[tuple[float, int]] | None = [] if self.ceiling > PROBE else None  # the first replies
+        self.wave: list[tuple[float, int]] | None = [] if probe and self.ceiling > PROBE else None  # first replies
         self.serial = False  # the first replies came one after another: one request at a time
         self.opened = math.inf  # the first send after the first wave: queueing is measured from then
         self.traffic = Traffic()

@@ -79,12 +79,13 @@ class OpenAIClient:
         self, model: str, url: str, api_key: str | None = None, generation: dict[str, Any] | None = None,
         timeout: float = 120.0, retries: int = 5, concurrency: int = 32, backoff_base: float = BACKOFF_BASE,
         mode: str = "chat", stream: bool = False, max_reply_bytes: int = DEFAULT_MAX_BODY, patience: float = 300.0,
+        probe: bool = True,
     ) -> None:  # fmt: skip
         generation = dict(generation or {})
         extra_headers = {str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()}
         self.name, self.mode, self.stream, self.patience = model, mode, stream, patience
         self.url = endpoint_url(url, mode, generation.get("extra_query"))
-        self.limiter = Limiter(concurrency)
+        self.limiter = Limiter(concurrency, probe=probe)
         self.last_success = time.monotonic()  # counted from the start: patience bounds a run that never answers too
         self.trouble = False  # a refusal or failure since the last success
         self.last_word = ""  # the latest failure, as the server said it
