@@ -1091,3 +1091,34 @@ def test_a_downloaded_answer_over_the_reply_cap_is_skipped_and_never_kept(tmp_pa
     assert len(rows) == 3 and len(errors) == 1 and "larger than the reply cap (1 MB" in errors[0]["error"]
     assert errors[0]["attempts"] == 3  # sent again twice, as a failed line is
     assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 1 << 20
+
+
+def test_a_result_file_that_lacks_requests_under_max_cost_ends(tmp_path: Path) -> None:
+    """A request the file does not answer stays owed; under --max-cost its hold went with it only
+    when answered, so the first two (held at their worst case, all the cap allows) being missing
+    left the rest waiting for room forever."""
+    requests, results = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    wrote = run_cli(
+        "eval", "--model", "m", "--limit", "6", "--generation-config", "max_tokens=32",
+        "--batch-write", str(requests), "--work-dir", str(tmp_path / "o"),
+    )  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr
+    lines = []
+    for n, line in enumerate(read_jsonl(requests)):
+        if n < 2:  # the first two are missing from the file
+            continue
+        body = {
+            "choices": [{"index": 0, "message": {"content": "ANSWER: YES"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 4},
+        }
+        response = {"status_code": 200, "request_id": f"r{n}", "body": body}
+        lines.append(json.dumps({"id": f"b{n}", "custom_id": line["custom_id"], "response": response, "error": None}))
+    results.write_text("\n".join(lines) + "\n")
+    worst = max(len(line.encode()) for line in requests.read_text().splitlines()) + 32 * 10  # per million
+    cap = f"{2.5 * worst / 1e6:.6f}"  # about two requests held at their worst case at once
+    scored = run_cli(
+        "eval", "--use-cache", str(only_run_dir(tmp_path / "o")), "--batch-results", str(results),
+        "--price-input", "1", "--price-output", "10", "--max-cost", cap, timeout=120,
+    )  # fmt: skip
+    assert scored.returncode == 1, scored.stderr  # two still owed
+    assert len(_answers(only_run_dir(tmp_path / "o"))) == 4

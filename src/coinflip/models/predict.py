@@ -21,7 +21,7 @@ FollowUp = Callable[[T, Request, Reply], list[tuple[T, Request]]]
 class Gate(Protocol):
     async def admit(self, request: Request) -> bool: ...
 
-    def settle(self, request: Request, reply: Reply) -> None: ...
+    def settle(self, request: Request, reply: Reply | None) -> None: ...
 
 
 class _Flow(Generic[T]):
@@ -54,11 +54,13 @@ class _Flow(Generic[T]):
                 if self.gate is not None and not await self.gate.admit(request):
                     return False
                 try:
-                    reply = await self.model.complete(request)
+                    reply: Reply | None = await self.model.complete(request)
                 except Unanswered:  # stays owed: nothing recorded, no follow-up
-                    continue
-                if self.gate is not None:
+                    reply = None
+                if self.gate is not None:  # its hold goes either way, or the others wait on it forever
                     self.gate.settle(request, reply)
+                if reply is None:
+                    continue
                 if not self.landed:
                     self.loop.call_soon(self.hand_on)
                 self.landed.append((item, request, reply))

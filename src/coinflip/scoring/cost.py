@@ -189,10 +189,11 @@ class Budget:
 
     async def admit(self, request: Request, batch: bool | None = None) -> bool:
         """Wait until `request` fits beside what is held; False once it never will (the run stops)."""
+        batch = self.batch if batch is None else batch
         while not self.stopped:
             cost = self.cost(request, batch)
             if cost is None and not self.held:  # the first request: it costs its prompt at least
-                cost = price(prompt_bound(request), 0, self.prices, self.batch)
+                cost = price(prompt_bound(request), 0, self.prices, batch)
             if cost is not None and self.saved + self.spent + sum(self.held.values()) + cost <= self.limit:
                 self.held[id(request)] = cost
                 return True
@@ -203,13 +204,15 @@ class Budget:
             await self.settled.wait()
         return False
 
-    def settle(self, request: Request, reply: Reply) -> None:
-        """From now its real cost counts, priced by how it came, not what it was held at."""
+    def settle(self, request: Request, reply: Reply | None) -> None:
+        """From now its real cost counts, priced by how it came, not what it was held at (None: unanswered)."""
         self.held.pop(id(request), None)
+        self.settled.set()
+        if reply is None:
+            return
         usage = reply.usage or {}
         self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
         self.answered += reply.error is None
-        self.settled.set()
 
     async def admit_online(self, request: Request) -> bool:
         """--batch-rest-online: a request a batch left gives up its hold at the batch's price and waits
