@@ -1,9 +1,5 @@
-"""Every page is a Jinja2 template under templates/ rendered with autoescape: values reach it as text.
-
-Every value also passes through `shown` (finalize, and tojson's JSON): control characters, bidi
-overrides and half surrogate pairs become U+FFFD and long values are cut. Links pass `link`.
-Jinja2 is imported on first use, so `coinflip --help` does not pay for it.
-"""
+"""Every page is a Jinja2 template under templates/, autoescaped, imported on first use; every value passes `shown`
+(unshowable characters become U+FFFD, long values are cut), every link `link`."""
 
 from __future__ import annotations
 
@@ -125,6 +121,7 @@ def environment() -> Environment:
     )
     env.filters["fmt"] = fmt
     env.filters["link"] = link
+    env.filters["span"] = span
     # tojson escapes <, >, & and ' so the JSON cannot end its <script> element; keep key order
     env.policies["json.dumps_function"] = lambda data, **kwargs: json.dumps(_plain(data), **kwargs)
     env.policies["json.dumps_kwargs"] = {"ensure_ascii": False, "separators": (",", ":"), "allow_nan": False}

@@ -12,21 +12,13 @@ from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Forced, People, Report, checked
 from . import charts
 from .board import details, write_whole
-from .html import ends, fmt, number, render_template, span
+from .html import ends, fmt, number, render_template
 
 if TYPE_CHECKING:
     from ..scoring.scorer import Scorer
 
 STRICT, FORCED = "strict", "forced"
 FORCED_COUNTS = ("asked", "invalid_strict", "recovered_correct", "recovered_wrong", "still_invalid")
-
-
-def _cards(primary: str | None, block: Report | Forced) -> list[dict[str, Any]]:
-    metrics, intervals = block.get("metrics", {}), block.get("intervals", {})
-    return [
-        {"name": m, "primary": m == primary, "value": fmt(metrics.get(m)), "interval": f"95% {span(intervals.get(m))}"}
-        for m in METRICS
-    ]
 
 
 def _key(r: dict[str, Any], name: str) -> float:
@@ -125,93 +117,27 @@ def _yes_chart(report: Report) -> dict[str, Any]:
     return charts.bars(points, title="yes_ratio")
 
 
-def _calibration(report: Report) -> dict[str, Any]:
-    c = report.get("calibration", {})
-    if not c.get("available"):
-        return {"available": False, "reason": c.get("reason", "not available")}
-    return {
-        "available": True,
-        **{k: fmt(c.get(k)) for k in ("auroc", "brier", "ece")},
-        "samples": fmt(c.get("samples"), "d"),
-        "coverage": fmt(c.get("coverage"), ".0%", "?"),
-        "chart": charts.reliability(c.get("bins", [])),
-    }
-
-
-def _repeats(report: Report) -> dict[str, Any] | None:
-    r = report.get("repeat_metrics")
-    if r is None:
-        return None
-    majority = r.get("majority_vote", {})
-    rows = [
-        {
-            "name": name,
-            "mean": fmt(s.get("mean")),
-            "std": fmt(s.get("std")),
-            "each": " ".join(fmt(v) for v in s.get("values", [])),
-            "majority": fmt(majority.get(name)),
-        }
-        for name, s in r.get("per_repeat", {}).items()
-    ]
-    return {"k": r.get("k", "?"), "rows": rows, **{k: fmt(r.get(k)) for k in ("pass_at_k", "consistency")}}
-
-
-def _meta(report: Report) -> list[str]:
-    data, samples = report.get("dataset", {}), report.get("counts", {}).get("samples")
-    subset, template, prov = report.get("subset", {}), report.get("template", {}), report.get("provenance", {})
-    source = data.get("id") or data.get("path") or data.get("source")
-    return [
-        f"run {report.get('run')}",
-        f"data {data.get('source')}: {source} ({data.get('split')}, {fmt(data.get('rows'), 'd', '?')} rows, "
-        f"sha256 {(data.get('sha256') or '?')[:16]})",
-        f"subset {subset.get('mode', 'all')} {fmt(subset.get('count', samples), 'd', '?')} of "
-        f"{fmt(subset.get('of', samples), 'd', '?')}",
-        f"template {template.get('name', 'default')} ({template.get('sha256', '')[:12]})",
-        f"few-shot {report.get('few_shot_num', '?')}",
-        f"repeats {report.get('repeats', 1)}",
-        f"arithmetic {report.get('metric_compat')}",
-        f"extraction {report.get('extraction')}",
-        f"coinflip {prov.get('coinflip_version', '')}, Python {prov.get('python', '')}",
-    ] + (
-        [f"started {prov['created']}" + (f", resumed {prov['resumed']}" if prov.get("resumed") else "")]
-        if prov.get("created")
-        else []
-    )
-
-
 def context(
     report: Report, samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> dict[str, Any]:
+    """The report itself goes to the page (templates/run.html words and formats it), with what is computed here."""
     ordered = sorted(samples, key=lambda pr: (bool(pr[1].get("correct")), _key(pr[1], "id"), _key(pr[1], "repeat")))
     rows = [_sample(p, r) for p, r in ordered]
-    primary, forced = report.get("primary"), report.get("forced")
-    cards = [{"title": "Strict (the specification's score)" if forced else "", "cards": _cards(primary, report)}]
-    if forced:
-        cards.append({"title": "Forced (invalid answers asked again)", "cards": _cards(primary, forced)})
-    counts = report.get("counts", {})
+    forced, counts = report.get("forced"), report.get("counts", {})
     return {
-        "model": report.get("model"),
-        "complete": report.get("complete") is not False,
-        "warnings": report.get("warnings", []),
-        "notes": report.get("notes", []),
-        "meta": _meta(report),
-        "card_groups": cards,
+        "report": report,
+        "metrics": METRICS,
         "counts": {k: fmt(counts.get(k), "d", "?") for k in Counts.__annotations__},
-        "invalid_rate": fmt(counts.get("invalid_rate"), ".1%", "?"),
         "people_chart": _people_chart(report),
         "yes_chart": _yes_chart(report),
-        "reasons": list(report.get("invalid_reasons", {}).items()),
         "finish": _most(report.get("usage", {}).get("finish_reasons", {})),
-        "errors_top": report.get("errors_top", []),
         "extra": _extra(report),
-        "repeats": _repeats(report),
         "forced": {k: fmt(forced.get(k), "d", "?") for k in FORCED_COUNTS} if forced else None,
-        "calibration": _calibration(report),
+        "reliability": charts.reliability(report.get("calibration", {}).get("bins", [])),
         "latency": charts.histogram(list(latency), "s"),
         "tokens": charts.histogram(list(tokens), "tokens"),
         "filters": _filters(report, rows),
         "samples": rows,
-        "total": counts.get("samples"),
     }
 
 
