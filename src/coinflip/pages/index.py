@@ -1,8 +1,5 @@
-"""The index of a work directory (`coinflip view`): every run in one self-contained page.
-
-The rows travel as JSON (`tojson`) and templates/index.js draws the table, charts and pair view,
-setting every value as text; the view's state lives in the URL fragment, so it can be bookmarked.
-"""
+"""The index of a work directory (`coinflip view`): every run in one self-contained page. The rows travel as JSON;
+templates/index.js draws them, every value as text, the view's state in the URL fragment (so it can be bookmarked)."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from ..errors import ConfigError
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
 from .board import EXTRAS, row, write_whole
-from .catalog import Answers, Found, read_answers, scan
+from .catalog import Found, read_answers, scan
 from .html import relative, render_template, text
 
 INDEX = "index.html"
@@ -78,7 +75,6 @@ def build(work_dir: Path) -> dict[str, Any]:
     runs, rows = _rows(found)
     datasets = _datasets(rows)
     _rank(rows)
-    pairs = _pairs(rows, runs)
     present = {key for r in rows for key, value in r["extra"].items() if value is not None}
     from .. import __version__
 
@@ -91,9 +87,7 @@ def build(work_dir: Path) -> dict[str, Any]:
         "runs": rows,
         "datasets": datasets,
         "problems": _problems(found, rows),
-        "pairs": pairs.records,
-        "questions": pairs.questions,
-        "replies": pairs.replies,
+        **_pairs(rows, runs),
         "pair_runs": PAIR_RUNS,
         "pair_rows": PAIR_ROWS,
         "probes": _probes(work_dir, found),
@@ -172,63 +166,49 @@ def _problems(found: list[Found], rows: list[dict[str, Any]]) -> list[dict[str, 
     return sorted(out, key=lambda p: (p["kind"], p["id"]))
 
 
-class _Pairs:
-    """McNemar for every pair among the best PAIR_RUNS runs of each data set, with the questions
-    where exactly one of the two was right; question texts and replies are stored once each."""
-
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-        self.questions: list[list[Any]] = []
-        self.replies: list[str] = []
-        self._question: dict[str, int] = {}
-        self._reply: dict[str, int] = {}
-        self.budget = ROW_BUDGET
-
-    def add_data_set(self, members: list[int], rows: list[dict[str, Any]], runs: list[Found]) -> None:
-        best = sorted(members, key=lambda i: (not rows[i]["complete"], -(rows[i]["m"]["f1_score"][0] or 0.0)))
-        answers = {i: a for i in best[:PAIR_RUNS] if (a := read_answers(runs[i])) is not None}
-        listed: list[tuple[dict[str, Any], list[str]]] = []
-        wanted: dict[int, set[str]] = {}
-        for i, j in combinations(list(answers), 2):
-            p = pair(answers[i].correct, answers[j].correct)
-            differ = sorted(p.only_a + p.only_b, key=lambda q: answers[i].first[q][0])
-            shown = differ[: max(0, min(PAIR_ROWS, self.budget))]
-            self.budget -= len(shown)
-            wanted.setdefault(i, set()).update(shown)
-            wanted.setdefault(j, set()).update(shown)
-            listed.append(({"a": i, "b": j, **p.stats(), "total": len(differ), "rows": []}, shown))
-        texts = {i: answers[i].replies(questions) for i, questions in wanted.items()}
-        for record, shown in listed:
-            a, b, ta, tb = answers[record["a"]], answers[record["b"]], texts[record["a"]], texts[record["b"]]
-            record["rows"] = [
-                [self._qid(q, a), a.first[q][1], b.first[q][1], self._rid(ta.get(q, "")), self._rid(tb.get(q, ""))]
-                for q in shown
-            ]
-            self.records.append(record)
-
-    def _qid(self, question: str, answers: Answers) -> int:
-        if question not in self._question:
-            _, _, target, people = answers.first[question]
-            self._question[question] = len(self.questions)
-            self.questions.append([text(question, QUESTION_CHARS), text(target, 20), people])
-        return self._question[question]
-
-    def _rid(self, reply: str) -> int:
-        reply = reply if len(reply) <= REPLY_TAIL else "…" + reply[-REPLY_TAIL:]
-        if reply not in self._reply:
-            self._reply[reply] = len(self.replies)
-            self.replies.append(reply)
-        return self._reply[reply]
-
-
-def _pairs(rows: list[dict[str, Any]], runs: list[Found]) -> _Pairs:
+def _pairs(rows: list[dict[str, Any]], runs: list[Found]) -> dict[str, list[Any]]:
+    """McNemar for every pair among the best PAIR_RUNS runs of each data set, with the questions where
+    exactly one of the two was right; question texts and replies are stored once each, rows hold their numbers."""
     by_data: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
         by_data.setdefault(r["data"]["key"], []).append(i)
-    pairs = _Pairs()
+    records: list[dict[str, Any]] = []
+    questions: list[list[Any]] = []
+    numbers: dict[str, int] = {}  # question -> its place in `questions`
+    replies: dict[str, int] = {}  # reply -> its place, in insertion order
+    budget = ROW_BUDGET
     for members in by_data.values():
-        pairs.add_data_set(members, rows, runs)
-    return pairs
+        best = sorted(members, key=lambda i: (not rows[i]["complete"], -(rows[i]["m"]["f1_score"][0] or 0.0)))
+        answers = {i: a for i in best[:PAIR_RUNS] if (a := read_answers(runs[i])) is not None}
+        listed: list[tuple[dict[str, Any], list[str]]] = []
+        wanted: dict[int, set[str]] = {i: set() for i in answers}
+        for i, j in combinations(answers, 2):
+            p = pair(answers[i].correct, answers[j].correct)
+            differ = sorted(p.only_a + p.only_b, key=lambda q: answers[i].first[q][0])
+            shown = differ[: max(0, min(PAIR_ROWS, budget))]
+            budget -= len(shown)
+            wanted[i].update(shown)
+            wanted[j].update(shown)
+            listed.append(({"a": i, "b": j, **p.stats(), "total": len(differ)}, shown))
+        texts = {i: answers[i].replies(asked) for i, asked in wanted.items() if asked}
+        for record, shown in listed:
+            a, b = answers[record["a"]], answers[record["b"]]
+            for q in shown:
+                if q not in numbers:
+                    numbers[q] = len(questions)
+                    questions.append([text(q, QUESTION_CHARS), text(a.first[q][2], 20), a.first[q][3]])
+            ta, tb = texts.get(record["a"], {}), texts.get(record["b"], {})
+            record["rows"] = [
+                [numbers[q], a.first[q][1], b.first[q][1], *(_stored(replies, t.get(q, "")) for t in (ta, tb))]
+                for q in shown
+            ]
+            records.append(record)
+    return {"pairs": records, "questions": questions, "replies": list(replies)}
+
+
+def _stored(replies: dict[str, int], reply: str) -> int:
+    """The number of a reply's tail (where the answer is), stored once."""
+    return replies.setdefault(reply if len(reply) <= REPLY_TAIL else "…" + reply[-REPLY_TAIL:], len(replies))
 
 
 def _summary(data: dict[str, Any]) -> str:
