@@ -1,8 +1,5 @@
-"""`coinflip probe`: the base set, its fresh twin, the surface variants and the length curve, each an
-ordinary run (runs/<variant>/ on data/<variant>/) in one probe directory, then probe.json, probe.html
-and the work directory's index. `coinflip probe --use-cache PROBE_DIR` resumes every run with the
-settings saved in the base run, generating the same data again (everything is seeded).
-"""
+"""`coinflip probe`: each variant and length an ordinary run (runs/<name>/ on data/<name>/) in one probe directory,
+then probe.json, probe.html and the index; `--use-cache PROBE_DIR` resumes them all (the data is seeded)."""
 
 from __future__ import annotations
 
@@ -15,18 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .._files import replacing
 from .._terminal import one_line
 from ..config import TaskConfig, safe_name
 from ..data.generate import PeopleRange, generate_file, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
-from ..errors import CoinflipError, ConfigError, short
+from ..errors import KEPT, CoinflipError, ConfigError, short
 from ..jsonl import iter_reviews
+from ..pages.board import write_whole
 from ..pages.html import relative
-from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe
+from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe, refresh
 from ..rundir import CONFIG_FILE, RunDir
 from . import variants
+from .page import render
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
 
 DEFAULT_LENGTHS = "2-8"
@@ -81,10 +79,7 @@ def settle(options: ProbeOptions, saved: dict[str, Any] | None = None, in_work_d
 
 def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[str, Any]:
     """Run every variant and the length curve; write probe.json, probe.html and the index."""
-    from ..pages import index
-    from ..pages.board import write_whole
     from ..run.plan import few_shot_pool, prepare
-    from .page import render
 
     config, root, settings = _open(config, options)
     base = prepare(_run_config(config, root, BASE.name, None))
@@ -104,7 +99,7 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
     result = _result(config, root, settings, base.dataset.source, records, plans, reports, points)
     _save(root, result)
     write_whole(root / PAGE_FILE, render(result))  # a resumed probe's folder may hold a link there
-    index.refresh(root if settings.in_work_dir else root.parent)
+    refresh(root if settings.in_work_dir else root.parent)
     return result
 
 
@@ -118,10 +113,8 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
         return config, root, settle(options, in_work_dir=config.no_timestamp)
     root = Path(config.use_cache).expanduser()
     saved = read_probe(root)
-    if saved is None:
-        raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE})")
     if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
-        raise ConfigError(f"{root / PROBE_FILE}: not a probe report")
+        raise ConfigError(f"{root} is not a probe directory (no readable {PROBE_FILE} with its settings)")
     base_run = root / "runs" / BASE.name
     if not (base_run / CONFIG_FILE).is_file():
         raise ConfigError(f"{root}: its base run never started, so nothing is saved to resume; start a new probe")
@@ -142,8 +135,7 @@ def _new_folder(root: Path) -> Path:
 
 
 def _save(root: Path, content: dict[str, Any]) -> None:
-    with replacing(root / PROBE_FILE) as out:
-        out.write((json.dumps(content, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_whole(root / PROBE_FILE, json.dumps(content, indent=2, ensure_ascii=False) + "\n", KEPT)
 
 
 Planned = tuple[Variant, Path | None, str | None]  # variant, its data (the base: none), its template
