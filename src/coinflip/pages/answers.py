@@ -1,6 +1,5 @@
-"""`coinflip answers`: every sample on one line, joining predictions (replies) and reviews (verdicts)
-as EvalScope's reviews file holds them. A CSV cell that starts as OWASP lists a formula's start gets
-a leading apostrophe; every other cell, and all of JSONL, is as written."""
+"""`coinflip answers`: every sample on one line, replies and verdicts joined as EvalScope's reviews hold them;
+a CSV cell that starts like a formula (OWASP's list) gets a leading apostrophe, all else is as written."""
 
 from __future__ import annotations
 

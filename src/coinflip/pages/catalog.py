@@ -1,9 +1,6 @@
-"""Every run under a work directory (a folder holding configs/task_config.yaml, at any depth), as
-a run, an incomplete run, a broken one or a foreign folder, never an exception.
-
-A work directory is untrusted: only plain files inside their run folder are read, each up to a
-size (`_files.open_regular`), and the walk follows no link out and stops at a time budget.
-"""
+"""Every run under a work directory (a folder holding configs/task_config.yaml, at any depth) as a run, an
+incomplete, broken or foreign folder, never an exception. The directory is untrusted: only plain files inside
+their run folder are read, each up to a size (`_files.open_regular`); the walk follows no link out, within a time."""
 
 from __future__ import annotations
 
@@ -65,13 +62,10 @@ class _Seen:
     folders: set[tuple[int, int]] = field(default_factory=set)
     late: bool = False
 
-    def over(self) -> bool:
-        return time.monotonic() > self.deadline
-
 
 def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -> bool:
     """Adds what `folder` holds to `out`; True when it or something below it was listed."""
-    if seen.over():
+    if time.monotonic() > seen.deadline:
         if not seen.late:
             seen.late = True
             reason = f"not read: listing the work directory took over {SCAN_BUDGET_S:.0f} s; the folders from here on are left out"

@@ -1,8 +1,5 @@
-"""probe.html: the variants side by side with their 95% intervals, the verdicts, and the length curve.
-
-Drawn through the pages package's one autoescaping environment (pages/templates/probe.html), so text from
-a run is escaped by construction; the charts are plain SVG computed here. No script, nothing fetched.
-"""
+"""probe.html (pages/templates/probe.html, autoescaped): the variants side by side with their 95% intervals,
+the verdicts and the length curve, as plain SVG computed here; no script, nothing fetched."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The probe's variants, their questions and their verdicts. A variant question is the base question at
-the same position with one thing changed, so it pairs with the base and its answer comes from the grammar;
-the fresh twin renames everyone with same-length names from the set's own, so everything matches, unseen.
-A difference counts when McNemar's exact test on the paired questions gives p < 0.05.
-"""
+"""The probe's variants and verdicts: a variant question is the base one with one thing changed (the fresh twin:
+everyone renamed), its answer from the grammar; a difference counts when McNemar's exact p < 0.05."""
 
 from __future__ import annotations
 
