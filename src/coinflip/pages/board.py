@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,11 @@ def utf8(page: str) -> bytes:
     return _SURROGATE.sub("\ufffd", page).encode("utf-8")
 
 
-def write_whole(path: Path, page: str, hint: str = "the runs it shows are unchanged") -> None:
+def write_whole(path: Path, page: str | Iterable[str], hint: str = "the runs it shows are unchanged") -> None:
     """Whole (`_files.replacing`): no reader sees half a page, and no link makes us write outside the folder."""
     with replacing(path, hint) as out:
-        out.write(utf8(page))
+        for piece in [page] if isinstance(page, str) else page:
+            out.write(utf8(piece))
 
 
 def data_of(report: Report, config: dict[str, Any]) -> dict[str, Any]:

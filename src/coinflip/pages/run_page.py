@@ -3,7 +3,7 @@ report comes through scoring/schema.py `checked`: each field has its declared ty
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +12,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Forced, People, Report, checked
 from . import charts
 from .board import details, write_whole
-from .html import ends, fmt, number, render_template
+from .html import ends, fmt, number, stream_template
 
 if TYPE_CHECKING:
     from ..scoring.scorer import Scorer
@@ -168,9 +168,15 @@ def render(
     report: Mapping[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
 ) -> str:
     """`samples`: (prediction, review) pairs to list; `latency`, `tokens`: values for the histograms."""
-    return render_template("run.html", **context(checked(report), samples, latency, tokens))
+    return "".join(pieces(report, samples, latency, tokens))
+
+
+def pieces(
+    report: Mapping[str, Any], samples: list[tuple[dict[str, Any], dict[str, Any]]], latency: Any, tokens: Any
+) -> Iterator[str]:
+    return stream_template("run.html", **context(checked(report), samples, latency, tokens))
 
 
 def write_html(path: Path, report: Mapping[str, Any], scorer: Scorer) -> None:
-    page = render(report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
+    page = pieces(report, scorer.showcase.rows(), scorer.usage.latency, scorer.usage.completion)
     write_whole(path, page, KEPT)  # never through a link; a lone surrogate in a reply must not fail the run
