@@ -115,25 +115,21 @@ def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
 
 def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int, repeated: bool) -> Forced:
     """The forced view (strict answer where valid, the forced one where not) and what forcing recovered."""
-    import numpy as np
-
     outcomes = scorer.outcomes(forced=True)
     forced_view = summarize(outcomes, compat, seed)
-    said = np.array(FORCED_ANSWERS, dtype=object)[scorer.column("forced")]
-    invalid = (scorer.column("answer") == 2) & (strict.error == 0)  # no strict answer (ANSWERS[2] is None)
-    target_no = scorer.column("target_no") == 1
-    right = ((said == "YES") & ~target_no) | ((said == "NO") & target_no)
-    asked = invalid & (said != None)  # noqa: E711 (elementwise)
+    invalid = (strict.cell % 3 == 2) & (strict.error == 0)  # no strict answer (CELLS 2 and 5)
+    recovered = invalid & (outcomes.cell % 3 != 2)  # the forced answer said YES or NO
+    right = (outcomes.cell == 0) | (outcomes.cell == 4)
     out: Forced = {
         "metrics": forced_view["metrics"],
         "intervals": forced_view["intervals"],
         "counts": forced_view["counts"],
         "by_people": forced_view["by_people"],
         "invalid_strict": int(invalid.sum()),
-        "asked": int(asked.sum()),
-        "recovered_correct": int((asked & right).sum()),
-        "recovered_wrong": int((asked & ~right & (said != "invalid")).sum()),
-        "still_invalid": int((invalid & ~(asked & (said != "invalid"))).sum()),
+        "asked": int((invalid & (scorer.column("forced") != FORCED_ANSWERS.index(None))).sum()),
+        "recovered_correct": int((recovered & right).sum()),
+        "recovered_wrong": int((recovered & ~right).sum()),
+        "still_invalid": int((invalid & ~recovered).sum()),
         "usage": scorer.forced_usage.result(),
     }
     if repeated:
