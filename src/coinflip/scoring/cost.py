@@ -1,8 +1,5 @@
-"""Tokens and cost: what a run used, and what it costs at the prices given (per million tokens, from
-the command line or a pricing file keyed by model). Reasoning tokens are completion tokens, as OpenAI
-bills them; a Batch API's answer pays `batch_discount` of the price. The cost covers every saved
-prediction, forced answers included, so a resumed run shows the whole run's. `Budget`: --max-cost.
-"""
+"""Tokens and cost of every saved answer, forced ones included, at the prices given per million tokens (a
+Batch API's at `batch_discount` of them; reasoning tokens are completion tokens); `Budget`: --max-cost."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""EvalScope 1.14.1's coin_flip scoring, reproduced step by step for `--metric-compat evalscope`.
-
-Each function names the EvalScope code it follows (paths under the released `evalscope` package):
-the completion without reasoning, its answer line, `extract_verdict` on it; metrics.py divides as
-`aggregate_scores` does, and errored samples are dropped as `ignore_errors` does (`ERRORED_SAMPLES`).
-"""
+"""EvalScope 1.14.1's coin_flip scoring for `--metric-compat evalscope`, step by step: each function names
+the code it follows (paths under the released `evalscope` package); metrics.py divides as it does."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Extract stage: one strict rule turns a reply into YES, NO or no answer (None); README, Scoring.
-
-The last whole-word ANSWER marker outside <think> counts; its line's value (or the next non-empty
-line), stripped of markdown, quotes and \\boxed{}, must start with exactly yes or no. A reply without
-an answer gets one of REASONS from the same parse; `cut_off` (finish_reason "length") beats the rest.
-"""
+"""The one strict rule that turns a reply into YES, NO or no answer (None) with one of REASONS; the rule is
+spelled out in docs/scoring.md."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Score stage: the five metrics (F1 primary, YES positive), counts, and how sure each number is.
-
-"coinflip" arithmetic counts every sample (invalid or errored is wrong, so a miss); "evalscope" is
-EvalScope 1.14.1's `aggregate_scores`: no-verdict samples are out of TP/FP/FN, errored ones out of
-everything, and an undefined ratio is 0 (None in coinflip's). Intervals: Wilson and a Bayesian
-bootstrap over the six cells, or with repeats a bootstrap over questions (each with all its repeats).
-"""
+"""The five metrics (F1 primary, YES positive), counts and intervals, in coinflip's arithmetic (every sample
+counts) or EvalScope's `aggregate_scores` (docs/scoring.md says how they differ)."""
 
 from __future__ import annotations
 
