@@ -74,25 +74,11 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     if scorer.impossible_logprobs:  # samples left without P(YES), rather than given a clamped one
         report["calibration"]["impossible_logprobs"] = scorer.impossible_logprobs
     report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
-    report["warnings"] = warnings(report, expected, len(outcomes)) + _unread(report, scorer)
-    report["notes"] = notes(report)
-    return report
-
-
-def _unread(report: Report, scorer: Scorer) -> list[str]:
-    out = []
-    if scorer.impossible_logprobs:
-        out.append(
-            f"{scorer.impossible_logprobs} sample(s) have no P(YES): the server sent log probabilities that cannot "
-            "be (above 0, NaN or infinite) at the answer position"
-        )
     if scorer.unreadable:  # counted where the saved lines are read (jsonl.py)
         report["unreadable_rows"] = scorer.unreadable
-        out.append(
-            f"{scorer.unreadable} saved row(s) could not be read (not a row, or no YES or NO target) and were left "
-            "out; a resume (--use-cache) asks their questions again"
-        )
-    return out
+    report["warnings"] = warnings(report, expected, len(outcomes))
+    report["notes"] = notes(report)
+    return report
 
 
 def _section(value: Any) -> Any:
@@ -202,18 +188,26 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     for name in report.get("undefined", []):
         why = {"precision": "no YES answers", "recall": "no YES targets", "f1_score": "no YES answers or targets"}
         out.append(f"{name} is undefined ({why.get(name, 'no denominator')})")
+    if impossible := report["calibration"].get("impossible_logprobs"):
+        out.append(
+            f"{impossible} sample(s) have no P(YES): the server sent log probabilities that cannot "
+            "be (above 0, NaN or infinite) at the answer position"
+        )
+    if unread := report.get("unreadable_rows"):
+        out.append(
+            f"{unread} saved row(s) could not be read (not a row, or no YES or NO target) and were left "
+            "out; a resume (--use-cache) asks their questions again"
+        )
     return out
 
 
 def _below_baselines(report: Report) -> list[str]:
     found = []
     for name in ("f1_score", "accuracy"):
-        if (value := report["metrics"][name]) is None:
-            continue
         known = [(b, floor) for b, v in report["baselines"].items() if (floor := v[name]) is not None]
-        best = max(known, key=lambda bv: bv[1], default=None)
-        if best is not None and value <= best[1] + 1e-12:
-            found.append(f"{name} {value:.4f} <= {best[0]} {best[1]:.4f}")
+        best, floor = max(known, key=lambda bv: bv[1], default=("", None))
+        if (value := report["metrics"][name]) is not None and floor is not None and value <= floor + 1e-12:
+            found.append(f"{name} {value:.4f} <= {best} {floor:.4f}")
     return found
 
 
@@ -254,10 +248,8 @@ def notes(report: Report) -> list[str]:
 def write_report(path: Path, report: Report) -> None:
     from .._files import replacing
 
-    try:
-        data = (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-    except UnicodeEncodeError:  # half a surrogate pair slipped in: the same JSON with \\u escapes
-        data = (json.dumps(report, indent=2) + "\n").encode("ascii")
+    text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    data = text.encode("utf-8", "backslashreplace")  # half a surrogate pair: its JSON escape, \\udc80
     try:
         with replacing(path) as handle:  # never written through a link or into a FIFO
             handle.write(data)
