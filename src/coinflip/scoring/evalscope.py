@@ -8,8 +8,6 @@ from typing import Any
 
 VERSION = "1.14.1"
 EXTRACTION = f"evalscope-{VERSION}:coin_flip"  # what a report in this mode names as its extraction
-PRIMARY_METRIC = "accuracy"  # BenchmarkMeta(primary_metric='accuracy') in coin_flip_adapter.py
-ERRORED_SAMPLES = "excluded"  # evaluator/evaluator.py: Evaluator._run_pool, on_error with ignore_errors
 REASONS = ("empty", "no_verdict", "both", "cut_off")
 
 # api/messages/utils.py: parse_content_with_reasoning (case-sensitive, first block only)
@@ -69,12 +67,12 @@ def read_verdict(
 def report_note(errors: int, scored: int) -> dict[str, Any]:
     return {
         "version": VERSION,
-        "primary_metric": PRIMARY_METRIC,
+        "primary_metric": "accuracy",  # BenchmarkMeta(primary_metric='accuracy') in coin_flip_adapter.py
         "note": (
             f"EvalScope {VERSION} names accuracy its primary metric; coinflip keeps F1 primary. "
             "Predictions, per-sample correctness and the five metrics follow EvalScope's coin_flip adapter."
         ),
-        "errored_samples": ERRORED_SAMPLES,
+        "errored_samples": "excluded",  # evaluator/evaluator.py: Evaluator._run_pool, on_error with ignore_errors
         "errors_excluded": errors,
         "scored_samples": scored,
     }

@@ -50,10 +50,7 @@ def _parse(text: str | None) -> tuple[str | None, str | None]:
 
 def _visible(text: str) -> str | None:
     """The reply without its reasoning block; None when the reasoning never ends."""
-    text = _THINK.sub(" ", text)
-    closes = list(_THINK_CLOSE.finditer(text))
-    if closes:  # a template that opened <think> in the prompt leaves only the closing tag
-        text = text[closes[-1].end() :]
+    text = _THINK_CLOSE.split(_THINK.sub(" ", text))[-1]  # a <think> a template opened leaves only its close
     return None if _THINK_OPEN.search(text) else text
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from ..config import BENCHMARK
-from ..errors import storage_error
 from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
@@ -250,8 +249,5 @@ def write_report(path: Path, report: Report) -> None:
 
     text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     data = text.encode("utf-8", "backslashreplace")  # half a surrogate pair: its JSON escape, \\udc80
-    try:
-        with replacing(path) as handle:  # never written through a link or into a FIFO
-            handle.write(data)
-    except OSError as exc:
-        raise storage_error(path, exc) from None
+    with replacing(path) as handle:  # never written through a link or into a FIFO; an OSError: StorageError
+        handle.write(data)
