@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from coinflip.scoring.metrics import CELLS, METRICS, RESAMPLES, Outcomes, summarize, wilson
+from coinflip.scoring.metrics import CELLS, METRICS, Outcomes, summarize, wilson
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ def compute(items: list[Outcome], compat: str = "coinflip", seed: int = 0) -> di
     import numpy as np
 
     rows = [(i, 0, CELLS.index((o.target, o.prediction)), o.error, o.people) for i, o in enumerate(items)]
-    return summarize(Outcomes(*np.array(rows, dtype=np.int64).reshape(-1, 5).T), compat, seed, RESAMPLES)
+    return summarize(Outcomes(*np.array(rows, dtype=np.int64).reshape(-1, 5).T), compat, seed)
 
 
 def _outcomes() -> list[Outcome]:

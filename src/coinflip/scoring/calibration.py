@@ -1,10 +1,5 @@
-"""P(YES), where the server returns log probabilities, and how well it is calibrated.
-
-P(YES) is read at the first token after the last `ANSWER:` marker (a bare forced answer: its first
-word), which must start yes or no: every start of either word among the chosen and top tokens adds
-to its side, normalised. An impossible log probability (above 0, NaN, infinite) leaves the sample
-without one (`impossible`). Over the rest: AUROC (ties half), Brier, and ECE over 10 equal bins.
-"""
+"""P(YES) at the answer word, where the server returns log probabilities (an impossible one, above 0, NaN or
+infinite, leaves none), and how well it is calibrated: AUROC, Brier, and ECE over 10 equal bins."""
 
 from __future__ import annotations
 
@@ -36,8 +31,13 @@ def answer_window(logprobs: Sequence[dict[str, Any]] | None, bare: bool = False)
     markers = list(_MARKER.finditer("".join(tokens)))
     if not markers:
         return [dict(e) for e in logprobs[: WINDOW + 1]] if bare else None
-    first = bisect.bisect_right(list(itertools.accumulate(map(len, tokens))), markers[-1].start())
+    first = _token_at(tokens, markers[-1].start())
     return [dict(e) for e in logprobs[first : first + WINDOW + 1]]
+
+
+def _token_at(tokens: list[str], position: int) -> int:
+    """The index of the token that holds character `position` of the tokens joined."""
+    return bisect.bisect_right(list(itertools.accumulate(map(len, tokens))), position)
 
 
 def p_yes(window: Sequence[dict[str, Any]] | None, bare: bool = False) -> float | None:
@@ -67,43 +67,18 @@ def _impossible(entry: dict[str, Any]) -> bool:
 
 
 def _answer_entry(window: Sequence[dict[str, Any]] | None, bare: bool) -> dict[str, Any] | None:
+    """The entry of the token where the answer word starts, read across tokens (SmolLM2 writes " Y" + "ES")."""
     if not isinstance(window, list) or not window or not all(isinstance(e, dict) for e in window):
         return None  # nothing, or not what a run writes (a hand-edited file)
     tokens = [str(e.get("token", "")) for e in window]
-    markers = list(_MARKER.finditer("".join(tokens)))
+    text = "".join(tokens)
+    markers = list(_MARKER.finditer(text))
     if not markers and not bare:
         return None
-    end, position = (markers[-1].end() if markers else 0), 0
-    for i, token in enumerate(tokens):
-        begins, position = position, position + len(token)
-        rest = token[max(0, end - begins) :] if position > end else ""
-        rest = rest[_LEAD.match(rest).end() :]  # type: ignore[union-attr]
-        if not rest:
-            continue  # still inside the marker, or only spaces, markdown, quotes
-        if _word(rest, tokens[i + 1 :]).lower() not in ("yes", "no"):
-            return None
-        return dict(window[i])
-    return None
-
-
-def _word(start: str, following: Sequence[str]) -> str:
-    """The word that begins `start`, carried on through the following tokens (SmolLM2 writes " Y" + "ES")."""
-    word = _LETTERS.match(start).group()  # type: ignore[union-attr]
-    if word != start:
-        return word
-    for token in following:
-        more = _LETTERS.match(token).group()  # type: ignore[union-attr]
-        word += more
-        if more != token:
-            break
-    return word
-
-
-def _side(token: str) -> str | None:
-    letters = re.sub(r"[^a-z]", "", token.lower())
-    if not letters:
+    start = _LEAD.match(text, markers[-1].end() if markers else 0).end()  # type: ignore[union-attr]
+    if _LETTERS.match(text, start).group().lower() not in ("yes", "no"):  # type: ignore[union-attr]
         return None
-    return "yes" if "yes".startswith(letters) else "no" if "no".startswith(letters) else None
+    return dict(window[_token_at(tokens, start)])
 
 
 def _normalised(entry: dict[str, Any]) -> float | None:
@@ -112,7 +87,8 @@ def _normalised(entry: dict[str, Any]) -> float | None:
     options.setdefault(str(entry.get("token", "")), entry.get("logprob"))
     mass = {"yes": 0.0, "no": 0.0}
     for token, logprob in options.items():
-        side = _side(str(token))
+        letters = re.sub(r"[^a-z]", "", str(token).lower())
+        side = next((word for word in mass if letters and word.startswith(letters)), None)  # "Y", "ye", "N"
         if side is not None and isinstance(logprob, (int, float)):  # possible values only (see _impossible)
             mass[side] += math.exp(min(logprob, 0.0))
     total = mass["yes"] + mass["no"]
@@ -126,24 +102,16 @@ def calibration(probabilities: Any, targets: Any) -> Calibration:
     y = np.asarray(targets, dtype=np.float64)
     if not len(p):
         return {"samples": 0}
-    edges = np.linspace(0, 1, BINS + 1)
     which = np.clip((p * BINS).astype(np.int64), 0, BINS - 1)  # bin b holds [b/10, (b+1)/10); 1.0 the last
     bins: list[Bin] = []
     ece = 0.0
     for b in range(BINS):
         mask = which == b
         n = int(mask.sum())
-        if n:
-            ece += n / len(p) * abs(float(p[mask].mean()) - float(y[mask].mean()))
-        bins.append(
-            {
-                "lo": round(float(edges[b]), 2),
-                "hi": round(float(edges[b + 1]), 2),
-                "samples": n,
-                "mean_p_yes": float(p[mask].mean()) if n else None,
-                "yes_share": float(y[mask].mean()) if n else None,
-            }
-        )
+        mean_p, share = (float(p[mask].mean()), float(y[mask].mean())) if n else (None, None)
+        if mean_p is not None and share is not None:
+            ece += n / len(p) * abs(mean_p - share)
+        bins.append({"lo": b / BINS, "hi": (b + 1) / BINS, "samples": n, "mean_p_yes": mean_p, "yes_share": share})
     return {"samples": len(p), "auroc": auroc(p, y), "brier": float(np.mean((p - y) ** 2)), "ece": ece, "bins": bins}
 
 

@@ -1,8 +1,5 @@
-"""Tokens and cost: what a run used, and what it costs at the prices given (per million tokens, from
-the command line or a pricing file keyed by model). Reasoning tokens are completion tokens, as OpenAI
-bills them; a Batch API's answer pays `batch_discount` of the price. The cost covers every saved
-prediction, forced answers included, so a resumed run shows the whole run's. `Budget`: --max-cost.
-"""
+"""Tokens and cost of every saved answer, forced ones included, at the prices given per million tokens (a
+Batch API's at `batch_discount` of them; reasoning tokens are completion tokens); `Budget`: --max-cost."""
 
 from __future__ import annotations
 
@@ -73,20 +70,16 @@ def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
 
 
 def prices_of(config: dict[str, Any]) -> dict[str, float] | None:
-    given = {k: config.get(f"price_{k}") for k in ("input", "output")}
-    if any(not _number(v) for v in given.values()):
+    """The prices of settings read through TaskConfig (check_prices); None where not both were given."""
+    given, output, discount = config.get("price_input"), config.get("price_output"), config.get("batch_discount")
+    if given is None or output is None:
         return None
-    discount = config.get("batch_discount")
-    return {**{k: _count(v) for k, v in given.items()}, "batch_discount": _count(discount) if discount else 0.5}
+    return {"input": float(given), "output": float(output), "batch_discount": float(discount or 0.5)}
 
 
 def _number(value: Any) -> bool:
     """A non-negative number that float() takes (not 400 digits a hand edit left)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= sys.float_info.max
-
-
-def _count(value: Any) -> float:
-    return float(value) if _number(value) else 0.0
 
 
 def price(prompt: float, completion: float, prices: dict[str, float], batch: bool) -> float:
@@ -116,7 +109,7 @@ def cost_report(config: dict[str, Any], found: Tokens) -> Cost | None:
     prices = prices_of(config)
     if prices is None:
         return None
-    batch = (_count(found.get("batch_prompt")), _count(found.get("batch_completion")))
+    batch = (found.get("batch_prompt", 0), found.get("batch_completion", 0))
     online = (found["prompt"] - batch[0], found["completion"] - batch[1])
     return {
         "input": prices["input"],
@@ -156,9 +149,8 @@ def prompt_bound(request: Request) -> int:
 
 
 class Budget:
-    """--max-cost: a request goes when the cost so far, the holds of those in flight and its own fit; else it
-    waits, and with none in flight the run stops. It is held at its worst case where max_tokens bounds it,
-    else at the answers' mean (the first goes alone: the run passes the limit by at most what was in flight)."""
+    """--max-cost: a request goes when the cost so far, the holds of those in flight and its own fit, held at its
+    worst case where max_tokens bounds it, else at the answers' mean; else it waits, or with none in flight stops."""
 
     def __init__(self, limit: float, prices: dict[str, float], batch: bool, generation: dict[str, Any]) -> None:
         self.limit = limit
@@ -180,11 +172,11 @@ class Budget:
                 prompt, completion = token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
                 self.saved += price(prompt or 0, completion or 0, self.prices, by_batch(answer))
 
-    def cost(self, request: Request, batch: bool | None = None) -> float | None:
+    def cost(self, request: Request, batch: bool) -> float | None:
         """What `request` may cost (None: nothing tells yet)."""
         most = worst_tokens({**self.generation, **request.params})
         if most is not None:
-            return price(prompt_bound(request), most, self.prices, self.batch if batch is None else batch)
+            return price(prompt_bound(request), most, self.prices, batch)
         return self.spent / self.answered if self.answered else None
 
     async def admit(self, request: Request, batch: bool | None = None) -> bool:
@@ -215,10 +207,8 @@ class Budget:
         self.answered += reply.error is None
 
     async def admit_online(self, request: Request) -> bool:
-        """--batch-rest-online: a request a batch left gives up its hold at the batch's price and waits
-        for room at the full price, as any request does."""
-        self.held.pop(id(request), None)
-        self.settled.set()
+        """--batch-rest-online: a request a batch left gives up its hold at the batch's price and waits anew."""
+        self.settle(request, None)
         return await self.admit(request, batch=False)
 
     def note(self) -> str | None:

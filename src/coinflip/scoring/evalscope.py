@@ -1,9 +1,5 @@
-"""EvalScope 1.14.1's coin_flip scoring, reproduced step by step for `--metric-compat evalscope`.
-
-Each function names the EvalScope code it follows (paths under the released `evalscope` package):
-the completion without reasoning, its answer line, `extract_verdict` on it; metrics.py divides as
-`aggregate_scores` does, and errored samples are dropped as `ignore_errors` does (`ERRORED_SAMPLES`).
-"""
+"""EvalScope 1.14.1's coin_flip scoring for `--metric-compat evalscope`, step by step: each function names
+the code it follows (paths under the released `evalscope` package); metrics.py divides as it does."""
 
 from __future__ import annotations
 
@@ -12,8 +8,6 @@ from typing import Any
 
 VERSION = "1.14.1"
 EXTRACTION = f"evalscope-{VERSION}:coin_flip"  # what a report in this mode names as its extraction
-PRIMARY_METRIC = "accuracy"  # BenchmarkMeta(primary_metric='accuracy') in coin_flip_adapter.py
-ERRORED_SAMPLES = "excluded"  # evaluator/evaluator.py: Evaluator._run_pool, on_error with ignore_errors
 REASONS = ("empty", "no_verdict", "both", "cut_off")
 
 # api/messages/utils.py: parse_content_with_reasoning (case-sensitive, first block only)
@@ -73,12 +67,12 @@ def read_verdict(
 def report_note(errors: int, scored: int) -> dict[str, Any]:
     return {
         "version": VERSION,
-        "primary_metric": PRIMARY_METRIC,
+        "primary_metric": "accuracy",  # BenchmarkMeta(primary_metric='accuracy') in coin_flip_adapter.py
         "note": (
             f"EvalScope {VERSION} names accuracy its primary metric; coinflip keeps F1 primary. "
             "Predictions, per-sample correctness and the five metrics follow EvalScope's coin_flip adapter."
         ),
-        "errored_samples": ERRORED_SAMPLES,
+        "errored_samples": "excluded",  # evaluator/evaluator.py: Evaluator._run_pool, on_error with ignore_errors
         "errors_excluded": errors,
         "scored_samples": scored,
     }

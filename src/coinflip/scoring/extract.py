@@ -1,9 +1,5 @@
-"""Extract stage: one strict rule turns a reply into YES, NO or no answer (None); README, Scoring.
-
-The last whole-word ANSWER marker outside <think> counts; its line's value (or the next non-empty
-line), stripped of markdown, quotes and \\boxed{}, must start with exactly yes or no. A reply without
-an answer gets one of REASONS from the same parse; `cut_off` (finish_reason "length") beats the rest.
-"""
+"""The one strict rule that turns a reply into YES, NO or no answer (None) with one of REASONS; the rule is
+spelled out in docs/scoring.md."""
 
 from __future__ import annotations
 
@@ -54,10 +50,7 @@ def _parse(text: str | None) -> tuple[str | None, str | None]:
 
 def _visible(text: str) -> str | None:
     """The reply without its reasoning block; None when the reasoning never ends."""
-    text = _THINK.sub(" ", text)
-    closes = list(_THINK_CLOSE.finditer(text))
-    if closes:  # a template that opened <think> in the prompt leaves only the closing tag
-        text = text[closes[-1].end() :]
+    text = _THINK_CLOSE.split(_THINK.sub(" ", text))[-1]  # a <think> a template opened leaves only its close
     return None if _THINK_OPEN.search(text) else text
 
 

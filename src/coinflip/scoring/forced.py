@@ -1,9 +1,5 @@
-"""The forced answer (--force-answer): a reply without a valid answer is asked once more for its answer line.
-
-Its row is written pending (`PENDING`) when the reply lands and again with the follow-up (`answered`);
-a failed follow-up leaves it pending for a resume (row states: records.py). Scoring reads what the
-forced reply said (`said`) and puts it in place of an invalid strict answer (`recovered`).
-"""
+"""--force-answer: a reply without a valid answer is asked once more for its answer line; its row is written
+pending, then `answered`, and scoring puts what it `said` in place of an invalid strict answer (`recovered`)."""
 
 from __future__ import annotations
 

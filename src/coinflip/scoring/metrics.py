@@ -1,10 +1,5 @@
-"""Score stage: the five metrics (F1 primary, YES positive), counts, and how sure each number is.
-
-"coinflip" arithmetic counts every sample (invalid or errored is wrong, so a miss); "evalscope" is
-EvalScope 1.14.1's `aggregate_scores`: no-verdict samples are out of TP/FP/FN, errored ones out of
-everything, and an undefined ratio is 0 (None in coinflip's). Intervals: Wilson and a Bayesian
-bootstrap over the six cells, or with repeats a bootstrap over questions (each with all its repeats).
-"""
+"""The five metrics (F1 primary, YES positive), counts and intervals, in coinflip's arithmetic (every sample
+counts) or EvalScope's `aggregate_scores` (docs/scoring.md says how they differ)."""
 
 from __future__ import annotations
 
@@ -55,8 +50,9 @@ def wilson(successes: int, total: int) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def rates(cells: Any, compat: str = "coinflip", undefined_as_zero: bool | None = None) -> dict[str, Any]:
-    """The five metrics of cell counts (last axis: CELLS), or of a stack of resamples; NaN where undefined."""
+def rates(cells: Any, compat: str = "coinflip", raw: bool = False) -> dict[str, Any]:
+    """The five metrics of cell counts (last axis: CELLS), or of a stack of resamples; NaN where undefined
+    (EvalScope's arithmetic: 0.0, unless `raw`)."""
     import numpy as np
 
     c = np.asarray(cells, dtype=np.float64)
@@ -76,7 +72,7 @@ def rates(cells: Any, compat: str = "coinflip", undefined_as_zero: bool | None =
             "recall": recall,
             "yes_ratio": (tp + fp) / total,
         }
-    if compat == "evalscope" if undefined_as_zero is None else undefined_as_zero:
+    if compat == "evalscope" and not raw:
         out = {k: np.nan_to_num(v, nan=0.0) for k, v in out.items()}
     return out
 
@@ -91,21 +87,18 @@ def scored(outcomes: Outcomes, compat: str) -> Outcomes:
     return outcomes.where(outcomes.error == 0) if compat == "evalscope" else outcomes
 
 
-def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0, resamples: int = RESAMPLES) -> Report:
+def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0) -> Report:
     import numpy as np
 
     everything = outcomes
     outcomes = scored(outcomes, compat)
     cells, all_cells = outcomes.cells(), everything.cells()
     total = int(cells.sum())
-    raw = rates(cells, compat, undefined_as_zero=False)
+    raw = rates(cells, compat, raw=True)
     undefined = [k for k in METRICS if math.isnan(float(raw[k]))] if total else []
-    zero = compat == "evalscope"  # EvalScope reports 0.0 for a ratio without a denominator
-    values = {k: 0.0 if zero and math.isnan(float(v)) else number(v) for k, v in raw.items()}
+    values = {k: number(v) for k, v in rates(cells, compat).items()}  # EvalScope's: 0.0 where undefined
     repeated = len(outcomes) and int(outcomes.repeat.max()) > 0
-    intervals = (
-        _clustered(outcomes, compat, seed, resamples) if repeated else _intervals(cells, compat, seed, resamples)
-    )
+    intervals = _clustered(outcomes, compat, seed) if repeated else _intervals(cells, compat, seed)
     errors = everything.error.astype(bool)
     errors_on = [int(np.sum(errors & (everything.cell < 3))), int(np.sum(errors & (everything.cell >= 3)))]
     invalid_on = [int(all_cells[2]) - errors_on[0], int(all_cells[5]) - errors_on[1]]
@@ -167,7 +160,7 @@ def _percentiles(samples: Any) -> tuple[float, float] | None:
     return (float(lo), float(hi))
 
 
-def _intervals(cells: Any, compat: str, seed: int, resamples: int) -> dict[str, tuple[float, float] | None]:
+def _intervals(cells: Any, compat: str, seed: int) -> dict[str, tuple[float, float] | None]:
     """Wilson for accuracy and yes_ratio; else a Dirichlet draw with a Jeffreys prior over the cells, so 2 YES
     of 2 give a wide precision interval, not 1.000 - 1.000, and 2,000 draws of any size cost milliseconds."""
     import numpy as np
@@ -175,7 +168,7 @@ def _intervals(cells: Any, compat: str, seed: int, resamples: int) -> dict[str, 
     total = int(cells.sum())
     if total == 0:
         return dict.fromkeys(METRICS)
-    draws = np.random.default_rng(seed).dirichlet(cells + 0.5, size=resamples) * total
+    draws = np.random.default_rng(seed).dirichlet(cells + 0.5, size=RESAMPLES) * total
     drawn = rates(draws, compat)
     out = {k: _percentiles(drawn[k]) for k in ("precision", "recall", "f1_score")}
     out["accuracy"] = wilson(int(cells[0] + cells[4]), total)
@@ -192,16 +185,15 @@ def per_question(outcomes: Outcomes) -> tuple[Any, Any]:
     return ids, matrix
 
 
-def _clustered(outcomes: Outcomes, compat: str, seed: int, resamples: int) -> dict[str, tuple[float, float] | None]:
+def _clustered(outcomes: Outcomes, compat: str, seed: int) -> dict[str, tuple[float, float] | None]:
     import numpy as np
 
     _, matrix = per_question(outcomes)
     questions = len(matrix)
     rng = np.random.default_rng(seed)
     drawn: dict[str, list[Any]] = {k: [] for k in METRICS}
-    for first in range(0, resamples, 200):  # 200 resamples at a time keeps memory flat
-        size = min(200, resamples - first)
-        weights = rng.multinomial(questions, np.full(questions, 1 / questions), size=size)
+    for _ in range(RESAMPLES // 200):  # 200 resamples at a time keeps memory flat
+        weights = rng.multinomial(questions, np.full(questions, 1 / questions), size=200)
         for k, v in rates(weights @ matrix, compat).items():
             drawn[k].append(v)
     return {k: _percentiles(np.concatenate(drawn[k])) for k in METRICS}

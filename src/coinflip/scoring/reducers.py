@@ -1,8 +1,5 @@
-"""Repeats: what K answers to the same question say beyond their pooled metrics: each repeat's metrics
-with their mean and spread (the generation noise), the majority vote (`majority_cells`, which `compare`,
-the index and the probes pair runs on through `Votes`), pass@k, and consistency (invalid is an answer).
-In EvalScope's arithmetic a question whose every repeat errored is no question at all (metrics.scored).
-"""
+"""Repeats: each repeat's metrics with their spread, the majority vote (`majority_cells`, which `compare`,
+the index and the probes pair runs on through `Votes`), pass@k, and consistency (invalid is an answer)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from ..config import BENCHMARK
-from ..errors import storage_error
 from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
@@ -74,25 +73,11 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     if scorer.impossible_logprobs:  # samples left without P(YES), rather than given a clamped one
         report["calibration"]["impossible_logprobs"] = scorer.impossible_logprobs
     report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
-    report["warnings"] = warnings(report, expected, len(outcomes)) + _unread(report, scorer)
-    report["notes"] = notes(report)
-    return report
-
-
-def _unread(report: Report, scorer: Scorer) -> list[str]:
-    out = []
-    if scorer.impossible_logprobs:
-        out.append(
-            f"{scorer.impossible_logprobs} sample(s) have no P(YES): the server sent log probabilities that cannot "
-            "be (above 0, NaN or infinite) at the answer position"
-        )
     if scorer.unreadable:  # counted where the saved lines are read (jsonl.py)
         report["unreadable_rows"] = scorer.unreadable
-        out.append(
-            f"{scorer.unreadable} saved row(s) could not be read (not a row, or no YES or NO target) and were left "
-            "out; a resume (--use-cache) asks their questions again"
-        )
-    return out
+    report["warnings"] = warnings(report, expected, len(outcomes))
+    report["notes"] = notes(report)
+    return report
 
 
 def _section(value: Any) -> Any:
@@ -115,25 +100,21 @@ def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
 
 def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int, repeated: bool) -> Forced:
     """The forced view (strict answer where valid, the forced one where not) and what forcing recovered."""
-    import numpy as np
-
     outcomes = scorer.outcomes(forced=True)
     forced_view = summarize(outcomes, compat, seed)
-    said = np.array(FORCED_ANSWERS, dtype=object)[scorer.column("forced")]
-    invalid = (scorer.column("answer") == 2) & (strict.error == 0)  # no strict answer (ANSWERS[2] is None)
-    target_no = scorer.column("target_no") == 1
-    right = ((said == "YES") & ~target_no) | ((said == "NO") & target_no)
-    asked = invalid & (said != None)  # noqa: E711 (elementwise)
+    invalid = (strict.cell % 3 == 2) & (strict.error == 0)  # no strict answer (CELLS 2 and 5)
+    recovered = invalid & (outcomes.cell % 3 != 2)  # the forced answer said YES or NO
+    right = (outcomes.cell == 0) | (outcomes.cell == 4)
     out: Forced = {
         "metrics": forced_view["metrics"],
         "intervals": forced_view["intervals"],
         "counts": forced_view["counts"],
         "by_people": forced_view["by_people"],
         "invalid_strict": int(invalid.sum()),
-        "asked": int(asked.sum()),
-        "recovered_correct": int((asked & right).sum()),
-        "recovered_wrong": int((asked & ~right & (said != "invalid")).sum()),
-        "still_invalid": int((invalid & ~(asked & (said != "invalid"))).sum()),
+        "asked": int((invalid & (scorer.column("forced") != FORCED_ANSWERS.index(None))).sum()),
+        "recovered_correct": int((recovered & right).sum()),
+        "recovered_wrong": int((recovered & ~right).sum()),
+        "still_invalid": int((invalid & ~recovered).sum()),
         "usage": scorer.forced_usage.result(),
     }
     if repeated:
@@ -206,18 +187,26 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     for name in report.get("undefined", []):
         why = {"precision": "no YES answers", "recall": "no YES targets", "f1_score": "no YES answers or targets"}
         out.append(f"{name} is undefined ({why.get(name, 'no denominator')})")
+    if impossible := report["calibration"].get("impossible_logprobs"):
+        out.append(
+            f"{impossible} sample(s) have no P(YES): the server sent log probabilities that cannot "
+            "be (above 0, NaN or infinite) at the answer position"
+        )
+    if unread := report.get("unreadable_rows"):
+        out.append(
+            f"{unread} saved row(s) could not be read (not a row, or no YES or NO target) and were left "
+            "out; a resume (--use-cache) asks their questions again"
+        )
     return out
 
 
 def _below_baselines(report: Report) -> list[str]:
     found = []
     for name in ("f1_score", "accuracy"):
-        if (value := report["metrics"][name]) is None:
-            continue
         known = [(b, floor) for b, v in report["baselines"].items() if (floor := v[name]) is not None]
-        best = max(known, key=lambda bv: bv[1], default=None)
-        if best is not None and value <= best[1] + 1e-12:
-            found.append(f"{name} {value:.4f} <= {best[0]} {best[1]:.4f}")
+        best, floor = max(known, key=lambda bv: bv[1], default=("", None))
+        if (value := report["metrics"][name]) is not None and floor is not None and value <= floor + 1e-12:
+            found.append(f"{name} {value:.4f} <= {best} {floor:.4f}")
     return found
 
 
@@ -258,12 +247,7 @@ def notes(report: Report) -> list[str]:
 def write_report(path: Path, report: Report) -> None:
     from .._files import replacing
 
-    try:
-        data = (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-    except UnicodeEncodeError:  # half a surrogate pair slipped in: the same JSON with \\u escapes
-        data = (json.dumps(report, indent=2) + "\n").encode("ascii")
-    try:
-        with replacing(path) as handle:  # never written through a link or into a FIFO
-            handle.write(data)
-    except OSError as exc:
-        raise storage_error(path, exc) from None
+    text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    data = text.encode("utf-8", "backslashreplace")  # half a surrogate pair: its JSON escape, \\udc80
+    with replacing(path) as handle:  # never written through a link or into a FIFO; an OSError: StorageError
+        handle.write(data)

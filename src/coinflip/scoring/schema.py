@@ -1,9 +1,5 @@
-"""The report record (reports/<model>/coin_flip.json), declared once; every reader goes through `checked`.
-
-A report may come from another version of coinflip or a hand edit, so `checked` tests each field
-against its declared type, section by section: a field of another type is left out (readers see it
-missing), one this version does not declare is kept as it is, and nothing a report holds raises.
-"""
+"""The report record (reports/<model>/coin_flip.json), declared once; every reader goes through `checked`,
+which leaves out a field of another type than declared (old versions, hand edits) and never raises."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Reviews: one verdict per saved prediction, gathered in any order into compact typed arrays.
-
-A live run feeds the Scorer replies as they land, a rescore the saved predictions; both give the same
-bytes, as every part is order-free and written in key order. Any saved row gets a review (odd types
-from a hand edit included); only a target that is not YES or NO stops with one line.
-"""
+"""Reviews: one verdict per prediction, gathered in any order (a live run's replies as they land, or a
+rescore's saved rows) into compact typed arrays, and written in key order: both give the same bytes."""
 
 from __future__ import annotations
 
@@ -43,10 +39,6 @@ MAX_ROWS = 3333  # samples the HTML page lists: the official test split; failure
 REASONS: tuple[str | None, ...] = (None, *extract.REASONS)  # EvalScope's reasons are a subset
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def review(prediction: Prediction, compat: str = "coinflip") -> Review:
     """One saved prediction by coinflip's strict rule or EvalScope's; an errored one has no answer and no reason."""
     target = prediction.get("target")
@@ -71,10 +63,10 @@ def _probability(prediction: Prediction, answered: bool) -> float | None:
 
 
 def _read(prediction: Prediction, compat: str) -> tuple[str | None, str | None]:
-    reply, finish = _text(prediction.get("reply")), _text(prediction.get("finish_reason"))
+    text = {k: v for k in ("reply", "reasoning", "finish_reason") if isinstance(v := prediction.get(k), str)}
     if compat == "evalscope":
-        return read_verdict(reply, _text(prediction.get("reasoning")), finish)
-    return read_answer(reply, finish)
+        return read_verdict(text.get("reply"), text.get("reasoning"), text.get("finish_reason"))
+    return read_answer(text.get("reply"), text.get("finish_reason"))
 
 
 class Columns:
@@ -225,29 +217,26 @@ def _lean(prediction: Prediction) -> dict[str, Any]:
 
 
 class Showcase:
-    """The samples the HTML page lists: failures first, then correct ones, the lowest keys of each up to a cap."""
+    """The samples the HTML page lists: failures first, then correct ones, each by key, up to a cap."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self._seq = 0
-        self.failed: list[tuple[int, int, dict[str, Any], Review]] = []
-        self.passed: list[tuple[int, int, dict[str, Any], Review]] = []
+        self._heap: list[tuple[int, int, int, dict[str, Any], Review]] = []  # a max-heap on (correct, key)
 
     def add(self, key: int, prediction: Prediction, review: Review) -> None:
-        heap = self.passed if review["correct"] else self.failed
-        if len(heap) >= self.cap and -key <= heap[0][0]:
+        rank = (-review["correct"], -key)
+        if len(self._heap) >= self.cap and rank <= self._heap[0][:2]:
             return
         self._seq += 1
-        entry = (-key, self._seq, _lean(prediction), review)  # max-heap on key
-        if len(heap) < self.cap:
-            heapq.heappush(heap, entry)
+        entry = (*rank, self._seq, _lean(prediction), review)
+        if len(self._heap) < self.cap:
+            heapq.heappush(self._heap, entry)
         else:
-            heapq.heapreplace(heap, entry)
+            heapq.heapreplace(self._heap, entry)
 
     def rows(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        failed = [(p, dict(r)) for _, _, p, r in sorted(self.failed, reverse=True)]
-        passed = [(p, dict(r)) for _, _, p, r in sorted(self.passed, reverse=True)]
-        return failed + passed[: max(0, self.cap - len(failed))]
+        return [(p, dict(r)) for *_, p, r in sorted(self._heap, reverse=True)]
 
 
 class Scorer(Columns):
