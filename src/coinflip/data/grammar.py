@@ -15,8 +15,6 @@ from functools import lru_cache
 from itertools import product
 from pathlib import Path
 
-from ..errors import ConfigError
-
 FLIP, KEEP, IDLE = "flip", "keep", "idle"  # a step turns the coin, leaves it, or changes nothing
 SIDES = ("heads", "tails")
 OTHER_SIDE = {"heads": "tails", "tails": "heads"}
@@ -115,22 +113,6 @@ class Style:
     surface: Surface = Surface()
     idle: float = 0.0  # the chance of an idle sentence after each step
     names: str = "pool"  # pool: the names as drawn; scripts: each person renamed from `script_names()`
-
-    def checked(self) -> Style:
-        """This style, or one line saying which part of it is not of the grammar."""
-        s = self.surface
-        for name, value, allowed in (
-            ("start", s.start, SIDES),
-            ("ask", s.asked, SIDES),
-            ("phrasing", s.phrasing, PHRASINGS),
-            ("language", s.language, LANGUAGES),
-            ("names", self.names, ("pool", "scripts")),
-        ):
-            if value not in allowed:
-                raise ConfigError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
-        if not 0.0 <= self.idle <= 1.0:
-            raise ConfigError(f"--idle must be a chance between 0 and 1, got {self.idle}")
-        return self
 
 
 def apply(sequence: Sequence, style: Style, rng: random.Random) -> tuple[str, str]:
