@@ -108,14 +108,14 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
         "config": config.redacted(),
         "fingerprint": plan.fingerprint,
         "samples": plan.samples,
-        "subset": plan.subset.describe(),
+        "subset": plan.dataset.subset,
         "provenance": provenance(),
     }
     if not config.use_cache:
         run = RunDir.create(Path(config.work_dir).expanduser(), config.name, config.no_timestamp)
         try:
             run.save_config(content)
-            run.save_subset(plan.subset.ids)
+            run.save_subset(plan.dataset.ids)
             return run.publish(), True  # under its timestamp only once its settings are there
         except BaseException:
             run.discard(folder=True)
@@ -137,10 +137,10 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
         now = content["provenance"]
         content["provenance"] = {**now, "created": first, "resumed": now["created"]}
     run.save_config(content)
-    run.save_subset(plan.subset.ids)
+    run.save_subset(plan.dataset.ids)
     before = (saved.get("subset") or {}).get("count")
-    if before is not None and before != plan.subset.count:
-        print(f"note: the run now covers {plan.subset.count} questions (it covered {before})", file=sys.stderr)
+    if before is not None and before != plan.dataset.count:
+        print(f"note: the run now covers {plan.dataset.count} questions (it covered {before})", file=sys.stderr)
     return run, False
 
 
