@@ -1,10 +1,5 @@
-"""The CoinFlip grammar: a coin starts on one side, people act on it in turn, a question asks about one side.
-
-The official questions are one point of it (heads up, "flips" / "does not flip", "still heads up?"). A
-`Surface` says the same sequence otherwise: start side, side asked, rephrased actions, Chinese (replies
-still end in "ANSWER: YES/NO"); idle sentences change nothing. Answers always come from the sequence,
-and `parse` reads every question written here back into its sequence.
-"""
+"""The CoinFlip grammar: a coin starts on one side, people act on it in turn, a question asks about one side;
+a `Surface` words a sequence (the official form is one), and `parse` reads every question back into it."""
 
 from __future__ import annotations
 

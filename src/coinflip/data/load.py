@@ -1,7 +1,5 @@
-"""Dataset stage: CoinFlip records from the bundled splits, local files or a hub cache, and the subset
-a `--limit` asks. Every row is validated before anything is returned: a bad file stops the run with one
-line naming the file, the row and the problem.
-"""
+"""Dataset stage: validated CoinFlip records from the bundled splits, local files or a hub cache, and the
+subset a `--limit` asks; a bad file stops the run with one line naming the file, the row and the problem."""
 
 from __future__ import annotations
 
@@ -209,8 +207,6 @@ def _stream(path: Path) -> Iterator[Record]:
         raise DataError(f"{path}: not UTF-8 text") from None
     except csv.Error as exc:
         raise DataError(f"{path}: not readable CSV ({exc})") from None
-    except PermissionError:
-        raise DataError(f"{path}: permission denied") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
 
@@ -224,24 +220,13 @@ def load_file(path: str | Path) -> list[Record]:
     return records
 
 
-def _candidates(directory: Path) -> list[Path]:
-    """The directory's own files and its `data/` folder's (the hubs' layout), never a whole tree,
-    so `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
-    found: list[Path] = []
-    for folder in (directory, directory / "data"):
-        try:
-            entries = sorted(folder.iterdir()) if folder.is_dir() else []
-        except OSError as exc:
-            raise DataError(f"{folder}: cannot list ({exc.strerror})") from None
-        found.extend(p for p in entries if p.suffix.lower() in FORMATS and p.is_file())
-    return found
-
-
 def _split_files(path: Path, split: str) -> list[Path]:
-    """A file is the split itself; a directory holds one test.* (maybe in data/) or Parquet shards."""
+    """A file is the split itself; a directory holds one test.* or Parquet shards, in it or in its data/ folder
+    (the hubs' layout), never deeper: `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
     if not path.is_dir():
         return [_checked(path)]
-    candidates = _candidates(path)
+    named = [p for folder in (path, path / "data") for p in sorted(folder.glob(f"{split}*"))]
+    candidates = [p for p in named if p.suffix.lower() in FORMATS and p.is_file()]
     shards = [p for p in candidates if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
     found = shards if len(shards) > 1 else [p for p in candidates if re.match(rf"{split}([.-]|$)", p.name)]
     if not found:

@@ -1,9 +1,5 @@
-"""Prompt stage: the specification's templates byte for byte, named variants, worked few-shot examples.
-
-`default` is the specification's; `direct` asks for the answer line alone; `multiturn` gives each example
-its own user/assistant pair; `zh` and `direct-zh` are for questions in Chinese (the answer markers stay);
-any other text is a custom template holding `{question}` (and optionally `{fewshot}`).
-"""
+"""Prompt stage: the specification's templates byte for byte, named variants (built-in or a custom text
+holding `{question}` and optionally `{fewshot}`), worked few-shot examples."""
 
 from __future__ import annotations
 
@@ -148,10 +144,6 @@ def choose_examples(pool: Sequence[Record], count: int, seed: int, shuffle: bool
     if not shuffle:
         return list(pool[: count + 1])
     return random.Random(seed).sample(list(pool), count + 1)
-
-
-def examples_for(question: str, candidates: Sequence[Record], count: int) -> list[Record]:
-    return [r for r in candidates if r.question != question][:count]
 
 
 def build_prompt(question: str, examples: Sequence[Record] = (), style: Template = BUILT_IN["default"]) -> str:

@@ -58,7 +58,7 @@ class RequestBuilder:
 
     def __call__(self, record: Record, draw: int = 0) -> Request:
         """The draw-th request (repeats draw*n .. draw*n + n - 1)."""
-        examples = prompts.examples_for(record.question, self.candidates, self.count)
+        examples = [r for r in self.candidates if r.question != record.question][: self.count]
         messages = prompts.build_messages(record.question, examples, self.style, self.system_prompt)
         prompt = messages[-1]["content"]
         first = draw * self.choices

@@ -1,7 +1,5 @@
-"""The runner: the one place that knows the order of the stages. config -> plan (nothing on disk yet)
--> run directory (resumable from the moment it exists: its settings are written when it is made) ->
-model -> predictions -> scores -> report -> pages. A stop signal (stop.py) keeps what finished; exit 1.
-"""
+"""The runner, the one place that knows the order of the stages: config -> plan -> run directory (resumable
+once it exists) -> model -> predictions -> scores -> report -> pages. A stop keeps what finished; exit 1."""
 
 from __future__ import annotations
 
