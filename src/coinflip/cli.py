@@ -185,15 +185,11 @@ def stats(path: str | None, split: str | None, as_json: bool) -> None:
     for name, s in results.items():
         p = s["prompt_length"]
         click.echo(f"{name}: {s['rows']} rows, YES share {s['yes_share']:.3f}")
-        click.echo(f"  people: {_counts(s['people'])}")
-        click.echo(f"  flips:  {_counts(s['flips'])}")
+        for key in ("people", "flips"):
+            click.echo(f"  {key + ':':<7} {', '.join(f'{k}: {v}' for k, v in s[key].items())}")
         click.echo(
             f"  prompt length (0-shot): mean {p['mean']:.2f}, min {p['min']}, max {p['max']}, std {p['std']:.2f}"
         )
-
-
-def _counts(counts: dict[int, int]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in counts.items())
 
 
 @app.command()

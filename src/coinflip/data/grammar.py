@@ -92,10 +92,8 @@ def render(sequence: Sequence, surface: Surface, choices: tuple[int, ...] = ()) 
     parts = [book.opening.format(side=book.sides[sequence.start])]
     idle = iter(choices)
     for person, action in sequence.steps:
-        if action == IDLE:
-            parts.append(book.idle[next(idle, 0) % len(book.idle)].format(person))
-        else:
-            parts.append(book.steps[action, surface.phrasing].format(person))
+        said = book.idle[next(idle, 0) % len(book.idle)] if action == IDLE else book.steps[action, surface.phrasing]
+        parts.append(said.format(person))
     closing = book.still if sequence.asked == sequence.start else book.other
     parts.append(closing.format(side=book.sides[sequence.asked]))
     return "".join(parts)

@@ -137,8 +137,6 @@ def answer(record: Record, worked: bool = True) -> str:
 
 def choose_examples(pool: Sequence[Record], count: int, seed: int, shuffle: bool = True) -> list[Record]:
     """Candidates drawn once, one spare so a question is never its own example; no `shuffle`: the first rows."""
-    if count <= 0:
-        return []
     if count >= len(pool):
         return list(pool)
     if not shuffle:
