@@ -57,10 +57,6 @@ class Dataset:
     def __len__(self) -> int:
         return self.count
 
-    @property
-    def records(self) -> tuple[Record, ...]:
-        return tuple(self)
-
     def take(self, limit: int | float | None, mode: str = "first", seed: int = 0) -> Dataset:
         """The subset a limit (a count, a fraction or None) asks for, the same for the same seed and data. The
         official test split is ordered (2,000 four-person questions, then 1,333 two-person), so by default it is

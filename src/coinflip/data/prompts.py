@@ -90,18 +90,15 @@ def template(value: str) -> Template:
     if value in BUILT_IN:
         return BUILT_IN[value]
     braces = "write a literal brace as {{ or }}"
-    try:
+    try:  # a format spec or conversion ({question:d}, {question!z}) fails only when formatted
         names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
-    except ValueError as exc:
-        raise ConfigError(f"prompt_template: {exc}; {braces}") from None
+        value.format(**dict.fromkeys(names, "Q"))
+    except (ValueError, IndexError, KeyError, AttributeError) as exc:
+        raise ConfigError(f"prompt_template cannot be filled in ({exc}); {braces}") from None
     unknown = sorted(names - {"question", "fewshot"})
     if "question" not in names or unknown:
         extra = f" (unknown placeholder(s) {unknown}; {braces})" if unknown else ""
         raise ConfigError(f"prompt_template must be one of {', '.join(BUILT_IN)} or a text holding {{question}}{extra}")
-    try:  # a format spec or conversion ({question:d}, {question!z}) fails only when formatted
-        value.format(question="Q", fewshot="")
-    except (ValueError, IndexError, KeyError, AttributeError) as exc:
-        raise ConfigError(f"prompt_template cannot be filled in ({exc}); {braces}") from None
     few_shot = value if "fewshot" in names else FEW_SHOT_HEAD + value
     return Template("custom", value, few_shot)
 

@@ -111,7 +111,7 @@ def few_shot_pool(config: TaskConfig) -> list[Record]:
             "test.* and validation.*, or use --few-shot-num 0"
         )
     where = (config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
-    pool = list(load_dataset("validation", *where).records)
+    pool = list(load_dataset("validation", *where))
     if len(pool) <= config.few_shot_num:
         raise ConfigError(f"few_shot_num {config.few_shot_num} needs more than {len(pool)} validation rows")
     return pool
