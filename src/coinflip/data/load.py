@@ -58,9 +58,8 @@ class Dataset:
         return self.count
 
     def take(self, limit: int | float | None, mode: str = "first", seed: int = 0) -> Dataset:
-        """The subset a limit (a count, a fraction or None) asks for, the same for the same seed and data. The
-        official test split is ordered (2,000 four-person questions, then 1,333 two-person), so by default it is
-        stratified by the number of people; `first` is EvalScope's first N, `random` its `shuffle`."""
+        """The subset a limit (a count, a fraction or None) asks for, seeded. The official test split is ordered
+        (4 people, then 2), so by default it is stratified; `first` is EvalScope's first N, `random` its shuffle."""
         total = self.count
         count = total if limit is None else max(1, int(total * limit)) if isinstance(limit, float) else int(limit)
         count = min(count, total)  # EvalScope takes int(n * f) of a fraction
@@ -89,9 +88,8 @@ def _stratified(records: Iterable[Record], count: int, total: int, seed: int) ->
         taken[k] += 1
     chosen: list[int] = []
     for k in keys:
-        order = list(strata[k])
-        random.Random(f"coinflip-subset:{seed}:{k}").shuffle(order)
-        chosen.extend(order[: taken[k]])
+        random.Random(f"coinflip-subset:{seed}:{k}").shuffle(strata[k])
+        chosen.extend(strata[k][: taken[k]])
     return tuple(sorted(chosen))
 
 
