@@ -66,13 +66,10 @@ class Template:
     multiturn: bool = False
     reasoning: bool = True
 
-    @property
-    def sha256(self) -> str:
-        text = "\0".join((self.zero_shot, self.few_shot, str(self.multiturn), str(self.reasoning)))
-        return hashlib.sha256(text.encode()).hexdigest()
-
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "sha256": self.sha256[:16], "multiturn": self.multiturn}
+        text = "\0".join((self.zero_shot, self.few_shot, str(self.multiturn), str(self.reasoning)))
+        sha256 = hashlib.sha256(text.encode()).hexdigest()
+        return {"name": self.name, "sha256": sha256[:16], "multiturn": self.multiturn}
 
 
 BUILT_IN = {
