@@ -106,7 +106,7 @@ def test_directory_with_test_and_validation(tmp_path: Path) -> None:
     (tmp_path / "validation.json").write_text(json.dumps([{"inputs": Q2, "targets": "no"}] * 3))
     data = load_dataset("test", tmp_path)
     assert len(data) == 1 and data.source["source"] == "file"
-    assert data.source["sha256"] == digest(data.records)[0]
+    assert data.source["sha256"] == digest(data)[0]
     assert len(load_dataset("validation", tmp_path)) == 3
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coinflip.config import TaskConfig
-from coinflip.data.load import choose, load_dataset
+from coinflip.data.load import load_dataset
 
 from .conftest import only_run_dir, read_jsonl, run_cli
 
@@ -32,7 +32,7 @@ def test_limit_ten_covers_both_lengths_in_proportion(tmp_path: Path) -> None:
 @pytest.mark.parametrize("limit", [7, 33, 0.1, 500])
 def test_stratified_shares_follow_the_set_for_any_size(limit: int | float) -> None:
     data = load_dataset("test")
-    subset = choose(data, data.count, limit, "stratified", 3)
+    subset = data.take(limit, "stratified", 3)
     people = Counter(r.people for r in data if r.id in set(subset.ids or ()))
     assert sum(people.values()) == subset.count
     assert abs(people[4] - subset.count * 2000 / 3333) < 1 and abs(people[2] - subset.count * 1333 / 3333) < 1
@@ -48,10 +48,10 @@ def test_first_mode_keeps_evalscopes_first_n(tmp_path: Path) -> None:
 def test_same_seed_same_questions_and_a_larger_limit_contains_the_smaller() -> None:
     data = load_dataset("test")
     for mode in ("stratified", "random"):
-        a, b = choose(data, data.count, 40, mode, 9), choose(data, data.count, 40, mode, 9)
+        a, b = data.take(40, mode, 9), data.take(40, mode, 9)
         assert a.ids == b.ids and len(set(a.ids or ())) == 40
-        assert choose(data, data.count, 40, mode, 10).ids != a.ids
-        bigger = choose(data, data.count, 400, mode, 9)
+        assert data.take(40, mode, 10).ids != a.ids
+        bigger = data.take(400, mode, 9)
         assert set(a.ids or ()) <= set(bigger.ids or ())
 
 
@@ -63,5 +63,5 @@ def test_evalscope_shuffle_maps_to_a_limit_mode() -> None:
 def test_no_limit_or_limit_zero_takes_everything() -> None:
     assert TaskConfig(model="m", limit=0).limit is None
     data = load_dataset("validation")
-    subset = choose(data, data.count, None, "stratified", 1)
-    assert subset.ids is None and subset.count == 1333 and subset.describe()["mode"] == "all"
+    subset = data.take(None, "stratified", 1)
+    assert subset.ids is None and subset.count == 1333 and subset.subset["mode"] == "all"

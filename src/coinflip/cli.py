@@ -9,7 +9,7 @@ if __name__ == "__main__":  # `python -m coinflip.cli`: a stop while click loads
 
     handle_early()
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +37,11 @@ def app() -> None:
     """
 
 
-def setting_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-
-    def apply(function: Callable[..., Any]) -> Callable[..., Any]:
-        for s in reversed(settings()):
-            if s.flag:
-                function = _option(s)(function)
-        return function
-
-    return apply
+def setting_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    for s in reversed(settings()):
+        if s.flag:
+            function = _option(s)(function)
+    return function
 
 
 def _option(s: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -75,7 +71,7 @@ def given(opts: dict[str, Any]) -> dict[str, Any]:
 @app.command("eval")
 @click.option("--config", "config_file", metavar="FILE", help="A YAML or JSON task config, as run_task takes it "
               "(EvalScope's included); the flags given override it.")  # fmt: skip
-@setting_options()
+@setting_options
 def eval_command(config_file: str | None, **opts: Any) -> None:
     """Run the benchmark and write a run directory with predictions, reviews and reports.
 
@@ -92,19 +88,27 @@ def eval_command(config_file: str | None, **opts: Any) -> None:
         return
     work = Path(config.work_dir).expanduser()
     own = work if config.no_timestamp else work / report["run"]
-    _refresh_index(Path(config.use_cache).expanduser() if config.use_cache else own)
-    if not report["complete"] and not report.get("errors_ignored"):
-        sys.exit(1)
+    _settle(report, Path(config.use_cache).expanduser() if config.use_cache else own)
 
 
-def _refresh_index(root: Path) -> None:
-    """After a run or a rescore: its work directory's index.html (never raises)."""
+def _settle(report: Mapping[str, Any], root: Path) -> None:
+    """After a run or a rescore: its work directory's index.html (never raises), and exit 1 if incomplete."""
     from .pages import index
     from .rundir import load_saved_config
 
     config = load_saved_config(root, check=False)["config"]
     if config.get("html_report", True):
         index.refresh(index.work_dir_of(root, config))
+    if not report["complete"] and not report.get("errors_ignored"):
+        sys.exit(1)
+
+
+def _word(flag: str, choices: list[str], default: str | None, help_text: str) -> Callable[[Any], Any]:
+    """An option taking one of a few words; the error names them, the help shows TEXT and the default."""
+    kind = click.Choice(choices)
+    return click.option(
+        flag, default=default, show_default=default is not None, type=kind, metavar="TEXT", help=help_text
+    )
 
 
 @app.command()
@@ -119,13 +123,13 @@ def _refresh_index(root: Path) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="JSONL file to write (question, answer).",
 )
-@click.option("--start", default="heads", show_default=True, help="Side the coin starts on: heads or tails.")
-@click.option("--ask", default=None, help="Side the question asks about: heads or tails  [default: the start side]")
-@click.option(
+@_word("--start", ["heads", "tails"], "heads", "Side the coin starts on: heads or tails.")
+@_word("--ask", ["heads", "tails"], None, "Side the question asks about: heads or tails  [default: the start side]")
+@_word(
     "--phrasing",
-    default="plain",
-    show_default=True,
-    help="plain: 'flips the coin' / 'does not flip the coin'; rephrased: 'turns the coin over' / "
+    ["plain", "rephrased"],
+    "plain",
+    "plain: 'flips the coin' / 'does not flip the coin'; rephrased: 'turns the coin over' / "
     "'leaves the coin as it is'.",
 )
 @click.option(
@@ -135,10 +139,8 @@ def _refresh_index(root: Path) -> None:
     type=float,
     help="Chance of a sentence that changes nothing after each step.",
 )
-@click.option(
-    "--names", default="pool", show_default=True, help="pool: the shipped names; scripts: names in other scripts."
-)
-@click.option("--language", default="en", show_default=True, help="en, or zh: in Chinese.")
+@_word("--names", ["pool", "scripts"], "pool", "pool: the shipped names; scripts: names in other scripts.")
+@_word("--language", ["en", "zh"], "en", "en, or zh: in Chinese.")
 def generate(people: str, count: int, seed: int, out: Path, start: str, ask: str | None, **words: Any) -> None:
     """Generate a fresh CoinFlip set, streamed to disk.
 
@@ -151,8 +153,10 @@ def generate(people: str, count: int, seed: int, out: Path, start: str, ask: str
     from .data.generate import PeopleRange, generate_file
     from .data.grammar import Style, Surface
 
+    if not 0.0 <= words["idle"] <= 1.0:
+        raise ConfigError(f"--idle must be a chance between 0 and 1, got {words['idle']}")
     surface = Surface(start, ask or start, words["phrasing"], words["language"])
-    style = Style(surface, words["idle"], words["names"]).checked()
+    style = Style(surface, words["idle"], words["names"])
     written = generate_file(out, PeopleRange.parse(people), count, seed, style)
     click.echo(f"wrote {written} questions ({people} people, seed {seed}) to {out}", err=True)
 
@@ -173,26 +177,19 @@ def stats(path: str | None, split: str | None, as_json: bool) -> None:
     from .data.prompts import ZERO_SHOT_TEMPLATE
 
     target = Path(path) if path else bundled_dir()
-    if target.is_dir():
-        splits = [split] if split else list(SPLITS)
-        results = {s: dataset_stats(open_split(target, s)[0], ZERO_SHOT_TEMPLATE) for s in splits}
-    else:
-        results = {str(target): dataset_stats(open_split(target, "test")[0], ZERO_SHOT_TEMPLATE)}
+    named = {s: s for s in ([split] if split else SPLITS)} if target.is_dir() else {str(target): "test"}
+    results = {name: dataset_stats(open_split(target, s)[0], ZERO_SHOT_TEMPLATE) for name, s in named.items()}
     if as_json:
         click.echo(json.dumps(results, indent=2))
         return
     for name, s in results.items():
         p = s["prompt_length"]
         click.echo(f"{name}: {s['rows']} rows, YES share {s['yes_share']:.3f}")
-        click.echo(f"  people: {_counts(s['people'])}")
-        click.echo(f"  flips:  {_counts(s['flips'])}")
+        for key in ("people", "flips"):
+            click.echo(f"  {key + ':':<7} {', '.join(f'{k}: {v}' for k, v in s[key].items())}")
         click.echo(
             f"  prompt length (0-shot): mean {p['mean']:.2f}, min {p['min']}, max {p['max']}, std {p['std']:.2f}"
         )
-
-
-def _counts(counts: dict[int, int]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in counts.items())
 
 
 @app.command()
@@ -210,10 +207,7 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
     """
     from .run.runner import rescore as do_rescore
 
-    report = do_rescore(run_dir, metric_compat)
-    _refresh_index(Path(run_dir))
-    if not report["complete"] and not report.get("errors_ignored"):
-        sys.exit(1)
+    _settle(do_rescore(run_dir, metric_compat), Path(run_dir))
 
 
 @app.command("answers")
@@ -277,7 +271,7 @@ def view_command(work_dir: Path, open_page: bool) -> None:
 
 
 @app.command("probe")
-@setting_options()
+@setting_options
 @click.option(
     "--variants",
     default=None,

@@ -1,8 +1,5 @@
-"""Seeded CoinFlip question generator: fresh, uncontaminated sets of any length, streamed to disk.
-
-The official form is written byte for byte; a `Style` (grammar.py) writes the same sequences another
-way. The same seed gives the same sequences in every style, and each answer comes from its sequence.
-"""
+"""Seeded CoinFlip question generator: fresh sets of any length, streamed to disk; the same seed gives the
+same sequences in every `Style` (grammar.py), the official form byte for byte."""
 
 from __future__ import annotations
 

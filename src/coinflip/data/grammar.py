@@ -1,10 +1,5 @@
-"""The CoinFlip grammar: a coin starts on one side, people act on it in turn, a question asks about one side.
-
-The official questions are one point of it (heads up, "flips" / "does not flip", "still heads up?"). A
-`Surface` says the same sequence otherwise: start side, side asked, rephrased actions, Chinese (replies
-still end in "ANSWER: YES/NO"); idle sentences change nothing. Answers always come from the sequence,
-and `parse` reads every question written here back into its sequence.
-"""
+"""The CoinFlip grammar: a coin starts on one side, people act on it in turn, a question asks about one side;
+a `Surface` words a sequence (the official form is one), and `parse` reads every question back into it."""
 
 from __future__ import annotations
 
@@ -14,8 +9,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
 from pathlib import Path
-
-from ..errors import ConfigError
 
 FLIP, KEEP, IDLE = "flip", "keep", "idle"  # a step turns the coin, leaves it, or changes nothing
 SIDES = ("heads", "tails")
@@ -99,10 +92,8 @@ def render(sequence: Sequence, surface: Surface, choices: tuple[int, ...] = ()) 
     parts = [book.opening.format(side=book.sides[sequence.start])]
     idle = iter(choices)
     for person, action in sequence.steps:
-        if action == IDLE:
-            parts.append(book.idle[next(idle, 0) % len(book.idle)].format(person))
-        else:
-            parts.append(book.steps[action, surface.phrasing].format(person))
+        said = book.idle[next(idle, 0) % len(book.idle)] if action == IDLE else book.steps[action, surface.phrasing]
+        parts.append(said.format(person))
     closing = book.still if sequence.asked == sequence.start else book.other
     parts.append(closing.format(side=book.sides[sequence.asked]))
     return "".join(parts)
@@ -115,22 +106,6 @@ class Style:
     surface: Surface = Surface()
     idle: float = 0.0  # the chance of an idle sentence after each step
     names: str = "pool"  # pool: the names as drawn; scripts: each person renamed from `script_names()`
-
-    def checked(self) -> Style:
-        """This style, or one line saying which part of it is not of the grammar."""
-        s = self.surface
-        for name, value, allowed in (
-            ("start", s.start, SIDES),
-            ("ask", s.asked, SIDES),
-            ("phrasing", s.phrasing, PHRASINGS),
-            ("language", s.language, LANGUAGES),
-            ("names", self.names, ("pool", "scripts")),
-        ):
-            if value not in allowed:
-                raise ConfigError(f"--{name} must be one of {', '.join(allowed)}, got {value!r}")
-        if not 0.0 <= self.idle <= 1.0:
-            raise ConfigError(f"--idle must be a chance between 0 and 1, got {self.idle}")
-        return self
 
 
 def apply(sequence: Sequence, style: Style, rng: random.Random) -> tuple[str, str]:

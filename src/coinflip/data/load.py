@@ -1,7 +1,5 @@
-"""Dataset stage: CoinFlip records from the bundled splits, local files or a hub cache, and the subset
-a `--limit` asks. Every row is validated before anything is returned: a bad file stops the run with one
-line naming the file, the row and the problem.
-"""
+"""Dataset stage: validated CoinFlip records from the bundled splits, local files or a hub cache, and the
+subset a `--limit` asks; a bad file stops the run with one line naming the file, the row and the problem."""
 
 from __future__ import annotations
 
@@ -11,8 +9,9 @@ import json
 import os
 import random
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import islice, takewhile
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ class Dataset:
     rows: tuple[Record, ...] | None = None
     path: Path | None = None
     ids: tuple[int, ...] | None = None  # a drawn subset (sorted row ids); None: the first `count` rows
+    subset: dict[str, object] = field(default_factory=dict)  # how `take` drew it: mode, seed, count, of
 
     def __iter__(self) -> Iterator[Record]:
         rows: Iterable[Record] = self.rows if self.rows is not None else _stream(self.path)  # type: ignore[arg-type]
@@ -57,50 +57,29 @@ class Dataset:
     def __len__(self) -> int:
         return self.count
 
-    @property
-    def records(self) -> tuple[Record, ...]:
-        return tuple(self)
-
-    def take(self, limit: int | float | None, mode: str = "first", seed: int = 0) -> tuple[Dataset, Subset]:
-        """The rows a limit asks for, and how they were drawn."""
-        subset = choose(self, self.count, limit, mode, seed)
-        return replace(self, count=subset.count, ids=subset.ids), subset
-
-
-@dataclass(frozen=True)
-class Subset:
-    ids: tuple[int, ...] | None  # sorted; None: the first `count` rows
-    count: int
-    total: int
-    mode: str
-    seed: int
-
-    def describe(self) -> dict[str, object]:
-        mode = self.mode if self.count < self.total else "all"
-        return {"mode": mode, "seed": self.seed, "count": self.count, "of": self.total}
+    def take(self, limit: int | float | None, mode: str = "first", seed: int = 0) -> Dataset:
+        """The subset a limit (a count, a fraction or None) asks for, seeded. The official test split is ordered
+        (4 people, then 2), so by default it is stratified; `first` is EvalScope's first N, `random` its shuffle."""
+        total = self.count
+        count = total if limit is None else max(1, int(total * limit)) if isinstance(limit, float) else int(limit)
+        count = min(count, total)  # EvalScope takes int(n * f) of a fraction
+        ids: tuple[int, ...] | None = None
+        if count < total and mode == "random":
+            order = list(range(total))
+            random.Random(f"coinflip-subset:{seed}").shuffle(order)
+            ids = tuple(sorted(order[:count]))
+        elif count < total and mode != "first":
+            ids = _stratified(self, count, total, seed)
+        drawn = {"mode": mode if count < total else "all", "seed": seed, "count": count, "of": total}
+        return replace(self, count=count, ids=ids, subset=drawn)
 
 
-def choose(records: Iterable[Record], total: int, limit: int | float | None, mode: str, seed: int) -> Subset:
-    """The subset a limit (a count, a fraction or None) asks for, the same for the same seed and data. The
-    official test split is ordered (2,000 four-person questions, then 1,333 two-person), so by default it is
-    stratified by the number of people; `first` is EvalScope's first N, `random` its `shuffle`."""
-    count = total if limit is None else max(1, int(total * limit)) if isinstance(limit, float) else int(limit)
-    count = min(count, total)  # EvalScope takes int(n * f) of a fraction
-    if count >= total or mode == "first":
-        return Subset(None, count, total, mode, seed)
-    if mode == "random":
-        order = list(range(total))
-        random.Random(f"coinflip-subset:{seed}").shuffle(order)
-        return Subset(tuple(sorted(order[:count])), count, total, mode, seed)
+def _stratified(records: Iterable[Record], count: int, total: int, seed: int) -> tuple[int, ...]:
+    """By number of people: proportional quotas by largest remainder (ties to the larger stratum), each the first
+    rows of a seeded shuffle: a larger limit mostly holds the smaller one's questions, so a resume reuses them."""
     strata: dict[int, list[int]] = {}
     for r in records:
         strata.setdefault(r.people, []).append(r.id)
-    return Subset(_stratified(strata, count, total, seed), count, total, mode, seed)
-
-
-def _stratified(strata: dict[int, list[int]], count: int, total: int, seed: int) -> tuple[int, ...]:
-    """Proportional quotas by largest remainder (ties to the larger stratum), each the first rows of a
-    seeded shuffle: a larger limit mostly holds the smaller one's questions, so a resume reuses them."""
     keys = sorted(strata)
     quotas = {k: count * len(strata[k]) / total for k in keys}
     taken = {k: int(quotas[k]) for k in keys}
@@ -109,9 +88,8 @@ def _stratified(strata: dict[int, list[int]], count: int, total: int, seed: int)
         taken[k] += 1
     chosen: list[int] = []
     for k in keys:
-        order = list(strata[k])
-        random.Random(f"coinflip-subset:{seed}:{k}").shuffle(order)
-        chosen.extend(order[: taken[k]])
+        random.Random(f"coinflip-subset:{seed}:{k}").shuffle(strata[k])
+        chosen.extend(strata[k][: taken[k]])
     return tuple(sorted(chosen))
 
 
@@ -223,8 +201,6 @@ def _stream(path: Path) -> Iterator[Record]:
         raise DataError(f"{path}: not UTF-8 text") from None
     except csv.Error as exc:
         raise DataError(f"{path}: not readable CSV ({exc})") from None
-    except PermissionError:
-        raise DataError(f"{path}: permission denied") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
 
@@ -238,24 +214,13 @@ def load_file(path: str | Path) -> list[Record]:
     return records
 
 
-def _candidates(directory: Path) -> list[Path]:
-    """The directory's own files and its `data/` folder's (the hubs' layout), never a whole tree,
-    so `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
-    found: list[Path] = []
-    for folder in (directory, directory / "data"):
-        try:
-            entries = sorted(folder.iterdir()) if folder.is_dir() else []
-        except OSError as exc:
-            raise DataError(f"{folder}: cannot list ({exc.strerror})") from None
-        found.extend(p for p in entries if p.suffix.lower() in FORMATS and p.is_file())
-    return found
-
-
 def _split_files(path: Path, split: str) -> list[Path]:
-    """A file is the split itself; a directory holds one test.* (maybe in data/) or Parquet shards."""
+    """A file is the split itself; a directory holds one test.* or Parquet shards, in it or in its data/ folder
+    (the hubs' layout), never deeper: `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
     if not path.is_dir():
         return [_checked(path)]
-    candidates = _candidates(path)
+    named = [p for folder in (path, path / "data") for p in sorted(folder.glob(f"{split}*"))]
+    candidates = [p for p in named if p.suffix.lower() in FORMATS and p.is_file()]
     shards = [p for p in candidates if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
     found = shards if len(shards) > 1 else [p for p in candidates if re.match(rf"{split}([.-]|$)", p.name)]
     if not found:
@@ -311,29 +276,28 @@ def load_dataset(
 
 def dataset_stats(records: Iterable[Record], template: str) -> dict[str, Any]:
     """Rows, people/flips counts, YES share and 0-shot prompt lengths, as EvalScope's page lists them;
-    one streaming pass (Welford's mean and variance), so sets of any size fit."""
+    one streaming pass (whole-number sums), so sets of any size fit."""
     overhead = len(template.format(question=""))
-    people: dict[int, int] = {}
-    flips: dict[int, int] = {}
-    rows = yes = 0
-    mean = m2 = 0.0
-    low, high = float("inf"), 0
+    people: Counter[int] = Counter()
+    flips: Counter[int] = Counter()
+    rows = yes = total = squares = high = 0
+    low = float("inf")
     for r in records:
         rows += 1
         yes += r.answer == "YES"
-        people[r.people] = people.get(r.people, 0) + 1
-        flips[r.flips] = flips.get(r.flips, 0) + 1
+        people[r.people] += 1
+        flips[r.flips] += 1
         length = overhead + len(r.question)
         low, high = min(low, length), max(high, length)
-        delta = length - mean
-        mean += delta / rows
-        m2 += delta * (length - mean)
+        total += length
+        squares += length * length
     if not rows:
         raise DataError("no rows")
+    mean, std = total / rows, (rows * squares - total * total) ** 0.5 / rows
     return {
         "rows": rows,
         "people": dict(sorted(people.items())),
         "flips": dict(sorted(flips.items())),
         "yes_share": yes / rows,
-        "prompt_length": {"mean": round(mean, 2), "min": int(low), "max": high, "std": round((m2 / rows) ** 0.5, 2)},
+        "prompt_length": {"mean": round(mean, 2), "min": int(low), "max": high, "std": round(std, 2)},
     }

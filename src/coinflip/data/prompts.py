@@ -1,9 +1,5 @@
-"""Prompt stage: the specification's templates byte for byte, named variants, worked few-shot examples.
-
-`default` is the specification's; `direct` asks for the answer line alone; `multiturn` gives each example
-its own user/assistant pair; `zh` and `direct-zh` are for questions in Chinese (the answer markers stay);
-any other text is a custom template holding `{question}` (and optionally `{fewshot}`).
-"""
+"""Prompt stage: the specification's templates byte for byte, named variants (built-in or a custom text
+holding `{question}` and optionally `{fewshot}`), worked few-shot examples."""
 
 from __future__ import annotations
 
@@ -70,13 +66,10 @@ class Template:
     multiturn: bool = False
     reasoning: bool = True
 
-    @property
-    def sha256(self) -> str:
-        text = "\0".join((self.zero_shot, self.few_shot, str(self.multiturn), str(self.reasoning)))
-        return hashlib.sha256(text.encode()).hexdigest()
-
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "sha256": self.sha256[:16], "multiturn": self.multiturn}
+        text = "\0".join((self.zero_shot, self.few_shot, str(self.multiturn), str(self.reasoning)))
+        sha256 = hashlib.sha256(text.encode()).hexdigest()
+        return {"name": self.name, "sha256": sha256[:16], "multiturn": self.multiturn}
 
 
 BUILT_IN = {
@@ -94,18 +87,15 @@ def template(value: str) -> Template:
     if value in BUILT_IN:
         return BUILT_IN[value]
     braces = "write a literal brace as {{ or }}"
-    try:
+    try:  # a format spec or conversion ({question:d}, {question!z}) fails only when formatted
         names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
-    except ValueError as exc:
-        raise ConfigError(f"prompt_template: {exc}; {braces}") from None
+        value.format(**dict.fromkeys(names, "Q"))
+    except (ValueError, IndexError, KeyError, AttributeError) as exc:
+        raise ConfigError(f"prompt_template cannot be filled in ({exc}); {braces}") from None
     unknown = sorted(names - {"question", "fewshot"})
     if "question" not in names or unknown:
         extra = f" (unknown placeholder(s) {unknown}; {braces})" if unknown else ""
         raise ConfigError(f"prompt_template must be one of {', '.join(BUILT_IN)} or a text holding {{question}}{extra}")
-    try:  # a format spec or conversion ({question:d}, {question!z}) fails only when formatted
-        value.format(question="Q", fewshot="")
-    except (ValueError, IndexError, KeyError, AttributeError) as exc:
-        raise ConfigError(f"prompt_template cannot be filled in ({exc}); {braces}") from None
     few_shot = value if "fewshot" in names else FEW_SHOT_HEAD + value
     return Template("custom", value, few_shot)
 
@@ -141,17 +131,11 @@ def answer(record: Record, worked: bool = True) -> str:
 
 def choose_examples(pool: Sequence[Record], count: int, seed: int, shuffle: bool = True) -> list[Record]:
     """Candidates drawn once, one spare so a question is never its own example; no `shuffle`: the first rows."""
-    if count <= 0:
-        return []
     if count >= len(pool):
         return list(pool)
     if not shuffle:
         return list(pool[: count + 1])
     return random.Random(seed).sample(list(pool), count + 1)
-
-
-def examples_for(question: str, candidates: Sequence[Record], count: int) -> list[Record]:
-    return [r for r in candidates if r.question != question][:count]
 
 
 def build_prompt(question: str, examples: Sequence[Record] = (), style: Template = BUILT_IN["default"]) -> str:

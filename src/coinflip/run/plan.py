@@ -14,7 +14,7 @@ from typing import Any
 from .. import __version__
 from ..config import TaskConfig
 from ..data import prompts
-from ..data.load import Dataset, Record, Subset, load_dataset
+from ..data.load import Dataset, Record, load_dataset
 from ..errors import ConfigError
 from ..models import Request, check_model
 from ..scoring.cost import check_costs
@@ -58,7 +58,7 @@ class RequestBuilder:
 
     def __call__(self, record: Record, draw: int = 0) -> Request:
         """The draw-th request (repeats draw*n .. draw*n + n - 1)."""
-        examples = prompts.examples_for(record.question, self.candidates, self.count)
+        examples = [r for r in self.candidates if r.question != record.question][: self.count]
         messages = prompts.build_messages(record.question, examples, self.style, self.system_prompt)
         prompt = messages[-1]["content"]
         first = draw * self.choices
@@ -82,8 +82,7 @@ class RequestBuilder:
 @dataclass
 class Plan:
     config: TaskConfig
-    dataset: Dataset  # the selected questions
-    subset: Subset
+    dataset: Dataset  # the selected questions, and how they were drawn (`subset`)
     build: RequestBuilder
     generation: dict[str, Any]
     fingerprint: dict[str, Any]
@@ -98,9 +97,9 @@ def prepare(config: TaskConfig) -> Plan:
     generation = effective_generation(config)  # repeats x n was checked against REPEATS_MAX with the config
     check_costs(config, generation)
     dataset = load_dataset(config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
-    selected, subset = dataset.take(config.limit, config.limit_mode, config.seed)
+    selected = dataset.take(config.limit, config.limit_mode, config.seed)
     build = RequestBuilder(config, few_shot_pool(config), generation)
-    return Plan(config, selected, subset, build, generation, make_fingerprint(config, dataset, build, generation))
+    return Plan(config, selected, build, generation, make_fingerprint(config, dataset, build, generation))
 
 
 def few_shot_pool(config: TaskConfig) -> list[Record]:
@@ -112,7 +111,7 @@ def few_shot_pool(config: TaskConfig) -> list[Record]:
             "test.* and validation.*, or use --few-shot-num 0"
         )
     where = (config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
-    pool = list(load_dataset("validation", *where).records)
+    pool = list(load_dataset("validation", *where))
     if len(pool) <= config.few_shot_num:
         raise ConfigError(f"few_shot_num {config.few_shot_num} needs more than {len(pool)} validation rows")
     return pool

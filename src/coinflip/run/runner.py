@@ -1,7 +1,5 @@
-"""The runner: the one place that knows the order of the stages. config -> plan (nothing on disk yet)
--> run directory (resumable from the moment it exists: its settings are written when it is made) ->
-model -> predictions -> scores -> report -> pages. A stop signal (stop.py) keeps what finished; exit 1.
-"""
+"""The runner, the one place that knows the order of the stages: config -> plan -> run directory (resumable
+once it exists) -> model -> predictions -> scores -> report -> pages. A stop keeps what finished; exit 1."""
 
 from __future__ import annotations
 
@@ -108,14 +106,14 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
         "config": config.redacted(),
         "fingerprint": plan.fingerprint,
         "samples": plan.samples,
-        "subset": plan.subset.describe(),
+        "subset": plan.dataset.subset,
         "provenance": provenance(),
     }
     if not config.use_cache:
         run = RunDir.create(Path(config.work_dir).expanduser(), config.name, config.no_timestamp)
         try:
             run.save_config(content)
-            run.save_subset(plan.subset.ids)
+            run.save_subset(plan.dataset.ids)
             return run.publish(), True  # under its timestamp only once its settings are there
         except BaseException:
             run.discard(folder=True)
@@ -137,10 +135,10 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
         now = content["provenance"]
         content["provenance"] = {**now, "created": first, "resumed": now["created"]}
     run.save_config(content)
-    run.save_subset(plan.subset.ids)
+    run.save_subset(plan.dataset.ids)
     before = (saved.get("subset") or {}).get("count")
-    if before is not None and before != plan.subset.count:
-        print(f"note: the run now covers {plan.subset.count} questions (it covered {before})", file=sys.stderr)
+    if before is not None and before != plan.dataset.count:
+        print(f"note: the run now covers {plan.dataset.count} questions (it covered {before})", file=sys.stderr)
     return run, False
 
 

@@ -157,15 +157,13 @@ def concurrency_for(config: TaskConfig) -> int:
 
 def room_for(connections: int) -> None:
     """Thousands of requests in flight need as many sockets: the soft limit on open files (often 1,024) goes up."""
-    try:
+    with contextlib.suppress(ImportError, ValueError, OSError):  # no `resource` on Windows
         import resource
-    except ImportError:  # Windows
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = connections + 256
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        with contextlib.suppress(ValueError, OSError):
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = connections + 256
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
             resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
 
 

@@ -1,7 +1,5 @@
-"""SIGINT, SIGTERM and SIGHUP stop a run as asyncio.Runner carries Ctrl-C: the run's task is cancelled
-in its loop, so what landed is written. Outside the loop `Interrupted` is raised at once, or after a
-`held` step; where it cannot be raised, or on a second signal, or `GRACE_S` later, the process ends.
-"""
+"""SIGINT, SIGTERM and SIGHUP cancel the run's task in its loop, as asyncio.Runner carries Ctrl-C, so what
+landed is written; elsewhere `Interrupted` is raised (after a `held` step), or the process ends."""
 
 from __future__ import annotations
 
