@@ -79,6 +79,16 @@ def test_generate_command_streams_a_file(tmp_path: Path) -> None:
     json.loads(out.read_text().splitlines()[0])
 
 
+def test_more_people_than_names_in_other_scripts_is_one_line_exit_2(tmp_path: Path) -> None:
+    out = tmp_path / "set.jsonl"
+    result = run_cli("generate", "--people", "60-200", "--names", "scripts", "--count", "5", "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "fewer than 200 people" in result.stderr
+    assert not out.exists() or not out.read_text()
+    ok = run_cli("generate", "--people", "2-9", "--names", "scripts", "--count", "5", "--out", str(out))
+    assert ok.returncode == 0, ok.stderr
+
+
 @pytest.mark.parametrize("bad", ["0", "5-2", "x", "2-", "-3"])
 def test_bad_people_range_is_a_config_error(bad: str) -> None:
     with pytest.raises(ConfigError):

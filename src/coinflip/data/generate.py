@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from .._files import replacing
 from ..errors import ConfigError
-from .grammar import EN, FLIP, KEEP, Sequence, Style, apply, bundled_dir
+from .grammar import EN, FLIP, KEEP, Sequence, Style, apply, bundled_dir, script_names
 
 OPENING = EN.opening.format(side="heads")
 CLOSING = EN.still.format(side="heads")
@@ -110,6 +110,8 @@ def generate_file(
         raise ConfigError(f"--count must be at least 1, got {count}")
     if seed < 0:
         raise ConfigError(f"--seed must be a whole number >= 0, got {seed}")
+    if style is not None and style.names == "scripts" and people.high > len(script_names()):
+        raise ConfigError(f"--names scripts has {len(script_names())} names, fewer than {people.high} people")
     return write_rows(path, iter_questions(people, count, seed, style), whole)
 
 
