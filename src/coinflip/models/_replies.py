@@ -1,8 +1,5 @@
-"""Whatever a server sends, a Reply or a BadReply: never a crash, never a NaN. `content` may be text,
-parts (their `text` joined), a number or boolean (its JSON text) or null; usage keeps whole
-non-negative counts only; log probabilities keep NaN and infinities by name ("NaN", "inf"), so
-calibration can tell an impossible value from a missing one. A stream is the same fields over
-chunks (`StreamReply`)."""
+"""Whatever a server sends, whole or streamed, a Reply or a BadReply: never a crash, never a NaN (log
+probabilities keep NaN and infinities by name, so calibration tells an impossible value from a missing one)."""
 
 from __future__ import annotations
 
@@ -41,14 +38,11 @@ def load_json(raw: bytes | str) -> Any:
     """JSON with NaN and Infinity read as their names; too deep a nesting is a BadReply. msgspec reads
     first (fast); what it refuses (NaN, 1e400, UTF-16, malformed) json reads: the result is json's."""
     try:
-        return _FAST.decode(raw)
-    except (msgspec.DecodeError, UnicodeError):
-        pass
-    except RecursionError:
-        raise BadReply("malformed response body (JSON nested too deeply)") from None
-    try:
-        text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
-        return _DECODER.decode(text)
+        try:
+            return _FAST.decode(raw)
+        except (msgspec.DecodeError, UnicodeError):
+            text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
+            return _DECODER.decode(text)
     except RecursionError:
         raise BadReply("malformed response body (JSON nested too deeply)") from None
     except ValueError as exc:
@@ -93,10 +87,8 @@ def parse_body(raw: bytes, mode: str) -> Reply:
     if not isinstance(choices, list) or not choices:
         raise BadReply("malformed response body (no choices)")
     ordered = sorted(choices, key=lambda c: _index(c.get("index")) if isinstance(c, dict) else 0)
-    replies = [_choice(c, mode) for c in ordered]
-    first = replies[0]
-    first.usage = usage(data.get("usage"))
-    first.more = replies[1:]
+    first, *more = [_choice(c, mode) for c in ordered]
+    first.usage, first.more = usage(data.get("usage")), more
     return first
 
 
@@ -132,14 +124,10 @@ def _reasoning(message: dict[str, Any]) -> str | None:
 def text_of(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise BadReply("malformed response body (content is not a finite number)")
-        return repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadReply("malformed response body (content is not a finite number)")
+    if isinstance(value, int | float):  # a boolean too: its JSON text
+        return json.dumps(value)
     if isinstance(value, list):
         return "".join(_part_text(p) for p in value)
     raise BadReply(f"malformed response body (content is a JSON {type(value).__name__})")
@@ -271,11 +259,10 @@ class StreamReply:
             raise BadReply("the stream ended without any choice")
         if not self.done and any(c.finish is None for c in self.choices.values()):  # a proxy cut it off
             raise BadReply("the stream ended before the reply was complete (no finish_reason and no [DONE])")
-        replies = [self.choices[i].reply() for i in sorted(self.choices)]
-        replies[0].usage = self.usage
-        replies[0].more = replies[1:]
-        replies[0].ttft_s = None if self.first is None else max(0.0, self.first - sent)
-        return replies[0]
+        first, *more = [self.choices[i].reply() for i in sorted(self.choices)]
+        first.usage, first.more = self.usage, more
+        first.ttft_s = None if self.first is None else max(0.0, self.first - sent)
+        return first
 
 
 def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> bool:

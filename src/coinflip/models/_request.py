@@ -27,15 +27,9 @@ def endpoint_url(url: str, mode: str = "chat", query: dict[str, Any] | None = No
     tail = "/chat/completions" if mode == "chat" else "/completions"
     known = next((k for k in ("/chat/completions", "/completions") if path.endswith(k)), None)
     path = path[: -len(known)] if known else path or "/v1"
-    extra = urlencode({k: _query_value(v) for k, v in (query or {}).items()})
+    extra = urlencode({k: v if isinstance(v, str) else json.dumps(v) for k, v in (query or {}).items()})
     joined = "&".join(q for q in (parts.query, extra) if q)
     return urlunsplit((parts.scheme, parts.netloc, path + tail, joined, ""))
-
-
-def _query_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def request_body(

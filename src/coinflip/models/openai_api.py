@@ -102,9 +102,7 @@ class OpenAIClient:
         self.keyed = bool(api_key)
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._pool = ConnectionPool(
-            merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes, sink=lambda: StreamReply(mode)
-        )
+        self._pool = ConnectionPool(merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes)
         self.redact = Redactor([*run_secrets(api_key, generation, url), *self._pool.proxy_secrets(self.url)])
 
     async def start(self) -> None:
@@ -232,12 +230,11 @@ class OpenAIClient:
         return float(max(backoff, retry_after)) if retry_after is not None else backoff
 
     async def _attempt(self, url: str, body: bytes) -> Reply:
-        response = await self._pool.post(url, body, self.stream)
-        for _ in range(MAX_REDIRECTS):
-            if response.status not in (307, 308):
+        for hop in range(MAX_REDIRECTS + 1):
+            response = await self._pool.post(url, body, StreamReply(self.mode) if self.stream else None)
+            if response.status not in (307, 308) or hop == MAX_REDIRECTS:
                 break
             url = redirect(url, response)
-            response = await self._pool.post(url, body, self.stream)
         return self._read(url, response)
 
     def _read(self, url: str, response: Response) -> Reply:
@@ -249,7 +246,7 @@ class OpenAIClient:
                     "(it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
                 )
             try:
-                if isinstance(response.events, StreamReply):
+                if response.events is not None:
                     return response.events.reply(response.sent)
                 return parse_body(response.body, self.mode)
             except BadReply as exc:
