@@ -20,6 +20,9 @@ from .base import Reply
 
 MAX_FLOAT = sys.float_info.max
 MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough for any real one
+_DECODER = json.JSONDecoder(parse_constant=str)  # one for all: json.loads(..., **kw) builds one a call
+_FAST = msgspec.json.Decoder()
+_PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I)  # bounded: a page is untrusted
 
 
 class BadReply(Exception):
@@ -28,10 +31,6 @@ class BadReply(Exception):
 
 class ServerSaidError(BadReply):
     """The server answered with an error object, in a 200 body or a stream event."""
-
-
-_DECODER = json.JSONDecoder(parse_constant=str)  # one for all: json.loads(..., **kw) builds one a call
-_FAST = msgspec.json.Decoder()
 
 
 def load_json(raw: bytes | str) -> Any:
@@ -47,9 +46,6 @@ def load_json(raw: bytes | str) -> Any:
         raise BadReply("malformed response body (JSON nested too deeply)") from None
     except ValueError as exc:
         raise BadReply(f"malformed response body ({type(exc).__name__}: {str(exc)[:120]})") from None
-
-
-_PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I)  # bounded: a page is untrusted
 
 
 def server_message(raw: bytes) -> str:

@@ -95,8 +95,7 @@ def redirect(url: str, response: Response) -> str:
 
 async def published_slots(pool: ConnectionPool, url: str) -> int | None:
     """How many requests the server serves at once where it says so (llama.cpp's /props, or the Python
-    llama.cpp server, one at a time, by its /v1/models); None: the limits learn it by watching.
-    Both GETs go together: one round trip for a server that publishes neither."""
+    llama.cpp server, one at a time, by its /v1/models); None: the limits learn it by watching."""
     target = pool.target(url)
     if target.proxy is not None:
         return None

@@ -20,6 +20,14 @@ from yarl import URL
 from ..errors import ConfigError, EndpointError
 from ..secrets import basic_secrets, shown_url
 
+DECODED = ("identity", "gzip", "deflate", "br", "zstd")  # what aiohttp undoes (br, zstd: with a package installed)
+_UNDECODED = re.compile(r"Can not decode content-encoding: .*?\((\w+)\)")  # aiohttp's word when that package is not
+BYTES_PER_EVENT = 32  # a real event of a streamed reply is 50-300 bytes; `data: {}` is 10
+FREE_EVENTS = 256  # events allowed before their size is looked at
+BYTES_PER_NODE = 16  # a JSON value of a real reply takes 7 bytes or more; `{},` builds 64 bytes from 3
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_HINT = "; raise max_reply_mb to keep such replies"
+
 
 class ProtocolError(ConnectionError):
     """Not valid HTTP/1.1, or a body that does not decode."""
@@ -43,34 +51,19 @@ class UnknownCoding(ProtocolError):
         )
 
 
-DECODED = ("identity", "gzip", "deflate", "br", "zstd")  # what aiohttp undoes (br, zstd: with a package installed)
-_UNDECODED = re.compile(r"Can not decode content-encoding: .*?\((\w+)\)")  # aiohttp's word when that package is not
-
-
 def undecoded(exc: BaseException) -> UnknownCoding | None:
     """aiohttp's refusal of a br or zstd body (its package not installed) as ours; else None."""
     found = _UNDECODED.search(str(getattr(exc, "message", "")))
     return UnknownCoding(found.group(1)) if isinstance(exc, aiohttp.ClientResponseError) and found else None
 
 
-BYTES_PER_EVENT = 32  # a real event of a streamed reply is 50-300 bytes; `data: {}` is 10
-FREE_EVENTS = 256  # events allowed before their size is looked at
-BYTES_PER_NODE = 16  # a JSON value of a real reply takes 7 bytes or more; `{},` builds 64 bytes from 3
-
-
 def _mb(size: int) -> str:
     return f"{size / 1024 / 1024:g} MB"
-
-
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
 
 def json_values(text: bytes) -> int:
     """At most how many values a JSON text holds: each but a container's first follows a comma."""
     return text.count(b"{") + text.count(b"[") + text.count(b",") + 1
-
-
-_HINT = "; raise max_reply_mb to keep such replies"
 
 
 class Limits:

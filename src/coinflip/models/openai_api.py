@@ -1,10 +1,5 @@
-"""OpenAI-compatible chat (or text) completions: many requests in flight, retried with care.
-
-Every attempt waits for a slot at the endpoint's `Limiter`. A refusal (429, 503/529) slows it and
-waits again, using none of --retries (bounded by --patience: EndpointBroken). Other 5xx, timeouts,
-dropped connections and malformed bodies are retried with backoff; 400/401/403/404/413/422 are
-FatalAPIError; a wrong endpoint fails at `start()` with EndpointError. The last K failures all alike
-(digits aside) mean a broken endpoint (EarlyStop). Every secret the run holds is masked in errors."""
+"""OpenAI-compatible completions, many in flight: a refusal (429, 503/529) slows the `Limiter` and uses
+none of --retries; other failures are retried with backoff, FATAL_STATUS ones fail the run."""
 
 from __future__ import annotations
 
@@ -48,6 +43,7 @@ EARLY_STOP = (3, 8)  # how many last outcomes the early-stop rule looks at: in-f
 MAX_REDIRECTS = 5
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
 _ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
 class RetryableError(Exception):
@@ -286,9 +282,6 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     except (TypeError, ValueError, IndexError):
         return None
     return min(max(seconds, 0.0), 60.0)
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
 def limit_wait(headers: Any) -> float | None:
