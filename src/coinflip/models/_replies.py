@@ -97,24 +97,13 @@ def _list(value: Any) -> list[Any]:
 
 
 def _choice(choice: Any, mode: str) -> Reply:
-    if mode == "chat":
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if not isinstance(message, dict):
-            raise BadReply("malformed response body (no choices[0].message)")
-        text, reasoning = text_of(message.get("content")), _reasoning(message)
-        logprobs = chat_logprobs(choice.get("logprobs"))
-    else:
-        if not isinstance(choice, dict) or "text" not in choice:
-            raise BadReply("malformed response body (no choices[0].text)")
-        text, reasoning = text_of(choice.get("text")), None
-        logprobs = completion_logprobs(choice.get("logprobs"))
-    finish = choice.get("finish_reason")
-    finish = finish[:MAX_FINISH] if isinstance(finish, str) else None
-    return Reply(text or "", reasoning or None, finish, logprobs=logprobs or None)
-
-
-def _reasoning(message: dict[str, Any]) -> str | None:
-    return text_of(message.get("reasoning_content")) or text_of(message.get("reasoning"))
+    """A whole choice: the one delta of a stream, its `message` for `delta`."""
+    part = "message" if mode == "chat" else "text"
+    if not isinstance(choice, dict) or not (isinstance(choice.get(part), dict) or mode != "chat" and part in choice):
+        raise BadReply(f"malformed response body (no choices[0].{part})")
+    whole = _Choice()
+    _add_delta(whole, choice, mode, "message")
+    return whole.reply()
 
 
 def text_of(value: Any) -> str | None:
@@ -241,7 +230,13 @@ class StreamReply:
                 raise BadReply("malformed stream chunk (not a JSON object)")
             self.usage = usage(chunk.get("usage")) or self.usage
             for item in chunk.get("choices") or ():
-                if isinstance(item, dict) and _add_delta(self.choices, item, self.mode) and self.first is None:
+                if not isinstance(item, dict):
+                    continue
+                index = item.get("index", 0)
+                choice = self.choices.get(index) if type(index) is int else None  # noqa: E721 - bool is no index
+                if choice is None:
+                    choice = self.choices.setdefault(_index(index), _Choice())
+                if _add_delta(choice, item, self.mode, "delta") and self.first is None:
                     self.first = at
         except BadReply as exc:
             self.error = exc
@@ -261,20 +256,18 @@ class StreamReply:
         return first
 
 
-def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> bool:
-    """True when the chunk brought text or reasoning."""
-    index = item.get("index", 0)
-    choice = choices.get(index) if type(index) is int else None  # noqa: E721 - bool is not an index
-    if choice is None:
-        choice = choices.setdefault(_index(index), _Choice())
+def _add_delta(choice: _Choice, item: dict[str, Any], mode: str, key: str) -> bool:
+    """Add a choice's `key` (its delta or its message); True when it brought text or reasoning."""
+    reasoning = None
     if mode == "chat":
-        delta = _dict(item.get("delta"))
+        delta = _dict(item.get(key))
         text = delta.get("content")
         if text is not None and type(text) is not str:  # noqa: E721 - the common case, checked fast
             text = text_of(text)
-        reasoning = _reasoning(delta) if "reasoning_content" in delta or "reasoning" in delta else None
+        if "reasoning_content" in delta or "reasoning" in delta:
+            reasoning = text_of(delta.get("reasoning_content")) or text_of(delta.get("reasoning"))
     else:
-        text, reasoning = text_of(item.get("text")), None
+        text = text_of(item.get("text"))
     if item.get("logprobs") is not None:
         choice.logprobs += chat_logprobs(item["logprobs"]) if mode == "chat" else completion_logprobs(item["logprobs"])
     if text:
