@@ -181,7 +181,7 @@ class ConnectionPool:
     async def _failure(self, exc: BaseException, target: Target, suspect: bool) -> BaseException:
         """aiohttp's exception as ours, or the wrong scheme where `suspect` and a TLS handshake works."""
         wrong = await self.wrong_scheme(target) if suspect else None
-        return wrong or translated(exc, target, self.timeout)
+        return wrong or translated(exc, target)
 
     def heard(self, target: Target) -> None:
         self._heard.add(target.authority)

@@ -60,37 +60,24 @@ def web_page(response: Response) -> bool:
     return "text/html" in kind or (response.events is None and response.body.lstrip()[:1] == b"<")
 
 
-def _location(url: str, response: Response) -> str:
-    """Where a redirect points; a Location that is no URL (`http://[::1/x`) as sent."""
-    location = response.headers.get("location", "").strip()
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or ""), parts.port  # ValueError: a port that is not a number
+
+
+def redirect(url: str, response: Response, follow: bool) -> str:
+    """Where a 307/308 leads (if `follow`) when it keeps the scheme, host and port; any other is refused."""
+    location = response.headers.get("location", "")
     try:
-        return urljoin(url, location)
-    except ValueError:
-        return location
-
-
-def _origin(url: str) -> tuple[str, str, int | None] | None:
-    try:
-        parts = urlsplit(url)
-        return parts.scheme, (parts.hostname or ""), parts.port
-    except ValueError:  # a port that is not a number
-        return None
-
-
-def refused_redirect(url: str, response: Response) -> EndpointError:
-    location = _location(url, response) if response.headers.get("location") else ""
-    return EndpointError(
+        location = urljoin(url, location.strip()) if location else ""
+        if follow and response.status in (307, 308) and location != url and _origin(location) == _origin(url):
+            return location
+    except ValueError:  # a Location that is no URL (`http://[::1/x`): shown as sent
+        location = location.strip()
+    raise EndpointError(
         f"{shown_url(url)} redirects ({response.status}) to {shown_url(location) or '(no Location)'}; "
         "give the final URL as --api-url"
     )
-
-
-def redirect(url: str, response: Response) -> str:
-    """Where a 307/308 leads when it keeps the scheme, host and port; any other is refused."""
-    location = _location(url, response)
-    if location != url and _origin(location) == _origin(url):
-        return location
-    raise refused_redirect(url, response)
 
 
 async def published_slots(pool: ConnectionPool, url: str) -> int | None:

@@ -218,8 +218,8 @@ def _unreachable(target: Target, reason: BaseException) -> ProxyError:
     return ProxyError(f"proxy {target.proxy.host}:{target.proxy.port} is unreachable ({_reason(reason)})")
 
 
-def translated(exc: BaseException, target: Target, timeout: float) -> BaseException:
-    if isinstance(exc, ProtocolError | ProxyError | socket.gaierror):
+def translated(exc: BaseException, target: Target) -> BaseException:
+    if isinstance(exc, ProtocolError | ProxyError | socket.gaierror | TimeoutError):  # a timeout: the caller's words
         return exc
     if isinstance(exc, aiohttp.ClientHttpProxyError):
         where = f"proxy {target.proxy.host}:{target.proxy.port}" if target.proxy else "the proxy"
@@ -234,8 +234,6 @@ def translated(exc: BaseException, target: Target, timeout: float) -> BaseExcept
         return _unreachable(target, exc.os_error)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return exc.os_error
-    if isinstance(exc, asyncio.TimeoutError):
-        return TimeoutError(f"no complete reply within {timeout:g} s")
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return ConnectionResetError("the server closed the connection before the reply was complete")
     if isinstance(exc, aiohttp.ClientPayloadError):
@@ -296,7 +294,7 @@ def _where(target: Target) -> tuple[str, str]:
 
 
 def connect_failure(exc: BaseException, target: Target, timeout: float) -> EndpointError:
-    exc, (where, hint) = translated(exc, target, timeout), _where(target)
+    exc, (where, hint) = translated(exc, target), _where(target)
     if isinstance(exc, EndpointError):
         return exc
     if isinstance(exc, ProxyError):

@@ -22,7 +22,7 @@ from ._http import DEFAULT_MAX_BODY, ConnectionPool, Response, merge_headers
 from ._redact import Redactor
 from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
 from ._request import endpoint_url as endpoint_url  # batch_api.py and run/batch.py take these from here
-from ._request import published_slots, redirect, refused_redirect, web_page
+from ._request import published_slots, redirect, web_page
 from ._request import request_body as request_body
 from ._request import split_generation as split_generation
 from ._wire import ReplyTooLarge, UnknownCoding
@@ -228,10 +228,10 @@ class OpenAIClient:
     async def _attempt(self, url: str, body: bytes) -> Reply:
         for hop in range(MAX_REDIRECTS + 1):
             response = await self._pool.post(url, body, StreamReply(self.mode) if self.stream else None)
-            if response.status not in (307, 308) or hop == MAX_REDIRECTS:
-                break
-            url = redirect(url, response)
-        return self._read(url, response)
+            if not 300 <= response.status < 400:
+                return self._read(url, response)
+            url = redirect(url, response, follow=hop < MAX_REDIRECTS)  # refused: any other, or one too many
+        raise AssertionError("unreachable")
 
     def _read(self, url: str, response: Response) -> Reply:
         status = response.status
@@ -247,8 +247,6 @@ class OpenAIClient:
                 return parse_body(response.body, self.mode)
             except BadReply as exc:
                 raise RetryableError(str(exc), status=status) from None
-        if 300 <= status < 400:  # one the loop did not follow, or one redirect too many
-            raise refused_redirect(url, response)
         detail = server_message(response.body)
         if status == 407:
             raise EndpointError(
