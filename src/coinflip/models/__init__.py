@@ -73,11 +73,10 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 
         with llama_server(_gguf(config), str(config.model), log_path) as url:
             yield Endpoint([url], SLOTS)
-        return
-    if answered_by == "baseline":
+    elif answered_by == "baseline":
         yield Endpoint(None)
-        return
-    yield Endpoint([config.api_url] if config.api_url else [])
+    else:
+        yield Endpoint([config.api_url] if config.api_url else [])
 
 
 @contextlib.asynccontextmanager

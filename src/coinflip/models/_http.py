@@ -102,8 +102,7 @@ class ConnectionPool:
     async def check(self, url: str) -> None:
         """Open the first connection to `url`, kept for the first request; else EndpointError. One reset as
         it opened was taken: `answers`, which follows, tries fresh ones."""
-        target = self.target(url)
-        session = self.session
+        target, session = self.target(url), self.session
         options = target.options
         request = aiohttp.ClientRequest("POST", target.url, loop=asyncio.get_running_loop(),
                                         ssl=options.get("ssl", True), proxy=options["proxy"],
