@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,9 +51,8 @@ def check_model(config: TaskConfig) -> None:
         return
     answered_by = backend(config)
     if answered_by == "local":
-        from .llama_local import check_llama
-
-        check_llama()
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ConfigError("a local GGUF model needs llama.cpp: pip install 'coinflip[local]'")
         path = _gguf(config)
         if not path.is_file():
             raise ConfigError(f"--model-path {path}: no such file" if not path.exists() else f"{path}: not a file")
@@ -73,11 +73,10 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 
         with llama_server(_gguf(config), str(config.model), log_path) as url:
             yield Endpoint([url], SLOTS)
-        return
-    if answered_by == "baseline":
+    elif answered_by == "baseline":
         yield Endpoint(None)
-        return
-    yield Endpoint([config.api_url] if config.api_url else [])
+    else:
+        yield Endpoint([config.api_url] if config.api_url else [])
 
 
 @contextlib.asynccontextmanager
@@ -116,12 +115,9 @@ async def open_model(
             api = BatchAPI(urls[0], config.api_key, generation, config.timeout, secrets, cap)
             assert folder is not None  # the runner gives it
             model = BatchModel(api, folder, config, generation, online, admit)
-        try:
-            await model.start()  # a wrong endpoint fails here, in seconds, before any sample is sent
-        except BaseException:
-            await model.aclose()
-            raise
     try:
+        if hasattr(model, "start"):  # a server's: a wrong endpoint fails here, in seconds, before any sample is sent
+            await model.start()
         yield model
     finally:
         await model.aclose()

@@ -1,23 +1,19 @@
-"""POST a JSON body to an OpenAI-compatible server and read the whole answer, on aiohttp (which does
-keep-alive, framing, gzip/deflate, TLS and proxies). Added here: one line saying what is wrong with
-an endpoint (`check`, `answers`; a wrong scheme told apart by trying the other); a reply's cost
-bounded (bytes, JSON values, tiny events: ReplyTooLarge at once); server-sent events handed to a
-sink as they arrive, `data: [DONE]` ending the reply; odd framing refused (`check_framing`); a
-stale kept connection retried once."""
+"""POST a JSON body and read the whole answer, on aiohttp. Added here: what is wrong with an endpoint in
+one line, a reply's cost bounded, server-sent events read as they arrive, a stale connection retried once."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 import aiohttp
 from aiohttp import http_exceptions
 
 from ..errors import ConfigError, EndpointError
+from ._replies import StreamReply
 from ._sse import SSEDecoder
 from ._wire import (
     Limits,
@@ -42,29 +38,12 @@ DONE_GRACE = 0.5  # seconds to let a stream end its HTTP message after [DONE] an
 _FRAMING_HEADERS = ("host", "content-length", "transfer-encoding", "connection")  # ours to set, not a user's
 
 
-Event = tuple[float, str, str]  # arrival (loop time), event type, data
-
-
-class EventSink(Protocol):
-    """Where a stream's events go as they arrive; `add` is True when no more is needed."""
-
-    def add(self, at: float, kind: str, data: str) -> bool: ...
-
-
-class EventList(list[Event]):
-    """The plain sink: every event kept, up to [DONE]."""
-
-    def add(self, at: float, kind: str, data: str) -> bool:
-        self.append((at, kind, data))
-        return data.strip() == "[DONE]"
-
-
 @dataclass(frozen=True)
 class Response:
     status: int
     headers: Mapping[str, str]  # looked up whatever the case of the name
     body: bytes  # empty when the answer was a stream of events
-    events: EventSink | None = None  # what took the server-sent events, when streaming was asked and answered
+    events: StreamReply | None = None  # what took the server-sent events, when streaming was asked and answered
     sent: float = 0.0  # loop time the request was sent
 
 
@@ -85,14 +64,12 @@ class ConnectionPool:
     """One aiohttp session: keep-alive connections per origin, opened on demand."""
 
     def __init__(
-        self, headers: dict[str, str], timeout: float, proxy: str | None = None, max_body: int = DEFAULT_MAX_BODY,
-        sink: Callable[[], EventSink] = EventList,
-    ) -> None:  # fmt: skip
+        self, headers: dict[str, str], timeout: float, proxy: str | None = None, max_body: int = DEFAULT_MAX_BODY
+    ) -> None:
         defaults = {"Accept": "application/json", "Accept-Encoding": "identity"}
         self.headers = {k: v for k, v in merge_headers(defaults, headers).items() if k.lower() not in _FRAMING_HEADERS}
         self.timeout = timeout
         self.limits = Limits(max_body)
-        self.sink = sink
         self._proxy = proxy
         self._targets: dict[str, Target] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -125,8 +102,7 @@ class ConnectionPool:
     async def check(self, url: str) -> None:
         """Open the first connection to `url`, kept for the first request; else EndpointError. One reset as
         it opened was taken: `answers`, which follows, tries fresh ones."""
-        target = self.target(url)
-        session = self.session
+        target, session = self.target(url), self.session
         options = target.options
         request = aiohttp.ClientRequest("POST", target.url, loop=asyncio.get_running_loop(),
                                         ssl=options.get("ssl", True), proxy=options["proxy"],
@@ -148,9 +124,8 @@ class ConnectionPool:
         connection.release()
 
     async def answers(self, url: str) -> None:
-        """EndpointError when a server never heard from closes or resets a GET of `url` twice with no
-        HTTP head, or answers something that is not HTTP. Any status or coding will do; slow is left
-        to the run's --timeout."""
+        """EndpointError when a server never heard from closes or resets a GET of `url` twice with no HTTP
+        head, or answers something that is not HTTP; any status or coding will do, slow is --timeout's."""
         target = self.target(url)
         failure: BaseException | None = None
         for _ in (1, 2):  # the second on a fresh connection: the first may be one the server had closed
@@ -183,14 +158,14 @@ class ConnectionPool:
             with contextlib.suppress(OSError, asyncio.TimeoutError, aiohttp.ClientError):
                 await read_at_most(answer.content, PROBE_BYTES)
 
-    async def post(self, url: str, body: bytes, stream: bool = False) -> Response:
-        """The whole answer within `timeout` seconds; OSError (TimeoutError included) otherwise."""
+    async def post(self, url: str, body: bytes, sink: StreamReply | None = None) -> Response:
+        """The whole answer within `timeout` seconds (an event stream into `sink`); else OSError."""
         target = self.target(url)
         refuse_invalid(target)
         for attempt in (1, 2):
             progress = _Progress()
             try:
-                return await self._exchange(target, body, stream, progress)
+                return await self._exchange(target, body, sink, progress)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 stale = not progress.head and not isinstance(exc, aiohttp.ClientConnectorError)
                 if attempt == 2 or not stale:  # a kept connection the server had closed: once more
@@ -205,29 +180,25 @@ class ConnectionPool:
     async def _failure(self, exc: BaseException, target: Target, suspect: bool) -> BaseException:
         """aiohttp's exception as ours, or the wrong scheme where `suspect` and a TLS handshake works."""
         wrong = await self.wrong_scheme(target) if suspect else None
-        return wrong or translated(exc, target, self.timeout)
+        return wrong or translated(exc, target)
 
     def heard(self, target: Target) -> None:
         self._heard.add(target.authority)
 
     async def wrong_scheme(self, target: Target) -> EndpointError | None:
-        """The wrong scheme where a plain http:// target never heard from speaks TLS; else None."""
-        if target.authority in self._heard or not await self._speaks_tls(target):
+        """The wrong scheme where a plain http:// target never heard from takes a TLS handshake; else None."""
+        if target.tls or target.proxy is not None or target.authority in self._heard:
+            return None
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # only: does it speak TLS
+        if not await opens(target, context, min(self.timeout, 5.0)):  # OpenSSL servers hang up on plain HTTP
             return None
         return EndpointError(
             f"http://{target.authority} answers plain HTTP with no HTTP reply and speaks TLS: "
             f"use https://{target.authority} in --api-url"
         )
 
-    async def _speaks_tls(self, target: Target) -> bool:
-        """Whether a plain http:// target takes a TLS handshake (OpenSSL servers hang up on plain HTTP)."""
-        if target.tls or target.proxy is not None:
-            return False
-        context = ssl.create_default_context()
-        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # only: does it speak TLS
-        return await opens(target, context, min(self.timeout, 5.0))
-
-    async def _exchange(self, target: Target, body: bytes, stream: bool, progress: _Progress) -> Response:
+    async def _exchange(self, target: Target, body: bytes, sink: StreamReply | None, progress: _Progress) -> Response:
         sent = asyncio.get_running_loop().time()
         async with self.session.post(target.url, data=body, allow_redirects=False, **target.options) as resp:
             progress.head = True
@@ -235,9 +206,9 @@ class ConnectionPool:
             check_framing(resp.headers)
             length = resp.content_length
             self.limits.length(length)
-            if stream and resp.status == 200 and "text/event-stream" in resp.headers.get("Content-Type", ""):
-                events = await self._events(resp, progress)
-                return Response(resp.status, resp.headers, b"", events, sent)
+            if sink is not None and resp.status == 200 and "text/event-stream" in resp.headers.get("Content-Type", ""):
+                await self._events(resp, sink, progress)
+                return Response(resp.status, resp.headers, b"", sink, sent)
             if length is not None and "Content-Encoding" not in resp.headers:
                 data = await resp.read()  # framed by its length: no larger than checked above
             else:
@@ -245,8 +216,8 @@ class ConnectionPool:
             self.limits.json(data)
             return Response(resp.status, resp.headers, data, None, sent)
 
-    async def _events(self, resp: aiohttp.ClientResponse, progress: _Progress) -> EventSink:
-        decoder, sink, size, limits = SSEDecoder(), self.sink(), 0, self.limits
+    async def _events(self, resp: aiohttp.ClientResponse, sink: StreamReply, progress: _Progress) -> None:
+        decoder, size, limits = SSEDecoder(), 0, self.limits
         loop = asyncio.get_running_loop()
         async for chunk in resp.content.iter_any():
             size += len(chunk)
@@ -260,9 +231,8 @@ class ConnectionPool:
                         await self._after_done(resp, size)
                     else:
                         resp.close()
-                    return sink
+                    return
             limits.events(progress.events, size)
-        return sink
 
     async def _after_done(self, resp: aiohttp.ClientResponse, size: int) -> None:
         """After [DONE], let the message end too (the connection is kept), or drop it."""

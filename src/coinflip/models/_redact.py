@@ -1,6 +1,5 @@
-"""Secrets out of everything a run keeps or shows. A server may echo a key in any form, character
-by character: raw, JSON-escaped (`\\u0073`, surrogate pairs), HTML (`&#x73;`, `&amp;`), URL-encoded
-(`%hh`, `+`), and split across lines; each character is matched in any of its forms."""
+"""Secrets out of everything a run keeps or shows, each character matched in any form a server may echo it
+in (raw, JSON-escaped, HTML, URL-encoded), split across lines or not."""
 
 from __future__ import annotations
 
@@ -16,6 +15,10 @@ MIN_SECRET = 8  # shorter values would mask ordinary words ("none", "EMPTY"); re
 PLACEHOLDERS = {"empty", "none", "dummy", "ollama", "lm-studio", "sk-no-key-required", "not-needed", "no-key"}
 _JSON_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _HTML_NAMED = {"&": "amp", "<": "lt", ">": "gt", '"': "quot", "'": "apos"}
+# between two characters: a line break (raw, JSON-escaped, or shown as U+FFFD by _terminal.one_line)
+# and its indent, or a space
+_BREAK = r"(?:(?:\r?\n|\\r?\\n|\r?\ufffd)[ \t]*| )?"
+CUT_LEAST = 6  # characters of a secret's start that are masked where a cut message ends with them
 
 
 def is_secret(value: str | None) -> bool:
@@ -44,12 +47,6 @@ def _char(c: str) -> str:
         forms.append(re.escape("+"))
     forms.append(re.escape(c))
     return f"(?:{'|'.join(forms)})"
-
-
-# between two characters: a line break (raw, JSON-escaped, or shown as U+FFFD by _terminal.one_line)
-# and its indent, or a space
-_BREAK = r"(?:(?:\r?\n|\\r?\\n|\r?\ufffd)[ \t]*| )?"
-CUT_LEAST = 6  # characters of a secret's start that are masked where a cut message ends with them
 
 
 def pattern(secret: str) -> str:

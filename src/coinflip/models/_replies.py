@@ -1,8 +1,5 @@
-"""Whatever a server sends, a Reply or a BadReply: never a crash, never a NaN. `content` may be text,
-parts (their `text` joined), a number or boolean (its JSON text) or null; usage keeps whole
-non-negative counts only; log probabilities keep NaN and infinities by name ("NaN", "inf"), so
-calibration can tell an impossible value from a missing one. A stream is the same fields over
-chunks (`StreamReply`)."""
+"""Whatever a server sends, whole or streamed, a Reply or a BadReply: never a crash, never a NaN (log
+probabilities keep NaN and infinities by name, so calibration tells an impossible value from a missing one)."""
 
 from __future__ import annotations
 
@@ -23,6 +20,9 @@ from .base import Reply
 
 MAX_FLOAT = sys.float_info.max
 MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough for any real one
+_DECODER = json.JSONDecoder(parse_constant=str)  # one for all: json.loads(..., **kw) builds one a call
+_FAST = msgspec.json.Decoder()
+_PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I)  # bounded: a page is untrusted
 
 
 class BadReply(Exception):
@@ -33,29 +33,19 @@ class ServerSaidError(BadReply):
     """The server answered with an error object, in a 200 body or a stream event."""
 
 
-_DECODER = json.JSONDecoder(parse_constant=str)  # one for all: json.loads(..., **kw) builds one a call
-_FAST = msgspec.json.Decoder()
-
-
 def load_json(raw: bytes | str) -> Any:
     """JSON with NaN and Infinity read as their names; too deep a nesting is a BadReply. msgspec reads
     first (fast); what it refuses (NaN, 1e400, UTF-16, malformed) json reads: the result is json's."""
     try:
-        return _FAST.decode(raw)
-    except (msgspec.DecodeError, UnicodeError):
-        pass
-    except RecursionError:
-        raise BadReply("malformed response body (JSON nested too deeply)") from None
-    try:
-        text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
-        return _DECODER.decode(text)
+        try:
+            return _FAST.decode(raw)
+        except (msgspec.DecodeError, UnicodeError):
+            text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
+            return _DECODER.decode(text)
     except RecursionError:
         raise BadReply("malformed response body (JSON nested too deeply)") from None
     except ValueError as exc:
         raise BadReply(f"malformed response body ({type(exc).__name__}: {str(exc)[:120]})") from None
-
-
-_PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I)  # bounded: a page is untrusted
 
 
 def server_message(raw: bytes) -> str:
@@ -93,10 +83,8 @@ def parse_body(raw: bytes, mode: str) -> Reply:
     if not isinstance(choices, list) or not choices:
         raise BadReply("malformed response body (no choices)")
     ordered = sorted(choices, key=lambda c: _index(c.get("index")) if isinstance(c, dict) else 0)
-    replies = [_choice(c, mode) for c in ordered]
-    first = replies[0]
-    first.usage = usage(data.get("usage"))
-    first.more = replies[1:]
+    first, *more = [_choice(c, mode) for c in ordered]
+    first.usage, first.more = usage(data.get("usage")), more
     return first
 
 
@@ -109,37 +97,22 @@ def _list(value: Any) -> list[Any]:
 
 
 def _choice(choice: Any, mode: str) -> Reply:
-    if mode == "chat":
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if not isinstance(message, dict):
-            raise BadReply("malformed response body (no choices[0].message)")
-        text, reasoning = text_of(message.get("content")), _reasoning(message)
-        logprobs = chat_logprobs(choice.get("logprobs"))
-    else:
-        if not isinstance(choice, dict) or "text" not in choice:
-            raise BadReply("malformed response body (no choices[0].text)")
-        text, reasoning = text_of(choice.get("text")), None
-        logprobs = completion_logprobs(choice.get("logprobs"))
-    finish = choice.get("finish_reason")
-    finish = finish[:MAX_FINISH] if isinstance(finish, str) else None
-    return Reply(text or "", reasoning or None, finish, logprobs=logprobs or None)
-
-
-def _reasoning(message: dict[str, Any]) -> str | None:
-    return text_of(message.get("reasoning_content")) or text_of(message.get("reasoning"))
+    """A whole choice: the one delta of a stream, its `message` for `delta`."""
+    part = "message" if mode == "chat" else "text"
+    if not isinstance(choice, dict) or not (isinstance(choice.get(part), dict) or mode != "chat" and part in choice):
+        raise BadReply(f"malformed response body (no choices[0].{part})")
+    whole = _Choice()
+    _add_delta(whole, choice, mode, "message")
+    return whole.reply()
 
 
 def text_of(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise BadReply("malformed response body (content is not a finite number)")
-        return repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadReply("malformed response body (content is not a finite number)")
+    if isinstance(value, int | float):  # a boolean too: its JSON text
+        return json.dumps(value)
     if isinstance(value, list):
         return "".join(_part_text(p) for p in value)
     raise BadReply(f"malformed response body (content is a JSON {type(value).__name__})")
@@ -257,7 +230,13 @@ class StreamReply:
                 raise BadReply("malformed stream chunk (not a JSON object)")
             self.usage = usage(chunk.get("usage")) or self.usage
             for item in chunk.get("choices") or ():
-                if isinstance(item, dict) and _add_delta(self.choices, item, self.mode) and self.first is None:
+                if not isinstance(item, dict):
+                    continue
+                index = item.get("index", 0)
+                choice = self.choices.get(index) if type(index) is int else None  # noqa: E721 - bool is no index
+                if choice is None:
+                    choice = self.choices.setdefault(_index(index), _Choice())
+                if _add_delta(choice, item, self.mode, "delta") and self.first is None:
                     self.first = at
         except BadReply as exc:
             self.error = exc
@@ -271,27 +250,24 @@ class StreamReply:
             raise BadReply("the stream ended without any choice")
         if not self.done and any(c.finish is None for c in self.choices.values()):  # a proxy cut it off
             raise BadReply("the stream ended before the reply was complete (no finish_reason and no [DONE])")
-        replies = [self.choices[i].reply() for i in sorted(self.choices)]
-        replies[0].usage = self.usage
-        replies[0].more = replies[1:]
-        replies[0].ttft_s = None if self.first is None else max(0.0, self.first - sent)
-        return replies[0]
+        first, *more = [self.choices[i].reply() for i in sorted(self.choices)]
+        first.usage, first.more = self.usage, more
+        first.ttft_s = None if self.first is None else max(0.0, self.first - sent)
+        return first
 
 
-def _add_delta(choices: dict[int, _Choice], item: dict[str, Any], mode: str) -> bool:
-    """True when the chunk brought text or reasoning."""
-    index = item.get("index", 0)
-    choice = choices.get(index) if type(index) is int else None  # noqa: E721 - bool is not an index
-    if choice is None:
-        choice = choices.setdefault(_index(index), _Choice())
+def _add_delta(choice: _Choice, item: dict[str, Any], mode: str, key: str) -> bool:
+    """Add a choice's `key` (its delta or its message); True when it brought text or reasoning."""
+    reasoning = None
     if mode == "chat":
-        delta = _dict(item.get("delta"))
+        delta = _dict(item.get(key))
         text = delta.get("content")
         if text is not None and type(text) is not str:  # noqa: E721 - the common case, checked fast
             text = text_of(text)
-        reasoning = _reasoning(delta) if "reasoning_content" in delta or "reasoning" in delta else None
+        if "reasoning_content" in delta or "reasoning" in delta:
+            reasoning = text_of(delta.get("reasoning_content")) or text_of(delta.get("reasoning"))
     else:
-        text, reasoning = text_of(item.get("text")), None
+        text = text_of(item.get("text"))
     if item.get("logprobs") is not None:
         choice.logprobs += chat_logprobs(item["logprobs"]) if mode == "chat" else completion_logprobs(item["logprobs"])
     if text:

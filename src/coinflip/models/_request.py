@@ -27,15 +27,9 @@ def endpoint_url(url: str, mode: str = "chat", query: dict[str, Any] | None = No
     tail = "/chat/completions" if mode == "chat" else "/completions"
     known = next((k for k in ("/chat/completions", "/completions") if path.endswith(k)), None)
     path = path[: -len(known)] if known else path or "/v1"
-    extra = urlencode({k: _query_value(v) for k, v in (query or {}).items()})
+    extra = urlencode({k: v if isinstance(v, str) else json.dumps(v) for k, v in (query or {}).items()})
     joined = "&".join(q for q in (parts.query, extra) if q)
     return urlunsplit((parts.scheme, parts.netloc, path + tail, joined, ""))
-
-
-def _query_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def request_body(
@@ -66,43 +60,29 @@ def web_page(response: Response) -> bool:
     return "text/html" in kind or (response.events is None and response.body.lstrip()[:1] == b"<")
 
 
-def _location(url: str, response: Response) -> str:
-    """Where a redirect points; a Location that is no URL (`http://[::1/x`) as sent."""
-    location = response.headers.get("location", "").strip()
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or ""), parts.port  # ValueError: a port that is not a number
+
+
+def redirect(url: str, response: Response, follow: bool) -> str:
+    """Where a 307/308 leads (if `follow`) when it keeps the scheme, host and port; any other is refused."""
+    location = response.headers.get("location", "")
     try:
-        return urljoin(url, location)
-    except ValueError:
-        return location
-
-
-def _origin(url: str) -> tuple[str, str, int | None] | None:
-    try:
-        parts = urlsplit(url)
-        return parts.scheme, (parts.hostname or ""), parts.port
-    except ValueError:  # a port that is not a number
-        return None
-
-
-def refused_redirect(url: str, response: Response) -> EndpointError:
-    location = _location(url, response) if response.headers.get("location") else ""
-    return EndpointError(
+        location = urljoin(url, location.strip()) if location else ""
+        if follow and response.status in (307, 308) and location != url and _origin(location) == _origin(url):
+            return location
+    except ValueError:  # a Location that is no URL (`http://[::1/x`): shown as sent
+        location = location.strip()
+    raise EndpointError(
         f"{shown_url(url)} redirects ({response.status}) to {shown_url(location) or '(no Location)'}; "
         "give the final URL as --api-url"
     )
 
 
-def redirect(url: str, response: Response) -> str:
-    """Where a 307/308 leads when it keeps the scheme, host and port; any other is refused."""
-    location = _location(url, response)
-    if location != url and _origin(location) == _origin(url):
-        return location
-    raise refused_redirect(url, response)
-
-
 async def published_slots(pool: ConnectionPool, url: str) -> int | None:
     """How many requests the server serves at once where it says so (llama.cpp's /props, or the Python
-    llama.cpp server, one at a time, by its /v1/models); None: the limits learn it by watching.
-    Both GETs go together: one round trip for a server that publishes neither."""
+    llama.cpp server, one at a time, by its /v1/models); None: the limits learn it by watching."""
     target = pool.target(url)
     if target.proxy is not None:
         return None

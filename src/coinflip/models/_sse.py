@@ -1,7 +1,5 @@
-"""Server-sent events, decoded incrementally as the bytes arrive, as the WHATWG HTML standard
-(9.2.6) says: CRLF, LF or CR end lines (a CR may end one read and its LF start the next), `:`
-starts a comment, one space after the colon is dropped, `data` lines join with newlines, a blank
-line dispatches, an event without data is dropped, and pending data at the end is discarded."""
+"""Server-sent events, decoded incrementally as the bytes arrive, as the WHATWG HTML standard (9.2.6) says
+(CRLF, LF or CR end lines, and a CR may end one read and its LF start the next)."""
 
 from __future__ import annotations
 

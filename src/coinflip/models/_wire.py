@@ -1,7 +1,5 @@
-"""Where a request goes and what went wrong on the way, in words a user can act on: a URL's `Target`
-(proxy from the environment as aiohttp reads it, loopback never proxied, an unusable proxy URL one
-line), aiohttp's exceptions as ours (`translated`), what a reply may cost (`Limits`) and how it may
-be framed (`check_framing`)."""
+"""Where a request goes (`Target`, its proxy as aiohttp reads the environment) and what went wrong on the
+way in words a user can act on; what a reply may cost (`Limits`) and how it may be framed."""
 
 from __future__ import annotations
 
@@ -22,6 +20,14 @@ from yarl import URL
 from ..errors import ConfigError, EndpointError
 from ..secrets import basic_secrets, shown_url
 
+DECODED = ("identity", "gzip", "deflate", "br", "zstd")  # what aiohttp undoes (br, zstd: with a package installed)
+_UNDECODED = re.compile(r"Can not decode content-encoding: .*?\((\w+)\)")  # aiohttp's word when that package is not
+BYTES_PER_EVENT = 32  # a real event of a streamed reply is 50-300 bytes; `data: {}` is 10
+FREE_EVENTS = 256  # events allowed before their size is looked at
+BYTES_PER_NODE = 16  # a JSON value of a real reply takes 7 bytes or more; `{},` builds 64 bytes from 3
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_HINT = "; raise max_reply_mb to keep such replies"
+
 
 class ProtocolError(ConnectionError):
     """Not valid HTTP/1.1, or a body that does not decode."""
@@ -38,42 +44,26 @@ class ReplyTooLarge(ProtocolError):
 class UnknownCoding(ProtocolError):
     """A Content-Encoding coinflip does not undo, despite `Accept-Encoding: identity`: not retried."""
 
-
-DECODED = ("identity", "gzip", "deflate", "br", "zstd")  # what aiohttp undoes (br, zstd: with a package installed)
-_UNDECODED = re.compile(r"Can not decode content-encoding: .*?\((\w+)\)")  # aiohttp's word when that package is not
-
-
-def unknown_coding(coding: str) -> UnknownCoding:
-    return UnknownCoding(
-        f"the reply is encoded as {coding[:40]!r}, which coinflip does not decode "
-        "(it asks for none: Accept-Encoding: identity)"
-    )
+    def __init__(self, coding: str) -> None:
+        super().__init__(
+            f"the reply is encoded as {coding[:40]!r}, which coinflip does not decode "
+            "(it asks for none: Accept-Encoding: identity)"
+        )
 
 
 def undecoded(exc: BaseException) -> UnknownCoding | None:
     """aiohttp's refusal of a br or zstd body (its package not installed) as ours; else None."""
     found = _UNDECODED.search(str(getattr(exc, "message", "")))
-    return unknown_coding(found.group(1)) if isinstance(exc, aiohttp.ClientResponseError) and found else None
-
-
-BYTES_PER_EVENT = 32  # a real event of a streamed reply is 50-300 bytes; `data: {}` is 10
-FREE_EVENTS = 256  # events allowed before their size is looked at
-BYTES_PER_NODE = 16  # a JSON value of a real reply takes 7 bytes or more; `{},` builds 64 bytes from 3
+    return UnknownCoding(found.group(1)) if isinstance(exc, aiohttp.ClientResponseError) and found else None
 
 
 def _mb(size: int) -> str:
     return f"{size / 1024 / 1024:g} MB"
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
-
-
 def json_values(text: bytes) -> int:
     """At most how many values a JSON text holds: each but a container's first follows a comma."""
     return text.count(b"{") + text.count(b"[") + text.count(b",") + 1
-
-
-_HINT = "; raise max_reply_mb to keep such replies"
 
 
 class Limits:
@@ -132,7 +122,7 @@ def check_framing(headers: Any) -> None:
         if len(codings) > 1:
             raise ProtocolError(f"the body is encoded in layers ({', '.join(codings)}); coinflip undoes one coding")
         if codings[0].lower() not in DECODED:  # aiohttp would hand it over as sent
-            raise unknown_coding(codings[0])
+            raise UnknownCoding(codings[0])
 
 
 @dataclass(frozen=True)
@@ -228,8 +218,8 @@ def _unreachable(target: Target, reason: BaseException) -> ProxyError:
     return ProxyError(f"proxy {target.proxy.host}:{target.proxy.port} is unreachable ({_reason(reason)})")
 
 
-def translated(exc: BaseException, target: Target, timeout: float) -> BaseException:
-    if isinstance(exc, ProtocolError | ProxyError | socket.gaierror):
+def translated(exc: BaseException, target: Target) -> BaseException:
+    if isinstance(exc, ProtocolError | ProxyError | socket.gaierror | TimeoutError):  # a timeout: the caller's words
         return exc
     if isinstance(exc, aiohttp.ClientHttpProxyError):
         where = f"proxy {target.proxy.host}:{target.proxy.port}" if target.proxy else "the proxy"
@@ -242,12 +232,8 @@ def translated(exc: BaseException, target: Target, timeout: float) -> BaseExcept
         target.proxy is not None and isinstance(exc, aiohttp.ClientConnectorDNSError)  # a proxy looks up the server
     ):
         return _unreachable(target, exc.os_error)
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        return exc.certificate_error
     if isinstance(exc, aiohttp.ClientConnectorError):
         return exc.os_error
-    if isinstance(exc, asyncio.TimeoutError):
-        return TimeoutError(f"no complete reply within {timeout:g} s")
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return ConnectionResetError("the server closed the connection before the reply was complete")
     if isinstance(exc, aiohttp.ClientPayloadError):
@@ -308,26 +294,24 @@ def _where(target: Target) -> tuple[str, str]:
 
 
 def connect_failure(exc: BaseException, target: Target, timeout: float) -> EndpointError:
-    return EndpointError(describe_connect_error(translated(exc, target, timeout), target, timeout))
-
-
-def describe_connect_error(exc: BaseException, target: Target, timeout: float) -> str:
-    where, hint = _where(target)
+    exc, (where, hint) = translated(exc, target), _where(target)
     if isinstance(exc, EndpointError):
-        return str(exc)
+        return exc
     if isinstance(exc, ProxyError):
-        return f"{exc} - check HTTP_PROXY / HTTPS_PROXY / NO_PROXY"
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return (
+        message = f"{exc} - check HTTP_PROXY / HTTPS_PROXY / NO_PROXY"
+    elif isinstance(exc, ssl.SSLCertVerificationError):
+        message = (
             f"{where}: TLS certificate verification failed ({exc.verify_message}); "
             "for a private CA set SSL_CERT_FILE=/path/to/ca.pem"
         )
-    if isinstance(exc, ssl.SSLError):
-        return f"{where}: TLS handshake failed ({exc.reason or exc}); is it an https:// server? - {hint}"
-    if isinstance(exc, socket.gaierror):
-        return f"cannot resolve host {target.host!r} ({exc.strerror or exc}) - {hint}"
-    if isinstance(exc, ConnectionRefusedError):
-        return f"nothing is listening at {where} (connection refused) - {hint}"
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return f"no connection to {where} within {timeout:g} s - {hint}"
-    return f"cannot connect to {where} ({_reason(exc)}) - {hint}"
+    elif isinstance(exc, ssl.SSLError):
+        message = f"{where}: TLS handshake failed ({exc.reason or exc}); is it an https:// server? - {hint}"
+    elif isinstance(exc, socket.gaierror):
+        message = f"cannot resolve host {target.host!r} ({exc.strerror or exc}) - {hint}"
+    elif isinstance(exc, ConnectionRefusedError):
+        message = f"nothing is listening at {where} (connection refused) - {hint}"
+    elif isinstance(exc, TimeoutError):
+        message = f"no connection to {where} within {timeout:g} s - {hint}"
+    else:
+        message = f"cannot connect to {where} ({_reason(exc)}) - {hint}"
+    return EndpointError(message)

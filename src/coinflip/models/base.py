@@ -26,9 +26,8 @@ class Unanswered(Exception):
 
 @dataclass
 class Reply:
-    """A model's answer, or the error that stood in for it after the last retry. `usage`: whole
-    numbers only; `logprobs`: per token {"token", "logprob", "top": {token: logprob}}; `more`: the
-    other choices of a request that asked for n > 1."""
+    """A model's answer, or the error that stood in for it after the last retry. `logprobs`: per token
+    {"token", "logprob", "top": {token: logprob}}; `more`: the other choices of a request for n > 1."""
 
     text: str | None
     reasoning: str | None = None

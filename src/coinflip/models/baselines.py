@@ -35,10 +35,9 @@ class Baseline:
             text = self.answer(request).rsplit("\n", 1)[-1]
             return Reply(text=text, finish_reason="stop", latency_s=time.perf_counter() - start)
         count = int(request.params.get("n", self.choices))
-        replies = [Reply(text=self.answer(request, request.repeat + i), finish_reason="stop") for i in range(count)]
-        replies[0].latency_s = time.perf_counter() - start
-        replies[0].more = replies[1:]
-        return replies[0]
+        first, *more = [Reply(self.answer(request, request.repeat + i), finish_reason="stop") for i in range(count)]
+        first.latency_s, first.more = time.perf_counter() - start, more
+        return first
 
     async def aclose(self) -> None:
         return None

@@ -1,9 +1,5 @@
-"""How many requests an endpoint gets, and when: one `Limiter` per endpoint. Pure bookkeeping (every
-call is given `now`); the async gate that waits on it is in `openai_api.py`. Never below one in
-flight, the level falls on a refusal (429/503/529: with a Retry-After a pause and a pace under the
-measured rate, without one to what was in flight beside it), on a server serving one at a time (the
-first PROBE replies each took the work before them), on queueing (Little's law), and on a timeout
-while others complete (half of those). Each success grows it by 1/level up to the ceiling."""
+"""How many requests an endpoint gets, and when: pure bookkeeping (each call is given `now`). The level falls
+on a refusal, a one-at-a-time server, queueing or timeouts, and each success grows it by 1/level."""
 
 from __future__ import annotations
 
@@ -205,9 +201,8 @@ class Limiter:
             self.traffic.low = min(self.traffic.low, low) if self.traffic.low else low
 
     def _slow_pace(self, now: float) -> None:
-        """A token bucket accepts at most burst + rate x stretch over any stretch it ran dry: the
-        tightest stretch (SHORT_S+) since the pause measures the rate. A shorter period shows the burst
-        instead, and the pace is a guess (burst per second) that doubles each second."""
+        """A bucket accepts at most burst + rate x stretch: the tightest stretch (SHORT_S+) since the pause
+        measures the rate; a shorter period shows the burst, and the pace is a guess that doubles each second."""
         burst = self.burst or 0
         refused = sorted(self.period_refused, reverse=True)
         best, gone = 0.0, 0

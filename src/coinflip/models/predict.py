@@ -1,7 +1,5 @@
-"""Send every pending request with N in flight and hand the replies on as they land. Workers pull
-from one shared iterator; the replies that land in one turn of the event loop are handed on
-together, after the next requests went, so bookkeeping never delays a request. A fatal answer
-cancels the rest at once."""
+"""Send every pending request with N in flight and hand on the replies that land in one turn of the event
+loop together, after the next requests went, so bookkeeping never delays a request."""
 
 from __future__ import annotations
 
@@ -82,9 +80,8 @@ async def run_requests(
     model: Model, work: Iterable[tuple[T, Request]], concurrency: int, on_replies: Callable[[Landed[T]], None],
     follow_up: FollowUp[T] | None = None, gate: Gate | None = None,
 ) -> None:  # fmt: skip
-    """`work` pairs each request with what the caller needs back, read lazily. `on_replies` gets
-    every reply once, in batches, also on cancel. `follow_up` may ask for more requests about a
-    sample (a forced answer), sent by the same worker first. A request `gate` refuses ends its worker."""
+    """`on_replies` gets every reply once, in batches, also on cancel; `follow_up` may ask for more requests
+    about a sample (a forced answer), sent by the same worker first; a request `gate` refuses ends its worker."""
     pending = iter(work)
     flow = _Flow(model, on_replies, follow_up, gate)
 
