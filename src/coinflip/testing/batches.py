@@ -1,7 +1,5 @@
-"""The test server's Batch API (`/v1/files`, `/v1/batches`, as OpenAI serves them). Each line runs through
-the server's chat route; a batch is `in_progress` for `delay` seconds, then `completed`, `expired` (half
-answered), `failed` (nothing ran) or `cancelled` (what was done by then answered).
-"""
+"""The test server's Batch API (`/v1/files`, `/v1/batches`, as OpenAI serves them): each line runs through the
+chat route once its batch ends (after `delay` seconds, or as `BatchStore`'s settings say)."""
 
 from __future__ import annotations
 
