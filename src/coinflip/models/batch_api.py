@@ -148,13 +148,11 @@ class BatchAPI:
             data.add_field("file", content, filename=name, content_type="application/jsonl")
             return data
 
-        return self._id_of(await self._call("POST", "/files", form=form), "POST /files")
+        return str(self._id_of(await self._call("POST", "/files", form=form), "POST /files")["id"])
 
     async def create(self, file_id: str, mode: str, metadata: dict[str, str]) -> dict[str, Any]:
         body = {"input_file_id": file_id, "endpoint": ENDPOINTS[mode], "completion_window": "24h", "metadata": metadata}
-        found = await self._call("POST", "/batches", body=body)
-        self._id_of(found, "POST /batches")
-        return found
+        return self._id_of(await self._call("POST", "/batches", body=body), "POST /batches")
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch; one the server no longer knows (404) has status `lost`."""
@@ -173,8 +171,7 @@ class BatchAPI:
             return None
         for batch in listed.get("data") or []:
             if isinstance(batch, dict) and batch.get("input_file_id") == file_id:
-                self._id_of(batch, "GET /batches")
-                return batch
+                return self._id_of(batch, "GET /batches")
         return None
 
     async def download(self, file_id: str, dest: Path) -> bool:
@@ -190,13 +187,13 @@ class BatchAPI:
                     out.write(self.redact(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
         return True
 
-    def _id_of(self, found: dict[str, Any], call: str) -> str:
-        """The id the server gave what it made: text, or the server is no Batch API."""
+    def _id_of(self, found: dict[str, Any], call: str) -> dict[str, Any]:
+        """What the server made, with its id checked: text, or the server is no Batch API."""
         server_id = found.get("id")
         if not isinstance(server_id, str) or server_id in ("", ".", ".."):
             shown = one_line(repr(found), 200)
             raise FatalAPIError(self.redact(f"{call} answered without an id ({shown}): is it a Batch API?"))
-        return server_id
+        return found
 
     async def _call(
         self, method: str, path: str, body: Any = None, form: Any = None, into: BinaryIO | None = None,
@@ -210,10 +207,9 @@ class BatchAPI:
             try:
                 data = form() if form is not None else None
                 timeout = aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=self.timeout)  # no total: files
-                request = self.pool.session.request(
+                async with self.pool.session.request(
                     method, url, json=body, data=data, params=params, timeout=timeout, **target.options
-                )
-                async with request as response:
+                ) as response:
                     self.pool.heard(target)  # an HTTP answer: the scheme is right
                     check_framing(response.headers)
                     if response.status < 300:
