@@ -622,7 +622,7 @@ def test_a_linked_batch_folder_is_replaced_by_a_real_one_before_the_first_batch(
 def test_a_fifo_where_a_batch_s_results_are_downloaded_never_hangs_the_run(tmp_path: Path) -> None:
     run = _written_offline(tmp_path)
     (run / "batch").mkdir()
-    os.mkfifo(run / "batch" / "batch_000001.output.jsonl.part")
+    os.mkfifo(run / "batch" / "batch_000001.output.jsonl")  # where the results go (no .part file now)
     sent = _sent_as_a_batch(run)  # a hang ends at run_cli's outer bound
     assert sent.returncode == 0, sent.stderr
     assert len(_answers(run)) == 5
