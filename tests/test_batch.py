@@ -622,20 +622,21 @@ def test_a_linked_batch_folder_is_replaced_by_a_real_one_before_the_first_batch(
 def test_a_fifo_where_a_batch_s_results_are_downloaded_never_hangs_the_run(tmp_path: Path) -> None:
     run = _written_offline(tmp_path)
     (run / "batch").mkdir()
-    os.mkfifo(run / "batch" / "batch_000001.output.jsonl.part")
+    os.mkfifo(run / "batch" / "batch_000001.output.jsonl")  # where the results go (no .part file now)
     sent = _sent_as_a_batch(run)  # a hang ends at run_cli's outer bound
     assert sent.returncode == 0, sent.stderr
     assert len(_answers(run)) == 5
 
 
 def test_a_folder_where_a_batch_s_results_are_downloaded_is_one_line(tmp_path: Path) -> None:
-    """Clearing the download's .part name ended in IsADirectoryError's traceback."""
+    """A folder in the way of a download ended in IsADirectoryError's traceback."""
     run = _written_offline(tmp_path)
-    (run / "batch" / "batch_000001.output.jsonl.part").mkdir(parents=True)
+    (run / "batch" / "batch_000001.output.jsonl").mkdir(parents=True)
     sent = _sent_as_a_batch(run)
     assert sent.returncode == 1 and "Traceback" not in sent.stderr, sent.stderr  # a StorageError
     line = sent.stderr.strip().splitlines()[-1]
-    assert line.startswith(f"error: cannot write {run / 'batch' / 'batch_000001.output.jsonl.part'}: Is a directory")
+    assert line.startswith(f"error: cannot write {run / 'batch'}") and "batch_000001.output.jsonl" in line, line
+    assert "Is a directory" in line
 
 
 def _answering(status: int, body: bytes) -> type[QuietHandler]:

@@ -1,7 +1,5 @@
-"""Batch mode as a model backend (as inspect_ai's batcher): `complete(request)` puts the request in
-the next batch (sent once a turn of the event loop adds none) and awaits its Reply. Resumable at
-every step: batch/state.json is saved before each next one, and a request in a saved batch is
-never sent again. Offline, `write_requests` writes what `vllm run-batch` reads, `ResultsFile` reads it."""
+"""Batch mode as a model backend (as inspect_ai's batcher), resumable at every step from batch/state.json;
+offline, `write_requests` writes what `vllm run-batch` reads and `ResultsFile` reads what it writes."""
 
 from __future__ import annotations
 
@@ -65,32 +63,28 @@ def write_requests(config: TaskConfig, generation: dict[str, Any], requests: Ite
 
 
 def read_answers(
-    paths: list[Path], wanted: set[str], mode: str, cap: int, redact: Redactor
+    paths: list[Path], wanted: set[str] | None, mode: str, cap: int, redact: Redactor
 ) -> tuple[dict[str, Reply], Counter[str]]:
-    """The answers for `wanted` custom_ids in result files, masked (two good ones: a conflict error),
-    and counts of the lines for other requests and the unreadable ones."""
+    """The answers in result files (for `wanted` custom_ids, None: all), masked (two good ones: a conflict
+    error), and counts of the conflicts and of the lines for other requests and the unreadable ones."""
     replies: dict[str, Reply] = {}
     counts: Counter[str] = Counter()
     for path in paths:
         with open_regular(path) as handle:
             for raw in capped_lines(handle, cap):
-                _take(raw, mode, wanted, replies, counts)
+                found = read_result(raw, mode)
+                if found is None or (wanted is not None and found[0] not in wanted):
+                    counts["unreadable" if found is None else "other"] += bool(raw.strip())
+                    continue
+                cid, reply = found
+                before = replies.get(cid)
+                if before is not None and before.error is None and reply.error is None:
+                    reply = Reply(None, error=f"two answers for {cid} in the batch's results; {CONFLICT}")
+                    counts["conflicts"] += 1
+                elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
+                    continue
+                replies[cid] = reply
     return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
-
-
-def _take(raw: bytes, mode: str, wanted: set[str], replies: dict[str, Reply], counts: Counter[str]) -> None:
-    found = read_result(raw, mode)
-    if found is None or found[0] not in wanted:
-        counts["unreadable" if found is None else "other"] += bool(raw.strip())
-        return
-    cid, reply = found
-    before = replies.get(cid)
-    if before is not None and before.error is None and reply.error is None:
-        reply = Reply(None, error=f"two answers for {cid} in the batch's results; {CONFLICT}")
-        counts["conflicts"] += 1
-    elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
-        return
-    replies[cid] = reply
 
 
 class Submitted(msgspec.Struct):
@@ -108,98 +102,55 @@ class State(msgspec.Struct):
     batches: list[Submitted]
 
 
-class _Gathering:
-    """Requests wait here for the next round, which starts once a turn of the event loop adds none."""
-
-    gathers = True  # the runner hands this model every request at once
-
-    def __init__(self) -> None:
-        self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}
-        self.rounds: list[asyncio.Task[None]] = []
-        self.gathering = False  # the last round still takes requests
-
-    async def _answer(self, request: Request) -> Reply:
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self.waiting[custom_id(request)] = (request, future)
-        if not self.gathering:
-            self.gathering = True
-            self.rounds.append(asyncio.create_task(self._run_round()))
-        return await future
-
-    async def _run_round(self) -> None:
-        count = -1
-        while count != len(self.waiting):
-            count = len(self.waiting)
-            for _ in range(2):
-                await asyncio.sleep(0)
-        waiting, self.waiting, self.gathering = self.waiting, {}, False
-        try:
-            replies = await self._answers({cid: request for cid, (request, _) in waiting.items()})
-        except Exception as exc:  # each waiting request gets it (a fatal answer)
-            for _, future in waiting.values():
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for cid, (_, future) in waiting.items():
-            if not future.done() and cid in replies:
-                future.set_result(replies[cid])
-            elif not future.done():
-                future.set_exception(Unanswered())
-
-    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        raise NotImplementedError
-
-    def _stop(self) -> bool:
-        going = [task for task in self.rounds if not task.done()]
-        for task in going:
-            task.cancel()
-        return bool(going)
-
-
-class ResultsFile(_Gathering):
-    """--batch-results: answers from `vllm run-batch -o FILE`; one it lacks stays owed (Unanswered)."""
+class ResultsFile:
+    """--batch-results: answers from `vllm run-batch -o FILE`, read at the first request; one it lacks stays owed."""
 
     def __init__(self, path: Path, mode: str, cap: int, redact: Redactor) -> None:
-        super().__init__()
         self.name, self.path, self.mode, self.cap, self.redact = str(path), path, mode, cap, redact
+        self.replies: dict[str, Reply] | None = None  # those not asked for yet
         self.counts: Counter[str] = Counter()
 
     async def complete(self, request: Request) -> Reply:
-        return await self._answer(request)
-
-    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        try:  # a plain file only: /dev/zero, /dev/urandom or a FIFO is UnreadableFile (exit 2)
-            replies, counts = read_answers([self.path], set(requests), self.mode, self.cap, self.redact)
-        except OSError as exc:
-            raise ConfigError(f"--batch-results {self.path}: cannot read ({exc.strerror})") from None
-        self.counts.update(counts, owed=len(requests) - len(replies), read=len(replies))
-        self.counts["failed"] += sum(reply.error is not None for reply in replies.values())
-        return replies
+        if self.replies is None:
+            try:  # a plain file only: /dev/zero, /dev/urandom or a FIFO is UnreadableFile (exit 2)
+                self.replies, self.counts = read_answers([self.path], None, self.mode, self.cap, self.redact)
+            except OSError as exc:
+                raise ConfigError(f"--batch-results {self.path}: cannot read ({exc.strerror})") from None
+        reply = self.replies.pop(custom_id(request), None)
+        if reply is None:
+            self.counts["owed"] += 1
+            raise Unanswered()
+        self.counts["read"] += 1
+        self.counts["failed"] += reply.error is not None
+        return reply
 
     async def aclose(self) -> None:
-        self._stop()
         c = self.counts
-        if c:  # it was read
+        if self.replies is not None:  # it was read
             print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
-                  f"two answers); {c['other']} lines for requests not owed now, {c['unreadable']} unreadable; "
+                  f"two answers); {len(self.replies)} lines for requests not owed now, {c['unreadable']} unreadable; "
                   f"{c['owed']} requests still owed (write them with --batch-write)", file=sys.stderr)  # fmt: skip
 
 
-class BatchModel(_Gathering):
+class BatchModel:
     """Requests answered through the Batch API at one endpoint, resumable from `folder` (batch/);
     `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
+
+    gathers = True  # the runner hands this model every request at once
 
     def __init__(
         self, api: BatchAPI, folder: Path, config: TaskConfig, generation: dict[str, Any],
         online: OpenAIClient | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
     ) -> None:  # fmt: skip
-        super().__init__()
         self.api, self.folder, self.config, self.generation = api, folder, config, generation
         self.name, self.mode, self.cap = str(config.model), config.api_mode, api.pool.limits.max_body
         self.online, self.admit = online, admit
         self.batches: list[Submitted] = []
         self.covered: dict[str, Submitted] = {}  # custom_id -> the latest saved batch that holds it
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
+        self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}  # for the next round (batch)
+        self.rounds: list[asyncio.Task[None]] = []
+        self.gathering = False  # the last round still takes requests
 
     async def start(self) -> None:
         """Read the saved batches (the folder made a real one, never a link), then open the endpoint."""
@@ -252,15 +203,39 @@ class BatchModel(_Gathering):
         reply.attempts = sends
         return reply
 
+    async def _answer(self, request: Request) -> Reply:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self.waiting[custom_id(request)] = (request, future)
+        if not self.gathering:
+            self.gathering = True
+            self.rounds.append(asyncio.create_task(self._run_round()))
+        return await future
+
+    async def _run_round(self) -> None:
+        """Once a turn of the event loop adds no request, answer the waiting ones (in a batch)."""
+        count = -1
+        while count != len(self.waiting):
+            count = len(self.waiting)
+            for _ in range(2):
+                await asyncio.sleep(0)
+        waiting, self.waiting, self.gathering = self.waiting, {}, False
+        try:
+            replies = await self._answers({cid: request for cid, (request, _) in waiting.items()})
+        except Exception as exc:  # each waiting request gets it (a fatal answer)
+            for _, future in waiting.values():
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for cid, (_, future) in waiting.items():
+            if not future.done() and cid in replies:
+                future.set_result(replies[cid])
+            elif not future.done():
+                future.set_exception(Unanswered())
+
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        batches: list[Submitted] = []  # the saved ones that hold some of these requests, then the new ones
-        fresh = []
-        for cid, request in requests.items():
-            batch = self.covered.pop(cid, None)
-            if batch is None:
-                fresh.append(request)
-            elif all(b is not batch for b in batches):
-                batches.append(batch)
+        saved = {cid: self.covered.pop(cid, None) for cid in requests}
+        fresh = [request for cid, request in requests.items() if saved[cid] is None]
+        batches = list({id(b): b for b in saved.values() if b is not None}.values())  # each saved one that holds some
         for group in split_lines(request_lines(self.name, self.mode, self.generation, fresh)):
             batches.append(await self._submit(group))
         await self._poll(batches)
@@ -349,8 +324,11 @@ class BatchModel(_Gathering):
         return out
 
     async def aclose(self) -> None:
+        going = [task for task in self.rounds if not task.done()]
+        for task in going:
+            task.cancel()
         running = [str(b.batch_id) for b in self.batches if b.batch_id and b.status not in ENDED]
-        if self._stop() and running:
+        if going and running:
             print(f"note: batches still running at the server, not cancelled: {', '.join(running)}; "
                   "resume the run to collect them", file=sys.stderr)  # fmt: skip
         await self.api.__aexit__()

@@ -1,6 +1,5 @@
-"""The OpenAI Batch API from the client's side: request lines `{"custom_id", "method", "url", "body"}`,
-result lines `{"custom_id", "response": {"status_code", "body"}, "error"}` read through the online
-`parse_body`, and the few calls a batch needs (429, 5xx and dropped connections retried)."""
+"""The OpenAI Batch API from the client's side: request lines, result lines read through the online `parse_body`,
+and the few calls a batch needs (429, 5xx and dropped connections retried)."""
 
 from __future__ import annotations
 
@@ -9,15 +8,16 @@ import json
 import random
 import re
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 import aiohttp
 
 from .._files import replacing
-from ..errors import EndpointBroken, FatalAPIError, storage_error
+from ..errors import EndpointBroken, FatalAPIError
 from ..records import escape_line_breaks
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, merge_headers
 from ._redact import Redactor
@@ -75,23 +75,22 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
         return None if found is None else (found[1].decode(), Reply(None, error=f"its result line: {exc}"))
     if not isinstance(data, dict) or not isinstance(data.get("custom_id"), str):
         return None
-    response, error = data.get("response"), data.get("error")
-    status = response.get("status_code") if isinstance(response, dict) else None
-    body = response.get("body") if isinstance(response, dict) else None
+    cid, response, error = data["custom_id"], data.get("response"), data.get("error")
+    status, body = (response.get("status_code"), response.get("body")) if isinstance(response, dict) else (None, None)
     if isinstance(status, int) and 200 <= status < 300 and not error:
         try:
             reply = parse_body(json.dumps(body).encode(), mode)
         except BadReply as exc:
-            return data["custom_id"], Reply(None, error=str(exc), status=status)
+            return cid, Reply(None, error=str(exc), status=status)
         for choice in (reply, *reply.more):
             choice.batch = True
-        return data["custom_id"], reply
+        return cid, reply
     if isinstance(status, int):
         detail = server_message(json.dumps(body).encode()) if body is not None else ""
-        return data["custom_id"], Reply(None, error=f"HTTP {status}{': ' + detail if detail else ''}", status=status)
+        return cid, Reply(None, error=f"HTTP {status}{': ' + detail if detail else ''}", status=status)
     detail = server_message(json.dumps({"error": error}).encode()) if error else "no response"
     code = error.get("code") if isinstance(error, dict) and isinstance(error.get("code"), str) else "batch"
-    return data["custom_id"], Reply(None, error=one_line(f"{code}: {detail}"))
+    return cid, Reply(None, error=one_line(f"{code}: {detail}"))
 
 
 def capped_lines(handle: BinaryIO, cap: int) -> Iterator[bytes]:
@@ -116,16 +115,12 @@ class BatchAPI:
         self, url: str, api_key: str | None, generation: dict[str, Any], timeout: float, secrets: list[str | None],
         max_body: int = DEFAULT_MAX_BODY, retries: int = CALL_RETRIES,
     ) -> None:  # fmt: skip
-        parts = urlsplit(endpoint_url(url, "chat", generation.get("extra_query")))  # the API's root: …/v1
-        self.base = urlunsplit((parts.scheme, parts.netloc, parts.path[: -len("/chat/completions")], "", ""))
-        self.query = parts.query
-        headers = {"User-Agent": "coinflip"}
-        headers.update({str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()})
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self.timeout = timeout
-        self.retries = retries
-        self.pool = ConnectionPool(merge_headers(headers), timeout, max_body=max_body)
+        chat, _, self.query = endpoint_url(url, "chat", generation.get("extra_query")).partition("?")
+        self.base = chat.removesuffix("/chat/completions")  # the API's root: …/v1
+        extra = {str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()}
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout, self.retries = timeout, retries
+        self.pool = ConnectionPool(merge_headers({"User-Agent": "coinflip"}, extra, auth), timeout, max_body=max_body)
         self.redact = Redactor([*secrets, *self.pool.proxy_secrets(url)])
 
     async def __aenter__(self) -> BatchAPI:
@@ -153,13 +148,11 @@ class BatchAPI:
             data.add_field("file", content, filename=name, content_type="application/jsonl")
             return data
 
-        return self._id_of(await self._call("POST", "/files", form=form), "POST /files")
+        return str(self._id_of(await self._call("POST", "/files", form=form), "POST /files")["id"])
 
     async def create(self, file_id: str, mode: str, metadata: dict[str, str]) -> dict[str, Any]:
         body = {"input_file_id": file_id, "endpoint": ENDPOINTS[mode], "completion_window": "24h", "metadata": metadata}
-        found = await self._call("POST", "/batches", body=body)
-        self._id_of(found, "POST /batches")
-        return found
+        return self._id_of(await self._call("POST", "/batches", body=body), "POST /batches")
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch; one the server no longer knows (404) has status `lost`."""
@@ -178,37 +171,32 @@ class BatchAPI:
             return None
         for batch in listed.get("data") or []:
             if isinstance(batch, dict) and batch.get("input_file_id") == file_id:
-                self._id_of(batch, "GET /batches")
-                return batch
+                return self._id_of(batch, "GET /batches")
         return None
 
     async def download(self, file_id: str, dest: Path) -> bool:
-        """A result file into `dest` (via a temporary file), lines capped and masked; False when gone."""
-        tmp = dest.with_name(dest.name + ".part")
-        try:
-            tmp.unlink(missing_ok=True)  # whatever lay there (a FIFO would block the open): a new plain file
-        except OSError as exc:  # a folder there: one line naming it, not a traceback
-            raise storage_error(tmp, exc) from None
-        try:
-            await self._call("GET", f"/files/{quote(file_id, safe='')}/content", into=tmp, gone=(404,))
-        except _Gone:
-            return False
-        with tmp.open("rb") as raw, replacing(dest) as out:
-            for line in capped_lines(raw, self.pool.limits.max_body):
-                out.write(self.redact(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
-        tmp.unlink()
+        """A result file into `dest` (raw into a nameless file beside it), lines capped and masked; False when gone."""
+        with tempfile.TemporaryFile(dir=dest.parent) as raw:
+            try:
+                await self._call("GET", f"/files/{quote(file_id, safe='')}/content", into=raw, gone=(404,))
+            except _Gone:
+                return False
+            raw.seek(0)
+            with replacing(dest) as out:
+                for line in capped_lines(raw, self.pool.limits.max_body):
+                    out.write(self.redact(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
         return True
 
-    def _id_of(self, found: dict[str, Any], call: str) -> str:
-        """The id the server gave what it made: text, or the server is no Batch API."""
+    def _id_of(self, found: dict[str, Any], call: str) -> dict[str, Any]:
+        """What the server made, with its id checked: text, or the server is no Batch API."""
         server_id = found.get("id")
         if not isinstance(server_id, str) or server_id in ("", ".", ".."):
             shown = one_line(repr(found), 200)
             raise FatalAPIError(self.redact(f"{call} answered without an id ({shown}): is it a Batch API?"))
-        return server_id
+        return found
 
     async def _call(
-        self, method: str, path: str, body: Any = None, form: Any = None, into: Path | None = None,
+        self, method: str, path: str, body: Any = None, form: Any = None, into: BinaryIO | None = None,
         gone: tuple[int, ...] = (), params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """One call, retried on 429, 5xx and dropped connections; others are fatal (`gone`: _Gone)."""
@@ -219,10 +207,9 @@ class BatchAPI:
             try:
                 data = form() if form is not None else None
                 timeout = aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=self.timeout)  # no total: files
-                request = self.pool.session.request(
+                async with self.pool.session.request(
                     method, url, json=body, data=data, params=params, timeout=timeout, **target.options
-                )
-                async with request as response:
+                ) as response:
                     self.pool.heard(target)  # an HTTP answer: the scheme is right
                     check_framing(response.headers)
                     if response.status < 300:
@@ -263,12 +250,13 @@ class BatchAPI:
         except TimeoutError:
             return f"its body did not end within {self.timeout:g} s"
 
-    async def _read(self, response: Any, into: Path | None, call: str) -> dict[str, Any]:
+    async def _read(self, response: Any, into: BinaryIO | None, call: str) -> dict[str, Any]:
         """A JSON answer (too large: EndpointBroken, no retry), or a file's content streamed to `into`."""
         if into is not None:
-            with into.open("wb") as handle:
-                async for chunk in response.content.iter_chunked(1 << 16):
-                    handle.write(chunk)
+            into.seek(0)
+            into.truncate()  # what an attempt before wrote
+            async for chunk in response.content.iter_chunked(1 << 16):
+                into.write(chunk)
             return {}
         try:
             raw = await self._body(response)

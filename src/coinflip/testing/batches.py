@@ -1,7 +1,5 @@
-"""The test server's Batch API (`/v1/files`, `/v1/batches`, as OpenAI serves them). Each line runs through
-the server's chat route; a batch is `in_progress` for `delay` seconds, then `completed`, `expired` (half
-answered), `failed` (nothing ran) or `cancelled` (what was done by then answered).
-"""
+"""The test server's Batch API (`/v1/files`, `/v1/batches`, as OpenAI serves them): each line runs through the
+chat route once its batch ends (after `delay` seconds, or as `BatchStore`'s settings say)."""
 
 from __future__ import annotations
 
@@ -68,11 +66,10 @@ class BatchStore:
                 answer = self.create(json.loads(body or b"{}"), headers.get("authorization", ""))
                 await self.held("create")
                 return answer
-            case "GET", ["batches"] if self.listing:
-                listed = sorted(self.batches.values(), key=lambda b: b["id"], reverse=True)
-                return reply_json(200, {"object": "list", "data": [shown(b) for b in listed], "has_more": False})
             case "GET", ["batches"]:
-                return _error(405, "Method Not Allowed")
+                listed = sorted(self.batches.values(), key=lambda b: b["id"], reverse=True)
+                page = {"object": "list", "data": [shown(b) for b in listed], "has_more": False}
+                return reply_json(200, page) if self.listing else _error(405, "Method Not Allowed")
             case "GET", ["batches", batch_id] if batch_id in self.batches:
                 self.polls += 1
                 await self.advance(self.batches[batch_id])
@@ -109,17 +106,14 @@ class BatchStore:
         now = int(time.time())
         total = sum(1 for line in self.files[file_id][1].splitlines() if line.strip())
         batch = {
+            **request,  # its input_file_id, endpoint, completion_window and metadata, as checked above
             "id": self.new_id("batch_"),
             "object": "batch",
-            "endpoint": request["endpoint"],
-            "input_file_id": file_id,
-            "completion_window": "24h",
             "status": "in_progress",
             **dict.fromkeys(("errors", "output_file_id", "error_file_id", "completed_at")),
             "created_at": now,
             "in_progress_at": now,
             "request_counts": {"total": total, "completed": 0, "failed": 0},
-            "metadata": request.get("metadata") or {},
             "_started": time.monotonic(),
             "_auth": auth,
             "_number": self.created,
@@ -162,13 +156,11 @@ class BatchStore:
     async def answer(self, index: int, line: dict[str, Any], auth: str) -> tuple[bool, dict[str, Any]]:
         custom_id = str(line.get("custom_id"))
         self.seen_ids[custom_id] += 1
-        if self.fail_every and index % self.fail_every == 0 and self.seen_ids[custom_id] == 1:
-            body = {"error": {"message": "internal error (test)", "type": "server_error"}}
-            return False, _line(custom_id, {"status_code": 500, "request_id": "req_x", "body": body}, None)
-        raw = json.dumps(line.get("body") or {}).encode()
-        loop = asyncio.get_running_loop()
-        assert self.chat is not None  # set by the server
-        found = await self.chat({"authorization": auth}, raw, loop.time(), line.get("url") == ENDPOINTS[0])
+        found: Any = (500, b'{"error": {"message": "internal error (test)", "type": "server_error"}}')
+        if not (self.fail_every and index % self.fail_every == 0 and self.seen_ids[custom_id] == 1):
+            assert self.chat is not None  # set by the server
+            raw, now = json.dumps(line.get("body") or {}).encode(), asyncio.get_running_loop().time()
+            found = await self.chat({"authorization": auth}, raw, now, line.get("url") == ENDPOINTS[0])
         status, payload = (found[0], found[1]) if isinstance(found, tuple) else (500, b'{"error": "no answer"}')
         response = {"status_code": status, "request_id": "req_x", "body": json.loads(payload)}
         return status == 200, _line(custom_id, response, None)

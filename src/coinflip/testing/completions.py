@@ -1,6 +1,5 @@
-"""The test server's chat and completions, plain or streamed as vLLM streams them, with faults
-(`fail_rate`); a forced-answer turn or cue gets the policy's `forced` answer. Log probabilities put the
-policy's confidence on the answer token, the rest on the other answer, so P(YES) is known."""
+"""The test server's chat and completions, plain or streamed as vLLM streams them, with faults (`fail_rate`);
+log probabilities put the policy's confidence on the answer token, the rest on the other, so P(YES) is known."""
 
 from __future__ import annotations
 
@@ -78,14 +77,12 @@ def _answer(
         include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
         events = stream(text, scratch if chat else None, n, usage if include else None, logprobs)
         return Stream(events, state.stream_stalls.pop(0) if state.stream_stalls else 0.0)
-    found = logprobs(text) if logprobs else None
-    if not chat:
-        choices = [{"index": i, "finish_reason": "stop", "text": text, "logprobs": found} for i in range(n)]
-        return reply_json(200, {"id": "cmpl-fake", "object": "text_completion", "choices": choices, "usage": usage})
     message = {"role": "assistant", "content": text, "reasoning_content": scratch}
-    choices = [{"index": i, "finish_reason": "stop", "message": message, "logprobs": found} for i in range(n)]
-    reply = {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"), "choices": choices}
-    return reply_json(200, {**reply, "usage": usage})
+    content = {"message": message} if chat else {"text": text}
+    found = logprobs(text) if logprobs else None
+    choices = [{"index": i, "finish_reason": "stop", **content, "logprobs": found} for i in range(n)]
+    kind = {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model")} if chat else {}
+    return reply_json(200, {"id": "cmpl-fake", "object": "text_completion", **kind, "choices": choices, "usage": usage})
 
 
 def stream(text: str, scratch: str | None, n: int, usage: Any, logprobs: Any) -> list[bytes]:
@@ -95,19 +92,16 @@ def stream(text: str, scratch: str | None, n: int, usage: Any, logprobs: Any) ->
     deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}] if chat else []
     deltas += [{"reasoning_content": piece} for piece in _pieces(scratch or "")]
     deltas += [{"content": piece} for piece in _pieces(text)]
-    events = []
+    steps: list[tuple[dict[str, Any], str | None]] = []  # each event's choice, and its finish reason
     for delta in deltas:
         piece = delta.get("content")
         choice: dict[str, Any] = {"delta": delta} if chat else {"text": piece}
         if logprobs and piece:
             choice["logprobs"] = logprobs(piece)
-        events.append(
-            {"id": "x", "object": kind, "choices": [{"index": i, **choice, "finish_reason": None} for i in range(n)]}
-        )
-    finish: dict[str, Any] = {"delta": {}} if chat else {"text": ""}
-    events.append(
-        {"id": "x", "object": kind, "choices": [{"index": i, **finish, "finish_reason": "stop"} for i in range(n)]}
-    )
+        steps.append((choice, None))
+    steps.append(({"delta": {}} if chat else {"text": ""}, "stop"))
+    choices = ([{"index": i, **choice, "finish_reason": end} for i in range(n)] for choice, end in steps)
+    events: list[dict[str, Any]] = [{"id": "x", "object": kind, "choices": each} for each in choices]
     if usage is not None:
         events.append({"id": "x", "object": kind, "choices": [], "usage": usage})
     return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
@@ -126,28 +120,21 @@ def _forced_turn(messages: list[Any], chat: bool) -> bool:
 def _alternatives(token: str, p_yes: float | None, fault: str) -> list[tuple[str, float]]:
     """The answer token and the others, with probabilities that make P(YES) = p_yes (a `fault`: impossible ones)."""
     word = re.sub(r"[^A-Za-z]", "", token).upper()
-    side = word if word in ("YES", "NO", "MAYBE") else None
-    if side == "MAYBE":
+    if word == "MAYBE":
         return [(token, math.log(0.5)), (" YES", math.log(0.3)), (" NO", math.log(0.2))]
-    if side is None or p_yes is None:
+    if word not in ("YES", "NO") or p_yes is None:
         return [(token, -0.25), ("?", -3.0)]
-    other = token.replace(side, _other(side))
-    mine = p_yes if side == "YES" else 1 - p_yes
-    if fault == "positive":
-        return [(token, math.log(mine)), (other, 50.0)]
-    if fault == "nan":
-        return [(token, math.nan), (other, math.inf)]
-    return [(token, math.log(mine)), (other, math.log(1 - mine))]
+    mine = p_yes if word == "YES" else 1 - p_yes
+    faults = {"positive": (math.log(mine), 50.0), "nan": (math.nan, math.inf)}
+    first, second = faults.get(fault, (math.log(mine), math.log(1 - mine)))
+    return [(token, first), (token.replace(word, _other(word)), second)]
 
 
 def _logprobs(text: str, chat: bool, p_yes: float | None, fault: str) -> dict[str, Any]:
     tokens = _pieces(text)
-    options = [_alternatives(t, p_yes, fault) for t in tokens]
+    options = [_alternatives(t, p_yes, fault) for t in tokens]  # each token's first is itself
     if chat:
-        content = [
-            {"token": t, "logprob": alts[0][1], "top_logprobs": [{"token": a, "logprob": lp} for a, lp in alts]}
-            for t, alts in zip(tokens, options, strict=True)
-        ]
-        return {"content": content}
+        tops = [[{"token": a, "logprob": lp} for a, lp in alts] for alts in options]
+        return {"content": [{**top[0], "top_logprobs": top} for top in tops]}
     top = [dict(alts) for alts in options]
     return {"tokens": tokens, "token_logprobs": [alts[0][1] for alts in options], "top_logprobs": top}

@@ -1,7 +1,5 @@
-"""The test server's limits, as hosted endpoints and small servers have them: a token bucket and an
-in-flight cap that answer 429, and slots that serve requests one after another (llama.cpp's server).
-`Gate` keeps each answered request's time from arrival to reply, the peak in flight and the busy window.
-"""
+"""The test server's limits, as hosted endpoints and small servers have them: a token bucket and an in-flight
+cap that answer 429, and slots that serve requests one after another (llama.cpp's server)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""How the test server answers (its policies) and what it keeps (`ServerState`). `correct` answers
-right; `mixed` by a hash of the question (right, wrong, invalid or YES: see `Policy.expected`);
-`shortcut` counts " flips the coin." from an assumed heads-up start; `contaminated` knows the
-bundled questions and gets others right 60% of the time (by hash, so runs repeat).
-"""
+"""How the test server answers (its policies: docs/testing.md; `mixed` by a hash of the question, so runs
+repeat) and what it keeps (`ServerState`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""An OpenAI-compatible server on 127.0.0.1 that answers CoinFlip questions by a known policy, for the
-tests, the benchmarks and trying coinflip without a model: `python -m coinflip.testing.server --port 8000`.
-Here: the routes, just enough HTTP/1.1, a thread; chat in completions.py, batches in batches.py.
-"""
+"""An OpenAI-compatible server on 127.0.0.1 that answers CoinFlip questions by a known policy, for the tests,
+the benchmarks and trying coinflip without a model: its routes, just enough HTTP/1.1, and its thread."""
 
 from __future__ import annotations
 
@@ -66,15 +64,12 @@ class FakeOpenAIServer:
             return await state.batches(method, path, headers, body)
         return reply_json(404, {"error": {"message": f"no route {method} {path}"}})
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
     def __enter__(self) -> FakeOpenAIServer:
         self._thread.start()
         start = self._loop.create_server(lambda: HttpProtocol(self), "127.0.0.1", self.port, backlog=1024)
         self._server = asyncio.run_coroutine_threadsafe(start, self._loop).result(10)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
         return self
 
     def kill(self, tasks: bool = False) -> None:
