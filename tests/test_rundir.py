@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coinflip._files import replacing
+from coinflip.errors import StorageError
 from coinflip.jsonl import (
     PredictionWriter,
     compact_predictions,
@@ -178,3 +179,13 @@ def test_a_file_written_whole_never_waits_on_or_writes_through_what_lies_at_its_
         out.write(b"{}")
     assert path.read_bytes() == b"{}" and victim.read_text() == "precious"
     assert sorted(p.name for p in path.parent.iterdir()) == ["report.json"]  # nothing left behind
+
+
+def test_a_file_written_whole_names_itself_not_its_draft_when_it_cannot_take_its_place(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    (path / "inside").mkdir(parents=True)  # a folder where the file goes: the rename fails
+    with pytest.raises(StorageError) as caught, replacing(path) as out:
+        out.write(b"{}")
+    message = str(caught.value)
+    assert message.startswith(f"cannot write {path}:") and ".tmp" not in message, message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]  # no draft left behind

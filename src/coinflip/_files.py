@@ -72,6 +72,8 @@ def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
             yield out
         os.replace(tmp, path)
     except OSError as exc:
+        if exc.filename == str(tmp):  # the user knows the file, not the draft beside it
+            exc.filename = str(path)
         raise storage_error(path, exc, hint) from None
     finally:
         with contextlib.suppress(OSError):
