@@ -103,6 +103,7 @@ class Replies:
 class Handler:
     def __init__(self, replies: Replies) -> None:
         self.replies = replies
+        self.connections: set[object] = set()  # the test server's protocol keeps its open connections here
 
     async def __call__(
         self, method: str, path: str, headers: dict[str, str], body: bytes, arrived: float = 0.0
