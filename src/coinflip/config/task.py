@@ -152,7 +152,6 @@ class TaskConfig:
         kind="float",
         metavar="PRICE",
         evalscope="",
-        least=0,
     )
     price_output: float | None = setting(
         None,
@@ -160,7 +159,6 @@ class TaskConfig:
         kind="float",
         metavar="PRICE",
         evalscope="",
-        least=0,
     )
     pricing_file: str | None = setting(
         None,
