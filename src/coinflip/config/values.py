@@ -29,6 +29,8 @@ PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 260  
 NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 WHOLES = ("max_tokens", "max_completion_tokens", "n", "top_logprobs", "top_k", "seed")
 OBJECTS = ("extra_body", "extra_query", "extra_headers", "chat_template_kwargs", "logit_bias")
+TYPED = (((int, float), "a number", NUMBERS), (int, "a whole number", WHOLES), (dict, "an object", OBJECTS))
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
 
 
 def check_url(url: Any) -> None:
@@ -193,19 +195,10 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
     unknown = sorted(set(value) - set(GENERATION_KEYS))
     if unknown:
         raise ConfigError(f"unknown generation_config key(s) {unknown}; known: {', '.join(GENERATION_KEYS)}")
-    _check_generation_values(value)
-    return value
-
-
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
-
-
-def _check_generation_values(value: dict[str, Any]) -> None:
-    for key in (*NUMBERS, *WHOLES):
-        item = value.get(key)
-        if key in value and (isinstance(item, bool) or not isinstance(item, int if key in WHOLES else (int, float))):
-            what = "a whole number" if key in WHOLES else "a number"
-            raise ConfigError(f"generation_config {key} must be {what}, got {item!r}")
+    for kind, what, keys in TYPED:
+        for key in keys:
+            if key in value and (isinstance(value[key], bool) or not isinstance(value[key], kind)):
+                raise ConfigError(f"generation_config {key} must be {what}, got {value[key]!r}")
     for key in ("max_tokens", "max_completion_tokens", "n"):
         if key in value and value[key] < 1:
             raise ConfigError(f"generation_config {key} must be at least 1, got {value[key]!r}")
@@ -214,9 +207,6 @@ def _check_generation_values(value: dict[str, Any]) -> None:
         value["stop"] = [stop]
     elif "stop" in value and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
         raise ConfigError(f"generation_config stop must be a text or a list of texts, got {stop!r}")
-    for key in OBJECTS:
-        if key in value and not isinstance(value[key], dict):
-            raise ConfigError(f"generation_config {key} must be an object, got {value[key]!r}")
     taken = sorted(set(value.get("extra_body", {})) & set(OWN_BODY_KEYS))
     if taken:
         raise ConfigError(
@@ -230,6 +220,7 @@ def _check_generation_values(value: dict[str, Any]) -> None:
             raise ConfigError(f"generation_config extra_headers {key!r}: a header name is letters, digits and "
                               "!#$%&'*+-.^_`|~ (no ':' or space)")  # fmt: skip
         check_header(f"generation_config extra_headers {key!r}", f"{key}{item}")
+    return value
 
 
 def _split_pairs(text: str) -> list[str]:
