@@ -141,20 +141,16 @@ class RunDir:
         """Each folder from the root down to `files` a real one, and no link at a file itself (the log is
         appended to): reports and logs are written in the run, never through a link to elsewhere."""
         for file in files:
-            folder = self.root
-            for part in file.parent.relative_to(self.root).parts:
-                folder = folder / part
+            parts = file.relative_to(self.root).parts
+            for depth in range(1, len(parts) + 1):
+                path = self.root.joinpath(*parts[:depth])
                 try:
-                    if folder.is_symlink():
-                        folder.unlink()
-                    folder.mkdir(exist_ok=True)
+                    if path.is_symlink():
+                        path.unlink()
+                    if depth < len(parts):
+                        path.mkdir(exist_ok=True)
                 except OSError as exc:
-                    raise storage_error(folder, exc) from None
-            if file.is_symlink():
-                try:
-                    file.unlink()
-                except OSError as exc:
-                    raise storage_error(file, exc) from None
+                    raise storage_error(path, exc) from None
 
     def refuse_links_out(self) -> None:
         """The predictions are compacted and appended to in place, so never through a link out of the run."""
@@ -250,51 +246,37 @@ def _lock_draft(draft: Path) -> Any:
 
 def clear_lost_drafts(work_dir: Path) -> None:
     """Remove the drafts whose maker was killed: unlocked and unchanged for DRAFT_GRACE_S (the age
-    covers the microseconds before the lock). The lock is taken before removing, so a live maker
-    never loses its folder. Without advisory locks only the age tells: a day."""
+    covers the microseconds before the lock). Without advisory locks only the age tells: a day."""
     try:
         entries = [e for e in os.scandir(work_dir) if DRAFT.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
     except OSError:
         return
     for entry in entries:
-        with contextlib.suppress(OSError), _lost(Path(entry.path)) as lost:
-            if lost:
-                shutil.rmtree(entry.path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            _clear_if_lost(Path(entry.path))
 
 
-@contextlib.contextmanager
-def _lost(draft: Path) -> Iterator[bool]:
-    """Whether `draft` has lost its maker, its lock held while the caller acts."""
+def _clear_if_lost(draft: Path) -> None:
+    """Remove `draft` if it lost its maker, its lock taken first: a live maker never loses its folder."""
     age = time.time() - draft.lstat().st_mtime
-    if age <= DRAFT_GRACE_S:
-        yield False
+    if age <= DRAFT_GRACE_S or (fcntl is None and age <= DRAFT_UNLOCKED_S):
         return
     if fcntl is None:
-        yield age > DRAFT_UNLOCKED_S
+        shutil.rmtree(draft, ignore_errors=True)
         return
     try:  # never a FIFO's wait, never through a link
         fd = os.open(draft / "configs" / "run.lock", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:  # killed before its lock existed, if all it holds is what that leaves
-        yield _bare(draft)
+        found = os.listdir(draft)  # a user's folder named like a draft holds more
+        if not found or (found == ["configs"] and not os.listdir(draft / "configs")):
+            shutil.rmtree(draft, ignore_errors=True)
         return
-    try:
-        taken = _flock(fd)
-    except OSError:  # not a file coinflip locks: left alone
-        taken = False
-    if not taken:  # its maker is alive; or there are no locks here, and only the age tells
-        os.close(fd)
-        yield taken is None and age > DRAFT_UNLOCKED_S
-        return
-    try:
-        yield True
+    try:  # an OSError: not a file coinflip locks, left alone (the caller suppresses it)
+        taken = _flock(fd)  # True: its maker is dead; None: no locks here, and only the age tells
+        if taken or (taken is None and age > DRAFT_UNLOCKED_S):
+            shutil.rmtree(draft, ignore_errors=True)
     finally:
         os.close(fd)
-
-
-def _bare(draft: Path) -> bool:
-    """Only what a maker killed before its lock leaves (a user's folder named like a draft holds more)."""
-    found = os.listdir(draft)
-    return not found or (found == ["configs"] and not os.listdir(draft / "configs"))
 
 
 def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:
