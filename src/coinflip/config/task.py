@@ -65,7 +65,6 @@ class TaskConfig:
     eval_batch_size: int | None = setting(
         None,
         f"Requests in flight (default {DEFAULT_BATCH}; a local llama.cpp server: its parallel slots).",
-        kind="int",
         least=1,
     )
     generation_config: dict[str, Any] = setting(
@@ -73,7 +72,6 @@ class TaskConfig:
         "JSON or key=value,... : temperature, max_tokens, max_completion_tokens, top_p, seed, stop, n, "
         "reasoning_effort, logprobs, top_logprobs, chat_template_kwargs, extra_body, extra_headers, extra_query, ...",
         factory=dict,
-        kind="json",
         metavar="JSON|K=V,...",
     )
     timeout: float = setting(
@@ -149,14 +147,12 @@ class TaskConfig:
     price_input: float | None = setting(
         None,
         "Price per million input (prompt) tokens, for the run's cost.",
-        kind="float",
         metavar="PRICE",
         evalscope="",
     )
     price_output: float | None = setting(
         None,
         "Price per million output tokens (completion, reasoning included).",
-        kind="float",
         metavar="PRICE",
         evalscope="",
     )
@@ -173,17 +169,15 @@ class TaskConfig:
     max_cost: float | None = setting(
         None,
         "Stop before the run would cost more than this (needs prices); what finished is kept.",
-        kind="float",
         metavar="AMOUNT",
         evalscope="",
         least=0,
     )
     # the data
-    datasets: list[str] = setting(None, "Benchmark name (only coin_flip).", kind="list", factory=lambda: [BENCHMARK])
+    datasets: list[str] = setting(None, "Benchmark name (only coin_flip).", factory=lambda: [BENCHMARK])
     dataset_args: dict[str, Any] | None = setting(
         None,
         'EvalScope\'s per-benchmark settings, e.g. \'{"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}\'.',
-        kind="json",
         metavar="JSON",
     )
     dataset_hub: str = setting(
@@ -254,14 +248,12 @@ class TaskConfig:
         evalscope="",
     )
     html_report: bool = setting(True, "Write the HTML report.", flag="--html/--no-html", evalscope="")
-    progress: bool | None = setting(
-        None, "Progress bar (default: on a terminal).", flag=None, kind="bool", evalscope=""
-    )
+    progress: bool | None = setting(None, "Progress bar (default: on a terminal).", flag=None, evalscope="")
     quiet: bool = setting(False, "No terminal summary.", flag=None, evalscope="")
     # EvalScope settings that are accepted but change nothing here
     judge: dict[str, Any] | None = setting(None, "LLM judge settings.", unused=UNUSED)
     judge_strategy: str | None = setting(None, "LLM judge strategy.", unused=UNUSED)
-    judge_worker_num: int | None = setting(None, "LLM judge workers.", unused=UNUSED)
+    judge_worker_num: int | None = setting(None, "LLM judge workers.", unused=UNUSED, kind="text")  # as given
     judge_model_args: dict[str, Any] | None = setting(None, "LLM judge model.", unused=UNUSED)
     analysis_report: bool = setting(False, "LLM-written analysis.", unused=UNUSED)
     collect_perf: bool = setting(
