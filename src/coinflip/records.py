@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeGuard
 
 if TYPE_CHECKING:
     import msgspec
@@ -34,7 +34,9 @@ class Forced(TypedDict, total=False):
     batch: bool  # answered through a Batch API (priced at its discount); absent: online
 
 
-class _Sample(TypedDict):
+class Prediction(TypedDict):
+    """One sample: the fields without NotRequired always, those with it where they apply."""
+
     id: int
     repeat: int
     target: str
@@ -49,16 +51,11 @@ class _Sample(TypedDict):
     latency_s: float
     attempts: int
     error: str | None  # after retries: the sample has no reply
-
-
-class Prediction(_Sample, total=False):
-    """One sample: the fields of `_Sample` always, these where they apply."""
-
-    ttft_s: float  # streamed replies: time to the first token
-    answer_logprobs: list[Any]  # log probabilities around the answer (scoring/calibration.py)
-    status: int  # the HTTP status of a failed request
-    forced: Forced  # --force-answer, for a reply without a valid answer
-    batch: bool  # answered through a Batch API (priced at its discount); absent: online
+    ttft_s: NotRequired[float]  # streamed replies: time to the first token
+    answer_logprobs: NotRequired[list[Any]]  # log probabilities around the answer (scoring/calibration.py)
+    status: NotRequired[int]  # the HTTP status of a failed request
+    forced: NotRequired[Forced]  # --force-answer, for a reply without a valid answer
+    batch: NotRequired[bool]  # answered through a Batch API (priced at its discount); absent: online
 
 
 class Review(TypedDict):
@@ -246,12 +243,11 @@ def checked_requests(data: Any) -> dict[str, Any] | None:
     (untrusted), or None where it is not one."""
     if not isinstance(data, dict) or set(data) != REQUESTS_KEYS:
         return None
-    whole = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
+    counts = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
     waited, hints = data["waited_on_limits_s"], data["hints"]
-    counts = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in whole)
     seconds = isinstance(waited, int | float) and not isinstance(waited, bool) and 0 <= waited < 1e9
     texts = isinstance(hints, list) and len(hints) <= 8 and all(isinstance(h, str) and len(h) < 500 for h in hints)
-    return data if counts and seconds and texts else None
+    return data if all(whole(v, 2**53) for v in counts) and seconds and texts else None
 
 
 def requests_line(requests: dict[str, Any]) -> str:
