@@ -78,16 +78,6 @@ def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
             tmp.unlink(missing_ok=True)
 
 
-def parse_yaml(text: str) -> Any:
-    """A YAML document without aliases (a kilobyte of them can stand for billions of nodes)."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader)):
-        raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
-    return yaml.load(text, Loader=loader)
-
-
 def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None = None) -> Any:
     """The one reader of YAML and JSON files: UTF-8, or UTF-16/32 with a byte order mark (Windows
     editors); every failure one ConfigError line naming the file, but FileNotFoundError."""
@@ -111,8 +101,11 @@ def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None =
     if "\0" in text:  # UTF-16 or UTF-32 without a byte order mark
         raise ConfigError(f"{path}: holds NUL characters (UTF-16 without a byte order mark?); save it as UTF-8")
     kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
-    try:
-        return json.loads(text) if kind == "JSON" else parse_yaml(text)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:  # no YAML aliases: a kilobyte of them can stand for billions of nodes
+        if kind == "YAML" and "*" in text and any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, loader)):
+            raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
+        return json.loads(text) if kind == "JSON" else yaml.load(text, Loader=loader)
     except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         first = (str(exc) or type(exc).__name__).splitlines()[0]
         raise ConfigError(f"{path}: not valid {kind} ({first})") from None
