@@ -89,26 +89,22 @@ class RunDir:
     @classmethod
     def create(cls, work_dir: Path, model: str, no_timestamp: bool = False) -> RunDir:
         """A new run directory; `no_timestamp`: `work_dir` itself (EvalScope's no_timestamp)."""
-        if no_timestamp:
-            if (work_dir / CONFIG_FILE).exists():
-                raise ConfigError(
-                    f"{work_dir} already holds a run; resume it with --use-cache {work_dir} "
-                    "or choose another --work-dir"
-                )
-            try:
-                work_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ConfigError(f"cannot create run directory {work_dir}: {exc.strerror}") from None
-            return cls(work_dir, model)
+        if no_timestamp and (work_dir / CONFIG_FILE).exists():
+            raise ConfigError(
+                f"{work_dir} already holds a run; resume it with --use-cache {work_dir} or choose another --work-dir"
+            )
         stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
         try:  # filled under a hidden name, then renamed: a kill never leaves a half-made run
             made = not work_dir.exists()  # exists() raises for a path the system cannot take
             work_dir.mkdir(parents=True, exist_ok=True)
+            if no_timestamp:
+                return cls(work_dir, model)
             clear_lost_drafts(work_dir)
             draft = Path(tempfile.mkdtemp(prefix=f".{stamp}.", suffix=".new", dir=work_dir))
             held = _lock_draft(draft)
         except OSError as exc:
-            raise ConfigError(f"cannot create run directory in {work_dir}: {exc.strerror}") from None
+            where = work_dir if no_timestamp else f"in {work_dir}"
+            raise ConfigError(f"cannot create run directory {where}: {exc.strerror}") from None
         return cls(draft, model, made, draft=True, held=held)
 
     def publish(self) -> RunDir:
@@ -234,11 +230,9 @@ def _flock(file: Any) -> bool | None:
 
 def _lock_draft(draft: Path) -> Any:
     """The maker's lock on a draft until it is published: the kernel drops it when the maker dies."""
-    if fcntl is None:
-        return None
     (draft / "configs").mkdir()
     handle = (draft / "configs" / "run.lock").open("a")
-    if _flock(handle) is None:  # a new folder: nobody else has it, unless the file system has no locks
+    if _flock(handle) is None:  # a new folder: nobody else has it, unless there are no locks here
         handle.close()
         return None
     return handle
