@@ -302,10 +302,8 @@ class TaskConfig:
 
     def redacted(self) -> dict[str, Any]:
         """The config as saved, with its version: the API key and a gateway's secrets never leave memory."""
-        data = asdict(self)
-        del data["given"]
-        if data.get("api_key"):
-            data["api_key"] = REDACTED
+        data = {k: v for k, v in asdict(self).items() if k != "given"}
+        data["api_key"] = REDACTED if self.api_key else self.api_key
         data["generation_config"] = redacted_generation(data["generation_config"])
         data["api_url"] = redacted_url(data["api_url"])
         return {"version": SETTINGS_VERSION, **data}
