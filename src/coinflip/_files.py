@@ -1,6 +1,5 @@
-"""Files in a run or work directory, which anyone may have written: a FIFO, a device, a link out, a
-sparse terabyte. Every read goes through `open_regular` (no blocking, a plain file inside its folder,
-up to a size); every file written whole goes through `replacing`."""
+"""Files in a run or work directory, which anyone may have written (a FIFO, a device, a link out, a sparse terabyte):
+every read goes through `open_regular`, a plain file inside its folder, up to a size; every whole write `replacing`."""
 
 from __future__ import annotations
 
@@ -61,9 +60,8 @@ def read_regular(path: Path, limit: int, within: Path | None = None) -> bytes:
 
 @contextlib.contextmanager
 def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
-    """A file that takes `path`'s place once written whole: made new under a hidden name beside it
-    (a link or FIFO there is removed), then renamed over `path`. On failure the original stays and an
-    OSError becomes StorageError, naming the file, with `hint` saying what the user can do."""
+    """A file made under a hidden name beside `path` (a link or FIFO there is removed), renamed over it once whole;
+    on failure the original stays, and an OSError is StorageError naming the file, `hint` saying what to do."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

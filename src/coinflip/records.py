@@ -1,6 +1,5 @@
-"""The records a run directory holds, each declared once: a prediction, the forced answer it may
-carry, and a review (one JSON line per sample each). Readers keep a line only if what places it (id,
-repeat) is sound; anything else is skipped and counted, never fatal (old versions, hand edits)."""
+"""The records a run directory holds, each declared once: a prediction, its forced answer, a review (a JSON line a
+sample each). Readers keep a line only if its id and repeat are sound; others are skipped and counted, never fatal."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The settings of a run: declare.py how a setting is declared and checked; task.py TaskConfig and
-its declarations; values.py what a declaration cannot say; evalscope.py EvalScope's spellings;
-files.py YAML/JSON config files for run_task."""
+"""The settings of a run: declare.py how a setting is declared and checked; task.py TaskConfig; values.py what
+a declaration cannot say; evalscope.py EvalScope's spellings; files.py YAML/JSON config files for run_task."""
 
 from .declare import BASELINES, BENCHMARK, KEY_AGAIN, Setting, check_prices, saved_settings
 from .evalscope import EvalType

@@ -1,6 +1,5 @@
-"""What a declaration cannot say about a setting's value: JSON and key=value text, URLs, headers,
-the limit's two forms, generation settings key by key, and values that could not be sent, saved or
-read back. Pure functions: nothing here reads a file or the environment."""
+"""What a declaration cannot say about a value: JSON and key=value text, URLs, headers, the limit's two forms,
+generation settings, values that could not be sent, saved or read back. Nothing here reads a file or the environment."""
 
 from __future__ import annotations
 
