@@ -37,6 +37,17 @@ DRAFT_UNLOCKED_S = 86400.0  # without advisory locks (Windows, some NFS): only t
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # flock's answers where a file system has no locks
 
 
+class _File:
+    """A file of every run: `pattern` under its root, {model} the model's folder, {stem} the arithmetic's name."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def __get__(self, run: RunDir, owner: type | None = None) -> Path:
+        stem = f"{BENCHMARK}.{run.arithmetic}" if run.arithmetic else BENCHMARK
+        return run.root / self.pattern.format(model=safe_name(run.model), stem=stem, benchmark=BENCHMARK)
+
+
 @dataclass(frozen=True)
 class RunDir:
     root: Path
@@ -46,45 +57,14 @@ class RunDir:
     draft: bool = False  # made by `create` under a hidden name; `publish` gives it its timestamp
     held: Any = field(default=None, compare=False, repr=False)  # a draft's lock, held until it is published
 
-    @property
-    def _m(self) -> str:
-        return safe_name(self.model)
-
-    @property
-    def _stem(self) -> str:
-        return f"{BENCHMARK}.{self.arithmetic}" if self.arithmetic else BENCHMARK
-
-    @property
-    def config_file(self) -> Path:
-        return self.root / CONFIG_FILE
-
-    @property
-    def predictions(self) -> Path:
-        return self.root / "predictions" / self._m / f"{BENCHMARK}.jsonl"
-
-    @property
-    def reviews(self) -> Path:
-        return self.root / "reviews" / self._m / f"{self._stem}.jsonl"
-
-    @property
-    def report_json(self) -> Path:
-        return self.root / "reports" / self._m / f"{self._stem}.json"
-
-    @property
-    def report_html(self) -> Path:
-        return self.root / "reports" / self._m / f"{self._stem}.html"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "logs" / "eval_log.log"
-
-    @property
-    def requests(self) -> Path:
-        return self.root / "logs" / "requests.json"
-
-    @property
-    def server_log(self) -> Path:
-        return self.root / "logs" / "llama_server.log"
+    config_file = _File(CONFIG_FILE)
+    predictions = _File("predictions/{model}/{benchmark}.jsonl")
+    reviews = _File("reviews/{model}/{stem}.jsonl")
+    report_json = _File("reports/{model}/{stem}.json")
+    report_html = _File("reports/{model}/{stem}.html")
+    log = _File("logs/eval_log.log")
+    requests = _File("logs/requests.json")
+    server_log = _File("logs/llama_server.log")
 
     @classmethod
     def create(cls, work_dir: Path, model: str, no_timestamp: bool = False) -> RunDir:
