@@ -38,7 +38,7 @@ class Setting:
     least: float | None = None  # the smallest value allowed
     unit: str = ""  # a positive number of these, at most `most`
     most: float = MAX_TIMEOUT
-    path: bool = False  # a file or folder: one the file system can take
+    path: str = ""  # a file or folder (one the file system can take), shown as this metavar
 
 
 def setting(default: Any, help: str, *, factory: Any = None, repr: bool = True, **declared: Any) -> Any:
@@ -62,6 +62,7 @@ def declarations(cls: Any) -> tuple[Setting, ...]:
             if kind == "bool" and default is True:  # a default of False needs only the flag that turns it on
                 m["flag"] += f"/--no-{f.name.replace('_', '-')}"
         m["evalscope"] = f.name if m["evalscope"] == "=" else m["evalscope"]
+        m["metavar"] = m.get("metavar") or m.get("path") or None
         out.append(Setting(name=f.name, default=default, kind=kind, **m))
     return tuple(out)
 

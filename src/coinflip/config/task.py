@@ -60,7 +60,7 @@ class TaskConfig:
         evalscope="",
     )
     model_path: str | None = setting(
-        None, "Serve this local GGUF file with llama.cpp for the run.", metavar="FILE.gguf", evalscope="", path=True
+        None, "Serve this local GGUF file with llama.cpp for the run.", evalscope="", path="FILE.gguf"
     )
     eval_batch_size: int | None = setting(
         None,
@@ -133,16 +133,14 @@ class TaskConfig:
     batch_write: str | None = setting(
         None,
         "Write the run's owed requests as a Batch API JSON Lines file (for vllm run-batch) and stop.",
-        metavar="FILE",
         evalscope="",
-        path=True,
+        path="FILE",
     )
     batch_results: str | None = setting(
         None,
         "Score a Batch API result file made elsewhere (vllm run-batch -o FILE) into the run (with --use-cache).",
-        metavar="FILE",
         evalscope="",
-        path=True,
+        path="FILE",
     )
     price_input: float | None = setting(
         None,
@@ -159,9 +157,8 @@ class TaskConfig:
     pricing_file: str | None = setting(
         None,
         "YAML or JSON prices keyed by model: {MODEL: {input: X, output: Y, batch_discount: 0.5}}.",
-        metavar="FILE",
         evalscope="",
-        path=True,
+        path="FILE",
     )
     batch_discount: float = setting(
         0.5, "Share of the price a batch pays (OpenAI: 0.5).", metavar="SHARE", evalscope=""
@@ -188,9 +185,8 @@ class TaskConfig:
     dataset_path: str | None = setting(
         None,
         "A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.",
-        metavar="PATH",
         evalscope="dataset_args.coin_flip.local_path",
-        path=True,
+        path="PATH",
     )
     dataset_id: str = setting(
         "extraordinarylab/coin-flip",
@@ -201,8 +197,7 @@ class TaskConfig:
     dataset_dir: str | None = setting(
         None,
         "Hub cache folder (default $COINFLIP_CACHE or ~/.cache/coinflip).",
-        metavar="DIR",
-        path=True,
+        path="DIR",
     )
     split: str = setting("test", "Split to evaluate.", choices=SPLITS, evalscope="")
     limit: int | float | None = setting(
@@ -232,12 +227,11 @@ class TaskConfig:
     )
     seed: int = setting(42, "Seed for the subset, the random baseline and the bootstrap.", least=0)
     # the run
-    work_dir: str = setting("./outputs", "Where run directories are created.", metavar="DIR", path=True)
+    work_dir: str = setting("./outputs", "Where run directories are created.", path="DIR")
     use_cache: str | None = setting(
         None,
         "Resume RUN_DIR with its saved settings: reuse finished predictions, send only the rest.",
-        metavar="RUN_DIR",
-        path=True,
+        path="RUN_DIR",
     )
     no_timestamp: bool = setting(False, "Write the run into --work-dir itself instead of a timestamped folder.")
     metric_compat: str = setting(
