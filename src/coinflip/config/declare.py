@@ -77,9 +77,8 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
         value = getattr(config, s.name)
         if s.unused or (value is None and (s.default is None or s.kind not in _TYPES)):
             continue
-        if s.kind in _TYPES and (
-            not isinstance(value, _TYPES[s.kind]) or (s.kind in ("int", "float") and isinstance(value, bool))
-        ):
+        types = _TYPES.get(s.kind)
+        if types and (not isinstance(value, types) or (isinstance(value, bool) and s.kind != "bool")):
             raise ConfigError(f"{s.name} must be {_WHAT[s.kind]}, got {type(value).__name__} {short(value)}")
         if s.choices:
             check_choice(s.name, value, s.choices)
@@ -91,8 +90,7 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
         if s.unit and value > s.most:
             raise ConfigError(f"{s.name} must be at most {s.most:,.0f} {s.unit}, got {short(value)}")
         if s.least is not None and (not finite or value < s.least):
-            what = "a whole number" if s.kind == "int" else "a number"
-            raise ConfigError(f"{s.name} must be {what} >= {s.least}, got {value!r}")
+            raise ConfigError(f"{s.name} must be {_WHAT[s.kind]} >= {s.least}, got {value!r}")
 
 
 def saved_settings(saved: dict[str, Any]) -> dict[str, Any]:
