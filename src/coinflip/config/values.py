@@ -241,26 +241,21 @@ def _split_pairs(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+_STRING = r'"(?:\\.?|[^\\"])*"?'  # to its closing quote (a backslash escapes), or the text's end
+_QUOTED = {'"': re.compile(_STRING, re.DOTALL), "'": re.compile(_STRING.replace('"', "'"), re.DOTALL)}
+_TOKENS = re.compile(rf"\\.?|{_STRING}|[][{{}}]", re.DOTALL)  # what counts in a bracketed value
+
+
 def _closing(text: str, start: int) -> int:
     """Where the quoted, bracketed or braced value opened at `start` ends (or the text's end)."""
-    opener, k, depth, in_string = text[start], start, 0, False
-    while k < len(text):
-        c = text[k]
-        if c == "\\":
-            k += 2
-            continue
-        if opener in "'\"":
-            if c == opener and k > start:
-                return k + 1
-        elif in_string:
-            in_string = c != '"'
-        elif c == '"':
-            in_string = True
-        elif c in "[{]}":
-            depth += 1 if c in "[{" else -1
+    if text[start] in _QUOTED:
+        return next(_QUOTED[text[start]].finditer(text, start)).end()
+    depth = 0
+    for token in _TOKENS.finditer(text, start):
+        if token[0] in "[]{}":
+            depth += 1 if token[0] in "[{" else -1
             if depth == 0:
-                return k + 1
-        k += 1
+                return token.end()
     return len(text)
 
 
