@@ -48,8 +48,7 @@ def check_url(url: Any) -> None:
             f"api_url {_shown(url)!r} carries credentials; pass the key with --api-key or $COINFLIP_API_KEY "
             "(or a header with generation_config extra_headers)"
         )
-    host = parts.hostname or ""
-    if not host or any(c.isspace() for c in url) or (port is not None and not 0 < port < 65536):
+    if not parts.hostname or any(c.isspace() for c in url) or (port is not None and not 0 < port < 65536):
         raise ConfigError(f"api_url {_shown(url)!r} has no valid host and port, {example}")
     if not url.isascii() or any(ord(c) < 32 or ord(c) == 127 for c in url):
         raise ConfigError(f"api_url {_shown(url)!r} holds characters a URL cannot carry: percent-encode them")
@@ -117,9 +116,7 @@ def odd_value(value: Any) -> str | None:
         if isinstance(item, str):
             if _SURROGATE.search(item):
                 return "holds bytes that are not UTF-8 text: give it as UTF-8"
-        elif isinstance(item, bool) or item is None:
-            continue
-        elif isinstance(item, int):
+        elif isinstance(item, int):  # True and False too: within 64 bits
             if not -MAX_WHOLE <= item < MAX_WHOLE:
                 return f"holds {short(item)}: whole numbers must fit in 64 bits"
         elif isinstance(item, float):
