@@ -18,9 +18,6 @@ DEFAULT_BATCH = 32
 LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
 METRIC_COMPATS = ("coinflip", "evalscope")
 SPLITS = ("test", "validation")
-HUBS = ("bundled", "huggingface", "modelscope", "local")
-API_MODES = ("chat", "completions")
-LIMIT_MODES = ("stratified", "first", "random")
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
 SETTINGS_VERSION = 2  # 1: no version field (before coinflip 1.0); 2: `version`, one --api-url
@@ -56,7 +53,7 @@ class TaskConfig:
     api_mode: str = setting(
         "chat",
         "chat: /chat/completions with messages; completions: /completions with the same text as one prompt.",
-        choices=API_MODES,
+        choices=("chat", "completions"),
         evalscope="",
     )
     model_path: str | None = setting(
@@ -180,7 +177,7 @@ class TaskConfig:
     dataset_hub: str = setting(
         "bundled",
         "Where the data comes from: the bundled set, a hub (cached after the first download), or local files.",
-        choices=HUBS,
+        choices=("bundled", "huggingface", "modelscope", "local"),
     )
     dataset_path: str | None = setting(
         None,
@@ -210,7 +207,7 @@ class TaskConfig:
         "stratified",
         "How --limit picks: stratified (seeded, in proportion to the number of people), first (the first N, as "
         "EvalScope), random (seeded).",
-        choices=LIMIT_MODES,
+        choices=("stratified", "first", "random"),
         evalscope="dataset_args.coin_flip.shuffle",
     )
     repeats: int = setting(
