@@ -78,16 +78,14 @@ def _dataset_args(config: Any, declared: tuple[Setting, ...]) -> list[str]:
 def _generation(config: Any) -> list[str]:
     value = parse_pairs(config.generation_config)
     for key, attribute in GENERATION_TO_TASK.items():
-        if value.get(key) is not None:
-            setattr(config, attribute, value[key])
-        value.pop(key, None)
+        if (item := value.pop(key, None)) is not None:
+            setattr(config, attribute, item)
     notes = [f"generation_config {key}: {why}" for key, why in GENERATION_DROPPED.items() if key in value]
     if value.get("do_sample") is False:
         value.setdefault("temperature", 0)
     value = {k: v for k, v in value.items() if k not in GENERATION_DROPPED}
-    if "stop_seqs" in value:
-        value["stop"] = value.pop("stop_seqs")
-    if "num_choices" in value:
-        value["n"] = value.pop("num_choices")
+    for old, new in (("stop_seqs", "stop"), ("num_choices", "n")):
+        if old in value:
+            value[new] = value.pop(old)
     config.generation_config = value
     return notes
