@@ -154,9 +154,7 @@ def scored(row: Prediction) -> bool:
 
 def progress(row: Prediction) -> int:
     """How far a row got; of two rows for one sample, the later wins unless it got less far."""
-    if row.get("error") is not None:
-        return ERROR
-    return STARTED if pending(row) else DONE
+    return ERROR if row.get("error") is not None else STARTED if pending(row) else DONE
 
 
 @functools.cache
