@@ -41,10 +41,10 @@ class Setting:
     path: str = ""  # a file or folder (one the file system can take), shown as this metavar
 
 
-def setting(default: Any, help: str, *, factory: Any = None, repr: bool = True, **declared: Any) -> Any:
+def setting(default: Any, help: str, *, repr: bool = True, **declared: Any) -> Any:
     declared = {"help": help, "flag": "", "evalscope": "=", **declared}
-    if factory is not None:
-        return field(default_factory=factory, metadata=declared, repr=repr)
+    if isinstance(default, (list, dict)):  # each config gets a copy of its own
+        return field(default_factory=default.copy, metadata=declared, repr=repr)
     return field(default=default, metadata=declared, repr=repr)
 
 

@@ -65,10 +65,9 @@ class TaskConfig:
         least=1,
     )
     generation_config: dict[str, Any] = setting(
-        None,
+        {},
         "JSON or key=value,... : temperature, max_tokens, max_completion_tokens, top_p, seed, stop, n, "
         "reasoning_effort, logprobs, top_logprobs, chat_template_kwargs, extra_body, extra_headers, extra_query, ...",
-        factory=dict,
         metavar="JSON|K=V,...",
     )
     timeout: float = setting(
@@ -168,7 +167,7 @@ class TaskConfig:
         least=0,
     )
     # the data
-    datasets: list[str] = setting(None, "Benchmark name (only coin_flip).", factory=lambda: [BENCHMARK])
+    datasets: list[str] = setting([BENCHMARK], "Benchmark name (only coin_flip).")
     dataset_args: dict[str, Any] | None = setting(
         None,
         'EvalScope\'s per-benchmark settings, e.g. \'{"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}\'.',
