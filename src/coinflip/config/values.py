@@ -135,9 +135,8 @@ def odd_value(value: Any) -> str | None:
                 bad = next((k for k in item if not isinstance(k, str)), None)
                 if bad is not None:
                     return f"has a key {short(bad)} that is not a text: quote it"
-                stack += [(k, depth + 1) for k in item] + [(v, depth + 1) for v in item.values()]
-            else:
-                stack += [(v, depth + 1) for v in item]
+                item = [*item, *item.values()]  # its keys are texts to check too
+            stack += [(v, depth + 1) for v in item]
     return None
 
 
