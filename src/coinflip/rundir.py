@@ -13,7 +13,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +72,7 @@ class RunDir:
             raise ConfigError(
                 f"{work_dir} already holds a run; resume it with --use-cache {work_dir} or choose another --work-dir"
             )
-        stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
+        stamp = time.strftime("%Y%m%d_%H%M%S")
         try:  # filled under a hidden name, then renamed: a kill never leaves a half-made run
             made = not work_dir.exists()  # exists() raises for a path the system cannot take
             work_dir.mkdir(parents=True, exist_ok=True)
@@ -138,8 +137,7 @@ class RunDir:
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
         root = Path(path).expanduser()
-        saved = load_saved_config(root)
-        config = saved["config"]
+        config = load_saved_config(root)["config"]
         run = cls(root, str(config.get("model_id") or config["model"]))
         run.refuse_links_out()
         return run
