@@ -19,11 +19,7 @@ PLAIN_KEYS = frozenset({
 
 def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
     """Every text in GATEWAY_KEYS (nested too) masked but under PLAIN_KEYS; numbers, booleans, null stay."""
-    out = dict(generation)
-    for key in GATEWAY_KEYS:
-        if key in out:
-            out[key] = _masked(out[key])
-    return out
+    return {key: _masked(value) if key in GATEWAY_KEYS else value for key, value in generation.items()}
 
 
 def _masked(value: Any) -> Any:
