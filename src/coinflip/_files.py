@@ -1,5 +1,5 @@
-"""Files in a run or work directory, which anyone may have written (a FIFO, a device, a link out, a sparse terabyte):
-every read goes through `open_regular`, a plain file inside its folder, up to a size; every whole write `replacing`."""
+"""Files anyone may have written (a FIFO, a device, a link out, a sparse terabyte): every read goes through
+`open_regular` (a plain file inside its folder, up to a size), every file written whole through `replacing`."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def read_regular(path: Path, limit: int, within: Path | None = None) -> bytes:
 
 @contextlib.contextmanager
 def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
-    """A file made under a hidden name beside `path` (a link or FIFO there is removed), renamed over it once whole;
-    on failure the original stays, and an OSError is StorageError naming the file, `hint` saying what to do."""
+    """Made under a hidden name beside `path` (a link or FIFO there removed), renamed over it once whole; on
+    failure the original stays, and an OSError is StorageError naming the file, `hint` saying what to do."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,9 +101,11 @@ def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None =
     kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:  # no YAML aliases: a kilobyte of them can stand for billions of nodes
-        if kind == "YAML" and "*" in text and any(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text, loader)):
+        if kind == "JSON":
+            return json.loads(text)
+        if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, loader)):
             raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
-        return json.loads(text) if kind == "JSON" else yaml.load(text, Loader=loader)
+        return yaml.load(text, Loader=loader)
     except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         first = (str(exc) or type(exc).__name__).splitlines()[0]
         raise ConfigError(f"{path}: not valid {kind} ({first})") from None

@@ -1,5 +1,5 @@
-"""The records a run directory holds, each declared once: a prediction, its forced answer, a review (a JSON line a
-sample each). Readers keep a line only if its id and repeat are sound; others are skipped and counted, never fatal."""
+"""A run's records, each declared once: a prediction, its forced answer, a review (a JSON line a sample each).
+Readers keep a line only if its id and repeat are sound; others are skipped and counted, never fatal."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # flock's answers wh
 
 
 class _File:
-    """A file of every run: `pattern` under its root, {model} the model's folder, {stem} the arithmetic's name."""
+    """A run's file: `pattern` under its root, {model} the model's folder, {stem} the arithmetic's name."""
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern

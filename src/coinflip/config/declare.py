@@ -18,7 +18,7 @@ PROMPT_TEMPLATES = ("default", "direct", "multiturn", "zh", "direct-zh")
 KEY_AGAIN = "give the API key with --api-key, $COINFLIP_API_KEY or $OPENAI_API_KEY (never saved: a resume needs it)"
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
 MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
-KINDS = {"bool": "bool", "int": "int", "float": "float", "list[str]": "list", "dict[str, Any]": "json"}  # by annotation
+ANNOTATED = {"bool": "bool", "int": "int", "float": "float", "list[str]": "list", "dict[str, Any]": "json"}
 PRICE_MAX = 1e9  # per million tokens; a run's cost stays a finite number (1e308 made it Infinity)
 
 
@@ -56,7 +56,7 @@ def declarations(cls: Any) -> tuple[Setting, ...]:
             continue
         default = f.default_factory() if callable(f.default_factory) else f.default
         kind = m.pop("kind", "") or ("choice" if m.get("choices") else "")
-        kind = kind or KINDS.get(str(f.type).removesuffix(" | None"), "text")
+        kind = kind or ANNOTATED.get(str(f.type).removesuffix(" | None"), "text")
         if m["flag"] == "":
             m["flag"] = "--" + f.name.replace("_", "-")
             if kind == "bool" and default is True:  # a default of False needs only the flag that turns it on

@@ -303,8 +303,10 @@ class TaskConfig:
         out = list(self._notes)
         if self.model in BASELINES and self.api_url and not self.model_path:  # models.backend: in-process
             out.append(f"api_url: not used, --model {self.model} is a baseline coinflip answers itself")
-        unused = [s for s in settings() if s.unused and getattr(self, s.name) not in (None, False, s.default, {}, [])]
-        return out + [f"{s.name}: {s.unused}" for s in unused]
+        for s in settings():
+            if s.unused and getattr(self, s.name) not in (None, False, s.default, {}, []):
+                out.append(f"{s.name}: {s.unused}")
+        return out
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -1,5 +1,5 @@
-"""What a declaration cannot say about a value: JSON and key=value text, URLs, headers, the limit's two forms,
-generation settings, values that could not be sent, saved or read back. Nothing here reads a file or the environment."""
+"""What a declaration cannot say: JSON and key=value text, URLs, headers, the limit's two forms, generation
+settings, values that could not be sent, saved or read back. Pure: no file or environment is read."""
 
 from __future__ import annotations
 
