@@ -3,17 +3,6 @@
 
 TYPE_CHECKING = False  # not typing's: `import coinflip` imports nothing, so the command's first code runs at once
 
-__all__ = [
-    "EvalType",
-    "TaskConfig",
-    "extract_answer",
-    "run_task",
-    "rescore",
-    "generate_file",
-    "load_dataset",
-    "__version__",
-]
-
 _LAZY = {
     "EvalType": "config",
     "TaskConfig": "config",
@@ -23,15 +12,18 @@ _LAZY = {
     "generate_file": "data.generate",
     "load_dataset": "data.load",
 }
+__all__ = [*_LAZY, "__version__"]  # the names are the type checker's by their `X as X` imports below
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from .config import EvalType, TaskConfig
-    from .data.generate import generate_file
-    from .data.load import load_dataset
-    from .run.runner import rescore, run_task
-    from .scoring.extract import extract_answer
+    from .config import EvalType as EvalType
+    from .config import TaskConfig as TaskConfig
+    from .data.generate import generate_file as generate_file
+    from .data.load import load_dataset as load_dataset
+    from .run.runner import rescore as rescore
+    from .run.runner import run_task as run_task
+    from .scoring.extract import extract_answer as extract_answer
 
     __version__: str
 

@@ -1,6 +1,5 @@
-"""Files in a run or work directory, which anyone may have written: a FIFO, a device, a link out, a
-sparse terabyte. Every read goes through `open_regular` (no blocking, a plain file inside its folder,
-up to a size); every file written whole goes through `replacing`."""
+"""Files anyone may have written (a FIFO, a device, a link out, a sparse terabyte): every read goes through
+`open_regular` (a plain file inside its folder, up to a size), every file written whole through `replacing`."""
 
 from __future__ import annotations
 
@@ -61,9 +60,8 @@ def read_regular(path: Path, limit: int, within: Path | None = None) -> bytes:
 
 @contextlib.contextmanager
 def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
-    """A file that takes `path`'s place once written whole: made new under a hidden name beside it
-    (a link or FIFO there is removed), then renamed over `path`. On failure the original stays and an
-    OSError becomes StorageError, naming the file, with `hint` saying what the user can do."""
+    """Made under a hidden name beside `path` (a link or FIFO there removed), renamed over it once whole; on
+    failure the original stays, and an OSError is StorageError naming the file, `hint` saying what to do."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,16 +76,6 @@ def replacing(path: Path, hint: str = KEPT) -> Iterator[BinaryIO]:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-
-
-def parse_yaml(text: str) -> Any:
-    """A YAML document without aliases (a kilobyte of them can stand for billions of nodes)."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=loader)):
-        raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
-    return yaml.load(text, Loader=loader)
 
 
 def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None = None) -> Any:
@@ -113,8 +101,13 @@ def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None =
     if "\0" in text:  # UTF-16 or UTF-32 without a byte order mark
         raise ConfigError(f"{path}: holds NUL characters (UTF-16 without a byte order mark?); save it as UTF-8")
     kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
-    try:
-        return json.loads(text) if kind == "JSON" else parse_yaml(text)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:  # no YAML aliases: a kilobyte of them can stand for billions of nodes
+        if kind == "JSON":
+            return json.loads(text)
+        if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, loader)):
+            raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
+        return yaml.load(text, Loader=loader)
     except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         first = (str(exc) or type(exc).__name__).splitlines()[0]
         raise ConfigError(f"{path}: not valid {kind} ({first})") from None

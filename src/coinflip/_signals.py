@@ -5,11 +5,7 @@ import _signal  # the C half of `signal`: `signal` would import enum first (3 ms
 import os
 import sys
 
-NAMES = {
-    _signal.SIGINT: "SIGINT",
-    _signal.SIGTERM: "SIGTERM",
-    **({_signal.SIGHUP: "SIGHUP"} if hasattr(_signal, "SIGHUP") else {}),
-}
+NAMES = {getattr(_signal, name): name for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(_signal, name)}
 # those this process was started with ignored (`nohup`, a background job) stay ignored, in children too
 IGNORED = frozenset(sig for sig in NAMES if _signal.getsignal(sig) == _signal.SIG_IGN)
 

@@ -1,13 +1,12 @@
-"""The records a run directory holds, each declared once: a prediction, the forced answer it may
-carry, and a review (one JSON line per sample each). Readers keep a line only if what places it (id,
-repeat) is sound; anything else is skipped and counted, never fatal (old versions, hand edits)."""
+"""A run's records, each declared once: a prediction, its forced answer, a review (a JSON line a sample each).
+Readers keep a line only if its id and repeat are sound; others are skipped and counted, never fatal."""
 
 from __future__ import annotations
 
 import functools
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, TypeGuard
 
 if TYPE_CHECKING:
     import msgspec
@@ -34,7 +33,9 @@ class Forced(TypedDict, total=False):
     batch: bool  # answered through a Batch API (priced at its discount); absent: online
 
 
-class _Sample(TypedDict):
+class Prediction(TypedDict):
+    """One sample: the fields without NotRequired always, those with it where they apply."""
+
     id: int
     repeat: int
     target: str
@@ -49,16 +50,11 @@ class _Sample(TypedDict):
     latency_s: float
     attempts: int
     error: str | None  # after retries: the sample has no reply
-
-
-class Prediction(_Sample, total=False):
-    """One sample: the fields of `_Sample` always, these where they apply."""
-
-    ttft_s: float  # streamed replies: time to the first token
-    answer_logprobs: list[Any]  # log probabilities around the answer (scoring/calibration.py)
-    status: int  # the HTTP status of a failed request
-    forced: Forced  # --force-answer, for a reply without a valid answer
-    batch: bool  # answered through a Batch API (priced at its discount); absent: online
+    ttft_s: NotRequired[float]  # streamed replies: time to the first token
+    answer_logprobs: NotRequired[list[Any]]  # log probabilities around the answer (scoring/calibration.py)
+    status: NotRequired[int]  # the HTTP status of a failed request
+    forced: NotRequired[Forced]  # --force-answer, for a reply without a valid answer
+    batch: NotRequired[bool]  # answered through a Batch API (priced at its discount); absent: online
 
 
 class Review(TypedDict):
@@ -158,25 +154,16 @@ def scored(row: Prediction) -> bool:
 
 def progress(row: Prediction) -> int:
     """How far a row got; of two rows for one sample, the later wins unless it got less far."""
-    if row.get("error") is not None:
-        return ERROR
-    return STARTED if pending(row) else DONE
-
-
-@functools.cache
-def _decoder() -> Any:
-    import msgspec  # imported when the first line is read, not with coinflip
-
-    return msgspec.json.Decoder()
+    return ERROR if row.get("error") is not None else STARTED if pending(row) else DONE
 
 
 def _placed(line: bytes | str) -> Any:
     """A line's JSON object if it has a whole id and a whole repeat below REPEATS_MAX (or none); else
     None. msgspec parses (8x json's speed); an escaped lone surrogate, which it refuses, `loads` reads."""
-    import msgspec
+    import msgspec  # imported when the first line is read, not with coinflip
 
     try:
-        row = _decoder().decode(line)
+        row = msgspec.json.decode(line)  # as fast as a kept Decoder's, untyped
     except msgspec.DecodeError:
         try:
             row = loads(line)
@@ -246,12 +233,11 @@ def checked_requests(data: Any) -> dict[str, Any] | None:
     (untrusted), or None where it is not one."""
     if not isinstance(data, dict) or set(data) != REQUESTS_KEYS:
         return None
-    whole = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
+    counts = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
     waited, hints = data["waited_on_limits_s"], data["hints"]
-    counts = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in whole)
     seconds = isinstance(waited, int | float) and not isinstance(waited, bool) and 0 <= waited < 1e9
     texts = isinstance(hints, list) and len(hints) <= 8 and all(isinstance(h, str) and len(h) < 500 for h in hints)
-    return data if counts and seconds and texts else None
+    return data if all(whole(v, 2**53) for v in counts) and seconds and texts else None
 
 
 def requests_line(requests: dict[str, Any]) -> str:

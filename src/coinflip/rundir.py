@@ -13,7 +13,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,17 @@ DRAFT_UNLOCKED_S = 86400.0  # without advisory locks (Windows, some NFS): only t
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # flock's answers where a file system has no locks
 
 
+class _File:
+    """A run's file: `pattern` under its root, {model} the model's folder, {stem} the arithmetic's name."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def __get__(self, run: RunDir, owner: type | None = None) -> Path:
+        stem = f"{BENCHMARK}.{run.arithmetic}" if run.arithmetic else BENCHMARK
+        return run.root / self.pattern.format(model=safe_name(run.model), stem=stem, benchmark=BENCHMARK)
+
+
 @dataclass(frozen=True)
 class RunDir:
     root: Path
@@ -46,69 +56,34 @@ class RunDir:
     draft: bool = False  # made by `create` under a hidden name; `publish` gives it its timestamp
     held: Any = field(default=None, compare=False, repr=False)  # a draft's lock, held until it is published
 
-    @property
-    def _m(self) -> str:
-        return safe_name(self.model)
-
-    @property
-    def _stem(self) -> str:
-        return f"{BENCHMARK}.{self.arithmetic}" if self.arithmetic else BENCHMARK
-
-    @property
-    def config_file(self) -> Path:
-        return self.root / CONFIG_FILE
-
-    @property
-    def predictions(self) -> Path:
-        return self.root / "predictions" / self._m / f"{BENCHMARK}.jsonl"
-
-    @property
-    def reviews(self) -> Path:
-        return self.root / "reviews" / self._m / f"{self._stem}.jsonl"
-
-    @property
-    def report_json(self) -> Path:
-        return self.root / "reports" / self._m / f"{self._stem}.json"
-
-    @property
-    def report_html(self) -> Path:
-        return self.root / "reports" / self._m / f"{self._stem}.html"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "logs" / "eval_log.log"
-
-    @property
-    def requests(self) -> Path:
-        return self.root / "logs" / "requests.json"
-
-    @property
-    def server_log(self) -> Path:
-        return self.root / "logs" / "llama_server.log"
+    config_file = _File(CONFIG_FILE)
+    predictions = _File("predictions/{model}/{benchmark}.jsonl")
+    reviews = _File("reviews/{model}/{stem}.jsonl")
+    report_json = _File("reports/{model}/{stem}.json")
+    report_html = _File("reports/{model}/{stem}.html")
+    log = _File("logs/eval_log.log")
+    requests = _File("logs/requests.json")
+    server_log = _File("logs/llama_server.log")
 
     @classmethod
     def create(cls, work_dir: Path, model: str, no_timestamp: bool = False) -> RunDir:
         """A new run directory; `no_timestamp`: `work_dir` itself (EvalScope's no_timestamp)."""
-        if no_timestamp:
-            if (work_dir / CONFIG_FILE).exists():
-                raise ConfigError(
-                    f"{work_dir} already holds a run; resume it with --use-cache {work_dir} "
-                    "or choose another --work-dir"
-                )
-            try:
-                work_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ConfigError(f"cannot create run directory {work_dir}: {exc.strerror}") from None
-            return cls(work_dir, model)
-        stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
+        if no_timestamp and (work_dir / CONFIG_FILE).exists():
+            raise ConfigError(
+                f"{work_dir} already holds a run; resume it with --use-cache {work_dir} or choose another --work-dir"
+            )
+        stamp = time.strftime("%Y%m%d_%H%M%S")
         try:  # filled under a hidden name, then renamed: a kill never leaves a half-made run
             made = not work_dir.exists()  # exists() raises for a path the system cannot take
             work_dir.mkdir(parents=True, exist_ok=True)
+            if no_timestamp:
+                return cls(work_dir, model)
             clear_lost_drafts(work_dir)
             draft = Path(tempfile.mkdtemp(prefix=f".{stamp}.", suffix=".new", dir=work_dir))
             held = _lock_draft(draft)
         except OSError as exc:
-            raise ConfigError(f"cannot create run directory in {work_dir}: {exc.strerror}") from None
+            where = work_dir if no_timestamp else f"in {work_dir}"
+            raise ConfigError(f"cannot create run directory {where}: {exc.strerror}") from None
         return cls(draft, model, made, draft=True, held=held)
 
     def publish(self) -> RunDir:
@@ -141,20 +116,16 @@ class RunDir:
         """Each folder from the root down to `files` a real one, and no link at a file itself (the log is
         appended to): reports and logs are written in the run, never through a link to elsewhere."""
         for file in files:
-            folder = self.root
-            for part in file.parent.relative_to(self.root).parts:
-                folder = folder / part
+            parts = file.relative_to(self.root).parts
+            for depth in range(1, len(parts) + 1):
+                path = self.root.joinpath(*parts[:depth])
                 try:
-                    if folder.is_symlink():
-                        folder.unlink()
-                    folder.mkdir(exist_ok=True)
+                    if path.is_symlink():
+                        path.unlink()
+                    if depth < len(parts):
+                        path.mkdir(exist_ok=True)
                 except OSError as exc:
-                    raise storage_error(folder, exc) from None
-            if file.is_symlink():
-                try:
-                    file.unlink()
-                except OSError as exc:
-                    raise storage_error(file, exc) from None
+                    raise storage_error(path, exc) from None
 
     def refuse_links_out(self) -> None:
         """The predictions are compacted and appended to in place, so never through a link out of the run."""
@@ -166,8 +137,7 @@ class RunDir:
     @classmethod
     def open(cls, path: str | Path) -> RunDir:
         root = Path(path).expanduser()
-        saved = load_saved_config(root)
-        config = saved["config"]
+        config = load_saved_config(root)["config"]
         run = cls(root, str(config.get("model_id") or config["model"]))
         run.refuse_links_out()
         return run
@@ -238,11 +208,9 @@ def _flock(file: Any) -> bool | None:
 
 def _lock_draft(draft: Path) -> Any:
     """The maker's lock on a draft until it is published: the kernel drops it when the maker dies."""
-    if fcntl is None:
-        return None
     (draft / "configs").mkdir()
     handle = (draft / "configs" / "run.lock").open("a")
-    if _flock(handle) is None:  # a new folder: nobody else has it, unless the file system has no locks
+    if _flock(handle) is None:  # a new folder: nobody else has it, unless there are no locks here
         handle.close()
         return None
     return handle
@@ -250,51 +218,37 @@ def _lock_draft(draft: Path) -> Any:
 
 def clear_lost_drafts(work_dir: Path) -> None:
     """Remove the drafts whose maker was killed: unlocked and unchanged for DRAFT_GRACE_S (the age
-    covers the microseconds before the lock). The lock is taken before removing, so a live maker
-    never loses its folder. Without advisory locks only the age tells: a day."""
+    covers the microseconds before the lock). Without advisory locks only the age tells: a day."""
     try:
         entries = [e for e in os.scandir(work_dir) if DRAFT.fullmatch(e.name) and e.is_dir(follow_symlinks=False)]
     except OSError:
         return
     for entry in entries:
-        with contextlib.suppress(OSError), _lost(Path(entry.path)) as lost:
-            if lost:
-                shutil.rmtree(entry.path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            _clear_if_lost(Path(entry.path))
 
 
-@contextlib.contextmanager
-def _lost(draft: Path) -> Iterator[bool]:
-    """Whether `draft` has lost its maker, its lock held while the caller acts."""
+def _clear_if_lost(draft: Path) -> None:
+    """Remove `draft` if it lost its maker, its lock taken first: a live maker never loses its folder."""
     age = time.time() - draft.lstat().st_mtime
-    if age <= DRAFT_GRACE_S:
-        yield False
+    if age <= DRAFT_GRACE_S or (fcntl is None and age <= DRAFT_UNLOCKED_S):
         return
     if fcntl is None:
-        yield age > DRAFT_UNLOCKED_S
+        shutil.rmtree(draft, ignore_errors=True)
         return
     try:  # never a FIFO's wait, never through a link
         fd = os.open(draft / "configs" / "run.lock", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:  # killed before its lock existed, if all it holds is what that leaves
-        yield _bare(draft)
+        found = os.listdir(draft)  # a user's folder named like a draft holds more
+        if not found or (found == ["configs"] and not os.listdir(draft / "configs")):
+            shutil.rmtree(draft, ignore_errors=True)
         return
-    try:
-        taken = _flock(fd)
-    except OSError:  # not a file coinflip locks: left alone
-        taken = False
-    if not taken:  # its maker is alive; or there are no locks here, and only the age tells
-        os.close(fd)
-        yield taken is None and age > DRAFT_UNLOCKED_S
-        return
-    try:
-        yield True
+    try:  # an OSError: not a file coinflip locks, left alone (the caller suppresses it)
+        taken = _flock(fd)  # True: its maker is dead; None: no locks here, and only the age tells
+        if taken or (taken is None and age > DRAFT_UNLOCKED_S):
+            shutil.rmtree(draft, ignore_errors=True)
     finally:
         os.close(fd)
-
-
-def _bare(draft: Path) -> bool:
-    """Only what a maker killed before its lock leaves (a user's folder named like a draft holds more)."""
-    found = os.listdir(draft)
-    return not found or (found == ["configs"] and not os.listdir(draft / "configs"))
 
 
 def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:

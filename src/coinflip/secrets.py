@@ -4,7 +4,6 @@ wherever a server may echo one back (models/_redact.py): one list of the places,
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from typing import Any
 from urllib.parse import quote_plus, unquote_plus, urlsplit
@@ -20,11 +19,7 @@ PLAIN_KEYS = frozenset({
 
 def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
     """Every text in GATEWAY_KEYS (nested too) masked but under PLAIN_KEYS; numbers, booleans, null stay."""
-    out = dict(generation)
-    for key in GATEWAY_KEYS:
-        if key in out:
-            out[key] = _masked(out[key])
-    return out
+    return {key: _masked(value) if key in GATEWAY_KEYS else value for key, value in generation.items()}
 
 
 def _masked(value: Any) -> Any:
@@ -37,12 +32,6 @@ def _masked(value: Any) -> Any:
     return value
 
 
-def secrets_in(generation: dict[str, Any]) -> list[str]:
-    """The values `redacted_generation` masks, and what a Basic credential among them decodes to."""
-    texts = [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
-    return texts + [s for t in texts for s in basic_secrets(t)]
-
-
 def basic_secrets(authorization: str) -> list[str]:
     """What a `Basic TOKEN` credential may be echoed as: the token, its `user:password`, the password."""
     scheme, _, token = authorization.strip().partition(" ")
@@ -50,7 +39,7 @@ def basic_secrets(authorization: str) -> list[str]:
         return []
     try:
         pair = base64.b64decode(token.strip(), validate=True).decode("utf-8", "replace")
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error is one
         return [token.strip()]
     return [token.strip(), pair, pair.partition(":")[2]]
 
@@ -106,14 +95,6 @@ def _secret_query(key: str, value: str | None) -> bool:
     return value is None or (bool(value) and key.lower() not in PLAIN_KEYS)
 
 
-def url_secrets(urls: Any) -> list[str]:
-    found = []
-    for url in [urls] if isinstance(urls, str) else list(urls or []):
-        query = url.partition("#")[0].partition("?")[2]  # the fragment is never sent
-        found += [k if v is None else v for k, v in _query(query) if _secret_query(k, v)]
-    return found
-
-
 def shown_url(url: str) -> str:
     """The one form of a URL every message, page and file shows: credentials removed (what stands
     before the last `@` ahead of the query; for a raw password holding `?` or `#`, before the first
@@ -142,11 +123,15 @@ def _host_and_port(authority: str) -> bool:
         return False
 
 
-def run_secrets(api_key: str | None, generation: dict[str, Any], urls: Any) -> list[str | None]:
-    """Every secret a run holds: what the redactor masks wherever a server echoes them."""
-    return [api_key, *secrets_in(generation), *url_secrets(urls)]
+def run_secrets(api_key: str | None, generation: dict[str, Any], url: str | None) -> list[str | None]:
+    """Every secret a run holds (the texts `redacted_generation` masks, what a Basic credential among
+    them decodes to, the URL's query values): what the redactor masks wherever a server echoes them."""
+    texts = [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
+    query = (url or "").partition("#")[0].partition("?")[2]  # the fragment is never sent
+    in_url = [k if v is None else v for k, v in _query(query) if _secret_query(k, v)]
+    return [api_key, *texts, *(s for t in texts for s in basic_secrets(t)), *in_url]
 
 
-def url_masked(urls: Any) -> bool:
+def url_masked(url: Any) -> bool:
     """Whether a saved --api-url had query values masked (a resume must be given it again)."""
-    return any(REDACTED in url.partition("?")[2] for url in ([urls] if isinstance(urls, str) else urls or []))
+    return isinstance(url, str) and REDACTED in url.partition("?")[2]

@@ -18,6 +18,7 @@ PROMPT_TEMPLATES = ("default", "direct", "multiturn", "zh", "direct-zh")
 KEY_AGAIN = "give the API key with --api-key, $COINFLIP_API_KEY or $OPENAI_API_KEY (never saved: a resume needs it)"
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
 MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
+ANNOTATED = {"bool": "bool", "int": "int", "float": "float", "list[str]": "list", "dict[str, Any]": "json"}
 PRICE_MAX = 1e9  # per million tokens; a run's cost stays a finite number (1e308 made it Infinity)
 
 
@@ -37,13 +38,13 @@ class Setting:
     least: float | None = None  # the smallest value allowed
     unit: str = ""  # a positive number of these, at most `most`
     most: float = MAX_TIMEOUT
-    path: bool = False  # a file or folder: one the file system can take
+    path: str = ""  # a file or folder (one the file system can take), shown as this metavar
 
 
-def setting(default: Any, help: str, *, factory: Any = None, repr: bool = True, **declared: Any) -> Any:
+def setting(default: Any, help: str, *, repr: bool = True, **declared: Any) -> Any:
     declared = {"help": help, "flag": "", "evalscope": "=", **declared}
-    if factory is not None:
-        return field(default_factory=factory, metadata=declared, repr=repr)
+    if isinstance(default, (list, dict)):  # each config gets a copy of its own
+        return field(default_factory=default.copy, metadata=declared, repr=repr)
     return field(default=default, metadata=declared, repr=repr)
 
 
@@ -55,12 +56,13 @@ def declarations(cls: Any) -> tuple[Setting, ...]:
             continue
         default = f.default_factory() if callable(f.default_factory) else f.default
         kind = m.pop("kind", "") or ("choice" if m.get("choices") else "")
-        kind = kind or {bool: "bool", int: "int", float: "float"}.get(type(default), "text")
+        kind = kind or ANNOTATED.get(str(f.type).removesuffix(" | None"), "text")
         if m["flag"] == "":
             m["flag"] = "--" + f.name.replace("_", "-")
             if kind == "bool" and default is True:  # a default of False needs only the flag that turns it on
                 m["flag"] += f"/--no-{f.name.replace('_', '-')}"
         m["evalscope"] = f.name if m["evalscope"] == "=" else m["evalscope"]
+        m["metavar"] = m.get("metavar") or m.get("path") or None
         out.append(Setting(name=f.name, default=default, kind=kind, **m))
     return tuple(out)
 
@@ -75,9 +77,8 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
         value = getattr(config, s.name)
         if s.unused or (value is None and (s.default is None or s.kind not in _TYPES)):
             continue
-        if s.kind in _TYPES and (
-            not isinstance(value, _TYPES[s.kind]) or (s.kind in ("int", "float") and isinstance(value, bool))
-        ):
+        types = _TYPES.get(s.kind)
+        if types and (not isinstance(value, types) or (isinstance(value, bool) and s.kind != "bool")):
             raise ConfigError(f"{s.name} must be {_WHAT[s.kind]}, got {type(value).__name__} {short(value)}")
         if s.choices:
             check_choice(s.name, value, s.choices)
@@ -89,8 +90,7 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
         if s.unit and value > s.most:
             raise ConfigError(f"{s.name} must be at most {s.most:,.0f} {s.unit}, got {short(value)}")
         if s.least is not None and (not finite or value < s.least):
-            what = "a whole number" if s.kind == "int" else "a number"
-            raise ConfigError(f"{s.name} must be {what} >= {s.least}, got {value!r}")
+            raise ConfigError(f"{s.name} must be {_WHAT[s.kind]} >= {s.least}, got {value!r}")
 
 
 def saved_settings(saved: dict[str, Any]) -> dict[str, Any]:
@@ -141,12 +141,10 @@ def check_across(config: Any) -> None:
 
 
 def check_prices(config: Any) -> None:
-    """Prices, the cost limit and the batch's share; a pricing file's too, where the run is planned."""
-    for name in ("price_input", "price_output", "max_cost"):
+    """Prices and the batch's share, a pricing file's too (their types are checked with the others)."""
+    for name in ("price_input", "price_output"):
         value = getattr(config, name)
-        top, what = (math.inf, ">= 0") if name == "max_cost" else (PRICE_MAX, "from 0 to 1e9")
-        if value is not None and (not math.isfinite(value) or not 0 <= value <= top):
-            raise ConfigError(f"{name} must be a number {what}, got {value!r}")
-    discount = config.batch_discount  # None from a hand-edited task_config.yaml: not a number either
-    if isinstance(discount, bool) or not isinstance(discount, int | float) or not 0 < discount <= 1:
+        if value is not None and not 0 <= value <= PRICE_MAX:  # NaN too
+            raise ConfigError(f"{name} must be a number from 0 to 1e9, got {value!r}")
+    if not 0 < config.batch_discount <= 1:
         raise ConfigError(f"batch_discount must be in (0, 1], got {config.batch_discount!r}")

@@ -31,37 +31,27 @@ GENERATION_DROPPED = {
 
 def fold_evalscope(config: Any, declared: tuple[Setting, ...]) -> list[str]:
     """Fold EvalScope's forms into coinflip's fields; the notes on what changes nothing."""
-    notes: list[str] = []
-    _eval_type(config)
-    _dataset_args(config, declared, notes)
-    _generation(config, notes)
-    return notes
-
-
-def _eval_type(config: Any) -> None:
     kind = config.eval_type
-    if kind is None or kind in HTTP_TYPES:
-        return
-    if kind == "mock_llm":
-        if config.model not in BASELINES and config.model is not None:
-            raise ConfigError(f"eval_type mock_llm needs a baseline model: {', '.join(BASELINES)}")
-        return
+    if kind == "mock_llm" and config.model not in (*BASELINES, None):
+        raise ConfigError(f"eval_type mock_llm needs a baseline model: {', '.join(BASELINES)}")
     if kind in CHECKPOINT_TYPES:
         raise ConfigError(
             f"eval_type {kind} (a local checkpoint) is not supported yet: serve it with an OpenAI-compatible "
             "server (e.g. `vllm serve PATH`) and pass --api-url, or give a GGUF file with --model-path"
         )
-    raise ConfigError(
-        f"eval_type {kind!r} is not supported: coinflip speaks the OpenAI chat and completions protocol "
-        f"({', '.join(HTTP_TYPES)}), or runs a baseline (mock_llm)"
-    )
+    if kind not in (None, "mock_llm", *HTTP_TYPES):
+        raise ConfigError(
+            f"eval_type {kind!r} is not supported: coinflip speaks the OpenAI chat and completions protocol "
+            f"({', '.join(HTTP_TYPES)}), or runs a baseline (mock_llm)"
+        )
+    return [*_dataset_args(config, declared), *_generation(config)]
 
 
-def _dataset_args(config: Any, declared: tuple[Setting, ...], notes: list[str]) -> None:
+def _dataset_args(config: Any, declared: tuple[Setting, ...]) -> list[str]:
     """EvalScope's per-benchmark settings, e.g. {"coin_flip": {"local_path": DIR, "few_shot_num": 3}}."""
     value: Any = config.dataset_args
     if not value:
-        return
+        return []
     if isinstance(value, str):
         config.dataset_args = value = parse_json("dataset_args", value)
         check_values(config)
@@ -69,8 +59,6 @@ def _dataset_args(config: Any, declared: tuple[Setting, ...], notes: list[str]) 
     if not isinstance(args, dict) or not isinstance(value, dict):
         raise ConfigError('dataset_args must look like {"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}')
     others = sorted(k for k in value if k != "coin_flip")
-    if others:
-        notes.append(f"dataset_args for {others}: only coin_flip is evaluated here")
     fields = {s.evalscope.removeprefix(DATASET_ARGS): s.name for s in declared if s.evalscope.startswith(DATASET_ARGS)}
     unknown = sorted(set(args) - set(fields) - {"subset_list"})
     if unknown:
@@ -84,23 +72,20 @@ def _dataset_args(config: Any, declared: tuple[Setting, ...], notes: list[str]) 
             setattr(config, fields[key], item)
     if args.get("subset_list") not in (None, ["default"], "default"):
         raise ConfigError(f"coin_flip has one subset, 'default'; got subset_list {args['subset_list']!r}")
+    return [f"dataset_args for {others}: only coin_flip is evaluated here"] if others else []
 
 
-def _generation(config: Any, notes: list[str]) -> None:
+def _generation(config: Any) -> list[str]:
     value = parse_pairs(config.generation_config)
     for key, attribute in GENERATION_TO_TASK.items():
-        if key in value:
-            item = value.pop(key)
-            if item is not None:
-                setattr(config, attribute, item)
-    for key, why in GENERATION_DROPPED.items():
-        if key in value:
-            item = value.pop(key)
-            if key == "do_sample" and item is False:
-                value.setdefault("temperature", 0)
-            notes.append(f"generation_config {key}: {why}")
-    if "stop_seqs" in value:
-        value["stop"] = value.pop("stop_seqs")
-    if "num_choices" in value:
-        value["n"] = value.pop("num_choices")
+        if (item := value.pop(key, None)) is not None:
+            setattr(config, attribute, item)
+    notes = [f"generation_config {key}: {why}" for key, why in GENERATION_DROPPED.items() if key in value]
+    if value.get("do_sample") is False:
+        value.setdefault("temperature", 0)
+    value = {k: v for k, v in value.items() if k not in GENERATION_DROPPED}
+    for old, new in (("stop_seqs", "stop"), ("num_choices", "n")):
+        if old in value:
+            value[new] = value.pop(old)
     config.generation_config = value
+    return notes

@@ -18,9 +18,6 @@ DEFAULT_BATCH = 32
 LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
 METRIC_COMPATS = ("coinflip", "evalscope")
 SPLITS = ("test", "validation")
-HUBS = ("bundled", "huggingface", "modelscope", "local")
-API_MODES = ("chat", "completions")
-LIMIT_MODES = ("stratified", "first", "random")
 API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
 SETTINGS_VERSION = 2  # 1: no version field (before coinflip 1.0); 2: `version`, one --api-url
@@ -56,24 +53,21 @@ class TaskConfig:
     api_mode: str = setting(
         "chat",
         "chat: /chat/completions with messages; completions: /completions with the same text as one prompt.",
-        choices=API_MODES,
+        choices=("chat", "completions"),
         evalscope="",
     )
     model_path: str | None = setting(
-        None, "Serve this local GGUF file with llama.cpp for the run.", metavar="FILE.gguf", evalscope="", path=True
+        None, "Serve this local GGUF file with llama.cpp for the run.", evalscope="", path="FILE.gguf"
     )
     eval_batch_size: int | None = setting(
         None,
         f"Requests in flight (default {DEFAULT_BATCH}; a local llama.cpp server: its parallel slots).",
-        kind="int",
         least=1,
     )
     generation_config: dict[str, Any] = setting(
-        None,
+        {},
         "JSON or key=value,... : temperature, max_tokens, max_completion_tokens, top_p, seed, stop, n, "
         "reasoning_effort, logprobs, top_logprobs, chat_template_kwargs, extra_body, extra_headers, extra_query, ...",
-        factory=dict,
-        kind="json",
         metavar="JSON|K=V,...",
     )
     timeout: float = setting(
@@ -135,39 +129,32 @@ class TaskConfig:
     batch_write: str | None = setting(
         None,
         "Write the run's owed requests as a Batch API JSON Lines file (for vllm run-batch) and stop.",
-        metavar="FILE",
         evalscope="",
-        path=True,
+        path="FILE",
     )
     batch_results: str | None = setting(
         None,
         "Score a Batch API result file made elsewhere (vllm run-batch -o FILE) into the run (with --use-cache).",
-        metavar="FILE",
         evalscope="",
-        path=True,
+        path="FILE",
     )
     price_input: float | None = setting(
         None,
         "Price per million input (prompt) tokens, for the run's cost.",
-        kind="float",
         metavar="PRICE",
         evalscope="",
-        least=0,
     )
     price_output: float | None = setting(
         None,
         "Price per million output tokens (completion, reasoning included).",
-        kind="float",
         metavar="PRICE",
         evalscope="",
-        least=0,
     )
     pricing_file: str | None = setting(
         None,
         "YAML or JSON prices keyed by model: {MODEL: {input: X, output: Y, batch_discount: 0.5}}.",
-        metavar="FILE",
         evalscope="",
-        path=True,
+        path="FILE",
     )
     batch_discount: float = setting(
         0.5, "Share of the price a batch pays (OpenAI: 0.5).", metavar="SHARE", evalscope=""
@@ -175,30 +162,27 @@ class TaskConfig:
     max_cost: float | None = setting(
         None,
         "Stop before the run would cost more than this (needs prices); what finished is kept.",
-        kind="float",
         metavar="AMOUNT",
         evalscope="",
         least=0,
     )
     # the data
-    datasets: list[str] = setting(None, "Benchmark name (only coin_flip).", kind="list", factory=lambda: [BENCHMARK])
+    datasets: list[str] = setting([BENCHMARK], "Benchmark name (only coin_flip).")
     dataset_args: dict[str, Any] | None = setting(
         None,
         'EvalScope\'s per-benchmark settings, e.g. \'{"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}\'.',
-        kind="json",
         metavar="JSON",
     )
     dataset_hub: str = setting(
         "bundled",
         "Where the data comes from: the bundled set, a hub (cached after the first download), or local files.",
-        choices=HUBS,
+        choices=("bundled", "huggingface", "modelscope", "local"),
     )
     dataset_path: str | None = setting(
         None,
         "A data file (JSON, JSONL, CSV, Parquet) or a directory with test.* and validation.*.",
-        metavar="PATH",
         evalscope="dataset_args.coin_flip.local_path",
-        path=True,
+        path="PATH",
     )
     dataset_id: str = setting(
         "extraordinarylab/coin-flip",
@@ -209,8 +193,7 @@ class TaskConfig:
     dataset_dir: str | None = setting(
         None,
         "Hub cache folder (default $COINFLIP_CACHE or ~/.cache/coinflip).",
-        metavar="DIR",
-        path=True,
+        path="DIR",
     )
     split: str = setting("test", "Split to evaluate.", choices=SPLITS, evalscope="")
     limit: int | float | None = setting(
@@ -223,7 +206,7 @@ class TaskConfig:
         "stratified",
         "How --limit picks: stratified (seeded, in proportion to the number of people), first (the first N, as "
         "EvalScope), random (seeded).",
-        choices=LIMIT_MODES,
+        choices=("stratified", "first", "random"),
         evalscope="dataset_args.coin_flip.shuffle",
     )
     repeats: int = setting(
@@ -240,12 +223,11 @@ class TaskConfig:
     )
     seed: int = setting(42, "Seed for the subset, the random baseline and the bootstrap.", least=0)
     # the run
-    work_dir: str = setting("./outputs", "Where run directories are created.", metavar="DIR", path=True)
+    work_dir: str = setting("./outputs", "Where run directories are created.", path="DIR")
     use_cache: str | None = setting(
         None,
         "Resume RUN_DIR with its saved settings: reuse finished predictions, send only the rest.",
-        metavar="RUN_DIR",
-        path=True,
+        path="RUN_DIR",
     )
     no_timestamp: bool = setting(False, "Write the run into --work-dir itself instead of a timestamped folder.")
     metric_compat: str = setting(
@@ -256,14 +238,12 @@ class TaskConfig:
         evalscope="",
     )
     html_report: bool = setting(True, "Write the HTML report.", flag="--html/--no-html", evalscope="")
-    progress: bool | None = setting(
-        None, "Progress bar (default: on a terminal).", flag=None, kind="bool", evalscope=""
-    )
+    progress: bool | None = setting(None, "Progress bar (default: on a terminal).", flag=None, evalscope="")
     quiet: bool = setting(False, "No terminal summary.", flag=None, evalscope="")
     # EvalScope settings that are accepted but change nothing here
     judge: dict[str, Any] | None = setting(None, "LLM judge settings.", unused=UNUSED)
     judge_strategy: str | None = setting(None, "LLM judge strategy.", unused=UNUSED)
-    judge_worker_num: int | None = setting(None, "LLM judge workers.", unused=UNUSED)
+    judge_worker_num: int | None = setting(None, "LLM judge workers.", unused=UNUSED, kind="text")  # as given
     judge_model_args: dict[str, Any] | None = setting(None, "LLM judge model.", unused=UNUSED)
     analysis_report: bool = setting(False, "LLM-written analysis.", unused=UNUSED)
     collect_perf: bool = setting(
@@ -312,10 +292,8 @@ class TaskConfig:
 
     def redacted(self) -> dict[str, Any]:
         """The config as saved, with its version: the API key and a gateway's secrets never leave memory."""
-        data = asdict(self)
-        del data["given"]
-        if data.get("api_key"):
-            data["api_key"] = REDACTED
+        data = {k: v for k, v in asdict(self).items() if k != "given"}
+        data["api_key"] = REDACTED if self.api_key else self.api_key
         data["generation_config"] = redacted_generation(data["generation_config"])
         data["api_url"] = redacted_url(data["api_url"])
         return {"version": SETTINGS_VERSION, **data}

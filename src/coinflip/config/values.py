@@ -1,6 +1,5 @@
-"""What a declaration cannot say about a setting's value: JSON and key=value text, URLs, headers,
-the limit's two forms, generation settings key by key, and values that could not be sent, saved or
-read back. Pure functions: nothing here reads a file or the environment."""
+"""What a declaration cannot say: JSON and key=value text, URLs, headers, the limit's two forms, generation
+settings, values that could not be sent, saved or read back. Pure: no file or environment is read."""
 
 from __future__ import annotations
 
@@ -29,6 +28,8 @@ PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 260  
 NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 WHOLES = ("max_tokens", "max_completion_tokens", "n", "top_logprobs", "top_k", "seed")
 OBJECTS = ("extra_body", "extra_query", "extra_headers", "chat_template_kwargs", "logit_bias")
+TYPED = (((int, float), "a number", NUMBERS), (int, "a whole number", WHOLES), (dict, "an object", OBJECTS))
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
 
 
 def check_url(url: Any) -> None:
@@ -47,8 +48,7 @@ def check_url(url: Any) -> None:
             f"api_url {_shown(url)!r} carries credentials; pass the key with --api-key or $COINFLIP_API_KEY "
             "(or a header with generation_config extra_headers)"
         )
-    host = parts.hostname or ""
-    if not host or any(c.isspace() for c in url) or (port is not None and not 0 < port < 65536):
+    if not parts.hostname or any(c.isspace() for c in url) or (port is not None and not 0 < port < 65536):
         raise ConfigError(f"api_url {_shown(url)!r} has no valid host and port, {example}")
     if not url.isascii() or any(ord(c) < 32 or ord(c) == 127 for c in url):
         raise ConfigError(f"api_url {_shown(url)!r} holds characters a URL cannot carry: percent-encode them")
@@ -116,9 +116,7 @@ def odd_value(value: Any) -> str | None:
         if isinstance(item, str):
             if _SURROGATE.search(item):
                 return "holds bytes that are not UTF-8 text: give it as UTF-8"
-        elif isinstance(item, bool) or item is None:
-            continue
-        elif isinstance(item, int):
+        elif isinstance(item, int):  # True and False too: within 64 bits
             if not -MAX_WHOLE <= item < MAX_WHOLE:
                 return f"holds {short(item)}: whole numbers must fit in 64 bits"
         elif isinstance(item, float):
@@ -137,9 +135,8 @@ def odd_value(value: Any) -> str | None:
                 bad = next((k for k in item if not isinstance(k, str)), None)
                 if bad is not None:
                     return f"has a key {short(bad)} that is not a text: quote it"
-                stack += [(k, depth + 1) for k in item] + [(v, depth + 1) for v in item.values()]
-            else:
-                stack += [(v, depth + 1) for v in item]
+                item = [*item, *item.values()]  # its keys are texts to check too
+            stack += [(v, depth + 1) for v in item]
     return None
 
 
@@ -193,19 +190,10 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
     unknown = sorted(set(value) - set(GENERATION_KEYS))
     if unknown:
         raise ConfigError(f"unknown generation_config key(s) {unknown}; known: {', '.join(GENERATION_KEYS)}")
-    _check_generation_values(value)
-    return value
-
-
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
-
-
-def _check_generation_values(value: dict[str, Any]) -> None:
-    for key in (*NUMBERS, *WHOLES):
-        item = value.get(key)
-        if key in value and (isinstance(item, bool) or not isinstance(item, int if key in WHOLES else (int, float))):
-            what = "a whole number" if key in WHOLES else "a number"
-            raise ConfigError(f"generation_config {key} must be {what}, got {item!r}")
+    for kind, what, keys in TYPED:
+        for key in keys:
+            if key in value and (isinstance(value[key], bool) or not isinstance(value[key], kind)):
+                raise ConfigError(f"generation_config {key} must be {what}, got {value[key]!r}")
     for key in ("max_tokens", "max_completion_tokens", "n"):
         if key in value and value[key] < 1:
             raise ConfigError(f"generation_config {key} must be at least 1, got {value[key]!r}")
@@ -214,9 +202,6 @@ def _check_generation_values(value: dict[str, Any]) -> None:
         value["stop"] = [stop]
     elif "stop" in value and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
         raise ConfigError(f"generation_config stop must be a text or a list of texts, got {stop!r}")
-    for key in OBJECTS:
-        if key in value and not isinstance(value[key], dict):
-            raise ConfigError(f"generation_config {key} must be an object, got {value[key]!r}")
     taken = sorted(set(value.get("extra_body", {})) & set(OWN_BODY_KEYS))
     if taken:
         raise ConfigError(
@@ -230,6 +215,7 @@ def _check_generation_values(value: dict[str, Any]) -> None:
             raise ConfigError(f"generation_config extra_headers {key!r}: a header name is letters, digits and "
                               "!#$%&'*+-.^_`|~ (no ':' or space)")  # fmt: skip
         check_header(f"generation_config extra_headers {key!r}", f"{key}{item}")
+    return value
 
 
 def _split_pairs(text: str) -> list[str]:
@@ -251,26 +237,21 @@ def _split_pairs(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+_STRING = r'"(?:\\.?|[^\\"])*"?'  # to its closing quote (a backslash escapes), or the text's end
+_QUOTED = {'"': re.compile(_STRING, re.DOTALL), "'": re.compile(_STRING.replace('"', "'"), re.DOTALL)}
+_TOKENS = re.compile(rf"\\.?|{_STRING}|[][{{}}]", re.DOTALL)  # what counts in a bracketed value
+
+
 def _closing(text: str, start: int) -> int:
     """Where the quoted, bracketed or braced value opened at `start` ends (or the text's end)."""
-    opener, k, depth, in_string = text[start], start, 0, False
-    while k < len(text):
-        c = text[k]
-        if c == "\\":
-            k += 2
-            continue
-        if opener in "'\"":
-            if c == opener and k > start:
-                return k + 1
-        elif in_string:
-            in_string = c != '"'
-        elif c == '"':
-            in_string = True
-        elif c in "[{]}":
-            depth += 1 if c in "[{" else -1
+    if text[start] in _QUOTED:
+        return next(_QUOTED[text[start]].finditer(text, start)).end()
+    depth = 0
+    for token in _TOKENS.finditer(text, start):
+        if token[0] in "[]{}":
+            depth += 1 if token[0] in "[{" else -1
             if depth == 0:
-                return k + 1
-        k += 1
+                return token.end()
     return len(text)
 
 
@@ -309,13 +290,11 @@ def check_header(name: str, value: str | None) -> None:
     """One line of Latin-1: a key copied with a zero-width space or a line break would break the request."""
     if value is None:
         return
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
+    if any(ord(c) > 255 for c in value):  # not Latin-1
         raise ConfigError(
             f"{name} holds a character that cannot be sent in an HTTP header (a zero-width space, a typographic "
             "dash or quote?): copy it again"
-        ) from None
+        )
     if any(c in value for c in "\r\n\0"):
         raise ConfigError(f"{name} holds a line break: copy it again")
 

@@ -1,18 +1,19 @@
 """The settings reference's tables (docs/settings.md), derived from TaskConfig's declarations:
-`python -m coinflip._docs` rewrites them between their markers; a test checks the page matches."""
+`python scripts/settings_docs.py` rewrites them between their markers; a test checks the page matches."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from .config import GENERATION_KEYS, Setting, settings
-from .config.declare import EVAL_ONLY
-from .config.evalscope import GENERATION_DROPPED, GENERATION_TO_TASK
+from coinflip.config import GENERATION_KEYS, Setting, settings
+from coinflip.config.declare import EVAL_ONLY
+from coinflip.config.evalscope import GENERATION_DROPPED, GENERATION_TO_TASK
 
+ROOT = Path(__file__).resolve().parents[1]
 PAGE = "docs/settings.md"  # from the repository's root
 MARKERS = {
-    name: (f"<!-- BEGIN {name} (generated: python -m coinflip._docs) -->", f"<!-- END {name} -->")
+    name: (f"<!-- BEGIN {name} (generated: python scripts/settings_docs.py) -->", f"<!-- END {name} -->")
     for name in ("settings", "evalscope")
 }
 NOTES = {  # where a setting EvalScope also has differs from "same meaning"
@@ -95,7 +96,7 @@ def rewrite(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    path = Path((argv or sys.argv[1:] or [PAGE])[0])
+    path = Path((argv or sys.argv[1:] or [str(ROOT / PAGE)])[0])
     path.write_text(rewrite(path.read_text(encoding="utf-8")), encoding="utf-8")
 
 
