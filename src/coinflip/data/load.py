@@ -219,7 +219,12 @@ def _split_files(path: Path, split: str) -> list[Path]:
     (the hubs' layout), never deeper: `--dataset-path /usr/lib` cannot pick an unrelated test.json."""
     if not path.is_dir():
         return [_checked(path)]
-    named = [p for folder in (path, path / "data") for p in sorted(folder.glob(f"{split}*"))]
+    named: list[Path] = []
+    for folder in (path, path / "data"):
+        try:
+            named += [folder / n for n in sorted(os.listdir(folder)) if n.startswith(split)] if folder.is_dir() else []
+        except OSError as exc:  # a folder we may not read is not one without the split
+            raise DataError(f"{folder}: cannot list ({exc.strerror})") from None
     candidates = [p for p in named if p.suffix.lower() in FORMATS and p.is_file()]
     shards = [p for p in candidates if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
     found = shards if len(shards) > 1 else [p for p in candidates if re.match(rf"{split}([.-]|$)", p.name)]
