@@ -224,14 +224,29 @@ def _finite(value: Any) -> Any:
     return value
 
 
+class Requests(TypedDict):
+    """What went to the endpoints: models.limits.describe writes it (mypy holds it to these keys), the
+    report and the log show it, and checked_requests reads it back."""
+
+    sent: int
+    succeeded: int
+    refused: int
+    timeouts: int
+    retries: int
+    in_flight_max: int
+    in_flight_lowest_limit: int | None
+    in_flight_setting: int
+    server_slots: int | None
+    waited_on_limits_s: float
+    hints: list[str]
+
+
 RECORD_INTS = ("sent", "succeeded", "refused", "timeouts", "retries", "in_flight_max", "in_flight_setting")
-REQUESTS_KEYS = {*RECORD_INTS, "in_flight_lowest_limit", "server_slots", "waited_on_limits_s", "hints"}
 
 
 def checked_requests(data: Any) -> dict[str, Any] | None:
-    """The requests record (models.limits.describe writes it) read back from a run directory
-    (untrusted), or None where it is not one."""
-    if not isinstance(data, dict) or set(data) != REQUESTS_KEYS:
+    """The requests record read back from a run directory (untrusted), or None where it is not one."""
+    if not isinstance(data, dict) or data.keys() != Requests.__required_keys__:
         return None
     counts = [data[k] for k in RECORD_INTS] + [data["in_flight_lowest_limit"] or 0, data["server_slots"] or 0]
     waited, hints = data["waited_on_limits_s"], data["hints"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+
+from ..records import Requests
 
 PERIOD_MAX = 4096  # send times kept to measure a rate
 SHORT_S = 0.25  # a stretch shorter than this shows a burst, not a rate
@@ -37,7 +38,7 @@ class Traffic:
     slots: int | None = None  # what the server said it can serve at once
 
 
-def describe(traffic: Traffic, ceiling: int) -> dict[str, Any]:
+def describe(traffic: Traffic, ceiling: int) -> Requests:
     """The report's record of what went to the endpoint, with the hints that fix what went wrong."""
     hints = []
     if traffic.timeouts:
