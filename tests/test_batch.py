@@ -1123,3 +1123,20 @@ def test_a_result_file_that_lacks_requests_under_max_cost_ends(tmp_path: Path) -
     )  # fmt: skip
     assert scored.returncode == 1, scored.stderr  # two still owed
     assert len(_answers(only_run_dir(tmp_path / "o"))) == 4
+
+
+def test_a_gateway_s_authorization_header_wins_over_the_key_in_a_batch_as_online(tmp_path: Path) -> None:
+    """One rule for both paths: an Authorization in extra_headers is the user's word for this endpoint
+    (a gateway's scheme), so it goes instead of the key's Bearer, online and to the Batch API alike."""
+    headers = json.dumps({"extra_headers": {"authorization": "Basic Z3c6cGFzcw=="}})
+
+    class Done(_OneBatch):
+        @staticmethod
+        def results(ids: list[str]) -> bytes:
+            return b"".join(_ok(cid, "ANSWER: YES") for cid in ids)
+
+    with serving(Done) as url:
+        result = run_cli("eval", "--model", "m", "--limit", "2", "--api-url", url, "--api-key", "sk-key", "--batch",
+                         *FAST, "--generation-config", headers, "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert Done.auth == "Basic Z3c6cGFzcw=="

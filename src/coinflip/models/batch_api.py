@@ -120,7 +120,7 @@ class BatchAPI:
         extra = {str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()}
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout, self.retries = timeout, retries
-        self.pool = ConnectionPool(merge_headers({"User-Agent": "coinflip"}, extra, auth), timeout, max_body=max_body)
+        self.pool = ConnectionPool(merge_headers({"User-Agent": "coinflip"}, auth, extra), timeout, max_body=max_body)
         self.redact = Redactor([*secrets, *self.pool.proxy_secrets(url)])
 
     async def __aenter__(self) -> BatchAPI:
