@@ -1019,6 +1019,19 @@ def test_two_answers_for_one_request_are_a_conflict_not_a_choice(tmp_path: Path)
     assert "1 with two answers); 0 lines for requests not owed now" in scored.stderr
 
 
+def test_the_results_notes_count_lines_for_other_requests_and_only_the_owed_conflicts(tmp_path: Path) -> None:
+    """Read once for the whole run, the file's two answers for a request not owed counted as a
+    conflict of the answers read, and as one line for requests not owed rather than two."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    results = tmp_path / "results.jsonl"
+    results.write_bytes(_ok(ids[0], "ANSWER: YES") + _ok("other", "ANSWER: NO") + _ok("other", "ANSWER: YES"))
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    assert scored.returncode == 1, scored.stderr
+    assert "1 answers read" in scored.stderr
+    assert "(0 failed, 0 with two answers); 2 lines for requests not owed now" in scored.stderr, scored.stderr
+
+
 def test_a_batch_whose_status_is_none_the_api_has_ends_within_patience(tmp_path: Path) -> None:
     """A batch whose status was null was polled forever, saying nothing."""
 
