@@ -1136,3 +1136,28 @@ def test_a_result_file_that_lacks_requests_under_max_cost_ends(tmp_path: Path) -
     )  # fmt: skip
     assert scored.returncode == 1, scored.stderr  # two still owed
     assert len(_answers(only_run_dir(tmp_path / "o"))) == 4
+
+
+def test_a_download_whose_temporary_file_cannot_be_made_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The raw download goes to a nameless file beside its result; where the disk refuses it (full,
+    read-only, out of file handles) the OSError left the run as a traceback, not a StorageError."""
+    import asyncio
+    import errno
+    import tempfile
+
+    from coinflip.errors import StorageError
+    from coinflip.models.batch_api import BatchAPI
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refused)
+
+    async def download() -> None:
+        api = BatchAPI("http://127.0.0.1:9/v1", None, {}, 5.0, [])  # nothing is sent: the file comes first
+        await api.download("file-1", tmp_path / "batch_000001.output.jsonl")
+
+    with pytest.raises(StorageError, match=f"cannot write {tmp_path}: No space left on device"):
+        asyncio.run(download())
