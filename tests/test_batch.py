@@ -1019,6 +1019,19 @@ def test_two_answers_for_one_request_are_a_conflict_not_a_choice(tmp_path: Path)
     assert "1 with two answers); 0 lines for requests not owed now" in scored.stderr
 
 
+def test_the_results_notes_count_lines_for_other_requests_and_only_the_owed_conflicts(tmp_path: Path) -> None:
+    """Read once for the whole run, the file's two answers for a request not owed counted as a
+    conflict of the answers read, and as one line for requests not owed rather than two."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    results = tmp_path / "results.jsonl"
+    results.write_bytes(_ok(ids[0], "ANSWER: YES") + _ok("other", "ANSWER: NO") + _ok("other", "ANSWER: YES"))
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    assert scored.returncode == 1, scored.stderr
+    assert "1 answers read" in scored.stderr
+    assert "(0 failed, 0 with two answers); 2 lines for requests not owed now" in scored.stderr, scored.stderr
+
+
 def test_a_batch_whose_status_is_none_the_api_has_ends_within_patience(tmp_path: Path) -> None:
     """A batch whose status was null was polled forever, saying nothing."""
 
@@ -1140,3 +1153,28 @@ def test_a_gateway_s_authorization_header_wins_over_the_key_in_a_batch_as_online
                          *FAST, "--generation-config", headers, "--work-dir", str(tmp_path))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert Done.auth == "Basic Z3c6cGFzcw=="
+
+
+def test_a_download_whose_temporary_file_cannot_be_made_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The raw download goes to a nameless file beside its result; where the disk refuses it (full,
+    read-only, out of file handles) the OSError left the run as a traceback, not a StorageError."""
+    import asyncio
+    import errno
+    import tempfile
+
+    from coinflip.errors import StorageError
+    from coinflip.models.batch_api import BatchAPI
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refused)
+
+    async def download() -> None:
+        api = BatchAPI("http://127.0.0.1:9/v1", None, {}, 5.0, [])  # nothing is sent: the file comes first
+        await api.download("file-1", tmp_path / "batch_000001.output.jsonl")
+
+    with pytest.raises(StorageError, match=f"cannot write {tmp_path}: No space left on device"):
+        asyncio.run(download())

@@ -774,3 +774,23 @@ def test_an_https_proxy_url_is_one_clear_line(tmp_path: Any) -> None:
     assert result.stderr.strip().splitlines() == [
         "error: proxy 'https://proxy.example:3128': give an http:// proxy URL, e.g. http://proxy.example:3128"
     ]
+
+
+def test_a_certificate_error_as_aiohttp_before_3_13_4_makes_it_is_named_not_a_traceback() -> None:
+    """aiohttp >= 3.10 is allowed, and before 3.13.4 its certificate error has no os_error (reading it
+    raises AttributeError): taken as any connect error's os_error, an untrusted certificate was a
+    traceback instead of the line that names SSL_CERT_FILE."""
+    import aiohttp
+    from aiohttp.client_reqrep import ConnectionKey
+
+    from coinflip.models._wire import connect_failure
+
+    target = Target.parse("https://127.0.0.1:8443/v1", {}, proxy=None)
+    key = ConnectionKey("127.0.0.1", 8443, True, True, None, None, None)
+    cause = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    cause.verify_message = "unable to get local issuer certificate"
+    exc = aiohttp.ClientConnectorCertificateError(key, cause)
+    exc.__dict__.pop("_os_error", None)  # as aiohttp 3.10-3.13.3 build it: no os_error
+    message = str(connect_failure(exc, target, 5.0))
+    assert "TLS certificate verification failed (unable to get local issuer certificate)" in message
+    assert "SSL_CERT_FILE" in message

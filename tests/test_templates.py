@@ -128,3 +128,23 @@ def test_bad_templates_are_refused_before_anything_runs(bad: str) -> None:
 def test_logprobs_mean_the_same_in_both_modes(mode: str, given: dict, sent: dict) -> None:
     generation = effective_generation(TaskConfig(model="m", api_mode=mode, generation_config=given))
     assert {k: generation.get(k) for k in sent} == sent and (mode == "chat" or "top_logprobs" not in generation)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("{}", "['']"),
+        ("Q: {question} {0}", "['0']"),
+        ("{question.x}", "['question.x']"),
+        ("{question[0]}", "['question[0]']"),
+    ],
+)
+def test_a_placeholder_that_is_not_question_or_fewshot_is_named(text: str, named: str) -> None:
+    """Filled in before its placeholders were checked, a template with {} or {0} said 'Replacement index 0 out
+    of range', and {question.x} said only ('question'), instead of naming the unknown placeholder."""
+    from coinflip.data.prompts import template
+    from coinflip.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        template(text)
+    assert f"unknown placeholder(s) {named}; write a literal brace as {{{{ or }}}}" in str(caught.value)

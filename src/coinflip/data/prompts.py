@@ -89,7 +89,8 @@ def template(value: str) -> Template:
     braces = "write a literal brace as {{ or }}"
     try:  # a format spec or conversion ({question:d}, {question!z}) fails only when formatted
         names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
-        value.format(**dict.fromkeys(names, "Q"))
+        if "question" in names and names <= {"question", "fewshot"}:  # else named below: {}, {0}, {question.x}
+            value.format(question="Q", fewshot="")
     except (ValueError, IndexError, KeyError, AttributeError) as exc:
         raise ConfigError(f"prompt_template cannot be filled in ({exc}); {braces}") from None
     unknown = sorted(names - {"question", "fewshot"})

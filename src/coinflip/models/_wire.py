@@ -232,6 +232,8 @@ def translated(exc: BaseException, target: Target) -> BaseException:
         target.proxy is not None and isinstance(exc, aiohttp.ClientConnectorDNSError)  # a proxy looks up the server
     ):
         return _unreachable(target, exc.os_error)
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):  # before aiohttp 3.13.4 it has no os_error
+        return exc.certificate_error
     if isinstance(exc, aiohttp.ClientConnectorError):
         return exc.os_error
     if isinstance(exc, aiohttp.ServerDisconnectedError):

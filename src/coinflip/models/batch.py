@@ -63,16 +63,19 @@ def write_requests(config: TaskConfig, generation: dict[str, Any], requests: Ite
 
 
 def read_answers(
-    paths: list[Path], wanted: set[str] | None, mode: str, cap: int, redact: Redactor
+    paths: list[Path], wanted: set[str] | None, mode: str, cap: int, redact: Redactor, lines: Counter[str] | None = None
 ) -> tuple[dict[str, Reply], Counter[str]]:
     """The answers in result files (for `wanted` custom_ids, None: all), masked (two good ones: a conflict
-    error), and counts of the conflicts and of the lines for other requests and the unreadable ones."""
+    error), and counts of the conflicts and of the lines for other requests and the unreadable ones;
+    `lines` counts the readable lines of each custom_id."""
     replies: dict[str, Reply] = {}
     counts: Counter[str] = Counter()
     for path in paths:
         with open_regular(path) as handle:
             for raw in capped_lines(handle, cap):
                 found = read_result(raw, mode)
+                if found is not None and lines is not None:
+                    lines[found[0]] += 1
                 if found is None or (wanted is not None and found[0] not in wanted):
                     counts["unreadable" if found is None else "other"] += bool(raw.strip())
                     continue
@@ -109,11 +112,13 @@ class ResultsFile:
         self.name, self.path, self.mode, self.cap, self.redact = str(path), path, mode, cap, redact
         self.replies: dict[str, Reply] | None = None  # those not asked for yet
         self.counts: Counter[str] = Counter()
+        self.lines: Counter[str] = Counter()  # the file's lines for each custom_id
 
     async def complete(self, request: Request) -> Reply:
         if self.replies is None:
             try:  # a plain file only: /dev/zero, /dev/urandom or a FIFO is UnreadableFile (exit 2)
-                self.replies, self.counts = read_answers([self.path], None, self.mode, self.cap, self.redact)
+                self.replies, read = read_answers([self.path], None, self.mode, self.cap, self.redact, self.lines)
+                self.counts["unreadable"] = read["unreadable"]  # conflicts: among the answers asked for only
             except OSError as exc:
                 raise ConfigError(f"--batch-results {self.path}: cannot read ({exc.strerror})") from None
         reply = self.replies.pop(custom_id(request), None)
@@ -122,13 +127,15 @@ class ResultsFile:
             raise Unanswered()
         self.counts["read"] += 1
         self.counts["failed"] += reply.error is not None
+        self.counts["conflicts"] += CONFLICT in (reply.error or "")
         return reply
 
     async def aclose(self) -> None:
         c = self.counts
         if self.replies is not None:  # it was read
             print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
-                  f"two answers); {len(self.replies)} lines for requests not owed now, {c['unreadable']} unreadable; "
+                  f"two answers); {sum(self.lines[cid] for cid in self.replies)} lines for requests not owed now, "
+                  f"{c['unreadable']} unreadable; "
                   f"{c['owed']} requests still owed (write them with --batch-write)", file=sys.stderr)  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 import aiohttp
 
 from .._files import replacing
-from ..errors import EndpointBroken, FatalAPIError
+from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, merge_headers
 from ._redact import Redactor
@@ -176,7 +176,11 @@ class BatchAPI:
 
     async def download(self, file_id: str, dest: Path) -> bool:
         """A result file into `dest` (raw into a nameless file beside it), lines capped and masked; False when gone."""
-        with tempfile.TemporaryFile(dir=dest.parent) as raw:
+        try:
+            held = tempfile.TemporaryFile(dir=dest.parent)  # noqa: SIM115 - the with below closes it
+        except OSError as exc:  # a full disk, a read-only folder: one line naming where, not a traceback
+            raise storage_error(dest.parent, exc) from None
+        with held as raw:
             try:
                 await self._call("GET", f"/files/{quote(file_id, safe='')}/content", into=raw, gone=(404,))
             except _Gone:
