@@ -1178,3 +1178,35 @@ def test_a_download_whose_temporary_file_cannot_be_made_is_one_line(
 
     with pytest.raises(StorageError, match=f"cannot write {tmp_path}: No space left on device"):
         asyncio.run(download())
+
+
+def test_a_disk_that_fills_during_a_download_is_one_line_not_the_server_s_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while a result file came in was taken for the server's failure: retried, then
+    'the Batch API did not answer'. It is our disk: a StorageError naming the folder, at once."""
+    import asyncio
+    import errno
+    import io
+    import tempfile
+
+    from coinflip.errors import StorageError
+    from coinflip.models.batch_api import BatchAPI
+
+    class Full(io.BytesIO):
+        def write(self, data: Any) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    class Results(_OneBatch):
+        @staticmethod
+        def results(ids: list[str]) -> bytes:
+            return b"x" * 100_000
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", lambda *args, **kwargs: Full())
+
+    async def download(url: str) -> None:
+        async with BatchAPI(url, None, {}, 5.0, []) as api:
+            await api.download("file-out", tmp_path / "batch_000001.output.jsonl")
+
+    with serving(Results) as url, pytest.raises(StorageError, match=f"cannot write {tmp_path}: No space left"):
+        asyncio.run(download(url))

@@ -38,6 +38,10 @@ class _Gone(Exception):
     """A 404 where the caller expects one."""
 
 
+class _Unwritable(Exception):
+    """Our disk refused the download (full, read-only): no call again will help, unlike the server's failures."""
+
+
 def request_line(custom_id: str, mode: str, body: dict[str, Any]) -> bytes:
     line = {"custom_id": custom_id, "method": "POST", "url": ENDPOINTS[mode], "body": body}
     try:
@@ -185,6 +189,8 @@ class BatchAPI:
                 await self._call("GET", f"/files/{quote(file_id, safe='')}/content", into=raw, gone=(404,))
             except _Gone:
                 return False
+            except _Unwritable as exc:
+                raise storage_error(dest.parent, exc.args[0]) from None
             raw.seek(0)
             with replacing(dest) as out:
                 for line in capped_lines(raw, self.pool.limits.max_body):
@@ -260,7 +266,10 @@ class BatchAPI:
             into.seek(0)
             into.truncate()  # what an attempt before wrote
             async for chunk in response.content.iter_chunked(1 << 16):
-                into.write(chunk)
+                try:
+                    into.write(chunk)
+                except OSError as exc:
+                    raise _Unwritable(exc) from None
             return {}
         try:
             raw = await self._body(response)
