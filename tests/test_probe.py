@@ -348,3 +348,16 @@ def test_a_resumed_probe_writes_its_data_whole_never_through_a_link_or_into_a_fi
     assert again.returncode == 0, again.stderr
     assert outside.read_text(encoding="utf-8") == "precious"
     assert not linked.is_symlink() and linked.read_text(encoding="utf-8") == rows and fifo.is_file()
+
+
+def test_a_probe_resumes_from_another_working_directory(tmp_path: Path) -> None:
+    """A variant's run saved its data path as the probe gave it, relative to where the probe started;
+    resumed from elsewhere, the saved path won over the probe's own and named no file."""
+    (tmp_path / "a").mkdir()
+    first = run_cli("probe", "--model", "oracle", "--limit", "4", "--variants", "fresh", "--lengths", "2-2",
+                    "--length-count", "4", "--work-dir", "out", cwd=tmp_path / "a")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    (root,) = (tmp_path / "a" / "out").glob("probe_*")
+    again = run_cli("probe", "--use-cache", str(root), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((root / "probe.json").read_text())["complete"] is True

@@ -189,7 +189,7 @@ def _run_config(config: TaskConfig, root: Path, name: str, data: Path | None, pr
         changes["split"] = "test"
     if prompt is not None:
         changes["prompt_template"] = prompt
-    return replace(config, **changes)
+    return replace(config, **changes, given=config.given | changes.keys())  # over the saved: a resume from elsewhere
 
 
 def _run(config: TaskConfig) -> dict[str, Any]:
