@@ -439,7 +439,7 @@ def test_completions_mode_sends_the_same_text_as_one_prompt(tmp_path: Path) -> N
     ],
 )
 def test_endpoint_urls(url: str, mode: str, expected: str) -> None:
-    from coinflip.models.openai_api import endpoint_url
+    from coinflip.models._request import endpoint_url
 
     assert endpoint_url(url, mode) == expected
 

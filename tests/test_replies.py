@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from coinflip.models._replies import BadReply, StreamReply, parse_body, server_message, text_of, usage
-from coinflip.models.openai_api import EarlyStop, endpoint_url
+from coinflip.models._request import endpoint_url
+from coinflip.models.openai_api import EarlyStop
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec  # imported with the transport, not with `import coinflip`
 
-from .._terminal import one_line as one_line  # the one rule; openai_api and batch_api take it from here
+from .._terminal import one_line
 from ..records import MAX_FINISH, TOKENS_MAX, whole
 from .base import Reply
 

@@ -20,9 +20,10 @@ from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ..secrets import secret_keys
 from ._redact import Redactor
+from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, capped_lines, read_result, request_line, split_lines
-from .openai_api import OpenAIClient, request_body, split_generation
+from .openai_api import OpenAIClient
 
 log = logging.getLogger("coinflip")
 STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each

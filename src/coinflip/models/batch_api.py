@@ -17,14 +17,16 @@ from urllib.parse import quote
 import aiohttp
 
 from .._files import replacing
+from .._terminal import one_line
 from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, merge_headers
 from ._redact import Redactor
-from ._replies import BadReply, load_json, one_line, parse_body, server_message
+from ._replies import BadReply, load_json, parse_body, server_message
+from ._request import endpoint_url
 from ._wire import ReplyTooLarge, UnknownCoding, check_framing, read_at_most, tls_like, undecoded
 from .base import Reply
-from .openai_api import endpoint_url, retry_after
+from .openai_api import retry_after
 
 MAX_REQUESTS = 50_000  # the API's limits on one batch
 MAX_BYTES = 200 * 1024 * 1024

@@ -15,16 +15,14 @@ from typing import Any
 
 import msgspec
 
+from .._terminal import one_line
 from ..config import KEY_AGAIN
 from ..errors import EndpointBroken, EndpointError, FatalAPIError
 from ..secrets import run_secrets, shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, Response, merge_headers
 from ._redact import Redactor
-from ._replies import BadReply, StreamReply, one_line, parse_body, server_message
-from ._request import endpoint_url as endpoint_url  # batch_api.py and run/batch.py take these from here
-from ._request import published_slots, redirect, web_page
-from ._request import request_body as request_body
-from ._request import split_generation as split_generation
+from ._replies import BadReply, StreamReply, parse_body, server_message
+from ._request import endpoint_url, published_slots, redirect, request_body, split_generation, web_page
 from ._wire import ReplyTooLarge, UnknownCoding
 from .base import Reply, Request
 from .limits import Limiter, Traffic
