@@ -192,8 +192,9 @@ def _clustered(outcomes: Outcomes, compat: str, seed: int) -> dict[str, tuple[fl
     questions = len(matrix)
     rng = np.random.default_rng(seed)
     drawn: dict[str, list[Any]] = {k: [] for k in METRICS}
-    for _ in range(RESAMPLES // 200):  # 200 resamples at a time keeps memory flat
-        weights = rng.multinomial(questions, np.full(questions, 1 / questions), size=200)
+    for first in range(0, RESAMPLES, 200):  # 200 resamples at a time keeps memory flat
+        size = min(200, RESAMPLES - first)  # all RESAMPLES, whatever it is
+        weights = rng.multinomial(questions, np.full(questions, 1 / questions), size=size)
         for k, v in rates(weights @ matrix, compat).items():
             drawn[k].append(v)
     return {k: _percentiles(np.concatenate(drawn[k])) for k in METRICS}
