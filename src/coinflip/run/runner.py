@@ -42,18 +42,18 @@ def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
 
 def run_one(config: TaskConfig) -> Report | dict[str, Any]:
     with stopping() as stop:
+        stop.hint = ""  # a probe's runs share one StopRequest: no hint of the run before
+        run: RunDir | None = None
+        handler: logging.Handler = logging.NullHandler()
         try:
             config = resume_settings(config)
             for note in config.notes():
                 print(f"note: {note}", file=sys.stderr)
             plan = prepare(config)
-            with stop.held():  # a run directory exists only with its settings in it
+            with stop.held():  # a run directory exists only with its settings in it, and then resumes
                 run, fresh = open_run(plan)
-        except Interrupted as exc:
-            raise RunIncomplete(f"{stopped_by(exc)} before the run started") from None
-        stop.hint = f"; {resume_hint(run, bool(config.api_key))}"
-        handler = _attach_log(run)
-        try:
+                stop.hint = f"; {resume_hint(run, bool(config.api_key))}"
+                handler = _attach_log(run)
             with run.locked():
                 log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
                 if config.batch_write:  # offline: the requests as a file for `vllm run-batch`, nothing sent
@@ -66,9 +66,11 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 session = ask(plan, run, fresh, stop)
                 with stop.held():  # the report is written whole; a signal during it ends the run after
                     return finish(run, config.metric_compat, show=not config.quiet, session=session)
-        except Interrupted as exc:  # outside the requests: nothing was lost, the run resumes
-            raise RunIncomplete(f"{stopped_by(exc)}{stop.hint}") from None
+        except Interrupted as exc:  # outside the requests: nothing was lost, the run (if it began) resumes
+            raise RunIncomplete(f"{stopped_by(exc)}{stop.hint or ' before the run started'}") from None
         except CoinflipError as exc:
+            if run is None:  # no run directory, no log of it
+                raise
             log.error("%s", exc)
             if fresh and exc.exit_code == 2:
                 _discard(run, config)
