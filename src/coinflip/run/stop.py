@@ -42,6 +42,8 @@ class StopRequest:
         if self.signal is not None:
             self.exit_now(f"{said(name)} again")
         self.signal = name
+        self.previous.setdefault(signal.SIGALRM, signal.getsignal(signal.SIGALRM))  # the caller's, for `restore`
+        signal.signal(signal.SIGALRM, self.overdue)  # only now: until a stop, SIGALRM is the caller's
         signal.alarm(GRACE_S)
         if self.task is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed under us: then it is held
@@ -95,8 +97,7 @@ class StopRequest:
         """Until `restore`; one ignored (`nohup`: SIGHUP) stays ignored; off the main thread, nothing."""
         if threading.current_thread() is not threading.main_thread():
             return self
-        self.previous = {sig: signal.getsignal(sig) for sig in (*NAMES, signal.SIGALRM)}
-        signal.signal(signal.SIGALRM, self.overdue)  # first: a stop's handler may set the alarm at once
+        self.previous = {sig: signal.getsignal(sig) for sig in NAMES}
         self.hook, sys.unraisablehook = sys.unraisablehook, self.unraisable
         for sig in NAMES:
             if self.previous[sig] != signal.SIG_IGN:
@@ -104,7 +105,7 @@ class StopRequest:
         return self
 
     def restore(self) -> None:
-        if self.previous:
+        if signal.SIGALRM in self.previous:  # a stop set the alarm: a caller's timer, if any, is lost with it
             signal.alarm(0)
         for sig, old in self.previous.items():
             signal.signal(sig, signal.SIG_DFL if old is None else old)  # None: set outside Python
