@@ -8,7 +8,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -72,13 +72,15 @@ class StopRequest:
         if not self.holds and self.signal is not None:
             raise Interrupted(self.signal)
 
-    def run(self, main: Coroutine[Any, Any, T]) -> T:
+    def run(self, main: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """`main(*args)`, its coroutine made in the loop: one made before would be left 'never awaited' by a stop."""
+
         async def cancellable() -> T:
             self.task = asyncio.current_task()
             if self.signal is not None and self.task is not None:  # it came while the loop was starting
                 self.task.cancel()
             try:
-                return await main
+                return await main(*args)
             finally:
                 self.task = None
 
