@@ -70,3 +70,28 @@ def test_a_stop_as_the_requests_start_ends_in_one_line(tmp_path: Path) -> None:
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     line = f"error: stopped by SIGTERM: 0 new samples kept; resume with: coinflip eval --use-cache {run}\n"
     assert (done.returncode, done.stderr) == (1, line), done
+
+
+def test_a_stop_while_the_request_file_is_written_resumes_by_writing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--batch-write FILE` stopped said 'resume with: coinflip eval --use-cache RUN', which runs the
+    run online and, with no --api-url saved, ends in exit 2: the resume is the same file again."""
+    from coinflip.models import batch
+
+    real = batch.write_requests
+
+    def signalled(*args: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args)
+
+    monkeypatch.setattr(batch, "write_requests", signalled)
+    requests = tmp_path / "requests.jsonl"
+    config = {"model": "m", "limit": 4, "work_dir": str(tmp_path / "work"), "batch_write": str(requests)}
+    with pytest.raises(RunIncomplete) as stopped:
+        run_task(config)
+    monkeypatch.setattr(batch, "write_requests", real)
+    (run,) = (tmp_path / "work").iterdir()
+    again = f"coinflip eval --use-cache {run} --batch-write {requests}"
+    assert str(stopped.value) == f"stopped by SIGTERM; resume with: {again}"
+    assert run_task({"use_cache": str(run), "batch_write": str(requests)})["batch_written"]["requests"] == 4

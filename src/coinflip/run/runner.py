@@ -52,7 +52,8 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             plan = prepare(config)
             with stop.held():  # a run directory exists only with its settings in it, and then resumes
                 run, fresh = open_run(plan)
-                stop.hint = f"; {resume_hint(run, bool(config.api_key))}"
+                again = ("--batch-write", str(config.batch_write)) if config.batch_write else ()  # offline: the file
+                stop.hint = f"; {resume_hint(run, bool(config.api_key) and not again, again)}"
                 handler = _attach_log(run)
             with run.locked():
                 log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
