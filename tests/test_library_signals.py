@@ -84,3 +84,46 @@ def test_a_child_started_with_default_signals_dies_on_sigterm_though_its_parent_
         ignoring.wait()
     assert not ignores_sigterm(reset.pid)
     assert dies_on_sigterm(reset)
+
+
+CALLERS_ALARM = """
+import os, signal, sys
+from coinflip import run_task
+from coinflip.run import runner
+
+fired = []
+signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
+real = runner.prepare
+
+def prepare(*args):
+    os.kill(os.getpid(), signal.SIGALRM)  # the caller's own timer goes off during the call
+    return real(*args)
+
+runner.prepare = prepare
+report = run_task({"model": "oracle", "limit": 2, "work_dir": sys.argv[1], "quiet": True})
+print(report["complete"], fired)
+"""
+
+
+def test_the_callers_alarm_during_a_run_reaches_the_callers_handler(tmp_path: Path) -> None:
+    """coinflip took SIGALRM (its 20 s limit after a stop) for the whole call, so a caller's timer
+    (pytest-timeout's, a watchdog) going off during a run ended the process: 'interrupted, and
+    still running 20 s later: exiting now'. It is coinflip's only once a stop signal came."""
+    done = subprocess.run(
+        [sys.executable, "-c", CALLERS_ALARM, str(tmp_path)], capture_output=True, text=True, timeout=EXIT_BUDGET_S
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "True [True]\n", ""), done
+
+
+def test_a_run_in_process_leaves_the_callers_timer_running(tmp_path: Path) -> None:
+    """Putting the handlers back also cancelled any alarm: pytest-timeout's, say, was gone after the call."""
+    handler, timer = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)  # pytest-timeout's
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.setitimer(signal.ITIMER_REAL, 3600)
+    try:
+        run_task({"model": "oracle", "limit": 2, "work_dir": str(tmp_path), "quiet": True})
+        left = signal.getitimer(signal.ITIMER_REAL)[0]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, *timer)
+        signal.signal(signal.SIGALRM, handler)
+    assert left > 3000

@@ -17,7 +17,7 @@ from ..config import TaskConfig, safe_name
 from ..data.generate import PeopleRange, generate_file, write_rows
 from ..data.load import Record, load_dataset
 from ..data.prompts import IN_CHINESE
-from ..errors import KEPT, CoinflipError, ConfigError, short
+from ..errors import KEPT, CoinflipError, ConfigError, RunIncomplete, short
 from ..jsonl import iter_reviews
 from ..pages.board import write_whole
 from ..pages.html import relative
@@ -79,9 +79,18 @@ def settle(options: ProbeOptions, saved: dict[str, Any] | None = None, in_work_d
 
 def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[str, Any]:
     """Run every variant and the length curve; write probe.json, probe.html and the index."""
-    from ..run.plan import few_shot_pool, prepare
+    from ..run.stop import Interrupted, stopped_by
 
     config, root, settings = _open(config, options)
+    try:
+        return _probe(config, root, settings)
+    except Interrupted as exc:  # a stop between its runs (one in a run is that run's RunIncomplete)
+        raise RunIncomplete(f"{stopped_by(exc)}{_resume(root, 'resume with') or ' before the probe started'}") from None
+
+
+def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]:
+    from ..run.plan import few_shot_pool, prepare
+
     base = prepare(_run_config(config, root, BASE.name, None))
     records = list(base.dataset)
     plans = _write_data(config, root, settings, records, few_shot_pool(config))
@@ -201,9 +210,15 @@ def _run(config: TaskConfig) -> dict[str, Any]:
     except CoinflipError as exc:
         if exc.exit_code != 1:
             raise
-        root = Path(config.work_dir).parent.parent
-        raise type(exc)(f"{exc}; or the whole probe: coinflip probe --use-cache {shlex.quote(str(root))}") from None
+        raise type(exc)(f"{exc}{_resume(Path(config.work_dir).parent.parent, 'or the whole probe')}") from None
     return report
+
+
+def _resume(root: Path, words: str) -> str:
+    """How to resume the whole probe; nothing until its base run is saved (`_open` could not resume it)."""
+    if not (root / "runs" / BASE.name / CONFIG_FILE).is_file():
+        return ""
+    return f"; {words}: coinflip probe --use-cache {shlex.quote(str(root))}"
 
 
 def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str, Any]:

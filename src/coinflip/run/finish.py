@@ -21,10 +21,12 @@ if TYPE_CHECKING:
     from .session import Session
 
 
-def resume_hint(run: RunDir, keyed: bool = False) -> str:
-    """The resume command, shell-quoted, a folder name's escapes shown as U+FFFD; `keyed`: give the API key again."""
+def resume_hint(run: RunDir, keyed: bool = False, flags: tuple[str, ...] = ()) -> str:
+    """The resume command, shell-quoted, a folder name's escapes shown as U+FFFD; `keyed`: give the API key again;
+    `flags`: to give again (what a run does not save)."""
+    given = "".join(f" {shlex.quote(flag)}" for flag in flags)
     again = f", and {KEY_AGAIN}" if keyed else ""
-    return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}{again}")
+    return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}{given}{again}")
 
 
 def finish(run: RunDir, compat: str, show: bool = True, session: Session | None = None) -> Report:

@@ -42,18 +42,19 @@ def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
 
 def run_one(config: TaskConfig) -> Report | dict[str, Any]:
     with stopping() as stop:
+        stop.hint = ""  # a probe's runs share one StopRequest: no hint of the run before
+        run: RunDir | None = None
+        handler: logging.Handler = logging.NullHandler()
         try:
             config = resume_settings(config)
             for note in config.notes():
                 print(f"note: {note}", file=sys.stderr)
             plan = prepare(config)
-            with stop.held():  # a run directory exists only with its settings in it
+            with stop.held():  # a run directory exists only with its settings in it, and then resumes
                 run, fresh = open_run(plan)
-        except Interrupted as exc:
-            raise RunIncomplete(f"{stopped_by(exc)} before the run started") from None
-        stop.hint = f"; {resume_hint(run, bool(config.api_key))}"
-        handler = _attach_log(run)
-        try:
+                again = ("--batch-write", str(config.batch_write)) if config.batch_write else ()  # offline: the file
+                stop.hint = f"; {resume_hint(run, bool(config.api_key) and not again, again)}"
+                handler = _attach_log(run)
             with run.locked():
                 log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
                 if config.batch_write:  # offline: the requests as a file for `vllm run-batch`, nothing sent
@@ -66,9 +67,11 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 session = ask(plan, run, fresh, stop)
                 with stop.held():  # the report is written whole; a signal during it ends the run after
                     return finish(run, config.metric_compat, show=not config.quiet, session=session)
-        except Interrupted as exc:  # outside the requests: nothing was lost, the run resumes
-            raise RunIncomplete(f"{stopped_by(exc)}{stop.hint}") from None
+        except Interrupted as exc:  # outside the requests: nothing was lost, the run (if it began) resumes
+            raise RunIncomplete(f"{stopped_by(exc)}{stop.hint or ' before the run started'}") from None
         except CoinflipError as exc:
+            if run is None:  # no run directory, no log of it
+                raise
             log.error("%s", exc)
             if fresh and exc.exit_code == 2:
                 _discard(run, config)
@@ -184,7 +187,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             room_for(concurrency)
             model = open_model(config, endpoint.urls, plan.generation, concurrency, run.root / "batch",
                                budget.admit_online if budget is not None else None)  # fmt: skip
-            (stop or StopRequest()).run(session.send(model, concurrency, requests_left(plan, run, index), budget))
+            (stop or StopRequest()).run(session.send, model, concurrency, requests_left(plan, run, index), budget)
             if budget is not None and (note := budget.note()):
                 if not (index.lines or session.progress.done or session.pending):  # nothing to report: --max-cost 0
                     raise RunIncomplete(f"{note}; {hint}")

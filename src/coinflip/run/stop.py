@@ -8,7 +8,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -42,6 +42,8 @@ class StopRequest:
         if self.signal is not None:
             self.exit_now(f"{said(name)} again")
         self.signal = name
+        self.previous.setdefault(signal.SIGALRM, signal.getsignal(signal.SIGALRM))  # the caller's, for `restore`
+        signal.signal(signal.SIGALRM, self.overdue)  # only now: until a stop, SIGALRM is the caller's
         signal.alarm(GRACE_S)
         if self.task is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed under us: then it is held
@@ -70,13 +72,15 @@ class StopRequest:
         if not self.holds and self.signal is not None:
             raise Interrupted(self.signal)
 
-    def run(self, main: Coroutine[Any, Any, T]) -> T:
+    def run(self, main: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """`main(*args)`, its coroutine made in the loop: one made before would be left 'never awaited' by a stop."""
+
         async def cancellable() -> T:
             self.task = asyncio.current_task()
             if self.signal is not None and self.task is not None:  # it came while the loop was starting
                 self.task.cancel()
             try:
-                return await main
+                return await main(*args)
             finally:
                 self.task = None
 
@@ -95,8 +99,7 @@ class StopRequest:
         """Until `restore`; one ignored (`nohup`: SIGHUP) stays ignored; off the main thread, nothing."""
         if threading.current_thread() is not threading.main_thread():
             return self
-        self.previous = {sig: signal.getsignal(sig) for sig in (*NAMES, signal.SIGALRM)}
-        signal.signal(signal.SIGALRM, self.overdue)  # first: a stop's handler may set the alarm at once
+        self.previous = {sig: signal.getsignal(sig) for sig in NAMES}
         self.hook, sys.unraisablehook = sys.unraisablehook, self.unraisable
         for sig in NAMES:
             if self.previous[sig] != signal.SIG_IGN:
@@ -104,7 +107,7 @@ class StopRequest:
         return self
 
     def restore(self) -> None:
-        if self.previous:
+        if signal.SIGALRM in self.previous:  # a stop set the alarm: a caller's timer, if any, is lost with it
             signal.alarm(0)
         for sig, old in self.previous.items():
             signal.signal(sig, signal.SIG_DFL if old is None else old)  # None: set outside Python

@@ -1,0 +1,97 @@
+"""A stop signal at an exact step of a run, sent from inside the step by the process to itself:
+Python runs the handler at once, so each test stops the run at that step, with no timing involved.
+
+While the run directory is being made, or just after: the directory is on disk with its settings,
+so the stop is the run's, one RunIncomplete line that says how to resume it (it said 'before the
+run started' with no path, or a bare 'stopped by SIGTERM' escaped run_task). As the requests are
+about to start: one line too (the coroutine made for them was left 'never awaited', which Python
+reported in two more lines at exit)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coinflip import run_task
+from coinflip.errors import RunIncomplete
+from coinflip.run import runner
+from coinflip.testing.server import FakeOpenAIServer
+
+
+@pytest.mark.parametrize("step", ["open_run", "_attach_log"])
+def test_a_stop_as_the_run_directory_is_made_says_how_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    real = getattr(runner, step)
+
+    def signalled(*args: Any) -> Any:
+        done = real(*args)
+        os.kill(os.getpid(), signal.SIGTERM)  # the run directory exists (open_run) or the run is set up
+        return done
+
+    monkeypatch.setattr(runner, step, signalled)
+    with FakeOpenAIServer("correct") as srv:
+        config = {"model": "m", "api_url": srv.url, "limit": 4, "work_dir": str(tmp_path), "quiet": True}
+        with pytest.raises(RunIncomplete) as stopped:
+            run_task(config)
+        monkeypatch.setattr(runner, step, real)
+        (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+        assert str(stopped.value) == f"stopped by SIGTERM; resume with: coinflip eval --use-cache {run}"
+        assert run_task({"use_cache": str(run), "quiet": True})["complete"]
+
+
+AS_THE_REQUESTS_START = """
+import os, signal, sys
+from coinflip.cli import main
+from coinflip.run.stop import StopRequest
+
+real = StopRequest.run
+
+def run(self, *args):
+    os.kill(os.getpid(), signal.SIGTERM)  # the stop lands as the requests are about to be sent
+    return real(self, *args)
+
+StopRequest.run = run
+sys.argv = ["coinflip", "eval", "--model", "oracle", "--limit", "2", "--work-dir", sys.argv[1]]
+main()
+"""
+
+
+def test_a_stop_as_the_requests_start_ends_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", AS_THE_REQUESTS_START, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    line = f"error: stopped by SIGTERM: 0 new samples kept; resume with: coinflip eval --use-cache {run}\n"
+    assert (done.returncode, done.stderr) == (1, line), done
+
+
+def test_a_stop_while_the_request_file_is_written_resumes_by_writing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--batch-write FILE` stopped said 'resume with: coinflip eval --use-cache RUN', which runs the
+    run online and, with no --api-url saved, ends in exit 2: the resume is the same file again."""
+    from coinflip.models import batch
+
+    real = batch.write_requests
+
+    def signalled(*args: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args)
+
+    monkeypatch.setattr(batch, "write_requests", signalled)
+    requests = tmp_path / "requests.jsonl"
+    config = {"model": "m", "limit": 4, "work_dir": str(tmp_path / "work"), "batch_write": str(requests)}
+    with pytest.raises(RunIncomplete) as stopped:
+        run_task(config)
+    monkeypatch.setattr(batch, "write_requests", real)
+    (run,) = (tmp_path / "work").iterdir()
+    again = f"coinflip eval --use-cache {run} --batch-write {requests}"
+    assert str(stopped.value) == f"stopped by SIGTERM; resume with: {again}"
+    assert run_task({"use_cache": str(run), "batch_write": str(requests)})["batch_written"]["requests"] == 4
