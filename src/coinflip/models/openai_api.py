@@ -275,7 +275,7 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
 
     try:
         seconds = parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # a year past datetime's: OverflowError
         return None
     return min(max(seconds, 0.0), 60.0)
 
