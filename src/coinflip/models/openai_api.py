@@ -80,8 +80,9 @@ class OpenAIClient:
         self.name, self.mode, self.stream, self.patience = model, mode, stream, patience
         self.url = endpoint_url(url, mode, generation.get("extra_query"))
         self.limiter = Limiter(concurrency, probe=probe)
-        self.last_success = time.monotonic()  # counted from the start: patience bounds a run that never answers too
         self.trouble = False  # a refusal or failure since the last success
+        self.trouble_since = 0.0  # when the first of them came: patience counts from then, not from the last
+        # success (a reply may take longer than the patience)
         self.last_word = ""  # the latest failure, as the server said it
         self.holding, self.held_since = 0, 0.0  # requests held back by a limit now (not by --eval-batch-size)
         self.waited_s = 0.0  # wall time during which some request was held back by a limit
@@ -154,15 +155,17 @@ class OpenAIClient:
             if outcome == "final" or failures > self.retries:
                 return self._failed(message, status, sent, attempts)
             self.limiter.traffic.retried += 1
+            self._check_patience(time.monotonic())  # failing every request: as bounded as refusing them
             await asyncio.sleep(self._delay(failures, wait))
 
     def _settle(self, outcome: str, sent: float, wait: float | None, reply: Reply | None, done_before: int) -> None:
         limiter, now = self.limiter, time.monotonic()
+        if outcome != "ok" and not self.trouble:
+            self.trouble_since = now
         self.trouble = outcome != "ok"
         if outcome == "ok":
             usage = reply.usage if reply is not None else None
             limiter.succeeded(now, sent, int((usage or {}).get("completion_tokens") or 0))
-            self.last_success = now
         elif outcome == "rejected":
             limiter.rejected(now, sent, wait)
         elif outcome == "timeout":
@@ -200,7 +203,7 @@ class OpenAIClient:
         return now_held
 
     def _check_patience(self, now: float) -> None:
-        if self.trouble and now - self.last_success > self.patience:
+        if self.trouble and now - self.trouble_since > self.patience:
             raise EndpointBroken(
                 f"no request has succeeded for {self.patience:g} s (patience), the endpoint still "
                 f"refusing or failing; its last word: {self.last_word}"
