@@ -223,7 +223,7 @@ class OpenAIClient:
         return Reply(text=None, latency_s=time.monotonic() - sent, attempts=attempts, error=message, status=status)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        backoff = min(BACKOFF_CAP, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+        backoff = min(BACKOFF_CAP, self.backoff_base * 2 ** min(attempt - 1, 64)) * random.uniform(0.5, 1.5)
         return float(max(backoff, retry_after)) if retry_after is not None else backoff
 
     async def _attempt(self, url: str, body: bytes) -> Reply:
