@@ -276,6 +276,25 @@ def test_a_wrong_path_answered_by_a_web_servers_404_page_fails_in_seconds(tmp_pa
                          "check --model and --api-url")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("status", "title", "said"),
+    [
+        (405, "405 Not Allowed", "405 method not allowed: 405 Not Allowed (an HTML page)"),  # nginx serving files
+        (501, "Error response", "501 not implemented: Error response (an HTML page)"),  # python -m http.server
+    ],
+)
+def test_a_web_server_taking_no_post_is_a_wrong_endpoint(status: int, title: str, said: str, tmp_path: Path) -> None:
+    """--api-url at a web server that serves only GET: each POST was retried as a failure, and the run
+    ended 'broken' (exit 1, resume) after the retries, with an error row per sample sent."""
+    page = f"<html><head><title>{title}</title></head><body></body></html>".encode()
+    with AnswerServer(lambda s: answer(None, status, "Content-Type: text/html", raw=page)) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path)
+        posts = sum(1 for s in srv.seen if s.body)
+    assert result.returncode == 2 and elapsed < FAST
+    assert one_line(result).endswith(f"/v1/chat/completions answered {said} - check --api-url")
+    assert posts <= 3  # one request a sample, none retried
+
+
 def test_a_redirect_elsewhere_is_refused_with_its_location(tmp_path: Path) -> None:
     where = "Location: https://new-home.example.invalid/v1/chat/completions"
     with AnswerServer(lambda s: answer({}, 301, where)) as srv:

@@ -32,8 +32,10 @@ FATAL_STATUS = {
     401: ("unauthorized", "check --api-key, --model and --api-url"),
     403: ("forbidden", "check --api-key, --model and --api-url"),
     404: ("not found", "check --model and --api-url"),
+    405: ("method not allowed", "check --api-url"),  # a web server serving files, or a route only for GET
     413: ("request too large", "the server refuses prompts this long"),
     422: ("unprocessable", "check --generation-config (e.g. max_tokens) and --model"),
+    501: ("not implemented", "check --api-url"),  # a server that takes no POST (Python's http.server)
 }
 BACKOFF_BASE = 0.25
 BACKOFF_CAP = 8.0
