@@ -369,6 +369,24 @@ def test_a_server_failing_every_request_alike_stops_the_run_early_and_it_resumes
     assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 200
 
 
+@pytest.mark.parametrize("request_id", ["req_{:024x}", "{:032x}", "{:08x}-7f3a-4c2b-9b8f-0e1d2c3b4a5f"])
+def test_request_ids_of_letters_and_digits_do_not_hide_a_broken_endpoint(request_id: str, tmp_path: Path) -> None:
+    """OpenAI's 500 names a request id of hex digits: digits aside, the messages still differed, and a
+    broken endpoint was retried for every sample (200 x 6 requests) instead of stopping early."""
+    said = "The server had an error while processing your request. (Please include the request ID {} in your message.)"
+
+    def respond(seen: Seen) -> bytes:
+        ident = request_id.format(0xABCDEF0123 * (seen.index + 1) + 0xFACE)  # letters in every one
+        return answer({"error": {"message": said.format(ident), "type": "server_error"}}, 500)
+
+    with AnswerServer(respond) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path, "--limit", "200", "--eval-batch-size", "4", "--retries", "1")
+        sent = len(srv.seen)
+    assert result.returncode == 1 and elapsed < FAST and sent <= 16  # 200 samples would be 400 requests
+    line = result.stderr.strip().splitlines()[-1]
+    assert "the last 4 requests all failed the same way" in line and "HTTP 500: The server had an error" in line
+
+
 def test_mixed_failures_do_not_stop_the_run(tmp_path: Path) -> None:
     def respond(seen: Seen) -> bytes:
         if seen.index % 2:  # (a 503 or 429 is no failure: it slows the run down, see test_rate_limits.py)

@@ -44,6 +44,7 @@ MAX_REDIRECTS = 5
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
 _ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_WORD = re.compile(r"[\w.-]+")  # one holding a digit is a number or an id (req_7f3a..., a UUID): it does not count
 
 
 class RetryableError(Exception):
@@ -54,7 +55,7 @@ class RetryableError(Exception):
 
 
 class EarlyStop:
-    """The last `needed` final outcomes all errors of one kind (digits aside): a broken endpoint."""
+    """The last `needed` final outcomes all errors of one kind (words holding digits aside): a broken endpoint."""
 
     def __init__(self, needed: int) -> None:
         self.needed = needed
@@ -64,7 +65,7 @@ class EarlyStop:
         self.recent.append(None)
 
     def failure(self, message: str) -> bool:
-        self.recent.append(re.sub(r"\d+(\.\d+)?", "#", message))
+        self.recent.append(_WORD.sub(lambda m: "#" if any(c.isdigit() for c in m[0]) else m[0], message))
         return len(self.recent) == self.needed and len(set(self.recent)) == 1 and self.recent[0] is not None
 
 
