@@ -276,6 +276,25 @@ def test_a_wrong_path_answered_by_a_web_servers_404_page_fails_in_seconds(tmp_pa
                          "check --model and --api-url")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("status", "title", "said"),
+    [
+        (405, "405 Not Allowed", "405 method not allowed: 405 Not Allowed (an HTML page)"),  # nginx serving files
+        (501, "Error response", "501 not implemented: Error response (an HTML page)"),  # python -m http.server
+    ],
+)
+def test_a_web_server_taking_no_post_is_a_wrong_endpoint(status: int, title: str, said: str, tmp_path: Path) -> None:
+    """--api-url at a web server that serves only GET: each POST was retried as a failure, and the run
+    ended 'broken' (exit 1, resume) after the retries, with an error row per sample sent."""
+    page = f"<html><head><title>{title}</title></head><body></body></html>".encode()
+    with AnswerServer(lambda s: answer(None, status, "Content-Type: text/html", raw=page)) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path)
+        posts = sum(1 for s in srv.seen if s.body)
+    assert result.returncode == 2 and elapsed < FAST
+    assert one_line(result).endswith(f"/v1/chat/completions answered {said} - check --api-url")
+    assert posts <= 3  # one request a sample, none retried
+
+
 def test_a_redirect_elsewhere_is_refused_with_its_location(tmp_path: Path) -> None:
     where = "Location: https://new-home.example.invalid/v1/chat/completions"
     with AnswerServer(lambda s: answer({}, 301, where)) as srv:
@@ -348,6 +367,24 @@ def test_a_server_failing_every_request_alike_stops_the_run_early_and_it_resumes
         again = run_cli("eval", "--model", "m", "--api-url", good.url, "--limit", "200", "--use-cache", str(run))
     assert again.returncode == 0, again.stderr
     assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 200
+
+
+@pytest.mark.parametrize("request_id", ["req_{:024x}", "{:032x}", "{:08x}-7f3a-4c2b-9b8f-0e1d2c3b4a5f"])
+def test_request_ids_of_letters_and_digits_do_not_hide_a_broken_endpoint(request_id: str, tmp_path: Path) -> None:
+    """OpenAI's 500 names a request id of hex digits: digits aside, the messages still differed, and a
+    broken endpoint was retried for every sample (200 x 6 requests) instead of stopping early."""
+    said = "The server had an error while processing your request. (Please include the request ID {} in your message.)"
+
+    def respond(seen: Seen) -> bytes:
+        ident = request_id.format(0xABCDEF0123 * (seen.index + 1) + 0xFACE)  # letters in every one
+        return answer({"error": {"message": said.format(ident), "type": "server_error"}}, 500)
+
+    with AnswerServer(respond) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path, "--limit", "200", "--eval-batch-size", "4", "--retries", "1")
+        sent = len(srv.seen)
+    assert result.returncode == 1 and elapsed < FAST and sent <= 16  # 200 samples would be 400 requests
+    line = result.stderr.strip().splitlines()[-1]
+    assert "the last 4 requests all failed the same way" in line and "HTTP 500: The server had an error" in line
 
 
 def test_mixed_failures_do_not_stop_the_run(tmp_path: Path) -> None:

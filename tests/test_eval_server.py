@@ -456,6 +456,7 @@ def test_endpoint_urls(url: str, mode: str, expected: str) -> None:
         ("3600", 60.0),
         ("Wed, 21 Oct 2015 07:28:30 GMT", 30.0),
         ("soon", None),
+        ("Sun, 06 Nov 99999999999999999 08:49:37 GMT", None),  # a year past datetime's: OverflowError, a traceback
     ],
 )
 def test_retry_after_header(header: str | None, expected: float | None) -> None:

@@ -29,6 +29,8 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
     [
         (["--api-key", "sk-abc\u200bdef-1234"], {}, "cannot be sent in an HTTP header"),
         ([], {"COINFLIP_API_KEY": "sk-abcdef-1234\n"}, "line break"),
+        (["--api-key", "sk-abc\x1bdef-1234"], {}, "control character"),  # aiohttp's ValueError: a traceback
+        (["--generation-config", '{"extra_headers": {"X-A": "a\\u007fb"}}'], {}, "control character"),
         (["--generation-config", '{"extra_headers": {"X-A": "\u2603"}}'], {}, "cannot be sent in an HTTP header"),
         (["--api-url", "http://127.0.0.1:9/v1/\u00fc"], {}, "percent-encode"),
         (["--prompt-template", "Q {question:d}"], {}, "cannot be filled in"),

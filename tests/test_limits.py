@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coinflip.models.limits import Limiter, Traffic, describe
-from coinflip.models.openai_api import limit_wait
+from coinflip.models.openai_api import BACKOFF_CAP, OpenAIClient, limit_wait
 from coinflip.records import checked_requests as checked
 from coinflip.records import requests_line as line
 
@@ -277,3 +277,10 @@ def test_a_record_read_back_is_checked() -> None:
     assert checked({**record, "sent": -1}) is None and checked({**record, "sent": True}) is None
     assert checked({**record, "hints": "x" * 600}) is None and checked([record]) is None
     assert checked({**record, "extra": 1}) is None and checked({**record, "waited_on_limits_s": float("nan")}) is None
+
+
+def test_the_backoff_stays_at_its_cap_after_a_thousand_retries() -> None:
+    """--retries 2000 against an endpoint that fails for hours (a patience to match): the 1,025th retry's
+    0.25 * 2 ** 1024 was an OverflowError, which ended the run in a traceback."""
+    client = OpenAIClient("m", "http://127.0.0.1:9/v1", retries=2000)
+    assert all(BACKOFF_CAP / 2 <= client._delay(attempt, None) <= BACKOFF_CAP * 1.5 for attempt in (6, 1025, 5000))

@@ -92,6 +92,29 @@ def test_an_endpoint_limited_past_the_patience_stops_the_run_resumably(tmp_path:
     assert len(predictions(run)) == 20
 
 
+class _Failing(QuietHandler):
+    """A gateway whose model is down: 500 to every request, with a request id that differs each time."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.reply(404, {"error": {"message": "no such route"}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.reply(500, {"error": {"message": f"upstream unavailable (request {threading.get_ident():x})"}})
+
+
+def test_an_endpoint_failing_past_the_patience_stops_the_run_whatever_the_retries(tmp_path: Path) -> None:
+    """--patience bounds an endpoint that fails every request, not only one that refuses them: with many
+    retries a failing endpoint was retried for hours (1000 retries of up to 8 s each) despite --patience 1."""
+    with serving(_Failing) as url:
+        result, run = run_eval(url, tmp_path, "--limit", "8", "--eval-batch-size", "4", "--retries", "1000",
+                               "--patience", "1")  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert "no request has succeeded for 1 s (patience)" in line and "upstream unavailable" in line
+    assert "coinflip eval --use-cache" in line
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -297,6 +297,8 @@ def check_header(name: str, value: str | None) -> None:
         )
     if any(c in value for c in "\r\n\0"):
         raise ConfigError(f"{name} holds a line break: copy it again")
+    if any(c < " " and c != "\t" or c == "\x7f" for c in value):  # aiohttp refuses them: a ValueError mid-run
+        raise ConfigError(f"{name} holds a control character (an escape, a DEL?): copy it again")
 
 
 def unknown_message(unknown: list[str], names: list[str]) -> str:

@@ -32,8 +32,10 @@ FATAL_STATUS = {
     401: ("unauthorized", "check --api-key, --model and --api-url"),
     403: ("forbidden", "check --api-key, --model and --api-url"),
     404: ("not found", "check --model and --api-url"),
+    405: ("method not allowed", "check --api-url"),  # a web server serving files, or a route only for GET
     413: ("request too large", "the server refuses prompts this long"),
     422: ("unprocessable", "check --generation-config (e.g. max_tokens) and --model"),
+    501: ("not implemented", "check --api-url"),  # a server that takes no POST (Python's http.server)
 }
 BACKOFF_BASE = 0.25
 BACKOFF_CAP = 8.0
@@ -42,6 +44,7 @@ MAX_REDIRECTS = 5
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
 _ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_WORD = re.compile(r"[\w.-]+")  # one holding a digit is a number or an id (req_7f3a..., a UUID): it does not count
 
 
 class RetryableError(Exception):
@@ -52,7 +55,7 @@ class RetryableError(Exception):
 
 
 class EarlyStop:
-    """The last `needed` final outcomes all errors of one kind (digits aside): a broken endpoint."""
+    """The last `needed` final outcomes all errors of one kind (words holding digits aside): a broken endpoint."""
 
     def __init__(self, needed: int) -> None:
         self.needed = needed
@@ -62,7 +65,7 @@ class EarlyStop:
         self.recent.append(None)
 
     def failure(self, message: str) -> bool:
-        self.recent.append(re.sub(r"\d+(\.\d+)?", "#", message))
+        self.recent.append(_WORD.sub(lambda m: "#" if any(c.isdigit() for c in m[0]) else m[0], message))
         return len(self.recent) == self.needed and len(set(self.recent)) == 1 and self.recent[0] is not None
 
 
@@ -80,8 +83,9 @@ class OpenAIClient:
         self.name, self.mode, self.stream, self.patience = model, mode, stream, patience
         self.url = endpoint_url(url, mode, generation.get("extra_query"))
         self.limiter = Limiter(concurrency, probe=probe)
-        self.last_success = time.monotonic()  # counted from the start: patience bounds a run that never answers too
         self.trouble = False  # a refusal or failure since the last success
+        self.trouble_since = 0.0  # when the first of them came: patience counts from then, not from the last
+        # success (a reply may take longer than the patience)
         self.last_word = ""  # the latest failure, as the server said it
         self.holding, self.held_since = 0, 0.0  # requests held back by a limit now (not by --eval-batch-size)
         self.waited_s = 0.0  # wall time during which some request was held back by a limit
@@ -154,15 +158,17 @@ class OpenAIClient:
             if outcome == "final" or failures > self.retries:
                 return self._failed(message, status, sent, attempts)
             self.limiter.traffic.retried += 1
+            self._check_patience(time.monotonic())  # failing every request: as bounded as refusing them
             await asyncio.sleep(self._delay(failures, wait))
 
     def _settle(self, outcome: str, sent: float, wait: float | None, reply: Reply | None, done_before: int) -> None:
         limiter, now = self.limiter, time.monotonic()
+        if outcome != "ok" and not self.trouble:
+            self.trouble_since = now
         self.trouble = outcome != "ok"
         if outcome == "ok":
             usage = reply.usage if reply is not None else None
             limiter.succeeded(now, sent, int((usage or {}).get("completion_tokens") or 0))
-            self.last_success = now
         elif outcome == "rejected":
             limiter.rejected(now, sent, wait)
         elif outcome == "timeout":
@@ -200,7 +206,7 @@ class OpenAIClient:
         return now_held
 
     def _check_patience(self, now: float) -> None:
-        if self.trouble and now - self.last_success > self.patience:
+        if self.trouble and now - self.trouble_since > self.patience:
             raise EndpointBroken(
                 f"no request has succeeded for {self.patience:g} s (patience), the endpoint still "
                 f"refusing or failing; its last word: {self.last_word}"
@@ -220,7 +226,7 @@ class OpenAIClient:
         return Reply(text=None, latency_s=time.monotonic() - sent, attempts=attempts, error=message, status=status)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        backoff = min(BACKOFF_CAP, self.backoff_base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+        backoff = min(BACKOFF_CAP, self.backoff_base * 2 ** min(attempt - 1, 64)) * random.uniform(0.5, 1.5)
         return float(max(backoff, retry_after)) if retry_after is not None else backoff
 
     async def _attempt(self, url: str, body: bytes) -> Reply:
@@ -275,7 +281,7 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
 
     try:
         seconds = parsedate_to_datetime(value).timestamp() - (time.time() if now is None else now)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # a year past datetime's: OverflowError
         return None
     return min(max(seconds, 0.0), 60.0)
 
