@@ -1210,3 +1210,18 @@ def test_a_disk_that_fills_during_a_download_is_one_line_not_the_server_s_failur
 
     with serving(Results) as url, pytest.raises(StorageError, match=f"cannot write {tmp_path}: No space left"):
         asyncio.run(download(url))
+
+
+def test_a_batch_creation_that_times_out_is_looked_for_before_it_is_sent_again(tmp_path: Path) -> None:
+    """The server makes the batch but its answer never comes (held past --timeout): POST /batches was
+    retried blind, and every retry made one more batch of the same requests, each run and paid for."""
+    store = BatchStore(hold="create")  # every creation is made at once, its answer held for good
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST, "--timeout", "1")
+        done = run_cli(*args, "--work-dir", str(tmp_path))
+        store.hold = ""
+        created = store.created
+    assert done.returncode == 0, done.stderr
+    assert created == 1, f"{created} batches of the same requests"
+    run = only_run_dir(tmp_path)
+    assert len(_answers(run)) == 6 and _report(run)["complete"] and "Traceback" not in done.stderr
