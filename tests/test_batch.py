@@ -1225,3 +1225,25 @@ def test_a_batch_creation_that_times_out_is_looked_for_before_it_is_sent_again(t
     assert created == 1, f"{created} batches of the same requests"
     run = only_run_dir(tmp_path)
     assert len(_answers(run)) == 6 and _report(run)["complete"] and "Traceback" not in done.stderr
+
+
+def test_a_batch_made_before_a_kill_is_found_past_the_first_page_of_the_list(tmp_path: Path) -> None:
+    """GET /batches answers a page, newest first: where 150 batches were made at the server between
+    the kill and the resume, the run's batch was on the second page, and a new one was made."""
+    store = BatchStore(hold="create")  # the batch made, its id never answered: the client is killed
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
+        assert store.reached.wait(120), "the server never held the creation"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        store.hold = ""
+        other = store.keep("batch", b"")
+        for _ in range(150):  # another run's batches, made meanwhile
+            store.create({"input_file_id": other, "endpoint": "/v1/chat/completions", "completion_window": "24h"}, "")
+        run = only_run_dir(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+        created = store.created
+    assert resumed.returncode == 0, resumed.stderr
+    assert created == 151, "the run's requests went in a second batch"
+    assert len(_answers(run)) == 5 and all(n == 1 for n in store.seen_ids.values())

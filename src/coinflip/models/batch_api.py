@@ -35,6 +35,7 @@ ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 LOST = "lost"  # not a status the API sends: the server no longer knows the batch
 ENDED = ("completed", "expired", "failed", "cancelled", LOST)
 CALL_RETRIES = 6
+LIST_PAGES = 50  # pages of GET /batches read to find a batch made before a stop (100 batches a page)
 
 
 class _Gone(Exception):
@@ -171,16 +172,26 @@ class BatchAPI:
             return {"id": batch_id, "status": LOST}
 
     async def find(self, file_id: str, when: str = "before the last stop") -> dict[str, Any] | None:
-        """A batch already made from this input file (a run killed while creating it), if any."""
-        try:
-            listed = await self._call("GET", "/batches", params={"limit": 100}, gone=(404, 405))
-        except _Gone as exc:
-            print(f"note: cannot check for a batch made from {file_id} {when} ({exc}): "
-                  "its requests go in a new batch", file=sys.stderr)  # fmt: skip
-            return None
-        for batch in listed.get("data") or []:
-            if isinstance(batch, dict) and batch.get("input_file_id") == file_id:
-                return self._id_of(batch, "GET /batches")
+        """A batch already made from this input file (a run killed while creating it), if any: the list's
+        pages (newest first) are read up to LIST_PAGES, as many batches may have been made since."""
+        params: dict[str, Any] = {"limit": 100}
+        for _ in range(LIST_PAGES):
+            try:
+                listed = await self._call("GET", "/batches", params=params, gone=(404, 405))
+            except _Gone as exc:
+                print(f"note: cannot check for a batch made from {file_id} {when} ({exc}): "
+                      "its requests go in a new batch", file=sys.stderr)  # fmt: skip
+                return None
+            data = [batch for batch in listed.get("data") or [] if isinstance(batch, dict)]
+            for batch in data:
+                if batch.get("input_file_id") == file_id:
+                    return self._id_of(batch, "GET /batches")
+            last = data[-1].get("id") if data else None
+            if listed.get("has_more") is not True or not isinstance(last, str) or last == params.get("after"):
+                return None
+            params["after"] = last
+        print(f"note: no batch made from {file_id} among the newest {LIST_PAGES * 100} at the server: "
+              "its requests go in a new batch", file=sys.stderr)  # fmt: skip
         return None
 
     async def download(self, file_id: str, dest: Path) -> bool:
