@@ -1247,3 +1247,24 @@ def test_a_batch_made_before_a_kill_is_found_past_the_first_page_of_the_list(tmp
     assert resumed.returncode == 0, resumed.stderr
     assert created == 151, "the run's requests went in a second batch"
     assert len(_answers(run)) == 5 and all(n == 1 for n in store.seen_ids.values())
+
+
+def test_a_batch_whose_input_file_the_server_dropped_before_its_creation_is_sent_again(tmp_path: Path) -> None:
+    """Killed after its upload, before its batch was made (its id unsaved); the server then dropped
+    the file (batch files expire): every resume ended in exit 2, POST /batches answering 400."""
+    store = BatchStore(delay=3600.0)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        _killed_while_polled(("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST),
+                             tmp_path, store)  # fmt: skip
+        run = only_run_dir(tmp_path)
+        state = json.loads((run / "batch/state.json").read_text())
+        state["batches"][0].update(batch_id=None, status="new")  # as if killed before the batch was made
+        (run / "batch/state.json").write_text(json.dumps(state))
+        store.batches.clear()
+        store.files.clear()
+        store.delay = 0.0
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+        created = store.created
+    assert resumed.returncode == 0, resumed.stderr
+    assert created == 2 and len(_answers(run)) == 5 and _report(run)["complete"]
+    assert len(store.seen_ids) == 5 and all(n == 1 for n in store.seen_ids.values())

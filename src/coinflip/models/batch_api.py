@@ -194,6 +194,14 @@ class BatchAPI:
               "its requests go in a new batch", file=sys.stderr)  # fmt: skip
         return None
 
+    async def has_file(self, file_id: str) -> bool:
+        """Whether the server still has this file (a 404: it dropped it, or it never had it)."""
+        try:
+            await self._call("GET", f"/files/{quote(file_id, safe='')}", gone=(404,))
+        except _Gone:
+            return False
+        return True
+
     async def download(self, file_id: str, dest: Path) -> bool:
         """A result file into `dest` (raw into a nameless file beside it), lines capped and masked; False when gone."""
         try:
