@@ -39,7 +39,11 @@ LIST_PAGES = 50  # pages of GET /batches read to find a batch made before a stop
 
 
 class _Gone(Exception):
-    """A 404 where the caller expects one."""
+    """A 404 (or another status in `gone`) where the caller expects one."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _Unwritable(Exception):
@@ -195,11 +199,11 @@ class BatchAPI:
         return None
 
     async def has_file(self, file_id: str) -> bool:
-        """Whether the server still has this file (a 404: it dropped it, or it never had it)."""
+        """Whether the server still has this file (a 404: it dropped it; a 405: it does not show files, so it may)."""
         try:
-            await self._call("GET", f"/files/{quote(file_id, safe='')}", gone=(404,))
-        except _Gone:
-            return False
+            await self._call("GET", f"/files/{quote(file_id, safe='')}", gone=(404, 405))
+        except _Gone as exc:
+            return exc.status != 404
         return True
 
     async def download(self, file_id: str, dest: Path) -> bool:
@@ -254,7 +258,7 @@ class BatchAPI:
                     detail = await self._error_detail(response)
                     message = f"{method} {path} answered {response.status}{': ' + detail if detail else ''}"
                     if response.status in gone:
-                        raise _Gone(message)
+                        raise _Gone(message, response.status)
                     if response.status == 404 and path in ("/files", "/batches"):
                         message += " - this server does not serve the Batch API: run without --batch, or write "
                         message += "the requests with --batch-write for vllm run-batch"
