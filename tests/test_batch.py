@@ -1210,3 +1210,61 @@ def test_a_disk_that_fills_during_a_download_is_one_line_not_the_server_s_failur
 
     with serving(Results) as url, pytest.raises(StorageError, match=f"cannot write {tmp_path}: No space left"):
         asyncio.run(download(url))
+
+
+def test_a_batch_creation_that_times_out_is_looked_for_before_it_is_sent_again(tmp_path: Path) -> None:
+    """The server makes the batch but its answer never comes (held past --timeout): POST /batches was
+    retried blind, and every retry made one more batch of the same requests, each run and paid for."""
+    store = BatchStore(hold="create")  # every creation is made at once, its answer held for good
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST, "--timeout", "1")
+        done = run_cli(*args, "--work-dir", str(tmp_path))
+        store.hold = ""
+        created = store.created
+    assert done.returncode == 0, done.stderr
+    assert created == 1, f"{created} batches of the same requests"
+    run = only_run_dir(tmp_path)
+    assert len(_answers(run)) == 6 and _report(run)["complete"] and "Traceback" not in done.stderr
+
+
+def test_a_batch_made_before_a_kill_is_found_past_the_first_page_of_the_list(tmp_path: Path) -> None:
+    """GET /batches answers a page, newest first: where 150 batches were made at the server between
+    the kill and the resume, the run's batch was on the second page, and a new one was made."""
+    store = BatchStore(hold="create")  # the batch made, its id never answered: the client is killed
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
+        assert store.reached.wait(120), "the server never held the creation"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        store.hold = ""
+        other = store.keep("batch", b"")
+        for _ in range(150):  # another run's batches, made meanwhile
+            store.create({"input_file_id": other, "endpoint": "/v1/chat/completions", "completion_window": "24h"}, "")
+        run = only_run_dir(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+        created = store.created
+    assert resumed.returncode == 0, resumed.stderr
+    assert created == 151, "the run's requests went in a second batch"
+    assert len(_answers(run)) == 5 and all(n == 1 for n in store.seen_ids.values())
+
+
+def test_a_batch_whose_input_file_the_server_dropped_before_its_creation_is_sent_again(tmp_path: Path) -> None:
+    """Killed after its upload, before its batch was made (its id unsaved); the server then dropped
+    the file (batch files expire): every resume ended in exit 2, POST /batches answering 400."""
+    store = BatchStore(delay=3600.0)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        _killed_while_polled(("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST),
+                             tmp_path, store)  # fmt: skip
+        run = only_run_dir(tmp_path)
+        state = json.loads((run / "batch/state.json").read_text())
+        state["batches"][0].update(batch_id=None, status="new")  # as if killed before the batch was made
+        (run / "batch/state.json").write_text(json.dumps(state))
+        store.batches.clear()
+        store.files.clear()
+        store.delay = 0.0
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+        created = store.created
+    assert resumed.returncode == 0, resumed.stderr
+    assert created == 2 and len(_answers(run)) == 5 and _report(run)["complete"]
+    assert len(store.seen_ids) == 5 and all(n == 1 for n in store.seen_ids.values())

@@ -267,9 +267,16 @@ class BatchModel:
         return batch
 
     async def _create(self, batch: Submitted, resumed: bool = True) -> None:
-        """Create the batch from its file; a resumed one is first looked for among the server's batches."""
+        """Create the batch from its file; a resumed one is first looked for among the server's batches (its
+        file gone from the server, it is lost: its requests are sent again)."""
         assert batch.file_id is not None
         found = await self.api.find(batch.file_id) if resumed else None
+        if found is None and resumed and not await self.api.has_file(batch.file_id):
+            print(f"note: the server no longer has {batch.file_id}, the input file of a batch not made before the "
+                  "last stop: its requests go in a new batch", file=sys.stderr)  # fmt: skip
+            batch.status, batch.collected = LOST, True
+            self._save()
+            return
         if found is None:
             found = await self.api.create(batch.file_id, self.mode, {"coinflip_run": self.folder.parent.name})
         batch.batch_id, batch.status = str(found["id"]), str(found.get("status") or "validating")
@@ -281,7 +288,7 @@ class BatchModel:
         strange: dict[str, float] = {}
         while True:
             for batch in batches:
-                if batch.batch_id is None:
+                if batch.batch_id is None and not batch.collected:
                     await self._create(batch)
                 bid = str(batch.batch_id)
                 if not batch.collected and (batch.status not in ENDED or bid not in self.info):
@@ -312,10 +319,12 @@ class BatchModel:
             batch.collected = True
             self._save()
         wanted &= set(self._ids(batch))
-        found = [p for p in paths.values() if p.exists()]
+        found = [p for p in paths.values() if p.exists()] if batch.batch_id is not None else []
         replies, counts = read_answers(found, wanted, self.mode, self.cap, self.api.redact)
         missing = f"the batch ended {batch.status} before this request ran"
-        if batch.status == LOST:
+        if batch.batch_id is None:
+            missing = f"the server no longer has {batch.file_id}, the batch's input file"
+        elif batch.status == LOST:
             missing = f"the server no longer knows batch {batch.batch_id}"
         elif batch.status == "failed":
             missing = f"the batch failed: {_errors(info)}"

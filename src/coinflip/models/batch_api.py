@@ -4,12 +4,13 @@ and the few calls a batch needs (429, 5xx and dropped connections retried)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote
@@ -34,10 +35,15 @@ ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 LOST = "lost"  # not a status the API sends: the server no longer knows the batch
 ENDED = ("completed", "expired", "failed", "cancelled", LOST)
 CALL_RETRIES = 6
+LIST_PAGES = 50  # pages of GET /batches read to find a batch made before a stop (100 batches a page)
 
 
 class _Gone(Exception):
-    """A 404 where the caller expects one."""
+    """A 404 (or another status in `gone`) where the caller expects one."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _Unwritable(Exception):
@@ -157,8 +163,10 @@ class BatchAPI:
         return str(self._id_of(await self._call("POST", "/files", form=form), "POST /files")["id"])
 
     async def create(self, file_id: str, mode: str, metadata: dict[str, str]) -> dict[str, Any]:
+        """The batch made from `file_id`; a try that went unanswered may have made it, so it is looked for first."""
         body = {"input_file_id": file_id, "endpoint": ENDPOINTS[mode], "completion_window": "24h", "metadata": metadata}
-        return self._id_of(await self._call("POST", "/batches", body=body), "POST /batches")
+        made = functools.partial(self.find, file_id, "after POST /batches went unanswered")
+        return self._id_of(await self._call("POST", "/batches", body=body, made=made), "POST /batches")
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch; one the server no longer knows (404) has status `lost`."""
@@ -167,18 +175,36 @@ class BatchAPI:
         except _Gone:
             return {"id": batch_id, "status": LOST}
 
-    async def find(self, file_id: str) -> dict[str, Any] | None:
-        """A batch already made from this input file (a run killed while creating it), if any."""
-        try:
-            listed = await self._call("GET", "/batches", params={"limit": 100}, gone=(404, 405))
-        except _Gone as exc:
-            print(f"note: cannot check for a batch made from {file_id} before the last stop ({exc}): "
-                  "its requests go in a new batch", file=sys.stderr)  # fmt: skip
-            return None
-        for batch in listed.get("data") or []:
-            if isinstance(batch, dict) and batch.get("input_file_id") == file_id:
-                return self._id_of(batch, "GET /batches")
+    async def find(self, file_id: str, when: str = "before the last stop") -> dict[str, Any] | None:
+        """A batch already made from this input file (a run killed while creating it), if any: the list's
+        pages (newest first) are read up to LIST_PAGES, as many batches may have been made since."""
+        params: dict[str, Any] = {"limit": 100}
+        for _ in range(LIST_PAGES):
+            try:
+                listed = await self._call("GET", "/batches", params=params, gone=(404, 405))
+            except _Gone as exc:
+                print(f"note: cannot check for a batch made from {file_id} {when} ({exc}): "
+                      "its requests go in a new batch", file=sys.stderr)  # fmt: skip
+                return None
+            data = [batch for batch in listed.get("data") or [] if isinstance(batch, dict)]
+            for batch in data:
+                if batch.get("input_file_id") == file_id:
+                    return self._id_of(batch, "GET /batches")
+            last = data[-1].get("id") if data else None
+            if listed.get("has_more") is not True or not isinstance(last, str) or last == params.get("after"):
+                return None
+            params["after"] = last
+        print(f"note: no batch made from {file_id} among the newest {LIST_PAGES * 100} at the server: "
+              "its requests go in a new batch", file=sys.stderr)  # fmt: skip
         return None
+
+    async def has_file(self, file_id: str) -> bool:
+        """Whether the server still has this file (a 404: it dropped it; a 405: it does not show files, so it may)."""
+        try:
+            await self._call("GET", f"/files/{quote(file_id, safe='')}", gone=(404, 405))
+        except _Gone as exc:
+            return exc.status != 404
+        return True
 
     async def download(self, file_id: str, dest: Path) -> bool:
         """A result file into `dest` (raw into a nameless file beside it), lines capped and masked; False when gone."""
@@ -210,12 +236,15 @@ class BatchAPI:
     async def _call(
         self, method: str, path: str, body: Any = None, form: Any = None, into: BinaryIO | None = None,
         gone: tuple[int, ...] = (), params: dict[str, Any] | None = None,
+        made: Callable[[], Awaitable[dict[str, Any] | None]] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        """One call, retried on 429, 5xx and dropped connections; others are fatal (`gone`: _Gone)."""
+        """One call, retried on 429, 5xx and dropped connections; others are fatal (`gone`: _Gone). `made`: what
+        a try that timed out, dropped or got a 5xx may have made, looked for before the next try (then returned)."""
         message, url = "", self._url(path)
         target = self.pool.target(url)  # its options: headers per request, proxy from the environment
         for attempt in range(self.retries + 1):
             wait = min(8.0, 0.25 * 2**attempt) * random.uniform(0.5, 1.5)
+            unsure = True  # the server may have done what was asked, but for a 429
             try:
                 data = form() if form is not None else None
                 timeout = aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=self.timeout)  # no total: files
@@ -229,13 +258,14 @@ class BatchAPI:
                     detail = await self._error_detail(response)
                     message = f"{method} {path} answered {response.status}{': ' + detail if detail else ''}"
                     if response.status in gone:
-                        raise _Gone(message)
+                        raise _Gone(message, response.status)
                     if response.status == 404 and path in ("/files", "/batches"):
                         message += " - this server does not serve the Batch API: run without --batch, or write "
                         message += "the requests with --batch-write for vllm run-batch"
                     if response.status != 429 and response.status < 500:
                         raise FatalAPIError(self.redact(message))
                     wait = max(wait, retry_after(response.headers.get("retry-after")) or 0.0)
+                    unsure = response.status != 429
             except (TimeoutError, aiohttp.ClientError, OSError, BadReply) as exc:
                 coding = exc if isinstance(exc, UnknownCoding) else undecoded(exc)
                 if coding is not None:  # the server would encode it so again
@@ -247,6 +277,8 @@ class BatchAPI:
                         raise wrong from None
             if attempt < self.retries:
                 await asyncio.sleep(wait)
+                if made is not None and unsure and (found := await made()) is not None:
+                    return found
         raise EndpointBroken(self.redact(one_line(f"the Batch API did not answer: {message}")))
 
     async def _body(self, response: Any) -> bytes:

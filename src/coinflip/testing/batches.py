@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 from .limited import Response, reply_json
 
@@ -53,7 +54,7 @@ class BatchStore:
         self.files[file_id] = (purpose, content)
         return file_id
 
-    async def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
+    async def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes, query: str = "") -> Response:
         parts = path.rstrip("/").split("/")
         match method, parts[parts.index("v1") + 1 :] if "v1" in parts else parts[1:]:
             case "POST", ["files"]:
@@ -67,9 +68,9 @@ class BatchStore:
                 await self.held("create")
                 return answer
             case "GET", ["batches"]:
-                listed = sorted(self.batches.values(), key=lambda b: b["id"], reverse=True)
-                page = {"object": "list", "data": [shown(b) for b in listed], "has_more": False}
-                return reply_json(200, page) if self.listing else _error(405, "Method Not Allowed")
+                if not self.listing:
+                    return _error(405, "Method Not Allowed")
+                return reply_json(200, self.page(dict(parse_qsl(query))))
             case "GET", ["batches", batch_id] if batch_id in self.batches:
                 self.polls += 1
                 await self.advance(self.batches[batch_id])
@@ -80,6 +81,15 @@ class BatchStore:
                     batch.update(status="cancelling", cancelling_at=int(time.time()))
                 return reply_json(200, shown(batch))
         return _error(404, f"no such file, batch or route: {method} {path}")
+
+    def page(self, params: dict[str, str]) -> dict[str, Any]:
+        """A page of the batches, newest first, as OpenAI lists them: `limit` (20 unless told) after the id `after`."""
+        listed = sorted(self.batches, reverse=True)
+        start = listed.index(params["after"]) + 1 if params.get("after") in listed else 0
+        ids = listed[start : start + int(params.get("limit") or 20)]
+        ends = {"first_id": ids[0], "last_id": ids[-1]} if ids else {}
+        more = start + len(ids) < len(listed)
+        return {"object": "list", "data": [shown(self.batches[i]) for i in ids], **ends, "has_more": more}
 
     async def held(self, step: str) -> None:
         """The test holds this step: it kills the client meanwhile."""

@@ -61,7 +61,7 @@ class FakeOpenAIServer:
         if re.search(r"/(files|batches)(/|$)", path):
             if state.api_key is not None and headers.get("authorization") != f"Bearer {state.api_key}":
                 return reply_json(401, {"error": {"message": "Incorrect API key provided"}})
-            return await state.batches(method, path, headers, body)
+            return await state.batches(method, path, headers, body, query)
         return reply_json(404, {"error": {"message": f"no route {method} {path}"}})
 
     def __enter__(self) -> FakeOpenAIServer:
