@@ -150,3 +150,29 @@ def test_the_resume_hint_and_the_401_say_how_to_give_the_key_again(tmp_path: Pat
     assert stopped.returncode == 1 and "give the API key with --api-key" in hint and key not in stopped.stderr
     assert resumed.returncode == 2 and "401" in resumed.stderr, resumed.stderr
     assert "no API key was sent: give the API key with --api-key, $COINFLIP_API_KEY" in resumed.stderr
+
+
+def _vllm_tokens(seen: Seen) -> int:
+    """4,000-token replies, cut as vLLM cuts them: at max_completion_tokens, else max_tokens, as the body says."""
+    return int(min(4000, seen.body.get("max_completion_tokens") or seen.body.get("max_tokens") or 4000))
+
+
+def _cut_as_vllm(seen: Seen) -> bytes:
+    tokens = _vllm_tokens(seen)
+    return answer(chat("ANSWER: YES", usage={"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens}))
+
+
+@pytest.mark.parametrize(
+    "generation",
+    ['{"max_tokens": 16, "extra_body": {"max_tokens": 4000}}', '{"max_tokens": 16, "max_completion_tokens": 4000}'],
+)
+def test_the_worst_case_is_the_bound_the_server_is_sent(tmp_path: Path, generation: str) -> None:
+    """Each request was held at 16 tokens out while its body let the server write 4,000 (extra_body
+    goes last into the body; vLLM takes max_completion_tokens first): a cap of 5 was passed by 15."""
+    with AnswerServer(_cut_as_vllm) as srv:
+        args = ("eval", "--model", "m", "--limit", "30", "--api-url", srv.url, "--eval-batch-size", "4")
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "5")
+        result = run_cli(*args, "--generation-config", generation, *prices, "--work-dir", str(tmp_path))
+        spent = sum(_vllm_tokens(seen) for seen in srv.seen) * 1000 / 1e6  # as the server's usage says
+    assert result.returncode == 1 and "stopped before passing --max-cost 5" in result.stderr, result.stderr
+    assert spent <= 5 and _cost(tmp_path) <= 5, (spent, result.stderr)

@@ -137,10 +137,16 @@ def cost_line(report: Report) -> str | None:
     return line
 
 
-def worst_tokens(generation: Mapping[str, Any]) -> int | None:
-    """The most output tokens a request may use (max_tokens for each of its n choices); None: unbounded."""
-    most, n = generation.get("max_tokens") or generation.get("max_completion_tokens"), generation.get("n") or 1
-    return most * n if type(most) is int and type(n) is int and most > 0 and n > 0 else None
+def worst_tokens(generation: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> int | None:
+    """The most output tokens a request may use, for each of its n choices, as its body says (extra_body goes
+    last); the larger of max_tokens and max_completion_tokens, as servers differ on which wins. None: unbounded."""
+    extra = generation.get("extra_body")
+    sent = {**generation, **(params or {}), **(extra if isinstance(extra, dict) else {})}
+    bounds = [sent[key] for key in ("max_tokens", "max_completion_tokens") if sent.get(key) is not None]
+    n = sent.get("n") or 1
+    if not bounds or any(type(b) is not int or b <= 0 for b in bounds) or type(n) is not int or n <= 0:
+        return None
+    return int(max(bounds)) * n
 
 
 def prompt_bound(request: Request) -> int:
@@ -174,7 +180,7 @@ class Budget:
 
     def cost(self, request: Request, batch: bool) -> float | None:
         """What `request` may cost (None: nothing tells yet)."""
-        most = worst_tokens({**self.generation, **request.params})
+        most = worst_tokens(self.generation, request.params)
         if most is not None:
             return price(prompt_bound(request), most, self.prices, batch)
         return self.spent / self.answered if self.answered else None
