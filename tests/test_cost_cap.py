@@ -176,3 +176,24 @@ def test_the_worst_case_is_the_bound_the_server_is_sent(tmp_path: Path, generati
         spent = sum(_vllm_tokens(seen) for seen in srv.seen) * 1000 / 1e6  # as the server's usage says
     assert result.returncode == 1 and "stopped before passing --max-cost 5" in result.stderr, result.stderr
     assert spent <= 5 and _cost(tmp_path) <= 5, (spent, result.stderr)
+
+
+def test_a_resume_keeps_the_cost_of_choices_answered_before(tmp_path: Path) -> None:
+    """n=2 from a server that sent one choice: the resume asked both again and wrote both rows anew,
+    so the first session's reply, paid for, left the report and the cap (it said 4 of 8 spent)."""
+    choices = [1]
+
+    def respond(seen: Seen) -> bytes:
+        body = chat("ANSWER: YES", usage={"prompt_tokens": 0, "completion_tokens": 1000, "total_tokens": 1000})
+        body["choices"] = [{**body["choices"][0], "index": i} for i in range(choices[0])]
+        return answer(body)
+
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--generation-config", "n=2")
+        prices = ("--price-input", "0", "--price-output", "1000")
+        first = run_cli(*args, *prices, "--retries", "0", "--work-dir", str(tmp_path))
+        choices[0] = 2
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--max-cost", "100")
+        spent = len(srv.seen) * 1.0  # each reply's usage: 1,000 tokens out at 1,000 per million
+    assert first.returncode == 1 and resumed.returncode == 0, resumed.stderr
+    assert spent == 8 and _cost(tmp_path) == spent and _answered(tmp_path) == 8

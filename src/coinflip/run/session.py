@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import time
@@ -46,8 +47,11 @@ def requests_left(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[t
     build = plan.build
     with run.predictions.open("rb") if index.pending else contextlib.nullcontext() as handle:
         for record, draw, pending in _unfinished(plan, index):
-            if not pending:
-                yield record, build(record, draw)
+            if not pending:  # the choices answered before stay: their rows hold what they cost
+                first = draw * build.choices
+                answered = range(first, first + build.choices) if index.where else range(0)
+                kept = frozenset(r for r in answered if index.replied(sample_key(record.id, r)))
+                yield record, dataclasses.replace(build(record, draw), kept=kept) if kept else build(record, draw)
             for key in pending:
                 assert handle is not None  # opened whenever a forced answer is pending
                 row = index.row(handle, key)
@@ -114,10 +118,11 @@ class Session:
         if not self.plan.config.force_answer or request.forced or reply.error:
             return []
         out = []
-        for i, choice in enumerate([reply, *reply.more][: build.choices]):  # a server may send more
+        got = [reply, *reply.more]  # a server may send more than n
+        for repeat, choice in zip(placed(request, build.choices), got, strict=False):
             if forced.needed(choice.text):
-                row = prediction_row(job, request.repeat + i, request, choice)
-                out.append((row, build.forced(request, choice.text or "", request.repeat + i)))
+                row = prediction_row(job, repeat, request, choice)
+                out.append((row, build.forced(request, choice.text or "", repeat)))
         return out
 
     async def send(
@@ -168,15 +173,22 @@ def room_for(connections: int) -> None:
 
 
 def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[Prediction]:
-    """One row per choice; a choice the server did not return is an error row (asked again on resume)."""
-    got = [reply, *reply.more][:choices] if reply.error is None else [reply] * choices
-    missing = Reply(None, error=f"the server returned {len(got)} of n={choices} choices; use --repeats")
-    got += [missing] * (choices - len(got))
-    rows = [prediction_row(record, request.repeat + i, request, choice) for i, choice in enumerate(got)]
+    """One row per choice not answered before (the first holds the reply's usage); a choice the server did not
+    return is an error row (asked again on resume)."""
+    repeats = placed(request, choices)
+    got = [reply, *reply.more][: len(repeats)] if reply.error is None else [reply] * len(repeats)
+    missing = Reply(None, error=f"the server returned {len(reply.more) + 1} of n={choices} choices; use --repeats")
+    got += [missing] * (len(repeats) - len(got))
+    rows = [prediction_row(record, repeat, request, choice) for repeat, choice in zip(repeats, got, strict=True)]
     for row in rows:
         if force and row["error"] is None and forced.needed(row["reply"]):
             row["forced"] = forced.PENDING.copy()
     return rows
+
+
+def placed(request: Request, choices: int) -> list[int]:
+    """The repeats a reply's choices fill, in order: those of its n not answered before."""
+    return [r for r in range(request.repeat, request.repeat + choices) if r not in request.kept]
 
 
 def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> Prediction:
