@@ -197,3 +197,23 @@ def test_a_resume_keeps_the_cost_of_choices_answered_before(tmp_path: Path) -> N
         spent = len(srv.seen) * 1.0  # each reply's usage: 1,000 tokens out at 1,000 per million
     assert first.returncode == 1 and resumed.returncode == 0, resumed.stderr
     assert spent == 8 and _cost(tmp_path) == spent and _answered(tmp_path) == 8
+
+
+def test_failed_attempts_that_report_usage_count_and_are_held_to_the_cap(tmp_path: Path) -> None:
+    """Each question's first answer is a 200 with no choices that reports 4,000 tokens (4 at these
+    prices), retried: the run counted only the last attempt, reported 8 and spent 16 of a cap of 10."""
+    asked: set[str] = set()
+    usage = {"prompt_tokens": 0, "completion_tokens": 4000, "total_tokens": 4000}
+
+    def respond(seen: Seen) -> bytes:
+        question = json.dumps(seen.body.get("messages"))
+        first, _ = question not in asked, asked.add(question)
+        return answer({"choices": [], "usage": usage} if first else chat("ANSWER: YES", usage=usage))
+
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--limit", "10", "--api-url", srv.url, "--eval-batch-size", "2")
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "10")
+        result = run_cli(*args, "--generation-config", "max_tokens=4000", *prices, "--work-dir", str(tmp_path))
+        spent = len(srv.seen) * 4.0  # as each answer's usage says, retries' included
+    assert result.returncode == 1 and "stopped before passing --max-cost 10" in result.stderr, result.stderr
+    assert spent <= 10 and _cost(tmp_path) == spent, (spent, _cost(tmp_path))

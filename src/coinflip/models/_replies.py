@@ -146,6 +146,22 @@ def usage(value: Any) -> dict[str, int] | None:
     return kept or None
 
 
+def usage_of(raw: bytes) -> dict[str, int] | None:
+    """The usage a body that is no answer still reports (a retry's cost), or None."""
+    try:
+        data = load_json(raw)
+    except BadReply:
+        return None
+    return usage(data.get("usage")) if isinstance(data, dict) else None
+
+
+def added(one: dict[str, int] | None, other: dict[str, int] | None) -> dict[str, int] | None:
+    """Two usages summed, count by count (within TOKENS_MAX); None where neither says anything."""
+    if not one or not other:
+        return one or other
+    return {k: min(one.get(k, 0) + other.get(k, 0), TOKENS_MAX - 1) for k in {**one, **other}}
+
+
 def _logprob(value: Any) -> float | str | None:
     """A finite number, None if none was sent, else a text saying what came ("NaN", "not a number")."""
     if value is None:

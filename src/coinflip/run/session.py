@@ -176,7 +176,8 @@ def first_rows(record: Any, request: Request, reply: Reply, choices: int, force:
     """One row per choice not answered before (the first holds the reply's usage); a choice the server did not
     return is an error row (asked again on resume)."""
     repeats = placed(request, choices)
-    got = [reply, *reply.more][: len(repeats)] if reply.error is None else [reply] * len(repeats)
+    unpaid = dataclasses.replace(reply, usage=None)  # an error's usage (its retries') counts once, in its first row
+    got = [reply, *reply.more][: len(repeats)] if reply.error is None else [reply, *[unpaid] * (len(repeats) - 1)]
     missing = Reply(None, error=f"the server returned {len(reply.more) + 1} of n={choices} choices; use --repeats")
     got += [missing] * (len(repeats) - len(got))
     rows = [prediction_row(record, repeat, request, choice) for repeat, choice in zip(repeats, got, strict=True)]

@@ -167,6 +167,7 @@ class Budget:
         self.saved = 0.0  # by the predictions already on disk
         self.answered = 0
         self.held: dict[int, float] = {}  # what each request in flight may cost, by id()
+        self.prepaid: dict[int, float] = {}  # what its failed attempts reported they cost, counted in `spent`
         self.settled = asyncio.Event()
         self.stopped = False
 
@@ -209,8 +210,20 @@ class Budget:
         if reply is None:
             return
         usage = reply.usage or {}
-        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
+        cost = price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
+        self.spent += cost - self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts
         self.answered += reply.error is None
+
+    def again(self, request: Request, usage: Mapping[str, int] | None) -> bool:
+        """Before a retry: the failed attempt's reported cost counts, and the request's hold must still fit."""
+        usage = usage or {}
+        cost = price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, False)
+        self.spent += cost
+        self.prepaid[id(request)] = self.prepaid.get(id(request), 0.0) + cost
+        if self.saved + self.spent + sum(self.held.values()) <= self.limit:
+            return True
+        self.stopped = True
+        return False
 
     async def admit_online(self, request: Request) -> bool:
         """--batch-rest-online: a request a batch left gives up its hold at the batch's price and waits anew."""
