@@ -201,7 +201,8 @@ def test_a_resume_keeps_the_cost_of_choices_answered_before(tmp_path: Path) -> N
 
 def test_failed_attempts_that_report_usage_count_and_are_held_to_the_cap(tmp_path: Path) -> None:
     """Each question's first answer is a 200 with no choices that reports 4,000 tokens (4 at these
-    prices), retried: the run counted only the last attempt, reported 8 and spent 16 of a cap of 10."""
+    prices), retried: the run counted only the last attempt, reported 8 and spent 16 of a cap of 10.
+    A resume asks the failed samples again: what their rows reported stays in the run's cost."""
     asked: set[str] = set()
     usage = {"prompt_tokens": 0, "completion_tokens": 4000, "total_tokens": 4000}
 
@@ -215,5 +216,9 @@ def test_failed_attempts_that_report_usage_count_and_are_held_to_the_cap(tmp_pat
         prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "10")
         result = run_cli(*args, "--generation-config", "max_tokens=4000", *prices, "--work-dir", str(tmp_path))
         spent = len(srv.seen) * 4.0  # as each answer's usage says, retries' included
+        capped = _cost(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--max-cost", "100")
+        spent_in_all = len(srv.seen) * 4.0
     assert result.returncode == 1 and "stopped before passing --max-cost 10" in result.stderr, result.stderr
-    assert spent <= 10 and _cost(tmp_path) == spent, (spent, _cost(tmp_path))
+    assert spent <= 10 and capped == spent, (spent, capped)
+    assert resumed.returncode == 0 and _cost(tmp_path) == spent_in_all, (spent_in_all, _cost(tmp_path))

@@ -135,6 +135,9 @@ def token_count(value: Any) -> int | None:
     return value if whole(value, TOKENS_MAX) else None
 
 
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
+
+
 def usage(value: Any) -> dict[str, int] | None:
     if not isinstance(value, dict):
         return None
@@ -153,6 +156,14 @@ def usage_of(raw: bytes) -> dict[str, int] | None:
     except BadReply:
         return None
     return usage(data.get("usage")) if isinstance(data, dict) else None
+
+
+def saved_usage(value: Any) -> dict[str, int] | None:
+    """A saved row's usage, its counts as the writer saves them (a hand-edited file's others left out)."""
+    if not isinstance(value, dict):
+        return None
+    kept = {k: n for k, n in value.items() if k in USAGE_KEYS and whole(n, TOKENS_MAX)}
+    return kept or None
 
 
 def added(one: dict[str, int] | None, other: dict[str, int] | None) -> dict[str, int] | None:

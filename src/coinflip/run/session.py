@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import DEFAULT_BATCH, TaskConfig
 from ..jsonl import PredictionIndex, PredictionWriter, index_predictions
 from ..models import Reply, Request, is_local, limits
+from ..models._replies import added, saved_usage
 from ..models.predict import Gate, run_requests
 from ..records import Prediction, requests_line, sample_key, split_key
 from ..rundir import RunDir
@@ -45,18 +46,28 @@ def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, 
 
 def requests_left(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
     build = plan.build
-    with run.predictions.open("rb") if index.pending else contextlib.nullcontext() as handle:
+    with run.predictions.open("rb") if index.where else contextlib.nullcontext() as handle:
         for record, draw, pending in _unfinished(plan, index):
-            if not pending:  # the choices answered before stay: their rows hold what they cost
-                first = draw * build.choices
-                answered = range(first, first + build.choices) if index.where else range(0)
-                kept = frozenset(r for r in answered if index.replied(sample_key(record.id, r)))
-                yield record, dataclasses.replace(build(record, draw), kept=kept) if kept else build(record, draw)
+            if not pending:
+                yield record, _again(build(record, draw), build.choices, index, handle)
             for key in pending:
-                assert handle is not None  # opened whenever a forced answer is pending
+                assert handle is not None  # opened whenever a row was saved
                 row = index.row(handle, key)
                 request = build.forced(build(record, draw), row.get("reply") or "", split_key(key)[1])
                 yield row, request
+
+
+def _again(request: Request, choices: int, index: PredictionIndex, handle: Any) -> Request:
+    """A draw asked again keeps the choices answered before; what its failed rows cost lands in its new first row."""
+    if handle is None:
+        return request
+    keys = [(r, sample_key(request.id, r)) for r in range(request.repeat, request.repeat + choices)]
+    kept = frozenset(r for r, key in keys if index.replied(key))
+    paid = None
+    for _, key in keys:
+        if key in index.where and not index.replied(key):
+            paid = added(paid, saved_usage(index.row(handle, key).get("usage")))
+    return dataclasses.replace(request, kept=kept, paid=paid) if kept or paid else request
 
 
 def left(plan: Plan, run: RunDir) -> tuple[PredictionIndex, int]:
@@ -192,6 +203,14 @@ def placed(request: Request, choices: int) -> list[int]:
     return [r for r in range(request.repeat, request.repeat + choices) if r not in request.kept]
 
 
+def first_open(request: Request) -> int:
+    """The repeat a reply's first choice fills (its usage's row)."""
+    repeat = request.repeat
+    while repeat in request.kept:
+        repeat += 1
+    return repeat
+
+
 def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> Prediction:
     row: Prediction = {
         "id": record.id,
@@ -204,7 +223,7 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         "reply": reply.text,
         "reasoning": reply.reasoning,
         "finish_reason": reply.finish_reason,
-        "usage": reply.usage,
+        "usage": added(reply.usage, request.paid) if repeat == first_open(request) else reply.usage,
         "latency_s": round(reply.latency_s, 6),
         "attempts": reply.attempts,
         "error": reply.error,
