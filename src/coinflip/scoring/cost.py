@@ -170,6 +170,8 @@ class Budget:
         self.prepaid: dict[int, float] = {}  # what its failed attempts reported they cost, counted in `spent`
         self.settled = asyncio.Event()
         self.stopped = False
+        self.blind = 0  # answers whose usage said nothing of their tokens: the cap cannot count them
+        self.blind_stops = True  # such an answer stops the run (not a baseline's: it spends nothing)
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -210,6 +212,9 @@ class Budget:
         if reply is None:
             return
         usage = reply.usage or {}
+        if self.blind_stops and reply.error is None and not {"prompt_tokens", "completion_tokens"} & set(usage):
+            self.blind += 1
+            self.stopped = True  # what the rest would cost is unknown: none of them goes
         cost = price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
         self.spent += cost - self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts
         self.answered += reply.error is None
@@ -233,6 +238,12 @@ class Budget:
     def note(self) -> str | None:
         """One line where the run passed the limit, or stopped for it."""
         spent = self.saved + self.spent
+        if self.blind:
+            return (
+                f"stopped: {self.blind} answer(s) came without token usage, so --max-cost {self.limit:g} cannot "
+                f"count what the run spends (it has cost {spent:.4f} by the usage reported); run without --max-cost "
+                "to go on"
+            )
         if spent > self.limit >= self.saved:  # passed by this session's replies
             return (
                 f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; the "
