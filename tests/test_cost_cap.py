@@ -234,3 +234,17 @@ def test_answers_without_usage_stop_a_capped_run(tmp_path: Path) -> None:
         asked = len(srv.seen)
     assert result.returncode == 1 and asked * 4 <= 5, (asked, result.stderr)
     assert "1 answer(s) came without token usage, so --max-cost 5 cannot count" in result.stderr, result.stderr
+
+
+def test_a_narrower_limit_on_resume_still_costs_every_saved_answer(tmp_path: Path) -> None:
+    """10 answered, then resumed with --limit 5: the report scores 5, and its cost covered only those 5
+    (half what was spent), though the doc says the cost covers every saved prediction."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "10", "--api-url", srv.url, "--work-dir", str(tmp_path))
+        first = run_cli(*args, "--price-input", "1", "--price-output", "1")
+    narrower = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--limit", "5")
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    paid = sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in rows) / 1e6
+    report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
+    assert first.returncode == 0 and narrower.returncode == 0, narrower.stderr
+    assert len(rows) == 10 and report["counts"]["samples"] == 5 and report["cost"]["total"] == pytest.approx(paid)
