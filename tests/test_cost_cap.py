@@ -126,9 +126,11 @@ def test_every_price_is_checked_before_the_first_request(tmp_path: Path, prices:
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "work").exists()
 
 
-def test_a_cap_of_0_sends_nothing_and_the_run_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prices", [MINI, ("--price-input", "0", "--price-output", "0")])
+def test_a_cap_of_0_sends_nothing_and_the_run_resumes(tmp_path: Path, prices: tuple[str, ...]) -> None:
+    """At prices of 0 every request fitted a cap of 0, and all were sent."""
     with FakeOpenAIServer("mixed") as srv:
-        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, *MINI, "--work-dir", str(tmp_path))
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, *prices, "--work-dir", str(tmp_path))
         capped = run_cli(*args, "--max-cost", "0")
         asked = sum(srv.state.requests.values())
         resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--max-cost", "1")

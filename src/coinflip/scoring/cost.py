@@ -195,7 +195,8 @@ class Budget:
             cost = self.cost(request, batch)
             if cost is None and not self.held:  # the first request: it costs its prompt at least
                 cost = price(prompt_bound(request), 0, self.prices, batch)
-            if cost is not None and self.saved + self.spent + sum(self.held.values()) + cost <= self.limit:
+            so_far = self.saved + self.spent + sum(self.held.values())
+            if cost is not None and so_far + cost <= self.limit and self.limit > 0:  # a cap of 0: nothing, even free
                 self.held[id(request)] = cost
                 return True
             if not self.held:
