@@ -226,16 +226,25 @@ def test_failed_attempts_that_report_usage_count_and_are_held_to_the_cap(tmp_pat
     assert resumed.returncode == 0 and _cost(tmp_path) == spent_in_all, (spent_in_all, _cost(tmp_path))
 
 
-def test_answers_without_usage_stop_a_capped_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("usage", "said"),
+    [
+        (None, "1 answer(s) came without token usage, so --max-cost 5 cannot count"),
+        ({"completion_tokens": 4000}, "1 answer(s) came without token usage, so --max-cost 5 cannot count"),
+        ({"prompt_tokens": 0, "total_tokens": 4000}, "stopped before passing --max-cost 5"),
+    ],
+)
+def test_answers_without_usage_stop_a_capped_run(tmp_path: Path, usage: dict[str, int] | None, said: str) -> None:
     """A server that reports no usage (a stream where stream_options is not known) cost nothing by the
-    cap's count: a cap of 5 let all 50 requests go, each of which may cost 4, and the run said nothing."""
-    with AnswerServer(lambda seen: answer(chat("ANSWER: YES"))) as srv:
+    cap's count: a cap of 5 let all 50 requests go, each of which may cost 4, and the run said nothing.
+    Completion tokens left out but for the total counted as none."""
+    reply = answer(chat("ANSWER: YES", **({"usage": usage} if usage else {})))
+    with AnswerServer(lambda seen: reply) as srv:
         args = ("eval", "--model", "m", "--limit", "50", "--api-url", srv.url, "--generation-config", "max_tokens=4000")
         prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "5")
         result = run_cli(*args, *prices, "--work-dir", str(tmp_path))
         asked = len(srv.seen)
-    assert result.returncode == 1 and asked * 4 <= 5, (asked, result.stderr)
-    assert "1 answer(s) came without token usage, so --max-cost 5 cannot count" in result.stderr, result.stderr
+    assert result.returncode == 1 and asked * 4 <= 5 and said in result.stderr, (asked, result.stderr)
 
 
 def test_a_narrower_limit_on_resume_still_costs_every_saved_answer(tmp_path: Path) -> None:

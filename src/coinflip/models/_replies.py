@@ -142,6 +142,9 @@ def usage(value: Any) -> dict[str, int] | None:
     if not isinstance(value, dict):
         return None
     found = {key: token_count(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    prompt, completion, total = found.values()
+    if total is not None and (prompt is None) != (completion is None) and total >= (prompt or completion or 0):
+        found["prompt_tokens" if prompt is None else "completion_tokens"] = total - (prompt or completion or 0)
     details = value.get("completion_tokens_details")
     reasoning = token_count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
     found["reasoning_tokens"] = reasoning if reasoning is not None else token_count(value.get("reasoning_tokens"))

@@ -170,7 +170,7 @@ class Budget:
         self.prepaid: dict[int, float] = {}  # what its failed attempts reported they cost, counted in `spent`
         self.settled = asyncio.Event()
         self.stopped = False
-        self.blind = 0  # answers whose usage said nothing of their tokens: the cap cannot count them
+        self.blind = 0  # answers whose usage left out their prompt or completion tokens: the cap cannot count them
         self.blind_stops = True  # such an answer stops the run (not a baseline's: it spends nothing)
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -213,7 +213,7 @@ class Budget:
         if reply is None:
             return
         usage = reply.usage or {}
-        if self.blind_stops and reply.error is None and not {"prompt_tokens", "completion_tokens"} & set(usage):
+        if self.blind_stops and reply.error is None and not {"prompt_tokens", "completion_tokens"} <= set(usage):
             self.blind += 1
             self.stopped = True  # what the rest would cost is unknown: none of them goes
         cost = price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
