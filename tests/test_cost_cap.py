@@ -126,9 +126,11 @@ def test_every_price_is_checked_before_the_first_request(tmp_path: Path, prices:
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "work").exists()
 
 
-def test_a_cap_of_0_sends_nothing_and_the_run_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("prices", [MINI, ("--price-input", "0", "--price-output", "0")])
+def test_a_cap_of_0_sends_nothing_and_the_run_resumes(tmp_path: Path, prices: tuple[str, ...]) -> None:
+    """At prices of 0 every request fitted a cap of 0, and all were sent."""
     with FakeOpenAIServer("mixed") as srv:
-        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, *MINI, "--work-dir", str(tmp_path))
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, *prices, "--work-dir", str(tmp_path))
         capped = run_cli(*args, "--max-cost", "0")
         asked = sum(srv.state.requests.values())
         resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--max-cost", "1")
@@ -150,3 +152,110 @@ def test_the_resume_hint_and_the_401_say_how_to_give_the_key_again(tmp_path: Pat
     assert stopped.returncode == 1 and "give the API key with --api-key" in hint and key not in stopped.stderr
     assert resumed.returncode == 2 and "401" in resumed.stderr, resumed.stderr
     assert "no API key was sent: give the API key with --api-key, $COINFLIP_API_KEY" in resumed.stderr
+
+
+def _vllm_tokens(seen: Seen) -> int:
+    """4,000-token replies, cut as vLLM cuts them: at max_completion_tokens, else max_tokens, as the body says."""
+    return int(min(4000, seen.body.get("max_completion_tokens") or seen.body.get("max_tokens") or 4000))
+
+
+def _cut_as_vllm(seen: Seen) -> bytes:
+    tokens = _vllm_tokens(seen)
+    return answer(chat("ANSWER: YES", usage={"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens}))
+
+
+@pytest.mark.parametrize(
+    "generation",
+    ['{"max_tokens": 16, "extra_body": {"max_tokens": 4000}}', '{"max_tokens": 16, "max_completion_tokens": 4000}'],
+)
+def test_the_worst_case_is_the_bound_the_server_is_sent(tmp_path: Path, generation: str) -> None:
+    """Each request was held at 16 tokens out while its body let the server write 4,000 (extra_body
+    goes last into the body; vLLM takes max_completion_tokens first): a cap of 5 was passed by 15."""
+    with AnswerServer(_cut_as_vllm) as srv:
+        args = ("eval", "--model", "m", "--limit", "30", "--api-url", srv.url, "--eval-batch-size", "4")
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "5")
+        result = run_cli(*args, "--generation-config", generation, *prices, "--work-dir", str(tmp_path))
+        spent = sum(_vllm_tokens(seen) for seen in srv.seen) * 1000 / 1e6  # as the server's usage says
+    assert result.returncode == 1 and "stopped before passing --max-cost 5" in result.stderr, result.stderr
+    assert spent <= 5 and _cost(tmp_path) <= 5, (spent, result.stderr)
+
+
+def test_a_resume_keeps_the_cost_of_choices_answered_before(tmp_path: Path) -> None:
+    """n=2 from a server that sent one choice: the resume asked both again and wrote both rows anew,
+    so the first session's reply, paid for, left the report and the cap (it said 4 of 8 spent)."""
+    choices = [1]
+
+    def respond(seen: Seen) -> bytes:
+        body = chat("ANSWER: YES", usage={"prompt_tokens": 0, "completion_tokens": 1000, "total_tokens": 1000})
+        body["choices"] = [{**body["choices"][0], "index": i} for i in range(choices[0])]
+        return answer(body)
+
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--generation-config", "n=2")
+        prices = ("--price-input", "0", "--price-output", "1000")
+        first = run_cli(*args, *prices, "--retries", "0", "--work-dir", str(tmp_path))
+        choices[0] = 2
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--max-cost", "100")
+        spent = len(srv.seen) * 1.0  # each reply's usage: 1,000 tokens out at 1,000 per million
+    assert first.returncode == 1 and resumed.returncode == 0, resumed.stderr
+    assert spent == 8 and _cost(tmp_path) == spent and _answered(tmp_path) == 8
+
+
+def test_failed_attempts_that_report_usage_count_and_are_held_to_the_cap(tmp_path: Path) -> None:
+    """Each question's first answer is a 200 with no choices that reports 4,000 tokens (4 at these
+    prices), retried: the run counted only the last attempt, reported 8 and spent 16 of a cap of 10.
+    A resume asks the failed samples again: what their rows reported stays in the run's cost."""
+    asked: set[str] = set()
+    usage = {"prompt_tokens": 0, "completion_tokens": 4000, "total_tokens": 4000}
+
+    def respond(seen: Seen) -> bytes:
+        question = json.dumps(seen.body.get("messages"))
+        first, _ = question not in asked, asked.add(question)
+        return answer({"choices": [], "usage": usage} if first else chat("ANSWER: YES", usage=usage))
+
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--limit", "10", "--api-url", srv.url, "--eval-batch-size", "2")
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "10")
+        result = run_cli(*args, "--generation-config", "max_tokens=4000", *prices, "--work-dir", str(tmp_path))
+        spent = len(srv.seen) * 4.0  # as each answer's usage says, retries' included
+        capped = _cost(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--max-cost", "100")
+        spent_in_all = len(srv.seen) * 4.0
+    assert result.returncode == 1 and "stopped before passing --max-cost 10" in result.stderr, result.stderr
+    assert spent <= 10 and capped == spent, (spent, capped)
+    assert resumed.returncode == 0 and _cost(tmp_path) == spent_in_all, (spent_in_all, _cost(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("usage", "said"),
+    [
+        (None, "1 answer(s) came without token usage, so --max-cost 5 cannot count"),
+        ({"completion_tokens": 4000}, "1 answer(s) came without token usage, so --max-cost 5 cannot count"),
+        ({"prompt_tokens": 0, "total_tokens": 4000}, "stopped before passing --max-cost 5"),
+    ],
+)
+def test_answers_without_usage_stop_a_capped_run(tmp_path: Path, usage: dict[str, int] | None, said: str) -> None:
+    """A server that reports no usage (a stream where stream_options is not known) cost nothing by the
+    cap's count: a cap of 5 let all 50 requests go, each of which may cost 4, and the run said nothing.
+    Completion tokens left out but for the total counted as none."""
+    reply = answer(chat("ANSWER: YES", **({"usage": usage} if usage else {})))
+    with AnswerServer(lambda seen: reply) as srv:
+        args = ("eval", "--model", "m", "--limit", "50", "--api-url", srv.url, "--generation-config", "max_tokens=4000")
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "5")
+        result = run_cli(*args, *prices, "--work-dir", str(tmp_path))
+        asked = len(srv.seen)
+    assert result.returncode == 1 and asked * 4 <= 5 and said in result.stderr, (asked, result.stderr)
+
+
+def test_a_narrower_limit_on_resume_still_costs_every_saved_answer(tmp_path: Path) -> None:
+    """10 answered, then resumed with --limit 5: the report scores 5, and its cost covered only those 5
+    (half what was spent), though the doc says the cost covers every saved prediction."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "10", "--api-url", srv.url, "--work-dir", str(tmp_path))
+        first = run_cli(*args, "--price-input", "1", "--price-output", "1")
+    narrower = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--limit", "5")
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    paid = sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] for r in rows) / 1e6
+    report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
+    assert first.returncode == 0 and narrower.returncode == 0, narrower.stderr
+    assert len(rows) == 10 and report["counts"]["samples"] == 5 and report["cost"]["total"] == pytest.approx(paid)

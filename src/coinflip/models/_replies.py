@@ -135,15 +135,45 @@ def token_count(value: Any) -> int | None:
     return value if whole(value, TOKENS_MAX) else None
 
 
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
+
+
 def usage(value: Any) -> dict[str, int] | None:
     if not isinstance(value, dict):
         return None
     found = {key: token_count(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    prompt, completion, total = found.values()
+    if total is not None and (prompt is None) != (completion is None) and total >= (prompt or completion or 0):
+        found["prompt_tokens" if prompt is None else "completion_tokens"] = total - (prompt or completion or 0)
     details = value.get("completion_tokens_details")
     reasoning = token_count(details.get("reasoning_tokens")) if isinstance(details, dict) else None
     found["reasoning_tokens"] = reasoning if reasoning is not None else token_count(value.get("reasoning_tokens"))
     kept = {key: n for key, n in found.items() if n is not None}
     return kept or None
+
+
+def usage_of(raw: bytes) -> dict[str, int] | None:
+    """The usage a body that is no answer still reports (a retry's cost), or None."""
+    try:
+        data = load_json(raw)
+    except BadReply:
+        return None
+    return usage(data.get("usage")) if isinstance(data, dict) else None
+
+
+def saved_usage(value: Any) -> dict[str, int] | None:
+    """A saved row's usage, its counts as the writer saves them (a hand-edited file's others left out)."""
+    if not isinstance(value, dict):
+        return None
+    kept = {k: n for k, n in value.items() if k in USAGE_KEYS and whole(n, TOKENS_MAX)}
+    return kept or None
+
+
+def added(one: dict[str, int] | None, other: dict[str, int] | None) -> dict[str, int] | None:
+    """Two usages summed, count by count (within TOKENS_MAX); None where neither says anything."""
+    if not one or not other:
+        return one or other
+    return {k: min(one.get(k, 0) + other.get(k, 0), TOKENS_MAX - 1) for k in {**one, **other}}
 
 
 def _logprob(value: Any) -> float | str | None:

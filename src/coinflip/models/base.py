@@ -18,6 +18,8 @@ class Request:
     repeat: int = 0
     params: dict[str, Any] = field(default_factory=dict)
     forced: bool = False  # the follow-up that asks for the answer line alone
+    kept: frozenset[int] = frozenset()  # repeats of these n already answered (a resume): their rows stay
+    paid: dict[str, int] | None = None  # what the rows it rewrites reported they cost (failed attempts')
 
 
 class Unanswered(Exception):

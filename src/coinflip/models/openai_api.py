@@ -11,6 +11,7 @@ import random
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -21,7 +22,7 @@ from ..errors import EndpointBroken, EndpointError, FatalAPIError
 from ..secrets import run_secrets, shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, Response, merge_headers
 from ._redact import Redactor
-from ._replies import BadReply, StreamReply, parse_body, server_message
+from ._replies import BadReply, StreamReply, added, parse_body, server_message, usage_of
 from ._request import endpoint_url, published_slots, redirect, request_body, split_generation, web_page
 from ._wire import ReplyTooLarge, UnknownCoding
 from .base import Reply, Request
@@ -48,10 +49,13 @@ _WORD = re.compile(r"[\w.-]+")  # one holding a digit is a number or an id (req_
 
 
 class RetryableError(Exception):
-    def __init__(self, message: str, retry_after: float | None = None, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, retry_after: float | None = None, status: int | None = None, usage: Any = None
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.status = status
+        self.usage: dict[str, int] | None = usage  # what a 2xx that was no answer says it cost
 
 
 class EarlyStop:
@@ -94,6 +98,7 @@ class OpenAIClient:
         self.retries, self.backoff_base = retries, backoff_base
         self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
         self.answered = False  # any reply yet: before one, a web page means a wrong --api-url
+        self.again: Callable[[Request, dict[str, int] | None], bool] | None = None  # --max-cost, on each retry
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
         if stream:
             headers["Accept"] = "text/event-stream"
@@ -124,15 +129,17 @@ class OpenAIClient:
     async def complete(self, request: Request) -> Reply:
         body = self._body(request)
         message, status, failures, attempts = "", None, 0, 0
+        wasted: dict[str, int] | None = None  # what failed attempts reported they cost: the reply's usage counts it
         while True:
             sent, done_before = await self._slot()
             attempts += 1
-            wait, outcome, reply = None, "failed", None
+            wait, outcome, reply, spent = None, "failed", None, None
             try:
                 reply = await self._attempt(self.url, body)
                 outcome = "ok"
             except RetryableError as exc:
                 message, status, wait = str(exc), exc.status, exc.retry_after
+                spent, wasted = exc.usage, added(wasted, exc.usage)
                 outcome = "rejected" if status in LIMIT_STATUS else "failed"
             except (ReplyTooLarge, UnknownCoding) as exc:
                 message, status = str(exc), None
@@ -147,6 +154,7 @@ class OpenAIClient:
             if reply is not None:
                 reply.latency_s = time.monotonic() - sent  # the model's time: not the wait, not the failures
                 reply.attempts = attempts
+                reply.usage = added(reply.usage, wasted)
                 self.early_stop.success()
                 self.answered = True
                 return self.redact.reply(reply)
@@ -155,11 +163,17 @@ class OpenAIClient:
                 self._check_patience(time.monotonic())
                 continue
             failures += 1
-            if outcome == "final" or failures > self.retries:
-                return self._failed(message, status, sent, attempts)
+            capped = outcome != "final" and failures <= self.retries and not self._may_retry(request, spent)
+            if outcome == "final" or failures > self.retries or capped:
+                message += "; not retried: --max-cost leaves no room for another attempt" if capped else ""
+                return dataclasses.replace(self._failed(message, status, sent, attempts), usage=wasted)
             self.limiter.traffic.retried += 1
             self._check_patience(time.monotonic())  # failing every request: as bounded as refusing them
             await asyncio.sleep(self._delay(failures, wait))
+
+    def _may_retry(self, request: Request, spent: dict[str, int] | None) -> bool:
+        """--max-cost (`again`): a failed attempt's reported cost counts now, and another must still fit."""
+        return self.again is None or self.again(request, spent)
 
     def _settle(self, outcome: str, sent: float, wait: float | None, reply: Reply | None, done_before: int) -> None:
         limiter, now = self.limiter, time.monotonic()
@@ -250,7 +264,8 @@ class OpenAIClient:
                     return response.events.reply(response.sent)
                 return parse_body(response.body, self.mode)
             except BadReply as exc:
-                raise RetryableError(str(exc), status=status) from None
+                spent = response.events.usage if response.events is not None else usage_of(response.body)
+                raise RetryableError(str(exc), status=status, usage=spent) from None
         detail = server_message(response.body)
         if status == 407:
             raise EndpointError(

@@ -86,6 +86,9 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
     scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):
         if p["id"] not in subset if subset is not None else bool(questions) and p["id"] >= questions:
+            scorer.outside.add(p)  # not scored, but paid for: the cost covers it
+            if isinstance(forced := p.get("forced"), dict):
+                scorer.outside.add(forced)
             continue
         if scored(p):
             scorer.add(p)

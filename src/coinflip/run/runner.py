@@ -15,7 +15,7 @@ from .._terminal import printable
 from ..config import METRIC_COMPATS, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
 from ..jsonl import index_predictions
-from ..models import open_model, serve_local
+from ..models import backend, open_model, serve_local
 from ..rundir import RunDir, load_saved_config
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
@@ -180,13 +180,15 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     wanted = concurrency_for(config)
     cap = config.max_cost is not None
     budget = budget_for(config, plan.generation, run.predictions, batch=bool(config.batch)) if cap else None
+    if budget is not None:
+        budget.blind_stops = backend(config) != "baseline"  # a baseline spends nothing and reports no usage
     try:
         with serve_local(config, run.server_log) as endpoint:
             concurrency = min(wanted, endpoint.slots or wanted)
             session.progress.restart()
             room_for(concurrency)
             model = open_model(config, endpoint.urls, plan.generation, concurrency, run.root / "batch",
-                               budget.admit_online if budget is not None else None)  # fmt: skip
+                               *((budget.admit_online, budget.again) if budget is not None else ()))  # fmt: skip
             (stop or StopRequest()).run(session.send, model, concurrency, requests_left(plan, run, index), budget)
             if budget is not None and (note := budget.note()):
                 if not (index.lines or session.progress.done or session.pending):  # nothing to report: --max-cost 0

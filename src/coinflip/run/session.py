@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import time
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import DEFAULT_BATCH, TaskConfig
 from ..jsonl import PredictionIndex, PredictionWriter, index_predictions
 from ..models import Reply, Request, is_local, limits
+from ..models._replies import added, saved_usage
 from ..models.predict import Gate, run_requests
 from ..records import Prediction, requests_line, sample_key, split_key
 from ..rundir import RunDir
@@ -44,15 +46,28 @@ def _unfinished(plan: Plan, index: PredictionIndex) -> Iterator[tuple[Any, int, 
 
 def requests_left(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[tuple[Job, Request]]:
     build = plan.build
-    with run.predictions.open("rb") if index.pending else contextlib.nullcontext() as handle:
+    with run.predictions.open("rb") if index.where else contextlib.nullcontext() as handle:
         for record, draw, pending in _unfinished(plan, index):
             if not pending:
-                yield record, build(record, draw)
+                yield record, _again(build(record, draw), build.choices, index, handle)
             for key in pending:
-                assert handle is not None  # opened whenever a forced answer is pending
+                assert handle is not None  # opened whenever a row was saved
                 row = index.row(handle, key)
                 request = build.forced(build(record, draw), row.get("reply") or "", split_key(key)[1])
                 yield row, request
+
+
+def _again(request: Request, choices: int, index: PredictionIndex, handle: Any) -> Request:
+    """A draw asked again keeps the choices answered before; what its failed rows cost lands in its new first row."""
+    if handle is None:
+        return request
+    keys = [(r, sample_key(request.id, r)) for r in range(request.repeat, request.repeat + choices)]
+    kept = frozenset(r for r, key in keys if index.replied(key))
+    paid = None
+    for _, key in keys:
+        if key in index.where and not index.replied(key):
+            paid = added(paid, saved_usage(index.row(handle, key).get("usage")))
+    return dataclasses.replace(request, kept=kept, paid=paid) if kept or paid else request
 
 
 def left(plan: Plan, run: RunDir) -> tuple[PredictionIndex, int]:
@@ -114,10 +129,11 @@ class Session:
         if not self.plan.config.force_answer or request.forced or reply.error:
             return []
         out = []
-        for i, choice in enumerate([reply, *reply.more][: build.choices]):  # a server may send more
+        got = [reply, *reply.more]  # a server may send more than n
+        for repeat, choice in zip(placed(request, build.choices), got, strict=False):
             if forced.needed(choice.text):
-                row = prediction_row(job, request.repeat + i, request, choice)
-                out.append((row, build.forced(request, choice.text or "", request.repeat + i)))
+                row = prediction_row(job, repeat, request, choice)
+                out.append((row, build.forced(request, choice.text or "", repeat)))
         return out
 
     async def send(
@@ -168,15 +184,31 @@ def room_for(connections: int) -> None:
 
 
 def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[Prediction]:
-    """One row per choice; a choice the server did not return is an error row (asked again on resume)."""
-    got = [reply, *reply.more][:choices] if reply.error is None else [reply] * choices
-    missing = Reply(None, error=f"the server returned {len(got)} of n={choices} choices; use --repeats")
-    got += [missing] * (choices - len(got))
-    rows = [prediction_row(record, request.repeat + i, request, choice) for i, choice in enumerate(got)]
+    """One row per choice not answered before (the first holds the reply's usage); a choice the server did not
+    return is an error row (asked again on resume)."""
+    repeats = placed(request, choices)
+    unpaid = dataclasses.replace(reply, usage=None)  # an error's usage (its retries') counts once, in its first row
+    got = [reply, *reply.more][: len(repeats)] if reply.error is None else [reply, *[unpaid] * (len(repeats) - 1)]
+    missing = Reply(None, error=f"the server returned {len(reply.more) + 1} of n={choices} choices; use --repeats")
+    got += [missing] * (len(repeats) - len(got))
+    rows = [prediction_row(record, repeat, request, choice) for repeat, choice in zip(repeats, got, strict=True)]
     for row in rows:
         if force and row["error"] is None and forced.needed(row["reply"]):
             row["forced"] = forced.PENDING.copy()
     return rows
+
+
+def placed(request: Request, choices: int) -> list[int]:
+    """The repeats a reply's choices fill, in order: those of its n not answered before."""
+    return [r for r in range(request.repeat, request.repeat + choices) if r not in request.kept]
+
+
+def first_open(request: Request) -> int:
+    """The repeat a reply's first choice fills (its usage's row)."""
+    repeat = request.repeat
+    while repeat in request.kept:
+        repeat += 1
+    return repeat
 
 
 def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> Prediction:
@@ -191,7 +223,7 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         "reply": reply.text,
         "reasoning": reply.reasoning,
         "finish_reason": reply.finish_reason,
-        "usage": reply.usage,
+        "usage": added(reply.usage, request.paid) if repeat == first_open(request) else reply.usage,
         "latency_s": round(reply.latency_s, 6),
         "attempts": reply.attempts,
         "error": reply.error,

@@ -137,10 +137,16 @@ def cost_line(report: Report) -> str | None:
     return line
 
 
-def worst_tokens(generation: Mapping[str, Any]) -> int | None:
-    """The most output tokens a request may use (max_tokens for each of its n choices); None: unbounded."""
-    most, n = generation.get("max_tokens") or generation.get("max_completion_tokens"), generation.get("n") or 1
-    return most * n if type(most) is int and type(n) is int and most > 0 and n > 0 else None
+def worst_tokens(generation: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> int | None:
+    """The most output tokens a request may use, for each of its n choices, as its body says (extra_body goes
+    last); the larger of max_tokens and max_completion_tokens, as servers differ on which wins. None: unbounded."""
+    extra = generation.get("extra_body")
+    sent = {**generation, **(params or {}), **(extra if isinstance(extra, dict) else {})}
+    bounds = [sent[key] for key in ("max_tokens", "max_completion_tokens") if sent.get(key) is not None]
+    n = sent.get("n") or 1
+    if not bounds or any(type(b) is not int or b <= 0 for b in bounds) or type(n) is not int or n <= 0:
+        return None
+    return int(max(bounds)) * n
 
 
 def prompt_bound(request: Request) -> int:
@@ -161,8 +167,11 @@ class Budget:
         self.saved = 0.0  # by the predictions already on disk
         self.answered = 0
         self.held: dict[int, float] = {}  # what each request in flight may cost, by id()
+        self.prepaid: dict[int, float] = {}  # what its failed attempts reported they cost, counted in `spent`
         self.settled = asyncio.Event()
         self.stopped = False
+        self.blind = 0  # answers whose usage left out their prompt or completion tokens: the cap cannot count them
+        self.blind_stops = True  # such an answer stops the run (not a baseline's: it spends nothing)
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -174,7 +183,7 @@ class Budget:
 
     def cost(self, request: Request, batch: bool) -> float | None:
         """What `request` may cost (None: nothing tells yet)."""
-        most = worst_tokens({**self.generation, **request.params})
+        most = worst_tokens(self.generation, request.params)
         if most is not None:
             return price(prompt_bound(request), most, self.prices, batch)
         return self.spent / self.answered if self.answered else None
@@ -186,7 +195,8 @@ class Budget:
             cost = self.cost(request, batch)
             if cost is None and not self.held:  # the first request: it costs its prompt at least
                 cost = price(prompt_bound(request), 0, self.prices, batch)
-            if cost is not None and self.saved + self.spent + sum(self.held.values()) + cost <= self.limit:
+            so_far = self.saved + self.spent + sum(self.held.values())
+            if cost is not None and so_far + cost <= self.limit and self.limit > 0:  # a cap of 0: nothing, even free
                 self.held[id(request)] = cost
                 return True
             if not self.held:
@@ -203,8 +213,23 @@ class Budget:
         if reply is None:
             return
         usage = reply.usage or {}
-        self.spent += price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
+        if self.blind_stops and reply.error is None and not {"prompt_tokens", "completion_tokens"} <= set(usage):
+            self.blind += 1
+            self.stopped = True  # what the rest would cost is unknown: none of them goes
+        cost = price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
+        self.spent += cost - self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts
         self.answered += reply.error is None
+
+    def again(self, request: Request, usage: Mapping[str, int] | None) -> bool:
+        """Before a retry: the failed attempt's reported cost counts, and the request's hold must still fit."""
+        usage = usage or {}
+        cost = price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, False)
+        self.spent += cost
+        self.prepaid[id(request)] = self.prepaid.get(id(request), 0.0) + cost
+        if self.saved + self.spent + sum(self.held.values()) <= self.limit:
+            return True
+        self.stopped = True
+        return False
 
     async def admit_online(self, request: Request) -> bool:
         """--batch-rest-online: a request a batch left gives up its hold at the batch's price and waits anew."""
@@ -214,6 +239,12 @@ class Budget:
     def note(self) -> str | None:
         """One line where the run passed the limit, or stopped for it."""
         spent = self.saved + self.spent
+        if self.blind:
+            return (
+                f"stopped: {self.blind} answer(s) came without token usage, so --max-cost {self.limit:g} cannot "
+                f"count what the run spends (it has cost {spent:.4f} by the usage reported); run without --max-cost "
+                "to go on"
+            )
         if spent > self.limit >= self.saved:  # passed by this session's replies
             return (
                 f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; the "

@@ -34,7 +34,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     scores = summarize(outcomes, compat, seed)
     counts = scores["counts"]
     expected = int(saved.get("samples") or len(outcomes))
-    used = tokens(scorer.usage, scorer.forced_usage)
+    used = tokens(scorer.usage, scorer.forced_usage, scorer.outside)  # every saved prediction was paid for
     report: Report = {
         "benchmark": BENCHMARK,
         "model": config.get("model_id") or config["model"],

@@ -247,6 +247,7 @@ class Scorer(Columns):
         self.compat = compat  # whose rule reviews each reply: coinflip's strict one or EvalScope's
         self.usage = Usage()
         self.forced_usage = Usage()
+        self.outside = Usage()  # saved predictions outside the subset scored (a narrower --limit): cost only
         self.showcase = Showcase(showcase_cap)
         self.unreadable = 0  # saved lines left out: no prediction, or no YES or NO target (a hand-edited file)
         self.impossible_logprobs = 0  # samples without P(YES): the server sent an impossible log probability
