@@ -225,3 +225,21 @@ def test_a_resume_never_writes_its_log_through_a_link(tmp_path: Path, linked: st
     assert {p: p.read_bytes() for p in [elsewhere, *elsewhere.rglob("*")] if p.is_file()} == before
     log = run / "logs/eval_log.log"
     assert not (run / linked).is_symlink() and log.is_file() and "run " in log.read_text()
+
+
+@pytest.mark.parametrize("where", ["logs/eval_log.log", "configs/run.lock"])
+@pytest.mark.parametrize("what", ["fifo", "link out"])
+def test_a_fifo_or_link_at_the_log_or_the_lock_never_hangs_nor_is_used(tmp_path: Path, where: str, what: str) -> None:
+    """Both are opened for appending: a FIFO there waited forever for a reader, a link was written or locked."""
+    run = _good_run(tmp_path, "run")
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (run / where).unlink(missing_ok=True)
+    if what == "fifo":
+        os.mkfifo(run / where)
+    else:
+        (run / where).symlink_to(victim)
+    for args in (("rescore", str(run)), ("eval", "--use-cache", str(run))):
+        result = run_cli(*args, timeout=60)  # a hang is a TimeoutExpired
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stderr)
+    assert (run / where).is_file() and not (run / where).is_symlink() and victim.read_text() == "keep"
