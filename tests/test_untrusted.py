@@ -243,3 +243,15 @@ def test_a_fifo_or_link_at_the_log_or_the_lock_never_hangs_nor_is_used(tmp_path:
         result = run_cli(*args, timeout=60)  # a hang is a TimeoutExpired
         assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stderr)
     assert (run / where).is_file() and not (run / where).is_symlink() and victim.read_text() == "keep"
+
+
+def test_rescore_reads_no_predictions_file_past_its_size_limit(tmp_path: Path) -> None:
+    """A sparse file of a terabyte was read to its end (an hour); past 1 GB it is one line, at once."""
+    run = _good_run(tmp_path, "run")
+    predictions = run / "predictions/oracle/coin_flip.jsonl"
+    with predictions.open("r+b") as handle:
+        handle.truncate((1 << 30) + 1)  # the rows, then a hole: a file that holds no such bytes on disk
+    result = run_cli("rescore", str(run), timeout=GENEROUS_S)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert str(predictions) in lines[0] and "more than" in lines[0], lines
