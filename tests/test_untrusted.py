@@ -255,3 +255,15 @@ def test_rescore_reads_no_predictions_file_past_its_size_limit(tmp_path: Path) -
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert str(predictions) in lines[0] and "more than" in lines[0], lines
+
+
+def test_answers_never_joins_reviews_behind_a_link_out_of_the_run(tmp_path: Path) -> None:
+    """Another run's verdicts were joined to this run's replies, as if they were its own."""
+    run, other = _good_run(tmp_path, "run"), _good_run(tmp_path, "other", "--model", "always-yes")
+    reviews = run / "reviews/oracle/coin_flip.jsonl"
+    reviews.unlink()
+    reviews.symlink_to(other / "reviews/always-yes/coin_flip.jsonl")
+    result = run_cli("answers", str(run), timeout=GENEROUS_S)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "a link to outside" in lines[0], result.stderr
+    assert not (run / "answers.csv").exists()

@@ -37,7 +37,7 @@ def answers(run: RunDir) -> Iterator[dict[str, Any]]:
     """In the predictions' order; a sample without a review (forced answer pending) is left out."""
     if not run.reviews.is_file() or not run.predictions.is_file():
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
-    reviews = {key_of(review): review for review in iter_reviews(run.reviews)}
+    reviews = {key_of(review): review for review in iter_reviews(run.reviews, within=run.root)}
     index = index_predictions(run.predictions)
     with run.predictions.open("rb") as handle:
         for key in index.where:
