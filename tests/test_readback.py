@@ -377,3 +377,26 @@ def test_a_run_whose_saved_lines_are_not_utf8_rescores_answers_and_resumes(tmp_p
     resumed = run_cli("eval", "--use-cache", str(run))
     assert resumed.returncode == 0 and "Traceback" not in resumed.stderr, resumed.stderr
     assert json.loads((run / "reports/oracle/coin_flip.json").read_text())["complete"]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("samples: 6", "samples: 18446744073709551616"),
+        ("count: 6", "count: -5"),
+        ("of: 3333", "of: 10000000000000000000000"),
+    ],
+)
+def test_hand_edited_counts_beyond_any_run_are_one_line(tmp_path: Path, edit: tuple[str, str]) -> None:
+    """A count no run can hold read as one: 18446744073709551610 samples 'never run', or a subset of -5."""
+    args = ("--model", "oracle", "--limit", "6")
+    assert run_cli("eval", *args, "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    config = run / "configs/task_config.yaml"
+    text = config.read_text()
+    assert f"\n{edit[0]}\n" in text or f"  {edit[0]}\n" in text, text
+    config.write_text(text.replace(edit[0] + "\n", edit[1] + "\n", 1))
+    for command in (("rescore", str(run)), ("eval", "--use-cache", str(run))):
+        done = run_cli(*command)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and str(config) in lines[0], done.stderr

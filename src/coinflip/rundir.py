@@ -25,7 +25,7 @@ except ImportError:  # Windows: no advisory locks
 from ._files import UnreadableFile, inside, read_regular, read_settings, replacing
 from .config import BENCHMARK, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, storage_error
-from .records import loads
+from .records import REPEATS_MAX, loads, whole
 
 CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
@@ -291,9 +291,9 @@ def _check_saved(path: Path, data: dict[str, Any]) -> None:
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     samples, subset = data.get("samples"), data.get("subset")
-    if samples is not None and (type(samples) is not int or samples < 0):
-        raise ConfigError(f"{path}: samples must be a whole number >= 0")
+    if samples is not None and not whole(samples, MAX_ID * REPEATS_MAX):  # more than a run can hold: a hand edit
+        raise ConfigError(f"{path}: samples must be a whole number >= 0, below {MAX_ID * REPEATS_MAX}")
     if subset is not None and (
-        not isinstance(subset, dict) or any(type(subset.get(k, 0)) is not int for k in ("count", "of"))
+        not isinstance(subset, dict) or not all(whole(subset.get(k, 0), MAX_ID) for k in ("count", "of"))
     ):
-        raise ConfigError(f"{path}: subset must hold whole numbers as its count and of")
+        raise ConfigError(f"{path}: subset must hold whole numbers >= 0, below {MAX_ID}, as its count and of")
