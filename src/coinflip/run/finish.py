@@ -85,10 +85,14 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int) ->
         raise DataError(f"{run.predictions}: no predictions to score")
     subset = run.subset()
     questions = int((saved.get("subset") or {}).get("count") or 0)
+    config = saved["config"]  # checked: repeats and n are whole numbers where given
+    answers = int(config.get("repeats") or 1) * int((config.get("generation_config") or {}).get("n") or 1)
     scorer = Scorer(compat=compat)
     scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):
         if p["id"] not in subset if subset is not None else bool(questions) and p["id"] >= questions:
+            continue
+        if (p.get("repeat") or 0) >= answers:  # a repeat the run never asked (a hand edit, another run's line)
             continue
         if scored(p):
             scorer.add(p)
