@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import stat
 from pathlib import Path
 
 from coinflip.scoring.extract import extract_answer
@@ -130,3 +131,29 @@ def test_answers_shown_on_a_terminal_never_carry_its_escape_sequences(tmp_path: 
     code, text = on_terminal("answers", str(run), "--out", "-", env=env)
     assert code == 0
     assert "\x1b" not in text and "\x07" not in text and text.count("\ufffd]0;owned") == 3
+
+
+def test_answers_out_to_a_fifo_writes_into_it_and_leaves_it_in_place(tmp_path: Path) -> None:
+    """--out PIPE (or /dev/stdout, /dev/null) was replaced by a plain file: as root, /dev/null itself."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "6", "--work-dir", str(tmp_path / "w")).returncode == 0
+    run = only_run_dir(tmp_path / "w")
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # a reader waits: the writer's open never blocks
+    try:
+        result = run_cli("answers", str(run), "--out", str(pipe))
+        received = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISFIFO(os.lstat(pipe).st_mode) and received.startswith(b"id,"), received[:80]
+
+
+def test_answers_out_through_a_link_writes_its_target(tmp_path: Path) -> None:
+    """--out /dev/stdout is a link (to the file output is redirected to): replaced, as root it was /dev's own."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "6", "--work-dir", str(tmp_path / "w")).returncode == 0
+    run = only_run_dir(tmp_path / "w")
+    target, link = tmp_path / "target.csv", tmp_path / "stdout"
+    link.symlink_to(target)
+    assert run_cli("answers", str(run), "--out", str(link)).returncode == 0
+    assert link.is_symlink() and target.read_text().startswith("id,")

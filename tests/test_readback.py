@@ -352,3 +352,51 @@ def test_a_file_system_without_locks_runs_and_resumes_and_clears_drafts_by_age(t
     again = unlocked("eval", "--use-cache", str(run))
     assert again.returncode == 0, again.stderr
     assert len(read_jsonl(next((run / "predictions").rglob("*.jsonl")))) == 4
+
+
+@pytest.mark.parametrize("junk", [b"\xff\xfe", b"\xc3", b"\xc0\xaf"])  # not UTF-8
+def test_a_saved_line_with_bytes_that_are_not_utf8_is_counted_and_skipped(tmp_path: Path, junk: bytes) -> None:
+    lines = [_row(i).encode() for i in range(3)]
+    lines[1] = lines[1].replace(b"ANSWER", junk + b"ANSWER")
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    index = index_predictions(path)
+    assert sorted(index.where) == [0, 2 * 4096] and index.unreadable == 1
+
+
+def test_a_run_whose_saved_lines_are_not_utf8_rescores_answers_and_resumes(tmp_path: Path) -> None:
+    args = ("--model", "oracle", "--limit", "6", "--limit-mode", "first")
+    assert run_cli("eval", *args, "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    for name in ("predictions", "reviews"):
+        path = run / f"{name}/oracle/coin_flip.jsonl"
+        path.write_bytes(path.read_bytes().replace(b'"YES"', b'"YES\xff"', 1))
+    for command in (("rescore", str(run)), ("answers", str(run))):
+        done = run_cli(*command)
+        assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+    resumed = run_cli("eval", "--use-cache", str(run))
+    assert resumed.returncode == 0 and "Traceback" not in resumed.stderr, resumed.stderr
+    assert json.loads((run / "reports/oracle/coin_flip.json").read_text())["complete"]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("samples: 6", "samples: 18446744073709551616"),
+        ("count: 6", "count: -5"),
+        ("of: 3333", "of: 10000000000000000000000"),
+    ],
+)
+def test_hand_edited_counts_beyond_any_run_are_one_line(tmp_path: Path, edit: tuple[str, str]) -> None:
+    """A count no run can hold read as one: 18446744073709551610 samples 'never run', or a subset of -5."""
+    args = ("--model", "oracle", "--limit", "6")
+    assert run_cli("eval", *args, "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    config = run / "configs/task_config.yaml"
+    text = config.read_text()
+    assert f"\n{edit[0]}\n" in text or f"  {edit[0]}\n" in text, text
+    config.write_text(text.replace(edit[0] + "\n", edit[1] + "\n", 1))
+    for command in (("rescore", str(run)), ("eval", "--use-cache", str(run))):
+        done = run_cli(*command)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and str(config) in lines[0], done.stderr

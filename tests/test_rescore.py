@@ -69,3 +69,18 @@ def test_rescore_of_a_non_run_directory_is_one_line(tmp_path: Path) -> None:
     result = run_cli("rescore", str(tmp_path))
     assert result.returncode == 2 and "not a coinflip run directory" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_saved_row_with_a_repeat_the_run_never_asked_is_not_scored(tmp_path: Path) -> None:
+    """A line for repeat 2 in a run of one repeat was scored as a sample: 6 samples became 7."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "6", "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    predictions = run / "predictions/oracle/coin_flip.jsonl"
+    first = json.loads(predictions.read_text().splitlines()[0])
+    wrong = "NO" if first["target"] == "YES" else "YES"
+    with predictions.open("a") as handle:
+        handle.write(json.dumps({**first, "repeat": 2, "reply": f"ANSWER: {wrong}"}) + "\n")
+    for command in (("rescore", str(run)), ("eval", "--use-cache", str(run))):
+        assert run_cli(*command).returncode == 0
+        report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
+        assert report["counts"]["samples"] == 6 and report["metrics"]["accuracy"] == 1.0, command

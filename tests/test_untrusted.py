@@ -225,3 +225,45 @@ def test_a_resume_never_writes_its_log_through_a_link(tmp_path: Path, linked: st
     assert {p: p.read_bytes() for p in [elsewhere, *elsewhere.rglob("*")] if p.is_file()} == before
     log = run / "logs/eval_log.log"
     assert not (run / linked).is_symlink() and log.is_file() and "run " in log.read_text()
+
+
+@pytest.mark.parametrize("where", ["logs/eval_log.log", "configs/run.lock"])
+@pytest.mark.parametrize("what", ["fifo", "link out"])
+def test_a_fifo_or_link_at_the_log_or_the_lock_never_hangs_nor_is_used(tmp_path: Path, where: str, what: str) -> None:
+    """Both are opened for appending: a FIFO there waited forever for a reader, a link was written or locked."""
+    run = _good_run(tmp_path, "run")
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (run / where).unlink(missing_ok=True)
+    if what == "fifo":
+        os.mkfifo(run / where)
+    else:
+        (run / where).symlink_to(victim)
+    for args in (("rescore", str(run)), ("eval", "--use-cache", str(run))):
+        result = run_cli(*args, timeout=60)  # a hang is a TimeoutExpired
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stderr)
+    assert (run / where).is_file() and not (run / where).is_symlink() and victim.read_text() == "keep"
+
+
+def test_rescore_reads_no_predictions_file_past_its_size_limit(tmp_path: Path) -> None:
+    """A sparse file of a terabyte was read to its end (an hour); past 1 GB it is one line, at once."""
+    run = _good_run(tmp_path, "run")
+    predictions = run / "predictions/oracle/coin_flip.jsonl"
+    with predictions.open("r+b") as handle:
+        handle.truncate((1 << 30) + 1)  # the rows, then a hole: a file that holds no such bytes on disk
+    result = run_cli("rescore", str(run), timeout=GENEROUS_S)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert str(predictions) in lines[0] and "more than" in lines[0], lines
+
+
+def test_answers_never_joins_reviews_behind_a_link_out_of_the_run(tmp_path: Path) -> None:
+    """Another run's verdicts were joined to this run's replies, as if they were its own."""
+    run, other = _good_run(tmp_path, "run"), _good_run(tmp_path, "other", "--model", "always-yes")
+    reviews = run / "reviews/oracle/coin_flip.jsonl"
+    reviews.unlink()
+    reviews.symlink_to(other / "reviews/always-yes/coin_flip.jsonl")
+    result = run_cli("answers", str(run), timeout=GENEROUS_S)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "a link to outside" in lines[0], result.stderr
+    assert not (run / "answers.csv").exists()

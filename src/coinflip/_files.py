@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 from .errors import KEPT, ConfigError, DataError, storage_error
 
 NO_LIMIT = 1 << 62
+ROWS_LIMIT = 1 << 30  # bytes read of a predictions or reviews file by rescore and the index (a million samples fit)
 SETTINGS_LIMIT = 16 << 20  # bytes of a settings or prices file read (a task config is a few hundred)
 _BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
          (b"\xfe\xff", "utf-16-be"), (b"\xef\xbb\xbf", "utf-8-sig"))  # fmt: skip

@@ -228,7 +228,7 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
         write(answers(run), sys.stdout, form, terminal=sys.stdout.isatty())
         return
     path = Path(out) if out else default_path(run, form)
-    click.echo(f"wrote {save(run, path, form)} answers to {path}", err=True)
+    click.echo(f"wrote {save(run, path, form, given=out is not None)} answers to {path}", err=True)
 
 
 @app.command("compare")

@@ -10,7 +10,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import BinaryIO
 
-from ._files import UnreadableFile, open_regular, replacing
+from ._files import NO_LIMIT, UnreadableFile, open_regular, replacing
 from .errors import ConfigError, storage_error
 from .records import DONE, ERROR, STARTED, Prediction, Review, dumps, key_of, progress, read_prediction, read_review
 
@@ -38,11 +38,12 @@ class PredictionIndex:
         return row
 
 
-def index_predictions(path: Path, repair: bool = False) -> PredictionIndex:
-    """One pass over the file; `repair` cuts a half-written last line (a crash mid-write) before appending."""
+def index_predictions(path: Path, repair: bool = False, limit: int = NO_LIMIT) -> PredictionIndex:
+    """One pass over the file; `repair` cuts a half-written last line (a crash mid-write) before appending;
+    a file over `limit` bytes is a ConfigError."""
     index = PredictionIndex({}, 0)
     try:
-        with open_regular(path, write=repair) as handle:  # never a FIFO or a device
+        with open_regular(path, limit, write=repair) as handle:  # never a FIFO or a device
             offset = 0
             for line in handle:
                 if not line.endswith(b"\n"):
@@ -80,9 +81,9 @@ def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
         index.pending.discard(key)
 
 
-def compact_predictions(path: Path) -> PredictionIndex:
+def compact_predictions(path: Path, limit: int = NO_LIMIT) -> PredictionIndex:
     """One line per sample in key order, through a temporary file (a full disk leaves the original)."""
-    index = index_predictions(path)
+    index = index_predictions(path, limit=limit)
     keys = sorted(index.where)
     if index.lines == len(keys) and all(index.start(a) < index.start(b) for a, b in pairwise(keys)):
         return index
@@ -109,8 +110,9 @@ def iter_predictions(path: Path) -> Iterator[Prediction]:
                 yield row
 
 
-def iter_reviews(path: Path) -> Iterator[Review]:
-    with path.open("rb") as handle:
+def iter_reviews(path: Path, within: Path | None = None) -> Iterator[Review]:
+    """The readable reviews of a plain file (inside `within`, if given), else UnreadableFile."""
+    with open_regular(path, within=within) as handle:
         for line in handle:
             if (review := read_review(line)) is not None:
                 yield review

@@ -164,7 +164,7 @@ def _placed(line: bytes | str) -> Any:
 
     try:
         row = msgspec.json.decode(line)  # as fast as a kept Decoder's, untyped
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # bytes not UTF-8: msgspec raises the latter
         try:
             row = loads(line)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ except ImportError:  # Windows: no advisory locks
 from ._files import UnreadableFile, inside, read_regular, read_settings, replacing
 from .config import BENCHMARK, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, storage_error
-from .records import loads
+from .records import REPEATS_MAX, loads, whole
 
 CONFIG_FILE = "configs/task_config.yaml"
 SUBSET_FILE = "configs/subset.json"
@@ -113,15 +114,14 @@ class RunDir:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def own_folders(self, *files: Path) -> None:
-        """Each folder from the root down to `files` a real one, and no link at a file itself (the log is
-        appended to): reports and logs are written in the run, never through a link to elsewhere."""
+        """Each folder from the root down to `files` a real one, and no link, FIFO or device at a file itself
+        (the log is appended to): reports and logs are written in the run, never through a link to elsewhere."""
         for file in files:
             parts = file.relative_to(self.root).parts
             for depth in range(1, len(parts) + 1):
                 path = self.root.joinpath(*parts[:depth])
                 try:
-                    if path.is_symlink():
-                        path.unlink()
+                    _clear_for_own(path)
                     if depth < len(parts):
                         path.mkdir(exist_ok=True)
                 except OSError as exc:
@@ -156,8 +156,10 @@ class RunDir:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """One process per run directory (a resume of a live run would send its work twice)."""
+        lock = self.root / "configs" / "run.lock"
         try:
-            handle = (self.root / "configs" / "run.lock").open("a")
+            _clear_for_own(lock)  # opening a FIFO left there would wait forever; a link would lock its target
+            handle = lock.open("a")
         except OSError:  # a read-only run directory: nothing will be written into it anyway
             yield
             return
@@ -189,6 +191,16 @@ class RunDir:
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < MAX_ID for i in ids):
             raise ConfigError(f"{path}: not a list of question ids")
         return frozenset(ids)
+
+
+def _clear_for_own(path: Path) -> None:
+    """Remove a link, FIFO, socket or device at `path`, where the run's own file or folder goes."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        path.unlink()
 
 
 def _flock(file: Any) -> bool | None:
@@ -279,9 +291,9 @@ def _check_saved(path: Path, data: dict[str, Any]) -> None:
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     samples, subset = data.get("samples"), data.get("subset")
-    if samples is not None and (type(samples) is not int or samples < 0):
-        raise ConfigError(f"{path}: samples must be a whole number >= 0")
+    if samples is not None and not whole(samples, MAX_ID * REPEATS_MAX):  # more than a run can hold: a hand edit
+        raise ConfigError(f"{path}: samples must be a whole number >= 0, below {MAX_ID * REPEATS_MAX}")
     if subset is not None and (
-        not isinstance(subset, dict) or any(type(subset.get(k, 0)) is not int for k in ("count", "of"))
+        not isinstance(subset, dict) or not all(whole(subset.get(k, 0), MAX_ID) for k in ("count", "of"))
     ):
-        raise ConfigError(f"{path}: subset must hold whole numbers as its count and of")
+        raise ConfigError(f"{path}: subset must hold whole numbers >= 0, below {MAX_ID}, as its count and of")

@@ -6,13 +6,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from .._files import replacing
 from .._terminal import printable
-from ..errors import DataError
+from ..errors import DataError, storage_error
 from ..jsonl import index_predictions, iter_reviews
 from ..records import Review, escape_line_breaks, key_of
 from ..rundir import RunDir
@@ -37,7 +39,7 @@ def answers(run: RunDir) -> Iterator[dict[str, Any]]:
     """In the predictions' order; a sample without a review (forced answer pending) is left out."""
     if not run.reviews.is_file() or not run.predictions.is_file():
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
-    reviews = {key_of(review): review for review in iter_reviews(run.reviews)}
+    reviews = {key_of(review): review for review in iter_reviews(run.reviews, within=run.root)}
     index = index_predictions(run.predictions)
     with run.predictions.open("rb") as handle:
         for key in index.where:
@@ -86,6 +88,23 @@ def default_path(run: RunDir, form: str) -> Path:
     return run.root / f"answers.{form}"
 
 
-def save(run: RunDir, path: Path, form: str) -> int:
+def save(run: RunDir, path: Path, form: str, given: bool = False) -> int:
+    """Into a new file that takes `path`'s place; a device, FIFO or link the user `given` (--out /dev/stdout, a
+    pipe) is written into, as the shell would: replaced, a file took the place of /dev/null (as root) or a pipe."""
+    if given and _stream(path):
+        try:
+            with open(path, "w", encoding="utf-8", newline="") as out:
+                return write(answers(run), out, form)
+        except OSError as exc:
+            raise storage_error(path, exc, "try --out elsewhere") from None
     with replacing(path, "try --out elsewhere") as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as out:
         return write(answers(run), out, form)
+
+
+def _stream(path: Path) -> bool:
+    """A character device, FIFO or link at `path` (/dev/stdout is a link, to a file where output is redirected)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISLNK(mode)

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .._files import UnreadableFile, inside, open_regular, read_regular
+from .._files import ROWS_LIMIT, UnreadableFile, inside, open_regular, read_regular
 from ..config import BENCHMARK, safe_name
 from ..records import Review, read_prediction, read_review
 from ..rundir import CONFIG_FILE, load_saved_config
@@ -25,7 +25,6 @@ RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs"})
 MAX_DEPTH = 8
 LINE_LIMIT = 64 << 20  # bytes of one line read at a time (a longer one is not a row)
 REPORT_LIMIT = 64 << 20  # bytes read of a report (a real one is tens of kilobytes)
-ROWS_LIMIT = 1 << 30  # bytes read of a predictions or reviews file (a million samples fit)
 SCAN_BUDGET_S = 60.0  # seconds the walk over a work directory may take before it lists the rest as not read
 _STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})_(\d{2})(\d{2})(\d{2})")
 

@@ -7,7 +7,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._files import read_regular, replacing
+from .._files import NO_LIMIT, read_regular, replacing
 from .._terminal import one_line
 from ..config import KEY_AGAIN
 from ..errors import DataError
@@ -29,8 +29,11 @@ def resume_hint(run: RunDir, keyed: bool = False, flags: tuple[str, ...] = ()) -
     return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}{given}{again}")
 
 
-def finish(run: RunDir, compat: str, show: bool = True, session: Session | None = None) -> Report:
-    """Without a `session` that scored its replies as they landed, the saved predictions are scored."""
+def finish(
+    run: RunDir, compat: str, show: bool = True, session: Session | None = None, limit: int = NO_LIMIT
+) -> Report:
+    """Without a `session` that scored its replies as they landed, the saved predictions (up to `limit` bytes:
+    a rescore reads no sparse terabyte) are scored."""
     from ..pages.run_page import write_html
     from ..pages.summary import print_summary
     from ..scoring.report import build_report, write_report
@@ -43,7 +46,7 @@ def finish(run: RunDir, compat: str, show: bool = True, session: Session | None 
         if not session.writer.in_order:
             compact_predictions(run.predictions)
     else:
-        scorer = _score_saved(run, saved, compat)
+        scorer = _score_saved(run, saved, compat, limit)
     run.own_folders(run.reviews, run.report_json)  # never written through a linked folder either
     with replacing(run.reviews) as reviews:  # under a temporary name, then renamed
         scorer.write_reviews(reviews)
@@ -74,14 +77,16 @@ def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, A
         return None
 
 
-def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
+def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int) -> Scorer:
     from ..scoring.scorer import Scorer
 
-    index = compact_predictions(run.predictions)
+    index = compact_predictions(run.predictions, limit)
     if not index.where:
         raise DataError(f"{run.predictions}: no predictions to score")
     subset = run.subset()
     questions = int((saved.get("subset") or {}).get("count") or 0)
+    config = saved["config"]  # checked: repeats and n are whole numbers where given
+    answers = int(config.get("repeats") or 1) * int((config.get("generation_config") or {}).get("n") or 1)
     scorer = Scorer(compat=compat)
     scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):
@@ -89,6 +94,8 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str) -> Scorer:
             scorer.outside.add(p)  # not scored, but paid for: the cost covers it
             if isinstance(forced := p.get("forced"), dict):
                 scorer.outside.add(forced)
+            continue
+        if (p.get("repeat") or 0) >= answers:  # a repeat the run never asked (a hand edit, another run's line)
             continue
         if scored(p):
             scorer.add(p)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._files import ROWS_LIMIT
 from .._terminal import printable
 from ..config import METRIC_COMPATS, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
@@ -212,7 +213,7 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
     if compat != own:
         run = dataclasses.replace(run, arithmetic=compat)
     with run.locked():
-        return finish(run, compat, show)
+        return finish(run, compat, show, limit=ROWS_LIMIT)  # the documented bound on what a rescore reads
 
 
 class _LogFile(logging.FileHandler):
