@@ -4,6 +4,7 @@ found by building real runs and computing each figure again from the saved files
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from coinflip.pages.board import row
@@ -30,3 +31,27 @@ def test_index_token_totals_count_every_request_as_the_run_page_does(tmp_path: P
     shown = row(found)
     assert (shown["ptok"], shown["ctok"]) == (tokens["prompt"], tokens["completion"])
     assert f"tokens: {tokens['prompt']:,} prompt, {tokens['completion']:,} completion" in made.stdout
+
+
+def test_compare_gives_equal_f1_an_equal_rank_as_the_index_does(tmp_path: Path) -> None:
+    """Two oracle runs on the same questions (F1 1.0 both) were ranked 1 and 2 by compare, in the
+    order they were found, while the index ranked both =1 ("equal F1 shares a rank")."""
+    work = tmp_path / "w"
+    for name in ("o1", "o2", "yes"):
+        model = "always-yes" if name == "yes" else "oracle"
+        made = run_cli("eval", "--model", model, "--model-id", name, "--limit", "20", "--work-dir", str(work / name))
+        assert made.returncode == 0, made.stderr
+    compared = run_cli("compare", str(work), "--out", str(tmp_path / "cmp"))
+    assert compared.returncode == 0, compared.stderr
+    saved = json.loads((tmp_path / "cmp/compare.json").read_text())
+    ranks = {r["model"]: (r["rank"], r["tied"]) for r in saved["leaderboard"]}
+    assert ranks == {"o1": (1, True), "o2": (1, True), "yes": (3, False)}
+    index = run_cli("view", str(work))
+    assert index.returncode == 0, index.stderr
+    page = (work / "index.html").read_text()
+    for model in ("o1", "o2"):
+        assert re.search(r'"model": ?"' + model + r'".*?"rank": ?1,', page), model
+    board = [line.split() for line in compared.stdout.splitlines() if line.split()[:1] in (["=1"], ["3"])]
+    assert sorted(cells[:2] for cells in board) == [["3", "yes"], ["=1", "o1"], ["=1", "o2"]]
+    # the paired tests name a tied run by its rank and run id, so "#=1" is never ambiguous
+    assert "#=1 " in compared.stdout and "| =1 |" in (tmp_path / "cmp/compare.md").read_text()
