@@ -3,6 +3,7 @@ found by building real runs and computing each figure again from the saved files
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -55,3 +56,24 @@ def test_compare_gives_equal_f1_an_equal_rank_as_the_index_does(tmp_path: Path) 
     assert sorted(cells[:2] for cells in board) == [["3", "yes"], ["=1", "o1"], ["=1", "o2"]]
     # the paired tests name a tied run by its rank and run id, so "#=1" is never ambiguous
     assert "#=1 " in compared.stdout and "| =1 |" in (tmp_path / "cmp/compare.md").read_text()
+
+
+def test_the_run_page_labels_a_warning_incomplete_only_where_the_terminal_does(tmp_path: Path) -> None:
+    """An incomplete run's page put "INCOMPLETE:" before every warning ("INCOMPLETE: precision is
+    undefined (no YES answers)"), while the terminal says WARNING for those and INCOMPLETE only for
+    the samples without a reply or never run."""
+    work = tmp_path / "w"
+    made = run_cli("eval", "--model", "always-no", "--limit", "20", "--work-dir", str(work), "--no-timestamp")
+    assert made.returncode == 0, made.stderr
+    (predictions,) = work.glob("predictions/*/coin_flip.jsonl")
+    rows = [json.loads(line) for line in predictions.read_text().splitlines()]
+    rows[0].update(error="boom", reply=None)
+    predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rescored = run_cli("rescore", str(work))
+    assert rescored.returncode == 1, rescored.stderr
+    terminal = re.findall(r"^(INCOMPLETE|WARNING): (.*)$", rescored.stdout, re.M)
+    assert ("WARNING", "precision is undefined (no YES answers)") in terminal
+    assert any(label == "INCOMPLETE" for label, _ in terminal)
+    (page,) = work.glob("reports/*/coin_flip.html")
+    shown = re.findall(r'<div class="warn"><b>(INCOMPLETE|WARNING):</b> (.*?)</div>', page.read_text())
+    assert [(label, html.unescape(text)) for label, text in shown] == terminal
