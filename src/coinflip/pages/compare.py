@@ -274,7 +274,7 @@ def shown_rank(r: dict[str, Any]) -> str:
 
 
 def _pair_cells(p: dict[str, Any], names: bool = True) -> list[str]:
-    a, b = (str(p["a"]), str(p["b"])) if names else (str(p["a_short"]), str(p["b_short"]))
+    a, b = (str(p["a"]), str(p["b"])) if names else (one_line(p["a_short"]), one_line(p["b_short"]))
     counts = [str(p[k]) for k in ("shared", "only_a", "only_b")]
     tests = [f"{p[k]:.4f}" if k.startswith("chi2") else f"{p[k]:.4g}" for k in PAIR_KEYS]
     return [a, b, *counts, *tests]
