@@ -77,3 +77,25 @@ def test_the_run_page_labels_a_warning_incomplete_only_where_the_terminal_does(t
     (page,) = work.glob("reports/*/coin_flip.html")
     shown = re.findall(r'<div class="warn"><b>(INCOMPLETE|WARNING):</b> (.*?)</div>', page.read_text())
     assert [(label, html.unescape(text)) for label, text in shown] == terminal
+
+
+def test_compare_ranks_an_undefined_f1_after_a_defined_one(tmp_path: Path) -> None:
+    """On questions whose answer is always NO, oracle's F1 is undefined (no YES answer or target) and
+    always-yes's is 0.0; compare counted undefined as 0 and ranked all three =1."""
+    data = tmp_path / "d"
+    data.mkdir()
+    bundled = Path(__file__).parents[1] / "src/coinflip/_data"
+    rows = [line for line in (bundled / "test.jsonl").read_text().splitlines() if '"answer": "NO"' in line][:20]
+    (data / "test.jsonl").write_text("\n".join(rows) + "\n")
+    (data / "validation.jsonl").write_text((bundled / "validation.jsonl").read_text())
+    work = tmp_path / "w"
+    for model in ("oracle", "always-yes", "always-no"):
+        made = run_cli(
+            "eval", "--model", model, "--dataset-hub", "local", "--dataset-path", str(data), "--work-dir", str(work)
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+    compared = run_cli("compare", str(work), "--out", str(tmp_path / "cmp"))
+    assert compared.returncode == 0, compared.stderr
+    board = json.loads((tmp_path / "cmp/compare.json").read_text())["leaderboard"]
+    ranks = {r["model"]: (r["rank"], r["tied"], r["f1_score"]) for r in board}
+    assert ranks == {"always-yes": (1, False, 0.0), "oracle": (2, True, None), "always-no": (2, True, None)}

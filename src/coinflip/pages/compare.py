@@ -110,8 +110,10 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
 
 
 def _f1(r: Run) -> float:
-    """F1 as the index ranks it: to 12 places, so equal scores tie; undefined ranks last."""
-    return round(r.row["m"]["f1_score"][0] or 0.0, 12)
+    """F1 as the index ranks it: to 12 places, so equal scores tie; undefined (no YES answer or target)
+    ranks after every defined one, 0 included."""
+    f1 = r.row["m"]["f1_score"][0]
+    return -1.0 if f1 is None else round(f1, 12)
 
 
 def _short(rank: int, r: Run, tied: set[int]) -> str:
