@@ -184,12 +184,19 @@ def row(found: Found) -> dict[str, Any]:
         "people": _by_people(report),
         "lat": _quantiles(usage.get("latency_s")),
         "tok": _quantiles(usage.get("completion_tokens")),
-        "ptok": number(usage.get("prompt_tokens_total")),
-        "ctok": number(usage.get("completion_tokens_total")),
+        "ptok": _total(report, "prompt", usage.get("prompt_tokens_total")),
+        "ctok": _total(report, "completion", usage.get("completion_tokens_total")),
         "version": version_of(report, config),
         "extra": {key: number(dig(report, *path)) for key, _, path in EXTRAS},
         "details": details(report),
     }
+
+
+def _total(report: Report, kind: str, older: Any) -> float | None:
+    """Tokens over every request (forced answers too), as the run page and the terminal count them;
+    a report without a tokens section has only the first replies' usage."""
+    total = number(dig(report, "tokens", kind))
+    return number(older) if total is None else total
 
 
 def _reasons(report: Report) -> str:

@@ -89,22 +89,36 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"same_data": len({r.row["data"]["key"] for r in runs}) == 1, "warnings": []}
     out |= {"skipped": skipped, "leaderboard": [], "pairs": [], "untested": [], "groups": []}
     for n, group in enumerate(groups, 1):
-        board = sorted((runs[i] for i in group), key=lambda r: -(r.row["m"]["f1_score"][0] or 0.0))
-        rank = {id(r): k for k, r in enumerate(board, 1)}
+        board = sorted((runs[i] for i in group), key=_f1, reverse=True)
+        rank = {id(r): 1 + sum(_f1(o) > _f1(r) for o in board) for r in board}  # equal F1, equal rank: 1, =2, =2, 4
+        tied = {id(r) for r in board if sum(rank[id(o)] == rank[id(r)] for o in board) > 1}
         title = _group_title(board, n, len(groups))
         out["groups"].append({"group": n, "title": title, "runs": [r.row["run"] for r in board]})
         prefix = f"{title}: " if len(groups) > 1 else ""
         out["warnings"] += [prefix + w for w in warnings(board)]
-        out["leaderboard"] += [{**_entry(rank[id(r)], r), "group": n} for r in board]
+        out["leaderboard"] += [{**_entry(rank[id(r)], r), "tied": id(r) in tied, "group": n} for r in board]
         for a, b in combinations(board, 2):  # a group is on one data set (with --force, any): each pair counts
             st = pair(a.correct, b.correct).stats()
             names = {"group": n, "a": a.label, "b": b.label, "a_rank": rank[id(a)], "b_rank": rank[id(b)]}
+            names |= {"a_short": _short(rank[id(a)], a, tied), "b_short": _short(rank[id(b)], b, tied)}
             if st["shared"]:
                 out["pairs"].append({**names, **st})
             else:
                 out["untested"].append({**names, "reason": "no shared question"})
     out["left_out"] = _left_out(runs, [m[0] for m in members if len(m) == 1], force)
     return out
+
+
+def _f1(r: Run) -> float:
+    """F1 as the index ranks it: to 12 places, so equal scores tie; undefined (no YES answer or target)
+    ranks after every defined one, 0 included."""
+    f1 = r.row["m"]["f1_score"][0]
+    return -1.0 if f1 is None else round(f1, 12)
+
+
+def _short(rank: int, r: Run, tied: set[int]) -> str:
+    """How the terminal's paired tests name a run: its rank, with its run id where the rank is shared."""
+    return f"#={rank} {r.row['run']}" if id(r) in tied else f"#{rank}"
 
 
 def _components(n: int, links: list[tuple[int, int]]) -> list[list[int]]:
@@ -244,7 +258,7 @@ BOARD_HEAD = ("rank", "model", "run", "samples", "data", "template", "few-shot",
 
 def _board_cells(r: dict[str, Any]) -> list[str]:
     return [
-        str(r["rank"]),
+        shown_rank(r),
         str(r["model"]),
         str(r["run_id"]),
         _f(r["samples"], "d"),
@@ -256,8 +270,13 @@ def _board_cells(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def shown_rank(r: dict[str, Any]) -> str:
+    """A rank as the index shows it: "=1" where equal F1 shares it."""
+    return ("=" if r.get("tied") else "") + str(r["rank"])
+
+
 def _pair_cells(p: dict[str, Any], names: bool = True) -> list[str]:
-    a, b = (str(p["a"]), str(p["b"])) if names else (f"#{p['a_rank']}", f"#{p['b_rank']}")
+    a, b = (str(p["a"]), str(p["b"])) if names else (one_line(p["a_short"]), one_line(p["b_short"]))
     counts = [str(p[k]) for k in ("shared", "only_a", "only_b")]
     tests = [f"{p[k]:.4f}" if k.startswith("chi2") else f"{p[k]:.4g}" for k in PAIR_KEYS]
     return [a, b, *counts, *tests]
@@ -350,7 +369,7 @@ def print_result(result: dict[str, Any], written: list[Path], console: Any = Non
             name.append("\n" + one_line(f"{r['run_id']} · {size(r)} · {r['data']} · {r['template']} · "))
             name.append(one_line(f"{_f(r['few_shot'], 'd')}-shot") + ("" if r["complete"] else " · INCOMPLETE"))
             scores = [_f(r[m], ".3f") for m in METRICS]
-            board.add_row(Text(str(r["rank"])), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
+            board.add_row(Text(shown_rank(r)), name, *(Text(c) for c in [*scores, _f(r["invalid_rate"], ".1%")]))
         tables.append(board)
         pairs = _in_group(result, "pairs", g["group"])
         if pairs:

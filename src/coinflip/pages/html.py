@@ -7,7 +7,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._terminal import UNSHOWABLE
@@ -105,6 +105,13 @@ def ends(pair: list[float] | None) -> tuple[float | None, float | None]:
 def span(pair: list[float] | None) -> str:
     lo, hi = ends(pair)
     return "-" if lo is None or hi is None else f"{lo:.3f} - {hi:.3f}"
+
+
+def warning_label(report: Any, warning: Any) -> str:
+    """INCOMPLETE for a warning about samples an incomplete run lacks (it says how to resume), else
+    WARNING: one rule for the terminal and the page."""
+    incomplete = isinstance(report, Mapping) and report.get("complete") is False and "resume" in str(warning)
+    return "INCOMPLETE" if incomplete else "WARNING"
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from ..scoring.metrics import METRICS
 from ..scoring.schema import Counts, Forced, People, Report, checked
 from . import charts
 from .board import details, write_whole
-from .html import ends, fmt, number, stream_template
+from .html import ends, fmt, number, stream_template, warning_label
 
 if TYPE_CHECKING:
     from ..scoring.scorer import Scorer
@@ -126,6 +126,7 @@ def context(
     forced, counts = report.get("forced"), report.get("counts", {})
     return {
         "report": report,
+        "warnings": [(warning_label(report, w), w) for w in report.get("warnings", [])],
         "metrics": METRICS,
         "counts": {k: fmt(counts.get(k), "d", "?") for k in Counts.__annotations__},
         "people_chart": _people_chart(report),

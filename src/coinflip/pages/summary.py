@@ -12,7 +12,7 @@ from .._terminal import one_line
 from ..records import checked_requests, requests_line
 from ..scoring.metrics import METRICS
 from ..scoring.schema import Report, checked
-from .html import fmt, span
+from .html import fmt, span, warning_label
 
 
 def value(x: float | None, undefined: bool = False) -> str:
@@ -63,7 +63,7 @@ def print_summary(
     report = checked(report)
     console = console or Console()
     for warning in report.get("warnings", []):
-        label = "INCOMPLETE: " if report.get("complete") is False and "resume" in warning else "WARNING: "
+        label = warning_label(report, warning) + ": "
         style = "bold red" if label.startswith("INC") else "bold yellow"
         console.print(Text.assemble((label, style), one_line(warning)), soft_wrap=True)
     table = Table(title=Text(one_line(title(report))), title_justify="left")
