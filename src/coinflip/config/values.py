@@ -290,6 +290,8 @@ def check_header(name: str, value: str | None) -> None:
     """One line of Latin-1: a key copied with a zero-width space or a line break would break the request."""
     if value is None:
         return
+    if not isinstance(value, str):  # a YAML `api_key: 12345`
+        raise ConfigError(f"{name} must be a text, got {type(value).__name__}: quote it")
     if any(ord(c) > 255 for c in value):  # not Latin-1
         raise ConfigError(
             f"{name} holds a character that cannot be sent in an HTTP header (a zero-width space, a typographic "
