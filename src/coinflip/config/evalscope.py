@@ -85,6 +85,8 @@ def _generation(config: Any) -> list[str]:
         value.setdefault("temperature", 0)
     value = {k: v for k, v in value.items() if k not in GENERATION_DROPPED}
     for old, new in (("stop_seqs", "stop"), ("num_choices", "n")):
+        if old in value and new in value:
+            raise ConfigError(f"generation_config gives both {old} (EvalScope's) and {new}: give one of them")
         if old in value:
             value[new] = value.pop(old)
     config.generation_config = value

@@ -201,10 +201,13 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
         if key in value and value[key] < 1:
             raise ConfigError(f"generation_config {key} must be at least 1, got {value[key]!r}")
     stop = value.get("stop")
-    if isinstance(stop, str):
+    if isinstance(stop, str):  # "" too: checked as [""] below
         value["stop"] = [stop]
-    elif "stop" in value and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
-        raise ConfigError(f"generation_config stop must be a text or a list of texts, got {stop!r}")
+    stops = value.get("stop", [])
+    if not (isinstance(stops, list) and all(isinstance(s, str) and s for s in stops)):
+        raise ConfigError(
+            f"generation_config stop must be a text or a list of texts, none empty (stop=[] sends none), got {stop!r}"
+        )
     taken = sorted(set(value.get("extra_body", {})) & set(OWN_BODY_KEYS))
     if taken:
         raise ConfigError(
