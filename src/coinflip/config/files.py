@@ -21,7 +21,7 @@ def as_config(item: Any, kwargs: dict[str, Any]) -> TaskConfig:
     if isinstance(item, TaskConfig):
         if kwargs:
             raise ConfigError("give either a TaskConfig or keyword settings, not both")
-        return item
+        return item.checked()
     if isinstance(item, (str, Path)):
         item = read_file(Path(item))
     if item is not None and not isinstance(item, dict):
