@@ -1,0 +1,37 @@
+"""With --config, a flag given wins over the file's value under EvalScope's nested names too
+(dataset_args.coin_flip.few_shot_num, .prompt_template, .shuffle; generation_config.timeout)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from coinflip.config.files import as_config
+
+from .conftest import run_cli
+
+FILE = {
+    "model": "oracle",
+    "limit": 2,
+    "dataset_args": {"coin_flip": {"few_shot_num": 1, "prompt_template": "direct", "shuffle": False}},
+    "generation_config": {"timeout": 30, "temperature": 0},
+}
+
+
+def test_flags_beat_the_files_nested_settings(tmp_path: Path) -> None:
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump(FILE), encoding="utf-8")
+    flags = ["--few-shot-num", "3", "--prompt-template", "zh", "--limit-mode", "random", "--timeout", "60"]
+    result = run_cli("eval", "--config", "task.yaml", *flags, "--no-timestamp", "--no-html", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "outputs/reports/oracle/coin_flip.json").read_text(encoding="utf-8"))
+    assert (report["few_shot_num"], report["template"]["name"], report["subset"]["mode"]) == (3, "zh", "random")
+    saved = yaml.safe_load((tmp_path / "outputs/configs/task_config.yaml").read_text(encoding="utf-8"))["config"]
+    assert saved["timeout"] == 60 and saved["generation_config"] == {"temperature": 0}
+
+
+def test_the_files_nested_settings_hold_where_no_flag_is_given(tmp_path: Path) -> None:
+    config = as_config(FILE, {"limit": 3})
+    got = (config.few_shot_num, config.prompt_template, config.limit_mode, config.timeout)
+    assert got == (1, "direct", "first", 30)
