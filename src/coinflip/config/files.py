@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import read_settings
-from ..errors import ConfigError
+from ..errors import ConfigError, short
 from .declare import BENCHMARK
 from .evalscope import DATASET_ARGS, GENERATION_TO_TASK
 from .task import TaskConfig, settings
@@ -28,6 +28,9 @@ def as_config(item: Any, kwargs: dict[str, Any]) -> TaskConfig:
         item = read_file(Path(item))
     if item is not None and not isinstance(item, dict):
         raise ConfigError(f"a task config is a TaskConfig, a dict or a YAML/JSON file, got {type(item).__name__}")
+    bad = [key for key in item or {} if not isinstance(key, str)]
+    if bad:  # YAML's `1: 2`, `~: x`, `yes: x`: Python's TypeError otherwise
+        raise ConfigError(f"a setting's name must be a text, got {short(bad[0])} (quote it, or check the indentation)")
     return TaskConfig.of(**{**without_flagged(item or {}, kwargs), **kwargs})
 
 
