@@ -35,3 +35,9 @@ def test_the_files_nested_settings_hold_where_no_flag_is_given(tmp_path: Path) -
     config = as_config(FILE, {"limit": 3})
     got = (config.few_shot_num, config.prompt_template, config.limit_mode, config.timeout)
     assert got == (1, "direct", "first", 30)
+
+
+def test_flags_beat_the_files_nested_settings_given_as_text() -> None:
+    text = {**FILE, "dataset_args": json.dumps(FILE["dataset_args"]), "generation_config": "timeout=30,temperature=0"}
+    config = as_config(text, {"few_shot_num": 3, "timeout": 60.0})
+    assert (config.few_shot_num, config.timeout, config.prompt_template) == (3, 60.0, "direct")

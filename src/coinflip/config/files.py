@@ -10,6 +10,7 @@ from ..errors import ConfigError, short
 from .declare import BENCHMARK
 from .evalscope import DATASET_ARGS, GENERATION_TO_TASK
 from .task import TaskConfig, settings
+from .values import parse_json, parse_pairs
 
 
 def as_configs(task_cfg: Any, kwargs: dict[str, Any]) -> list[TaskConfig]:
@@ -38,6 +39,10 @@ def without_flagged(item: dict[str, Any], flags: dict[str, Any]) -> dict[str, An
     """The file's settings less those the flags give again under EvalScope's nested names: --few-shot-num
     beats the file's dataset_args.coin_flip.few_shot_num, --timeout its generation_config.timeout."""
     out = dict(item)
+    if "dataset_args" not in flags and isinstance(out.get("dataset_args"), str):  # JSON text in the file
+        out["dataset_args"] = parse_json("dataset_args", out["dataset_args"])
+    if "generation_config" not in flags and isinstance(out.get("generation_config"), str):
+        out["generation_config"] = parse_pairs(out["generation_config"])
     args = out.get("dataset_args")
     if "dataset_args" not in flags and isinstance(args, dict) and isinstance(args.get(BENCHMARK), dict):
         nested = {
