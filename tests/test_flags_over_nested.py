@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
+from coinflip import TaskConfig
 from coinflip.config.files import as_config
+from coinflip.errors import ConfigError
 
 from .conftest import run_cli
 
@@ -41,3 +45,26 @@ def test_flags_beat_the_files_nested_settings_given_as_text() -> None:
     text = {**FILE, "dataset_args": json.dumps(FILE["dataset_args"]), "generation_config": "timeout=30,temperature=0"}
     config = as_config(text, {"few_shot_num": 3, "timeout": 60.0})
     assert (config.few_shot_num, config.timeout, config.prompt_template) == (3, 60.0, "direct")
+
+
+@pytest.mark.parametrize(
+    ("field", "nested"),
+    [
+        ("few_shot_num", {"few_shot_num": 1}),
+        ("limit_mode", {"shuffle": False}),
+        ("prompt_template", {"prompt_template": "zh"}),
+    ],
+)
+def test_a_setting_given_beside_its_dataset_args_spelling_with_another_value_is_refused(
+    field: str, nested: dict[str, Any]
+) -> None:
+    values = {"few_shot_num": 3, "limit_mode": "random", "prompt_template": "direct"}
+    with pytest.raises(ConfigError, match=f"{field} is given twice"):
+        TaskConfig.of(model="oracle", **{field: values[field]}, dataset_args={"coin_flip": nested})
+    with pytest.raises(ConfigError, match=f"{field} is given twice"):
+        TaskConfig(model="oracle", **{field: values[field]}, dataset_args={"coin_flip": nested})
+
+
+def test_the_same_value_in_both_places_is_one_setting() -> None:
+    config = TaskConfig.of(model="oracle", few_shot_num=2, dataset_args={"coin_flip": {"few_shot_num": 2}})
+    assert config.few_shot_num == 2 and config.checked().few_shot_num == 2

@@ -67,12 +67,21 @@ def _dataset_args(config: Any, declared: tuple[Setting, ...]) -> list[str]:
         if key == "shuffle":  # EvalScope's true or false: how --limit picks
             if not isinstance(item, bool):
                 raise ConfigError(f"dataset_args shuffle must be true or false, got {item!r}")
-            config.limit_mode = "random" if item else "first"
-        elif key in fields:
-            setattr(config, fields[key], item)
+            item = "random" if item else "first"
+        if key in fields:
+            _fold(config, fields[key], item, key)
     if args.get("subset_list") not in (None, ["default"], "default"):
         raise ConfigError(f"coin_flip has one subset, 'default'; got subset_list {args['subset_list']!r}")
     return [f"dataset_args for {others}: only coin_flip is evaluated here"] if others else []
+
+
+def _fold(config: Any, name: str, item: Any, key: str) -> None:
+    """dataset_args.coin_flip.KEY into its field; the field given beside it with another value is refused."""
+    if name in config.given and getattr(config, name) != item:
+        raise ConfigError(
+            f"{name} is given twice: {getattr(config, name)!r}, and dataset_args.coin_flip.{key} {item!r}; give one"
+        )
+    setattr(config, name, item)
 
 
 def _generation(config: Any) -> list[str]:
