@@ -68,3 +68,9 @@ def test_a_setting_given_beside_its_dataset_args_spelling_with_another_value_is_
 def test_the_same_value_in_both_places_is_one_setting() -> None:
     config = TaskConfig.of(model="oracle", few_shot_num=2, dataset_args={"coin_flip": {"few_shot_num": 2}})
     assert config.few_shot_num == 2 and config.checked().few_shot_num == 2
+
+
+def test_a_setting_given_beside_its_generation_config_spelling_with_another_value_is_refused() -> None:
+    with pytest.raises(ConfigError, match="timeout is given twice"):
+        TaskConfig.of(model="oracle", timeout=60, generation_config={"timeout": 30})
+    assert TaskConfig.of(model="oracle", timeout=30, generation_config={"timeout": 30}).timeout == 30

@@ -75,12 +75,10 @@ def _dataset_args(config: Any, declared: tuple[Setting, ...]) -> list[str]:
     return [f"dataset_args for {others}: only coin_flip is evaluated here"] if others else []
 
 
-def _fold(config: Any, name: str, item: Any, key: str) -> None:
-    """dataset_args.coin_flip.KEY into its field; the field given beside it with another value is refused."""
+def _fold(config: Any, name: str, item: Any, key: str, where: str = "dataset_args.coin_flip") -> None:
+    """WHERE.KEY into its field; the field given beside it with another value is refused."""
     if name in config.given and getattr(config, name) != item:
-        raise ConfigError(
-            f"{name} is given twice: {getattr(config, name)!r}, and dataset_args.coin_flip.{key} {item!r}; give one"
-        )
+        raise ConfigError(f"{name} is given twice: {getattr(config, name)!r}, and {where}.{key} {item!r}; give one")
     setattr(config, name, item)
 
 
@@ -88,7 +86,7 @@ def _generation(config: Any) -> list[str]:
     value = parse_pairs(config.generation_config)
     for key, attribute in GENERATION_TO_TASK.items():
         if (item := value.pop(key, None)) is not None:
-            setattr(config, attribute, item)
+            _fold(config, attribute, item, key, "generation_config")
     notes = [f"generation_config {key}: {why}" for key, why in GENERATION_DROPPED.items() if key in value]
     if value.get("do_sample") is False:
         value.setdefault("temperature", 0)
