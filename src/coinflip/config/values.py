@@ -3,6 +3,7 @@ settings, values that could not be sent, saved or read back. Pure: no file or en
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -276,10 +277,32 @@ def _parse_pair(part: str) -> tuple[str, Any]:
             pass
         except (RecursionError, ValueError):  # nested too deep, or a whole number of thousands of digits
             raise ConfigError(f"generation_config {key!r}: {short(raw)} is too deep or too long") from None
+        if (literal := _python_literal(raw)) is not _TEXT:  # EvalScope eval()s its values: False, ['a']
+            return key, literal
     try:
         return key, json.loads('"' + raw.replace('"', '\\"') + '"')
     except json.JSONDecodeError:
         return key, raw
+
+
+PYTHON_WORDS = {"True": True, "False": False, "None": None}
+
+
+_TEXT = object()  # not a Python value: the text itself (stop=[INST] stays a text)
+
+
+def _python_literal(raw: str) -> Any:
+    """True, False, None, or a list or dict written as Python (EvalScope's --generation-config evaluates its
+    values): a literal only, never code; anything else is _TEXT."""
+    if raw in PYTHON_WORDS:
+        return PYTHON_WORDS[raw]
+    if raw[:1] not in ("[", "{"):
+        return _TEXT
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _TEXT
+    return value if isinstance(value, (list, dict)) else _TEXT
 
 
 def safe_name(name: str) -> str:
