@@ -198,7 +198,7 @@ class TaskConfig:
     split: str = setting("test", "Split to evaluate.", choices=SPLITS, evalscope="")
     limit: int | float | None = setting(
         None,
-        "N questions, or a fraction such as 0.1 (0, 1.0 or unset: all).",
+        "N questions, or a fraction such as 0.1 (0 or unset: all).",
         kind="limit",
         metavar="N|FRACTION",
     )

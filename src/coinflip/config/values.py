@@ -77,8 +77,7 @@ def _shown(url: Any) -> Any:
 
 
 def check_limit(value: Any) -> int | float | None:
-    """None or 0: everything (EvalScope's `limit: 0`); a whole number: a count; a float up to 1.0: a fraction
-    (1.0, "1.0": everything, as EvalScope's int(len(dataset) * 1.0); 1: one question)."""
+    """None or 0: everything (EvalScope's `limit: 0`); a whole number: a count; below 1: a fraction."""
     message = f"limit must be a count (10) or a fraction (0.1), got {value!r}"
     if isinstance(value, str):
         try:
@@ -93,8 +92,6 @@ def check_limit(value: Any) -> int | float | None:
         if value > 1:
             raise ConfigError(f"a fractional limit must be in (0, 1], got {value}; use a whole number for a count")
         return value
-    if value == 1.0 and isinstance(value, float):
-        return None
     return int(value) or None
 
 
