@@ -75,7 +75,7 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
     """Each setting holds what its declaration says (a YAML file or a dict can hold anything)."""
     for s in declared:
         value = getattr(config, s.name)
-        if s.unused or (value is None and (s.default is None or s.kind not in _TYPES)):
+        if s.unused or (value is None and (s.default is None or s.kind not in _TYPES) and not s.choices):
             continue
         types = _TYPES.get(s.kind)
         if types and (not isinstance(value, types) or (isinstance(value, bool) and s.kind != "bool")):

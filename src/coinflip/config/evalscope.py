@@ -67,24 +67,33 @@ def _dataset_args(config: Any, declared: tuple[Setting, ...]) -> list[str]:
         if key == "shuffle":  # EvalScope's true or false: how --limit picks
             if not isinstance(item, bool):
                 raise ConfigError(f"dataset_args shuffle must be true or false, got {item!r}")
-            config.limit_mode = "random" if item else "first"
-        elif key in fields:
-            setattr(config, fields[key], item)
+            item = "random" if item else "first"
+        if key in fields:
+            _fold(config, fields[key], item, key)
     if args.get("subset_list") not in (None, ["default"], "default"):
         raise ConfigError(f"coin_flip has one subset, 'default'; got subset_list {args['subset_list']!r}")
     return [f"dataset_args for {others}: only coin_flip is evaluated here"] if others else []
+
+
+def _fold(config: Any, name: str, item: Any, key: str, where: str = "dataset_args.coin_flip") -> None:
+    """WHERE.KEY into its field; the field given beside it with another value is refused."""
+    if name in config.given and getattr(config, name) != item:
+        raise ConfigError(f"{name} is given twice: {getattr(config, name)!r}, and {where}.{key} {item!r}; give one")
+    setattr(config, name, item)
 
 
 def _generation(config: Any) -> list[str]:
     value = parse_pairs(config.generation_config)
     for key, attribute in GENERATION_TO_TASK.items():
         if (item := value.pop(key, None)) is not None:
-            setattr(config, attribute, item)
+            _fold(config, attribute, item, key, "generation_config")
     notes = [f"generation_config {key}: {why}" for key, why in GENERATION_DROPPED.items() if key in value]
     if value.get("do_sample") is False:
         value.setdefault("temperature", 0)
     value = {k: v for k, v in value.items() if k not in GENERATION_DROPPED}
     for old, new in (("stop_seqs", "stop"), ("num_choices", "n")):
+        if old in value and new in value:
+            raise ConfigError(f"generation_config gives both {old} (EvalScope's) and {new}: give one of them")
         if old in value:
             value[new] = value.pop(old)
     config.generation_config = value

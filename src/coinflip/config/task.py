@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import UnknownSettingError
@@ -285,6 +285,14 @@ class TaskConfig:
         check_values(self)  # again: JSON text was parsed into objects above
         check_declared(self, settings())
         check_across(self)
+
+    def checked(self) -> TaskConfig:
+        """A copy checked again, as run_task takes a TaskConfig: a field set after it was made
+        (EvalScope's `task_cfg.dataset_args = {...}`, `task_cfg.split = None`) counts, or is refused."""
+        fresh = replace(self, given=frozenset())  # "given": the fields off their defaults now, and those named
+        fresh.given |= self.given
+        fresh._notes = list(dict.fromkeys([*self._notes, *fresh._notes]))  # the notes on what was folded away
+        return fresh
 
     @property
     def name(self) -> str:

@@ -3,6 +3,7 @@ settings, values that could not be sent, saved or read back. Pure: no file or en
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -198,10 +199,13 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
         if key in value and value[key] < 1:
             raise ConfigError(f"generation_config {key} must be at least 1, got {value[key]!r}")
     stop = value.get("stop")
-    if isinstance(stop, str):
+    if isinstance(stop, str):  # "" too: checked as [""] below
         value["stop"] = [stop]
-    elif "stop" in value and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
-        raise ConfigError(f"generation_config stop must be a text or a list of texts, got {stop!r}")
+    stops = value.get("stop", [])
+    if not (isinstance(stops, list) and all(isinstance(s, str) and s for s in stops)):
+        raise ConfigError(
+            f"generation_config stop must be a text or a list of texts, none empty (stop=[] sends none), got {stop!r}"
+        )
     taken = sorted(set(value.get("extra_body", {})) & set(OWN_BODY_KEYS))
     if taken:
         raise ConfigError(
@@ -270,10 +274,32 @@ def _parse_pair(part: str) -> tuple[str, Any]:
             pass
         except (RecursionError, ValueError):  # nested too deep, or a whole number of thousands of digits
             raise ConfigError(f"generation_config {key!r}: {short(raw)} is too deep or too long") from None
+        if (literal := _python_literal(raw)) is not _TEXT:  # EvalScope eval()s its values: False, ['a']
+            return key, literal
     try:
         return key, json.loads('"' + raw.replace('"', '\\"') + '"')
     except json.JSONDecodeError:
         return key, raw
+
+
+PYTHON_WORDS = {"True": True, "False": False, "None": None}
+
+
+_TEXT = object()  # not a Python value: the text itself (stop=[INST] stays a text)
+
+
+def _python_literal(raw: str) -> Any:
+    """True, False, None, or a list or dict written as Python (EvalScope's --generation-config evaluates its
+    values): a literal only, never code; anything else is _TEXT."""
+    if raw in PYTHON_WORDS:
+        return PYTHON_WORDS[raw]
+    if raw[:1] not in ("[", "{"):
+        return _TEXT
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _TEXT
+    return value if isinstance(value, (list, dict)) else _TEXT
 
 
 def safe_name(name: str) -> str:
@@ -290,6 +316,8 @@ def check_header(name: str, value: str | None) -> None:
     """One line of Latin-1: a key copied with a zero-width space or a line break would break the request."""
     if value is None:
         return
+    if not isinstance(value, str):  # a YAML `api_key: 12345`
+        raise ConfigError(f"{name} must be a text, got {type(value).__name__}: quote it")
     if any(ord(c) > 255 for c in value):  # not Latin-1
         raise ConfigError(
             f"{name} holds a character that cannot be sent in an HTTP header (a zero-width space, a typographic "

@@ -264,6 +264,7 @@ def load_dataset(
 ) -> Dataset:
     """One split of the bundled data, a local path, or a hub's local cache."""
     if path is not None:
+        path = Path(path).expanduser()  # a config file's `local_path: ~/data`, as --work-dir and --use-cache
         source = {"source": "file", "path": os.path.abspath(path)}  # resolve() raises on a link loop
         dataset, sha = open_split(Path(path), split)
     elif hub == "bundled":

@@ -105,7 +105,7 @@ def prepare(config: TaskConfig) -> Plan:
 def few_shot_pool(config: TaskConfig) -> list[Record]:
     if config.few_shot_num == 0:
         return []
-    if config.dataset_path and not Path(config.dataset_path).is_dir():
+    if config.dataset_path and not Path(config.dataset_path).expanduser().is_dir():
         raise ConfigError(
             "few-shot examples come from a validation split: give --dataset-path a directory holding "
             "test.* and validation.*, or use --few-shot-num 0"
