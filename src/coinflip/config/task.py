@@ -289,8 +289,7 @@ class TaskConfig:
     def checked(self) -> TaskConfig:
         """A copy checked again, as run_task takes a TaskConfig: a field set after it was made
         (EvalScope's `task_cfg.dataset_args = {...}`, `task_cfg.split = None`) counts, or is refused."""
-        fresh = replace(self, given=frozenset())  # "given": the fields off their defaults now, and those named
-        fresh.given |= self.given
+        fresh = replace(self)  # `given` as it was: a field another part set (a probe's model_id) is not the user's
         fresh._notes = list(dict.fromkeys([*self._notes, *fresh._notes]))  # the notes on what was folded away
         return fresh
 
