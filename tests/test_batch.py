@@ -53,6 +53,16 @@ def _killed_while_polled(args: tuple[str, ...], work: Path, store: BatchStore) -
     proc.wait(60)
 
 
+def _killed_and_edited(srv: FakeOpenAIServer, work: Path, store: BatchStore, **saved: Any) -> Path:
+    """A batch run of 5 killed while polled, its first batch's saved state then set to `saved`: the run."""
+    _killed_while_polled(("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST), work, store)
+    run = only_run_dir(work)
+    state = json.loads((run / "batch/state.json").read_text())
+    state["batches"][0].update(saved)
+    (run / "batch/state.json").write_text(json.dumps(state))
+    return run
+
+
 def _batch_run_with_four_owed(srv: FakeOpenAIServer, work: Path) -> Path:
     """A batch run of 6 questions done in `work`, then 4 of its answers dropped, and the batch's
     saved results too (a resume would read them from there): a resume sends those 4 again."""
@@ -1052,12 +1062,7 @@ def test_a_saved_batch_id_that_no_server_gives_is_looked_for_again(tmp_path: Pat
     """A batch id of '..' or '' in state.json made every resume exit 2, with no way forward."""
     store = BatchStore(delay=3600.0)
     with FakeOpenAIServer("mixed", batches=store) as srv:
-        _killed_while_polled(("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST),
-                             tmp_path, store)  # fmt: skip
-        run = only_run_dir(tmp_path)
-        state = json.loads((run / "batch/state.json").read_text())
-        state["batches"][0]["batch_id"] = saved
-        (run / "batch/state.json").write_text(json.dumps(state))
+        run = _killed_and_edited(srv, tmp_path, store, batch_id=saved)
         store.delay = 0.0
         resumed = run_cli("eval", "--use-cache", str(run), *FAST)
     assert resumed.returncode == 0, resumed.stderr
@@ -1254,12 +1259,7 @@ def test_a_batch_whose_input_file_the_server_dropped_before_its_creation_is_sent
     the file (batch files expire): every resume ended in exit 2, POST /batches answering 400."""
     store = BatchStore(delay=3600.0)
     with FakeOpenAIServer("mixed", batches=store) as srv:
-        _killed_while_polled(("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST),
-                             tmp_path, store)  # fmt: skip
-        run = only_run_dir(tmp_path)
-        state = json.loads((run / "batch/state.json").read_text())
-        state["batches"][0].update(batch_id=None, status="new")  # as if killed before the batch was made
-        (run / "batch/state.json").write_text(json.dumps(state))
+        run = _killed_and_edited(srv, tmp_path, store, batch_id=None, status="new")  # killed before it was made
         store.batches.clear()
         store.files.clear()
         store.delay = 0.0
