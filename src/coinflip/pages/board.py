@@ -220,3 +220,11 @@ def size(row: dict[str, Any]) -> str:
         return f"{samples:.0f} q"
     whole, rest = divmod(samples, repeats)
     return f"{whole:.0f} q x {repeats}" if not rest else f"{samples:.0f} samples"
+
+
+def ranked(scores: list[float]) -> list[tuple[int, bool]]:
+    """Each score's rank, highest first, and whether it shares it: scores equal to 12 places share a rank
+    (1, =2, =2, 4), in the index and in compare alike."""
+    rounded = [round(s, 12) for s in scores]
+    ranks = [1 + sum(o > s for o in rounded) for s in rounded]
+    return [(k, ranks.count(k) > 1) for k in ranks]

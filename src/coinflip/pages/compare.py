@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from .board import label, row, size, write_whole
+from .board import label, ranked, row, size, write_whole
 from .catalog import Found, read_answers, read_run, scan
 from .html import fmt, shown
 
@@ -90,8 +90,9 @@ def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
     out |= {"skipped": skipped, "leaderboard": [], "pairs": [], "untested": [], "groups": []}
     for n, group in enumerate(groups, 1):
         board = sorted((runs[i] for i in group), key=_f1, reverse=True)
-        rank = {id(r): 1 + sum(_f1(o) > _f1(r) for o in board) for r in board}  # equal F1, equal rank: 1, =2, =2, 4
-        tied = {id(r) for r in board if sum(rank[id(o)] == rank[id(r)] for o in board) > 1}
+        places = ranked([_f1(r) for r in board])  # equal F1, equal rank: 1, =2, =2, 4
+        rank = {id(r): k for r, (k, _) in zip(board, places, strict=True)}
+        tied = {id(r) for r, (_, shared) in zip(board, places, strict=True) if shared}
         title = _group_title(board, n, len(groups))
         out["groups"].append({"group": n, "title": title, "runs": [r.row["run"] for r in board]})
         prefix = f"{title}: " if len(groups) > 1 else ""

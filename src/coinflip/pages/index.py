@@ -15,7 +15,7 @@ from .._terminal import one_line
 from ..errors import ConfigError
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from .board import EXTRAS, row, write_whole
+from .board import EXTRAS, ranked, row, write_whole
 from .catalog import Found, read_answers, scan
 from .html import relative, render_template, text
 
@@ -147,14 +147,8 @@ def _rank(rows: list[dict[str, Any]]) -> None:
             groups.setdefault((r["data"]["key"], r["subset"], r["samples"], r.get("compat")), []).append(r)
     for members in groups.values():
         members.sort(key=lambda r: -r["m"]["f1_score"][0])
-        for n, r in enumerate(members, 1):
-            ahead = members[n - 2] if n > 1 else None
-            tied = ahead is not None and round(ahead["m"]["f1_score"][0], 12) == round(r["m"]["f1_score"][0], 12)
-            r["rank"] = ahead["rank"] if tied and ahead is not None else n
-            r["rank_of"] = len(members)
-        ranks = [r["rank"] for r in members]
-        for r in members:
-            r["tied"] = ranks.count(r["rank"]) > 1  # the page shows "=1": equal ranks say they tie
+        for r, (rank, tied) in zip(members, ranked([r["m"]["f1_score"][0] for r in members]), strict=True):
+            r["rank"], r["tied"], r["rank_of"] = rank, tied, len(members)  # the page shows a tie as "=1"
 
 
 def _problems(found: list[Found], rows: list[dict[str, Any]]) -> list[dict[str, str]]:
