@@ -180,9 +180,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     session = Session(plan, run, todo, live=fresh and index.lines == 0)
     wanted = concurrency_for(config)
     cap = config.max_cost is not None
-    budget = budget_for(config, plan.generation, run.predictions, batch=bool(config.batch)) if cap else None
-    if budget is not None:
-        budget.blind_stops = backend(config) != "baseline"  # a baseline spends nothing and reports no usage
+    spends = backend(config) != "baseline"  # a baseline spends nothing and reports no usage
+    budget = budget_for(config, plan.generation, run.predictions, bool(config.batch), spends) if cap else None
     try:
         with serve_local(config, run.server_log) as endpoint:
             concurrency = min(wanted, endpoint.slots or wanted)

@@ -158,7 +158,9 @@ class Budget:
     """--max-cost: a request goes when the cost so far, the holds of those in flight and its own fit, held at its
     worst case where max_tokens bounds it, else at the answers' mean; else it waits, or with none in flight stops."""
 
-    def __init__(self, limit: float, prices: dict[str, float], batch: bool, generation: dict[str, Any]) -> None:
+    def __init__(
+        self, limit: float, prices: dict[str, float], batch: bool, generation: dict[str, Any], spends: bool = True
+    ) -> None:
         self.limit = limit
         self.prices = prices
         self.batch = batch
@@ -171,7 +173,7 @@ class Budget:
         self.settled = asyncio.Event()
         self.stopped = False
         self.blind = 0  # answers whose usage left out their prompt or completion tokens: the cap cannot count them
-        self.blind_stops = True  # such an answer stops the run (not a baseline's: it spends nothing)
+        self.blind_stops = spends  # such an answer stops the run (not a baseline's: it spends nothing)
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -216,20 +218,23 @@ class Budget:
         if self.blind_stops and reply.error is None and not {"prompt_tokens", "completion_tokens"} <= set(usage):
             self.blind += 1
             self.stopped = True  # what the rest would cost is unknown: none of them goes
-        cost = price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, reply.batch)
-        self.spent += cost - self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts
+        prepaid = self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts too
+        self.spent += self._priced(usage, reply.batch) - prepaid
         self.answered += reply.error is None
 
     def again(self, request: Request, usage: Mapping[str, int] | None) -> bool:
         """Before a retry: the failed attempt's reported cost counts, and the request's hold must still fit."""
-        usage = usage or {}
-        cost = price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, False)
+        cost = self._priced(usage or {}, False)
         self.spent += cost
         self.prepaid[id(request)] = self.prepaid.get(id(request), 0.0) + cost
         if self.saved + self.spent + sum(self.held.values()) <= self.limit:
             return True
         self.stopped = True
         return False
+
+    def _priced(self, usage: Mapping[str, int], batch: bool) -> float:
+        """What a reply's (or a failed attempt's) usage says it cost."""
+        return price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, batch)
 
     async def admit_online(self, request: Request) -> bool:
         """--batch-rest-online: a request a batch left gives up its hold at the batch's price and waits anew."""
@@ -258,11 +263,14 @@ class Budget:
         )
 
 
-def budget_for(config: TaskConfig, generation: dict[str, Any], predictions: Path, batch: bool) -> Budget:
+def budget_for(
+    config: TaskConfig, generation: dict[str, Any], predictions: Path, batch: bool, spends: bool = True
+) -> Budget:
+    """`spends`: the model pays per token (not a baseline, which reports no usage)."""
     from ..jsonl import read_predictions
 
     prices = prices_of(vars(config))
     assert prices is not None and config.max_cost is not None  # both checked when the run was planned (check_costs)
-    budget = Budget(config.max_cost, prices, batch, generation)
+    budget = Budget(config.max_cost, prices, batch, generation, spends)
     budget.add_saved(read_predictions(predictions).values())
     return budget
