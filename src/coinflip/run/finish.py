@@ -78,6 +78,7 @@ def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, A
 
 
 def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int) -> Scorer:
+    from ..scoring.report import answers_per_question
     from ..scoring.scorer import Scorer
 
     index = compact_predictions(run.predictions, limit)
@@ -85,8 +86,7 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int) ->
         raise DataError(f"{run.predictions}: no predictions to score")
     subset = run.subset()
     questions = int((saved.get("subset") or {}).get("count") or 0)
-    config = saved["config"]  # checked: repeats and n are whole numbers where given
-    answers = int(config.get("repeats") or 1) * int((config.get("generation_config") or {}).get("n") or 1)
+    answers = answers_per_question(saved["fingerprint"])  # as the report counts repeats
     scorer = Scorer(compat=compat)
     scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):

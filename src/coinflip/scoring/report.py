@@ -51,7 +51,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "subset": saved.get("subset") or Subset(mode="all", count=expected, of=expected),
         "template": fingerprint.get("template") or Template(name="default"),
         "few_shot_num": config.get("few_shot_num", 0),
-        "repeats": _repeats(fingerprint),
+        "repeats": answers_per_question(fingerprint),
         "api_mode": config.get("api_mode", "chat"),
         "generation_config": _section(fingerprint.get("generation_config", config.get("generation_config"))),
         "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
@@ -85,7 +85,7 @@ def _section(value: Any) -> Any:
     return value if isinstance(value, dict) else {}
 
 
-def _repeats(fingerprint: dict[str, Any]) -> int:
+def answers_per_question(fingerprint: dict[str, Any]) -> int:
     """Answers asked per question: --repeats times `n`, as plan.per_question counts them (odd values count 1)."""
     repeats, n = fingerprint.get("repeats"), _section(fingerprint.get("generation_config")).get("n")
     return (repeats if whole(repeats) and repeats else 1) * (n if whole(n) and n else 1)
