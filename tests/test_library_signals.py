@@ -127,3 +127,24 @@ def test_a_run_in_process_leaves_the_callers_timer_running(tmp_path: Path) -> No
         signal.setitimer(signal.ITIMER_REAL, *timer)
         signal.signal(signal.SIGALRM, handler)
     assert left > 3000
+
+
+def test_a_stop_python_wrapped_while_a_module_loaded_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A signal during an import, inside a class's __set_name__, reached main as Python 3.11's RuntimeError
+    ('Error calling __set_name__'), caused by the stop: a traceback instead of the stop's one line."""
+    from coinflip import cli
+    from coinflip.run.stop import Interrupted
+
+    def loading(argv: object) -> None:
+        try:
+            raise Interrupted("SIGHUP")
+        except Interrupted as exc:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance 'subset' in 'Dataset'") from exc
+
+    monkeypatch.setattr(cli, "_dispatch", loading)
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["eval", "--model", "oracle"])
+    assert ended.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == ["stopped by SIGHUP"]

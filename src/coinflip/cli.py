@@ -327,8 +327,11 @@ def main(argv: list[str] | None = None) -> None:
             _dispatch(argv)
         finally:
             stop.restore() if argv is not None else stop.settle()
-    except (Interrupted, KeyboardInterrupt) as exc:  # one line, whenever it came
-        click.echo(stopped_by(exc), err=True)
+    except (Interrupted, KeyboardInterrupt, RuntimeError) as exc:  # one line, whenever it came
+        stopped = exc.__cause__ if isinstance(exc, RuntimeError) else exc  # a stop inside a class's __set_name__
+        if not isinstance(stopped, (Interrupted, KeyboardInterrupt)):  # (an import), which Python 3.11 wraps
+            raise
+        click.echo(stopped_by(stopped), err=True)
         sys.exit(1)
 
 
