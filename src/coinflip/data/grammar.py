@@ -191,11 +191,14 @@ def _step_pattern(language: str) -> re.Pattern[str]:
     return re.compile(rf"([^。？]+?)({alternatives})")
 
 
-def _counted(action: str) -> re.Pattern[str]:
-    """Someone doing `action` in any question of this grammar, in either phrasing and language."""
-    english = [r"\S " + re.escape(_key(EN.steps[action, p])) for p in PHRASINGS]
-    return re.compile("|".join(english + [re.escape(_key(ZH.steps[action, p])) for p in PHRASINGS]))
+def _steps() -> re.Pattern[str]:
+    """Someone flipping or keeping the coin, in any phrasing and language of this grammar, found in one scan: a
+    flip sets group 1 (English) or 2 (Chinese). An English step follows its person's name (a non-space)."""
+
+    def either(book: Phrasebook, action: str) -> str:
+        return "|".join(re.escape(_key(book.steps[action, p])) for p in PHRASINGS)
+
+    return re.compile(rf"(?<=\S) (?:({either(EN, FLIP)})|{either(EN, KEEP)})|({either(ZH, FLIP)})|{either(ZH, KEEP)}")
 
 
-FLIPS_PATTERN = _counted(FLIP)
-KEEPS_PATTERN = _counted(KEEP)
+STEPS_PATTERN = _steps()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, short
-from .grammar import FLIPS_PATTERN, KEEPS_PATTERN, bundled_dir
+from .grammar import STEPS_PATTERN, bundled_dir
 
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
@@ -122,8 +122,8 @@ def _iter_records(rows: Iterable[Any], path: Path) -> Iterator[Record]:
         if label not in ("YES", "NO"):
             raise DataError(f"{where}: answer must be yes or no, got {short(answer)}")
         text = question.strip()
-        flips = len(FLIPS_PATTERN.findall(text))  # every phrasing of the grammar (grammar.py)
-        yield Record(number - 1, text, label, flips + len(KEEPS_PATTERN.findall(text)), flips)
+        steps = STEPS_PATTERN.findall(text)  # every phrasing of the grammar (grammar.py)
+        yield Record(number - 1, text, label, len(steps), sum(1 for flip_en, flip_zh in steps if flip_en or flip_zh))
 
 
 def _read_json(path: Path) -> Iterable[Any]:
