@@ -12,6 +12,7 @@ from rich.console import Console
 
 from coinflip.pages import run_page
 from coinflip.pages.summary import print_summary
+from coinflip.scoring.metrics import wilson
 from coinflip.scoring.report import build_report
 from coinflip.scoring.scorer import Scorer
 from coinflip.testing.server import FakeOpenAIServer
@@ -123,3 +124,22 @@ def test_use_cache_alone_resumes_with_the_saved_settings(tmp_path: Path) -> None
     report = json.loads((run / "reports/served/coin_flip.json").read_text())
     assert report["complete"] and report["counts"]["samples"] == 20
     assert report["generation_config"] == {"temperature": 0}
+
+
+def test_evalscope_baselines_and_people_are_on_the_samples_its_metrics_count() -> None:
+    """EvalScope's arithmetic leaves errored samples out: the floors and the by-people accuracy must too."""
+    scorer = Scorer(compat="evalscope")
+    rows = [("YES", None, 4)] * 2 + [("YES", "ANSWER: NO", 2)] + [("NO", "ANSWER: NO", 2)] * 2 + [("NO", None, 2)]
+    for i, (target, reply, people) in enumerate(rows):
+        error = "HTTP 500: upstream down" if reply is None else None
+        scorer.add(
+            {"id": i, "target": target, "people": people, "reply": reply, "finish_reason": "stop", "error": error}
+        )
+    saved = {"config": {"model": "m", "seed": 0}, "fingerprint": {"dataset": BUNDLED}, "samples": len(rows)}
+    report = build_report(saved, "r", scorer, "evalscope")
+    assert report["metrics"]["accuracy"] == pytest.approx(2 / 3)  # the 3 errored samples count nowhere
+    assert report["baselines"]["always-no"]["accuracy"] == pytest.approx(2 / 3)
+    assert report["baselines"]["always-yes"]["accuracy"] == pytest.approx(1 / 3)
+    assert any("accuracy 0.6667 <= always-no 0.6667" in w for w in report["warnings"])
+    assert report["by_people"] == {"2": {"samples": 3, "correct": 2, "accuracy": 2 / 3, "interval": list(wilson(2, 3))}}
+    assert "yes_ratio true YES share: 0.333" in [bar["tip"] for bar in run_page._yes_chart(report)["bars"]]

@@ -126,7 +126,7 @@ def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0) -> Re
         "errors_on_yes": errors_on[0],
         "errors_on_no": errors_on[1],
     }
-    scores["by_people"] = by_people(everything)
+    scores["by_people"] = by_people(outcomes)  # the samples the metrics count
     return scores
 
 

@@ -92,8 +92,10 @@ def answers_per_question(fingerprint: dict[str, Any]) -> int:
 
 
 def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
-    """always-yes and always-no on the same targets: the floor a metric must clear to mean anything."""
-    yes, no = counts["target_yes"], counts["samples"] - counts["target_yes"]
+    """always-yes and always-no on the same targets (EvalScope's: without the errored samples, as its metrics):
+    the floor a metric must clear to mean anything."""
+    out = (counts["errors_on_yes"], counts["errors_on_no"]) if compat == "evalscope" else (0, 0)
+    yes, no = counts["target_yes"] - out[0], counts["samples"] - counts["target_yes"] - out[1]
     cells = {"always-yes": [yes, 0, 0, no, 0, 0], "always-no": [0, yes, 0, 0, no, 0]}
     return {name: {k: number(v) for k, v in rates(c, compat).items()} for name, c in cells.items()}
 
