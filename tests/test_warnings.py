@@ -143,3 +143,16 @@ def test_evalscope_baselines_and_people_are_on_the_samples_its_metrics_count() -
     assert any("accuracy 0.6667 <= always-no 0.6667" in w for w in report["warnings"])
     assert report["by_people"] == {"2": {"samples": 3, "correct": 2, "accuracy": 2 / 3, "interval": list(wilson(2, 3))}}
     assert "yes_ratio true YES share: 0.333" in [bar["tip"] for bar in run_page._yes_chart(report)["bars"]]
+
+
+def test_evalscope_recall_without_a_denominator_says_why_when_there_are_yes_targets() -> None:
+    """In EvalScope's arithmetic a YES target without a verdict is in no recall denominator: the recall is
+    undefined although the questions hold YES targets, and the warning must not say there are none."""
+    scorer = Scorer(compat="evalscope")
+    for i, target in enumerate(("YES", "YES", "NO")):
+        scorer.add({"id": i, "target": target, "people": 2, "reply": "nothing", "finish_reason": "stop", "error": None})
+    saved = {"config": {"model": "m", "seed": 0}, "fingerprint": {"dataset": BUNDLED}, "samples": 3}
+    report = build_report(saved, "r", scorer, "evalscope")
+    assert report["counts"]["target_yes"] == 2 and "recall" in report["undefined"]
+    assert "recall is undefined (no YES targets answered YES or NO)" in report["warnings"]
+    assert not any("no YES targets)" in w for w in report["warnings"])

@@ -187,7 +187,8 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     if below := _below_baselines(report):
         out.append("not above a trivial baseline on the same questions: " + "; ".join(below))
     for name in report.get("undefined", []):
-        why = {"precision": "no YES answers", "recall": "no YES targets", "f1_score": "no YES answers or targets"}
+        targets = "YES targets answered YES or NO" if report["metric_compat"] == "evalscope" else "YES targets"
+        why = {"precision": "no YES answers", "recall": f"no {targets}", "f1_score": f"no YES answers or {targets}"}
         out.append(f"{name} is undefined ({why.get(name, 'no denominator')})")
     if impossible := report["calibration"].get("impossible_logprobs"):
         out.append(
