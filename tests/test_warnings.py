@@ -156,3 +156,5 @@ def test_evalscope_recall_without_a_denominator_says_why_when_there_are_yes_targ
     assert report["counts"]["target_yes"] == 2 and "recall" in report["undefined"]
     assert "recall is undefined (no YES targets answered YES or NO)" in report["warnings"]
     assert not any("no YES targets)" in w for w in report["warnings"])
+    page = run_page.render(report, [], [], [])  # EvalScope's 0.0 is marked undefined, as in the terminal
+    assert page.count("<b>0.0000 (undefined)</b>") == 3 and "<b>0.0000</b>" in page  # F1, precision, recall
