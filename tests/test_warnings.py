@@ -158,3 +158,16 @@ def test_evalscope_recall_without_a_denominator_says_why_when_there_are_yes_targ
     assert not any("no YES targets)" in w for w in report["warnings"])
     page = run_page.render(report, [], [], [])  # EvalScope's 0.0 is marked undefined, as in the terminal
     assert page.count("<b>0.0000 (undefined)</b>") == 3 and "<b>0.0000</b>" in page  # F1, precision, recall
+
+
+def test_evalscope_most_answers_invalid_counts_the_samples_it_scores() -> None:
+    """EvalScope's invalid rate leaves errored samples out; the warning that most answers are invalid too."""
+    scorer = Scorer(compat="evalscope")
+    replies = [None] * 4 + ["nothing"] * 4 + ["ANSWER: YES"] * 2
+    for i, reply in enumerate(replies):
+        error = "HTTP 500: upstream down" if reply is None else None
+        scorer.add({"id": i, "target": "YES", "people": 2, "reply": reply, "finish_reason": "stop", "error": error})
+    saved = {"config": {"model": "m", "seed": 0}, "fingerprint": {"dataset": BUNDLED}, "samples": len(replies)}
+    report = build_report(saved, "r", scorer, "evalscope")
+    assert report["counts"]["invalid_rate"] == pytest.approx(4 / 6)
+    assert "4 of 6 answers (67%) are invalid (no_verdict 4)" in report["warnings"]

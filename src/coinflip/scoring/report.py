@@ -159,7 +159,7 @@ def _calibration(scorer: Scorer, outcomes: Outcomes) -> Calibration | None:
 
 def warnings(report: Report, expected: int, scored: int) -> list[str]:
     c, out = report["counts"], []
-    total = c["samples"]
+    total = c["samples"] - (c["errors"] if report["metric_compat"] == "evalscope" else 0)  # the samples scored
     if c["errors"]:
         evalscope = report["metric_compat"] == "evalscope"
         counted = "are left out, as EvalScope's ignore_errors does" if evalscope else "are scored wrong"
