@@ -171,3 +171,15 @@ def test_evalscope_most_answers_invalid_counts_the_samples_it_scores() -> None:
     report = build_report(saved, "r", scorer, "evalscope")
     assert report["counts"]["invalid_rate"] == pytest.approx(4 / 6)
     assert "4 of 6 answers (67%) are invalid (no_verdict 4)" in report["warnings"]
+
+
+def test_evalscope_with_nothing_scored_compares_with_no_baseline() -> None:
+    """Every sample errored: EvalScope's arithmetic scores none, so there is nothing to hold against a floor."""
+    scorer = Scorer(compat="evalscope")
+    for i, target in enumerate(("YES", "NO")):
+        scorer.add({"id": i, "target": target, "people": 2, "reply": None, "error": "HTTP 500: upstream down"})
+    saved = {"config": {"model": "m", "seed": 0}, "fingerprint": {"dataset": BUNDLED}, "samples": 2}
+    report = build_report(saved, "r", scorer, "evalscope")
+    assert report["evalscope"]["scored_samples"] == 0
+    assert not any(w.startswith("not above a trivial baseline") for w in report["warnings"])
+    assert any(w.startswith("2 sample(s) got no reply") for w in report["warnings"])

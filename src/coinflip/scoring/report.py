@@ -184,7 +184,7 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     if answered and (not c["answered_yes"] or not c["answered_no"]):
         never = "YES" if not c["answered_yes"] else "NO"
         out.append(f"the model never answered {never} (YES {c['answered_yes']}, NO {c['answered_no']}, of {total})")
-    if below := _below_baselines(report):
+    if total and (below := _below_baselines(report)):  # none scored: nothing to hold against a floor
         out.append("not above a trivial baseline on the same questions: " + "; ".join(below))
     for name in report.get("undefined", []):
         targets = "YES targets answered YES or NO" if report["metric_compat"] == "evalscope" else "YES targets"
