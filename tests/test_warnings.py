@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from coinflip.pages import run_page
-from coinflip.pages.summary import print_summary
+from coinflip.pages.summary import lines, print_summary
 from coinflip.scoring.metrics import wilson
 from coinflip.scoring.report import build_report
 from coinflip.scoring.scorer import Scorer
@@ -171,6 +171,8 @@ def test_evalscope_most_answers_invalid_counts_the_samples_it_scores() -> None:
     report = build_report(saved, "r", scorer, "evalscope")
     assert report["counts"]["invalid_rate"] == pytest.approx(4 / 6)
     assert "4 of 6 answers (67%) are invalid (no_verdict 4)" in report["warnings"]
+    assert lines(report)[0].startswith("samples 10 (6 scored)  invalid 4 (66.7%)  errors 4")
+    assert "invalid answers 4 (66.7% of 6 scored), errors 4" in run_page.render(report, [], [], [])
 
 
 def test_evalscope_with_nothing_scored_compares_with_no_baseline() -> None:
