@@ -20,6 +20,8 @@ NOTES = {  # where a setting EvalScope also has differs from "same meaning"
     "limit_mode": "`shuffle: true` is `random`, `shuffle: false` is `first`; coinflip's default is `stratified`",
     "limit": "coinflip draws a stratified sample by default; `--limit-mode first` takes EvalScope's first N",
     "timeout": "per attempt; EvalScope's `generation_config.timeout` too",
+    "few_shot_num": "EvalScope 1.14.1 refuses any but 0 for coin_flip (`few_shot_mode='disabled'`); "
+    "coinflip runs the specification's few-shot template",
     "few_shot_random": "EvalScope takes the first N by default; coinflip draws them at random (seeded)",
 }
 

@@ -183,3 +183,20 @@ def test_one_majority_vote_for_the_report_compare_and_the_index(tmp_path: Path) 
         scorer.write_reviews(out)
     verdicts = read_answers(Found(folder, "run", "run", model_dir="m"))
     assert verdicts is not None and verdicts.correct == {"q0": True, "q1": False, "q2": False}
+
+
+def test_accuracy_by_people_has_the_headline_interval_when_one_kind_of_question_is_asked_again_and_again() -> None:
+    """A model that gives the same answer 8 times learns nothing new from the 7 more: by-people intervals, like
+    the headline's, resample questions with all their repeats, not 80 answers as if 80 questions."""
+    scorer = Scorer()
+    for question in range(10):
+        for repeat in range(8):
+            answer = "YES" if question < 5 else "NO"
+            row = {"id": question, "repeat": repeat, "target": "YES", "people": 2, "reply": _reply(answer)}
+            scorer.add({**row, "error": None})
+    saved = {**SAVED, "fingerprint": {"dataset": {"source": "x"}, "repeats": 8}, "samples": 80}
+    report = build_report(saved, "r", scorer, "coinflip")
+    (people,) = report["by_people"].values()
+    assert people["accuracy"] == report["metrics"]["accuracy"] == 0.5
+    assert people["interval"] == pytest.approx(report["intervals"]["accuracy"], abs=1e-6)
+    assert people["interval"][1] - people["interval"][0] > 0.4  # 10 questions, not 80

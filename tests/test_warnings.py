@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 
 from coinflip.pages import run_page
-from coinflip.pages.summary import print_summary
+from coinflip.pages.summary import lines, print_summary
+from coinflip.scoring.metrics import wilson
 from coinflip.scoring.report import build_report
 from coinflip.scoring.scorer import Scorer
 from coinflip.testing.server import FakeOpenAIServer
@@ -123,3 +124,64 @@ def test_use_cache_alone_resumes_with_the_saved_settings(tmp_path: Path) -> None
     report = json.loads((run / "reports/served/coin_flip.json").read_text())
     assert report["complete"] and report["counts"]["samples"] == 20
     assert report["generation_config"] == {"temperature": 0}
+
+
+def test_evalscope_baselines_and_people_are_on_the_samples_its_metrics_count() -> None:
+    """EvalScope's arithmetic leaves errored samples out: the floors and the by-people accuracy must too."""
+    scorer = Scorer(compat="evalscope")
+    rows = [("YES", None, 4)] * 2 + [("YES", "ANSWER: NO", 2)] + [("NO", "ANSWER: NO", 2)] * 2 + [("NO", None, 2)]
+    for i, (target, reply, people) in enumerate(rows):
+        error = "HTTP 500: upstream down" if reply is None else None
+        scorer.add(
+            {"id": i, "target": target, "people": people, "reply": reply, "finish_reason": "stop", "error": error}
+        )
+    saved = {"config": {"model": "m", "seed": 0}, "fingerprint": {"dataset": BUNDLED}, "samples": len(rows)}
+    report = build_report(saved, "r", scorer, "evalscope")
+    assert report["metrics"]["accuracy"] == pytest.approx(2 / 3)  # the 3 errored samples count nowhere
+    assert report["baselines"]["always-no"]["accuracy"] == pytest.approx(2 / 3)
+    assert report["baselines"]["always-yes"]["accuracy"] == pytest.approx(1 / 3)
+    assert any("accuracy 0.6667 <= always-no 0.6667" in w for w in report["warnings"])
+    assert report["by_people"] == {"2": {"samples": 3, "correct": 2, "accuracy": 2 / 3, "interval": list(wilson(2, 3))}}
+    assert "yes_ratio true YES share: 0.333" in [bar["tip"] for bar in run_page._yes_chart(report)["bars"]]
+
+
+def test_evalscope_recall_without_a_denominator_says_why_when_there_are_yes_targets() -> None:
+    """In EvalScope's arithmetic a YES target without a verdict is in no recall denominator: the recall is
+    undefined although the questions hold YES targets, and the warning must not say there are none."""
+    scorer = Scorer(compat="evalscope")
+    for i, target in enumerate(("YES", "YES", "NO")):
+        scorer.add({"id": i, "target": target, "people": 2, "reply": "nothing", "finish_reason": "stop", "error": None})
+    saved = {"config": {"model": "m", "seed": 0}, "fingerprint": {"dataset": BUNDLED}, "samples": 3}
+    report = build_report(saved, "r", scorer, "evalscope")
+    assert report["counts"]["target_yes"] == 2 and "recall" in report["undefined"]
+    assert "recall is undefined (no YES targets answered YES or NO)" in report["warnings"]
+    assert not any("no YES targets)" in w for w in report["warnings"])
+    page = run_page.render(report, [], [], [])  # EvalScope's 0.0 is marked undefined, as in the terminal
+    assert page.count("<b>0.0000 (undefined)</b>") == 3 and "<b>0.0000</b>" in page  # F1, precision, recall
+
+
+def test_evalscope_most_answers_invalid_counts_the_samples_it_scores() -> None:
+    """EvalScope's invalid rate leaves errored samples out; the warning that most answers are invalid too."""
+    scorer = Scorer(compat="evalscope")
+    replies = [None] * 4 + ["nothing"] * 4 + ["ANSWER: YES"] * 2
+    for i, reply in enumerate(replies):
+        error = "HTTP 500: upstream down" if reply is None else None
+        scorer.add({"id": i, "target": "YES", "people": 2, "reply": reply, "finish_reason": "stop", "error": error})
+    saved = {"config": {"model": "m", "seed": 0}, "fingerprint": {"dataset": BUNDLED}, "samples": len(replies)}
+    report = build_report(saved, "r", scorer, "evalscope")
+    assert report["counts"]["invalid_rate"] == pytest.approx(4 / 6)
+    assert "4 of 6 answers (67%) are invalid (no_verdict 4)" in report["warnings"]
+    assert lines(report)[0].startswith("samples 10 (6 scored)  invalid 4 (66.7%)  errors 4")
+    assert "invalid answers 4 (66.7% of 6 scored), errors 4" in run_page.render(report, [], [], [])
+
+
+def test_evalscope_with_nothing_scored_compares_with_no_baseline() -> None:
+    """Every sample errored: EvalScope's arithmetic scores none, so there is nothing to hold against a floor."""
+    scorer = Scorer(compat="evalscope")
+    for i, target in enumerate(("YES", "NO")):
+        scorer.add({"id": i, "target": target, "people": 2, "reply": None, "error": "HTTP 500: upstream down"})
+    saved = {"config": {"model": "m", "seed": 0}, "fingerprint": {"dataset": BUNDLED}, "samples": 2}
+    report = build_report(saved, "r", scorer, "evalscope")
+    assert report["evalscope"]["scored_samples"] == 0
+    assert not any(w.startswith("not above a trivial baseline") for w in report["warnings"])
+    assert any(w.startswith("2 sample(s) got no reply") for w in report["warnings"])

@@ -103,9 +103,8 @@ def _people_chart(report: Report) -> dict[str, Any]:
 
 
 def _yes_chart(report: Report) -> dict[str, Any]:
-    counts = report.get("counts", {})
-    samples, target_yes = counts.get("samples", 0), counts.get("target_yes", 0)
-    true_yes = target_yes / samples if 0 <= target_yes <= samples and samples else None  # a share: never past 1
+    share = report.get("baselines", {}).get("always-yes", {}).get("accuracy")  # of the samples yes_ratio counts
+    true_yes = share if share is not None and 0 <= share <= 1 else None  # a share: never past 1
 
     def ratio(name: str, block: Report | Forced) -> tuple[str, str, list[charts.Point]]:
         pair = ends(block.get("intervals", {}).get("yes_ratio"))

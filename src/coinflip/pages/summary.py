@@ -90,8 +90,10 @@ def print_summary(
 
 def lines(report: Report) -> list[str]:
     c, primary = report.get("counts", {}), report.get("primary", "accuracy")
+    scored = report.get("evalscope", {}).get("scored_samples")  # EvalScope's arithmetic leaves errors out
     out = [
-        f"samples {c.get('samples', '?')}  invalid {c.get('invalid', '?')} ({fmt(c.get('invalid_rate'), '.1%', '?')})"
+        f"samples {c.get('samples', '?')}{'' if scored is None else f' ({scored} scored)'}  "
+        f"invalid {c.get('invalid', '?')} ({fmt(c.get('invalid_rate'), '.1%', '?')})"
         f"  errors {c.get('errors', '?')}  "
         + "  ".join(f"{k} {v}" for k, v in report.get("invalid_reasons", {}).items())
     ]

@@ -126,7 +126,7 @@ def summarize(outcomes: Outcomes, compat: str = "coinflip", seed: int = 0) -> Re
         "errors_on_yes": errors_on[0],
         "errors_on_no": errors_on[1],
     }
-    scores["by_people"] = by_people(everything)
+    scores["by_people"] = by_people(outcomes, seed)  # the samples the metrics count
     return scores
 
 
@@ -138,15 +138,18 @@ def _rounded(pair: tuple[float, float] | None, value: float | None) -> list[floa
     return [round(low, 6), round(high, 6)]
 
 
-def by_people(outcomes: Outcomes) -> dict[str, People]:
+def by_people(outcomes: Outcomes, seed: int = 0) -> dict[str, People]:
+    """Wilson intervals; with repeats, the headline's bootstrap over questions (K answers are not K questions)."""
     import numpy as np
 
     out: dict[str, People] = {}
     right = (outcomes.cell == 0) | (outcomes.cell == 4)
+    repeated = len(outcomes) and int(outcomes.repeat.max()) > 0
     for k in np.unique(outcomes.people).tolist():
         mask = outcomes.people == k
         n, ok = int(mask.sum()), int(right[mask].sum())
-        out[str(k)] = {"samples": n, "correct": ok, "accuracy": ok / n if n else 0.0, "interval": list(wilson(ok, n))}
+        pair = (_clustered(outcomes.where(mask), "coinflip", seed)["accuracy"] if repeated else None) or wilson(ok, n)
+        out[str(k)] = {"samples": n, "correct": ok, "accuracy": ok / n if n else 0.0, "interval": list(pair)}
     return out
 
 

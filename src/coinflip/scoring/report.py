@@ -92,8 +92,10 @@ def answers_per_question(fingerprint: dict[str, Any]) -> int:
 
 
 def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
-    """always-yes and always-no on the same targets: the floor a metric must clear to mean anything."""
-    yes, no = counts["target_yes"], counts["samples"] - counts["target_yes"]
+    """always-yes and always-no on the same targets (EvalScope's: without the errored samples, as its metrics):
+    the floor a metric must clear to mean anything."""
+    out = (counts["errors_on_yes"], counts["errors_on_no"]) if compat == "evalscope" else (0, 0)
+    yes, no = counts["target_yes"] - out[0], counts["samples"] - counts["target_yes"] - out[1]
     cells = {"always-yes": [yes, 0, 0, no, 0, 0], "always-no": [0, yes, 0, 0, no, 0]}
     return {name: {k: number(v) for k, v in rates(c, compat).items()} for name, c in cells.items()}
 
@@ -157,7 +159,7 @@ def _calibration(scorer: Scorer, outcomes: Outcomes) -> Calibration | None:
 
 def warnings(report: Report, expected: int, scored: int) -> list[str]:
     c, out = report["counts"], []
-    total = c["samples"]
+    total = c["samples"] - (c["errors"] if report["metric_compat"] == "evalscope" else 0)  # the samples scored
     if c["errors"]:
         evalscope = report["metric_compat"] == "evalscope"
         counted = "are left out, as EvalScope's ignore_errors does" if evalscope else "are scored wrong"
@@ -182,10 +184,11 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     if answered and (not c["answered_yes"] or not c["answered_no"]):
         never = "YES" if not c["answered_yes"] else "NO"
         out.append(f"the model never answered {never} (YES {c['answered_yes']}, NO {c['answered_no']}, of {total})")
-    if below := _below_baselines(report):
+    if total and (below := _below_baselines(report)):  # none scored: nothing to hold against a floor
         out.append("not above a trivial baseline on the same questions: " + "; ".join(below))
     for name in report.get("undefined", []):
-        why = {"precision": "no YES answers", "recall": "no YES targets", "f1_score": "no YES answers or targets"}
+        targets = "YES targets answered YES or NO" if report["metric_compat"] == "evalscope" else "YES targets"
+        why = {"precision": "no YES answers", "recall": f"no {targets}", "f1_score": f"no YES answers or {targets}"}
         out.append(f"{name} is undefined ({why.get(name, 'no denominator')})")
     if impossible := report["calibration"].get("impossible_logprobs"):
         out.append(
