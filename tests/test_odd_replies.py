@@ -70,6 +70,11 @@ CASES: dict[str, tuple[Callable[[Seen], bytes], Callable[[dict[str, Any]], bool]
         lambda row: row["usage"] == {"prompt_tokens": 120} and row["error"] is None,
         0,
     ),
+    "token counts in digits int() refuses": (
+        lambda s: answer(chat(s.right_answer, usage={"prompt_tokens": "\u00b2", "completion_tokens": 7})),
+        lambda row: row["usage"] == {"completion_tokens": 7} and row["error"] is None,
+        0,
+    ),
     "a bare NaN in usage": (
         _nan_usage,
         lambda row: row["usage"] == {"completion_tokens": 7} and row["error"] is None,
