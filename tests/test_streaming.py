@@ -114,6 +114,14 @@ def test_an_error_event_is_recorded_with_the_servers_message() -> None:
     assert reply.text is None and reply.error == "the stream carried an error: upstream overloaded"
 
 
+def test_an_error_event_in_plain_text_is_recorded_with_the_servers_words() -> None:
+    body = b"".join(_events(_delta("ANSWER:"))) + b"event: error\r\ndata: upstream overloaded\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with AnswerServer(lambda s: head + body) as srv:
+        reply = ask(srv.url)
+    assert reply.text is None and reply.error == "the stream carried an error: upstream overloaded"
+
+
 def test_a_server_that_ignores_stream_is_read_as_plain_json() -> None:
     with FakeOpenAIServer("correct") as srv:
         reply = ask(srv.url, generation={"extra_body": {"stream": False}})

@@ -253,9 +253,9 @@ class StreamReply:
             self.done = True
             return True
         try:
-            chunk = load_json(data)
+            chunk = load_json(data) if kind != "error" else None  # an error event's data may be plain text
             if kind == "error" or (isinstance(chunk, dict) and chunk.get("error")):
-                raise ServerSaidError(f"the stream carried an error: {one_line(_message_of(chunk))}")
+                raise ServerSaidError(f"the stream carried an error: {server_message(data.encode())}")
             if not isinstance(chunk, dict):
                 raise BadReply("malformed stream chunk (not a JSON object)")
             self.usage = usage(chunk.get("usage")) or self.usage
