@@ -139,3 +139,17 @@ def test_a_list_of_text_parts_is_scored_like_plain_text(tmp_path: Path) -> None:
     report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
     assert report["metrics"]["accuracy"] == 1.0
     assert {row["error"] for row in read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")} == {None}
+
+
+def test_a_reasoning_loop_of_unclosed_think_tags_is_scored_at_once_in_both_arithmetics(tmp_path: Path) -> None:
+    """A model stuck repeating `<think>` to its token limit (1.4 MB here): each opening's search for a close
+    scanned to the end of the reply, so scoring it took hours in either rule; now it is `unclosed_think`."""
+    loop = "<think>" * 200_000
+    with AnswerServer(lambda s: answer(chat(loop))) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "2", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    assert json.loads((run / "reports/m/coin_flip.json").read_text())["invalid_reasons"] == {"unclosed_think": 2}
+    rescored = run_cli("rescore", str(run), "--metric-compat", "evalscope")
+    assert rescored.returncode == 0, rescored.stderr
+    assert json.loads((run / "reports/m/coin_flip.evalscope.json").read_text())["invalid_reasons"] == {"no_verdict": 2}
