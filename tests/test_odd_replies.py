@@ -53,6 +53,11 @@ def _digits(seen: Seen, where: str) -> bytes:
     return answer(None, raw=raw.replace(old, old.replace(b"12345", digits)))
 
 
+def _labelled_html(seen: Seen) -> bytes:
+    """A JSON answer sent as text/html, as a Flask app returning json.dumps(...) does."""
+    return answer(chat(seen.right_answer)).replace(b"Content-Type: application/json", b"Content-Type: text/html")
+
+
 # name: (how the server answers, what the sample's row must hold, the exit code)
 CASES: dict[str, tuple[Callable[[Seen], bytes], Callable[[dict[str, Any]], bool], int]] = {
     "content is a number": (
@@ -73,6 +78,11 @@ CASES: dict[str, tuple[Callable[[Seen], bytes], Callable[[dict[str, Any]], bool]
     "token counts in digits int() refuses": (
         lambda s: answer(chat(s.right_answer, usage={"prompt_tokens": "\u00b2", "completion_tokens": 7})),
         lambda row: row["usage"] == {"completion_tokens": 7} and row["error"] is None,
+        0,
+    ),
+    "a JSON answer labelled text/html": (
+        _labelled_html,
+        lambda row: row["error"] is None and row["reply"].endswith(f"ANSWER: {row['target']}**"),
         0,
     ),
     "a bare NaN in usage": (
