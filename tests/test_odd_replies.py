@@ -53,6 +53,11 @@ def _digits(seen: Seen, where: str) -> bytes:
     return answer(None, raw=raw.replace(old, old.replace(b"12345", digits)))
 
 
+def _labelled_html(seen: Seen) -> bytes:
+    """A JSON answer sent as text/html, as a Flask app returning json.dumps(...) does."""
+    return answer(chat(seen.right_answer)).replace(b"Content-Type: application/json", b"Content-Type: text/html")
+
+
 # name: (how the server answers, what the sample's row must hold, the exit code)
 CASES: dict[str, tuple[Callable[[Seen], bytes], Callable[[dict[str, Any]], bool], int]] = {
     "content is a number": (
@@ -68,6 +73,16 @@ CASES: dict[str, tuple[Callable[[Seen], bytes], Callable[[dict[str, Any]], bool]
     "token counts as strings": (
         lambda s: answer(chat(s.right_answer, usage={"prompt_tokens": "120", "completion_tokens": 3.5})),
         lambda row: row["usage"] == {"prompt_tokens": 120} and row["error"] is None,
+        0,
+    ),
+    "token counts in digits int() refuses": (
+        lambda s: answer(chat(s.right_answer, usage={"prompt_tokens": "\u00b2", "completion_tokens": 7})),
+        lambda row: row["usage"] == {"completion_tokens": 7} and row["error"] is None,
+        0,
+    ),
+    "a JSON answer labelled text/html": (
+        _labelled_html,
+        lambda row: row["error"] is None and row["reply"].endswith(f"ANSWER: {row['target']}**"),
         0,
     ),
     "a bare NaN in usage": (
@@ -134,3 +149,17 @@ def test_a_list_of_text_parts_is_scored_like_plain_text(tmp_path: Path) -> None:
     report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
     assert report["metrics"]["accuracy"] == 1.0
     assert {row["error"] for row in read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")} == {None}
+
+
+def test_a_reasoning_loop_of_unclosed_think_tags_is_scored_at_once_in_both_arithmetics(tmp_path: Path) -> None:
+    """A model stuck repeating `<think>` to its token limit (1.4 MB here): each opening's search for a close
+    scanned to the end of the reply, so scoring it took hours in either rule; now it is `unclosed_think`."""
+    loop = "<think>" * 200_000
+    with AnswerServer(lambda s: answer(chat(loop))) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "2", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    assert json.loads((run / "reports/m/coin_flip.json").read_text())["invalid_reasons"] == {"unclosed_think": 2}
+    rescored = run_cli("rescore", str(run), "--metric-compat", "evalscope")
+    assert rescored.returncode == 0, rescored.stderr
+    assert json.loads((run / "reports/m/coin_flip.evalscope.json").read_text())["invalid_reasons"] == {"no_verdict": 2}

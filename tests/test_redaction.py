@@ -66,6 +66,26 @@ def test_an_echoed_key_reaches_no_prediction_report_or_terminal(tmp_path: Path) 
             assert form not in text
 
 
+def test_a_key_echoed_only_as_an_alternative_token_reaches_no_file(tmp_path: Path) -> None:
+    """The reply's text is clean; the key is one of the top alternatives at the answer, which a run keeps."""
+
+    def alternatives(seen: Seen) -> bytes:
+        key = seen.headers["authorization"].removeprefix("Bearer ")
+        reply = chat(seen.right_answer)
+        tokens = ["ANSWER", ":", " YES"]
+        top = [[{"token": t, "logprob": -0.1}, {"token": key, "logprob": -3.0}] for t in tokens]
+        reply["choices"][0]["logprobs"] = {"content": [{**t[0], "top_logprobs": t} for t in top]}
+        return answer(reply)
+
+    with AnswerServer(alternatives) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--api-key", KEY, "--limit", "2", "--work-dir",
+                         str(tmp_path), "--generation-config", "logprobs=true,top_logprobs=2")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert not any(form in text for form in forms(KEY)), path
+
+
 def test_a_fatal_answer_that_echoes_the_key_prints_it_masked(tmp_path: Path) -> None:
     def refuse(seen: Seen) -> bytes:
         return answer({"error": {"message": f"Incorrect API key provided: {json.dumps(KEY)[1:-1]}"}}, 401)

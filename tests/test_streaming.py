@@ -97,8 +97,25 @@ def test_a_close_delimited_stream_split_byte_by_byte() -> None:
     assert reply.error is None and reply.text == "ANSWER: YES" and reply.usage is None
 
 
+def test_a_media_type_in_capitals_is_a_stream_too() -> None:
+    """RFC 9110 8.3.1: a media type's type and subtype are case-insensitive."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: Text/Event-Stream; charset=UTF-8\r\n\r\n"
+    events = b"".join(_events(_delta("ANSWER: "), _delta("YES"), "[DONE]"))
+    with AnswerServer(lambda s: Pieces([head + events])) as srv:
+        reply = ask(srv.url)
+    assert reply.error is None and reply.text == "ANSWER: YES"
+
+
 def test_an_error_event_is_recorded_with_the_servers_message() -> None:
     body = b"".join(_events(_delta("ANSWER:"), {"error": {"message": "upstream overloaded", "code": 529}}))
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with AnswerServer(lambda s: head + body) as srv:
+        reply = ask(srv.url)
+    assert reply.text is None and reply.error == "the stream carried an error: upstream overloaded"
+
+
+def test_an_error_event_in_plain_text_is_recorded_with_the_servers_words() -> None:
+    body = b"".join(_events(_delta("ANSWER:"))) + b"event: error\r\ndata: upstream overloaded\r\n\r\n"
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
     with AnswerServer(lambda s: head + body) as srv:
         reply = ask(srv.url)

@@ -206,7 +206,8 @@ class ConnectionPool:
             check_framing(resp.headers)
             length = resp.content_length
             self.limits.length(length)
-            if sink is not None and resp.status == 200 and "text/event-stream" in resp.headers.get("Content-Type", ""):
+            kind = resp.headers.get("Content-Type", "").lower()  # a media type is case-insensitive
+            if sink is not None and resp.status == 200 and "text/event-stream" in kind:
                 await self._events(resp, sink, progress)
                 return Response(resp.status, resp.headers, b"", sink, sent)
             if length is not None and "Content-Encoding" not in resp.headers:

@@ -75,7 +75,8 @@ class Redactor:
         if self._pattern is None:
             return reply
         texts = {name: getattr(reply, name) for name in ("text", "reasoning", "finish_reason", "error")}
-        if not any(self.found(t) for t in texts.values()):
+        tokens = "\n".join(str(t) for e in reply.logprobs or () for t in (e.get("token"), *(e.get("top") or ())))
+        if not any(self.found(t) for t in (*texts.values(), tokens)):
             return replace(reply, more=[self.reply(r) for r in reply.more]) if reply.more else reply
         masked: dict[str, Any] = {name: t and self(t) for name, t in texts.items()}
         return replace(reply, **masked, logprobs=None, more=[self.reply(r) for r in reply.more])

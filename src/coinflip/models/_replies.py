@@ -127,10 +127,10 @@ def _part_text(part: Any) -> str:
 
 
 def token_count(value: Any) -> int | None:
-    """A whole count below TOKENS_MAX (a whole float or a string of digits too), else None."""
+    """A whole count below TOKENS_MAX (a whole float or a string of decimal digits too: "²" is none), else None."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    elif isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
+    elif isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) <= 18:
         value = int(value.strip())
     return value if whole(value, TOKENS_MAX) else None
 
@@ -253,9 +253,9 @@ class StreamReply:
             self.done = True
             return True
         try:
-            chunk = load_json(data)
+            chunk = load_json(data) if kind != "error" else None  # an error event's data may be plain text
             if kind == "error" or (isinstance(chunk, dict) and chunk.get("error")):
-                raise ServerSaidError(f"the stream carried an error: {one_line(_message_of(chunk))}")
+                raise ServerSaidError(f"the stream carried an error: {server_message(data.encode())}")
             if not isinstance(chunk, dict):
                 raise BadReply("malformed stream chunk (not a JSON object)")
             self.usage = usage(chunk.get("usage")) or self.usage

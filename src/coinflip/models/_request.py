@@ -55,9 +55,10 @@ def split_generation(generation: dict[str, Any]) -> tuple[dict[str, Any], dict[s
 
 
 def web_page(response: Response) -> bool:
-    """An HTML page (a web UI, a login or captive portal) where JSON or a stream was due."""
-    kind = response.headers.get("content-type", "").lower()
-    return "text/html" in kind or (response.events is None and response.body.lstrip()[:1] == b"<")
+    """An HTML page (a web UI, a login or captive portal) where JSON or a stream was due; JSON labelled text/html
+    (a Flask app returning json.dumps) is an answer."""
+    kind, start = response.headers.get("content-type", "").lower(), response.body.lstrip()[:1]
+    return response.events is None and (start == b"<" or "text/html" in kind and start not in (b"{", b"["))
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -23,8 +23,8 @@ _LOWERCASE_EXACT = re.compile(r"(yes|no)[.!]?")
 def completion(reply: str | None, reasoning: str | None = None) -> str:
     """`ModelOutput.completion`: models/utils/openai.py `chat_message_assistant_from_openai` keeps the content
     beside a reasoning field; without one, `ChatMessageAssistant.extract_reasoning` cuts the first <think> block."""
-    text = reply or ""
-    found = None if reasoning is not None else _THINK.search(text)
+    text, end = reply or "", (reply or "").rfind("</think>") + len("</think>")  # no match ends past the last close
+    found = None if reasoning is not None else _THINK.search(text, 0, end)  # and none starts without one after it
     return text if found is None else (text[: found.start()] + text[found.end() :]).strip()
 
 
