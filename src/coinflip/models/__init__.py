@@ -83,11 +83,11 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 async def open_model(
     config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int,
     folder: Path | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
-    again: Callable[[Request, dict[str, int] | None], bool] | None = None,
+    again: Callable[[Request, dict[str, int] | None], bool] | None = None, *, answered: bool = False,
 ) -> AsyncIterator[Model]:  # fmt: skip
     """The model for a run, its endpoint checked first. `folder`: a batch's resume state; `admit`:
     whether a request a batch left may go online at the full price, `again` whether a failed one may be
-    sent again (--max-cost)."""
+    sent again (--max-cost); `answered`: whether the run holds replies already (a resume)."""
     model: Any
     cap, secrets = int(config.max_reply_mb * 1024 * 1024), run_secrets(config.api_key, generation, config.api_url)
     if config.batch_results:
@@ -109,7 +109,7 @@ async def open_model(
             online = OpenAIClient(str(config.model), urls[0], config.api_key, generation, config.timeout,
                 config.retries, concurrency, mode=config.api_mode, stream=bool(config.stream), max_reply_bytes=cap,
                 patience=config.patience, probe=config.eval_batch_size is None)  # fmt: skip
-            online.again = again
+            online.again, online.answered_before = again, answered
         model = online
         if config.batch:
             from .batch import BatchModel

@@ -43,6 +43,8 @@ BACKOFF_CAP = 8.0
 EARLY_STOP = (3, 8)  # how many last outcomes the early-stop rule looks at: in-flight, within these
 MAX_REDIRECTS = 5
 LIMIT_STATUS = (429, 503, 529)  # "too many requests" and "overloaded": slow down, no sample failed
+SAMPLE_STATUS = (400, 413, 422)  # once the endpoint has answered, a refusal of this request (a prompt past the
+# model's context), so the sample's error: fatal, a resume would stop at it every time
 _ENCODER = msgspec.json.Encoder()  # a tenth of json's time, on every request
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _WORD = re.compile(r"[\w.-]+")  # one holding a digit is a number or an id (req_7f3a..., a UUID): it does not count
@@ -56,6 +58,10 @@ class RetryableError(Exception):
         self.retry_after = retry_after
         self.status = status
         self.usage: dict[str, int] | None = usage  # what a 2xx that was no answer says it cost
+
+
+class Refused(RetryableError):
+    """A SAMPLE_STATUS refusal of one request: its sample's error, never sent again."""
 
 
 class EarlyStop:
@@ -98,6 +104,7 @@ class OpenAIClient:
         self.retries, self.backoff_base = retries, backoff_base
         self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
         self.answered = False  # any reply yet: before one, a web page means a wrong --api-url
+        self.answered_before = False  # the run holds replies from this endpoint (a resume): SAMPLE_STATUS is a sample's
         self.again: Callable[[Request, dict[str, int] | None], bool] | None = None  # --max-cost, on each retry
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
         if stream:
@@ -140,7 +147,7 @@ class OpenAIClient:
             except RetryableError as exc:
                 message, status, wait = str(exc), exc.status, exc.retry_after
                 spent, wasted = exc.usage, added(wasted, exc.usage)
-                outcome = "rejected" if status in LIMIT_STATUS else "failed"
+                outcome = "final" if isinstance(exc, Refused) else "rejected" if status in LIMIT_STATUS else "failed"
             except (ReplyTooLarge, UnknownCoding) as exc:
                 message, status = str(exc), None
                 outcome = "final"
@@ -275,9 +282,10 @@ class OpenAIClient:
         if status in FATAL_STATUS:
             reason, hint = FATAL_STATUS[status]
             hint = f"no API key was sent: {KEY_AGAIN}" if status == 401 and not self.keyed else hint
-            raise FatalAPIError(
-                f"{shown_url(url)} answered {status} {reason}{': ' + detail if detail else ''} - {hint}"
-            )
+            said = f"{shown_url(url)} answered {status} {reason}{': ' + detail if detail else ''}"
+            if status in SAMPLE_STATUS and (self.answered or self.answered_before):
+                raise Refused(said, status=status)
+            raise FatalAPIError(f"{said} - {hint}")
         headers = response.headers
         retry = limit_wait(headers) if status in LIMIT_STATUS else retry_after(headers.get("retry-after"))
         raise RetryableError(f"HTTP {status}{': ' + detail if detail else ''}", retry, status)

@@ -42,6 +42,9 @@ async def completion(
     question = last_question(prompt)
     state.requests[question] += 1
     state.arrivals.append(time.monotonic())
+    if state.context and len(prompt) // 4 > state.context:
+        message = f"This model's maximum context length is {state.context} tokens. However, you requested more."
+        return reply_json(400, {"object": "error", "message": message, "type": "BadRequestError", "code": 400})
     if state.throttle:
         return reply_json(429, {"error": {"message": "slow down"}}, {"Retry-After": state.throttle.pop(0)})
     if (refused := gate.admit()) is not None:

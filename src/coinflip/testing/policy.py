@@ -118,6 +118,7 @@ class ServerState:
     rng: random.Random = field(default_factory=random.Random)
     stream_usage: bool = True  # a usage chunk at the end of a stream that asked for one
     reply_tokens: int = 0  # replies padded to about this many tokens (4 characters each), cut at max_tokens
+    context: int = 0  # prompt tokens (4 characters each) past which a request gets vLLM's 400
     stream_gap: float = 0.0  # seconds between streamed events (0: all in one write)
     stream_stalls: list[float] = field(default_factory=list)  # pauses for the first streams, mid-reply
     require_headers: dict[str, str] = field(default_factory=dict)  # a gateway's api-key header, say
