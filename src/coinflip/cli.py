@@ -76,7 +76,7 @@ def eval_command(config_file: str | None, **opts: Any) -> None:
     """Run the benchmark and write a run directory with predictions, reviews and reports.
 
     \b
-    Exit codes: 0 done, 1 incomplete (samples without a reply, or interrupted), 2 bad input.
+    Exit codes: 0 done, 1 incomplete (samples without a reply, interrupted, or stopped by --max-cost), 2 bad input.
     `coinflip eval --use-cache RUN_DIR` alone resumes a run with its saved settings.
     """
     from .config.files import as_config
