@@ -490,3 +490,15 @@ def test_retry_after_is_honoured_as_rfc_9110_writes_it(tmp_path: Path, header: s
         assert arrivals[1] - arrivals[0] < 10  # its own backoff, not ten seconds
     row = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")[0]
     assert row["attempts"] == 2 and row["error"] is None
+
+
+def test_the_hint_on_retries_points_to_a_log_that_names_each_failure(tmp_path: Path) -> None:
+    """The summary says "N retries after failed requests: see the errors in the log": the log must hold them,
+    where it held only the failures of samples that never got a reply (none here)."""
+    with FakeOpenAIServer("correct", fail_rate=0.4, stall=0.0, seed=3) as flaky:
+        result = run_cli("eval", "--model", "m", "--api-url", flaky.url, "--limit", "10", "--work-dir", str(tmp_path))
+    run = only_run_dir(tmp_path)
+    requests = json.loads((run / "reports/m/coin_flip.json").read_text())["requests"]
+    assert requests["retries"] > 0 and "see the errors in the log" in result.stdout + result.stderr
+    log = (run / "logs/eval_log.log").read_text()
+    assert log.count("failed, retrying: ") == requests["retries"], log

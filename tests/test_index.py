@@ -474,3 +474,12 @@ def test_tied_runs_share_a_rank_and_say_they_tie(tmp_path: Path) -> None:
     rows = {r["id"]: r for r in _rows(dom)}
     assert [rows[t.name]["cells"][1] for t in twins] == [["=1"], ["=1"]] and rows[last.name]["cells"][1] == ["3"]
     assert dom.count('title="rank 1 (tied: equal F1) of 3 ') == 2 and 'title="rank 3 of 3 ' in dom
+
+
+def test_view_of_a_missing_folder_names_only_options_view_takes(tmp_path: Path) -> None:
+    """`coinflip view` without ./outputs said "give the work directory of your runs (--work-dir)", an option
+    view refuses ("No such option"): the way out it names must be one view takes."""
+    done = run_cli("view", cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    view_help = run_cli("view", "--help").stdout
+    assert "WORK_DIR" in done.stderr and all(o in view_help for o in re.findall(r"--[\w-]+", done.stderr))

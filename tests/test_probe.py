@@ -16,6 +16,7 @@ from coinflip.config import TaskConfig
 from coinflip.data.grammar import parse, solve
 from coinflip.data.load import load_file
 from coinflip.probes.run import ProbeOptions, probe
+from coinflip.probes.variants import length_verdict
 from coinflip.testing.policy import Policy
 from coinflip.testing.server import FakeOpenAIServer
 
@@ -361,3 +362,11 @@ def test_a_probe_resumes_from_another_working_directory(tmp_path: Path) -> None:
     again = run_cli("probe", "--use-cache", str(root), cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert json.loads((root / "probe.json").read_text())["complete"] is True
+
+
+def test_the_length_verdict_shows_the_interval_that_reaches_the_baseline() -> None:
+    """ "falls to the always-yes baseline at 2 people (accuracy 0.650, always-yes 0.450)" read as a
+    contradiction: it is the interval's lower end that reaches the baseline, and the line must show it."""
+    point = {"people": 2, "accuracy": 0.65, "interval": (0.433, 0.819), "always_yes": 0.45}
+    people, line = length_verdict([point])
+    assert people == 2 and "0.433" in line and "0.450" in line, line

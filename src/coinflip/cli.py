@@ -46,7 +46,7 @@ def setting_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def _option(s: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Every option defaults to None, so a resume can tell what was given."""
-    shown = s.help
+    shown = s.help + (" (eval only)" if s.name in EVAL_ONLY else "")  # a probe refuses these in one line
     if s.default not in (None, "", [], {}) and s.kind != "bool":
         shown += f"  [default: {', '.join(s.default) if isinstance(s.default, list) else s.default}]"
     kwargs: dict[str, Any] = {"default": None, "help": shown, "hidden": bool(s.unused), "metavar": s.metavar}
@@ -76,7 +76,7 @@ def eval_command(config_file: str | None, **opts: Any) -> None:
     """Run the benchmark and write a run directory with predictions, reviews and reports.
 
     \b
-    Exit codes: 0 done, 1 incomplete (samples without a reply, or interrupted), 2 bad input.
+    Exit codes: 0 done, 1 incomplete (samples without a reply, interrupted, or stopped by --max-cost), 2 bad input.
     `coinflip eval --use-cache RUN_DIR` alone resumes a run with its saved settings.
     """
     from .config.files import as_config
@@ -299,9 +299,8 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
 
     config = TaskConfig.of(**given(opts))  # validated once, before anything is generated
     if any(getattr(config, name) for name in EVAL_ONLY):
-        raise ConfigError(
-            "coinflip probe sends its variants online: --batch, --batch-write and --batch-results are eval's"
-        )
+        flags = ", ".join("--" + name.replace("_", "-") for name in EVAL_ONLY)
+        raise ConfigError(f"coinflip probe sends its variants online: {flags} are eval's")
     chosen = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants is not None else None
     result = probe(config, ProbeOptions(chosen, lengths, length_count))
     click.echo(one_line(f"probe {result['model']}: {result['headline']}"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import math
 import random
 import re
@@ -27,6 +28,8 @@ from ._request import endpoint_url, published_slots, redirect, request_body, spl
 from ._wire import ReplyTooLarge, UnknownCoding
 from .base import Reply, Request
 from .limits import Limiter, Traffic
+
+log = logging.getLogger("coinflip")
 
 FATAL_STATUS = {
     400: ("bad request", "check --generation-config, --model and --api-url"),
@@ -175,6 +178,7 @@ class OpenAIClient:
                 message += "; not retried: --max-cost leaves no room for another attempt" if capped else ""
                 return dataclasses.replace(self._failed(message, status, sent, attempts), usage=wasted)
             self.limiter.traffic.retried += 1
+            log.info("sample %d: attempt %d failed, retrying: %s", request.id, attempts, self.last_word)
             self._check_patience(time.monotonic())  # failing every request: as bounded as refusing them
             await asyncio.sleep(self._delay(failures, wait))
 

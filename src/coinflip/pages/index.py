@@ -48,7 +48,7 @@ def view(work_dir: Path, open_page: bool = False) -> Path:
 
     folder = Path(work_dir).expanduser()
     if not folder.is_dir():
-        raise ConfigError(f"{folder} is not a directory: give the work directory of your runs (--work-dir)")
+        raise ConfigError(f"{folder} is not a directory: give the work directory of your runs (coinflip view WORK_DIR)")
     data = build(folder)
     path = write(folder, data)  # a failed write is a StorageError (_files.replacing)
     click.echo(one_line(f"wrote {path}: {_summary(data)}"), err=True)

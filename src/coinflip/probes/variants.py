@@ -261,8 +261,8 @@ def length_verdict(points: Sequence[Mapping[str, Any]]) -> tuple[int | None, str
     for p in points:
         if p["interval"][0] <= p["always_yes"]:
             return p["people"], (
-                f"falls to the always-yes baseline at {p['people']} people "
-                f"(accuracy {p['accuracy']:.3f}, always-yes {p['always_yes']:.3f})"
+                f"falls to the always-yes baseline at {p['people']} people (accuracy {p['accuracy']:.3f}, "
+                f"its 95% interval from {p['interval'][0]:.3f}; always-yes {p['always_yes']:.3f})"
             )
     last = points[-1]
     return None, f"stays above the always-yes baseline up to {last['people']} people (accuracy {last['accuracy']:.3f})"

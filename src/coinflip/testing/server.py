@@ -159,11 +159,11 @@ class HttpProtocol(asyncio.Protocol):
 
 
 def serve(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m coinflip.testing.server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m coinflip.testing.server", description=__doc__.split(":")[0])
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--policy", choices=POLICIES, default="correct")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
-    parser.add_argument("--fail-rate", type=float, default=0.0)
+    parser.add_argument("--fail-rate", type=float, default=0.0, help="share failing: 429, 500, drops, 30 s stalls, ...")
     parser.add_argument("--api-key", default=None)
     parser.add_argument("--stream-gap", type=float, default=0.0, help="seconds between streamed events")
     parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds a batch stays in progress")
