@@ -18,7 +18,7 @@ _HTML_NAMED = {"&": "amp", "<": "lt", ">": "gt", '"': "quot", "'": "apos"}
 # between two characters: a line break (raw, JSON-escaped, or shown as U+FFFD by _terminal.one_line)
 # and its indent, or a space
 _BREAK = r"(?:(?:\r?\n|\\r?\\n|\r?\ufffd)[ \t]*| )?"
-CUT_LEAST = 6  # characters of a secret's start that are masked where a cut message ends with them
+CUT_LEAST = 6  # characters of a secret's start that are masked where a message ends or is cut (…) after them
 
 
 def is_secret(value: str | None) -> bool:
@@ -50,13 +50,13 @@ def _char(c: str) -> str:
 
 
 def pattern(secret: str) -> str:
-    """`secret` in any escaping, split across lines; or its start (CUT_LEAST+) where a cut text ends."""
+    """`secret` in any escaping, split across lines; or its start (CUT_LEAST+) where a text ends or was cut (…)."""
     chars = [_char(c) for c in secret]
     cut = ""
     for c in reversed(chars[CUT_LEAST:-1]):
         cut = f"(?:{_BREAK}{c}{cut})?"
     head, rest = _BREAK.join(chars[:CUT_LEAST]), "".join(_BREAK + c for c in chars[CUT_LEAST:])
-    return f"{head}(?:{rest}|{cut}(?=…?\\Z))"  # the start matched once for both: half the time
+    return f"{head}(?:{rest}|{cut}(?=…|\\Z))"  # the start matched once for both: half the time
 
 
 class Redactor:
