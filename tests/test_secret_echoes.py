@@ -10,7 +10,8 @@ import pytest
 from coinflip import run_task
 from coinflip.errors import FatalAPIError
 
-from .answer_server import AnswerServer, Seen, answer
+from .answer_server import AnswerServer, Seen, answer, chat
+from .conftest import only_run_dir, read_jsonl, run_cli
 
 KEY = "sk-live-SECRET-424242"
 
@@ -25,3 +26,27 @@ def test_a_key_cut_off_inside_a_long_message_is_masked_though_a_hint_follows(tmp
     with AnswerServer(refuse) as srv, pytest.raises(FatalAPIError) as raised:
         run_task({"model": "m", "api_url": srv.url, "api_key": KEY, "limit": 1, "work_dir": str(tmp_path)})
     assert "x***… - check --api-key" in str(raised.value) and "sk-live" not in str(raised.value)
+
+
+def test_a_key_echoed_in_the_log_probabilities_alone_reaches_no_file(tmp_path: Path) -> None:
+    """The reply's text is clean; its log probabilities (an alternative token, a logprob sent as text)
+    spell the key: they were saved as sent, since only the texts were looked at."""
+
+    def reply(seen: Seen) -> bytes:
+        key = seen.headers["authorization"].split()[-1]
+        tokens = [("ANSWER", -0.1, "ANSWER"), (":", -0.1, ":"), (f" {seen.right_answer}", key, key)]
+        entries = [
+            {"token": t, "logprob": lp, "top_logprobs": [{"token": alt, "logprob": -1.0}]} for t, lp, alt in tokens
+        ]
+        payload = chat(f"ANSWER: {seen.right_answer}")
+        payload["choices"][0]["logprobs"] = {"content": entries}
+        return answer(payload)
+
+    with AnswerServer(reply) as srv:
+        args = ("--api-key", KEY, "--limit", "3", "--generation-config", "logprobs=true,top_logprobs=1")
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, *args, "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert len(rows) == 3 and all(r["reply"].startswith("ANSWER: ") for r in rows)
+    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        assert b"SECRET" not in path.read_bytes(), path

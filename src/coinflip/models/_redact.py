@@ -71,11 +71,17 @@ class Redactor:
         return text is not None and self._pattern is not None and self._pattern.search(text) is not None
 
     def reply(self, reply: Reply) -> Reply:
-        """Masked; log probabilities dropped where the text held a secret (its tokens spell it out)."""
+        """Masked; log probabilities dropped where the text or they held a secret (its tokens spell it out)."""
         if self._pattern is None:
             return reply
         texts = {name: getattr(reply, name) for name in ("text", "reasoning", "finish_reason", "error")}
-        if not any(self.found(t) for t in texts.values()):
+        if not any(self.found(t) for t in [*texts.values(), _spelled(reply.logprobs)]):
             return replace(reply, more=[self.reply(r) for r in reply.more]) if reply.more else reply
         masked: dict[str, Any] = {name: t and self(t) for name, t in texts.items()}
         return replace(reply, **masked, logprobs=None, more=[self.reply(r) for r in reply.more])
+
+
+def _spelled(logprobs: list[dict[str, Any]] | None) -> str:
+    """Every text of the log probabilities (tokens, alternatives, a logprob sent as text), NUL apart."""
+    texts = (t for e in logprobs or [] for t in (e.get("token"), e.get("logprob"), *e.get("top", {})))
+    return "\0".join(t for t in texts if isinstance(t, str))
