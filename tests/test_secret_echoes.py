@@ -50,3 +50,20 @@ def test_a_key_echoed_in_the_log_probabilities_alone_reaches_no_file(tmp_path: P
     assert len(rows) == 3 and all(r["reply"].startswith("ANSWER: ") for r in rows)
     for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
         assert b"SECRET" not in path.read_bytes(), path
+
+
+def test_a_key_given_with_spaces_around_it_is_masked_where_the_server_echoes_it_without(tmp_path: Path) -> None:
+    """`--api-key " KEY "` (copied with its spaces): the server reads the header without them and
+    echoes the bare key, which the spaced secret did not match."""
+
+    def refuse(seen: Seen) -> bytes:
+        return answer({"error": {"message": f"upstream refused {seen.headers['authorization'].split()[-1]}."}}, 500)
+
+    with AnswerServer(refuse) as srv:
+        args = ("--api-key", f" {KEY}\t", "--limit", "2", "--retries", "0", "--work-dir", str(tmp_path))
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, *args)
+    assert result.returncode == 1, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert [r["error"] for r in rows] == ["HTTP 500: upstream refused ***."] * 2
+    for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        assert b"SECRET" not in path.read_bytes(), path

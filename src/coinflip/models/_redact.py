@@ -61,7 +61,8 @@ def pattern(secret: str) -> str:
 
 class Redactor:
     def __init__(self, secrets: Iterable[str | None]) -> None:
-        kept = sorted({s for s in secrets if s is not None and is_secret(s)}, key=len, reverse=True)
+        both = (t for s in secrets if s is not None for t in (s, s.strip()))  # a server strips a header's spaces
+        kept = sorted({s for s in both if is_secret(s)}, key=len, reverse=True)
         self._pattern = re.compile("|".join(pattern(s) for s in kept)) if kept else None
 
     def __call__(self, text: str) -> str:
