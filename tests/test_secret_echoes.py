@@ -67,3 +67,23 @@ def test_a_key_given_with_spaces_around_it_is_masked_where_the_server_echoes_it_
     assert [r["error"] for r in rows] == ["HTTP 500: upstream refused ***."] * 2
     for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
         assert b"SECRET" not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("how", ["extra_headers", "api_key"])
+def test_a_bearer_token_is_masked_where_the_server_echoes_the_token_alone(tmp_path: Path, how: str) -> None:
+    """A gateway's `Authorization: Bearer TOKEN` in extra_headers (or a key given as `Bearer TOKEN`):
+    the secret was the header's whole text, and a server that echoes the token it read did not match it."""
+
+    def refuse(seen: Seen) -> bytes:
+        return answer({"error": {"message": f"invalid token {seen.headers['authorization'].split()[-1]}"}}, 500)
+
+    given = {"extra_headers": ["--generation-config", f'{{"extra_headers": {{"Authorization": "Bearer {KEY}"}}}}'],
+             "api_key": ["--api-key", f"Bearer {KEY}"]}[how]  # fmt: skip
+    with AnswerServer(refuse) as srv:
+        args = ("--limit", "2", "--retries", "0", "--work-dir", str(tmp_path))
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, *given, *args)
+    assert result.returncode == 1, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert [r["error"] for r in rows] == ["HTTP 500: invalid token ***"] * 2
+    for text in [result.stderr, *(p.read_text("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file())]:
+        assert "SECRET" not in text

@@ -32,16 +32,18 @@ def _masked(value: Any) -> Any:
     return value
 
 
-def basic_secrets(authorization: str) -> list[str]:
-    """What a `Basic TOKEN` credential may be echoed as: the token, its `user:password`, the password."""
+def auth_secrets(authorization: str) -> list[str]:
+    """What a `SCHEME TOKEN` credential may be echoed as: the token (a Bearer's too); a Basic one's
+    `user:password` and password as well."""
     scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
     if scheme.lower() != "basic" or not token:
-        return []
+        return [token] if token else []
     try:
-        pair = base64.b64decode(token.strip(), validate=True).decode("utf-8", "replace")
+        pair = base64.b64decode(token, validate=True).decode("utf-8", "replace")
     except ValueError:  # binascii.Error is one
-        return [token.strip()]
-    return [token.strip(), pair, pair.partition(":")[2]]
+        return [token]
+    return [token, pair, pair.partition(":")[2]]
 
 
 def secret_keys(value: Any) -> list[str]:
@@ -124,12 +126,13 @@ def _host_and_port(authority: str) -> bool:
 
 
 def run_secrets(api_key: str | None, generation: dict[str, Any], url: str | None) -> list[str | None]:
-    """Every secret a run holds (the texts `redacted_generation` masks, what a Basic credential among
-    them decodes to, the URL's query values): what the redactor masks wherever a server echoes them."""
+    """Every secret a run holds (the key and the texts `redacted_generation` masks, the token of any
+    `SCHEME TOKEN` among them and what a Basic one decodes to, the URL's query values): what the
+    redactor masks wherever a server echoes them."""
     texts = [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
     query = (url or "").partition("#")[0].partition("?")[2]  # the fragment is never sent
     in_url = [k if v is None else v for k, v in _query(query) if _secret_query(k, v)]
-    return [api_key, *texts, *(s for t in texts for s in basic_secrets(t)), *in_url]
+    return [api_key, *texts, *(s for t in [api_key or "", *texts] for s in auth_secrets(t)), *in_url]
 
 
 def url_masked(url: Any) -> bool:
