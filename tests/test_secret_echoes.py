@@ -87,3 +87,23 @@ def test_a_bearer_token_is_masked_where_the_server_echoes_the_token_alone(tmp_pa
     assert [r["error"] for r in rows] == ["HTTP 500: invalid token ***"] * 2
     for text in [result.stderr, *(p.read_text("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file())]:
         assert "SECRET" not in text
+
+
+@pytest.mark.parametrize(
+    "generation",
+    [
+        f"extra_headers={{api-key: {KEY}}}",  # not JSON: read as a text
+        f"extra_headers=Authorization: Bearer {KEY}",
+        f"extra_query=key={KEY}",
+        f'{{"extra_body": ["token", "{KEY}"]}}',
+        f'{{"extra_headers": {{"api-key: {KEY}": ""}}}}',  # the whole header as its name
+        f'{{"extra_headers": {{"Authorization: Bearer {KEY}": null}}}}',
+        'extra_headers={1: "x"}',  # a Python literal's name that is no text: an AttributeError traceback
+    ],
+)
+def test_a_refused_gateway_setting_is_told_without_its_secret(tmp_path: Path, generation: str) -> None:
+    """A gateway setting given in the wrong shape was printed whole in its refusal."""
+    result = run_cli("eval", "--model", "m", "--api-url", "http://127.0.0.1:9/v1", "--generation-config", generation,
+                     "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "SECRET" not in result.stderr + result.stdout and "generation_config" in result.stderr
