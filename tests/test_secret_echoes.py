@@ -3,12 +3,14 @@ reaches a file, the terminal or an exception, in any form."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from coinflip import run_task
 from coinflip.errors import FatalAPIError
+from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Seen, answer, chat
 from .conftest import only_run_dir, read_jsonl, run_cli
@@ -107,3 +109,23 @@ def test_a_refused_gateway_setting_is_told_without_its_secret(tmp_path: Path, ge
                      "--work-dir", str(tmp_path))  # fmt: skip
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "SECRET" not in result.stderr + result.stdout and "generation_config" in result.stderr
+
+
+def test_evalscopes_judge_and_model_args_keep_their_keys_out_of_the_saved_settings(tmp_path: Path) -> None:
+    """EvalScope's judge_model_args (and model_args, judge) may hold an api_key and a URL with a password;
+    coinflip takes them (unused) and wrote them into task_config.yaml as given."""
+    config = tmp_path / "task.yaml"
+    with FakeOpenAIServer("correct") as srv:
+        judge = {"api_key": KEY, "api_url": f"http://u:{KEY}@judge.example/v1", "model_id": "j"}
+        settings = {"model": "m", "api_url": srv.url, "limit": 2, "work_dir": str(tmp_path / "w"),
+                    "judge_model_args": judge, "model_args": {"api_key": KEY}, "judge": {"key": [KEY]}}  # fmt: skip
+        config.write_text(json.dumps(settings))
+        config = config.rename(config.with_suffix(".json"))
+        result = run_cli("eval", "--config", str(config))
+        assert result.returncode == 0, result.stderr
+        run = only_run_dir(tmp_path / "w")
+        resumed = run_cli("eval", "--config", str(config), "--use-cache", str(run))
+        assert resumed.returncode == 0, resumed.stderr
+    for text in [result.stderr, resumed.stderr, *(p.read_text() for p in (tmp_path / "w").rglob("*") if p.is_file())]:
+        assert "SECRET" not in text
+    assert "judge_model_args" in (run / "configs/task_config.yaml").read_text()

@@ -19,14 +19,15 @@ PLAIN_KEYS = frozenset({
 
 def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
     """Every text in GATEWAY_KEYS (nested too) masked but under PLAIN_KEYS; numbers, booleans, null stay."""
-    return {key: _masked(value) if key in GATEWAY_KEYS else value for key, value in generation.items()}
+    return {key: masked(value) if key in GATEWAY_KEYS else value for key, value in generation.items()}
 
 
-def _masked(value: Any) -> Any:
+def masked(value: Any) -> Any:
+    """Every text in `value` (nested too) masked but under PLAIN_KEYS."""
     if isinstance(value, dict):
-        return {k: v if str(k).lower() in PLAIN_KEYS else _masked(v) for k, v in value.items()}
+        return {k: v if str(k).lower() in PLAIN_KEYS else masked(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_masked(v) for v in value]
+        return [masked(v) for v in value]
     if isinstance(value, str) and value:
         return REDACTED
     return value
