@@ -129,3 +129,14 @@ def test_evalscopes_judge_and_model_args_keep_their_keys_out_of_the_saved_settin
     for text in [result.stderr, resumed.stderr, *(p.read_text() for p in (tmp_path / "w").rglob("*") if p.is_file())]:
         assert "SECRET" not in text
     assert "judge_model_args" in (run / "configs/task_config.yaml").read_text()
+
+
+def test_a_proxy_user_name_holding_a_colon_is_one_line(tmp_path: Path) -> None:
+    """`HTTPS_PROXY=http://us%3Aer:PASSWORD@host`: a ':' in the user name makes no Basic credential;
+    aiohttp's ValueError came out of the first request as a traceback (exit 1)."""
+    proxy = f"http://us%3Aer:{KEY}@127.0.0.1:9"
+    args = ("--model", "m", "--api-url", "https://api.example.com/v1", "--work-dir", str(tmp_path))
+    result = run_cli("eval", *args, env={"HTTPS_PROXY": proxy})
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "proxy 'http://127.0.0.1:9'" in result.stderr and "SECRET" not in result.stderr
+    assert not any(tmp_path.iterdir())  # no run directory left behind
