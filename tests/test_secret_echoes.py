@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coinflip import run_task
+from coinflip import TaskConfig, run_task
 from coinflip.errors import FatalAPIError
 from coinflip.testing.server import FakeOpenAIServer
 
@@ -140,3 +140,15 @@ def test_a_proxy_user_name_holding_a_colon_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "proxy 'http://127.0.0.1:9'" in result.stderr and "SECRET" not in result.stderr
     assert not any(tmp_path.iterdir())  # no run directory left behind
+
+
+def test_a_task_configs_repr_shows_no_secret() -> None:
+    """The key was left out of TaskConfig's repr, but the gateway's texts, the URL's query and EvalScope's
+    judge key were shown as given (a notebook's output, a traceback's locals, a user's log)."""
+    config = TaskConfig(model="m", api_url=f"http://127.0.0.1:9/v1?code={KEY}", api_key=KEY,
+                        generation_config={"extra_headers": {"api-key": KEY}, "extra_query": {"sig": KEY}},
+                        judge_model_args={"api_key": KEY})  # fmt: skip
+    assert "SECRET" not in repr(config) and "SECRET" not in str([config])
+    assert "api_url='http://127.0.0.1:9/v1?code=***'" in repr(config) and repr(config).startswith(
+        "TaskConfig(model='m'"
+    )

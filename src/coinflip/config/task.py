@@ -307,6 +307,9 @@ class TaskConfig:
         data.update({s.name: masked(v) for s in settings() if s.unused and isinstance(v := data[s.name], dict)})
         return {"version": SETTINGS_VERSION, **data}
 
+    def __repr__(self) -> str:  # as saved: a notebook, a traceback's locals or a log shows no secret
+        return f"TaskConfig({', '.join(f'{k}={v!r}' for k, v in self.redacted().items() if k != 'version')})"
+
     def notes(self) -> list[str]:
         """One line per setting given that changes nothing here (EvalScope's, --api-url beside a baseline)."""
         out = list(self._notes)
