@@ -30,7 +30,7 @@ NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "rep
 WHOLES = ("max_tokens", "max_completion_tokens", "n", "top_logprobs", "top_k", "seed")
 OBJECTS = ("extra_body", "extra_query", "extra_headers", "chat_template_kwargs", "logit_bias")
 TYPED = (((int, float), "a number", NUMBERS), (int, "a whole number", WHOLES), (dict, "an object", OBJECTS))
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]*")  # RFC 9110's token (an empty name is refused first)
+_NOT_TOKEN = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")  # what RFC 9110's token (a header's name) may not hold
 
 
 def check_url(url: Any) -> None:
@@ -215,10 +215,11 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
         )
     for key, item in value.get("extra_headers", {}).items():
         key = str(key)  # a Python literal's 1: refused as no text by check_values, after
-        name = repr(key if _HEADER_NAME.fullmatch(key) else _HEADER_NAME.match(key)[0] + "…")  # `Authorization: KEY`
+        bad = _NOT_TOKEN.search(key)  # a ':' or a space would forge or break the request's head
+        name = repr(key[: bad.start()] + "…" if bad else key)  # not `Authorization: Bearer KEY` whole
         if not isinstance(item, str) or any(c in f"{key}{item}" for c in "\r\n\0") or not key.strip():
             raise ConfigError(f"generation_config extra_headers {name}: a header is a name and a one-line text")
-        if not _HEADER_NAME.fullmatch(key):  # a ':' or a space would forge or break the request's head
+        if bad:
             raise ConfigError(f"generation_config extra_headers {name}: a header name is letters, digits and "
                               "!#$%&'*+-.^_`|~ (no ':' or space)")  # fmt: skip
         check_header(f"generation_config extra_headers {name}", f"{key}{item}")
