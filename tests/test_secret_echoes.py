@@ -152,3 +152,16 @@ def test_a_task_configs_repr_shows_no_secret() -> None:
     assert "api_url='http://127.0.0.1:9/v1?code=***'" in repr(config) and repr(config).startswith(
         "TaskConfig(model='m'"
     )
+
+
+@pytest.mark.parametrize(
+    "url", [{"u": f"http://127.0.0.1:9/v1?key={KEY}"}, [{"u": f"http://127.0.0.1:9/v1?key={KEY}"}]]
+)
+def test_an_api_url_that_is_no_text_is_refused_without_its_query(tmp_path: Path, url: object) -> None:
+    """An api_url given as an object (a config file's slip) was printed whole in its refusal, the
+    query's key with it, where a URL given as text shows its query values masked."""
+    config = tmp_path / "task.json"
+    config.write_text(json.dumps({"model": "m", "api_url": url, "work_dir": str(tmp_path / "w")}))
+    result = run_cli("eval", "--config", str(config))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "SECRET" not in result.stderr and "api_url" in result.stderr

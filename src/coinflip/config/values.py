@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, short
-from ..secrets import GATEWAY_KEYS, shown_url
+from ..secrets import GATEWAY_KEYS, masked, shown_url
 
 GENERATION_KEYS = (  # sent with every request as given (extra_body, extra_headers, extra_query: to a gateway)
     "temperature", "max_tokens", "max_completion_tokens", "top_p", "top_k", "seed", "stop", "n", "presence_penalty",
@@ -60,7 +60,7 @@ def one_url(value: Any) -> str | None:
     if value is None or value == [] or value == "":
         return None
     if not isinstance(value, (str, list, tuple)):
-        raise ConfigError(f"api_url must be a URL or a list of URLs, got {short(value)}")
+        raise ConfigError(f"api_url must be a URL or a list of URLs, got {short(masked(value))}")
     urls = [value] if isinstance(value, str) else list(value)
     for url in urls:
         check_url(url)
@@ -73,7 +73,7 @@ def one_url(value: Any) -> str | None:
 
 
 def _shown(url: Any) -> Any:
-    return shown_url(url) if isinstance(url, str) else url
+    return shown_url(url) if isinstance(url, str) else masked(url)  # {"url": "...?key=KEY"}: no text shown
 
 
 def check_limit(value: Any) -> int | float | None:
