@@ -4,6 +4,8 @@ reaches a file, the terminal or an exception, in any form."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,13 @@ def test_an_api_url_that_is_no_text_is_refused_without_its_query(tmp_path: Path,
     result = run_cli("eval", "--config", str(config))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "SECRET" not in result.stderr and "api_url" in result.stderr
+
+
+@pytest.mark.parametrize(("given", "after"), [(["--api-key", KEY], ""), ([f"--api-key={KEY}"], " (after --api-key)")])
+def test_an_argument_not_utf8_after_the_key_does_not_name_the_key(tmp_path: Path, given: list[str], after: str) -> None:
+    """The refusal of an argument in bytes that are not UTF-8 named the argument before it: the key, when
+    it came right after it (or `--api-key=KEY`)."""
+    args = [sys.executable, "-m", "coinflip.cli", "eval", "--model", "m", *given, b"--work-dir=caf\xe9"]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 2 and "SECRET" not in result.stderr, result.stderr
+    assert f"argument {4 + len(given)}{after} holds bytes that are not UTF-8" in result.stderr
