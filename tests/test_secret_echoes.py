@@ -14,7 +14,7 @@ from coinflip import TaskConfig, run_task
 from coinflip.errors import FatalAPIError
 from coinflip.testing.server import FakeOpenAIServer
 
-from .answer_server import AnswerServer, Seen, answer, chat
+from .answer_server import AnswerServer, QuietHandler, Seen, answer, chat, serving
 from .conftest import only_run_dir, read_jsonl, run_cli
 
 KEY = "sk-live-SECRET-424242"
@@ -177,3 +177,35 @@ def test_an_argument_not_utf8_after_the_key_does_not_name_the_key(tmp_path: Path
     result = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert result.returncode == 2 and "SECRET" not in result.stderr, result.stderr
     assert f"argument {4 + len(given)}{after} holds bytes that are not UTF-8" in result.stderr
+
+
+def test_the_batch_api_follows_no_redirect_to_another_host(tmp_path: Path) -> None:
+    """A Batch API that answers 307 to another host: aiohttp followed it, and drops only Authorization
+    there, so a gateway's api-key header and the upload went to that host. Online, such a redirect is
+    refused with its Location shown; the Batch API now refuses it too."""
+    stolen: list[dict[str, str]] = []
+
+    class Thief(QuietHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            stolen.append(dict(self.headers))
+            self.reply(400, {"error": {"message": "no"}})
+
+        do_GET = do_POST  # noqa: N815
+
+    with serving(Thief) as thief:
+
+        class Redirect(QuietHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                self.send_response(307)
+                self.send_header("Location", thief.removesuffix("/v1") + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST  # noqa: N815
+
+        with serving(Redirect) as url:
+            generation = json.dumps({"extra_headers": {"api-key": "hdr-SECRET-5555"}})
+            args = ("--limit", "2", "--batch", "--generation-config", generation, "--work-dir", str(tmp_path))
+            result = run_cli("eval", "--model", "m", "--api-url", url, "--api-key", KEY, *args)
+    assert not stolen and result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "answered 307 to http://127.0.0.1:" in result.stderr
