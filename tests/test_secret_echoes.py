@@ -209,3 +209,17 @@ def test_the_batch_api_follows_no_redirect_to_another_host(tmp_path: Path) -> No
             result = run_cli("eval", "--model", "m", "--api-url", url, "--api-key", KEY, *args)
     assert not stolen and result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "answered 307 to http://127.0.0.1:" in result.stderr
+
+
+def test_a_redirect_to_the_same_server_with_credentials_in_its_location_is_refused(tmp_path: Path) -> None:
+    """A 307 to the same host and port whose Location carries `user:password@`: followed with the key's
+    Authorization, aiohttp refused the pair with a ValueError, which came out as a traceback (exit 1)."""
+
+    def send(seen: Seen) -> bytes:
+        return answer(None, 307, f"Location: http://u:pw@127.0.0.1:{srv.port}/v1/chat/completions", raw=b"")
+
+    with AnswerServer(send) as srv:
+        args = ("--api-key", KEY, "--limit", "2", "--work-dir", str(tmp_path))
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, *args)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "redirects (307) to" in result.stderr and "pw" not in result.stderr and "SECRET" not in result.stderr
