@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from coinflip import TaskConfig, run_task
 from coinflip.errors import FatalAPIError
+from coinflip.models._redact import CUT_LEAST, MIN_SECRET, Redactor, is_secret
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, QuietHandler, Seen, answer, chat, serving
@@ -223,3 +226,36 @@ def test_a_redirect_to_the_same_server_with_credentials_in_its_location_is_refus
         result = run_cli("eval", "--model", "m", "--api-url", srv.url, *args)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "redirects (307) to" in result.stderr and "pw" not in result.stderr and "SECRET" not in result.stderr
+
+
+def test_a_long_bearer_token_is_masked_whole_and_cut_not_a_recursion_error(tmp_path: Path) -> None:
+    """A gateway's JWT of 1,500 characters (Azure AD's are about that long): the redactor's pattern for a
+    secret cut off nested one group per character, and from about 500 characters re's parser ran out of
+    recursion, so every run with such a key or header ended in a RecursionError traceback."""
+    token = "eyJ" + "".join(f"{n:x}SECRET" for n in range(150))[:1497]
+
+    def echo(seen: Seen) -> bytes:
+        sent = seen.headers["authorization"].split()[-1]
+        if seen.index % 2:
+            return answer({"error": {"message": f"bad token {sent[:700]}…"}}, 500)
+        return answer(chat(f"ANSWER: {seen.right_answer} (token {sent})"))
+
+    generation = json.dumps({"extra_headers": {"Authorization": f"Bearer {token}"}})
+    with AnswerServer(echo) as srv:
+        args = ("--generation-config", generation, "--limit", "2", "--retries", "0", "--eval-batch-size", "1")
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, *args, "--work-dir", str(tmp_path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert sorted(r["reply"] or r["error"] for r in rows)[0].endswith("(token ***)")
+    assert "HTTP 500: bad token ***…" in [r["error"] for r in rows]
+    for text in [result.stderr, *(p.read_text("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file())]:
+        assert "SECRET" not in text
+
+
+@given(st.text(st.characters(exclude_categories=("Cs",)), min_size=MIN_SECRET, max_size=300).filter(is_secret),
+       st.integers(0, 300), st.sampled_from(["", "… - hint", "…"]))  # fmt: skip
+def test_a_secret_cut_anywhere_past_its_start_is_masked(secret: str, at: int, after: str) -> None:
+    """The cut form, now nested per chunk: every start of CUT_LEAST or more characters, at a text's end or
+    before a cut's …, is masked as the per-character nesting masked it."""
+    cut = secret[: max(CUT_LEAST, at % len(secret))]
+    assert Redactor([secret])(f"[{cut}{after}") == f"[***{after}"

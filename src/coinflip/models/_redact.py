@@ -3,6 +3,7 @@ in (raw, JSON-escaped, HTML, URL-encoded), split across lines or not."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import replace
@@ -52,11 +53,20 @@ def _char(c: str) -> str:
 def pattern(secret: str) -> str:
     """`secret` in any escaping, split across lines; or its start (CUT_LEAST+) where a text ends or was cut (…)."""
     chars = [_char(c) for c in secret]
-    cut = ""
-    for c in reversed(chars[CUT_LEAST:-1]):
-        cut = f"(?:{_BREAK}{c}{cut})?"
     head, rest = _BREAK.join(chars[:CUT_LEAST]), "".join(_BREAK + c for c in chars[CUT_LEAST:])
-    return f"{head}(?:{rest}|{cut}(?=…|\\Z))"  # the start matched once for both: half the time
+    return f"{head}(?:{rest}|{_prefix(chars[CUT_LEAST:-1])}(?=…|\\Z))"  # the start matched once for both: half the time
+
+
+def _prefix(chars: list[str]) -> str:
+    """Any start of `chars`, none too: optional per character within chunks of about sqrt(n), per chunk
+    across them, so a 2,000-character token nests some 90 deep, not 2,000 (re's parser recurses)."""
+    size, prefix = math.isqrt(len(chars)) + 1, ""
+    for at in reversed(range(0, len(chars), size)):
+        chunk, inner = chars[at : at + size], ""
+        for c in reversed(chunk):
+            inner = f"(?:{_BREAK}{c}{inner})?"
+        prefix = f"(?:{''.join(_BREAK + c for c in chunk)}{prefix}|{inner})" if prefix else inner
+    return prefix
 
 
 class Redactor:
