@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from coinflip import TaskConfig, run_task
 from coinflip.errors import FatalAPIError
 from coinflip.models._redact import CUT_LEAST, MIN_SECRET, Redactor, is_secret
+from coinflip.secrets import auth_secrets, run_secrets
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, QuietHandler, Seen, answer, chat, serving
@@ -259,3 +260,12 @@ def test_a_secret_cut_anywhere_past_its_start_is_masked(secret: str, at: int, af
     before a cut's …, is masked as the per-character nesting masked it."""
     cut = secret[: max(CUT_LEAST, at % len(secret))]
     assert Redactor([secret])(f"[{cut}{after}") == f"[***{after}"
+
+
+def test_only_a_one_word_token_after_a_scheme_is_a_secret_of_its_own() -> None:
+    """A gateway text that is a sentence stays one secret: its words after the first are no token, which
+    would mask them in every reply."""
+    generation = {"extra_body": {"note": "Final ANSWER: YES"}, "extra_headers": {"Authorization": f"Token {KEY}"}}
+    redact = Redactor(run_secrets(None, generation, None))
+    assert redact("ANSWER: YES") == "ANSWER: YES" and redact(f"got {KEY}") == "got ***"
+    assert auth_secrets("Answer carefully please") == [] and auth_secrets(f"Bearer {KEY}") == [KEY]

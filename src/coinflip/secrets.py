@@ -34,12 +34,14 @@ def masked(value: Any) -> Any:
 
 
 def auth_secrets(authorization: str) -> list[str]:
-    """What a `SCHEME TOKEN` credential may be echoed as: the token (a Bearer's too); a Basic one's
-    `user:password` and password as well."""
+    """What a `SCHEME TOKEN` credential (one word after the scheme, not a sentence) may be echoed as: the
+    token (a Bearer's too); a Basic one's `user:password` and password as well."""
     scheme, _, token = authorization.strip().partition(" ")
     token = token.strip()
-    if scheme.lower() != "basic" or not token:
-        return [token] if token else []
+    if len(token.split()) != 1:
+        return []
+    if scheme.lower() != "basic":
+        return [token]
     try:
         pair = base64.b64decode(token, validate=True).decode("utf-8", "replace")
     except ValueError:  # binascii.Error is one
