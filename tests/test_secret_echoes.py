@@ -36,13 +36,15 @@ def test_a_key_cut_off_inside_a_long_message_is_masked_though_a_hint_follows(tmp
     assert "x***… - check --api-key" in str(raised.value) and "sk-live" not in str(raised.value)
 
 
-def test_a_key_echoed_in_the_log_probabilities_alone_reaches_no_file(tmp_path: Path) -> None:
-    """The reply's text is clean; its log probabilities (an alternative token, a logprob sent as text)
-    spell the key: they were saved as sent, since only the texts were looked at."""
+@pytest.mark.parametrize("where", ["logprob", "top"])
+def test_a_key_echoed_in_the_log_probabilities_alone_reaches_no_file(tmp_path: Path, where: str) -> None:
+    """The reply's text is clean; its log probabilities spell the key, as an alternative token or as a
+    logprob sent as text (kept as the text it is): they were saved as sent, as only the texts were looked at."""
 
     def reply(seen: Seen) -> bytes:
-        key = seen.headers["authorization"].split()[-1]
-        tokens = [("ANSWER", -0.1, "ANSWER"), (":", -0.1, ":"), (f" {seen.right_answer}", key, key)]
+        key, answer_token = seen.headers["authorization"].split()[-1], f" {seen.right_answer}"
+        last = (answer_token, key, answer_token) if where == "logprob" else (answer_token, -0.1, key)
+        tokens = [("ANSWER", -0.1, "ANSWER"), (":", -0.1, ":"), last]
         entries = [
             {"token": t, "logprob": lp, "top_logprobs": [{"token": alt, "logprob": -1.0}]} for t, lp, alt in tokens
         ]
