@@ -271,3 +271,22 @@ def test_only_a_one_word_token_after_a_scheme_is_a_secret_of_its_own() -> None:
     redact = Redactor(run_secrets(None, generation, None))
     assert redact("ANSWER: YES") == "ANSWER: YES" and redact(f"got {KEY}") == "got ***"
     assert auth_secrets("Answer carefully please") == [] and auth_secrets(f"Bearer {KEY}") == [KEY]
+
+
+def test_a_secret_of_several_lines_is_masked_in_a_one_line_message(tmp_path: Path) -> None:
+    """A gateway text of several lines (a PEM key in extra_body) echoed in an error: the message is made one
+    line, its breaks shown as U+FFFD, which no form of a line break in the secret matched."""
+    pem = "-----BEGIN KEY-----\nMIIEvSECRETa1b2c3\nd4e5SECRETf6-----END KEY-----"
+
+    def refuse(seen: Seen) -> bytes:
+        return answer({"error": {"message": f"cannot use {seen.body['client_key']} here"}}, 500)
+
+    generation = json.dumps({"extra_body": {"client_key": pem}})
+    with AnswerServer(refuse) as srv:
+        args = ("--generation-config", generation, "--limit", "2", "--retries", "0", "--work-dir", str(tmp_path))
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, *args)
+    assert result.returncode == 1, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert [r["error"] for r in rows] == ["HTTP 500: cannot use *** here"] * 2
+    for text in [result.stderr, *(p.read_text("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file())]:
+        assert "SECRET" not in text

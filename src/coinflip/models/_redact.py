@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from .._terminal import one_line
 from ..secrets import REDACTED as MASK  # one mask for what is saved and what is shown
 from .base import Reply
 
@@ -46,6 +47,8 @@ def _char(c: str) -> str:
     forms.append("".join(f"%{_hex(byte, 2)}" for byte in c.encode("utf-8", "surrogatepass")))
     if c == " ":
         forms.append(re.escape("+"))
+    if one_line(c) != c:  # a line break or control character, as a message shows it: U+FFFD
+        forms.append("\ufffd")
     forms.append(re.escape(c))
     return f"(?:{'|'.join(forms)})"
 
