@@ -253,7 +253,7 @@ def test_a_secret_split_across_lines_or_cut_off_is_masked(tmp_path: Path) -> Non
 def test_a_basic_credential_is_masked_in_the_form_a_server_decodes_it_to(tmp_path: Path) -> None:
     """A gateway's `Authorization: Basic TOKEN` header (extra_headers) was masked as the token only;
     a server that says whom it decoded (`user:password`, or the password) printed them as they came.
-    A proxy's credentials were already decoded so; one function (config.basic_secrets) does both."""
+    A proxy's credentials were already decoded so; one function (secrets.auth_secrets) does both."""
     import base64
 
     from .answer_server import AnswerServer, answer, chat

@@ -338,7 +338,8 @@ def _dispatch(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     odd = next((i for i, arg in enumerate(args) if not _utf8(arg)), None)
     if odd is not None:  # Python hands such bytes over as lone surrogates; nothing could write them
-        named = f" (after {one_line(args[odd - 1])!s})" if odd and _utf8(args[odd - 1]) else ""
+        flag = args[odd - 1].partition("=")[0] if odd and args[odd - 1].startswith("-") else ""  # not a value: a key
+        named = f" (after {one_line(flag)!s})" if flag and _utf8(flag) else ""
         click.echo(f"error: argument {odd + 1}{named} holds bytes that are not UTF-8: give it as UTF-8 text", err=True)
         sys.exit(2)
     try:

@@ -19,29 +19,34 @@ PLAIN_KEYS = frozenset({
 
 def redacted_generation(generation: dict[str, Any]) -> dict[str, Any]:
     """Every text in GATEWAY_KEYS (nested too) masked but under PLAIN_KEYS; numbers, booleans, null stay."""
-    return {key: _masked(value) if key in GATEWAY_KEYS else value for key, value in generation.items()}
+    return {key: masked(value) if key in GATEWAY_KEYS else value for key, value in generation.items()}
 
 
-def _masked(value: Any) -> Any:
+def masked(value: Any) -> Any:
+    """Every text in `value` (nested too) masked but under PLAIN_KEYS."""
     if isinstance(value, dict):
-        return {k: v if str(k).lower() in PLAIN_KEYS else _masked(v) for k, v in value.items()}
+        return {k: v if str(k).lower() in PLAIN_KEYS else masked(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_masked(v) for v in value]
+        return [masked(v) for v in value]
     if isinstance(value, str) and value:
         return REDACTED
     return value
 
 
-def basic_secrets(authorization: str) -> list[str]:
-    """What a `Basic TOKEN` credential may be echoed as: the token, its `user:password`, the password."""
+def auth_secrets(authorization: str) -> list[str]:
+    """What a `SCHEME TOKEN` credential (one word after the scheme, not a sentence) may be echoed as: the
+    token (a Bearer's too); a Basic one's `user:password` and password as well."""
     scheme, _, token = authorization.strip().partition(" ")
-    if scheme.lower() != "basic" or not token:
+    token = token.strip()
+    if len(token.split()) != 1:
         return []
+    if scheme.lower() != "basic":
+        return [token]
     try:
-        pair = base64.b64decode(token.strip(), validate=True).decode("utf-8", "replace")
+        pair = base64.b64decode(token, validate=True).decode("utf-8", "replace")
     except ValueError:  # binascii.Error is one
-        return [token.strip()]
-    return [token.strip(), pair, pair.partition(":")[2]]
+        return [token]
+    return [token, pair, pair.partition(":")[2]]
 
 
 def secret_keys(value: Any) -> list[str]:
@@ -124,12 +129,13 @@ def _host_and_port(authority: str) -> bool:
 
 
 def run_secrets(api_key: str | None, generation: dict[str, Any], url: str | None) -> list[str | None]:
-    """Every secret a run holds (the texts `redacted_generation` masks, what a Basic credential among
-    them decodes to, the URL's query values): what the redactor masks wherever a server echoes them."""
+    """Every secret a run holds (the key and the texts `redacted_generation` masks, the token of any
+    `SCHEME TOKEN` among them and what a Basic one decodes to, the URL's query values): what the
+    redactor masks wherever a server echoes them."""
     texts = [t for key in GATEWAY_KEYS for t in _texts(generation.get(key), True) if t and t != REDACTED]
     query = (url or "").partition("#")[0].partition("?")[2]  # the fragment is never sent
     in_url = [k if v is None else v for k, v in _query(query) if _secret_query(k, v)]
-    return [api_key, *texts, *(s for t in texts for s in basic_secrets(t)), *in_url]
+    return [api_key, *texts, *(s for t in [api_key or "", *texts] for s in auth_secrets(t)), *in_url]
 
 
 def url_masked(url: Any) -> bool:

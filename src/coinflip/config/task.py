@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import UnknownSettingError
-from ..secrets import REDACTED, redacted_generation, redacted_url
+from ..secrets import REDACTED, masked, redacted_generation, redacted_url
 from .declare import BASELINES, BENCHMARK, Setting, check_across, check_declared, dataset_names, declarations, setting
 from .evalscope import fold_evalscope
 from .values import check_header, check_limit, check_values, one_url, parse_generation_config, unknown_message
@@ -298,12 +298,17 @@ class TaskConfig:
         return self.model_id or self.model or "model"
 
     def redacted(self) -> dict[str, Any]:
-        """The config as saved, with its version: the API key and a gateway's secrets never leave memory."""
+        """The config as saved, with its version: the API key, a gateway's secrets and the texts of EvalScope's
+        settings unused here (its judge_model_args hold a key) never leave memory."""
         data = {k: v for k, v in asdict(self).items() if k != "given"}
         data["api_key"] = REDACTED if self.api_key else self.api_key
         data["generation_config"] = redacted_generation(data["generation_config"])
         data["api_url"] = redacted_url(data["api_url"])
+        data.update({s.name: masked(v) for s in settings() if s.unused and isinstance(v := data[s.name], dict)})
         return {"version": SETTINGS_VERSION, **data}
+
+    def __repr__(self) -> str:  # as saved: a notebook, a traceback's locals or a log shows no secret
+        return f"TaskConfig({', '.join(f'{k}={v!r}' for k, v in self.redacted().items() if k != 'version')})"
 
     def notes(self) -> list[str]:
         """One line per setting given that changes nothing here (EvalScope's, --api-url beside a baseline)."""

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, short
-from ..secrets import shown_url
+from ..secrets import GATEWAY_KEYS, masked, shown_url
 
 GENERATION_KEYS = (  # sent with every request as given (extra_body, extra_headers, extra_query: to a gateway)
     "temperature", "max_tokens", "max_completion_tokens", "top_p", "top_k", "seed", "stop", "n", "presence_penalty",
@@ -30,7 +30,7 @@ NUMBERS = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "rep
 WHOLES = ("max_tokens", "max_completion_tokens", "n", "top_logprobs", "top_k", "seed")
 OBJECTS = ("extra_body", "extra_query", "extra_headers", "chat_template_kwargs", "logit_bias")
 TYPED = (((int, float), "a number", NUMBERS), (int, "a whole number", WHOLES), (dict, "an object", OBJECTS))
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
+_NOT_TOKEN = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")  # what RFC 9110's token (a header's name) may not hold
 
 
 def check_url(url: Any) -> None:
@@ -60,7 +60,7 @@ def one_url(value: Any) -> str | None:
     if value is None or value == [] or value == "":
         return None
     if not isinstance(value, (str, list, tuple)):
-        raise ConfigError(f"api_url must be a URL or a list of URLs, got {short(value)}")
+        raise ConfigError(f"api_url must be a URL or a list of URLs, got {short(masked(value))}")
     urls = [value] if isinstance(value, str) else list(value)
     for url in urls:
         check_url(url)
@@ -73,7 +73,7 @@ def one_url(value: Any) -> str | None:
 
 
 def _shown(url: Any) -> Any:
-    return shown_url(url) if isinstance(url, str) else url
+    return shown_url(url) if isinstance(url, str) else masked(url)  # {"url": "...?key=KEY"}: no text shown
 
 
 def check_limit(value: Any) -> int | float | None:
@@ -194,7 +194,8 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
     for kind, what, keys in TYPED:
         for key in keys:
             if key in value and (isinstance(value[key], bool) or not isinstance(value[key], kind)):
-                raise ConfigError(f"generation_config {key} must be {what}, got {value[key]!r}")
+                got = f"a {type(value[key]).__name__}" if key in GATEWAY_KEYS else repr(value[key])  # may be a secret
+                raise ConfigError(f"generation_config {key} must be {what}, got {got}")
     for key in ("max_tokens", "max_completion_tokens", "n"):
         if key in value and value[key] < 1:
             raise ConfigError(f"generation_config {key} must be at least 1, got {value[key]!r}")
@@ -213,12 +214,15 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
             "(use --stream, n in --generation-config, --model, --api-mode)"
         )
     for key, item in value.get("extra_headers", {}).items():
+        key = str(key)  # a Python literal's 1: refused as no text by check_values, after
+        bad = _NOT_TOKEN.search(key)  # a ':' or a space would forge or break the request's head
+        name = repr(key[: bad.start()] + "…" if bad else key)  # not `Authorization: Bearer KEY` whole
         if not isinstance(item, str) or any(c in f"{key}{item}" for c in "\r\n\0") or not key.strip():
-            raise ConfigError(f"generation_config extra_headers {key!r}: a header is a name and a one-line text")
-        if not _HEADER_NAME.fullmatch(str(key)):  # a ':' or a space would forge or break the request's head
-            raise ConfigError(f"generation_config extra_headers {key!r}: a header name is letters, digits and "
+            raise ConfigError(f"generation_config extra_headers {name}: a header is a name and a one-line text")
+        if bad:
+            raise ConfigError(f"generation_config extra_headers {name}: a header name is letters, digits and "
                               "!#$%&'*+-.^_`|~ (no ':' or space)")  # fmt: skip
-        check_header(f"generation_config extra_headers {key!r}", f"{key}{item}")
+        check_header(f"generation_config extra_headers {name}", f"{key}{item}")
     return value
 
 

@@ -3,11 +3,13 @@ in (raw, JSON-escaped, HTML, URL-encoded), split across lines or not."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from .._terminal import one_line
 from ..secrets import REDACTED as MASK  # one mask for what is saved and what is shown
 from .base import Reply
 
@@ -18,7 +20,7 @@ _HTML_NAMED = {"&": "amp", "<": "lt", ">": "gt", '"': "quot", "'": "apos"}
 # between two characters: a line break (raw, JSON-escaped, or shown as U+FFFD by _terminal.one_line)
 # and its indent, or a space
 _BREAK = r"(?:(?:\r?\n|\\r?\\n|\r?\ufffd)[ \t]*| )?"
-CUT_LEAST = 6  # characters of a secret's start that are masked where a cut message ends with them
+CUT_LEAST = 6  # characters of a secret's start that are masked where a message ends or is cut (…) after them
 
 
 def is_secret(value: str | None) -> bool:
@@ -45,23 +47,35 @@ def _char(c: str) -> str:
     forms.append("".join(f"%{_hex(byte, 2)}" for byte in c.encode("utf-8", "surrogatepass")))
     if c == " ":
         forms.append(re.escape("+"))
+    if one_line(c) != c:  # a line break or control character, as a message shows it: U+FFFD
+        forms.append("\ufffd")
     forms.append(re.escape(c))
     return f"(?:{'|'.join(forms)})"
 
 
 def pattern(secret: str) -> str:
-    """`secret` in any escaping, split across lines; or its start (CUT_LEAST+) where a cut text ends."""
+    """`secret` in any escaping, split across lines; or its start (CUT_LEAST+) where a text ends or was cut (…)."""
     chars = [_char(c) for c in secret]
-    cut = ""
-    for c in reversed(chars[CUT_LEAST:-1]):
-        cut = f"(?:{_BREAK}{c}{cut})?"
     head, rest = _BREAK.join(chars[:CUT_LEAST]), "".join(_BREAK + c for c in chars[CUT_LEAST:])
-    return f"{head}(?:{rest}|{cut}(?=…?\\Z))"  # the start matched once for both: half the time
+    return f"{head}(?:{rest}|{_prefix(chars[CUT_LEAST:-1])}(?=…|\\Z))"  # the start matched once for both: half the time
+
+
+def _prefix(chars: list[str]) -> str:
+    """Any start of `chars`, none too: optional per character within chunks of about sqrt(n), per chunk
+    across them, so a 2,000-character token nests some 90 deep, not 2,000 (re's parser recurses)."""
+    size, prefix = math.isqrt(len(chars)) + 1, ""
+    for at in reversed(range(0, len(chars), size)):
+        chunk, inner = chars[at : at + size], ""
+        for c in reversed(chunk):
+            inner = f"(?:{_BREAK}{c}{inner})?"
+        prefix = f"(?:{''.join(_BREAK + c for c in chunk)}{prefix}|{inner})" if prefix else inner
+    return prefix
 
 
 class Redactor:
     def __init__(self, secrets: Iterable[str | None]) -> None:
-        kept = sorted({s for s in secrets if s is not None and is_secret(s)}, key=len, reverse=True)
+        both = (t for s in secrets if s is not None for t in (s, s.strip()))  # a server strips a header's spaces
+        kept = sorted({s for s in both if is_secret(s)}, key=len, reverse=True)
         self._pattern = re.compile("|".join(pattern(s) for s in kept)) if kept else None
 
     def __call__(self, text: str) -> str:
@@ -71,12 +85,17 @@ class Redactor:
         return text is not None and self._pattern is not None and self._pattern.search(text) is not None
 
     def reply(self, reply: Reply) -> Reply:
-        """Masked; log probabilities dropped where the text held a secret (its tokens spell it out)."""
+        """Masked; log probabilities dropped where the text or they held a secret (its tokens spell it out)."""
         if self._pattern is None:
             return reply
         texts = {name: getattr(reply, name) for name in ("text", "reasoning", "finish_reason", "error")}
-        tokens = "\n".join(str(t) for e in reply.logprobs or () for t in (e.get("token"), *(e.get("top") or ())))
-        if not any(self.found(t) for t in (*texts.values(), tokens)):
+        if not any(self.found(t) for t in [*texts.values(), _spelled(reply.logprobs)]):
             return replace(reply, more=[self.reply(r) for r in reply.more]) if reply.more else reply
         masked: dict[str, Any] = {name: t and self(t) for name, t in texts.items()}
         return replace(reply, **masked, logprobs=None, more=[self.reply(r) for r in reply.more])
+
+
+def _spelled(logprobs: list[dict[str, Any]] | None) -> str:
+    """Every text of the log probabilities (tokens, alternatives, a logprob sent as text), NUL apart."""
+    texts = (t for e in logprobs or [] for t in (e.get("token"), e.get("logprob"), *e.get("top", {})))
+    return "\0".join(t for t in texts if isinstance(t, str))

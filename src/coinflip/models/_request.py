@@ -61,9 +61,9 @@ def web_page(response: Response) -> bool:
     return response.events is None and (start == b"<" or "text/html" in kind and start not in (b"{", b"["))
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    return parts.scheme, (parts.hostname or ""), parts.port  # ValueError: a port that is not a number
+def _origin(url: str) -> tuple[str, str, int | None, bool]:
+    parts = urlsplit(url)  # credentials in a Location: aiohttp would refuse them beside the key's Authorization
+    return parts.scheme, (parts.hostname or ""), parts.port, "@" in parts.netloc  # ValueError: a port not a number
 
 
 def redirect(url: str, response: Response, follow: bool) -> str:

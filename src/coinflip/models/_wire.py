@@ -18,7 +18,7 @@ from aiohttp.helpers import get_env_proxy_for_url, strip_auth_from_url
 from yarl import URL
 
 from ..errors import ConfigError, EndpointError
-from ..secrets import basic_secrets, shown_url
+from ..secrets import auth_secrets, shown_url
 
 DECODED = ("identity", "gzip", "deflate", "br", "zstd")  # what aiohttp undoes (br, zstd: with a package installed)
 _UNDECODED = re.compile(r"Can not decode content-encoding: .*?\((\w+)\)")  # aiohttp's word when that package is not
@@ -157,7 +157,7 @@ class Target:
     def secrets(self) -> list[str]:
         """What a proxy may echo of its credentials: the password, and the Basic token."""
         sent = {**self.options["headers"], **(self.options["proxy_headers"] or {})}.get("Proxy-Authorization")
-        return basic_secrets(sent) if sent else []
+        return auth_secrets(sent) if sent else []
 
 
 def proxy_for(url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
@@ -169,6 +169,7 @@ def proxy_for(url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
         raise ConfigError(f"proxy {shown!r}: give an http:// proxy URL, e.g. http://proxy.example:3128")
     try:
         proxy, auth = get_env_proxy_for_url(url)
+        auth and auth.encode()  # a ':' in the user name (`us%3Aer`): no Basic credential, a ValueError
     except LookupError:
         return None, None
     except ValueError as exc:  # http://[::1

@@ -21,6 +21,7 @@ from .._files import replacing
 from .._terminal import one_line
 from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
+from ..secrets import shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, merge_headers
 from ._redact import Redactor
 from ._replies import BadReply, load_json, parse_body, server_message
@@ -248,15 +249,16 @@ class BatchAPI:
             try:
                 data = form() if form is not None else None
                 timeout = aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=self.timeout)  # no total: files
-                async with self.pool.session.request(
-                    method, url, json=body, data=data, params=params, timeout=timeout, **target.options
-                ) as response:
+                async with self.pool.session.request(method, url, json=body, data=data, params=params, timeout=timeout,
+                                                     allow_redirects=False, **target.options) as response:  # fmt: skip
                     self.pool.heard(target)  # an HTTP answer: the scheme is right
                     check_framing(response.headers)
                     if response.status < 300:
                         return await self._read(response, into, f"{method} {path}")
                     detail = await self._error_detail(response)
                     message = f"{method} {path} answered {response.status}{': ' + detail if detail else ''}"
+                    if 300 <= response.status < 400:  # refused, as online: it would take a gateway's headers along
+                        message += f" to {shown_url(response.headers.get('location', ''))}; give the final --api-url"
                     if response.status in gone:
                         raise _Gone(message, response.status)
                     if response.status == 404 and path in ("/files", "/batches"):
