@@ -96,6 +96,7 @@ class Redactor:
 
 
 def _spelled(logprobs: list[dict[str, Any]] | None) -> str:
-    """Every text of the log probabilities (tokens, alternatives, a logprob sent as text), NUL apart."""
-    texts = (t for e in logprobs or [] for t in (e.get("token"), e.get("logprob"), *e.get("top", {})))
-    return "\0".join(t for t in texts if isinstance(t, str))
+    """Every text of the log probabilities (tokens, alternatives, a logprob sent as text), a line each: a key
+    spread over neighbours is found too."""
+    texts = (t for e in logprobs or [] for t in (e.get("token"), e.get("logprob"), *(e.get("top") or {})))
+    return "\n".join(t for t in texts if isinstance(t, str))
