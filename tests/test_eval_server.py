@@ -434,7 +434,6 @@ def test_completions_mode_sends_the_same_text_as_one_prompt(tmp_path: Path) -> N
         ("http://h:8000/v1/", "completions", "http://h:8000/v1/completions"),
         ("http://h:8000", "chat", "http://h:8000/v1/chat/completions"),
         ("http://h:8000/v1/chat/completions", "chat", "http://h:8000/v1/chat/completions"),
-        ("http://h:8000/v1/chat/completions", "completions", "http://h:8000/v1/completions"),
         ("https://api.example.com/openai/v1", "chat", "https://api.example.com/openai/v1/chat/completions"),
     ],
 )
@@ -442,6 +441,17 @@ def test_endpoint_urls(url: str, mode: str, expected: str) -> None:
     from coinflip.models._request import endpoint_url
 
     assert endpoint_url(url, mode) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "mode", "named"),
+    [("http://h:1/v1/completions", None, "completions"), ("http://h:1/v1/chat/completions/", "completions", "chat")],
+)
+def test_a_full_endpoint_of_the_other_api_mode_is_refused_not_swapped(url: str, mode: str | None, named: str) -> None:
+    """Sent to the other endpoint, a model would be asked another way (a chat template, or none) than the URL says."""
+    result = run_cli("eval", "--model", "m", "--api-url", url, *(("--api-mode", mode) if mode else ()))
+    assert result.returncode == 2 and f"--api-url is a {named} endpoint" in result.stderr, result.stderr
+    assert f"pass --api-mode {named}" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(

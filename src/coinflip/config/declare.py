@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import ConfigError, short
 from ..records import REPEATS_MAX
@@ -132,6 +133,13 @@ def check_across(config: Any) -> None:
     check_prices(config)
     if config.model is None:  # a resume: checked again with the run's saved settings
         return
+    path = urlsplit(config.api_url or "").path.rstrip("/")
+    named = "chat" if path.endswith("/chat/completions") else "completions" if path.endswith("/completions") else None
+    if named not in (None, config.api_mode):  # sent elsewhere, a model would be asked another way than the URL says
+        raise ConfigError(
+            f"--api-url is a {named} endpoint, but --api-mode is {config.api_mode}: pass --api-mode {named}, "
+            "or give the base URL (…/v1)"
+        )
     if config.batch and not config.api_url:
         raise ConfigError("--batch needs --api-url: a server that serves /v1/files and /v1/batches")
     if config.batch and config.stream:
