@@ -9,6 +9,7 @@ without max_tokens; with it, held to the worst case); cheap replies; and the tes
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import os
@@ -67,10 +68,13 @@ def table() -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 with a diff where the README differs (CI)")
+    check = parser.parse_args().check
     readme = README.read_text(encoding="utf-8")
     head, _, rest = readme.partition(BEGIN)
     wanted = f"{head}{BEGIN}\n{table()}\n{END}{rest.partition(END)[2]}"
-    if "--check" not in sys.argv[1:]:
+    if not check:
         README.write_text(wanted, encoding="utf-8")
     elif wanted != readme:
         print("\n".join(difflib.unified_diff(readme.splitlines(), wanted.splitlines(), lineterm="")))

@@ -13,6 +13,7 @@ with --check, exits 1 with a diff when the README shows something else.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 import re
@@ -67,10 +68,13 @@ def with_screen(readme: str, args: list[str], screen: str) -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 with a diff where the README differs (CI)")
+    check = parser.parse_args().check
     readme = README.read_text(encoding="utf-8")
     args = readme_command(readme)
     wanted = with_screen(readme, args, first_screen(args))
-    if "--check" not in sys.argv[1:]:
+    if not check:
         README.write_text(wanted, encoding="utf-8")
         return
     if wanted != readme:
