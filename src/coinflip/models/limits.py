@@ -47,7 +47,8 @@ def describe(traffic: Traffic, ceiling: int) -> Requests:
             "--eval-batch-size if requests queue at the server"
         )
     if traffic.retried > traffic.timeouts:
-        hints.append(f"{traffic.retried} retries after failed requests: see the errors in the log")
+        retries = f"{traffic.retried} retr{'y' if traffic.retried == 1 else 'ies'}"
+        hints.append(f"{retries} after failed requests: see the errors in the log")
     if traffic.rejected:
         hints.append(
             f"the endpoint refused {traffic.rejected} request(s) (429 or overloaded); coinflip slowed down and "
