@@ -259,7 +259,7 @@ def length_verdict(points: Sequence[Mapping[str, Any]]) -> tuple[int | None, str
     if not points:
         return None, "no length curve"
     for p in points:
-        if p["interval"][0] <= p["always_yes"]:
+        if (p["interval"] or (0.0,))[0] <= p["always_yes"]:  # no interval (nothing scored): reaches it
             return p["people"], (
                 f"falls to the always-yes baseline at {p['people']} people "
                 f"(accuracy {p['accuracy']:.3f}, always-yes {p['always_yes']:.3f})"

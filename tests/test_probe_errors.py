@@ -1,0 +1,40 @@
+"""A probe against a server that fails some of its requests: what it prints, writes and exits with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from coinflip.data.grammar import parse
+from coinflip.testing.policy import last_question
+
+from .answer_server import AnswerServer, Seen, answer, chat
+from .conftest import run_cli
+
+
+def _fails_chinese_and_five_people(seen: Seen) -> bytes:
+    """Right on every question but those in Chinese and those with five people: a 500 each, worded apart
+    (the letters of the request's number), so no run ends as a broken endpoint."""
+    question = last_question(seen.body["messages"][-1]["content"])
+    parsed = parse(question)
+    if "问" in question or (parsed is not None and len(parsed.sequence.steps) == 5):
+        word = "".join(chr(ord("a") + int(d)) for d in str(seen.index))
+        return answer({"error": {"message": f"cannot answer this one ({word})"}}, 500)
+    return answer(chat(seen.right_answer))
+
+
+def test_a_probe_whose_runs_scored_nothing_in_evalscope_arithmetic_writes_its_page(tmp_path: Path) -> None:
+    """In EvalScope's arithmetic errored samples are in no denominator: a run whose every sample errored has no
+    accuracy interval, and the probe's length verdict, its page and its chart indexed it (a TypeError traceback)."""
+    with AnswerServer(_fails_chinese_and_five_people) as server:
+        args = ("--model", "m", "--api-url", server.url, "--limit", "4", "--variants", "zh", "--lengths", "4-5")
+        done = run_cli("probe", *args, "--length-count", "10", "--retries", "0", "--metric-compat", "evalscope",
+                       "--work-dir", str(tmp_path))  # fmt: skip
+    assert "Traceback" not in done.stderr and done.returncode == 1, done.stderr
+    (root,) = tmp_path.glob("probe_*")
+    result = json.loads((root / "probe.json").read_text(encoding="utf-8"))
+    zh, five = result["variants"][1], result["length"]["points"][1]
+    assert zh["intervals"]["accuracy"] is None and five["interval"] is None and not result["complete"]
+    assert result["length"]["falls_at"] == 5  # nothing measured: no sign it stays above the baseline
+    page = (root / "probe.html").read_text(encoding="utf-8")
+    assert page.count("(-)") == 4  # no interval: the chart label and its tooltip, the two tables
