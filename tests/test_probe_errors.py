@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from coinflip.data.grammar import parse
@@ -38,3 +39,18 @@ def test_a_probe_whose_runs_scored_nothing_in_evalscope_arithmetic_writes_its_pa
     assert result["length"]["falls_at"] == 5  # nothing measured: no sign it stays above the baseline
     page = (root / "probe.html").read_text(encoding="utf-8")
     assert page.count("(-)") == 4  # no interval: the chart label and its tooltip, the two tables
+
+
+def _zh_probe(server: AnswerServer, work: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    args = ("--model", "m", "--api-url", server.url, "--limit", "4", "--variants", "zh", "--lengths", "0")
+    return run_cli("probe", *args, "--retries", "0", "--work-dir", str(work), *options)
+
+
+def test_a_probe_with_ignore_errors_exits_0_as_eval_does(tmp_path: Path) -> None:
+    """--ignore-errors: 'exit 0 even when some samples got no reply'; eval did, the probe exited 1."""
+    with AnswerServer(_fails_chinese_and_five_people) as server:
+        done = _zh_probe(server, tmp_path, "--ignore-errors")
+    assert done.returncode == 0, done.stderr
+    (root,) = tmp_path.glob("probe_*")
+    result = json.loads((root / "probe.json").read_text(encoding="utf-8"))
+    assert not result["complete"] and result["errors_ignored"] and result["variants"][1]["errors"] == 4
