@@ -54,3 +54,19 @@ def test_a_probe_with_ignore_errors_exits_0_as_eval_does(tmp_path: Path) -> None
     (root,) = tmp_path.glob("probe_*")
     result = json.loads((root / "probe.json").read_text(encoding="utf-8"))
     assert not result["complete"] and result["errors_ignored"] and result["variants"][1]["errors"] == 4
+
+
+def test_a_probe_left_incomplete_by_errors_says_so_and_how_to_resume_it(tmp_path: Path) -> None:
+    """Samples without a reply in a variant's run: the probe went on, printed its verdicts and exited 1 without a
+    word of why (eval says 'resume with: ...'); the last line now says it and how to resume the whole probe."""
+    with AnswerServer(_fails_chinese_and_five_people) as server:
+        done = _zh_probe(server, tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    (root,) = tmp_path.glob("probe_*")
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "incomplete" in last and "zh" in last, done.stderr
+    assert last.endswith(f"resume with: coinflip probe --use-cache {root}")
+    with AnswerServer(lambda seen: answer(chat(seen.right_answer))) as server:
+        again = run_cli("probe", "--use-cache", str(root), "--api-url", server.url)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((root / "probe.json").read_text(encoding="utf-8"))["complete"] is True

@@ -18,7 +18,7 @@ import click
 from ._terminal import one_line
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .config.declare import EVAL_ONLY
-from .errors import CoinflipError, ConfigError
+from .errors import CoinflipError, ConfigError, RunIncomplete
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -295,7 +295,7 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     difference to the base (McNemar) and a verdict. `--use-cache PROBE_DIR` resumes a probe.
     Exit codes: 0 done, 1 incomplete, 2 bad input.
     """
-    from .probes.run import ProbeOptions, probe
+    from .probes.run import ProbeOptions, probe, unfinished
 
     config = TaskConfig.of(**given(opts))  # validated once, before anything is generated
     if any(getattr(config, name) for name in EVAL_ONLY):
@@ -311,8 +311,8 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     if result["length"]["points"]:
         click.echo(one_line(f"  {'length':<24}         {result['length']['verdict']}"))
     click.echo(one_line(f"written: {result['directory']}/probe.html"))
-    if not result["complete"] and not result["errors_ignored"]:
-        sys.exit(1)
+    if (why := unfinished(result)) is not None:
+        raise RunIncomplete(why)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -214,6 +214,16 @@ def _run(config: TaskConfig) -> dict[str, Any]:
     return report
 
 
+def unfinished(result: dict[str, Any]) -> str | None:
+    """Why a finished probe exits 1, and how to resume it; None when it is done (or its errors ignored)."""
+    if result["complete"] or result["errors_ignored"]:
+        return None
+    runs = [v["name"] for v in result["variants"] if not v["complete"]]
+    runs += [p["run"].removeprefix("runs/") for p in result["length"]["points"] if not p["complete"]]
+    where = _resume(Path(result["directory"]), "resume with")
+    return f"the probe is incomplete: samples without a reply in {', '.join(runs)}{where}"
+
+
 def _resume(root: Path, words: str) -> str:
     """How to resume the whole probe; nothing until its base run is saved (`_open` could not resume it)."""
     if not (root / "runs" / BASE.name / CONFIG_FILE).is_file():
