@@ -8,6 +8,7 @@ from pathlib import Path
 
 from coinflip.data.grammar import parse
 from coinflip.testing.policy import last_question
+from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Seen, answer, chat
 from .conftest import run_cli
@@ -70,3 +71,24 @@ def test_a_probe_left_incomplete_by_errors_says_so_and_how_to_resume_it(tmp_path
         again = run_cli("probe", "--use-cache", str(root), "--api-url", server.url)
     assert again.returncode == 0, again.stderr
     assert json.loads((root / "probe.json").read_text(encoding="utf-8"))["complete"] is True
+
+
+def test_a_probe_resume_refused_for_its_settings_changes_nothing(tmp_path: Path) -> None:
+    """A resume whose settings the base run took (--limit: more questions) or the probe saved (--length-count)
+    but a later run refused (its questions changed) extended the base run or saved the new settings first: every
+    later resume of the probe, as saved, was refused. The refusal now comes before anything is run or saved."""
+    with FakeOpenAIServer("correct") as server:
+        first = run_cli("probe", "--model", "m", "--api-url", server.url, "--limit", "6", "--variants", "fresh",
+                        "--lengths", "2", "--length-count", "4", "--work-dir", str(tmp_path))  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        (root,) = tmp_path.glob("probe_*")
+        saved = (root / "probe.json").read_bytes()
+        asked = sum(server.state.requests.values())
+        for changed in (("--limit", "8"), ("--length-count", "5")):
+            refused = run_cli("probe", "--use-cache", str(root), *changed)
+            assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+            assert (root / "probe.json").read_bytes() == saved and sum(server.state.requests.values()) == asked
+            assert refused.stderr.strip().splitlines()[-1].startswith("error: the probe cannot resume with the")
+        again = run_cli("probe", "--use-cache", str(root))
+    assert again.returncode == 0, again.stderr
+    assert json.loads((root / "probe.json").read_text(encoding="utf-8"))["base"]["questions"] == 6

@@ -94,17 +94,20 @@ def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]
     base = prepare(_run_config(config, root, BASE.name, None))
     records = list(base.dataset)
     plans = _write_data(config, root, settings, records, few_shot_pool(config))
-    _save(root, {"settings": settings.saved(), "complete": False})
-    reports = {}
     lengths = range(settings.lengths.low, settings.lengths.high + 1) if settings.lengths else range(0)
-    total = len(plans) + len(lengths)
-    for i, (variant, data, template) in enumerate(plans, 1):
+    count = settings.length_count or min(len(records), LENGTH_COUNT_MAX)
+    curve = [(people, _length_data(config, root, people, count)) for people in lengths]
+    runs = [_run_config(config, root, variant.name, data, template) for variant, data, template in plans]
+    _resumable([*runs, *(_run_config(config, root, data.name, data) for _, data in curve)])
+    _save(root, {"settings": settings.saved(), "complete": False})
+    reports, total = {}, len(plans) + len(lengths)
+    for i, ((variant, _, _), run) in enumerate(zip(plans, runs, strict=True), 1):
         print(one_line(f"probe {config.name}: {variant.title} ({i} of {total})"), file=sys.stderr, flush=True)
-        reports[variant.name] = _run(_run_config(config, root, variant.name, data, template))
+        reports[variant.name] = _run(run)
     points = []
-    for i, people in enumerate(lengths, len(plans) + 1):
+    for i, (people, data) in enumerate(curve, len(plans) + 1):
         print(one_line(f"probe {config.name}: {people} people ({i} of {total})"), file=sys.stderr, flush=True)
-        points.append(_length(config, root, people, settings.length_count or min(len(records), LENGTH_COUNT_MAX)))
+        points.append(_length(config, root, data, people))
     result = _result(config, root, settings, base.dataset.source, records, plans, reports, points)
     _save(root, result)
     write_whole(root / PAGE_FILE, render(result))  # a resumed probe's folder may hold a link there
@@ -231,13 +234,32 @@ def _resume(root: Path, words: str) -> str:
     return f"; {words}: coinflip probe --use-cache {shlex.quote(str(root))}"
 
 
-def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str, Any]:
-    """One point of the length curve: `count` fresh questions with `people` people, and always-yes on them."""
+def _resumable(configs: list[TaskConfig]) -> None:
+    """Each run the probe resumes takes its settings (its questions unchanged), checked before any run goes on:
+    settings given that one run takes and a later one refuses would leave the probe unresumable as saved."""
+    from ..run.plan import prepare
+    from ..run.runner import resume_settings, same_run
+
+    for config in configs:
+        if config.use_cache:
+            try:
+                same_run(prepare(resume_settings(config)), Path(config.use_cache))
+            except ConfigError as exc:
+                raise ConfigError(f"the probe cannot resume with the settings given: {exc}") from None
+
+
+def _length_data(config: TaskConfig, root: Path, people: int, count: int) -> Path:
+    """The questions of one point of the length curve: `count` fresh ones with `people` people."""
     data, size = root / "data" / f"people_{people:02d}", PeopleRange(people, people)
     generate_file(data / "test.jsonl", size, count, config.seed + people, whole=True)
     if config.few_shot_num:
         examples = max(50, config.few_shot_num + 1)
         generate_file(data / "validation.jsonl", size, examples, config.seed + 100_000 + people, whole=True)
+    return data
+
+
+def _length(config: TaskConfig, root: Path, data: Path, people: int) -> dict[str, Any]:
+    """One point of the length curve: the run on its questions, and always-yes on them."""
     report = _run(_run_config(config, root, data.name, data))
     shown = {**report, **report["forced"]} if config.force_answer else report
     return {
