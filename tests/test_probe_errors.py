@@ -92,3 +92,16 @@ def test_a_probe_resume_refused_for_its_settings_changes_nothing(tmp_path: Path)
         again = run_cli("probe", "--use-cache", str(root))
     assert again.returncode == 0, again.stderr
     assert json.loads((root / "probe.json").read_text(encoding="utf-8"))["base"]["questions"] == 6
+
+
+def test_a_set_with_more_people_than_names_in_other_scripts_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """A set of long sequences (`coinflip generate --people 100`): the scripts variant has too few names to
+    rename everyone, which ended the probe in a ValueError traceback, the fresh twin's data already written."""
+    data = tmp_path / "long.jsonl"
+    assert run_cli("generate", "--people", "100", "--count", "3", "--out", str(data)).returncode == 0
+    work = tmp_path / "work"
+    done = run_cli("probe", "--model", "oracle", "--dataset-path", str(data), "--variants", "fresh,scripts",
+                   "--lengths", "0", "--work-dir", str(work))  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: a question with 100 people, but only")
+    assert not [p for p in work.rglob("*") if p.is_file()]

@@ -158,6 +158,7 @@ def _write_data(
 ) -> list[Planned]:
     """Each variant's questions on disk, the k-th written from the k-th base question."""
     planned: list[Planned] = []
+    files: list[tuple[Path, list[tuple[str, str]], list[tuple[str, str]]]] = []
     for variant in settings.variants:
         if variant is BASE:
             planned.append((BASE, None, None))
@@ -178,10 +179,12 @@ def _write_data(
             rows = restyled(records, variant.style, config.seed, variant.name)
             examples = restyled(pool, variant.style, config.seed, variant.name)
         data = root / "data" / variant.name
+        planned.append((variant, data, template))
+        files.append((data, rows, examples))
+    for data, rows, examples in files:  # each written once every variant's questions are made
         write_rows(data / "test.jsonl", rows, whole=True)  # a resumed probe's folder may hold a link there
         if examples:
             write_rows(data / "validation.jsonl", examples, whole=True)
-        planned.append((variant, data, template))
     return planned
 
 
