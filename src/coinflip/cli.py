@@ -344,6 +344,8 @@ def _dispatch(argv: list[str] | None) -> None:
         sys.exit(2)
     try:
         app.main(args=args, prog_name="coinflip", standalone_mode=False)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # the output's last buffer, here: not a warning as Python exits
     except click.UsageError as exc:
         if type(exc).__name__.startswith("NoArgsIsHelp") and exc.ctx is not None:  # bare `coinflip`
             click.echo(exc.ctx.get_help())
@@ -359,6 +361,10 @@ def _dispatch(argv: list[str] | None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except OSError as exc:  # past the files coinflip names (each says so itself): its output, on a full disk
+        where = f": {one_line(exc.filename)}" if exc.filename else " (writing the output)"
+        click.echo(f"error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(1)
 
 
 def _utf8(text: str) -> bool:
