@@ -105,3 +105,25 @@ def test_a_set_with_more_people_than_names_in_other_scripts_is_one_line_and_leav
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: a question with 100 people, but only")
     assert not [p for p in work.rglob("*") if p.is_file()]
+
+
+def _costs(root: Path) -> dict[str, float]:
+    reports = {run.name: run / "reports/m/coin_flip.json" for run in (root / "runs").iterdir()}
+    return {name: json.loads(path.read_text())["cost"]["total"] for name, path in reports.items() if path.is_file()}
+
+
+def test_max_cost_caps_the_whole_probe_not_each_of_its_runs(tmp_path: Path) -> None:
+    """--max-cost 3 ('stop before the run would cost more than this') let each of the probe's five runs spend up
+    to 3: the probe spent 6.7 and exited 0. Each run now gets what the runs before it left of the cap."""
+    prices = ("--price-input", "1000", "--price-output", "1000", "--generation-config", "max_tokens=20")
+    with FakeOpenAIServer("correct") as server:
+        done = run_cli("probe", "--model", "m", "--api-url", server.url, "--limit", "10", "--variants", "fresh,tails",
+                       "--lengths", "2-3", "--length-count", "10", "--max-cost", "3", *prices,
+                       "--work-dir", str(tmp_path))  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        (root,) = tmp_path.glob("probe_*")
+        assert 1 < sum(_costs(root).values()) <= 3
+        assert done.stderr.strip().splitlines()[-1].endswith(f"or the whole probe: coinflip probe --use-cache {root}")
+        again = run_cli("probe", "--use-cache", str(root), "--max-cost", "100")
+    assert again.returncode == 0, again.stderr
+    assert len(_costs(root)) == 5 and 6 < sum(_costs(root).values()) <= 100

@@ -100,14 +100,14 @@ def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]
     runs = [_run_config(config, root, variant.name, data, template) for variant, data, template in plans]
     _resumable([*runs, *(_run_config(config, root, data.name, data) for _, data in curve)])
     _save(root, {"settings": settings.saved(), "complete": False})
-    reports, total = {}, len(plans) + len(lengths)
+    reports, total, spent = {}, len(plans) + len(lengths), list[float]()
     for i, ((variant, _, _), run) in enumerate(zip(plans, runs, strict=True), 1):
         print(one_line(f"probe {config.name}: {variant.title} ({i} of {total})"), file=sys.stderr, flush=True)
-        reports[variant.name] = _run(run)
+        reports[variant.name] = _run(run, spent)
     points = []
     for i, (people, data) in enumerate(curve, len(plans) + 1):
         print(one_line(f"probe {config.name}: {people} people ({i} of {total})"), file=sys.stderr, flush=True)
-        points.append(_length(config, root, data, people))
+        points.append(_length(config, root, data, people, spent))
     result = _result(config, root, settings, base.dataset.source, records, plans, reports, points)
     _save(root, result)
     write_whole(root / PAGE_FILE, render(result))  # a resumed probe's folder may hold a link there
@@ -207,16 +207,22 @@ def _run_config(config: TaskConfig, root: Path, name: str, data: Path | None, pr
     return replace(config, **changes, given=config.given | changes.keys())  # over the saved: a resume from elsewhere
 
 
-def _run(config: TaskConfig) -> dict[str, Any]:
-    """One variant's run; a run that stops says how to resume the whole probe."""
+def _run(config: TaskConfig, spent: list[float]) -> dict[str, Any]:
+    """One variant's run, capped at what --max-cost leaves after the probe's runs before it (`spent`: what each
+    cost, then this one's); a run that stops says how to resume the whole probe."""
     from ..run.runner import run_task
 
+    cap = config.max_cost
+    if cap is not None:  # the probe's cap, not each run's
+        config = replace(config, max_cost=max(cap - sum(spent), 0.0), given=config.given | {"max_cost"})
     try:
         report: dict[str, Any] = run_task(config)
     except CoinflipError as exc:
         if exc.exit_code != 1:
             raise
-        raise type(exc)(f"{exc}{_resume(Path(config.work_dir).parent.parent, 'or the whole probe')}") from None
+        left = f" (--max-cost {cap:g} is the probe's: its runs before cost {sum(spent):.4f})" if cap and spent else ""
+        raise type(exc)(f"{exc}{left}{_resume(Path(config.work_dir).parent.parent, 'or the whole probe')}") from None
+    spent.append((report.get("cost") or {}).get("total") or 0.0)
     return report
 
 
@@ -261,9 +267,9 @@ def _length_data(config: TaskConfig, root: Path, people: int, count: int) -> Pat
     return data
 
 
-def _length(config: TaskConfig, root: Path, data: Path, people: int) -> dict[str, Any]:
+def _length(config: TaskConfig, root: Path, data: Path, people: int, spent: list[float]) -> dict[str, Any]:
     """One point of the length curve: the run on its questions, and always-yes on them."""
-    report = _run(_run_config(config, root, data.name, data))
+    report = _run(_run_config(config, root, data.name, data), spent)
     shown = {**report, **report["forced"]} if config.force_answer else report
     return {
         "people": people,
