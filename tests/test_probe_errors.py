@@ -11,7 +11,7 @@ from coinflip.testing.policy import last_question
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Seen, answer, chat
-from .conftest import run_cli
+from .conftest import run_cli, spawn_cli
 
 
 def _fails_chinese_and_five_people(seen: Seen) -> bytes:
@@ -127,3 +127,18 @@ def test_max_cost_caps_the_whole_probe_not_each_of_its_runs(tmp_path: Path) -> N
         again = run_cli("probe", "--use-cache", str(root), "--max-cost", "100")
     assert again.returncode == 0, again.stderr
     assert len(_costs(root)) == 5 and 6 < sum(_costs(root).values()) <= 100
+
+
+def test_probes_started_in_the_same_second_each_get_their_own_folder(tmp_path: Path) -> None:
+    """Two probes of one work directory started in the same second both took probe_<time> (the name was only
+    checked to be free, then written into later): the second ended in 'runs/base already holds a run'."""
+    from coinflip.probes.run import _new_folder
+
+    root = tmp_path / "work" / "probe_20260101_120000"
+    taken = [_new_folder(root) for _ in range(3)]
+    assert [p.name for p in taken] == [root.name, f"{root.name}_1", f"{root.name}_2"] and all(p.is_dir() for p in taken)
+    work = tmp_path / "many"
+    args = ("--model", "oracle", "--limit", "3", "--variants", "tails", "--lengths", "0", "--work-dir", str(work))
+    started = [spawn_cli("probe", *args, quiet=True) for _ in range(3)]
+    assert [p.wait(timeout=300) for p in started] == [0, 0, 0]
+    assert len([p for p in work.glob("probe_*") if (p / "probe.json").is_file()]) == 3

@@ -3,6 +3,7 @@ then probe.json, probe.html and the index; `--use-cache PROBE_DIR` resumes them 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -83,7 +84,12 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
 
     config, root, settings = _open(config, options)
     try:
-        return _probe(config, root, settings)
+        try:
+            return _probe(config, root, settings)
+        finally:
+            if not config.use_cache and not config.no_timestamp:
+                with contextlib.suppress(OSError):
+                    root.rmdir()  # the new folder of a probe that wrote nothing (only an empty one goes)
     except Interrupted as exc:  # a stop between its runs (one in a run is that run's RunIncomplete)
         raise RunIncomplete(f"{stopped_by(exc)}{_resume(root, 'resume with') or ' before the probe started'}") from None
 
@@ -118,11 +124,11 @@ def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]
 def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, Settings]:
     """A new probe directory, or the one --use-cache names with its saved settings."""
     if not config.use_cache:
-        work = Path(config.work_dir).expanduser()
+        work, settings = Path(config.work_dir).expanduser(), settle(options, in_work_dir=config.no_timestamp)
         root = work if config.no_timestamp else _new_folder(work / f"probe_{datetime.now():%Y%m%d_%H%M%S}")
         if (root / PROBE_FILE).exists():
             raise ConfigError(f"{root} already holds a probe; resume it with --use-cache {root}")
-        return config, root, settle(options, in_work_dir=config.no_timestamp)
+        return config, root, settings
     root = Path(config.use_cache).expanduser()
     saved = read_probe(root)
     if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
@@ -138,11 +144,17 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
 
 
 def _new_folder(root: Path) -> Path:
-    """`root`, or root_1, root_2, ... when a probe started in the same second already took it."""
+    """`root`, or root_1, root_2, ... when a probe started in the same second already took it (made here, so two
+    probes started at once never share one)."""
     for n in range(1000):
         path = root if n == 0 else root.with_name(f"{root.name}_{n}")
-        if not path.exists():
-            return path
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"cannot make {path}: {exc.strerror}") from None
+        return path
     raise ConfigError(f"cannot find a free folder name beside {root}")
 
 
