@@ -170,3 +170,12 @@ def test_answers_to_standard_output_on_a_full_disk_is_one_line(tmp_path: Path) -
             done = subprocess.run([sys.executable, "-m", "coinflip.cli", *args], stdout=full, stderr=subprocess.PIPE,
                                   text=True, timeout=300)  # fmt: skip
         assert done.returncode == 1 and done.stderr == "error: No space left on device (writing the output)\n"
+
+
+def test_answers_out_to_a_folder_is_bad_input_as_for_every_other_out(tmp_path: Path) -> None:
+    """--out FOLDER exited 1 ('cannot write ...: Is a directory'), the code of an incomplete run; generate and
+    compare refuse such an --out as bad input, exit 2."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    done = run_cli("answers", str(run), "--out", str(tmp_path))
+    assert done.returncode == 2 and "is a directory" in done.stderr and len(done.stderr.splitlines()) == 1

@@ -213,7 +213,12 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
 @app.command("answers")
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--format", "form", default="csv", show_default=True, type=click.Choice(["csv", "jsonl"]))
-@click.option("--out", default=None, help="File to write  [default: RUN_DIR/answers.csv or .jsonl]; - for stdout.")
+@click.option(
+    "--out",
+    default=None,
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="File to write  [default: RUN_DIR/answers.csv or .jsonl]; - for stdout.",
+)
 def answers_command(run_dir: str, form: str, out: str | None) -> None:
     """Every sample on one line: question, reply, extracted verdict, target and result (right,
     wrong, invalid, error), with the forced answer and P(YES) where the run has them.
