@@ -179,3 +179,12 @@ def test_answers_out_to_a_folder_is_bad_input_as_for_every_other_out(tmp_path: P
     run = only_run_dir(tmp_path)
     done = run_cli("answers", str(run), "--out", str(tmp_path))
     assert done.returncode == 2 and "is a directory" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_answers_to_a_closed_standard_output_is_one_line(tmp_path: Path) -> None:
+    """`coinflip answers RUN --out - >&-`: Python gives a closed stdout as None, which ended in an AttributeError."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path)).returncode == 0
+    args = [sys.executable, "-m", "coinflip.cli", "answers", str(only_run_dir(tmp_path)), "--out", "-"]
+    done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300,
+                          preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert done.returncode == 2 and done.stderr == "error: --out -: standard output is closed; give --out FILE\n"

@@ -230,6 +230,8 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
 
     run = RunDir.open(run_dir)
     if out == "-":
+        if sys.stdout is None:  # closed (>&-)
+            raise ConfigError("--out -: standard output is closed; give --out FILE")
         write(answers(run), sys.stdout, form, terminal=sys.stdout.isatty())
         return
     path = Path(out) if out else default_path(run, form)
