@@ -1,4 +1,5 @@
-"""A probe against a server that fails some of its requests: what it prints, writes and exits with."""
+"""A probe against failing servers, odd sets, changed settings, a cap and few questions: what it prints,
+writes and exits with."""
 
 from __future__ import annotations
 
@@ -142,3 +143,21 @@ def test_probes_started_in_the_same_second_each_get_their_own_folder(tmp_path: P
     started = [spawn_cli("probe", *args, quiet=True) for _ in range(3)]
     assert [p.wait(timeout=300) for p in started] == [0, 0, 0]
     assert len([p for p in work.glob("probe_*") if (p / "probe.json").is_file()]) == 3
+
+
+def test_the_length_verdict_says_the_interval_reaches_the_baseline_not_that_accuracy_falls(tmp_path: Path) -> None:
+    """A perfect model on 5 questions a length 'falls to the always-yes baseline at 2 people (accuracy 1.000,
+    always-yes 0.800)': its interval reached the baseline, its accuracy never fell."""
+    with FakeOpenAIServer("correct") as server:
+        done = run_cli("probe", "--model", "m", "--api-url", server.url, "--limit", "5", "--variants", "",
+                       "--lengths", "2", "--length-count", "5", "--work-dir", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (root,) = tmp_path.glob("probe_*")
+    length = json.loads((root / "probe.json").read_text(encoding="utf-8"))["length"]
+    (point,) = length["points"]
+    assert point["accuracy"] == 1.0 and point["interval"][0] <= point["always_yes"] < 1.0 and length["falls_at"] == 2
+    low, high = point["interval"]
+    assert length["verdict"] == (
+        f"reaches the always-yes baseline at 2 people (accuracy 1.000, 95% interval {low:.3f} to {high:.3f}; "
+        f"always-yes {point['always_yes']:.3f})"
+    )
