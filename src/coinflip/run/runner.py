@@ -167,7 +167,8 @@ def _discard(run: RunDir, config: TaskConfig) -> None:
             if run.root.parent.exists() and not any(run.root.parent.iterdir()) and run.made_work_dir:
                 run.root.parent.rmdir()
         return
-    for path in (run.config_file, run.root / "configs" / "subset.json", run.log, run.server_log):
+    configs, predictions = run.root / "configs", run.predictions  # the lock and an empty file: not a foreign run
+    for path in (run.config_file, configs / "subset.json", configs / "run.lock", run.log, run.server_log, predictions):
         with contextlib.suppress(OSError):
             path.unlink()
     for folder in ("configs", "logs", "predictions"):
