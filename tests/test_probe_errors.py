@@ -4,6 +4,7 @@ writes and exits with."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -161,3 +162,15 @@ def test_the_length_verdict_says_the_interval_reaches_the_baseline_not_that_accu
         f"reaches the always-yes baseline at 2 people (accuracy 1.000, 95% interval {low:.3f} to {high:.3f}; "
         f"always-yes {point['always_yes']:.3f})"
     )
+
+
+def test_a_probe_whose_base_run_never_started_leaves_nothing(tmp_path: Path) -> None:
+    """A wrong endpoint: the probe folder stayed with its data, probe.json and the base run's lock, which no resume
+    could take ('its base run never started ... start a new probe') and `view` listed as a foreign folder."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    done = run_cli("probe", "--model", "m", "--api-url", f"http://127.0.0.1:{closed}/v1", "--limit", "3",
+                   "--variants", "tails", "--lengths", "2", "--work-dir", str(tmp_path))  # fmt: skip
+    assert done.returncode == 2 and "nothing is listening" in done.stderr.strip().splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []

@@ -3,9 +3,9 @@ then probe.json, probe.html and the index; `--use-cache PROBE_DIR` resumes them 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -82,14 +82,14 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
     """Run every variant and the length curve; write probe.json, probe.html and the index."""
     from ..run.stop import Interrupted, stopped_by
 
+    new = not (config.use_cache or config.no_timestamp)  # a folder of its own, made here
     config, root, settings = _open(config, options)
     try:
         try:
             return _probe(config, root, settings)
-        finally:
-            if not config.use_cache and not config.no_timestamp:
-                with contextlib.suppress(OSError):
-                    root.rmdir()  # the new folder of a probe that wrote nothing (only an empty one goes)
+        finally:  # a new probe whose base run never started cannot be resumed (_open): it leaves nothing
+            if new and not (root / "runs" / BASE.name / CONFIG_FILE).is_file():
+                shutil.rmtree(root, ignore_errors=True)
     except Interrupted as exc:  # a stop between its runs (one in a run is that run's RunIncomplete)
         raise RunIncomplete(f"{stopped_by(exc)}{_resume(root, 'resume with') or ' before the probe started'}") from None
 
