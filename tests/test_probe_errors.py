@@ -174,3 +174,19 @@ def test_a_probe_whose_base_run_never_started_leaves_nothing(tmp_path: Path) -> 
                    "--variants", "tails", "--lengths", "2", "--work-dir", str(tmp_path))  # fmt: skip
     assert done.returncode == 2 and "nothing is listening" in done.stderr.strip().splitlines()[-1]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_probe_into_its_work_dir_whose_base_run_never_started_can_be_started_again(tmp_path: Path) -> None:
+    """--no-timestamp after a wrong endpoint: a new probe there was refused ('already holds a probe; resume it'),
+    and the resume too ('its base run never started ... start a new probe'): the folder took neither."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    args = ("--model", "m", "--limit", "3", "--variants", "tails", "--lengths", "0", "--no-timestamp")
+    work = ("--work-dir", str(tmp_path))
+    assert run_cli("probe", *args, "--api-url", f"http://127.0.0.1:{closed}/v1", *work).returncode == 2
+    with FakeOpenAIServer("correct") as server:
+        again = run_cli("probe", *args, "--api-url", server.url, *work)
+        assert again.returncode == 0, again.stderr
+        twice = run_cli("probe", *args, "--api-url", server.url, *work)
+    assert twice.returncode == 2 and "already holds a probe; resume it with --use-cache" in twice.stderr

@@ -126,7 +126,7 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
     if not config.use_cache:
         work, settings = Path(config.work_dir).expanduser(), settle(options, in_work_dir=config.no_timestamp)
         root = work if config.no_timestamp else _new_folder(work / f"probe_{datetime.now():%Y%m%d_%H%M%S}")
-        if (root / PROBE_FILE).exists():
+        if (root / "runs" / BASE.name / CONFIG_FILE).is_file():  # one whose base run never started goes again
             raise ConfigError(f"{root} already holds a probe; resume it with --use-cache {root}")
         return config, root, settings
     root = Path(config.use_cache).expanduser()
