@@ -190,3 +190,15 @@ def test_a_probe_into_its_work_dir_whose_base_run_never_started_can_be_started_a
         assert again.returncode == 0, again.stderr
         twice = run_cli("probe", *args, "--api-url", server.url, *work)
     assert twice.returncode == 2 and "already holds a probe; resume it with --use-cache" in twice.stderr
+
+
+def test_with_repeats_the_probe_says_its_differences_are_on_majority_votes(tmp_path: Path) -> None:
+    """With --repeats the accuracies count every answer and the paired differences each question's majority
+    vote: a variant read 'drops 7 points' beside accuracies 3.7 points apart, and nothing said why."""
+    with FakeOpenAIServer("mixed") as server:
+        done = run_cli("probe", "--model", "m", "--api-url", server.url, "--limit", "6", "--variants", "tails",
+                       "--lengths", "0", "--repeats", "2", "--work-dir", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "(paired: each question by its majority vote; the accuracies count every answer)" in done.stdout
+    (root,) = tmp_path.glob("probe_*")
+    assert "With repeats each question counts once, by its majority vote" in (root / "probe.html").read_text()

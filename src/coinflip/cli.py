@@ -315,6 +315,8 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     for v in result["variants"]:
         line = v.get("verdict") or f"accuracy {v['metrics']['accuracy']:.4f} on {v['samples']} samples"
         click.echo(one_line(f"  {v['title']:<24} {v['metrics']['accuracy']:.4f}  {line}"))
+    if result["variants"] and result["variants"][0]["samples"] > result["base"]["questions"]:  # repeats
+        click.echo("  (paired: each question by its majority vote; the accuracies count every answer)")
     if result["length"]["points"]:
         click.echo(one_line(f"  {'length':<24}         {result['length']['verdict']}"))
     click.echo(one_line(f"written: {result['directory']}/probe.html"))
