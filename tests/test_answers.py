@@ -6,6 +6,8 @@ import csv
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from coinflip.scoring.extract import extract_answer
@@ -157,3 +159,32 @@ def test_answers_out_through_a_link_writes_its_target(tmp_path: Path) -> None:
     link.symlink_to(target)
     assert run_cli("answers", str(run), "--out", str(link)).returncode == 0
     assert link.is_symlink() and target.read_text().startswith("id,")
+
+
+def test_answers_to_standard_output_on_a_full_disk_is_one_line(tmp_path: Path) -> None:
+    """`coinflip answers RUN --out - > file` on a full disk (as every command's output there) ended in an
+    OSError traceback; now one line and exit 1, as any other write coinflip makes on a full disk."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path)).returncode == 0
+    for args in (("answers", str(only_run_dir(tmp_path)), "--out", "-"), ("stats",)):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run([sys.executable, "-m", "coinflip.cli", *args], stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 1 and done.stderr == "error: No space left on device (writing the output)\n"
+
+
+def test_answers_out_to_a_folder_is_bad_input_as_for_every_other_out(tmp_path: Path) -> None:
+    """--out FOLDER exited 1 ('cannot write ...: Is a directory'), the code of an incomplete run; generate and
+    compare refuse such an --out as bad input, exit 2."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    done = run_cli("answers", str(run), "--out", str(tmp_path))
+    assert done.returncode == 2 and "is a directory" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_answers_to_a_closed_standard_output_is_one_line(tmp_path: Path) -> None:
+    """`coinflip answers RUN --out - >&-`: Python gives a closed stdout as None, which ended in an AttributeError."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path)).returncode == 0
+    args = [sys.executable, "-m", "coinflip.cli", "answers", str(only_run_dir(tmp_path)), "--out", "-"]
+    done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300,
+                          preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert done.returncode == 2 and done.stderr == "error: --out -: standard output is closed; give --out FILE\n"

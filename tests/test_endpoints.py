@@ -50,6 +50,15 @@ def test_nothing_listening_fails_in_seconds(tmp_path: Path) -> None:
     assert f"nothing is listening at http://127.0.0.1:{port} (connection refused)" in one_line(result)
 
 
+def test_a_run_into_its_own_folder_that_never_got_going_leaves_nothing(tmp_path: Path) -> None:
+    """--no-timestamp: the run's lock and its empty predictions file stayed behind, which `view` lists as a
+    foreign folder ('looks like a run folder but has no configs/task_config.yaml')."""
+    result, _ = timed_eval(f"http://127.0.0.1:{closed_port()}/v1", tmp_path, "--no-timestamp")
+    assert result.returncode == 2 and "nothing is listening" in one_line(result)
+    assert [p for p in tmp_path.rglob("*") if not p.is_dir()] == []
+    assert " 0 foreign" in run_cli("view", str(tmp_path)).stderr
+
+
 def test_an_unknown_host_fails_in_seconds(tmp_path: Path) -> None:
     """`.invalid` never resolves (RFC 6761), so no query leaves the machine."""
     result, elapsed = timed_eval("http://no-such-server.invalid:8000/v1", tmp_path)

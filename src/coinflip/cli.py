@@ -18,7 +18,7 @@ import click
 from ._terminal import one_line
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .config.declare import EVAL_ONLY
-from .errors import CoinflipError, ConfigError
+from .errors import CoinflipError, ConfigError, RunIncomplete
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -213,7 +213,12 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
 @app.command("answers")
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--format", "form", default="csv", show_default=True, type=click.Choice(["csv", "jsonl"]))
-@click.option("--out", default=None, help="File to write  [default: RUN_DIR/answers.csv or .jsonl]; - for stdout.")
+@click.option(
+    "--out",
+    default=None,
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="File to write  [default: RUN_DIR/answers.csv or .jsonl]; - for stdout.",
+)
 def answers_command(run_dir: str, form: str, out: str | None) -> None:
     """Every sample on one line: question, reply, extracted verdict, target and result (right,
     wrong, invalid, error), with the forced answer and P(YES) where the run has them.
@@ -225,6 +230,8 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
 
     run = RunDir.open(run_dir)
     if out == "-":
+        if sys.stdout is None:  # closed (>&-)
+            raise ConfigError("--out -: standard output is closed; give --out FILE")
         write(answers(run), sys.stdout, form, terminal=sys.stdout.isatty())
         return
     path = Path(out) if out else default_path(run, form)
@@ -295,7 +302,7 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     difference to the base (McNemar) and a verdict. `--use-cache PROBE_DIR` resumes a probe.
     Exit codes: 0 done, 1 incomplete, 2 bad input.
     """
-    from .probes.run import ProbeOptions, probe
+    from .probes.run import ProbeOptions, probe, unfinished
 
     config = TaskConfig.of(**given(opts))  # validated once, before anything is generated
     if any(getattr(config, name) for name in EVAL_ONLY):
@@ -307,11 +314,13 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     for v in result["variants"]:
         line = v.get("verdict") or f"accuracy {v['metrics']['accuracy']:.4f} on {v['samples']} samples"
         click.echo(one_line(f"  {v['title']:<24} {v['metrics']['accuracy']:.4f}  {line}"))
+    if result["variants"] and result["variants"][0]["samples"] > result["base"]["questions"]:  # repeats
+        click.echo("  (paired: each question by its majority vote; the accuracies count every answer)")
     if result["length"]["points"]:
         click.echo(one_line(f"  {'length':<24}         {result['length']['verdict']}"))
     click.echo(one_line(f"written: {result['directory']}/probe.html"))
-    if not result["complete"]:
-        sys.exit(1)
+    if (why := unfinished(result)) is not None:
+        raise RunIncomplete(why)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -344,6 +353,8 @@ def _dispatch(argv: list[str] | None) -> None:
         sys.exit(2)
     try:
         app.main(args=args, prog_name="coinflip", standalone_mode=False)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # the output's last buffer, here: not a warning as Python exits
     except click.UsageError as exc:
         if type(exc).__name__.startswith("NoArgsIsHelp") and exc.ctx is not None:  # bare `coinflip`
             click.echo(exc.ctx.get_help())
@@ -359,6 +370,10 @@ def _dispatch(argv: list[str] | None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except OSError as exc:  # past the files coinflip names (each says so itself): its output, on a full disk
+        where = f": {one_line(exc.filename)}" if exc.filename else " (writing the output)"
+        click.echo(f"error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(1)
 
 
 def _utf8(text: str) -> bool:

@@ -10,6 +10,8 @@ from functools import lru_cache
 from itertools import product
 from pathlib import Path
 
+from ..errors import ConfigError
+
 FLIP, KEEP, IDLE = "flip", "keep", "idle"  # a step turns the coin, leaves it, or changes nothing
 SIDES = ("heads", "tails")
 OTHER_SIDE = {"heads": "tails", "tails": "heads"}
@@ -114,7 +116,10 @@ def apply(sequence: Sequence, style: Style, rng: random.Random) -> tuple[str, st
     if style.names == "scripts":
         people = list(dict.fromkeys(person for person, _ in steps))
         if len(people) > len(script_names()):
-            raise ValueError(f"{len(people)} people, but only {len(script_names())} names in other scripts")
+            raise ConfigError(
+                f"a question with {len(people)} people, but only {len(script_names())} names in other scripts "
+                "(--names scripts, the probe's scripts variant)"
+            )
         renamed = dict(zip(people, rng.sample(script_names(), len(people)), strict=True))
         steps = [(renamed[person], action) for person, action in steps]
     choices: list[int] = []

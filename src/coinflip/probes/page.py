@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from ..pages.charts import BLUE
-from ..pages.html import render_template
+from ..pages.html import ends, render_template, span
 
 ROW_H = 30
 CHART_W, LEFT, RIGHT = 1000, 190, 190  # RIGHT: room for each row's numbers
@@ -44,7 +44,7 @@ def variant_chart(variants: list[dict[str, Any]]) -> dict[str, Any]:
 
     rows = []
     for i, v in enumerate(variants):
-        accuracy, (low, high) = v["metrics"]["accuracy"], v["intervals"]["accuracy"]
+        accuracy, (low, high) = v["metrics"]["accuracy"], _ends(v["intervals"]["accuracy"], v["metrics"]["accuracy"])
         drop = (v.get("paired") or {}).get("difference", 0.0)
         rows.append(
             {
@@ -55,7 +55,7 @@ def variant_chart(variants: list[dict[str, Any]]) -> dict[str, Any]:
                 "low": x(low),
                 "high": x(high),
                 "accuracy": f"{accuracy:.3f}",
-                "interval": f"{low:.3f} - {high:.3f}",
+                "interval": span(v["intervals"]["accuracy"]),
                 "colour": "#b3261e" if drop < -0.05 else BLUE,
             }
         )
@@ -83,7 +83,8 @@ def length_curve(points: list[dict[str, Any]]) -> dict[str, Any] | None:
     def line(values: list[float], order: list[int] | None = None) -> str:
         return " ".join("{},{}".format(*at(i, values[i])) for i in order or range(len(values)))
 
-    lows, highs = [p["interval"][0] for p in points], [p["interval"][1] for p in points]
+    spans = [_ends(p["interval"], p["accuracy"]) for p in points]
+    lows, highs = [low for low, _ in spans], [high for _, high in spans]
     return {
         "width": CURVE_W,
         "height": CURVE_H,
@@ -97,3 +98,9 @@ def length_curve(points: list[dict[str, Any]]) -> dict[str, Any] | None:
         ],
         "ticks": [{"y": at(0, t / 4)[1], "label": f"{t / 4:.2f}"} for t in range(5)],
     }
+
+
+def _ends(interval: list[float] | None, value: float) -> tuple[float, float]:
+    """An interval's ends; none (nothing scored) is drawn as no bar at the value."""
+    low, high = ends(interval)
+    return (value, value) if low is None or high is None else (low, high)

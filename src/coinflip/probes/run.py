@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -81,9 +82,14 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
     """Run every variant and the length curve; write probe.json, probe.html and the index."""
     from ..run.stop import Interrupted, stopped_by
 
+    new = not (config.use_cache or config.no_timestamp)  # a folder of its own, made here
     config, root, settings = _open(config, options)
     try:
-        return _probe(config, root, settings)
+        try:
+            return _probe(config, root, settings)
+        finally:  # a new probe whose base run never started cannot be resumed (_open): it leaves nothing
+            if new and not (root / "runs" / BASE.name / CONFIG_FILE).is_file():
+                shutil.rmtree(root, ignore_errors=True)
     except Interrupted as exc:  # a stop between its runs (one in a run is that run's RunIncomplete)
         raise RunIncomplete(f"{stopped_by(exc)}{_resume(root, 'resume with') or ' before the probe started'}") from None
 
@@ -94,17 +100,20 @@ def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]
     base = prepare(_run_config(config, root, BASE.name, None))
     records = list(base.dataset)
     plans = _write_data(config, root, settings, records, few_shot_pool(config))
-    _save(root, {"settings": settings.saved(), "complete": False})
-    reports = {}
     lengths = range(settings.lengths.low, settings.lengths.high + 1) if settings.lengths else range(0)
-    total = len(plans) + len(lengths)
-    for i, (variant, data, template) in enumerate(plans, 1):
+    count = settings.length_count or min(len(records), LENGTH_COUNT_MAX)
+    curve = [(people, _length_data(config, root, people, count)) for people in lengths]
+    runs = [_run_config(config, root, variant.name, data, template) for variant, data, template in plans]
+    _resumable([*runs, *(_run_config(config, root, data.name, data) for _, data in curve)])
+    _save(root, {"settings": settings.saved(), "complete": False})
+    reports, total, spent = {}, len(plans) + len(lengths), list[float]()
+    for i, ((variant, _, _), run) in enumerate(zip(plans, runs, strict=True), 1):
         print(one_line(f"probe {config.name}: {variant.title} ({i} of {total})"), file=sys.stderr, flush=True)
-        reports[variant.name] = _run(_run_config(config, root, variant.name, data, template))
+        reports[variant.name] = _run(run, spent)
     points = []
-    for i, people in enumerate(lengths, len(plans) + 1):
+    for i, (people, data) in enumerate(curve, len(plans) + 1):
         print(one_line(f"probe {config.name}: {people} people ({i} of {total})"), file=sys.stderr, flush=True)
-        points.append(_length(config, root, people, settings.length_count or min(len(records), LENGTH_COUNT_MAX)))
+        points.append(_length(config, root, data, people, spent))
     result = _result(config, root, settings, base.dataset.source, records, plans, reports, points)
     _save(root, result)
     write_whole(root / PAGE_FILE, render(result))  # a resumed probe's folder may hold a link there
@@ -115,11 +124,11 @@ def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]
 def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, Settings]:
     """A new probe directory, or the one --use-cache names with its saved settings."""
     if not config.use_cache:
-        work = Path(config.work_dir).expanduser()
+        work, settings = Path(config.work_dir).expanduser(), settle(options, in_work_dir=config.no_timestamp)
         root = work if config.no_timestamp else _new_folder(work / f"probe_{datetime.now():%Y%m%d_%H%M%S}")
-        if (root / PROBE_FILE).exists():
+        if (root / "runs" / BASE.name / CONFIG_FILE).is_file():  # one whose base run never started goes again
             raise ConfigError(f"{root} already holds a probe; resume it with --use-cache {root}")
-        return config, root, settle(options, in_work_dir=config.no_timestamp)
+        return config, root, settings
     root = Path(config.use_cache).expanduser()
     saved = read_probe(root)
     if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
@@ -135,11 +144,17 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
 
 
 def _new_folder(root: Path) -> Path:
-    """`root`, or root_1, root_2, ... when a probe started in the same second already took it."""
+    """`root`, or root_1, root_2, ... when a probe started in the same second already took it (made here, so two
+    probes started at once never share one)."""
     for n in range(1000):
         path = root if n == 0 else root.with_name(f"{root.name}_{n}")
-        if not path.exists():
-            return path
+        try:
+            path.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"cannot make {path}: {exc.strerror}") from None
+        return path
     raise ConfigError(f"cannot find a free folder name beside {root}")
 
 
@@ -155,6 +170,7 @@ def _write_data(
 ) -> list[Planned]:
     """Each variant's questions on disk, the k-th written from the k-th base question."""
     planned: list[Planned] = []
+    files: list[tuple[Path, list[tuple[str, str]], list[tuple[str, str]]]] = []
     for variant in settings.variants:
         if variant is BASE:
             planned.append((BASE, None, None))
@@ -175,10 +191,12 @@ def _write_data(
             rows = restyled(records, variant.style, config.seed, variant.name)
             examples = restyled(pool, variant.style, config.seed, variant.name)
         data = root / "data" / variant.name
+        planned.append((variant, data, template))
+        files.append((data, rows, examples))
+    for data, rows, examples in files:  # each written once every variant's questions are made
         write_rows(data / "test.jsonl", rows, whole=True)  # a resumed probe's folder may hold a link there
         if examples:
             write_rows(data / "validation.jsonl", examples, whole=True)
-        planned.append((variant, data, template))
     return planned
 
 
@@ -201,17 +219,33 @@ def _run_config(config: TaskConfig, root: Path, name: str, data: Path | None, pr
     return replace(config, **changes, given=config.given | changes.keys())  # over the saved: a resume from elsewhere
 
 
-def _run(config: TaskConfig) -> dict[str, Any]:
-    """One variant's run; a run that stops says how to resume the whole probe."""
+def _run(config: TaskConfig, spent: list[float]) -> dict[str, Any]:
+    """One variant's run, capped at what --max-cost leaves after the probe's runs before it (`spent`: what each
+    cost, then this one's); a run that stops says how to resume the whole probe."""
     from ..run.runner import run_task
 
+    cap = config.max_cost
+    if cap is not None:  # the probe's cap, not each run's
+        config = replace(config, max_cost=max(cap - sum(spent), 0.0), given=config.given | {"max_cost"})
     try:
         report: dict[str, Any] = run_task(config)
     except CoinflipError as exc:
         if exc.exit_code != 1:
             raise
-        raise type(exc)(f"{exc}{_resume(Path(config.work_dir).parent.parent, 'or the whole probe')}") from None
+        left = f" (--max-cost {cap:g} is the probe's: its runs before cost {sum(spent):.4f})" if cap and spent else ""
+        raise type(exc)(f"{exc}{left}{_resume(Path(config.work_dir).parent.parent, 'or the whole probe')}") from None
+    spent.append((report.get("cost") or {}).get("total") or 0.0)
     return report
+
+
+def unfinished(result: dict[str, Any]) -> str | None:
+    """Why a finished probe exits 1, and how to resume it; None when it is done (or its errors ignored)."""
+    if result["complete"] or result["errors_ignored"]:
+        return None
+    runs = [v["name"] for v in result["variants"] if not v["complete"]]
+    runs += [p["run"].removeprefix("runs/") for p in result["length"]["points"] if not p["complete"]]
+    where = _resume(Path(result["directory"]), "resume with")
+    return f"the probe is incomplete: samples without a reply in {', '.join(runs)}{where}"
 
 
 def _resume(root: Path, words: str) -> str:
@@ -221,14 +255,33 @@ def _resume(root: Path, words: str) -> str:
     return f"; {words}: coinflip probe --use-cache {shlex.quote(str(root))}"
 
 
-def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str, Any]:
-    """One point of the length curve: `count` fresh questions with `people` people, and always-yes on them."""
+def _resumable(configs: list[TaskConfig]) -> None:
+    """Each run the probe resumes takes its settings (its questions unchanged), checked before any run goes on:
+    settings given that one run takes and a later one refuses would leave the probe unresumable as saved."""
+    from ..run.plan import prepare
+    from ..run.runner import resume_settings, same_run
+
+    for config in configs:
+        if config.use_cache:
+            try:
+                same_run(prepare(resume_settings(config)), Path(config.use_cache))
+            except ConfigError as exc:
+                raise ConfigError(f"the probe cannot resume with the settings given: {exc}") from None
+
+
+def _length_data(config: TaskConfig, root: Path, people: int, count: int) -> Path:
+    """The questions of one point of the length curve: `count` fresh ones with `people` people."""
     data, size = root / "data" / f"people_{people:02d}", PeopleRange(people, people)
     generate_file(data / "test.jsonl", size, count, config.seed + people, whole=True)
     if config.few_shot_num:
         examples = max(50, config.few_shot_num + 1)
         generate_file(data / "validation.jsonl", size, examples, config.seed + 100_000 + people, whole=True)
-    report = _run(_run_config(config, root, data.name, data))
+    return data
+
+
+def _length(config: TaskConfig, root: Path, data: Path, people: int, spent: list[float]) -> dict[str, Any]:
+    """One point of the length curve: the run on its questions, and always-yes on them."""
+    report = _run(_run_config(config, root, data.name, data), spent)
     shown = {**report, **report["forced"]} if config.force_answer else report
     return {
         "people": people,
@@ -238,6 +291,7 @@ def _length(config: TaskConfig, root: Path, people: int, count: int) -> dict[str
         "f1_score": shown["metrics"]["f1_score"],
         "invalid_rate": shown["counts"]["invalid_rate"],
         "complete": report["complete"],
+        "errors_ignored": report["errors_ignored"],
         "run": f"runs/{data.name}",
         "always_yes": report["baselines"]["always-yes"]["accuracy"],
     }
@@ -297,7 +351,8 @@ def _result(
                 row["paired_to_fresh"] = memorised[variant.name]
         rows.append(row)
     falls_at, length_line = variants.length_verdict(points)
-    complete = all(r["complete"] for r in reports.values()) and all(p["complete"] for p in points)
+    runs = [*reports.values(), *points]
+    complete = all(r["complete"] for r in runs)
     return {
         "kind": "coinflip-probe",
         "version": 1,
@@ -309,6 +364,7 @@ def _result(
         "base": {"dataset": source, "bundled": bundled, "questions": len(records), "seed": config.seed},
         "view": "forced" if forced else "strict",
         "complete": complete,
+        "errors_ignored": not complete and all(r["complete"] or r["errors_ignored"] for r in runs),  # exit 0, as eval
         "headline": variants.headline(lines, [p[0] for p in plans], stats, memorised, floor),
         "variants": rows,
         "length": {"points": points, "falls_at": falls_at, "verdict": length_line},

@@ -123,14 +123,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
             run.discard(folder=True)
             raise
     root = Path(config.use_cache).expanduser()
-    saved = load_saved_config(root)
-    differences = [
-        f"{key}: saved {saved['fingerprint'].get(key)!r}, now {plan.fingerprint.get(key)!r}"
-        for key in plan.fingerprint
-        if key in saved["fingerprint"] and _comparable(saved["fingerprint"][key]) != _comparable(plan.fingerprint[key])
-    ]
-    if differences:
-        raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
+    saved = same_run(plan, root)
     run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
     run.refuse_links_out()
     found = saved.get("provenance")  # a hand edit may have left anything there
@@ -144,6 +137,19 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     if before is not None and before != plan.dataset.count:
         print(f"note: the run now covers {plan.dataset.count} questions (it covered {before})", file=sys.stderr)
     return run, False
+
+
+def same_run(plan: Plan, root: Path) -> dict[str, Any]:
+    """The saved settings of the run at `root`, which `plan` resumes; a ConfigError when it was a different run."""
+    saved = load_saved_config(root)
+    differences = [
+        f"{key}: saved {saved['fingerprint'].get(key)!r}, now {plan.fingerprint.get(key)!r}"
+        for key in plan.fingerprint
+        if key in saved["fingerprint"] and _comparable(saved["fingerprint"][key]) != _comparable(plan.fingerprint[key])
+    ]
+    if differences:
+        raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
+    return saved
 
 
 def _comparable(value: Any) -> Any:
@@ -161,7 +167,8 @@ def _discard(run: RunDir, config: TaskConfig) -> None:
             if run.root.parent.exists() and not any(run.root.parent.iterdir()) and run.made_work_dir:
                 run.root.parent.rmdir()
         return
-    for path in (run.config_file, run.root / "configs" / "subset.json", run.log, run.server_log):
+    configs, predictions = run.root / "configs", run.predictions  # the lock and an empty file: not a foreign run
+    for path in (run.config_file, configs / "subset.json", configs / "run.lock", run.log, run.server_log, predictions):
         with contextlib.suppress(OSError):
             path.unlink()
     for folder in ("configs", "logs", "predictions"):
