@@ -133,3 +133,17 @@ def test_as_many_people_as_there_are_names_ends(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     counts = [Counter(_people(r["question"])) for r in read_jsonl(out)]
     assert len(counts) == 3 and all(999 <= len(c) <= most and set(c.values()) == {1} for c in counts)
+
+
+def test_questions_of_many_people_are_drawn_in_flat_memory() -> None:
+    """A chunk of 50,000 rows whatever their length: --people 15000 --count 60000 asked numpy for 5.6 GB
+    at once and ended in a MemoryError traceback."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        assert sum(1 for _ in iter_questions(PeopleRange(15000, 15000), 300, 1)) == 300
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 * 2**20, peak

@@ -56,6 +56,7 @@ def _drawn(people: PeopleRange, count: int, seed: int, chunk: int = 50_000) -> I
     import numpy as np
 
     rng, size, high = np.random.default_rng(seed), len(names()), people.high
+    chunk = min(chunk, max(1, 600_000 // high))  # fewer rows of many people: 50,000 of 15,000 took 6 GB a table
     for start in range(0, count, chunk):
         n = min(chunk, count - start)
         ks = rng.integers(people.low, high + 1, n)
