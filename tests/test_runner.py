@@ -54,3 +54,16 @@ def test_settings_from_a_yaml_or_json_file_and_a_list(tmp_path: Path) -> None:
     reports = run_task([str(tmp_path / "a.yaml"), str(tmp_path / "b.json")])
     assert [r["model"] for r in reports] == ["oracle", "always-no"]
     assert [r["counts"]["samples"] for r in reports] == [6, 4]
+
+
+def test_run_task_inside_a_running_event_loop_as_in_jupyter(tmp_path: Path) -> None:
+    """A notebook's cell runs inside the kernel's event loop: run_task raised 'Cannot run the event loop while
+    another loop is running' (the run directory left with no answers) where EvalScope's run_task just runs."""
+    import asyncio
+
+    async def cell(srv: FakeOpenAIServer) -> dict:
+        return run_task({"model": "m", "api_url": srv.url, "limit": 4, "work_dir": str(tmp_path), "quiet": True})
+
+    with FakeOpenAIServer("correct") as srv:
+        report = asyncio.run(cell(srv))
+    assert report["counts"]["samples"] == 4 and report["complete"]

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -74,6 +75,9 @@ class StopRequest:
 
     def run(self, main: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         """`main(*args)`, its coroutine made in the loop: one made before would be left 'never awaited' by a stop."""
+        if asyncio._get_running_loop() is not None:  # called inside a loop (Jupyter): the run's own loop in a thread
+            with ThreadPoolExecutor(1) as pool:
+                return pool.submit(self.run, main, *args).result()
 
         async def cancellable() -> T:
             self.task = asyncio.current_task()
