@@ -152,6 +152,12 @@ def test_unreadable_paths_give_one_line(tmp_path: Path, path: str) -> None:
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+def test_a_folder_that_is_not_there_is_named_missing(tmp_path: Path) -> None:
+    """A mistyped folder was 'unknown format (none); use one of .json, ...', as if it were a file to rename."""
+    with pytest.raises(DataError, match=r"my-data: no such file$"):
+        load_dataset("test", tmp_path / "my-data")
+
+
 def test_load_file_raises_data_error_with_row_number(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text(

@@ -183,12 +183,12 @@ FORMATS = tuple(READERS)
 
 
 def _checked(path: Path) -> Path:
-    if path.suffix.lower() not in READERS:
-        raise DataError(f"{path}: unknown format {path.suffix or '(none)'}; use one of {', '.join(FORMATS)}")
     try:
         path.stat()
     except OSError as exc:  # missing, a link loop, a name too long
         raise DataError(f"{path}: {'no such file' if exc.errno == 2 else exc.strerror}") from None
+    if path.suffix.lower() not in READERS:
+        raise DataError(f"{path}: unknown format {path.suffix or '(none)'}; use one of {', '.join(FORMATS)}")
     if not path.is_file():
         raise DataError(f"{path}: not a file")
     return path
