@@ -173,3 +173,20 @@ def test_files_saved_with_a_byte_order_mark_load(tmp_path: Path) -> None:
     jsonl_path = tmp_path / "bom.jsonl"
     jsonl_path.write_text(json.dumps({"question": Q2, "answer": "NO"}) + "\n", encoding="utf-8-sig")
     assert load_file(csv_path) == load_file(jsonl_path)
+
+
+def test_a_resume_after_the_validation_split_changed_is_refused(tmp_path: Path) -> None:
+    """Few-shot examples are part of every prompt: a resume on a changed validation file sent its new examples to
+    the questions left while the saved ones kept the old, one run of two prompt sets, with nothing said."""
+    from coinflip import run_task
+    from coinflip.data.generate import PeopleRange, generate_file
+    from coinflip.errors import ConfigError
+
+    data, run = tmp_path / "data", tmp_path / "run"
+    generate_file(data / "test.jsonl", PeopleRange(4, 4), 6, 1)
+    generate_file(data / "validation.jsonl", PeopleRange(2, 2), 5, 2)
+    settings = {"model": "oracle", "dataset_path": str(data), "few_shot_num": 2, "work_dir": str(run)}
+    run_task({**settings, "no_timestamp": True, "quiet": True})
+    generate_file(data / "validation.jsonl", PeopleRange(2, 2), 5, 3)
+    with pytest.raises(ConfigError, match="was a different run; few_shot_examples: saved"):
+        run_task({"use_cache": str(run), "quiet": True})
