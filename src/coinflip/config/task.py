@@ -305,6 +305,9 @@ class TaskConfig:
         data["api_url"] = redacted_url(data["api_url"])
         return {"version": SETTINGS_VERSION, **data}
 
+    def __repr__(self) -> str:  # as saved: a notebook showing the config shows no secret of it
+        return f"TaskConfig({', '.join(f'{k}={v!r}' for k, v in self.redacted().items() if k != 'version')})"
+
     def notes(self) -> list[str]:
         """One line per setting given that changes nothing here (EvalScope's, --api-url beside a baseline)."""
         out = list(self._notes)
