@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import signal
 import sys
 import threading
@@ -77,7 +78,7 @@ class StopRequest:
         """`main(*args)`, its coroutine made in the loop: one made before would be left 'never awaited' by a stop."""
         if asyncio._get_running_loop() is not None:  # called inside a loop (Jupyter): the run's own loop in a thread
             with ThreadPoolExecutor(1) as pool:
-                return pool.submit(self.run, main, *args).result()
+                return pool.submit(contextvars.copy_context().run, self.run, main, *args).result()
 
         async def cancellable() -> T:
             self.task = asyncio.current_task()
