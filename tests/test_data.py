@@ -127,6 +127,8 @@ MALFORMED = [
     ("notparquet.parquet", "this is not parquet", "not a readable Parquet file"),
     ("latin1.jsonl", b'{"question": "Q: \xe9?", "answer": "YES"}\n', "not UTF-8"),
     ("number.jsonl", '{"question": "Q: x?", "answer": 1}\n', "answer must be yes or no"),
+    ("surrogate.jsonl", '{"question": "Q: x\\ud800?", "answer": "NO"}\n', "half a surrogate pair"),
+    ("surrogate.json", '[{"question": "Q: \\udfff x?", "answer": "NO"}]', "half a surrogate pair"),
 ]
 
 

@@ -21,6 +21,7 @@ from .grammar import FLIPS_PATTERN, KEEPS_PATTERN, bundled_dir
 
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
+HALF_PAIR = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ def _iter_records(rows: Iterable[Any], path: Path) -> Iterator[Record]:
         question, answer = _pick(row, QUESTION_KEYS, where), _pick(row, ANSWER_KEYS, where)
         if not isinstance(question, str) or not question.strip():
             raise DataError(f"{where}: empty or missing question")
+        if HALF_PAIR.search(question):  # a JSON escape such as \ud800: no UTF-8 for it, so no prompt or hash
+            raise DataError(f"{where}: the question holds half a surrogate pair (\\ud800-\\udfff), not text")
         said = str(answer).strip().upper() if isinstance(answer, (str, bool)) else ""
         label = {"TRUE": "YES", "FALSE": "NO"}.get(said, said)
         if label not in ("YES", "NO"):
