@@ -160,6 +160,19 @@ def test_a_folder_that_is_not_there_is_named_missing(tmp_path: Path) -> None:
         load_dataset("test", tmp_path / "my-data")
 
 
+def test_a_broken_link_or_a_fifo_named_test_in_a_folder_is_named(tmp_path: Path) -> None:
+    """Both were passed over, so the folder 'held no test.* file' beside the test.jsonl the user sees there."""
+    import os
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "test.jsonl").symlink_to(tmp_path / "moved.jsonl")
+    with pytest.raises(DataError, match=r"a/test.jsonl: no such file$"):
+        load_dataset("test", tmp_path / "a")
+    os.mkfifo(tmp_path / "validation.jsonl")
+    with pytest.raises(DataError, match=r"validation.jsonl: not a file$"):
+        load_dataset("validation", tmp_path)
+
+
 def test_load_file_raises_data_error_with_row_number(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text(

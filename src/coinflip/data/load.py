@@ -228,14 +228,14 @@ def _split_files(path: Path, split: str) -> list[Path]:
             named += [folder / n for n in sorted(os.listdir(folder)) if n.startswith(split)] if folder.is_dir() else []
         except OSError as exc:  # a folder we may not read is not one without the split
             raise DataError(f"{folder}: cannot list ({exc.strerror})") from None
-    candidates = [p for p in named if p.suffix.lower() in FORMATS and p.is_file()]
+    candidates = [p for p in named if p.suffix.lower() in FORMATS and not p.is_dir()]  # a broken link is named
     shards = [p for p in candidates if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
     found = shards if len(shards) > 1 else [p for p in candidates if re.match(rf"{split}([.-]|$)", p.name)]
     if not found:
         raise DataError(f"{path}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")
     if len(found) > 1 and found is not shards:
         raise DataError(f"{path}: several {split} files ({', '.join(p.name for p in found)}); keep one")
-    return found
+    return [_checked(p) for p in found]
 
 
 def load_split(path: str | Path, split: str) -> list[Record]:
