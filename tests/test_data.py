@@ -205,3 +205,33 @@ def test_a_resume_after_the_validation_split_changed_is_refused(tmp_path: Path) 
     generate_file(data / "validation.jsonl", PeopleRange(2, 2), 5, 3)
     with pytest.raises(ConfigError, match="was a different run; few_shot_examples: saved"):
         run_task({"use_cache": str(run), "quiet": True})
+
+
+def test_a_file_rewritten_in_place_during_the_run_stops_it(tmp_path: Path) -> None:
+    """A streamed file is read again for the run after its hash: one regenerated in place mid-run went on
+    being read at the old offset in the new text, and the run ended 0 with a report naming the old sha256
+    over questions from neither version."""
+    import threading
+
+    from coinflip import run_task
+    from coinflip.data.generate import PeopleRange, generate_file
+
+    from .answer_server import AnswerServer, Seen, answer, chat
+    from .conftest import only_run_dir, read_jsonl
+
+    data = tmp_path / "set.jsonl"
+    generate_file(data, PeopleRange(4, 4), 400, 1)
+    before, once = data.read_text(), threading.Lock()
+
+    def respond(seen: Seen) -> bytes:
+        if once.acquire(blocking=False):  # the first request: the file is made again, in place
+            generate_file(data, PeopleRange(4, 4), 400, 2)
+        return answer(chat(f"ANSWER: {seen.right_answer}"))
+
+    with AnswerServer(respond) as srv, pytest.raises(DataError, match="set.jsonl: changed while being read"):
+        run_task({"model": "m", "api_url": srv.url, "dataset_path": str(data), "eval_batch_size": 1,
+                  "limit_mode": "first", "work_dir": str(tmp_path / "out"), "quiet": True})  # fmt: skip
+    run = only_run_dir(tmp_path / "out")
+    asked = {row["question"] for row in read_jsonl(run / "predictions" / "m" / "coin_flip.jsonl")}
+    assert asked and asked <= {json.loads(line)["question"] for line in before.splitlines()}
+    assert not (run / "reports").exists()

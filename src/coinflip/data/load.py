@@ -46,9 +46,10 @@ class Dataset:
     path: Path | None = None
     ids: tuple[int, ...] | None = None  # a drawn subset (sorted row ids); None: the first `count` rows
     subset: dict[str, object] = field(default_factory=dict)  # how `take` drew it: mode, seed, count, of
+    stamp: tuple[int, int, int] | None = None  # the streamed file as hashed: it must not change while read
 
     def __iter__(self) -> Iterator[Record]:
-        rows: Iterable[Record] = self.rows if self.rows is not None else _stream(self.path)  # type: ignore[arg-type]
+        rows: Iterable[Record] = self.rows if self.rows is not None else _stream(self.path, self.stamp)  # type: ignore[arg-type]
         if self.ids is None:
             yield from islice(rows, self.count)
             return
@@ -197,9 +198,20 @@ def _checked(path: Path) -> Path:
     return path
 
 
-def _stream(path: Path) -> Iterator[Record]:
+def _stamp(path: Path) -> tuple[int, int, int]:
+    stat = os.stat(path)
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _stream(path: Path, stamp: tuple[int, int, int] | None = None) -> Iterator[Record]:
+    """The rows, read again; with `stamp`, none from a file changed since (a rewrite in place mid-run)."""
     try:
-        yield from _iter_records(READERS[path.suffix.lower()](path), path)
+        for record in _iter_records(READERS[path.suffix.lower()](path), path):
+            if stamp is not None and _stamp(path) != stamp:
+                break
+            yield record
+        if stamp is not None and _stamp(path) != stamp:
+            raise DataError(f"{path}: changed while being read, so the questions would mix two versions; start again")
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
     except csv.Error as exc:
@@ -247,10 +259,11 @@ def open_split(path: Path, split: str) -> tuple[Dataset, str]:
     """A validated split and its sha256: kept on disk when it can be streamed, else in memory."""
     files_ = _split_files(path, split)
     if len(files_) == 1 and files_[0].suffix.lower() in (".jsonl", ".csv"):
-        sha, count = digest(_stream(files_[0]))
+        stamp = _stamp(files_[0])
+        sha, count = digest(_stream(files_[0], stamp))
         if not count:
             raise DataError(f"{files_[0]}: no rows")
-        return Dataset({}, count, path=files_[0]), sha
+        return Dataset({}, count, path=files_[0], stamp=stamp), sha
     records = tuple(load_split(path, split))
     return Dataset({}, len(records), rows=records), digest(records)[0]
 
