@@ -130,7 +130,7 @@ class StopRequest:
 def stopping() -> Iterator[StopRequest]:
     """The command line's StopRequest, or one installed for a library call (off the main thread, an idle one)."""
     existing = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
-    if isinstance(existing, StopRequest):
+    if isinstance(existing, StopRequest) and threading.current_thread() is threading.main_thread():  # not another's
         yield existing
         return
     stop = StopRequest().install()
