@@ -47,6 +47,15 @@ def test_generation_config_forms() -> None:
     assert parsed.generation_config == {"stop": ["\n\n"], "extra_body": {"top_k": 5}}
 
 
+def test_a_gateway_secret_is_never_in_repr() -> None:
+    """repr hid the API key but showed an Authorization in extra_headers, which the saved settings mask:
+    a notebook showing the config printed it."""
+    gateway = {"extra_headers": {"Authorization": "Bearer sk-1234"}, "extra_query": {"code": "c-567"}}
+    config = TaskConfig(model="m", generation_config={**gateway, "temperature": 0})
+    assert not [secret for secret in ("sk-1234", "c-567") if secret in repr(config)]
+    assert "temperature': 0" in repr(config) and repr(config).startswith("TaskConfig(model='m', ")
+
+
 def test_limit_count_or_fraction() -> None:
     assert TaskConfig(model="m", limit="10").limit == 10
     assert TaskConfig(model="m", limit="0.25").limit == 0.25

@@ -127,6 +127,8 @@ MALFORMED = [
     ("notparquet.parquet", "this is not parquet", "not a readable Parquet file"),
     ("latin1.jsonl", b'{"question": "Q: \xe9?", "answer": "YES"}\n', "not UTF-8"),
     ("number.jsonl", '{"question": "Q: x?", "answer": 1}\n', "answer must be yes or no"),
+    ("surrogate.jsonl", '{"question": "Q: x\\ud800?", "answer": "NO"}\n', "half a surrogate pair"),
+    ("surrogate.json", '[{"question": "Q: \\udfff x?", "answer": "NO"}]', "half a surrogate pair"),
 ]
 
 
@@ -152,6 +154,25 @@ def test_unreadable_paths_give_one_line(tmp_path: Path, path: str) -> None:
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+def test_a_folder_that_is_not_there_is_named_missing(tmp_path: Path) -> None:
+    """A mistyped folder was 'unknown format (none); use one of .json, ...', as if it were a file to rename."""
+    with pytest.raises(DataError, match=r"my-data: no such file$"):
+        load_dataset("test", tmp_path / "my-data")
+
+
+def test_a_broken_link_or_a_fifo_named_test_in_a_folder_is_named(tmp_path: Path) -> None:
+    """Both were passed over, so the folder 'held no test.* file' beside the test.jsonl the user sees there."""
+    import os
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "test.jsonl").symlink_to(tmp_path / "moved.jsonl")
+    with pytest.raises(DataError, match=r"a/test.jsonl: no such file$"):
+        load_dataset("test", tmp_path / "a")
+    os.mkfifo(tmp_path / "validation.jsonl")
+    with pytest.raises(DataError, match=r"validation.jsonl: not a file$"):
+        load_dataset("validation", tmp_path)
+
+
 def test_load_file_raises_data_error_with_row_number(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text(
@@ -167,3 +188,50 @@ def test_files_saved_with_a_byte_order_mark_load(tmp_path: Path) -> None:
     jsonl_path = tmp_path / "bom.jsonl"
     jsonl_path.write_text(json.dumps({"question": Q2, "answer": "NO"}) + "\n", encoding="utf-8-sig")
     assert load_file(csv_path) == load_file(jsonl_path)
+
+
+def test_a_resume_after_the_validation_split_changed_is_refused(tmp_path: Path) -> None:
+    """Few-shot examples are part of every prompt: a resume on a changed validation file sent its new examples to
+    the questions left while the saved ones kept the old, one run of two prompt sets, with nothing said."""
+    from coinflip import run_task
+    from coinflip.data.generate import PeopleRange, generate_file
+    from coinflip.errors import ConfigError
+
+    data, run = tmp_path / "data", tmp_path / "run"
+    generate_file(data / "test.jsonl", PeopleRange(4, 4), 6, 1)
+    generate_file(data / "validation.jsonl", PeopleRange(2, 2), 5, 2)
+    settings = {"model": "oracle", "dataset_path": str(data), "few_shot_num": 2, "work_dir": str(run)}
+    run_task({**settings, "no_timestamp": True, "quiet": True})
+    generate_file(data / "validation.jsonl", PeopleRange(2, 2), 5, 3)
+    with pytest.raises(ConfigError, match="was a different run; few_shot_examples: saved"):
+        run_task({"use_cache": str(run), "quiet": True})
+
+
+def test_a_file_rewritten_in_place_during_the_run_stops_it(tmp_path: Path) -> None:
+    """A streamed file is read again for the run after its hash: one regenerated in place mid-run went on
+    being read at the old offset in the new text, and the run ended 0 with a report naming the old sha256
+    over questions from neither version."""
+    import threading
+
+    from coinflip import run_task
+    from coinflip.data.generate import PeopleRange, generate_file
+
+    from .answer_server import AnswerServer, Seen, answer, chat
+    from .conftest import only_run_dir, read_jsonl
+
+    data = tmp_path / "set.jsonl"
+    generate_file(data, PeopleRange(4, 4), 400, 1)
+    before, once = data.read_text(), threading.Lock()
+
+    def respond(seen: Seen) -> bytes:
+        if once.acquire(blocking=False):  # the first request: the file is made again, in place
+            generate_file(data, PeopleRange(4, 4), 400, 2)
+        return answer(chat(f"ANSWER: {seen.right_answer}"))
+
+    with AnswerServer(respond) as srv, pytest.raises(DataError, match="set.jsonl: changed while being read"):
+        run_task({"model": "m", "api_url": srv.url, "dataset_path": str(data), "eval_batch_size": 1,
+                  "limit_mode": "first", "work_dir": str(tmp_path / "out"), "quiet": True})  # fmt: skip
+    run = only_run_dir(tmp_path / "out")
+    asked = {row["question"] for row in read_jsonl(run / "predictions" / "m" / "coin_flip.jsonl")}
+    assert asked and asked <= {json.loads(line)["question"] for line in before.splitlines()}
+    assert not (run / "reports").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,27 @@ def test_manifest_describes_the_shipped_files() -> None:
         dataset, sha = open_split(bundled_dir(), split)  # a full validation pass over the shipped file
         assert manifest[split] == {"rows": len(dataset), "sha256": sha}
         assert load_dataset(split).source["sha256"] == sha
+
+
+def test_as_many_people_as_there_are_names_ends(tmp_path: Path) -> None:
+    """--people up to the names' count is accepted; a row of hundreds hardly ever comes without a repeated name,
+    and redrawing whole rows until one did never ended (2-1000 spun for minutes, writing nothing)."""
+    out, most = tmp_path / "set.jsonl", len(names())
+    result = run_cli("generate", "--people", f"999-{most}", "--count", "3", "--seed", "1", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    counts = [Counter(_people(r["question"])) for r in read_jsonl(out)]
+    assert len(counts) == 3 and all(999 <= len(c) <= most and set(c.values()) == {1} for c in counts)
+
+
+def test_questions_of_many_people_are_drawn_in_flat_memory() -> None:
+    """A chunk of 50,000 rows whatever their length: --people 15000 --count 60000 asked numpy for 5.6 GB
+    at once and ended in a MemoryError traceback."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        assert sum(1 for _ in iter_questions(PeopleRange(15000, 15000), 300, 1)) == 300
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 * 2**20, peak

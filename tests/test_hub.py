@@ -7,6 +7,7 @@ The hubs are unreachable here, so the tests lay out files exactly as the hub ser
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ from coinflip.data.generate import PeopleRange, iter_questions
 from coinflip.data.load import load_dataset
 from coinflip.errors import DataError
 
-from .conftest import only_run_dir, run_cli
+from .conftest import PATIENCE_S, only_run_dir, run_cli, wait_for
 
 
 def _hub_files(root: Path) -> dict[str, list[tuple[str, str]]]:
@@ -118,3 +119,42 @@ def test_huggingface_download_through_the_real_client_then_offline(tmp_path: Pat
     assert second.returncode == 0, second.stderr
     again = json.loads((only_run_dir(tmp_path / "b") / "reports/oracle/coin_flip.json").read_text())
     assert again["dataset"]["sha256"] == report["dataset"]["sha256"]
+
+
+def test_first_runs_started_together_download_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every first run cleared the one .partial folder, the others' download in progress too, and renamed its own
+    over a finished copy: runs started together on first use could leave part of the files marked complete."""
+    monkeypatch.setenv("COINFLIP_CACHE", str(tmp_path / "cache"))
+    calls: list[Path] = []
+    go = threading.Event()
+
+    def download(name: str, dataset_id: str, into: Path) -> None:
+        calls.append(into)
+        if len(calls) == 1:
+            go.wait(PATIENCE_S)  # the first download is under way while the second run starts
+        _hub_files(into)
+
+    def waiting(lock: Path) -> bool:  # a lock someone waits for: '->' lines of /proc/locks, by device:inode
+        inode = f":{lock.stat().st_ino}" if lock.exists() else "-"
+        return any("->" in line and any(f.endswith(inode) for f in line.split()) for line in open("/proc/locks"))
+
+    monkeypatch.setattr(hub, "_download", download)
+    target = hub.cache_dir("huggingface", hub.DATASET_ID)
+    found: list[Path] = []
+    runs = [threading.Thread(target=lambda: found.append(hub.fetch("huggingface"))) for _ in range(2)]
+    runs[0].start()
+    wait_for(lambda: calls, "the first download")
+    runs[1].start()
+    wait_for(lambda: len(calls) > 1 or waiting(target.with_name(target.name + ".lock")), "the second run")
+    go.set()
+    for run in runs:
+        run.join()
+    assert len(calls) == 1 and found == [target, target]
+    assert len(load_dataset("validation", hub="huggingface")) == 12
+
+
+def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("COINFLIP_CACHE", str(tmp_path / "file" / "cache"))
+    with pytest.raises(DataError, match=r"huggingface: cannot write the cache \(Not a directory\); see --dataset-dir"):
+        load_dataset("test", hub="huggingface")

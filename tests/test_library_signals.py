@@ -148,3 +148,55 @@ def test_a_stop_python_wrapped_while_a_module_loaded_is_one_line(
         cli.main(["eval", "--model", "oracle"])
     assert ended.value.code == 1
     assert capsys.readouterr().err.strip().splitlines() == ["stopped by SIGHUP"]
+
+
+RUN_IN_MAIN_AND_A_THREAD = """
+import os, signal, sys, threading
+from coinflip import run_task
+from tests.answer_server import AnswerServer, answer, chat
+
+asked = {name: threading.Event() for name in "ab"}
+release = {name: threading.Event() for name in "ab"}
+out = {}
+
+def respond(seen):
+    name = seen.body["model"]
+    asked[name].set()
+    release[name].wait(60)
+    return answer(chat("ANSWER: " + seen.right_answer))
+
+def run(name):
+    try:
+        settings = {"model": name, "api_url": url, "limit": 3, "work_dir": sys.argv[1], "quiet": True}
+        out[name] = run_task(settings)["complete"]
+    except Exception as exc:
+        out[name] = type(exc).__name__
+
+def meanwhile():  # b starts in a thread while a runs in the main thread; then Ctrl-C
+    asked["a"].wait(60)
+    b = threading.Thread(target=run, args=("b",))
+    b.start()
+    asked["b"].wait(60)
+    os.kill(os.getpid(), signal.SIGINT)
+    release["b"].set()
+    b.join()
+    release["a"].set()
+
+with AnswerServer(respond) as srv:
+    url = srv.url
+    helper = threading.Thread(target=meanwhile)
+    helper.start()
+    run("a")
+    helper.join()
+print(out["a"], out["b"])
+"""
+
+
+def test_ctrl_c_stops_the_main_threads_run_not_a_threads(tmp_path: Path) -> None:
+    """A run in a thread took over the main thread's stop handling: Ctrl-C cancelled the thread's run (which
+    signals never reach) while the main thread's went on, its end 20 s later an os._exit of the caller."""
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_IN_MAIN_AND_A_THREAD, str(tmp_path)], capture_output=True, text=True,
+        timeout=EXIT_BUDGET_S, cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "RunIncomplete True\n"), done

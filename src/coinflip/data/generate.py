@@ -56,16 +56,19 @@ def _drawn(people: PeopleRange, count: int, seed: int, chunk: int = 50_000) -> I
     import numpy as np
 
     rng, size, high = np.random.default_rng(seed), len(names()), people.high
+    chunk = min(chunk, max(1, 600_000 // high))  # fewer rows of many people: 50,000 of 15,000 took 6 GB a table
     for start in range(0, count, chunk):
         n = min(chunk, count - start)
         ks = rng.integers(people.low, high + 1, n)
         idx = rng.integers(0, size, (n, high))
-        while high > 1:  # redraw rows that name someone twice
+        for _ in range(100):  # redraw rows that name someone twice
             ordered = np.sort(idx, axis=1)
             bad = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
             if not bad.any():
                 break
             idx[bad] = rng.integers(0, size, (int(bad.sum()), high))
+        else:  # hundreds of people: hardly a row comes without a repeat, so those left are drawn without one
+            idx[bad] = [rng.choice(size, high, replace=False) for _ in range(int(bad.sum()))]
         bits = rng.integers(0, 2, (n, high))
         present = np.arange(high) < ks[:, None]
         yield np.where(present, idx + size * (1 - bits), 2 * size), (bits * present).sum(axis=1)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 
 from ..errors import DataError
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
 DATASET_ID = "extraordinarylab/coin-flip"
 MARKER = ".coinflip-complete"
@@ -24,22 +30,33 @@ def fetch(hub: str, dataset_id: str = DATASET_ID, root: str | Path | None = None
     target = cache_dir(hub, dataset_id, root)
     if (target / MARKER).exists():
         return target
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
     try:
-        _download(hub, dataset_id, partial)
-    except DataError:
-        raise
-    except Exception as exc:  # network and hub client errors come in many types
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(target.with_name(target.name + ".lock"), "a")  # noqa: SIM115 (closed below)
+    except OSError as exc:
+        raise DataError(f"{target.parent}: cannot write the cache ({exc.strerror}); see --dataset-dir") from None
+    with lock:
+        with contextlib.suppress(OSError):  # first runs started together: one downloads, the others read its copy
+            if fcntl is not None:  # (where there are locks: not on some network file systems)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / MARKER).exists():
+            return target
+        partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        raise DataError(
-            f"cannot download {dataset_id} from {hub} ({type(exc).__name__}) and it is not cached at {target}; "
-            "offline, use the bundled data (leave out --dataset-hub), --dataset-path FILE_OR_DIR, "
-            f"or put the hub's files in {target} with an empty {MARKER} file"
-        ) from None
-    (partial / MARKER).touch()
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
+        try:
+            _download(hub, dataset_id, partial)
+        except DataError:
+            raise
+        except Exception as exc:  # network and hub client errors come in many types
+            shutil.rmtree(partial, ignore_errors=True)
+            raise DataError(
+                f"cannot download {dataset_id} from {hub} ({type(exc).__name__}) and it is not cached at {target}; "
+                "offline, use the bundled data (leave out --dataset-hub), --dataset-path FILE_OR_DIR, "
+                f"or put the hub's files in {target} with an empty {MARKER} file"
+            ) from None
+        (partial / MARKER).touch()
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
     return target
 
 

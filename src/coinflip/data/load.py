@@ -21,6 +21,7 @@ from .grammar import STEPS_PATTERN, bundled_dir
 
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
+HALF_PAIR = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,10 @@ class Dataset:
     path: Path | None = None
     ids: tuple[int, ...] | None = None  # a drawn subset (sorted row ids); None: the first `count` rows
     subset: dict[str, object] = field(default_factory=dict)  # how `take` drew it: mode, seed, count, of
+    stamp: tuple[int, int, int] | None = None  # the streamed file as hashed: it must not change while read
 
     def __iter__(self) -> Iterator[Record]:
-        rows: Iterable[Record] = self.rows if self.rows is not None else _stream(self.path)  # type: ignore[arg-type]
+        rows: Iterable[Record] = self.rows if self.rows is not None else _stream(self.path, self.stamp)  # type: ignore[arg-type]
         if self.ids is None:
             yield from islice(rows, self.count)
             return
@@ -117,6 +119,8 @@ def _iter_records(rows: Iterable[Any], path: Path) -> Iterator[Record]:
         question, answer = _pick(row, QUESTION_KEYS, where), _pick(row, ANSWER_KEYS, where)
         if not isinstance(question, str) or not question.strip():
             raise DataError(f"{where}: empty or missing question")
+        if HALF_PAIR.search(question):  # a JSON escape such as \ud800: no UTF-8 for it, so no prompt or hash
+            raise DataError(f"{where}: the question holds half a surrogate pair (\\ud800-\\udfff), not text")
         said = str(answer).strip().upper() if isinstance(answer, (str, bool)) else ""
         label = {"TRUE": "YES", "FALSE": "NO"}.get(said, said)
         if label not in ("YES", "NO"):
@@ -183,20 +187,31 @@ FORMATS = tuple(READERS)
 
 
 def _checked(path: Path) -> Path:
-    if path.suffix.lower() not in READERS:
-        raise DataError(f"{path}: unknown format {path.suffix or '(none)'}; use one of {', '.join(FORMATS)}")
     try:
         path.stat()
     except OSError as exc:  # missing, a link loop, a name too long
         raise DataError(f"{path}: {'no such file' if exc.errno == 2 else exc.strerror}") from None
+    if path.suffix.lower() not in READERS:
+        raise DataError(f"{path}: unknown format {path.suffix or '(none)'}; use one of {', '.join(FORMATS)}")
     if not path.is_file():
         raise DataError(f"{path}: not a file")
     return path
 
 
-def _stream(path: Path) -> Iterator[Record]:
+def _stamp(path: Path) -> tuple[int, int, int]:
+    stat = os.stat(path)
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _stream(path: Path, stamp: tuple[int, int, int] | None = None) -> Iterator[Record]:
+    """The rows, read again; with `stamp`, none from a file changed since (a rewrite in place mid-run)."""
     try:
-        yield from _iter_records(READERS[path.suffix.lower()](path), path)
+        for record in _iter_records(READERS[path.suffix.lower()](path), path):
+            if stamp is not None and _stamp(path) != stamp:
+                break
+            yield record
+        if stamp is not None and _stamp(path) != stamp:
+            raise DataError(f"{path}: changed while being read, so the questions would mix two versions; start again")
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
     except csv.Error as exc:
@@ -225,14 +240,14 @@ def _split_files(path: Path, split: str) -> list[Path]:
             named += [folder / n for n in sorted(os.listdir(folder)) if n.startswith(split)] if folder.is_dir() else []
         except OSError as exc:  # a folder we may not read is not one without the split
             raise DataError(f"{folder}: cannot list ({exc.strerror})") from None
-    candidates = [p for p in named if p.suffix.lower() in FORMATS and p.is_file()]
+    candidates = [p for p in named if p.suffix.lower() in FORMATS and not p.is_dir()]  # a broken link is named
     shards = [p for p in candidates if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
     found = shards if len(shards) > 1 else [p for p in candidates if re.match(rf"{split}([.-]|$)", p.name)]
     if not found:
         raise DataError(f"{path}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")
     if len(found) > 1 and found is not shards:
         raise DataError(f"{path}: several {split} files ({', '.join(p.name for p in found)}); keep one")
-    return found
+    return [_checked(p) for p in found]
 
 
 def load_split(path: str | Path, split: str) -> list[Record]:
@@ -244,10 +259,11 @@ def open_split(path: Path, split: str) -> tuple[Dataset, str]:
     """A validated split and its sha256: kept on disk when it can be streamed, else in memory."""
     files_ = _split_files(path, split)
     if len(files_) == 1 and files_[0].suffix.lower() in (".jsonl", ".csv"):
-        sha, count = digest(_stream(files_[0]))
+        stamp = _stamp(files_[0])
+        sha, count = digest(_stream(files_[0], stamp))
         if not count:
             raise DataError(f"{files_[0]}: no rows")
-        return Dataset({}, count, path=files_[0]), sha
+        return Dataset({}, count, path=files_[0], stamp=stamp), sha
     records = tuple(load_split(path, split))
     return Dataset({}, len(records), rows=records), digest(records)[0]
 

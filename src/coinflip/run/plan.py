@@ -14,7 +14,7 @@ from typing import Any
 from .. import __version__
 from ..config import TaskConfig
 from ..data import prompts
-from ..data.load import Dataset, Record, load_dataset
+from ..data.load import Dataset, Record, digest, load_dataset
 from ..errors import ConfigError
 from ..models import Request, check_model
 from ..scoring.cost import check_costs
@@ -126,6 +126,7 @@ def make_fingerprint(
         "dataset": dataset.source,
         **{name: getattr(config, name) for name in (*fields, "api_mode", "repeats", "force_answer")},
         "template": build.style.describe(),
+        "few_shot_examples": digest(build.candidates)[0],  # the validation rows drawn: a seed on new data differs
         "generation_config": redacted_generation(generation),
         "subset": {"mode": config.limit_mode, "seed": config.seed},
     }

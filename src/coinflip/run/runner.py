@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import shutil
 import sys
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from ..scoring.schema import Report
 
 log = logging.getLogger("coinflip")
+RUN_LOG: ContextVar[logging.Handler | None] = ContextVar("coinflip_run_log", default=None)
 NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet", "batch_write", "batch_results")  # never from a saved run
 
 
@@ -240,6 +242,8 @@ def _attach_log(run: RunDir) -> logging.Handler:
     except (OSError, StorageError):
         handler = logging.NullHandler()  # a read-only run dir: rescore still reports what it can
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    RUN_LOG.set(handler)  # runs in threads of one process: each run's log holds its own lines only
+    handler.addFilter(lambda _: RUN_LOG.get() is handler)
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     return handler

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import signal
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -74,6 +76,9 @@ class StopRequest:
 
     def run(self, main: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         """`main(*args)`, its coroutine made in the loop: one made before would be left 'never awaited' by a stop."""
+        if asyncio._get_running_loop() is not None:  # called inside a loop (Jupyter): the run's own loop in a thread
+            with ThreadPoolExecutor(1) as pool:
+                return pool.submit(contextvars.copy_context().run, self.run, main, *args).result()
 
         async def cancellable() -> T:
             self.task = asyncio.current_task()
@@ -125,7 +130,7 @@ class StopRequest:
 def stopping() -> Iterator[StopRequest]:
     """The command line's StopRequest, or one installed for a library call (off the main thread, an idle one)."""
     existing = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
-    if isinstance(existing, StopRequest):
+    if isinstance(existing, StopRequest) and threading.current_thread() is threading.main_thread():  # not another's
         yield existing
         return
     stop = StopRequest().install()
