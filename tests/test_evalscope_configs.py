@@ -222,3 +222,34 @@ work_dir: {tmp_path / "from-file"}
     assert report["generation_config"]["max_tokens"] == 256
     bad = run_cli("eval", "--config", str(tmp_path / "missing.yaml"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.yaml" in bad.stderr
+
+
+def test_a_config_evalscope_1_14_1_saved_runs_as_it_is(srv: FakeOpenAIServer, tmp_path: Path) -> None:
+    """EvalScope's own task_config.yaml of a run holds its 1.14.1 fields (sandbox, agent, version) and the
+    output-only metadata it strips when it reads a snapshot back: coinflip takes the file as EvalScope does."""
+    saved = tmp_path / "task_config_0a1b2c.yaml"
+    saved.write_text(
+        f"model: qwen\napi_url: {srv.url}\ndatasets: [coin_flip]\nlimit: 4\nmodel_task: text_generation\n"
+        "eval_config: null\nrerun_review: false\ndry_run: false\nsandbox: null\nuse_sandbox: false\n"
+        "sandbox_type: docker\nsandbox_manager_config: {}\nagent_config: null\nevalscope_version: 1.14.1\n"
+        "resolved_benchmarks: {coin_flip: {version: 1}}\nevaluation_identity: {digest: abc}\n"
+        f"work_dir: {tmp_path / 'out'}\n",
+        encoding="utf-8",
+    )
+    result = run_cli("eval", "--config", str(saved))
+    assert result.returncode == 0, result.stderr
+    assert "note: evalscope_version: reports name coinflip's version" in result.stderr
+    assert json.loads((only_run_dir(tmp_path / "out") / "reports/qwen/coin_flip.json").read_text())["counts"]
+
+
+def test_dry_run_checks_the_settings_and_the_data_and_sends_nothing(srv: FakeOpenAIServer, tmp_path: Path) -> None:
+    """EvalScope's dry_run: the config parsed and shown, run_task returns {} without a request or a file."""
+    out = tmp_path / "out"
+    assert run_task(model="qwen", api_url=srv.url, limit=6, repeats=2, dry_run=True, work_dir=str(out)) == {}
+    result = run_cli(
+        "eval", "--model", "qwen", "--api-url", srv.url, "--limit", "6", "--dry-run", "--work-dir", str(out)
+    )
+    assert result.returncode == 0 and "dry run: 6 samples" in result.stderr, result.stderr
+    assert not out.exists() and sum(srv.state.requests.values()) == 0
+    missing = run_cli("eval", "--model", "oracle", "--dataset-path", str(tmp_path / "nope.jsonl"), "--dry-run")
+    assert missing.returncode == 2 and "no such file" in missing.stderr, missing.stderr

@@ -84,7 +84,7 @@ def eval_command(config_file: str | None, **opts: Any) -> None:
 
     config = as_config(config_file, given(opts))  # the file's settings, the flags given over them
     report = run_task(config)
-    if "batch_written" in report:  # --batch-write: the request file is the result
+    if not report or "batch_written" in report:  # --dry-run: nothing ran; --batch-write: the request file is all
         return
     work = Path(config.work_dir).expanduser()
     own = work if config.no_timestamp else work / report["run"]
@@ -307,7 +307,7 @@ def probe_command(variants: str | None, lengths: str | None, length_count: int |
     config = TaskConfig.of(**given(opts))  # validated once, before anything is generated
     if any(getattr(config, name) for name in EVAL_ONLY):
         flags = ", ".join("--" + name.replace("_", "-") for name in EVAL_ONLY)
-        raise ConfigError(f"coinflip probe sends its variants online: {flags} are eval's")
+        raise ConfigError(f"coinflip probe runs its variants online: {flags} are eval's")
     chosen = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants is not None else None
     result = probe(config, ProbeOptions(chosen, lengths, length_count))
     click.echo(one_line(f"probe {result['model']}: {result['headline']}"))

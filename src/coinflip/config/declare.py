@@ -14,7 +14,7 @@ from ..records import REPEATS_MAX
 from .values import check_choice, check_path
 
 BENCHMARK = "coin_flip"
-EVAL_ONLY = ("batch", "batch_write", "batch_results", "batch_rest_online")  # a probe runs its variants online
+EVAL_ONLY = ("batch", "batch_write", "batch_results", "batch_rest_online", "dry_run")  # a probe runs its variants
 PROMPT_TEMPLATES = ("default", "direct", "multiturn", "zh", "direct-zh")
 KEY_AGAIN = "give the API key with --api-key, $COINFLIP_API_KEY or $OPENAI_API_KEY (never saved: a resume needs it)"
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)

@@ -12,6 +12,8 @@ from .evalscope import DATASET_ARGS, GENERATION_TO_TASK
 from .task import TaskConfig, settings
 from .values import parse_json, parse_pairs
 
+SNAPSHOT_ONLY = ("resolved_benchmarks", "evaluation_identity")  # what EvalScope 1.14.1 writes in a saved config
+
 
 def as_configs(task_cfg: Any, kwargs: dict[str, Any]) -> list[TaskConfig]:
     items = task_cfg if isinstance(task_cfg, list) else [task_cfg]
@@ -32,7 +34,8 @@ def as_config(item: Any, kwargs: dict[str, Any]) -> TaskConfig:
     bad = [key for key in item or {} if not isinstance(key, str)]
     if bad:  # YAML's `1: 2`, `~: x`, `yes: x`: Python's TypeError otherwise
         raise ConfigError(f"a setting's name must be a text, got {short(bad[0])} (quote it, or check the indentation)")
-    return TaskConfig.of(**{**without_flagged(item or {}, kwargs), **kwargs})
+    item = {k: v for k, v in (item or {}).items() if k not in SNAPSHOT_ONLY}  # as EvalScope reads its snapshots
+    return TaskConfig.of(**{**without_flagged(item, kwargs), **kwargs})
 
 
 def without_flagged(item: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:

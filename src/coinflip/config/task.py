@@ -258,6 +258,16 @@ class TaskConfig:
     chat_template: str | None = setting(
         None, "Checkpoint chat template.", unused="the server applies its own chat template"
     )
+    model_task: str = setting("text_generation", "Model task.", unused="coin_flip is text generation")
+    eval_config: Any = setting(None, "Another backend's settings.", unused=UNUSED, kind="text")
+    rerun_review: bool = setting(False, "Score cached predictions again.", unused="coinflip rescore RUN_DIR does")
+    sandbox: dict[str, Any] | None = setting(None, "Code sandbox.", unused=UNUSED)
+    use_sandbox: bool = setting(False, "Code sandbox.", unused=UNUSED)
+    sandbox_type: str | None = setting("docker", "Code sandbox engine.", unused=UNUSED)
+    sandbox_manager_config: dict[str, Any] | None = setting(None, "Code sandbox manager.", unused=UNUSED)
+    agent_config: dict[str, Any] | None = setting(None, "Agent loop.", unused=UNUSED)
+    evalscope_version: str | None = setting(None, "EvalScope's version.", unused="reports name coinflip's version")
+    dry_run: bool = setting(False, "Check the settings and the data, print what would run, and send nothing.")
     # not a setting: those given (`of`'s names, else those off their defaults), kept over the saved ones on a resume
     given: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 

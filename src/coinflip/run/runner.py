@@ -53,6 +53,11 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             for note in config.notes():
                 print(f"note: {note}", file=sys.stderr)
             plan = prepare(config)
+            if config.dry_run:  # EvalScope's: the settings and the data checked, nothing sent or written
+                data = plan.dataset.source
+                where = f"{data.get('path') or data.get('id')} {data['split']}, sha256 {data['sha256'][:12]}"
+                print(f"dry run: {plan.samples} samples ({where}) for {config.name}; nothing sent", file=sys.stderr)
+                return {}
             with stop.held():  # a run directory exists only with its settings in it, and then resumes
                 run, fresh = open_run(plan)
                 again = ("--batch-write", str(config.batch_write)) if config.batch_write else ()  # offline: the file
