@@ -253,3 +253,12 @@ def test_dry_run_checks_the_settings_and_the_data_and_sends_nothing(srv: FakeOpe
     assert not out.exists() and sum(srv.state.requests.values()) == 0
     missing = run_cli("eval", "--model", "oracle", "--dataset-path", str(tmp_path / "nope.jsonl"), "--dry-run")
     assert missing.returncode == 2 and "no such file" in missing.stderr, missing.stderr
+
+
+def test_evalscopes_eval_split_and_train_split_in_dataset_args(tmp_path: Path) -> None:
+    """EvalScope's benchmark settings name the split evaluated (eval_split) and the few-shot pool (train_split)."""
+    args = {"coin_flip": {"eval_split": "validation", "train_split": "validation"}}
+    report = run_task(model="oracle", limit=3, dataset_args=args, work_dir=str(tmp_path))
+    assert report["dataset"]["split"] == "validation" and report["counts"]["samples"] == 3
+    with pytest.raises(ConfigError, match="few-shot pool is 'validation'; got train_split 'train'"):
+        TaskConfig(model="oracle", dataset_args={"coin_flip": {"train_split": "train"}})

@@ -60,9 +60,12 @@ def _dataset_args(config: Any, declared: tuple[Setting, ...]) -> list[str]:
         raise ConfigError('dataset_args must look like {"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}')
     others = sorted(k for k in value if k != "coin_flip")
     fields = {s.evalscope.removeprefix(DATASET_ARGS): s.name for s in declared if s.evalscope.startswith(DATASET_ARGS)}
-    unknown = sorted(set(args) - set(fields) - {"subset_list"})
+    unknown = sorted(set(args) - set(fields) - {"subset_list", "train_split"})
     if unknown:
-        raise ConfigError(f"unknown dataset_args key(s) {unknown}; known: {', '.join([*fields, 'subset_list'])}")
+        known = ", ".join([*fields, "subset_list", "train_split"])
+        raise ConfigError(f"unknown dataset_args key(s) {unknown}; known: {known}")
+    if args.get("train_split") not in (None, "validation"):  # EvalScope's few-shot pool: the validation split here
+        raise ConfigError(f"coin_flip's few-shot pool is 'validation'; got train_split {args['train_split']!r}")
     for key, item in args.items():
         if key == "shuffle":  # EvalScope's true or false: how --limit picks
             if not isinstance(item, bool):

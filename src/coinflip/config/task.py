@@ -195,7 +195,7 @@ class TaskConfig:
         "Hub cache folder (default $COINFLIP_CACHE or ~/.cache/coinflip).",
         path="DIR",
     )
-    split: str = setting("test", "Split to evaluate.", choices=SPLITS, evalscope="")
+    split: str = setting("test", "Split to evaluate.", choices=SPLITS, evalscope="dataset_args.coin_flip.eval_split")
     limit: int | float | None = setting(
         None,
         "N questions, or a fraction such as 0.1 (0 or unset: all).",
