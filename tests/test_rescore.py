@@ -84,3 +84,17 @@ def test_a_saved_row_with_a_repeat_the_run_never_asked_is_not_scored(tmp_path: P
         assert run_cli(*command).returncode == 0
         report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
         assert report["counts"]["samples"] == 6 and report["metrics"]["accuracy"] == 1.0, command
+
+
+def test_a_rescored_report_names_the_version_that_scored_it_beside_the_one_that_ran_it(tmp_path: Path) -> None:
+    """Its numbers are this version's arithmetic on the saved replies: the report says so, and which version ran."""
+    import coinflip
+
+    run = _run(tmp_path)
+    saved = (run / "configs/task_config.yaml").read_text(encoding="utf-8")
+    (run / "configs/task_config.yaml").write_text(
+        saved.replace(f"coinflip_version: {coinflip.__version__}", "coinflip_version: 0.0.1"), encoding="utf-8"
+    )
+    assert run_cli("rescore", str(run)).returncode == 0
+    provenance = json.loads((run / "reports/m/coin_flip.json").read_text())["provenance"]
+    assert provenance["coinflip_version"] == "0.0.1" and provenance["scored_by"] == coinflip.__version__

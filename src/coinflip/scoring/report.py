@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
 from ..config import BENCHMARK
 from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
@@ -57,7 +58,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "extraction": EVALSCOPE_EXTRACTION if compat == "evalscope" else EXTRACTION,
         "usage": scorer.usage.result(),
         "tokens": used,
-        "provenance": saved.get("provenance", {}),
+        "provenance": {**_section(saved.get("provenance")), "scored_by": __version__},  # a rescore's own version
         "batch": bool(config.get("batch") or config.get("batch_results")),  # answered by a Batch API
         "cost": cost_report(config, used),
     }
