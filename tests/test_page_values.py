@@ -303,6 +303,16 @@ def test_the_index_script_takes_any_name_as_a_key(named_like_javascript: Path, t
     assert '<tr class="details">' not in dom  # no run's details open by themselves
 
 
+def test_a_run_folder_named_like_a_dunder_is_listed(tmp_path: Path) -> None:
+    """`__proto__` is a run name like any other (docs/viewing.md): view lists it, not silently skips it."""
+    for name in ("__proto__", "__init__"):
+        made = run_cli(
+            "eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path / name), "--no-timestamp"
+        )
+        assert made.returncode == 0, made.stderr
+    assert sorted(r["id"] for r in index.build(tmp_path)["runs"]) == ["__init__", "__proto__"]
+
+
 def test_a_saved_subset_that_is_not_a_count_is_one_line(tmp_path: Path) -> None:
     made = run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path), "--no-timestamp")
     assert made.returncode == 0, made.stderr
