@@ -483,3 +483,20 @@ def test_view_of_a_missing_folder_names_only_options_view_takes(tmp_path: Path) 
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     view_help = run_cli("view", "--help").stdout
     assert "WORK_DIR" in done.stderr and all(o in view_help for o in re.findall(r"--[\w-]+", done.stderr))
+
+
+def test_a_column_sorts_from_the_keyboard(work: Work, tmp_path: Path) -> None:
+    """A column header took only a mouse click: it could not be reached with Tab nor sort with Enter."""
+    frame = tmp_path / "frame.html"
+    frame.write_text(
+        f'<iframe id="f" src="{work.index.as_uri()}" style="width:1280px;height:900px"></iframe><pre id="out"></pre>'
+        "<script>var f=document.getElementById('f');f.onload=function(){var d=f.contentDocument,out=[];"
+        "['model','model'].forEach(function(k){var th=d.querySelector('#board th[data-k='+k+']');out.push(th.tabIndex);"
+        "th.focus();th.dispatchEvent(new KeyboardEvent('keydown',{key:'Enter',bubbles:true}));"
+        "out.push(f.contentWindow.location.hash,d.activeElement.getAttribute('data-k'))});"
+        "document.getElementById('out').textContent=out.join(' ')}</script>"
+    )
+    flags = (f"--user-data-dir={tmp_path / 'profile'}", "--allow-file-access-from-files", "--virtual-time-budget=5000")
+    out = re.search(r'<pre id="out">(.*?)</pre>', _chromium(*flags, "--dump-dom", frame.as_uri()).stdout, re.S)
+    assert out is not None
+    assert unescape(out[1]) == "0 #sort=model&dir=asc model 0 #sort=model model"  # Enter again: descending

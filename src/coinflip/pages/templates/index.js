@@ -40,7 +40,8 @@ function visible(){var q=S.q.toLowerCase();return RUNS.filter(function(r){
 function selected(view){var ids=S.sel?S.sel.split(','):[];var out=ids.map(function(id){return BYID[id]}).filter(Boolean);return out.length?out:view.slice(0,5)}
 function options(select,items,value){select.textContent='';items.forEach(function(it){select.appendChild(new Option(it[1],it[0]))});select.value=value}
 function head(){var tr=el('tr');COLS.forEach(function(c){var th=el('th',S.sort===c.k?'on':'',c.t+(S.sort===c.k?(S.dir==='asc'?' \u25b2':' \u25bc'):''));
- th.setAttribute('data-k',c.k);if(c.k!=='sel')th.addEventListener('click',function(){if(S.sort===c.k)S.dir=S.dir==='asc'?'desc':'asc';else{S.sort=c.k;S.dir=c.n&&!c.up?'desc':'asc'}update()});tr.appendChild(th)});
+ th.setAttribute('data-k',c.k);if(c.k!=='sel'){th.tabIndex=0;th.addEventListener('keydown',function(e){if(e.key==='Enter'||e.key===' '){e.preventDefault();th.click()}});
+ th.addEventListener('click',function(){if(S.sort===c.k)S.dir=S.dir==='asc'?'desc':'asc';else{S.sort=c.k;S.dir=c.n&&!c.up?'desc':'asc'}update();var t=document.querySelector('#board th[data-k="'+c.k+'"]');if(t)t.focus()})}tr.appendChild(th)});
  var t=$('board').tHead;t.textContent='';t.appendChild(tr)}
 function cell(tr,text,cls,title){var td=el('td',cls,text);if(title)td.setAttribute('title',title);tr.appendChild(td);return td}
 function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAttribute('data-id',r.id);tr.setAttribute('data-model',r.model);
