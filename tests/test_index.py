@@ -500,3 +500,25 @@ def test_a_column_sorts_from_the_keyboard(work: Work, tmp_path: Path) -> None:
     out = re.search(r'<pre id="out">(.*?)</pre>', _chromium(*flags, "--dump-dom", frame.as_uri()).stdout, re.S)
     assert out is not None
     assert unescape(out[1]) == "0 #sort=model&dir=asc model 0 #sort=model model"  # Enter again: descending
+
+
+def test_a_run_with_a_comma_in_its_path_can_be_ticked(tmp_path: Path) -> None:
+    """#sel joins run ids with commas: a run in `lr=1,bs=2/` was read back as two ids, so its tick
+    undid itself and the chart drew the first five rows instead of it."""
+    for name in ("lr=1,bs=2", "plain"):
+        made = run_cli(
+            "eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path / "w" / name), "--no-timestamp"
+        )
+        assert made.returncode == 0, made.stderr
+    assert run_cli("view", str(tmp_path / "w")).returncode == 0
+    frame = tmp_path / "w/frame.html"
+    frame.write_text(
+        '<iframe id="f" src="index.html" style="width:1280px;height:900px"></iframe><pre id="out"></pre>'
+        "<script>var f=document.getElementById('f');f.onload=function(){var d=f.contentDocument,"
+        "row='tr[data-id=\"lr=1,bs=2\"] input';d.querySelector(row).click();"
+        "document.getElementById('out').textContent=d.querySelector(row).checked+' '+Array.prototype.map.call("
+        "d.querySelectorAll('path.line'),function(p){return p.getAttribute('data-id')}).join('|')}</script>"
+    )
+    flags = (f"--user-data-dir={tmp_path / 'profile'}", "--allow-file-access-from-files", "--virtual-time-budget=5000")
+    out = re.search(r'<pre id="out">(.*?)</pre>', _chromium(*flags, "--dump-dom", frame.as_uri()).stdout, re.S)
+    assert out is not None and out[1] == "true lr=1,bs=2"

@@ -37,7 +37,9 @@ function visible(){var q=S.q.toLowerCase();return RUNS.filter(function(r){
  if(S.model&&r.model!==S.model)return false;if(S.data&&r.data.key!==S.data)return false;
  if(S.status&&(r.complete?'complete':'incomplete')!==S.status)return false;
  if(q&&[r.model,r.run,r.id,r.template,r.data.label,r.tag,r.date,r.complete?'complete':'incomplete'].join(' ').toLowerCase().indexOf(q)<0)return false;return true}).sort(cmp)}
-function selected(view){var ids=S.sel?S.sel.split(','):[];var out=ids.map(function(id){return BYID[id]}).filter(Boolean);return out.length?out:view.slice(0,5)}
+// #sel holds run ids joined by commas: a comma (or %) in an id is written %2C (%25)
+function sels(){return S.sel?S.sel.split(',').map(function(x){return x.replace(/%(25|2C)/gi,function(m){return m==='%25'?'%':','})}):[]}
+function selected(view){var ids=sels();var out=ids.map(function(id){return BYID[id]}).filter(Boolean);return out.length?out:view.slice(0,5)}
 function options(select,items,value){select.textContent='';items.forEach(function(it){select.appendChild(new Option(it[1],it[0]))});select.value=value}
 function head(){var tr=el('tr');COLS.forEach(function(c){var th=el('th',S.sort===c.k?'on':'',c.t+(S.sort===c.k?(S.dir==='asc'?' \u25b2':' \u25bc'):''));
  th.setAttribute('data-k',c.k);if(c.k!=='sel'){th.tabIndex=0;th.addEventListener('keydown',function(e){if(e.key==='Enter'||e.key===' '){e.preventDefault();th.click()}});
@@ -45,8 +47,8 @@ function head(){var tr=el('tr');COLS.forEach(function(c){var th=el('th',S.sort==
  var t=$('board').tHead;t.textContent='';t.appendChild(tr)}
 function cell(tr,text,cls,title){var td=el('td',cls,text);if(title)td.setAttribute('title',title);tr.appendChild(td);return td}
 function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAttribute('data-id',r.id);tr.setAttribute('data-model',r.model);
- var td=el('td'),box=el('input');box.type='checkbox';box.checked=sel;box.addEventListener('change',function(){var ids=S.sel?S.sel.split(','):[];
-  if(box.checked)ids.push(r.id);else ids=ids.filter(function(x){return x!==r.id});S.sel=ids.join(',');update()});td.appendChild(box);tr.appendChild(td);
+ var td=el('td'),box=el('input');box.type='checkbox';box.checked=sel;box.addEventListener('change',function(){var ids=sels();
+  if(box.checked)ids.push(r.id);else ids=ids.filter(function(x){return x!==r.id});S.sel=ids.map(function(x){return x.replace(/%/g,'%25').replace(/,/g,'%2C')}).join(',');update()});td.appendChild(box);tr.appendChild(td);
  cell(tr,r.rank==null?'\u2013':(r.tied?'=':'')+r.rank,'num',r.rank==null?'not ranked: incomplete':'rank '+r.rank+(r.tied?' (tied: equal F1)':'')+' of '+r.rank_of+' complete runs on '+r.tag+(r.subset?' ('+r.subset+')':'')+' with '+int(r.samples)+' samples in '+r.compat+' arithmetic');
  cell(tr,r.model.length>60?r.model.slice(0,59)+'\u2026':r.model,'model',r.model.length>60?r.model:'');
  var rc=el('td','runc'),more=el('button','more',OPEN[r.id]?'\u25be':'\u25b8');more.setAttribute('title','details');more.addEventListener('click',function(){OPEN[r.id]=!OPEN[r.id];table()});rc.appendChild(more);
@@ -66,7 +68,7 @@ function details(r){var tr=el('tr','details'),td=el('td');td.colSpan=COLS.length
  lines=lines.concat([['invalid reasons',r.invalid_reasons||'\u2014'],['prompt tokens',int(r.ptok)],['completion tokens',int(r.ctok)]]).concat(r.warnings.map(function(w){return ['warning',w]})).concat(r.details);
  var t=el('table');lines.forEach(function(l){var x=el('tr');x.appendChild(el('th',null,l[0]));x.appendChild(el('td',null,l[1]));t.appendChild(x)});td.appendChild(t);tr.appendChild(td);return tr}
 var VIEW=[],PAGE=100,LIMIT=PAGE;
-function table(){var body=$('board').tBodies[0],frag=document.createDocumentFragment(),ids=S.sel?S.sel.split(','):[];
+function table(){var body=$('board').tBodies[0],frag=document.createDocumentFragment(),ids=sels();
  VIEW.slice(0,LIMIT).forEach(function(r){frag.appendChild(row(r,ids.indexOf(r.id)>=0));if(OPEN[r.id])frag.appendChild(details(r))});
  if(VIEW.length>LIMIT){var tr=el('tr','more'),td=el('td');td.colSpan=COLS.length;var b=el('button','more','show '+Math.min(PAGE,VIEW.length-LIMIT)+' more of the '+(VIEW.length-LIMIT)+' not drawn');
   b.addEventListener('click',function(){LIMIT+=PAGE;table()});td.appendChild(b);tr.appendChild(td);frag.appendChild(tr)}
