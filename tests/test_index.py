@@ -522,3 +522,18 @@ def test_a_run_with_a_comma_in_its_path_can_be_ticked(tmp_path: Path) -> None:
     flags = (f"--user-data-dir={tmp_path / 'profile'}", "--allow-file-access-from-files", "--virtual-time-budget=5000")
     out = re.search(r'<pre id="out">(.*?)</pre>', _chromium(*flags, "--dump-dom", frame.as_uri()).stdout, re.S)
     assert out is not None and out[1] == "true lr=1,bs=2"
+
+
+def test_a_rate_past_one_in_a_saved_report_stays_on_the_chart(work: Work, tmp_path: Path) -> None:
+    """An edited report's accuracy by people of 1e308: the chart wrote y = -Infinity, the browser
+    refused the path and that run's line vanished (console errors); a rate is drawn within 0 to 1."""
+    root = shutil.copytree(work.root, tmp_path / "w", symlinks=True)
+    oracle = root / work.runs["oracle"].relative_to(work.root)
+    people = {"2": {"samples": 3, "correct": 3, "accuracy": 1e308, "interval": [-1e308, 1e308]}}
+    _edit_report(oracle, {"by_people": people})
+    assert run_cli("view", str(root)).returncode == 0
+    dom = _chromium(
+        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
+        (root / "index.html").as_uri() + "#sel=" + _rel(work, "oracle"),
+    ).stdout  # fmt: skip
+    assert "Infinity" not in dom and re.search(r'<path d="M[0-9.]+,12\.0"[^>]*class="line"', dom), dom[-3000:]

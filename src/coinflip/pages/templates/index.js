@@ -80,7 +80,7 @@ function chart(runs){var box=$('chart'),leg=$('legend');box.textContent='';leg.t
  var xs=dict();runs.forEach(function(r){for(var k in r.people)xs[k]=1});var keys=Object.keys(xs).map(Number).sort(function(a,b){return a-b});
  if(!runs.length||!keys.length){box.appendChild(el('p','meta','no accuracy by number of people in the drawn runs'));return}
  var W=560,H=290,L=44,R=16,T=12,B=40,lo=keys[0],hi=keys[keys.length-1],span=(hi-lo)||1;
- function sx(x){return keys.length===1?(L+W-R)/2:L+(W-L-R)*(x-lo)/span}function sy(y){return T+(H-T-B)*(1-y)}
+ function sx(x){return keys.length===1?(L+W-R)/2:L+(W-L-R)*(x-lo)/span}function sy(y){return T+(H-T-B)*(1-Math.min(1,Math.max(0,y)))}
  var s=svg('svg',{width:W,height:H,role:'img','aria-label':'accuracy by number of people'});
  [0,0.25,0.5,0.75,1].forEach(function(t){s.appendChild(svg('line',{x1:L,x2:W-R,y1:sy(t),y2:sy(t),stroke:'#e2e5ea'}));s.appendChild(svg('text',{x:6,y:sy(t)+4},t.toFixed(2)))});
  keys.forEach(function(k){s.appendChild(svg('text',{x:sx(k)-4,y:H-22},k))});s.appendChild(svg('text',{x:W/2-50,y:H-6},'number of people'));
