@@ -537,3 +537,14 @@ def test_a_rate_past_one_in_a_saved_report_stays_on_the_chart(work: Work, tmp_pa
         (root / "index.html").as_uri() + "#sel=" + _rel(work, "oracle"),
     ).stdout  # fmt: skip
     assert "Infinity" not in dom and re.search(r'<path d="M[0-9.]+,12\.0"[^>]*class="line"', dom), dom[-3000:]
+
+
+def test_sorting_reads_numbers_in_names_as_numbers(tmp_path: Path) -> None:
+    """Sorted by data, eleven data sets read D1, D10, D11, D2 ... (and step-1000 came before step-200)."""
+    args = ("--model", "oracle", "--limit", "4", "--length-count", "2", "--lengths", "2-4")
+    assert run_cli("probe", *args, "--work-dir", str(tmp_path / "w")).returncode == 0
+    assert run_cli("view", str(tmp_path / "w")).returncode == 0
+    url = (tmp_path / "w/index.html").as_uri() + "#sort=data&dir=asc"
+    dom = _chromium(f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom", url).stdout
+    tags = re.findall(r'<span class="tag"[^>]*>(D\d+)</span>', dom)
+    assert len(tags) >= 11 and tags == sorted(tags, key=lambda t: int(t[1:])), tags

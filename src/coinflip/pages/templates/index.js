@@ -32,7 +32,7 @@ D.extras.forEach(function(e){if(MAIN_X.indexOf(e[0])>=0)COLS.push({k:e[0],t:e[1]
 COLS.push({k:'invalid_rate',t:'invalid',n:1},{k:'errors',t:'errors',n:1},{k:'status',t:'status'});
 function val(r,k){if(M.indexOf(k)>=0)return r.m[k][0];if(k in EX)return r.extra[k];if(k==='data')return r.tag;if(k==='status')return r.complete?'complete':'incomplete';return r[k]}
 function cmp(a,b){var k=S.sort,x=val(a,k),y=val(b,k);if(x==null&&y==null)return a.i-b.i;if(x==null)return 1;if(y==null)return -1;
- var c=(typeof x==='number'&&typeof y==='number')?x-y:String(x).localeCompare(String(y));if(c===0)return a.i-b.i;return S.dir==='asc'?c:-c}
+ var c=(typeof x==='number'&&typeof y==='number')?x-y:String(x).localeCompare(String(y),undefined,{numeric:true});if(c===0)return a.i-b.i;return S.dir==='asc'?c:-c}
 function visible(){var q=S.q.toLowerCase();return RUNS.filter(function(r){
  if(S.model&&r.model!==S.model)return false;if(S.data&&r.data.key!==S.data)return false;
  if(S.status&&(r.complete?'complete':'incomplete')!==S.status)return false;
