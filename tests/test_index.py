@@ -483,3 +483,68 @@ def test_view_of_a_missing_folder_names_only_options_view_takes(tmp_path: Path) 
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     view_help = run_cli("view", "--help").stdout
     assert "WORK_DIR" in done.stderr and all(o in view_help for o in re.findall(r"--[\w-]+", done.stderr))
+
+
+def test_a_column_sorts_from_the_keyboard(work: Work, tmp_path: Path) -> None:
+    """A column header took only a mouse click: it could not be reached with Tab nor sort with Enter."""
+    frame = tmp_path / "frame.html"
+    frame.write_text(
+        f'<iframe id="f" src="{work.index.as_uri()}" style="width:1280px;height:900px"></iframe><pre id="out"></pre>'
+        "<script>var f=document.getElementById('f');f.onload=function(){var d=f.contentDocument,out=[];"
+        "['model','model'].forEach(function(k){var th=d.querySelector('#board th[data-k='+k+']');out.push(th.tabIndex);"
+        "th.focus();th.dispatchEvent(new KeyboardEvent('keydown',{key:'Enter',bubbles:true}));"
+        "out.push(f.contentWindow.location.hash,d.activeElement.getAttribute('data-k'))});"
+        "document.getElementById('out').textContent=out.join(' ')}</script>"
+    )
+    flags = (f"--user-data-dir={tmp_path / 'profile'}", "--allow-file-access-from-files", "--virtual-time-budget=5000")
+    out = re.search(r'<pre id="out">(.*?)</pre>', _chromium(*flags, "--dump-dom", frame.as_uri()).stdout, re.S)
+    assert out is not None
+    assert unescape(out[1]) == "0 #sort=model&dir=asc model 0 #sort=model model"  # Enter again: descending
+
+
+def test_a_run_with_a_comma_in_its_path_can_be_ticked(tmp_path: Path) -> None:
+    """#sel joins run ids with commas: a run in `lr=1,bs=2/` was read back as two ids, so its tick
+    undid itself and the chart drew the first five rows instead of it."""
+    for name in ("lr=1,bs=2", "plain"):
+        made = run_cli(
+            "eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path / "w" / name), "--no-timestamp"
+        )
+        assert made.returncode == 0, made.stderr
+    assert run_cli("view", str(tmp_path / "w")).returncode == 0
+    frame = tmp_path / "w/frame.html"
+    frame.write_text(
+        '<iframe id="f" src="index.html" style="width:1280px;height:900px"></iframe><pre id="out"></pre>'
+        "<script>var f=document.getElementById('f');f.onload=function(){var d=f.contentDocument,"
+        "row='tr[data-id=\"lr=1,bs=2\"] input';d.querySelector(row).click();"
+        "document.getElementById('out').textContent=d.querySelector(row).checked+' '+Array.prototype.map.call("
+        "d.querySelectorAll('path.line'),function(p){return p.getAttribute('data-id')}).join('|')}</script>"
+    )
+    flags = (f"--user-data-dir={tmp_path / 'profile'}", "--allow-file-access-from-files", "--virtual-time-budget=5000")
+    out = re.search(r'<pre id="out">(.*?)</pre>', _chromium(*flags, "--dump-dom", frame.as_uri()).stdout, re.S)
+    assert out is not None and out[1] == "true lr=1,bs=2"
+
+
+def test_a_rate_past_one_in_a_saved_report_stays_on_the_chart(work: Work, tmp_path: Path) -> None:
+    """An edited report's accuracy by people of 1e308: the chart wrote y = -Infinity, the browser
+    refused the path and that run's line vanished (console errors); a rate is drawn within 0 to 1."""
+    root = shutil.copytree(work.root, tmp_path / "w", symlinks=True)
+    oracle = root / work.runs["oracle"].relative_to(work.root)
+    people = {"2": {"samples": 3, "correct": 3, "accuracy": 1e308, "interval": [-1e308, 1e308]}}
+    _edit_report(oracle, {"by_people": people})
+    assert run_cli("view", str(root)).returncode == 0
+    dom = _chromium(
+        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
+        (root / "index.html").as_uri() + "#sel=" + _rel(work, "oracle"),
+    ).stdout  # fmt: skip
+    assert "Infinity" not in dom and re.search(r'<path d="M[0-9.]+,12\.0"[^>]*class="line"', dom), dom[-3000:]
+
+
+def test_sorting_reads_numbers_in_names_as_numbers(tmp_path: Path) -> None:
+    """Sorted by data, eleven data sets read D1, D10, D11, D2 ... (and step-1000 came before step-200)."""
+    args = ("--model", "oracle", "--limit", "4", "--length-count", "2", "--lengths", "2-4")
+    assert run_cli("probe", *args, "--work-dir", str(tmp_path / "w")).returncode == 0
+    assert run_cli("view", str(tmp_path / "w")).returncode == 0
+    url = (tmp_path / "w/index.html").as_uri() + "#sort=data&dir=asc"
+    dom = _chromium(f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom", url).stdout
+    tags = re.findall(r'<span class="tag"[^>]*>(D\d+)</span>', dom)
+    assert len(tags) >= 11 and tags == sorted(tags, key=lambda t: int(t[1:])), tags

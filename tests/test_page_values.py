@@ -303,6 +303,16 @@ def test_the_index_script_takes_any_name_as_a_key(named_like_javascript: Path, t
     assert '<tr class="details">' not in dom  # no run's details open by themselves
 
 
+def test_a_run_folder_named_like_a_dunder_is_listed(tmp_path: Path) -> None:
+    """`__proto__` is a run name like any other (docs/viewing.md): view lists it, not silently skips it."""
+    for name in ("__proto__", "__init__"):
+        made = run_cli(
+            "eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path / name), "--no-timestamp"
+        )
+        assert made.returncode == 0, made.stderr
+    assert sorted(r["id"] for r in index.build(tmp_path)["runs"]) == ["__init__", "__proto__"]
+
+
 def test_a_saved_subset_that_is_not_a_count_is_one_line(tmp_path: Path) -> None:
     made = run_cli("eval", "--model", "oracle", "--limit", "5", "--work-dir", str(tmp_path), "--no-timestamp")
     assert made.returncode == 0, made.stderr
@@ -393,3 +403,29 @@ def test_the_index_lists_long_questions_cut(two_runs: Path, tmp_path: Path) -> N
         )
     data = json.loads(Page(index.write(work).read_text()).scripts[0])
     assert data["questions"] and all(len(q) <= 2000 and q.endswith("…") for q, _, _ in data["questions"])
+
+
+def test_a_chart_wider_than_its_panel_scrolls_rather_than_hides_bars(tmp_path: Path) -> None:
+    """Data with 2 to 16 people: accuracy by people is 740 px wide in a 380 px panel at 1280 px. Each
+    svg was shrunk to its panel and clipped its drawing there: 9 to 16 people hidden, no scrollbar."""
+    from coinflip.data.generate import PeopleRange, generate_file
+
+    generate_file(tmp_path / "mixed.jsonl", PeopleRange(2, 16), 60, 1)
+    args = ("--model", "oracle", "--dataset-hub", "local", "--dataset-path", str(tmp_path / "mixed.jsonl"))
+    assert run_cli("eval", *args, "--work-dir", str(tmp_path / "w"), "--no-timestamp").returncode == 0
+    frame, page = tmp_path / "frame.html", (tmp_path / "w/reports/oracle/coin_flip.html").as_uri()
+    frame.write_text(
+        f'<iframe id="f" src="{page}" style="width:1280px;height:900px">'
+        "</iframe><pre id=out></pre><script>var f=document.getElementById('f');f.onload=function(){"
+        "var s=f.contentDocument.querySelectorAll('svg');document.getElementById('out').textContent=s.length+' '+"
+        "Array.prototype.filter.call(s,function(e){var b=e.getBBox();"
+        "return b.x+b.width>e.getBoundingClientRect().width+2})"
+        ".map(function(e){return e.getAttribute('aria-label')}).join('|')}</script>"
+    )
+    dom = _chromium(
+        f"--user-data-dir={tmp_path / 'profile'}", "--allow-file-access-from-files", "--virtual-time-budget=5000",
+        "--dump-dom", frame.as_uri(),
+    ).stdout  # fmt: skip
+    out = re.search(r'<pre id="out">(\d+) (.*?)</pre>', dom, re.S)
+    assert out is not None and int(out[1]) >= 3, dom[-2000:]
+    assert out[2] == "", f"charts drawn past their box, hidden: {out[2]}"

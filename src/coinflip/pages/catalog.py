@@ -22,6 +22,7 @@ from ..scoring.schema import Report, read_report
 from .html import text
 
 RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs"})
+NOT_RUNS = frozenset({"__pycache__"})  # a folder named __proto__ may hold runs; only these never do
 MAX_DEPTH = 8
 LINE_LIMIT = 64 << 20  # bytes of one line read at a time (a longer one is not a row)
 REPORT_LIMIT = 64 << 20  # bytes read of a report (a real one is tens of kilobytes)
@@ -88,11 +89,11 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
         out.append(Found(folder, _rel(root, folder), "foreign", reason))
         return True
     # a sweep's or probe's data/ holds the sets it generated
-    skip = (RUN_PARTS if is_run else set()) | ({"data"} if names & {"sweep.json", "probe.json"} else set())
+    skip = (RUN_PARTS if is_run else NOT_RUNS) | ({"data"} if names & {"sweep.json", "probe.json"} else set())
     holds_runs = is_run
     empty: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        if depth >= MAX_DEPTH or entry.name.startswith((".", "__")) or entry.name in skip or not _is_dir(entry, root):
+        if depth >= MAX_DEPTH or entry.name.startswith(".") or entry.name in skip or not _is_dir(entry, root):
             continue
         sub = Path(entry.path)
         if _walk(root, sub, depth + 1, seen, out):

@@ -32,20 +32,23 @@ D.extras.forEach(function(e){if(MAIN_X.indexOf(e[0])>=0)COLS.push({k:e[0],t:e[1]
 COLS.push({k:'invalid_rate',t:'invalid',n:1},{k:'errors',t:'errors',n:1},{k:'status',t:'status'});
 function val(r,k){if(M.indexOf(k)>=0)return r.m[k][0];if(k in EX)return r.extra[k];if(k==='data')return r.tag;if(k==='status')return r.complete?'complete':'incomplete';return r[k]}
 function cmp(a,b){var k=S.sort,x=val(a,k),y=val(b,k);if(x==null&&y==null)return a.i-b.i;if(x==null)return 1;if(y==null)return -1;
- var c=(typeof x==='number'&&typeof y==='number')?x-y:String(x).localeCompare(String(y));if(c===0)return a.i-b.i;return S.dir==='asc'?c:-c}
+ var c=(typeof x==='number'&&typeof y==='number')?x-y:String(x).localeCompare(String(y),undefined,{numeric:true});if(c===0)return a.i-b.i;return S.dir==='asc'?c:-c}
 function visible(){var q=S.q.toLowerCase();return RUNS.filter(function(r){
  if(S.model&&r.model!==S.model)return false;if(S.data&&r.data.key!==S.data)return false;
  if(S.status&&(r.complete?'complete':'incomplete')!==S.status)return false;
  if(q&&[r.model,r.run,r.id,r.template,r.data.label,r.tag,r.date,r.complete?'complete':'incomplete'].join(' ').toLowerCase().indexOf(q)<0)return false;return true}).sort(cmp)}
-function selected(view){var ids=S.sel?S.sel.split(','):[];var out=ids.map(function(id){return BYID[id]}).filter(Boolean);return out.length?out:view.slice(0,5)}
+// #sel holds run ids joined by commas: a comma (or %) in an id is written %2C (%25)
+function sels(){return S.sel?S.sel.split(',').map(function(x){return x.replace(/%(25|2C)/gi,function(m){return m==='%25'?'%':','})}):[]}
+function selected(view){var ids=sels();var out=ids.map(function(id){return BYID[id]}).filter(Boolean);return out.length?out:view.slice(0,5)}
 function options(select,items,value){select.textContent='';items.forEach(function(it){select.appendChild(new Option(it[1],it[0]))});select.value=value}
 function head(){var tr=el('tr');COLS.forEach(function(c){var th=el('th',S.sort===c.k?'on':'',c.t+(S.sort===c.k?(S.dir==='asc'?' \u25b2':' \u25bc'):''));
- th.setAttribute('data-k',c.k);if(c.k!=='sel')th.addEventListener('click',function(){if(S.sort===c.k)S.dir=S.dir==='asc'?'desc':'asc';else{S.sort=c.k;S.dir=c.n&&!c.up?'desc':'asc'}update()});tr.appendChild(th)});
+ th.setAttribute('data-k',c.k);if(c.k!=='sel'){th.tabIndex=0;th.addEventListener('keydown',function(e){if(e.key==='Enter'||e.key===' '){e.preventDefault();th.click()}});
+ th.addEventListener('click',function(){if(S.sort===c.k)S.dir=S.dir==='asc'?'desc':'asc';else{S.sort=c.k;S.dir=c.n&&!c.up?'desc':'asc'}update();var t=document.querySelector('#board th[data-k="'+c.k+'"]');if(t)t.focus()})}tr.appendChild(th)});
  var t=$('board').tHead;t.textContent='';t.appendChild(tr)}
 function cell(tr,text,cls,title){var td=el('td',cls,text);if(title)td.setAttribute('title',title);tr.appendChild(td);return td}
 function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAttribute('data-id',r.id);tr.setAttribute('data-model',r.model);
- var td=el('td'),box=el('input');box.type='checkbox';box.checked=sel;box.addEventListener('change',function(){var ids=S.sel?S.sel.split(','):[];
-  if(box.checked)ids.push(r.id);else ids=ids.filter(function(x){return x!==r.id});S.sel=ids.join(',');update()});td.appendChild(box);tr.appendChild(td);
+ var td=el('td'),box=el('input');box.type='checkbox';box.checked=sel;box.addEventListener('change',function(){var ids=sels();
+  if(box.checked)ids.push(r.id);else ids=ids.filter(function(x){return x!==r.id});S.sel=ids.map(function(x){return x.replace(/%/g,'%25').replace(/,/g,'%2C')}).join(',');update()});td.appendChild(box);tr.appendChild(td);
  cell(tr,r.rank==null?'\u2013':(r.tied?'=':'')+r.rank,'num',r.rank==null?'not ranked: incomplete':'rank '+r.rank+(r.tied?' (tied: equal F1)':'')+' of '+r.rank_of+' complete runs on '+r.tag+(r.subset?' ('+r.subset+')':'')+' with '+int(r.samples)+' samples in '+r.compat+' arithmetic');
  cell(tr,r.model.length>60?r.model.slice(0,59)+'\u2026':r.model,'model',r.model.length>60?r.model:'');
  var rc=el('td','runc'),more=el('button','more',OPEN[r.id]?'\u25be':'\u25b8');more.setAttribute('title','details');more.addEventListener('click',function(){OPEN[r.id]=!OPEN[r.id];table()});rc.appendChild(more);
@@ -65,7 +68,7 @@ function details(r){var tr=el('tr','details'),td=el('td');td.colSpan=COLS.length
  lines=lines.concat([['invalid reasons',r.invalid_reasons||'\u2014'],['prompt tokens',int(r.ptok)],['completion tokens',int(r.ctok)]]).concat(r.warnings.map(function(w){return ['warning',w]})).concat(r.details);
  var t=el('table');lines.forEach(function(l){var x=el('tr');x.appendChild(el('th',null,l[0]));x.appendChild(el('td',null,l[1]));t.appendChild(x)});td.appendChild(t);tr.appendChild(td);return tr}
 var VIEW=[],PAGE=100,LIMIT=PAGE;
-function table(){var body=$('board').tBodies[0],frag=document.createDocumentFragment(),ids=S.sel?S.sel.split(','):[];
+function table(){var body=$('board').tBodies[0],frag=document.createDocumentFragment(),ids=sels();
  VIEW.slice(0,LIMIT).forEach(function(r){frag.appendChild(row(r,ids.indexOf(r.id)>=0));if(OPEN[r.id])frag.appendChild(details(r))});
  if(VIEW.length>LIMIT){var tr=el('tr','more'),td=el('td');td.colSpan=COLS.length;var b=el('button','more','show '+Math.min(PAGE,VIEW.length-LIMIT)+' more of the '+(VIEW.length-LIMIT)+' not drawn');
   b.addEventListener('click',function(){LIMIT+=PAGE;table()});td.appendChild(b);tr.appendChild(td);frag.appendChild(tr)}
@@ -77,7 +80,7 @@ function chart(runs){var box=$('chart'),leg=$('legend');box.textContent='';leg.t
  var xs=dict();runs.forEach(function(r){for(var k in r.people)xs[k]=1});var keys=Object.keys(xs).map(Number).sort(function(a,b){return a-b});
  if(!runs.length||!keys.length){box.appendChild(el('p','meta','no accuracy by number of people in the drawn runs'));return}
  var W=560,H=290,L=44,R=16,T=12,B=40,lo=keys[0],hi=keys[keys.length-1],span=(hi-lo)||1;
- function sx(x){return keys.length===1?(L+W-R)/2:L+(W-L-R)*(x-lo)/span}function sy(y){return T+(H-T-B)*(1-y)}
+ function sx(x){return keys.length===1?(L+W-R)/2:L+(W-L-R)*(x-lo)/span}function sy(y){return T+(H-T-B)*(1-Math.min(1,Math.max(0,y)))}
  var s=svg('svg',{width:W,height:H,role:'img','aria-label':'accuracy by number of people'});
  [0,0.25,0.5,0.75,1].forEach(function(t){s.appendChild(svg('line',{x1:L,x2:W-R,y1:sy(t),y2:sy(t),stroke:'#e2e5ea'}));s.appendChild(svg('text',{x:6,y:sy(t)+4},t.toFixed(2)))});
  keys.forEach(function(k){s.appendChild(svg('text',{x:sx(k)-4,y:H-22},k))});s.appendChild(svg('text',{x:W/2-50,y:H-6},'number of people'));
