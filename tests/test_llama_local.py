@@ -71,6 +71,7 @@ def test_no_server_left_after_a_failure(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "llama.cpp server exited" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Failed to load model" in result.stderr and "llama_server.log" not in result.stderr  # a log since removed
     assert llama_processes(mark) == []
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing left behind
 
