@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -123,3 +124,23 @@ def test_the_quick_start_against_the_python_llama_server_waits_on_no_queue(tmp_p
     requests = json.loads(next(run.glob("reports/*/coin_flip.json")).read_text())["requests"]
     assert requests["timeouts"] == 0 and requests["retries"] == 0 and requests["server_slots"] == 1
     assert requests["sent"] == 4 and requests["in_flight_max"] == 1, requests
+
+
+def test_a_server_that_dies_mid_run_is_named_and_the_run_resumes(tmp_path: Path) -> None:
+    mark = str(tmp_path)
+    args = ("--generation-config", "max_tokens=8,temperature=0")
+    proc = spawn_cli(
+        "eval", "--model", "smollm2", "--limit", "5", *args, "--work-dir", mark, env={"COINFLIP_TEST_MARK": mark}
+    )
+    files = "*/predictions/smollm2/coin_flip.jsonl"
+    wait_for(lambda: [p for p in tmp_path.glob(files) if p.stat().st_size], "the first reply", MODEL_BUDGET_S)
+    for pid in llama_processes(mark):
+        os.kill(pid, signal.SIGKILL)  # out of memory, say
+    _, err = proc.communicate(timeout=MODEL_BUDGET_S)
+    last = err.strip().splitlines()[-1]  # after the progress lines
+    assert proc.returncode == 1 and "Traceback" not in err and err.count("error:") == 1, err
+    assert "llama.cpp server exited with code -9" in last and "--use-cache" in last  # not only a refused connection
+    run = only_run_dir(tmp_path)
+    resumed = run_cli("eval", "--use-cache", str(run), env={"COINFLIP_TEST_MARK": mark}, timeout=MODEL_BUDGET_S)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(read_jsonl(run / "predictions/smollm2/coin_flip.jsonl")) == 5

