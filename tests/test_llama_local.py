@@ -144,3 +144,19 @@ def test_a_server_that_dies_mid_run_is_named_and_the_run_resumes(tmp_path: Path)
     resumed = run_cli("eval", "--use-cache", str(run), env={"COINFLIP_TEST_MARK": mark}, timeout=MODEL_BUDGET_S)
     assert resumed.returncode == 0, resumed.stderr
     assert len(read_jsonl(run / "predictions/smollm2/coin_flip.jsonl")) == 5
+
+
+def test_a_resume_never_writes_the_server_log_through_a_link(tmp_path: Path) -> None:
+    """A run directory is untrusted: a link at logs/llama_server.log must not make the server append elsewhere."""
+    args = ("--model", "smollm2", "--generation-config", "max_tokens=4,temperature=0")
+    first = run_cli("eval", *args, "--limit", "1", "--work-dir", str(tmp_path / "w"), timeout=MODEL_BUDGET_S)
+    assert first.returncode == 0, first.stderr
+    run = only_run_dir(tmp_path / "w")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (run / "logs/llama_server.log").unlink()
+    (run / "logs/llama_server.log").symlink_to(victim)
+    resumed = run_cli("eval", *args, "--use-cache", str(run), "--limit", "2", timeout=MODEL_BUDGET_S)
+    assert resumed.returncode == 0, resumed.stderr
+    assert victim.read_text() == "mine\n"
+    assert not (run / "logs/llama_server.log").is_symlink() and "llama" in (run / "logs/llama_server.log").read_text()
