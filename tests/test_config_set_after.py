@@ -42,3 +42,9 @@ def test_notes_and_given_survive_the_second_check() -> None:
     again = config.checked()
     assert again.notes() == config.notes() and "do_sample" in " ".join(again.notes())
     assert {"seed", "generation_config"} <= again.given
+
+
+def test_a_model_path_with_an_api_url_says_the_url_is_not_used() -> None:
+    """--model-path is served by llama.cpp here (models.backend): --api-url beside it was silently ignored."""
+    config = TaskConfig.of(model_path="m.gguf", api_url="http://127.0.0.1:9/v1").checked()
+    assert "api_url: not used, the --model-path file is served by llama.cpp here" in config.notes()

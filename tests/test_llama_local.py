@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,7 @@ def test_no_server_left_after_a_failure(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "llama.cpp server exited" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Failed to load model" in result.stderr and "llama_server.log" not in result.stderr  # a log since removed
     assert llama_processes(mark) == []
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing left behind
 
@@ -122,3 +125,53 @@ def test_the_quick_start_against_the_python_llama_server_waits_on_no_queue(tmp_p
     requests = json.loads(next(run.glob("reports/*/coin_flip.json")).read_text())["requests"]
     assert requests["timeouts"] == 0 and requests["retries"] == 0 and requests["server_slots"] == 1
     assert requests["sent"] == 4 and requests["in_flight_max"] == 1, requests
+
+
+def test_a_server_that_dies_mid_run_is_named_and_the_run_resumes(tmp_path: Path) -> None:
+    mark = str(tmp_path)
+    args = ("--generation-config", "max_tokens=8,temperature=0")
+    proc = spawn_cli(
+        "eval", "--model", "smollm2", "--limit", "5", *args, "--work-dir", mark, env={"COINFLIP_TEST_MARK": mark}
+    )
+    files = "*/predictions/smollm2/coin_flip.jsonl"
+    wait_for(lambda: [p for p in tmp_path.glob(files) if p.stat().st_size], "the first reply", MODEL_BUDGET_S)
+    for pid in llama_processes(mark):
+        os.kill(pid, signal.SIGKILL)  # out of memory, say
+    _, err = proc.communicate(timeout=MODEL_BUDGET_S)
+    last = err.strip().splitlines()[-1]  # after the progress lines
+    assert proc.returncode == 1 and "Traceback" not in err and err.count("error:") == 1, err
+    assert "llama.cpp server exited with code -9" in last and "--use-cache" in last  # not only a refused connection
+    run = only_run_dir(tmp_path)
+    resumed = run_cli("eval", "--use-cache", str(run), env={"COINFLIP_TEST_MARK": mark}, timeout=MODEL_BUDGET_S)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(read_jsonl(run / "predictions/smollm2/coin_flip.jsonl")) == 5
+
+
+def test_a_resume_never_writes_the_server_log_through_a_link(tmp_path: Path) -> None:
+    """A run directory is untrusted: a link at logs/llama_server.log must not make the server append elsewhere."""
+    args = ("--model", "smollm2", "--generation-config", "max_tokens=4,temperature=0")
+    first = run_cli("eval", *args, "--limit", "1", "--work-dir", str(tmp_path / "w"), timeout=MODEL_BUDGET_S)
+    assert first.returncode == 0, first.stderr
+    run = only_run_dir(tmp_path / "w")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (run / "logs/llama_server.log").unlink()
+    (run / "logs/llama_server.log").symlink_to(victim)
+    resumed = run_cli("eval", *args, "--use-cache", str(run), "--limit", "2", timeout=MODEL_BUDGET_S)
+    assert resumed.returncode == 0, resumed.stderr
+    assert victim.read_text() == "mine\n"
+    assert not (run / "logs/llama_server.log").is_symlink() and "llama" in (run / "logs/llama_server.log").read_text()
+
+
+def test_a_proxy_in_the_environment_does_not_stop_the_local_server_starting(tmp_path: Path) -> None:
+    """The local server is on 127.0.0.1, which no proxy can reach: the start-up check went through
+    HTTP_PROXY (and never saw the server), as the client's requests do not."""
+    with socket.socket() as dead:  # a proxy that refuses every connection
+        dead.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{dead.getsockname()[1]}"
+        result = run_cli(
+            "eval", "--model", "smollm2", "--limit", "1", "--generation-config", "max_tokens=4,temperature=0",
+            "--work-dir", str(tmp_path), env={"HTTP_PROXY": proxy, "http_proxy": proxy}, timeout=MODEL_BUDGET_S,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(read_jsonl(only_run_dir(tmp_path) / "predictions/smollm2/coin_flip.jsonl")) == 1

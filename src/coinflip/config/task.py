@@ -323,7 +323,9 @@ class TaskConfig:
     def notes(self) -> list[str]:
         """One line per setting given that changes nothing here (EvalScope's, --api-url beside a baseline)."""
         out = list(self._notes)
-        if self.model in BASELINES and self.api_url and not self.model_path:  # models.backend: in-process
+        if self.api_url and self.model_path:  # models.backend: llama.cpp here
+            out.append("api_url: not used, the --model-path file is served by llama.cpp here")
+        elif self.model in BASELINES and self.api_url:  # models.backend: in-process
             out.append(f"api_url: not used, --model {self.model} is a baseline coinflip answers itself")
         for s in settings():
             if s.unused and getattr(self, s.name) not in (None, False, s.default, {}, []):

