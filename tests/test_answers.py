@@ -74,6 +74,19 @@ def test_a_reply_that_looks_like_a_formula_stays_text_in_the_csv(tmp_path: Path)
     assert replies[0].startswith("'=HYPERLINK") and not any(r.startswith("=") for r in replies)
 
 
+def test_answers_of_a_run_saved_without_repeats_give_repeat_0(tmp_path: Path) -> None:
+    """Rows and reviews of versions before repeats have no repeat: it reads as 0, and answers left it blank."""
+    done = run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run = only_run_dir(tmp_path)
+    for path in (run / "predictions/oracle/coin_flip.jsonl", run / "reviews/oracle/coin_flip.jsonl"):
+        rows = [{k: v for k, v in row.items() if k != "repeat"} for row in read_jsonl(path)]
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = run_cli("answers", str(run), "--format", "jsonl", "--out", "-")
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line)["repeat"] for line in result.stdout.splitlines()] == [0, 0, 0]
+
+
 def test_answers_of_a_folder_that_is_not_a_run_is_one_line(tmp_path: Path) -> None:
     result = run_cli("answers", str(tmp_path))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1

@@ -1268,3 +1268,20 @@ def test_a_batch_whose_input_file_the_server_dropped_before_its_creation_is_sent
     assert resumed.returncode == 0, resumed.stderr
     assert created == 2 and len(_answers(run)) == 5 and _report(run)["complete"]
     assert len(store.seen_ids) == 5 and all(n == 1 for n in store.seen_ids.values())
+
+
+def test_a_resume_with_no_batch_leaves_a_batch_not_yet_collected_to_be_collected(tmp_path: Path) -> None:
+    """`--use-cache RUN --no-batch` while the run's batch was still at the server sent every one of its
+    requests online again, paid twice and unsaid (docs/batches.md: never sent twice): now refused."""
+    store = BatchStore(delay=3600.0)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST)
+        _killed_while_polled(args, tmp_path, store)
+        run = only_run_dir(tmp_path)
+        online = run_cli("eval", "--use-cache", str(run), "--no-batch")
+        store.delay = 0.0
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert online.returncode == 2 and "batch_" in online.stderr and "--batch" in online.stderr, online.stderr
+    assert len(online.stderr.strip().splitlines()) == 1 and "Traceback" not in online.stderr
+    assert resumed.returncode == 0, resumed.stderr
+    assert store.created == 1 and all(n == 1 for n in store.seen_ids.values()) and len(_answers(run)) == 5

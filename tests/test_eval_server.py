@@ -229,6 +229,29 @@ def test_settings_saved_before_versions_still_resume(tmp_path: Path) -> None:
     assert yaml.safe_load(path.read_text())["config"]["api_url"] == srv.url
 
 
+def test_a_run_from_before_subsets_resumes_its_own_first_questions(tmp_path: Path) -> None:
+    """Before c4f33b2 --limit N took the first N questions and saved no subset: a resume drew a
+    stratified subset instead, asked N other questions and reported them alone (the old answers dropped)."""
+    import yaml
+
+    with FakeOpenAIServer("correct") as srv:
+        args = ("eval", "--model", "m", "--api-url", srv.url, "--limit", "4", "--limit-mode", "first")
+        done = run_cli(*args, "--work-dir", str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        run = only_run_dir(tmp_path)
+        path = run / "configs/task_config.yaml"
+        saved = yaml.safe_load(path.read_text())
+        del saved["config"]["limit_mode"], saved["fingerprint"]["subset"], saved["subset"]  # as that version saved
+        path.write_text(yaml.safe_dump(saved))
+        (run / "configs/subset.json").unlink(missing_ok=True)
+        first = [r["id"] for r in read_jsonl(run / "predictions/m/coin_flip.jsonl")]
+        same = run_cli("eval", "--use-cache", str(run), "--limit", "4")
+        more = run_cli("eval", "--use-cache", str(run), "--limit", "6")
+    assert same.returncode == 0 and more.returncode == 0, same.stderr + more.stderr
+    ids = [r["id"] for r in read_jsonl(run / "predictions/m/coin_flip.jsonl")]
+    assert ids[:4] == first and len(set(ids)) == 6 and len(ids) == 6, ids  # two more asked, none again
+
+
 @pytest.mark.parametrize(
     ("model", "expect"),
     [

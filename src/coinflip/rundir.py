@@ -278,6 +278,9 @@ def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:
     ):
         raise ConfigError(f"{path}: not a coinflip task config")
     data["config"] = saved_settings(data["config"])  # as this version reads them, whatever wrote them
+    if "subset" not in data["fingerprint"]:  # saved before subsets were drawn: --limit took the first N
+        data["config"].setdefault("limit_mode", "first")
+        data["fingerprint"]["subset"] = {"mode": "first", "seed": data["config"].get("seed", 42)}
     if check:
         _check_saved(path, data)
     return data

@@ -140,6 +140,22 @@ class ResultsFile:
                   f"{c['owed']} requests still owed (write them with --batch-write)", file=sys.stderr)  # fmt: skip
 
 
+def saved_batches(folder: Path) -> list[Submitted]:
+    """The batches `folder`/state.json records (none without one)."""
+    state = folder / "state.json"
+    if not state.exists():
+        return []
+    try:  # a plain file inside the run (a FIFO there would hang the resume)
+        return msgspec.json.decode(read_regular(state, STATE_LIMIT, within=folder.parent), type=State).batches
+    except (OSError, ValueError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"{state}: not a batch state file ({exc}); move it away to start over") from None
+
+
+def uncollected(folder: Path) -> list[str]:
+    """The batches of a run's `folder` (batch/) sent and not collected yet: their answers are paid for."""
+    return [str(b.batch_id or b.file_id) for b in saved_batches(folder) if b.file_id and not b.collected]
+
+
 class BatchModel:
     """Requests answered through the Batch API at one endpoint, resumable from `folder` (batch/);
     `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
@@ -169,12 +185,7 @@ class BatchModel:
             self.folder.mkdir(exist_ok=True)
         except OSError as exc:
             raise storage_error(self.folder, exc) from None
-        if state.exists():
-            try:  # a plain file inside the run (a FIFO there would hang the resume)
-                raw = read_regular(state, STATE_LIMIT, within=self.folder.parent)
-                self.batches = msgspec.json.decode(raw, type=State).batches
-            except (OSError, ValueError, msgspec.DecodeError) as exc:
-                raise ConfigError(f"{state}: not a batch state file ({exc}); move it away to start over") from None
+        self.batches = saved_batches(self.folder)
         for batch in self.batches:
             if batch.file_id is None:  # killed before its upload: its requests are simply owed again
                 batch.collected = True

@@ -49,6 +49,7 @@ def answers(run: RunDir) -> Iterator[dict[str, Any]]:
             row = index.row(handle, key)
             forced = row["forced"] if isinstance(row.get("forced"), dict) else {}
             own: dict[str, Any] = {c: row.get(c) for c in ("error", "question", "reply")}
+            own["repeat"] = row.get("repeat") or 0  # rows of versions before repeats have none
             own.update(result=result(review), forced_answer=review.get("forced"), forced_reply=forced.get("reply"))
             yield {c: own[c] if c in own else review.get(c) for c in COLUMNS}  # the rest as the review has it
 
