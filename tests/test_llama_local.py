@@ -129,7 +129,7 @@ def test_the_quick_start_against_the_python_llama_server_waits_on_no_queue(tmp_p
 
 def test_a_server_that_dies_mid_run_is_named_and_the_run_resumes(tmp_path: Path) -> None:
     mark = str(tmp_path)
-    args = ("--generation-config", "max_tokens=8,temperature=0")
+    args = ("--generation-config", "max_tokens=8,temperature=0", "--retries", "1")  # the stop comes in a second
     proc = spawn_cli(
         "eval", "--model", "smollm2", "--limit", "5", *args, "--work-dir", mark, env={"COINFLIP_TEST_MARK": mark}
     )
