@@ -485,21 +485,28 @@ def test_view_of_a_missing_folder_names_only_options_view_takes(tmp_path: Path) 
     assert "WORK_DIR" in done.stderr and all(o in view_help for o in re.findall(r"--[\w-]+", done.stderr))
 
 
-def test_a_column_sorts_from_the_keyboard(work: Work, tmp_path: Path) -> None:
-    """A column header took only a mouse click: it could not be reached with Tab nor sort with Enter."""
-    frame = tmp_path / "frame.html"
+def _framed(frame: Path, src: str, script: str, tmp_path: Path) -> str:
+    """The text `script` leaves in `r`, run in Chromium once the page `src` has loaded in an iframe (document `d`)."""
     frame.write_text(
-        f'<iframe id="f" src="{work.index.as_uri()}" style="width:1280px;height:900px"></iframe><pre id="out"></pre>'
-        "<script>var f=document.getElementById('f');f.onload=function(){var d=f.contentDocument,out=[];"
-        "['model','model'].forEach(function(k){var th=d.querySelector('#board th[data-k='+k+']');out.push(th.tabIndex);"
-        "th.focus();th.dispatchEvent(new KeyboardEvent('keydown',{key:'Enter',bubbles:true}));"
-        "out.push(f.contentWindow.location.hash,d.activeElement.getAttribute('data-k'))});"
-        "document.getElementById('out').textContent=out.join(' ')}</script>"
+        f'<iframe id="f" src="{src}" style="width:1280px;height:900px"></iframe><pre id="out"></pre>'
+        "<script>var f=document.getElementById('f');f.onload=function(){var d=f.contentDocument;"
+        f"{script};document.getElementById('out').textContent=r}}</script>"
     )
     flags = (f"--user-data-dir={tmp_path / 'profile'}", "--allow-file-access-from-files", "--virtual-time-budget=5000")
     out = re.search(r'<pre id="out">(.*?)</pre>', _chromium(*flags, "--dump-dom", frame.as_uri()).stdout, re.S)
     assert out is not None
-    assert unescape(out[1]) == "0 #sort=model&dir=asc model 0 #sort=model model"  # Enter again: descending
+    return unescape(out[1])
+
+
+def test_a_column_sorts_from_the_keyboard(work: Work, tmp_path: Path) -> None:
+    """A column header took only a mouse click: it could not be reached with Tab nor sort with Enter."""
+    script = (
+        "var out=[];['model','model'].forEach(function(k){var th=d.querySelector('#board th[data-k='+k+']');"
+        "out.push(th.tabIndex);th.focus();th.dispatchEvent(new KeyboardEvent('keydown',{key:'Enter',bubbles:true}));"
+        "out.push(f.contentWindow.location.hash,d.activeElement.getAttribute('data-k'))});var r=out.join(' ')"
+    )
+    shown = _framed(tmp_path / "frame.html", work.index.as_uri(), script, tmp_path)
+    assert shown == "0 #sort=model&dir=asc model 0 #sort=model model"  # Enter again: descending
 
 
 def test_a_run_with_a_comma_in_its_path_can_be_ticked(tmp_path: Path) -> None:
@@ -511,17 +518,12 @@ def test_a_run_with_a_comma_in_its_path_can_be_ticked(tmp_path: Path) -> None:
         )
         assert made.returncode == 0, made.stderr
     assert run_cli("view", str(tmp_path / "w")).returncode == 0
-    frame = tmp_path / "w/frame.html"
-    frame.write_text(
-        '<iframe id="f" src="index.html" style="width:1280px;height:900px"></iframe><pre id="out"></pre>'
-        "<script>var f=document.getElementById('f');f.onload=function(){var d=f.contentDocument,"
-        "row='tr[data-id=\"lr=1,bs=2\"] input';d.querySelector(row).click();"
-        "document.getElementById('out').textContent=d.querySelector(row).checked+' '+Array.prototype.map.call("
-        "d.querySelectorAll('path.line'),function(p){return p.getAttribute('data-id')}).join('|')}</script>"
+    script = (
+        "var row='tr[data-id=\"lr=1,bs=2\"] input';d.querySelector(row).click();var r=d.querySelector(row).checked"
+        "+' '+Array.prototype.map.call(d.querySelectorAll('path.line'),function(p){return p.getAttribute('data-id')})"
+        ".join('|')"
     )
-    flags = (f"--user-data-dir={tmp_path / 'profile'}", "--allow-file-access-from-files", "--virtual-time-budget=5000")
-    out = re.search(r'<pre id="out">(.*?)</pre>', _chromium(*flags, "--dump-dom", frame.as_uri()).stdout, re.S)
-    assert out is not None and out[1] == "true lr=1,bs=2"
+    assert _framed(tmp_path / "w/frame.html", "index.html", script, tmp_path) == "true lr=1,bs=2"
 
 
 def test_a_rate_past_one_in_a_saved_report_stays_on_the_chart(work: Work, tmp_path: Path) -> None:
