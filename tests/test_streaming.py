@@ -97,9 +97,11 @@ def test_a_close_delimited_stream_split_byte_by_byte() -> None:
     assert reply.error is None and reply.text == "ANSWER: YES" and reply.usage is None
 
 
-def test_a_media_type_in_capitals_is_a_stream_too() -> None:
-    """RFC 9110 8.3.1: a media type's type and subtype are case-insensitive."""
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: Text/Event-Stream; charset=UTF-8\r\n\r\n"
+@pytest.mark.parametrize("media", [b"Content-Type: Text/Event-Stream; charset=UTF-8\r\n", b""])
+def test_a_media_type_in_capitals_or_none_is_a_stream_too(media: bytes) -> None:
+    """RFC 9110 8.3.1: a media type's type and subtype are case-insensitive; and a stream sent without one
+    (FastAPI's StreamingResponse given no media_type) is read as the stream asked for, as OpenAI's SDK does."""
+    head = b"HTTP/1.1 200 OK\r\n" + media + b"\r\n"
     events = b"".join(_events(_delta("ANSWER: "), _delta("YES"), "[DONE]"))
     with AnswerServer(lambda s: Pieces([head + events])) as srv:
         reply = ask(srv.url)

@@ -207,7 +207,8 @@ class ConnectionPool:
             length = resp.content_length
             self.limits.length(length)
             kind = resp.headers.get("Content-Type", "").lower()  # a media type is case-insensitive
-            if sink is not None and resp.status == 200 and "text/event-stream" in kind:
+            # none at all (FastAPI's StreamingResponse without one): a stream was asked for, as OpenAI's SDK reads it
+            if sink is not None and resp.status == 200 and ("text/event-stream" in kind or not kind):
                 await self._events(resp, sink, progress)
                 return Response(resp.status, resp.headers, b"", sink, sent)
             if length is not None and "Content-Encoding" not in resp.headers:
