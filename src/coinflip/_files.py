@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -12,8 +13,15 @@ from typing import Any, BinaryIO
 
 from .errors import KEPT, ConfigError, DataError, storage_error
 
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks
+    fcntl = None  # type: ignore[assignment]
+
 NO_LIMIT = 1 << 62
 ROWS_LIMIT = 1 << 30  # bytes read of a predictions or reviews file by rescore and the index (a million samples fit)
+LOCKS = fcntl is not None  # advisory file locks (flock) exist here
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # flock's answers where a file system has no locks
 SETTINGS_LIMIT = 16 << 20  # bytes of a settings or prices file read (a task config is a few hundred)
 _BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
          (b"\xfe\xff", "utf-16-be"), (b"\xef\xbb\xbf", "utf-8-sig"))  # fmt: skip
@@ -112,3 +120,19 @@ def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None =
     except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         first = (str(exc) or type(exc).__name__).splitlines()[0]
         raise ConfigError(f"{path}: not valid {kind} ({first})") from None
+
+
+def flock(file: Any, wait: bool = False) -> bool | None:
+    """An exclusive lock on an open file (or its descriptor), or waiting for one: True taken, False held
+    elsewhere (without waiting), None: no locks here (Windows, some network file systems)."""
+    if fcntl is None:
+        return None
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in _NO_LOCKS:
+            return None
+        raise
+    return True

@@ -17,12 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks
-    fcntl = None  # type: ignore[assignment]
-
-from ._files import UnreadableFile, inside, read_regular, read_settings, replacing
+from ._files import LOCKS, UnreadableFile, flock, inside, read_regular, read_settings, replacing
 from .config import BENCHMARK, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, storage_error
 from .records import REPEATS_MAX, loads, whole
@@ -34,7 +29,6 @@ MAX_ID = 1 << 48  # question ids beyond this are not ids coinflip wrote
 DRAFT = re.compile(r"\.\d{8}_\d{6}\.[a-z0-9_]{8}\.new")  # a run being made: `create`'s mkdtemp name, exactly
 DRAFT_GRACE_S = 60.0  # a draft this much older than its last change, and unlocked, has lost its maker
 DRAFT_UNLOCKED_S = 86400.0  # without advisory locks (Windows, some NFS): only the age tells, so a day
-_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # flock's answers where a file system has no locks
 
 
 class _File:
@@ -164,7 +158,7 @@ class RunDir:
             yield
             return
         with handle:
-            if _flock(handle) is False:
+            if flock(handle) is False:
                 raise ConfigError(f"{self.root} is in use by another coinflip process; let it finish or stop it")
             yield
 
@@ -203,26 +197,11 @@ def _clear_for_own(path: Path) -> None:
         path.unlink()
 
 
-def _flock(file: Any) -> bool | None:
-    """An exclusive lock without waiting: True taken, False held elsewhere, None: no locks here (NFS)."""
-    if fcntl is None:
-        return None
-    try:
-        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    except OSError as exc:
-        if exc.errno in _NO_LOCKS:
-            return None
-        raise
-    return True
-
-
 def _lock_draft(draft: Path) -> Any:
     """The maker's lock on a draft until it is published: the kernel drops it when the maker dies."""
     (draft / "configs").mkdir()
     handle = (draft / "configs" / "run.lock").open("a")
-    if _flock(handle) is None:  # a new folder: nobody else has it, unless there are no locks here
+    if flock(handle) is None:  # a new folder: nobody else has it, unless there are no locks here
         handle.close()
         return None
     return handle
@@ -243,9 +222,9 @@ def clear_lost_drafts(work_dir: Path) -> None:
 def _clear_if_lost(draft: Path) -> None:
     """Remove `draft` if it lost its maker, its lock taken first: a live maker never loses its folder."""
     age = time.time() - draft.lstat().st_mtime
-    if age <= DRAFT_GRACE_S or (fcntl is None and age <= DRAFT_UNLOCKED_S):
+    if age <= DRAFT_GRACE_S or (not LOCKS and age <= DRAFT_UNLOCKED_S):
         return
-    if fcntl is None:
+    if not LOCKS:
         shutil.rmtree(draft, ignore_errors=True)
         return
     try:  # never a FIFO's wait, never through a link
@@ -256,7 +235,7 @@ def _clear_if_lost(draft: Path) -> None:
             shutil.rmtree(draft, ignore_errors=True)
         return
     try:  # an OSError: not a file coinflip locks, left alone (the caller suppresses it)
-        taken = _flock(fd)  # True: its maker is dead; None: no locks here, and only the age tells
+        taken = flock(fd)  # True: its maker is dead; None: no locks here, and only the age tells
         if taken or (taken is None and age > DRAFT_UNLOCKED_S):
             shutil.rmtree(draft, ignore_errors=True)
     finally:

@@ -7,12 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+from .._files import flock
 from ..errors import DataError
-
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
 
 DATASET_ID = "extraordinarylab/coin-flip"
 MARKER = ".coinflip-complete"
@@ -37,8 +33,7 @@ def fetch(hub: str, dataset_id: str = DATASET_ID, root: str | Path | None = None
         raise DataError(f"{target.parent}: cannot write the cache ({exc.strerror}); see --dataset-dir") from None
     with lock:
         with contextlib.suppress(OSError):  # first runs started together: one downloads, the others read its copy
-            if fcntl is not None:  # (where there are locks: not on some network file systems)
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            flock(lock, wait=True)
         if (target / MARKER).exists():
             return target
         partial = target.with_name(target.name + ".partial")
