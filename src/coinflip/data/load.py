@@ -203,15 +203,19 @@ def _stamp(path: Path) -> tuple[int, int, int]:
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
+def _unchanged(path: Path, stamp: tuple[int, int, int] | None) -> None:
+    if stamp is not None and _stamp(path) != stamp:
+        raise DataError(f"{path}: changed while being read, so the questions would mix two versions; start again")
+
+
 def _stream(path: Path, stamp: tuple[int, int, int] | None = None) -> Iterator[Record]:
-    """The rows, read again; with `stamp`, none from a file changed since (a rewrite in place mid-run)."""
+    """The rows, read again; with `stamp`, none from a file changed since (a rewrite in place mid-run), nor
+    its end (one cut short ends the rows early)."""
     try:
         for record in _iter_records(READERS[path.suffix.lower()](path), path):
-            if stamp is not None and _stamp(path) != stamp:
-                break
+            _unchanged(path, stamp)
             yield record
-        if stamp is not None and _stamp(path) != stamp:
-            raise DataError(f"{path}: changed while being read, so the questions would mix two versions; start again")
+        _unchanged(path, stamp)
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
     except csv.Error as exc:
@@ -251,8 +255,12 @@ def _split_files(path: Path, split: str) -> list[Path]:
 
 
 def load_split(path: str | Path, split: str) -> list[Record]:
-    rows = [r for f in _split_files(Path(path), split) for r in load_file(f)]
-    return [replace(r, id=i) for i, r in enumerate(rows)]
+    return _numbered(_split_files(Path(path), split))
+
+
+def _numbered(files: list[Path]) -> list[Record]:
+    """The files' rows as one split, numbered across them (Parquet shards)."""
+    return [replace(r, id=i) for i, r in enumerate(r for f in files for r in load_file(f))]
 
 
 def open_split(path: Path, split: str) -> tuple[Dataset, str]:
@@ -264,7 +272,7 @@ def open_split(path: Path, split: str) -> tuple[Dataset, str]:
         if not count:
             raise DataError(f"{files_[0]}: no rows")
         return Dataset({}, count, path=files_[0], stamp=stamp), sha
-    records = tuple(load_split(path, split))
+    records = tuple(_numbered(files_))  # listed once
     return Dataset({}, len(records), rows=records), digest(records)[0]
 
 
