@@ -20,6 +20,7 @@ KEY_AGAIN = "give the API key with --api-key, $COINFLIP_API_KEY or $OPENAI_API_K
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
 MAX_TIMEOUT = 1e7  # seconds (about 4 months): beyond it timers overflow
 ANNOTATED = {"bool": "bool", "int": "int", "float": "float", "list[str]": "list", "dict[str, Any]": "json"}
+ENDPOINTS = {"chat": "/chat/completions", "completions": "/completions"}  # each api_mode's path (the longer first)
 PRICE_MAX = 1e9  # per million tokens; a run's cost stays a finite number (1e308 made it Infinity)
 
 
@@ -133,8 +134,7 @@ def check_across(config: Any) -> None:
     check_prices(config)
     if config.model is None:  # a resume: checked again with the run's saved settings
         return
-    path = urlsplit(config.api_url or "").path.rstrip("/")
-    named = "chat" if path.endswith("/chat/completions") else "completions" if path.endswith("/completions") else None
+    named = named_mode(config.api_url)
     if named not in (None, config.api_mode):  # sent elsewhere, a model would be asked another way than the URL says
         raise ConfigError(
             f"--api-url is a {named} endpoint, but --api-mode is {config.api_mode}: pass --api-mode {named}, "
@@ -146,6 +146,12 @@ def check_across(config: Any) -> None:
         raise ConfigError("--batch and --stream exclude each other: a batch has no stream")
     if config.batch_write and config.batch_results:
         raise ConfigError("give --batch-write or --batch-results, not both")
+
+
+def named_mode(url: str | None) -> str | None:
+    """The api_mode whose endpoint `url` names in full (…/v1/chat/completions), if it names one."""
+    path = urlsplit(url or "").path.rstrip("/")
+    return next((mode for mode, tail in ENDPOINTS.items() if path.endswith(tail)), None)
 
 
 def check_prices(config: Any) -> None:

@@ -10,6 +10,7 @@ from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import aiohttp
 
+from ..config.declare import ENDPOINTS, named_mode
 from ..errors import EndpointError
 from ..secrets import GATEWAY_KEYS, shown_url
 from ._http import PROBE_BYTES, ConnectionPool, Response
@@ -24,12 +25,11 @@ def endpoint_url(url: str, mode: str = "chat", query: dict[str, Any] | None = No
     """A base URL (…/v1), a server root or the full endpoint; its query string stays, `query` added."""
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
-    tail = "/chat/completions" if mode == "chat" else "/completions"
-    known = next((k for k in ("/chat/completions", "/completions") if path.endswith(k)), None)
-    path = path[: -len(known)] if known else path or "/v1"
+    known = named_mode(url)
+    path = path[: -len(ENDPOINTS[known])] if known else path or "/v1"
     extra = urlencode({k: v if isinstance(v, str) else json.dumps(v) for k, v in (query or {}).items()})
     joined = "&".join(q for q in (parts.query, extra) if q)
-    return urlunsplit((parts.scheme, parts.netloc, path + tail, joined, ""))
+    return urlunsplit((parts.scheme, parts.netloc, path + ENDPOINTS[mode], joined, ""))
 
 
 def request_body(

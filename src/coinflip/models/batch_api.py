@@ -19,6 +19,7 @@ import aiohttp
 
 from .._files import replacing
 from .._terminal import one_line
+from ..config.declare import ENDPOINTS
 from ..errors import EndpointBroken, FatalAPIError, storage_error
 from ..records import escape_line_breaks
 from ..secrets import shown_url
@@ -32,7 +33,7 @@ from .openai_api import retry_after
 
 MAX_REQUESTS = 50_000  # the API's limits on one batch
 MAX_BYTES = 200 * 1024 * 1024
-ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+URLS = {mode: "/v1" + path for mode, path in ENDPOINTS.items()}  # a line's url, a batch's endpoint
 LOST = "lost"  # not a status the API sends: the server no longer knows the batch
 ENDED = ("completed", "expired", "failed", "cancelled", LOST)
 CALL_RETRIES = 6
@@ -52,7 +53,7 @@ class _Unwritable(Exception):
 
 
 def request_line(custom_id: str, mode: str, body: dict[str, Any]) -> bytes:
-    line = {"custom_id": custom_id, "method": "POST", "url": ENDPOINTS[mode], "body": body}
+    line = {"custom_id": custom_id, "method": "POST", "url": URLS[mode], "body": body}
     try:
         return escape_line_breaks(json.dumps(line, ensure_ascii=False).encode()) + b"\n"
     except UnicodeEncodeError:  # half a surrogate pair (a server's reply, sent back to force an answer)
@@ -129,7 +130,7 @@ class BatchAPI:
         max_body: int = DEFAULT_MAX_BODY, retries: int = CALL_RETRIES,
     ) -> None:  # fmt: skip
         chat, _, self.query = endpoint_url(url, "chat", generation.get("extra_query")).partition("?")
-        self.base = chat.removesuffix("/chat/completions")  # the API's root: …/v1
+        self.base = chat.removesuffix(ENDPOINTS["chat"])  # the API's root: …/v1
         extra = {str(k): str(v) for k, v in (generation.get("extra_headers") or {}).items()}
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout, self.retries = timeout, retries
@@ -165,7 +166,7 @@ class BatchAPI:
 
     async def create(self, file_id: str, mode: str, metadata: dict[str, str]) -> dict[str, Any]:
         """The batch made from `file_id`; a try that went unanswered may have made it, so it is looked for first."""
-        body = {"input_file_id": file_id, "endpoint": ENDPOINTS[mode], "completion_window": "24h", "metadata": metadata}
+        body = {"input_file_id": file_id, "endpoint": URLS[mode], "completion_window": "24h", "metadata": metadata}
         made = functools.partial(self.find, file_id, "after POST /batches went unanswered")
         return self._id_of(await self._call("POST", "/batches", body=body, made=made), "POST /batches")
 
