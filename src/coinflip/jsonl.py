@@ -28,6 +28,9 @@ class PredictionIndex:
     def replied(self, key: int) -> bool:
         return self.where.get(key, -1) >= 0
 
+    def any_replied(self) -> bool:
+        return any(offset >= 0 for offset in self.where.values())
+
     def start(self, key: int) -> int:
         offset = self.where[key]
         return offset if offset >= 0 else ~offset

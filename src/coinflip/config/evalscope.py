@@ -20,6 +20,7 @@ class EvalType:
 
 HTTP_TYPES = ("openai_api", "service", "server")
 CHECKPOINT_TYPES = ("llm_ckpt", "checkpoint")
+SPLIT_ARGS = ("subset_list", "train_split")  # EvalScope's keys for what coin_flip has one of, checked below
 DATASET_ARGS = "dataset_args.coin_flip."  # the prefix of the settings' EvalScope names there
 # generation_config keys EvalScope keeps there that are TaskConfig settings here
 GENERATION_TO_TASK = {"timeout": "timeout", "retries": "retries", "stream": "stream", "batch_size": "eval_batch_size"}
@@ -60,10 +61,9 @@ def _dataset_args(config: Any, declared: tuple[Setting, ...]) -> list[str]:
         raise ConfigError('dataset_args must look like {"coin_flip": {"local_path": "DIR", "few_shot_num": 3}}')
     others = sorted(k for k in value if k != "coin_flip")
     fields = {s.evalscope.removeprefix(DATASET_ARGS): s.name for s in declared if s.evalscope.startswith(DATASET_ARGS)}
-    unknown = sorted(set(args) - set(fields) - {"subset_list", "train_split"})
+    unknown = sorted(set(args) - set(fields) - set(SPLIT_ARGS))
     if unknown:
-        known = ", ".join([*fields, "subset_list", "train_split"])
-        raise ConfigError(f"unknown dataset_args key(s) {unknown}; known: {known}")
+        raise ConfigError(f"unknown dataset_args key(s) {unknown}; known: {', '.join([*fields, *SPLIT_ARGS])}")
     if args.get("train_split") not in (None, "validation"):  # EvalScope's few-shot pool: the validation split here
         raise ConfigError(f"coin_flip's few-shot pool is 'validation'; got train_split {args['train_split']!r}")
     for key, item in args.items():

@@ -58,7 +58,7 @@ def web_page(response: Response) -> bool:
     """An HTML page (a web UI, a login or captive portal) where JSON or a stream was due; JSON labelled text/html
     (a Flask app returning json.dumps) is an answer."""
     kind, start = response.headers.get("content-type", "").lower(), response.body.lstrip()[:1]
-    return response.events is None and (start == b"<" or "text/html" in kind and start not in (b"{", b"["))
+    return response.events is None and (start == b"<" or ("text/html" in kind and start not in (b"{", b"[")))
 
 
 def _origin(url: str) -> tuple[str, str, int | None, bool]:

@@ -169,7 +169,8 @@ def proxy_for(url: URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
         raise ConfigError(f"proxy {shown!r}: give an http:// proxy URL, e.g. http://proxy.example:3128")
     try:
         proxy, auth = get_env_proxy_for_url(url)
-        auth and auth.encode()  # a ':' in the user name (`us%3Aer`): no Basic credential, a ValueError
+        if auth is not None:
+            auth.encode()  # a ':' in the user name (`us%3Aer`): no Basic credential, a ValueError
     except LookupError:
         return None, None
     except ValueError as exc:  # http://[::1

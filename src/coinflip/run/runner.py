@@ -209,7 +209,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
             room_for(concurrency)
             model = open_model(config, endpoint.urls, plan.generation, concurrency, run.root / "batch",
                                *((budget.admit_online, budget.again) if budget is not None else ()),
-                               answered=any(at >= 0 for at in index.where.values()))  # fmt: skip
+                               answered=index.any_replied())  # fmt: skip
             (stop or StopRequest()).run(session.send, model, concurrency, requests_left(plan, run, index), budget)
             if budget is not None and (note := budget.note()):
                 if not (index.lines or session.progress.done or session.pending):  # nothing to report: --max-cost 0
