@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -14,6 +15,7 @@ from .._terminal import UNSHOWABLE
 
 if TYPE_CHECKING:
     from jinja2 import Environment
+    from jinja2.bccache import BytecodeCache
 
 
 _UNSHOWABLE = re.compile(f"[{UNSHOWABLE}]")  # the terminal's set (_terminal.py), carriage return kept
@@ -114,6 +116,29 @@ def warning_label(report: Any, warning: Any) -> str:
     return "INCOMPLETE" if incomplete else "WARNING"
 
 
+def _bytecode_cache() -> BytecodeCache | None:
+    """Jinja's own cache of compiled templates, in its private folder under the temp directory: compiling the
+    run page's templates was a tenth of a one-question run. A cache that cannot be made, read or written is no
+    cache, never a page that fails."""
+    from jinja2 import FileSystemBytecodeCache
+
+    class Cache(FileSystemBytecodeCache):
+        def load_bytecode(self, bucket: Any) -> None:
+            try:
+                super().load_bytecode(bucket)
+            except Exception:  # cut short, or not what Jinja wrote (its checksum is a pickle): compiled afresh
+                bucket.reset()
+
+        def dump_bytecode(self, bucket: Any) -> None:
+            with contextlib.suppress(OSError):  # a full disk, the folder cleared away
+                super().dump_bytecode(bucket)
+
+    try:
+        return Cache()
+    except (OSError, RuntimeError):  # no temp directory, or one another user owns
+        return None
+
+
 @functools.cache
 def environment() -> Environment:
     from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -126,6 +151,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         finalize=_finalize,
+        bytecode_cache=_bytecode_cache(),
     )
     env.filters["fmt"] = fmt
     env.filters["link"] = link

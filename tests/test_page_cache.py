@@ -1,0 +1,89 @@
+"""Compiled templates are kept between processes (Jinja's bytecode cache, in its own folder under the temp
+directory). Whatever that folder holds or lacks, a page is written, and the same page: a cache is never a
+reason for a page to fail or to change."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jinja2.bccache import bc_magic
+
+from coinflip.pages import html
+from coinflip.run.runner import rescore
+
+from .conftest import only_run_dir, run_cli
+
+PAGE = "reports/oracle/coin_flip.html"
+
+
+def cache_dir(temp: Path) -> Path:
+    return temp / f"_jinja2-cache-{os.getuid()}"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """A run made with an empty temp directory, and its page."""
+    work, temp = tmp_path_factory.mktemp("work"), tmp_path_factory.mktemp("temp")
+    made = run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(work), env={"TMPDIR": str(temp)})
+    assert made.returncode == 0, made.stderr
+    assert any(cache_dir(temp).iterdir())  # the templates it compiled are kept
+    root = only_run_dir(work)
+    return root, (root / PAGE).read_bytes()
+
+
+def rescored(root: Path, temp: Path) -> bytes:
+    """The page written again from the saved run, in a fresh process with `temp` as its temp directory."""
+    (root / PAGE).unlink(missing_ok=True)  # a test before may have failed to write it
+    done = run_cli("rescore", str(root), env={"TMPDIR": str(temp)})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return (root / PAGE).read_bytes()
+
+
+def test_a_cache_of_garbage_or_cut_short_is_compiled_afresh(run: tuple[Path, bytes], tmp_path: Path) -> None:
+    root, page = run
+    assert rescored(root, tmp_path) == page  # the cache filled
+    files = sorted(cache_dir(tmp_path).iterdir())
+    for number, path in enumerate(files):
+        whole, magic = path.read_bytes(), len(bc_magic)
+        # cut inside the checksum (a pickle), inside the code (marshal); not a pickle after the magic; nothing
+        wrong = [whole[: magic + 3], whole[: len(whole) // 2], bc_magic + b"\xff not a pickle", b""]
+        path.write_bytes(wrong[number % 4])
+    assert rescored(root, tmp_path) == page
+
+
+def test_a_cache_folder_that_is_not_the_users_own_is_no_cache(run: tuple[Path, bytes], tmp_path: Path) -> None:
+    """A link where the folder should be (someone else's folder, say): Jinja refuses it, the page is written."""
+    root, page = run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "temp").mkdir()
+    cache_dir(tmp_path / "temp").symlink_to(elsewhere)
+    assert rescored(root, tmp_path / "temp") == page
+    assert not any(elsewhere.iterdir())
+
+
+@pytest.fixture
+def fresh_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    html.environment.cache_clear()
+    try:
+        yield
+    finally:
+        html.environment.cache_clear()  # the next test's pages use the usual temp directory
+
+
+@pytest.mark.usefixtures("fresh_environment")
+def test_a_cache_folder_cleared_away_mid_run_is_no_cache(run: tuple[Path, bytes], tmp_path: Path) -> None:
+    """A temp cleaner that removes the folder after it was made: nothing can be written there, the page is."""
+    root, page = run
+    html.environment()  # the folder made
+    shutil.rmtree(cache_dir(tmp_path))
+    (root / PAGE).unlink(missing_ok=True)  # a test before may have failed to write it
+    rescore(root, show=False)
+    assert (root / PAGE).read_bytes() == page
+    assert not cache_dir(tmp_path).exists()
