@@ -30,7 +30,7 @@ from .conftest import read_jsonl, signals_as_from_a_terminal, spawn_cli
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 MOMENTS = ("start-up", "in flight", "report", "any")
-ROUNDS, AT_ONCE = 12, 10  # 120 processes, each sent a signal
+ROUNDS, AT_ONCE = 8, 10  # 80 processes, each sent a signal: every moment and signal met several times
 LIMIT = 16
 EXIT_BUDGET_S = 60.0  # "within seconds" on an idle machine; generous for a loaded one
 NOISE = ("Traceback", "Exception", "Task was destroyed", "never awaited", "Error")
@@ -163,7 +163,7 @@ def test_signals_at_random_moments_end_the_run_cleanly_and_it_resumes(tmp_path: 
                 rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
                 assert sorted(r["id"] for r in rows) == sorted({r["id"] for r in rows}) and len(rows) == LIMIT
                 assert json.loads((run / "reports/m/coin_flip.json").read_text())["complete"]
-    assert signalled >= 100
+    assert signalled >= 65
 
 
 def test_a_stop_that_lands_where_python_cannot_raise_ends_the_process_in_one_line() -> None:
