@@ -1285,3 +1285,20 @@ def test_a_resume_with_no_batch_leaves_a_batch_not_yet_collected_to_be_collected
     assert len(online.stderr.strip().splitlines()) == 1 and "Traceback" not in online.stderr
     assert resumed.returncode == 0, resumed.stderr
     assert store.created == 1 and all(n == 1 for n in store.seen_ids.values()) and len(_answers(run)) == 5
+
+
+@pytest.mark.parametrize("dates", [{"completed_at": 10**400}, {"created_at": -1e308, "completed_at": 1e308}])
+def test_a_batch_dated_past_any_float_keeps_its_answers(tmp_path: Path, dates: dict[str, Any]) -> None:
+    """A batch whose end was a 400-digit number ended every run and resume in an OverflowError traceback."""
+
+    class FarDated(BatchStore):
+        async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
+            await super().finish(batch, status, done)
+            batch.update(dates)
+
+    with FakeOpenAIServer("mixed", batches=FarDated()) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert len(rows) == 3 and all(r["error"] is None and r["latency_s"] == 0.0 for r in rows)

@@ -4,8 +4,10 @@ offline, `write_requests` writes what `vllm run-batch` reads and `ResultsFile` r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import sys
 import time
 from collections import Counter
@@ -370,7 +372,9 @@ def _turnaround(info: dict[str, Any]) -> float:
     ends = [info.get(f"{s}_at") for s in ENDED]
     end = max((e for e in ends if isinstance(e, int | float) and not isinstance(e, bool)), default=None)
     if isinstance(start, int | float) and end is not None:
-        return float(max(0.0, end - start))
+        with contextlib.suppress(OverflowError):  # dates past any float (400 digits) tell nothing
+            seconds = float(end - start)
+            return seconds if 0 <= seconds < math.inf else 0.0
     return 0.0
 
 
