@@ -1302,3 +1302,21 @@ def test_a_batch_dated_past_any_float_keeps_its_answers(tmp_path: Path, dates: d
     assert result.returncode == 0, result.stderr
     rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
     assert len(rows) == 3 and all(r["error"] is None and r["latency_s"] == 0.0 for r in rows)
+
+
+@pytest.mark.parametrize("data", [5, 1.5, True])
+def test_a_failed_batch_whose_errors_are_no_list_is_sent_again(tmp_path: Path, data: Any) -> None:
+    """A failed batch whose errors.data was a number ended the run and every resume in a TypeError traceback."""
+
+    class OddErrors(BatchStore):
+        async def advance(self, batch: dict[str, Any]) -> None:
+            await super().advance(batch)
+            if batch["status"] == "failed":
+                batch["errors"] = {"object": "list", "data": data}
+
+    store = OddErrors(fail_batches=1)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert store.created == 2 and len(_answers(only_run_dir(tmp_path))) == 3

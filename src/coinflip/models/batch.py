@@ -381,5 +381,5 @@ def _turnaround(info: dict[str, Any]) -> float:
 def _errors(info: dict[str, Any]) -> str:
     errors = info.get("errors")
     data = errors.get("data") if isinstance(errors, dict) else None
-    messages = [str(e.get("message")) for e in data or [] if isinstance(e, dict)]
+    messages = [str(e.get("message")) for e in data if isinstance(e, dict)] if isinstance(data, list) else []
     return "; ".join(messages[:3]) or "no reason given"
