@@ -18,6 +18,7 @@ import pytest
 
 from coinflip.models.batch_api import read_result, split_lines
 from coinflip.testing.batches import BatchStore
+from coinflip.testing.limited import Response, reply_json
 from coinflip.testing.policy import Policy
 from coinflip.testing.server import FakeOpenAIServer
 
@@ -1320,3 +1321,29 @@ def test_a_failed_batch_whose_errors_are_no_list_is_sent_again(tmp_path: Path, d
                          "--work-dir", str(tmp_path))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert store.created == 2 and len(_answers(only_run_dir(tmp_path))) == 3
+
+
+@pytest.mark.parametrize("data", [5, True])
+def test_a_batch_list_whose_data_is_no_list_shows_no_batch(tmp_path: Path, data: Any) -> None:
+    """After a POST /batches got a 500, the list was looked through for the batch it may have made: a list whose
+    data was a number ended the run in a TypeError traceback."""
+
+    class OddList(BatchStore):
+        refused = False
+
+        async def __call__(
+            self, method: str, path: str, headers: dict[str, str], body: bytes, query: str = ""
+        ) -> Response:
+            if path.endswith("/batches") and method == "GET":
+                return reply_json(200, {"object": "list", "data": data, "has_more": False})
+            if path.endswith("/batches") and not self.refused:  # the first creation fails, making nothing
+                self.refused = True
+                return reply_json(500, {"error": {"message": "try again"}})
+            return await super().__call__(method, path, headers, body, query)
+
+    store = OddList()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert store.created == 1 and len(_answers(only_run_dir(tmp_path))) == 3

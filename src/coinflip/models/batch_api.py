@@ -188,7 +188,8 @@ class BatchAPI:
                 print(f"note: cannot check for a batch made from {file_id} {when} ({exc}): "
                       "its requests go in a new batch", file=sys.stderr)  # fmt: skip
                 return None
-            data = [batch for batch in listed.get("data") or [] if isinstance(batch, dict)]
+            found = listed.get("data")  # the page's batches (not a list: none)
+            data = [batch for batch in found if isinstance(batch, dict)] if isinstance(found, list) else []
             for batch in data:
                 if batch.get("input_file_id") == file_id:
                     return self._id_of(batch, "GET /batches")
