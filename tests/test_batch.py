@@ -1347,3 +1347,29 @@ def test_a_batch_list_whose_data_is_no_list_shows_no_batch(tmp_path: Path, data:
                          "--work-dir", str(tmp_path))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert store.created == 1 and len(_answers(only_run_dir(tmp_path))) == 3
+
+
+def test_a_batch_line_of_200_without_an_answer_counts_the_usage_it_reports(tmp_path: Path) -> None:
+    """A result line of 200 whose body reports usage but holds no answer was sent again, and what it said it
+    cost was dropped: the report said the run cost only its answers, where online such an attempt counts."""
+
+    class NoAnswerFirst(BatchStore):
+        async def answer(self, index: int, line: dict[str, Any], auth: str) -> tuple[bool, dict[str, Any]]:
+            ok, found = await super().answer(index, line, auth)
+            if self.seen_ids[line["custom_id"]] == 1:  # its first run: billed, no choices
+                usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+                found["response"]["body"] = {"object": "chat.completion", "choices": [], "usage": usage}
+            return ok, found
+
+    prices = ("--price-input", "1", "--price-output", "1")
+    with FakeOpenAIServer("mixed", batches=NoAnswerFirst()) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST, *prices,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert all(r["error"] is None and r["attempts"] == 2 and r["usage"]["prompt_tokens"] > 1000 for r in rows)
+    report = _report(only_run_dir(tmp_path))
+    assert (
+        report["tokens"]["batch_prompt"] == report["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in rows)
+    )
+    assert report["cost"]["total"] > 3 * 1100 / 1e6 * 0.5

@@ -22,6 +22,7 @@ from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ..secrets import secret_keys
 from ._redact import Redactor
+from ._replies import added
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, capped_lines, read_result, request_line, split_lines
@@ -213,15 +214,17 @@ class BatchModel:
             return []
 
     async def complete(self, request: Request) -> Reply:
+        paid = None  # what its sends reported they cost (a line of 200 without an answer too)
         for sends in range(1, RESENDS + 2):  # noqa: B007 (its last value is the reply's)
             reply = await self._answer(request)
+            paid = added(paid, reply.usage)
             if reply.error is None:
                 break
             if self.online is not None:  # what a batch left goes online, if the run can afford it
                 if self.admit is not None and not await self.admit(request):
                     raise Unanswered()
                 return await self.online.complete(request)
-        reply.attempts = sends
+        reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
 
     async def _answer(self, request: Request) -> Reply:
