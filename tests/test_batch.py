@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -1373,3 +1374,23 @@ def test_a_batch_line_of_200_without_an_answer_counts_the_usage_it_reports(tmp_p
         report["tokens"]["batch_prompt"] == report["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in rows)
     )
     assert report["cost"]["total"] > 3 * 1100 / 1e6 * 0.5
+
+
+def test_a_batch_id_in_a_wide_script_still_names_its_results_file(tmp_path: Path) -> None:
+    """A batch id of 95 CJK letters (letters are kept in a file name) made a name of 300 bytes: every run and
+    resume ended 'File name too long' as the results came in, and the batch was never collected."""
+
+    class WideIds(BatchStore):
+        def new_id(self, prefix: str) -> str:
+            return super().new_id(prefix) + ("\u4e2d" * 95 if prefix == "batch_" else "")
+
+        async def __call__(
+            self, method: str, path: str, headers: dict[str, str], body: bytes, query: str = ""
+        ) -> Response:
+            return await super().__call__(method, urllib.parse.unquote(path), headers, body, query)
+
+    with FakeOpenAIServer("mixed", batches=WideIds()) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--batch", *FAST,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(_answers(only_run_dir(tmp_path))) == 2
