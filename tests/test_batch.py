@@ -1394,3 +1394,28 @@ def test_a_batch_id_in_a_wide_script_still_names_its_results_file(tmp_path: Path
                          "--work-dir", str(tmp_path))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert len(_answers(only_run_dir(tmp_path))) == 2
+
+
+def test_two_answers_for_one_request_count_what_they_report_they_cost(tmp_path: Path) -> None:
+    """An output file that held each line twice: each request was a conflict, sent again twice (three batches of
+    two answers each), and the report said the run had used no token at all."""
+
+    class Twice(BatchStore):
+        async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
+            await super().finish(batch, status, done)
+            purpose, content = self.files[batch["output_file_id"]]
+            self.files[batch["output_file_id"]] = (purpose, content + content)
+
+    with FakeOpenAIServer("mixed", batches=Twice()) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--batch", *FAST,
+                         "--price-input", "1", "--price-output", "1", "--work-dir", str(tmp_path / "b"))  # fmt: skip
+        online = run_cli(
+            "eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--work-dir", str(tmp_path / "o")
+        )
+    assert result.returncode == 1 and online.returncode == 0, result.stderr
+    (row,) = read_jsonl(only_run_dir(tmp_path / "b") / "predictions/m/coin_flip.jsonl")
+    assert "neither is kept (a conflict)" in row["error"] and row["attempts"] == 3
+    one = _report(only_run_dir(tmp_path / "o"))["tokens"]
+    tokens = _report(only_run_dir(tmp_path / "b"))["tokens"]
+    assert tokens["batch_prompt"] == tokens["prompt"] == 6 * one["prompt"]  # three sends of two answers each
+    assert tokens["batch_completion"] == tokens["completion"] == 6 * one["completion"]

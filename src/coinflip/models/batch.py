@@ -86,7 +86,8 @@ def read_answers(
                 cid, reply = found
                 before = replies.get(cid)
                 if before is not None and before.error is None and reply.error is None:
-                    reply = Reply(None, error=f"two answers for {cid} in the batch's results; {CONFLICT}")
+                    error = f"two answers for {cid} in the batch's results; {CONFLICT}"
+                    reply = Reply(None, error=error, usage=added(before.usage, reply.usage), batch=True)  # both billed
                     counts["conflicts"] += 1
                 elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
                     continue
