@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 
 from coinflip.models.batch_api import read_result, split_lines
 from coinflip.testing.batches import BatchStore
+from coinflip.testing.limited import Response, reply_json
 from coinflip.testing.policy import Policy
 from coinflip.testing.server import FakeOpenAIServer
 
@@ -1285,3 +1287,135 @@ def test_a_resume_with_no_batch_leaves_a_batch_not_yet_collected_to_be_collected
     assert len(online.stderr.strip().splitlines()) == 1 and "Traceback" not in online.stderr
     assert resumed.returncode == 0, resumed.stderr
     assert store.created == 1 and all(n == 1 for n in store.seen_ids.values()) and len(_answers(run)) == 5
+
+
+@pytest.mark.parametrize("dates", [{"completed_at": 10**400}, {"created_at": -1e308, "completed_at": 1e308}])
+def test_a_batch_dated_past_any_float_keeps_its_answers(tmp_path: Path, dates: dict[str, Any]) -> None:
+    """A batch whose end was a 400-digit number ended every run and resume in an OverflowError traceback."""
+
+    class FarDated(BatchStore):
+        async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
+            await super().finish(batch, status, done)
+            batch.update(dates)
+
+    with FakeOpenAIServer("mixed", batches=FarDated()) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert len(rows) == 3 and all(r["error"] is None and r["latency_s"] == 0.0 for r in rows)
+
+
+@pytest.mark.parametrize("data", [5, 1.5, True])
+def test_a_failed_batch_whose_errors_are_no_list_is_sent_again(tmp_path: Path, data: Any) -> None:
+    """A failed batch whose errors.data was a number ended the run and every resume in a TypeError traceback."""
+
+    class OddErrors(BatchStore):
+        async def advance(self, batch: dict[str, Any]) -> None:
+            await super().advance(batch)
+            if batch["status"] == "failed":
+                batch["errors"] = {"object": "list", "data": data}
+
+    store = OddErrors(fail_batches=1)
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert store.created == 2 and len(_answers(only_run_dir(tmp_path))) == 3
+
+
+@pytest.mark.parametrize("data", [5, True])
+def test_a_batch_list_whose_data_is_no_list_shows_no_batch(tmp_path: Path, data: Any) -> None:
+    """After a POST /batches got a 500, the list was looked through for the batch it may have made: a list whose
+    data was a number ended the run in a TypeError traceback."""
+
+    class OddList(BatchStore):
+        refused = False
+
+        async def __call__(
+            self, method: str, path: str, headers: dict[str, str], body: bytes, query: str = ""
+        ) -> Response:
+            if path.endswith("/batches") and method == "GET":
+                return reply_json(200, {"object": "list", "data": data, "has_more": False})
+            if path.endswith("/batches") and not self.refused:  # the first creation fails, making nothing
+                self.refused = True
+                return reply_json(500, {"error": {"message": "try again"}})
+            return await super().__call__(method, path, headers, body, query)
+
+    store = OddList()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert store.created == 1 and len(_answers(only_run_dir(tmp_path))) == 3
+
+
+def test_a_batch_line_of_200_without_an_answer_counts_the_usage_it_reports(tmp_path: Path) -> None:
+    """A result line of 200 whose body reports usage but holds no answer was sent again, and what it said it
+    cost was dropped: the report said the run cost only its answers, where online such an attempt counts."""
+
+    class NoAnswerFirst(BatchStore):
+        async def answer(self, index: int, line: dict[str, Any], auth: str) -> tuple[bool, dict[str, Any]]:
+            ok, found = await super().answer(index, line, auth)
+            if self.seen_ids[line["custom_id"]] == 1:  # its first run: billed, no choices
+                usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+                found["response"]["body"] = {"object": "chat.completion", "choices": [], "usage": usage}
+            return ok, found
+
+    prices = ("--price-input", "1", "--price-output", "1")
+    with FakeOpenAIServer("mixed", batches=NoAnswerFirst()) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST, *prices,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert all(r["error"] is None and r["attempts"] == 2 and r["usage"]["prompt_tokens"] > 1000 for r in rows)
+    report = _report(only_run_dir(tmp_path))
+    assert (
+        report["tokens"]["batch_prompt"] == report["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in rows)
+    )
+    assert report["cost"]["total"] > 3 * 1100 / 1e6 * 0.5
+
+
+def test_a_batch_id_in_a_wide_script_still_names_its_results_file(tmp_path: Path) -> None:
+    """A batch id of 95 CJK letters (letters are kept in a file name) made a name of 300 bytes: every run and
+    resume ended 'File name too long' as the results came in, and the batch was never collected."""
+
+    class WideIds(BatchStore):
+        def new_id(self, prefix: str) -> str:
+            return super().new_id(prefix) + ("\u4e2d" * 95 if prefix == "batch_" else "")
+
+        async def __call__(
+            self, method: str, path: str, headers: dict[str, str], body: bytes, query: str = ""
+        ) -> Response:
+            return await super().__call__(method, urllib.parse.unquote(path), headers, body, query)
+
+    with FakeOpenAIServer("mixed", batches=WideIds()) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--batch", *FAST,
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(_answers(only_run_dir(tmp_path))) == 2
+
+
+def test_two_answers_for_one_request_count_what_they_report_they_cost(tmp_path: Path) -> None:
+    """An output file that held each line twice: each request was a conflict, sent again twice (three batches of
+    two answers each), and the report said the run had used no token at all."""
+
+    class Twice(BatchStore):
+        async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
+            await super().finish(batch, status, done)
+            purpose, content = self.files[batch["output_file_id"]]
+            self.files[batch["output_file_id"]] = (purpose, content + content)
+
+    with FakeOpenAIServer("mixed", batches=Twice()) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--batch", *FAST,
+                         "--price-input", "1", "--price-output", "1", "--work-dir", str(tmp_path / "b"))  # fmt: skip
+        online = run_cli(
+            "eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--work-dir", str(tmp_path / "o")
+        )
+    assert result.returncode == 1 and online.returncode == 0, result.stderr
+    (row,) = read_jsonl(only_run_dir(tmp_path / "b") / "predictions/m/coin_flip.jsonl")
+    assert "neither is kept (a conflict)" in row["error"] and row["attempts"] == 3
+    one = _report(only_run_dir(tmp_path / "o"))["tokens"]
+    tokens = _report(only_run_dir(tmp_path / "b"))["tokens"]
+    assert tokens["batch_prompt"] == tokens["prompt"] == 6 * one["prompt"]  # three sends of two answers each
+    assert tokens["batch_completion"] == tokens["completion"] == 6 * one["completion"]

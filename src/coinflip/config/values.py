@@ -307,12 +307,14 @@ def _python_literal(raw: str) -> Any:
 
 
 def safe_name(name: str) -> str:
-    """A model name usable as one path component ("org/model:7b" -> "org_model_7b"), at most 100 characters."""
+    """A model name usable as one path component ("org/model:7b" -> "org_model_7b"), at most 100 characters and
+    200 bytes (of a file system's 255, room for a suffix and a draft's: letters of any script are kept)."""
     cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("._")
-    if len(cleaned) > 100:
+    if len(cleaned) > 100 or len(cleaned.encode()) > 200:
         import hashlib
 
-        cleaned = cleaned[:88] + "_" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:11]
+        cut = cleaned[:88].encode()[:188].decode("utf-8", "ignore")
+        cleaned = cut + "_" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:11]
     return cleaned or "model"
 
 

@@ -4,8 +4,10 @@ offline, `write_requests` writes what `vllm run-batch` reads and `ResultsFile` r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import sys
 import time
 from collections import Counter
@@ -20,6 +22,7 @@ from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ..secrets import secret_keys
 from ._redact import Redactor
+from ._replies import added
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, capped_lines, read_result, request_line, split_lines
@@ -83,7 +86,8 @@ def read_answers(
                 cid, reply = found
                 before = replies.get(cid)
                 if before is not None and before.error is None and reply.error is None:
-                    reply = Reply(None, error=f"two answers for {cid} in the batch's results; {CONFLICT}")
+                    error = f"two answers for {cid} in the batch's results; {CONFLICT}"
+                    reply = Reply(None, error=error, usage=added(before.usage, reply.usage), batch=True)  # both billed
                     counts["conflicts"] += 1
                 elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
                     continue
@@ -211,15 +215,17 @@ class BatchModel:
             return []
 
     async def complete(self, request: Request) -> Reply:
+        paid = None  # what its sends reported they cost (a line of 200 without an answer too)
         for sends in range(1, RESENDS + 2):  # noqa: B007 (its last value is the reply's)
             reply = await self._answer(request)
+            paid = added(paid, reply.usage)
             if reply.error is None:
                 break
             if self.online is not None:  # what a batch left goes online, if the run can afford it
                 if self.admit is not None and not await self.admit(request):
                     raise Unanswered()
                 return await self.online.complete(request)
-        reply.attempts = sends
+        reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
 
     async def _answer(self, request: Request) -> Reply:
@@ -370,12 +376,14 @@ def _turnaround(info: dict[str, Any]) -> float:
     ends = [info.get(f"{s}_at") for s in ENDED]
     end = max((e for e in ends if isinstance(e, int | float) and not isinstance(e, bool)), default=None)
     if isinstance(start, int | float) and end is not None:
-        return float(max(0.0, end - start))
+        with contextlib.suppress(OverflowError):  # dates past any float (400 digits) tell nothing
+            seconds = float(end - start)
+            return seconds if 0 <= seconds < math.inf else 0.0
     return 0.0
 
 
 def _errors(info: dict[str, Any]) -> str:
     errors = info.get("errors")
     data = errors.get("data") if isinstance(errors, dict) else None
-    messages = [str(e.get("message")) for e in data or [] if isinstance(e, dict)]
+    messages = [str(e.get("message")) for e in data if isinstance(e, dict)] if isinstance(data, list) else []
     return "; ".join(messages[:3]) or "no reason given"

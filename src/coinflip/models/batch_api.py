@@ -25,7 +25,7 @@ from ..records import escape_line_breaks
 from ..secrets import shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, merge_headers
 from ._redact import Redactor
-from ._replies import BadReply, load_json, parse_body, server_message
+from ._replies import BadReply, load_json, parse_body, server_message, usage
 from ._request import endpoint_url
 from ._wire import ReplyTooLarge, UnknownCoding, check_framing, read_at_most, tls_like, undecoded
 from .base import Reply
@@ -94,8 +94,9 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
     if isinstance(status, int) and 200 <= status < 300 and not error:
         try:
             reply = parse_body(json.dumps(body).encode(), mode)
-        except BadReply as exc:
-            return cid, Reply(None, error=str(exc), status=status)
+        except BadReply as exc:  # billed still, for the usage it reports
+            spent = usage(body.get("usage")) if isinstance(body, dict) else None
+            return cid, Reply(None, error=str(exc), status=status, usage=spent, batch=spent is not None)
         for choice in (reply, *reply.more):
             choice.batch = True
         return cid, reply
@@ -188,7 +189,8 @@ class BatchAPI:
                 print(f"note: cannot check for a batch made from {file_id} {when} ({exc}): "
                       "its requests go in a new batch", file=sys.stderr)  # fmt: skip
                 return None
-            data = [batch for batch in listed.get("data") or [] if isinstance(batch, dict)]
+            found = listed.get("data")  # the page's batches (not a list: none)
+            data = [batch for batch in found if isinstance(batch, dict)] if isinstance(found, list) else []
             for batch in data:
                 if batch.get("input_file_id") == file_id:
                     return self._id_of(batch, "GET /batches")
