@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._terminal import UNSHOWABLE
@@ -120,9 +122,9 @@ def _bytecode_cache() -> BytecodeCache | None:
     """Jinja's own cache of compiled templates, in its private folder under the temp directory: compiling the
     run page's templates was a tenth of a one-question run. A cache that cannot be made, read or written is no
     cache, never a page that fails."""
-    from jinja2 import FileSystemBytecodeCache
+    import jinja2
 
-    class Cache(FileSystemBytecodeCache):
+    class Cache(jinja2.FileSystemBytecodeCache):
         def load_bytecode(self, bucket: Any) -> None:
             try:
                 super().load_bytecode(bucket)
@@ -133,8 +135,9 @@ def _bytecode_cache() -> BytecodeCache | None:
             with contextlib.suppress(OSError):  # a full disk, the folder cleared away
                 super().dump_bytecode(bucket)
 
-    try:
-        return Cache()
+    try:  # Jinja keys code by a template's name and path: named here by Jinja's version and the options below too
+        maker = hashlib.sha1(jinja2.__version__.encode() + Path(__file__).read_bytes()).hexdigest()[:16]
+        return Cache(pattern=f"__coinflip_{maker}_%s.cache")
     except (OSError, RuntimeError):  # no temp directory, or one another user owns
         return None
 
