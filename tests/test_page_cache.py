@@ -109,3 +109,17 @@ def test_templates_compiled_by_another_coinflip_or_jinja_are_not_used(
     (root / PAGE).unlink(missing_ok=True)
     rescore(root, show=False)
     assert (root / PAGE).read_bytes() == page
+
+
+@pytest.mark.usefixtures("fresh_environment")
+def test_no_cache_is_left_in_the_current_folder(
+    run: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No temp folder writable (a read-only /tmp): Python's temp directory is then the current folder, the
+    user's work directory say, where a cache folder would stand among the runs."""
+    root, page = run
+    monkeypatch.chdir(tmp_path)  # the fixture made it the temp directory
+    (root / PAGE).unlink(missing_ok=True)
+    rescore(root, show=False)
+    assert (root / PAGE).read_bytes() == page
+    assert list(tmp_path.iterdir()) == []

@@ -8,7 +8,9 @@ import functools
 import hashlib
 import json
 import math
+import os
 import re
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,6 +137,8 @@ def _bytecode_cache() -> BytecodeCache | None:
             with contextlib.suppress(OSError):  # a full disk, the folder cleared away
                 super().dump_bytecode(bucket)
 
+    if tempfile.gettempdir() == os.getcwd():  # Python's last resort where no temp folder is writable: the user's own
+        return None
     try:  # Jinja keys code by a template's name and path: named here by Jinja's version and the options below too
         maker = hashlib.sha1(jinja2.__version__.encode() + Path(__file__).read_bytes()).hexdigest()[:16]
         return Cache(pattern=f"__coinflip_{maker}_%s.cache")
