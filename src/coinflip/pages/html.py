@@ -142,7 +142,7 @@ def _bytecode_cache() -> BytecodeCache | None:
     try:  # Jinja keys code by a template's name and path: named here by Jinja's version and the options below too
         maker = hashlib.sha1(jinja2.__version__.encode() + Path(__file__).read_bytes()).hexdigest()[:16]
         return Cache(pattern=f"__coinflip_{maker}_%s.cache")
-    except (OSError, RuntimeError):  # no temp directory, or one another user owns
+    except (OSError, RuntimeError, AttributeError):  # no temp directory, one another user owns, a Jinja unnamed
         return None
 
 
