@@ -242,6 +242,22 @@ def test_a_config_evalscope_1_14_1_saved_runs_as_it_is(srv: FakeOpenAIServer, tm
     assert json.loads((only_run_dir(tmp_path / "out") / "reports/qwen/coin_flip.json").read_text())["counts"]
 
 
+def test_evalscopes_null_timeout_and_stream_are_its_defaults(srv: FakeOpenAIServer, tmp_path: Path) -> None:
+    """EvalScope's TaskConfig holds timeout and stream as None unless given (its saved task_config.yaml says
+    `timeout: null`, `stream: null`, the values in generation_config): the config runs, with those values."""
+    saved = tmp_path / "task_config.yaml"
+    saved.write_text(
+        f"model: qwen\napi_url: {srv.url}\nlimit: 2\ntimeout: null\nstream: null\nwork_dir: {tmp_path / 'out'}\n"
+        "generation_config: {timeout: 30, stream: true}\n",
+        encoding="utf-8",
+    )
+    result = run_cli("eval", "--config", str(saved))
+    assert result.returncode == 0, result.stderr
+    kept = (only_run_dir(tmp_path / "out") / "configs/task_config.yaml").read_text()
+    assert "timeout: 30" in kept and "stream: true" in kept
+    assert TaskConfig(model="oracle", timeout=None, stream=None).timeout == TaskConfig(model="oracle").timeout
+
+
 def test_dry_run_checks_the_settings_and_the_data_and_sends_nothing(srv: FakeOpenAIServer, tmp_path: Path) -> None:
     """EvalScope's dry_run: the config parsed and shown, run_task returns {} without a request or a file."""
     out = tmp_path / "out"

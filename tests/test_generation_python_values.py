@@ -26,3 +26,16 @@ def test_do_sample_false_is_greedy_and_stream_true_streams() -> None:
 def test_texts_that_are_not_python_stay_texts() -> None:
     assert parse_pairs("stop=[INST]") == {"stop": "[INST]"}
     assert parse_pairs("stop=__import__('os')") == {"stop": "__import__('os')"}
+
+
+def test_python_spellings_of_numbers_are_numbers() -> None:
+    """EvalScope's literal_eval reads temperature=.5 as 0.5 and max_tokens=1_000 as 1000: so does coinflip
+    (refused before: 'temperature must be a number, got '.5'')."""
+    assert parse_pairs("temperature=.5,top_p=-.9,max_tokens=1_000,seed=0x10") == {
+        "temperature": 0.5,
+        "top_p": -0.9,
+        "max_tokens": 1000,
+        "seed": 16,
+    }
+    assert TaskConfig.of(model="oracle", generation_config="temperature=.5").generation_config == {"temperature": 0.5}
+    assert parse_pairs("stop=1j,reasoning_effort=.high") == {"stop": "1j", "reasoning_effort": ".high"}

@@ -10,7 +10,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import jinja2
 import pytest
+from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader
 from jinja2.bccache import bc_magic
 
 from coinflip.pages import html
@@ -87,3 +89,37 @@ def test_a_cache_folder_cleared_away_mid_run_is_no_cache(run: tuple[Path, bytes]
     rescore(root, show=False)
     assert (root / PAGE).read_bytes() == page
     assert not cache_dir(tmp_path).exists()
+
+
+@pytest.mark.usefixtures("fresh_environment")
+@pytest.mark.parametrize("jinja", [jinja2.__version__, "3.0.0"])
+def test_templates_compiled_by_another_coinflip_or_jinja_are_not_used(
+    run: tuple[Path, bytes], jinja: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same template files compiled with other options (an older coinflip's, in the shared folder under
+    Jinja's key of name and path) or by another Jinja: the page is this coinflip's, not theirs."""
+    root, page = run
+    with monkeypatch.context() as patched:
+        patched.setattr(jinja2, "__version__", jinja)
+        cache = html._bytecode_cache() if jinja != jinja2.__version__ else FileSystemBytecodeCache()
+        other = Environment(loader=PackageLoader("coinflip.pages", "templates"), bytecode_cache=cache)
+        other.filters.update(fmt=html.fmt, link=html.link, span=html.span)
+        for name in other.list_templates():  # no trim_blocks, no autoescape: another page
+            other.get_template(name)
+    (root / PAGE).unlink(missing_ok=True)
+    rescore(root, show=False)
+    assert (root / PAGE).read_bytes() == page
+
+
+@pytest.mark.usefixtures("fresh_environment")
+def test_no_cache_is_left_in_the_current_folder(
+    run: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No temp folder writable (a read-only /tmp): Python's temp directory is then the current folder, the
+    user's work directory say, where a cache folder would stand among the runs."""
+    root, page = run
+    monkeypatch.chdir(tmp_path)  # the fixture made it the temp directory
+    (root / PAGE).unlink(missing_ok=True)
+    rescore(root, show=False)
+    assert (root / PAGE).read_bytes() == page
+    assert list(tmp_path.iterdir()) == []

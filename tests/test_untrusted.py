@@ -138,6 +138,20 @@ def test_compare_of_a_hostile_work_dir_compares_what_it_can(
         assert f"skipped {work / name}: no readable reviews" in result.stdout + result.stderr
 
 
+def test_compare_writes_its_own_folder_never_through_a_link_left_at_it(tmp_path: Path) -> None:
+    """The work directory's compare/ a link to elsewhere (a work directory someone else wrote): compare's files go
+    in a real compare/ folder there, the link's target is left as it was."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    _good_run(work, "a")
+    _good_run(work, "b", "--model-id", "oracle-2")
+    elsewhere.mkdir()
+    (work / "compare").symlink_to(elsewhere, target_is_directory=True)
+    result = _run("compare", str(work))
+    assert result.returncode == 0, result.stderr
+    assert not (work / "compare").is_symlink() and (work / "compare/compare.json").is_file()
+    assert not any(elsewhere.iterdir())
+
+
 def test_rescore_beside_hostile_runs_and_of_one(hostile: tuple[Path, dict[str, Path]]) -> None:
     work, evil = hostile
     good = _run("rescore", str(work / "good"))

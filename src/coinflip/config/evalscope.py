@@ -32,6 +32,10 @@ GENERATION_DROPPED = {
 
 def fold_evalscope(config: Any, declared: tuple[Setting, ...]) -> list[str]:
     """Fold EvalScope's forms into coinflip's fields; the notes on what changes nothing."""
+    for s in declared:  # EvalScope's None for these (in every config it saves): not given, the value below
+        if s.name in ("timeout", "stream") and getattr(config, s.name) is None:
+            setattr(config, s.name, s.default)
+            config.given -= {s.name}
     kind = config.eval_type
     if kind == "mock_llm" and config.model not in (*BASELINES, None):
         raise ConfigError(f"eval_type mock_llm needs a baseline model: {', '.join(BASELINES)}")

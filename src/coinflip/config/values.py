@@ -293,17 +293,17 @@ _TEXT = object()  # not a Python value: the text itself (stop=[INST] stays a tex
 
 
 def _python_literal(raw: str) -> Any:
-    """True, False, None, or a list or dict written as Python (EvalScope's --generation-config evaluates its
-    values): a literal only, never code; anything else is _TEXT."""
+    """True, False, None, or a number, list or dict written as Python (EvalScope's --generation-config evaluates
+    its values: .5, 1_000, 0x10): a literal only, never code; anything else is _TEXT."""
     if raw in PYTHON_WORDS:
         return PYTHON_WORDS[raw]
-    if raw[:1] not in ("[", "{"):
+    if raw.lstrip("+-")[:1] not in ("[", "{", ".", *"0123456789"):
         return _TEXT
     try:
         value = ast.literal_eval(raw)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return _TEXT
-    return value if isinstance(value, (list, dict)) else _TEXT
+    return value if isinstance(value, (list, dict, int, float)) else _TEXT
 
 
 def safe_name(name: str) -> str:

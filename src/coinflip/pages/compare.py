@@ -344,7 +344,10 @@ def default_out(result: dict[str, Any]) -> Path:
     """compare/ in the work directory the runs share: one comparison does not overwrite another's."""
     parents = {str(Path(r["run"]).resolve().parent) for r in result["leaderboard"]}
     shared = os.path.commonpath(sorted(parents)) if parents else ""
-    return Path(shared) / "compare" if shared and shared != "/" else Path("outputs") / "compare"
+    out = Path(shared) / "compare" if shared and shared != "/" else Path("outputs") / "compare"
+    if out.is_symlink():  # left in a work directory someone else wrote: a folder of our own, never written through
+        out.unlink()
+    return out
 
 
 def print_result(result: dict[str, Any], written: list[Path], console: Any = None) -> None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import math
+import os
 import re
+import tempfile
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._terminal import UNSHOWABLE
@@ -120,9 +124,9 @@ def _bytecode_cache() -> BytecodeCache | None:
     """Jinja's own cache of compiled templates, in its private folder under the temp directory: compiling the
     run page's templates was a tenth of a one-question run. A cache that cannot be made, read or written is no
     cache, never a page that fails."""
-    from jinja2 import FileSystemBytecodeCache
+    import jinja2
 
-    class Cache(FileSystemBytecodeCache):
+    class Cache(jinja2.FileSystemBytecodeCache):
         def load_bytecode(self, bucket: Any) -> None:
             try:
                 super().load_bytecode(bucket)
@@ -133,9 +137,12 @@ def _bytecode_cache() -> BytecodeCache | None:
             with contextlib.suppress(OSError):  # a full disk, the folder cleared away
                 super().dump_bytecode(bucket)
 
-    try:
-        return Cache()
-    except (OSError, RuntimeError):  # no temp directory, or one another user owns
+    if tempfile.gettempdir() == os.getcwd():  # Python's last resort where no temp folder is writable: the user's own
+        return None
+    try:  # Jinja keys code by a template's name and path: named here by Jinja's version and the options below too
+        maker = hashlib.sha1(jinja2.__version__.encode() + Path(__file__).read_bytes()).hexdigest()[:16]
+        return Cache(pattern=f"__coinflip_{maker}_%s.cache")
+    except (OSError, RuntimeError, AttributeError):  # no temp directory, one another user owns, a Jinja unnamed
         return None
 
 
