@@ -123,3 +123,18 @@ def test_no_cache_is_left_in_the_current_folder(
     rescore(root, show=False)
     assert (root / PAGE).read_bytes() == page
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.usefixtures("fresh_environment")
+def test_a_current_folder_removed_under_the_command_still_gets_the_page(
+    run: tuple[Path, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell left in a folder someone deleted: where the temp directory is asked about, the page is still made."""
+    root, page = run
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    (root / PAGE).unlink()
+    rescore(root, show=False)
+    assert (root / PAGE).read_bytes() == page

@@ -137,12 +137,12 @@ def _bytecode_cache() -> BytecodeCache | None:
             with contextlib.suppress(OSError):  # a full disk, the folder cleared away
                 super().dump_bytecode(bucket)
 
-    if tempfile.gettempdir() == os.getcwd():  # Python's last resort where no temp folder is writable: the user's own
-        return None
     try:  # Jinja keys code by a template's name and path: named here by Jinja's version and the options below too
+        if tempfile.gettempdir() == os.getcwd():  # Python's last resort where no temp folder is writable: the user's
+            return None
         maker = hashlib.sha1(jinja2.__version__.encode() + Path(__file__).read_bytes()).hexdigest()[:16]
         return Cache(pattern=f"__coinflip_{maker}_%s.cache")
-    except (OSError, RuntimeError, AttributeError):  # no temp directory, one another user owns, a Jinja unnamed
+    except (OSError, RuntimeError, AttributeError):  # no temp or current folder, another user's, a Jinja unnamed
         return None
 
 
