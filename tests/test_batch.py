@@ -529,6 +529,28 @@ def test_max_cost_on_resume_counts_the_batch_a_killed_session_left_running(tmp_p
     assert resumed.returncode == 1 and "--max-cost" in resumed.stderr, resumed.stderr
 
 
+def test_a_resume_reads_and_counts_the_answers_a_killed_session_paid_for_whatever_room_is_left(tmp_path: Path) -> None:
+    """The batch a killed session left running bills its answers whatever the resume does. A resume with no room
+    left under --max-cost (a lower cap; or what went online first) refused its requests: the answers, billed,
+    were never read, and the cost said less than the bill. They are read and counted, and nothing new is sent."""
+    store = BatchStore(delay=3600.0)
+    prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--batch", *FAST, *prices)
+        _killed_while_polled((*args, "--max-cost", "0.003"), tmp_path, store)
+        first = store.batches["batch_000001"]["request_counts"]["total"]
+        store.delay = 0.0
+        run = only_run_dir(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST, "--max-cost", "0.00001")
+    assert 0 < first < 20 and list(store.batches) == ["batch_000001"]  # nothing new was sent
+    assert len(_answers(run)) == first, resumed.stderr
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    billed = sum(2 * r["usage"]["prompt_tokens"] + 8 * r["usage"]["completion_tokens"] for r in rows) / 2e6
+    assert _report(run)["cost"]["total"] == pytest.approx(billed)  # the batch's half price
+    assert resumed.returncode == 1, resumed.stderr
+    assert "passed --max-cost 1e-05" in resumed.stderr and "for answers a batch sent before" in resumed.stderr
+
+
 def test_a_batch_ids_file_that_is_a_fifo_never_hangs_the_resume(tmp_path: Path) -> None:
     """The ids of a batch left running were read with read_text: a FIFO in their place hung the resume."""
     store = BatchStore(delay=3600.0)

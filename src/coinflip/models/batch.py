@@ -214,6 +214,10 @@ class BatchModel:
         except (OSError, ValueError):  # UnreadableFile and UnicodeDecodeError are ValueErrors
             return []
 
+    def paid(self, request: Request) -> bool:
+        """In a batch a session before this one sent: billed as it is answered, whatever this run does."""
+        return custom_id(request) in self.covered
+
     async def complete(self, request: Request) -> Reply:
         paid = None  # what its sends reported they cost (a line of 200 without an answer too)
         for sends in range(1, RESENDS + 2):  # noqa: B007 (its last value is the reply's)

@@ -19,6 +19,8 @@ FollowUp = Callable[[T, Request, Reply], list[tuple[T, Request]]]
 class Gate(Protocol):
     async def admit(self, request: Request) -> bool: ...
 
+    def hold(self, request: Request) -> None: ...
+
     def settle(self, request: Request, reply: Reply | None) -> None: ...
 
 
@@ -31,6 +33,7 @@ class _Flow(Generic[T]):
         self.landed: Landed[T] = []
         self.failed: asyncio.Future[None] = self.loop.create_future()
         self.together = getattr(model, "gathers", False)  # a batch: follow-ups side by side, in one batch
+        self.paid: Callable[[Request], bool] = getattr(model, "paid", lambda _: False)
 
     def hand_on(self) -> None:
         batch = self.landed.copy()
@@ -49,7 +52,9 @@ class _Flow(Generic[T]):
         try:
             while queue and not self.failed.done():
                 item, request = queue.pop()
-                if self.gate is not None and not await self.gate.admit(request):
+                if self.gate is not None and self.paid(request):  # billed whatever happens: read, never refused
+                    self.gate.hold(request)
+                elif self.gate is not None and not await self.gate.admit(request):
                     return False
                 try:
                     reply: Reply | None = await self.model.complete(request)
@@ -82,8 +87,8 @@ async def run_requests(
 ) -> None:  # fmt: skip
     """`on_replies` gets every reply once, in batches, also on cancel; `follow_up` may ask for more requests
     about a sample (a forced answer), sent by the same worker first; a request `gate` refuses ends its worker."""
-    pending = iter(work)
     flow = _Flow(model, on_replies, follow_up, gate)
+    pending = iter(sorted(work, key=lambda pair: not flow.paid(pair[1])) if flow.together else work)  # paid first
 
     async def worker() -> None:
         for first in pending:

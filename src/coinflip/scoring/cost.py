@@ -170,6 +170,8 @@ class Budget:
         self.answered = 0
         self.held: dict[int, float] = {}  # what each request in flight may cost, by id()
         self.prepaid: dict[int, float] = {}  # what its failed attempts reported they cost, counted in `spent`
+        self.billed: set[int] = set()  # requests in a batch an earlier session sent: held, never refused
+        self.billed_before = 0.0  # what their answers cost, counted in `spent`
         self.settled = asyncio.Event()
         self.stopped = False
         self.blind = 0  # answers whose usage left out their prompt or completion tokens: the cap cannot count them
@@ -208,10 +210,18 @@ class Budget:
             await self.settled.wait()
         return False
 
+    def hold(self, request: Request) -> None:
+        """A request already paid for (a batch an earlier session sent bills it anyway): held, never refused, so
+        the room left is what the rest may take."""
+        self.held[id(request)] = self.cost(request, self.batch) or 0.0
+        self.billed.add(id(request))
+
     def settle(self, request: Request, reply: Reply | None) -> None:
         """From now its real cost counts, priced by how it came, not what it was held at (None: unanswered)."""
         self.held.pop(id(request), None)
         self.settled.set()
+        billed = id(request) in self.billed  # not once it went online (--batch-rest-online settles it first)
+        self.billed.discard(id(request))
         if reply is None:
             return
         usage = reply.usage or {}
@@ -219,7 +229,9 @@ class Budget:
             self.blind += 1
             self.stopped = True  # what the rest would cost is unknown: none of them goes
         prepaid = self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts too
-        self.spent += self._priced(usage, reply.batch) - prepaid
+        cost = self._priced(usage, reply.batch) - prepaid
+        self.spent += cost
+        self.billed_before += cost if billed else 0.0
         self.answered += reply.error is None
 
     def again(self, request: Request, usage: Mapping[str, int] | None) -> bool:
@@ -251,10 +263,13 @@ class Budget:
                 "to go on"
             )
         if spent > self.limit >= self.saved:  # passed by this session's replies
-            return (
-                f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; the "
-                "replies in flight were dearer than the answers before them (max_tokens bounds each one)"
+            why = (
+                f"{self.billed_before:.4f} of it for answers a batch sent before this session held (billed whatever "
+                "the run does)"
+                if self.billed_before
+                else "the replies in flight were dearer than the answers before them (max_tokens bounds each one)"
             )
+            return f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; {why}"
         if not self.stopped:
             return None
         return (
