@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coinflip.testing.policy import Policy
-from coinflip.testing.server import FakeOpenAIServer
+from coinflip.testing.server import FakeOpenAIServer, serve
 
 from .conftest import PATIENCE_S, hand_metrics, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for, whole_lines
 
@@ -535,3 +535,18 @@ def test_the_hint_on_retries_points_to_a_log_that_names_each_failure(tmp_path: P
     assert requests["retries"] > 0 and "see the errors in the log" in result.stdout + result.stderr
     log = (run / "logs/eval_log.log").read_text()
     assert log.count("failed, retrying: ") == requests["retries"], log
+
+
+@pytest.mark.timeout(60)  # the old server took bad seconds and served them forever
+@pytest.mark.parametrize(
+    "flags", [["--port", "99999"], ["--port", "-1"], ["--latency", "nan"], ["--slots", "-1"], ["--fail-rate", "2"]]
+)
+def test_the_test_servers_bad_options_end_in_one_line(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A port out of range or taken was a traceback (exit 1); a negative --slots served nothing, each
+    request's connection closed without a word, and NaN or negative seconds were taken as they came."""
+    with FakeOpenAIServer() as taken:
+        for argv in (flags, ["--port", str(taken.port)]):
+            with pytest.raises(SystemExit) as stopped:
+                serve(argv)
+            assert stopped.value.code == 2
+            assert capsys.readouterr().err.splitlines()[-1].startswith("python -m coinflip.testing.server: error: --")

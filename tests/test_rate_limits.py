@@ -335,3 +335,21 @@ def test_an_eval_batch_size_the_user_gave_is_sent_at_once_without_a_first_wave(t
         peak = srv.gate.peak
     assert result.returncode == 0, result.stderr
     assert peak == 16 if given else peak < 16  # without: 4 first, the rest once one of them answered
+
+
+def test_an_eval_batch_size_past_the_hard_limit_on_open_files_sends_what_fits(tmp_path: Path) -> None:
+    """With a hard limit of 400 open files (RHEL's is 4,096) and --eval-batch-size 1000, the sockets ran
+    out: every request failed with "Too many open files" and the run died importing a module, in one line
+    naming scorer.py. Now fewer go at once, said in a note, and every sample gets its reply."""
+    resource = pytest.importorskip("resource")
+    with FakeOpenAIServer("correct", latency=0.3) as srv:
+        result = subprocess.run(
+            [sys.executable, "-m", "coinflip.cli", "eval", "--model", "m", "--api-url", srv.url, "--limit", "600",
+             "--eval-batch-size", "1000", "--retries", "0", "--work-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=BUDGET,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (400, 400)),
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "the limit on open files (400) allows 144 requests in flight" in result.stderr
+    rows = predictions(only_run_dir(tmp_path))
+    assert len(rows) == 600 and all(r["error"] is None for r in rows)

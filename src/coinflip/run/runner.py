@@ -204,9 +204,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     budget = budget_for(config, plan.generation, run.predictions, bool(config.batch), spends) if cap else None
     try:
         with serve_local(config, run.server_log) as endpoint:
-            concurrency = min(wanted, endpoint.slots or wanted)
+            concurrency = room_for(min(wanted, endpoint.slots or wanted))
             session.progress.restart()
-            room_for(concurrency)
             model = open_model(config, endpoint.urls, plan.generation, concurrency, run.root / "batch",
                                *((budget.admit_online, budget.again) if budget is not None else ()),
                                answered=index.any_replied())  # fmt: skip

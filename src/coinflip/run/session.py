@@ -171,8 +171,9 @@ def concurrency_for(config: TaskConfig) -> int:
     return DEFAULT_BATCH
 
 
-def room_for(connections: int) -> None:
-    """Thousands of requests in flight need as many sockets: the soft limit on open files (often 1,024) goes up."""
+def room_for(connections: int) -> int:
+    """Thousands of requests in flight need as many sockets: the soft limit on open files (often 1,024) goes up;
+    past the hard limit, fewer go at once. How many may."""
     with contextlib.suppress(ImportError, ValueError, OSError):  # no `resource` on Windows
         import resource
 
@@ -181,6 +182,11 @@ def room_for(connections: int) -> None:
         if soft != resource.RLIM_INFINITY and soft < wanted:
             ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
             resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+            if ceiling < wanted:
+                fits = max(1, ceiling - 256)
+                print(f"note: the limit on open files ({hard}) allows {fits} requests in flight", file=sys.stderr)
+                return fits
+    return connections
 
 
 def first_rows(record: Any, request: Request, reply: Reply, choices: int, force: bool) -> list[Prediction]:

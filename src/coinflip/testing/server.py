@@ -177,13 +177,20 @@ def serve(argv: list[str] | None = None) -> None:
     parser.add_argument("--hide-slots", dest="publish_slots", action="store_false", help="no --slots at /props")
     parser.add_argument("--owned-by", default="", help="the owner /v1/models names (me: the Python llama.cpp server)")
     args = parser.parse_args(argv)
+    for name, value in vars(args).items():  # counts, seconds and a share: never negative, NaN or infinite
+        top = {"port": 65535, "fail_rate": 1}.get(name, 10**9)
+        if type(value) in (int, float) and not 0 <= value <= top:
+            parser.error(f"--{name.replace('_', '-')} must be a number from 0 to {top}, got {value}")
     batches = BatchStore(delay=args.batch_delay, expire=args.batch_expire, fail_every=args.batch_fail_every)
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     options = {name: getattr(args, name) for name in ("api_key", "latency", "fail_rate", "stream_gap")}
     server = FakeOpenAIServer(args.policy, args.port, batches=batches, limits=limits, **options)
-    with contextlib.suppress(KeyboardInterrupt), server:
-        print(f"serving the {args.policy} policy on {server.url} (Ctrl-C stops)", flush=True)
-        threading.Event().wait()
+    try:
+        with contextlib.suppress(KeyboardInterrupt), server:
+            print(f"serving the {args.policy} policy on {server.url} (Ctrl-C stops)", flush=True)
+            threading.Event().wait()
+    except OSError as error:  # the port is taken
+        parser.error(f"--port {args.port}: {error.strerror}")
 
 
 if __name__ == "__main__":
