@@ -512,17 +512,22 @@ def test_a_batch_the_server_forgot_is_sent_again(tmp_path: Path) -> None:
     assert store.created == 2 and len(_answers(only_run_dir(tmp_path))) == 9
 
 
+def _capped_and_killed(srv: FakeOpenAIServer, store: BatchStore, work: Path) -> tuple[Path, int]:
+    """A batch run of 20 under --max-cost 0.003, killed while its first batch is polled, which then ends: the run
+    and how many requests that batch holds."""
+    prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
+    args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--batch", *FAST, *prices)
+    _killed_while_polled((*args, "--max-cost", "0.003"), work, store)
+    store.delay = 0.0
+    return only_run_dir(work), store.batches["batch_000001"]["request_counts"]["total"]
+
+
 def test_max_cost_on_resume_counts_the_batch_a_killed_session_left_running(tmp_path: Path) -> None:
     """The resume priced only what was saved: the requests in the batch still running looked free,
     so it submitted the rest as well and the run cost more than --max-cost (0.0034 against 0.003)."""
     store = BatchStore(delay=3600.0)
-    prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
     with FakeOpenAIServer("mixed", batches=store) as srv:
-        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--batch", *FAST, *prices)
-        _killed_while_polled((*args, "--max-cost", "0.003"), tmp_path, store)
-        first = store.batches["batch_000001"]["request_counts"]["total"]
-        store.delay = 0.0
-        run = only_run_dir(tmp_path)
+        run, first = _capped_and_killed(srv, store, tmp_path)
         resumed = run_cli("eval", "--use-cache", str(run), *FAST, "--max-cost", "0.003")
     assert 0 < first < 20  # the first session could afford only part of the run
     assert _report(run)["cost"]["total"] <= 0.003
@@ -534,13 +539,8 @@ def test_a_resume_reads_and_counts_the_answers_a_killed_session_paid_for_whateve
     left under --max-cost (a lower cap; or what went online first) refused its requests: the answers, billed,
     were never read, and the cost said less than the bill. They are read and counted, and nothing new is sent."""
     store = BatchStore(delay=3600.0)
-    prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
     with FakeOpenAIServer("mixed", batches=store) as srv:
-        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--batch", *FAST, *prices)
-        _killed_while_polled((*args, "--max-cost", "0.003"), tmp_path, store)
-        first = store.batches["batch_000001"]["request_counts"]["total"]
-        store.delay = 0.0
-        run = only_run_dir(tmp_path)
+        run, first = _capped_and_killed(srv, store, tmp_path)
         resumed = run_cli("eval", "--use-cache", str(run), *FAST, "--max-cost", "0.00001")
     assert 0 < first < 20 and list(store.batches) == ["batch_000001"]  # nothing new was sent
     assert len(_answers(run)) == first, resumed.stderr
