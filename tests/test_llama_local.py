@@ -90,8 +90,9 @@ def test_a_missing_model_file_creates_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_no_server_left_after_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
     mark = str(tmp_path)
+    short = ("--generation-config", "max_tokens=8,temperature=0")  # a first reply in seconds on a loaded machine too
     proc = spawn_cli(
-        "eval", "--model", "smollm2", "--limit", "40", "--work-dir", mark, env={"COINFLIP_TEST_MARK": mark}
+        "eval", "--model", "smollm2", "--limit", "40", *short, "--work-dir", mark, env={"COINFLIP_TEST_MARK": mark}
     )
     files = "*/predictions/smollm2/coin_flip.jsonl"
     found = wait_for(  # the server answers and a reply has landed
