@@ -96,6 +96,11 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a list a server sent; anything else in it, or no list at all, is none."""
+    return [item for item in _list(value) if isinstance(item, dict)]
+
+
 def _choice(choice: Any, mode: str) -> Reply:
     """A whole choice: the one delta of a stream, its `message` for `delta`."""
     part = "message" if mode == "chat" else "text"
@@ -198,13 +203,13 @@ def _entry(token: Any, logprob: Any, top: Iterable[tuple[Any, Any]]) -> dict[str
 def chat_logprobs(value: Any) -> list[dict[str, Any]]:
     """`choices[i].logprobs.content`: [{token, logprob, top_logprobs: [{token, logprob}]}]."""
     content = value.get("content") if isinstance(value, dict) else None
-    items = [item for item in _list(content) if isinstance(item, dict)]
+    items = dicts(content)
     entries = [_entry(item.get("token"), item.get("logprob"), _pairs(item.get("top_logprobs"))) for item in items]
     return [entry for entry in entries if entry is not None]
 
 
 def _pairs(top: Any) -> list[tuple[Any, Any]]:
-    return [(t.get("token"), t.get("logprob")) for t in _list(top) if isinstance(t, dict)]
+    return [(t.get("token"), t.get("logprob")) for t in dicts(top)]
 
 
 def completion_logprobs(value: Any) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ..secrets import secret_keys
 from ._redact import Redactor
-from ._replies import added
+from ._replies import added, dicts
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, capped_lines, read_result, request_line, split_lines
@@ -389,5 +389,5 @@ def _turnaround(info: dict[str, Any]) -> float:
 def _errors(info: dict[str, Any]) -> str:
     errors = info.get("errors")
     data = errors.get("data") if isinstance(errors, dict) else None
-    messages = [str(e.get("message")) for e in data if isinstance(e, dict)] if isinstance(data, list) else []
+    messages = [str(e.get("message")) for e in dicts(data)]
     return "; ".join(messages[:3]) or "no reason given"

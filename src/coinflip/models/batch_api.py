@@ -25,7 +25,7 @@ from ..records import escape_line_breaks
 from ..secrets import shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, merge_headers
 from ._redact import Redactor
-from ._replies import BadReply, load_json, parse_body, server_message, usage
+from ._replies import BadReply, dicts, load_json, parse_body, server_message, usage
 from ._request import endpoint_url
 from ._wire import ReplyTooLarge, UnknownCoding, check_framing, read_at_most, tls_like, undecoded
 from .base import Reply
@@ -189,8 +189,7 @@ class BatchAPI:
                 print(f"note: cannot check for a batch made from {file_id} {when} ({exc}): "
                       "its requests go in a new batch", file=sys.stderr)  # fmt: skip
                 return None
-            found = listed.get("data")  # the page's batches (not a list: none)
-            data = [batch for batch in found if isinstance(batch, dict)] if isinstance(found, list) else []
+            data = dicts(listed.get("data"))  # the page's batches (not a list: none)
             for batch in data:
                 if batch.get("input_file_id") == file_id:
                     return self._id_of(batch, "GET /batches")
