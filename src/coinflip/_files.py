@@ -38,6 +38,16 @@ def inside(path: Path, folder: Path) -> bool:
     return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
+def special(path: Path) -> bool:
+    """Something at `path` neither a plain file nor a folder: a link, FIFO, socket or device (/dev/stdout is
+    a link, to a file where output is redirected)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def open_regular(path: Path, limit: int = NO_LIMIT, within: Path | None = None, write: bool = False) -> BinaryIO:
     """`path` opened for binary reading (`write`: and writing), or UnreadableFile saying why not."""
     if within is not None and not inside(path, within):

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._files import LOCKS, UnreadableFile, flock, inside, read_regular, read_settings, replacing
+from ._files import LOCKS, UnreadableFile, flock, inside, read_regular, read_settings, replacing, special
 from .config import BENCHMARK, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, storage_error
 from .records import REPEATS_MAX, loads, whole
@@ -189,11 +188,7 @@ class RunDir:
 
 def _clear_for_own(path: Path) -> None:
     """Remove a link, FIFO, socket or device at `path`, where the run's own file or folder goes."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+    if special(path):
         path.unlink()
 
 

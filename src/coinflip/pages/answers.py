@@ -6,13 +6,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from .._files import replacing
+from .._files import replacing, special
 from .._terminal import printable
 from ..errors import DataError, storage_error
 from ..jsonl import index_predictions, iter_reviews
@@ -92,7 +90,7 @@ def default_path(run: RunDir, form: str) -> Path:
 def save(run: RunDir, path: Path, form: str, given: bool = False) -> int:
     """Into a new file that takes `path`'s place; a device, FIFO or link the user `given` (--out /dev/stdout, a
     pipe) is written into, as the shell would: replaced, a file took the place of /dev/null (as root) or a pipe."""
-    if given and _stream(path):
+    if given and special(path):
         try:
             with open(path, "w", encoding="utf-8", newline="") as out:
                 return write(answers(run), out, form)
@@ -100,12 +98,3 @@ def save(run: RunDir, path: Path, form: str, given: bool = False) -> int:
             raise storage_error(path, exc, "try --out elsewhere") from None
     with replacing(path, "try --out elsewhere") as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as out:
         return write(answers(run), out, form)
-
-
-def _stream(path: Path) -> bool:
-    """A character device, FIFO or link at `path` (/dev/stdout is a link, to a file where output is redirected)."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISLNK(mode)
