@@ -370,3 +370,19 @@ def test_the_length_verdict_shows_the_interval_that_reaches_the_baseline() -> No
     point = {"people": 2, "accuracy": 0.65, "interval": (0.433, 0.819), "always_yes": 0.45}
     people, line = length_verdict([point])
     assert people == 2 and "0.433" in line and "0.450" in line, line
+
+
+@pytest.mark.parametrize("html", [True, False])
+def test_a_variant_links_its_run_page_only_where_one_was_written(tmp_path: Path, html: bool) -> None:
+    config = TaskConfig(work_dir=str(tmp_path / "work"), limit=10, progress=False, model="oracle", html_report=html)
+    result = probe(config, ProbeOptions(variants=("fresh",), lengths="0"))
+    root = Path(result["directory"])
+    page = (root / "probe.html").read_text(encoding="utf-8")
+    for v in result["variants"]:
+        pages = list((root / v["run"]).rglob("*.html"))
+        if html:
+            assert v["page"] is not None and (root / v["page"]).resolve() in [p.resolve() for p in pages]
+            assert f'href="{v["page"]}"' in page
+        else:
+            assert v["page"] is None and not pages
+            assert "coin_flip.html" not in page

@@ -339,7 +339,7 @@ def _result(
         memorised = {name: variants.paired(fresh, answers[name]) for name in stats if name != FRESH.name}
     rows, lines = [], {}
     for variant, data, _ in plans:
-        row = _row(variant, reports[variant.name], data, forced)
+        row = _row(variant, reports[variant.name], data, config)
         if variant is BASE:
             floor = variants.at_floor(row, reports[BASE.name]["baselines"])
         else:
@@ -371,15 +371,15 @@ def _result(
     }
 
 
-def _row(variant: Variant, report: dict[str, Any], data: Path | None, forced: bool) -> dict[str, Any]:
-    """A variant's numbers as the probe shows them: the forced view when answers were forced."""
-    shown = report.get("forced") or report if forced else report
+def _row(variant: Variant, report: dict[str, Any], data: Path | None, config: TaskConfig) -> dict[str, Any]:
+    """A variant's numbers as the probe shows them (the forced view when answers were forced); its page if written."""
+    shown = report.get("forced") or report if config.force_answer else report
     model = safe_name(str(report.get("model") or "model"))
     return {
         "name": variant.name,
         "title": variant.title,
         "run": f"runs/{variant.name}",
-        "page": relative(f"runs/{variant.name}/reports/{model}/coin_flip.html"),
+        "page": relative(f"runs/{variant.name}/reports/{model}/coin_flip.html") if config.html_report else None,
         "data": f"data/{data.name}" if data is not None else None,
         "samples": report["counts"]["samples"],
         "metrics": shown["metrics"],
