@@ -73,3 +73,23 @@ impossible_numbers = st.one_of(
 def test_any_impossible_value_at_the_answer_means_no_p_yes(bad: object, fine: float, on_chosen: bool) -> None:
     window = _window(bad, fine) if on_chosen else _window(fine, bad)
     assert impossible(window) and p_yes(window) is None
+
+
+@pytest.mark.parametrize("top", [0, 3])
+def test_p_yes_without_alternatives_is_called_out_as_restating_the_answers(tmp_path: Path, top: int) -> None:
+    """top_logprobs=0 (or a server that ignores it): the chosen token alone, so every P(YES) is 0 or 1."""
+    asked = f"logprobs=true,top_logprobs={top}"
+    with FakeOpenAIServer("mixed") as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "30", "--work-dir", str(tmp_path),
+                         "--generation-config", asked)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = only_run_dir(tmp_path)
+    found = {r["p_yes"] for r in read_jsonl(run / "reviews/m/coin_flip.jsonl")} - {None}
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    flagged = [w for w in report["warnings"] if w.startswith("P(YES) is 0 or 1 at every answer")]
+    assert report["calibration"]["available"]
+    if top:
+        assert found - {0.0, 1.0} and not flagged
+    else:
+        assert found == {0.0, 1.0} and len(flagged) == 1 and "top_logprobs=5" in flagged[0]
+        assert "P(YES) is 0 or 1 at every answer" in result.stderr + result.stdout

@@ -196,6 +196,12 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
             f"{impossible} sample(s) have no P(YES): the server sent log probabilities that cannot "
             "be (above 0, NaN or infinite) at the answer position"
         )
+    bins = report["calibration"].get("bins")
+    if bins and all(b.get("mean_p_yes") in (None, 0.0, 1.0) for b in bins):  # every P(YES) exactly 0 or 1
+        out.append(
+            "P(YES) is 0 or 1 at every answer, so calibration restates the answers: no alternative to the answer "
+            "token came back (top_logprobs=5 asks for them; some servers ignore it)"
+        )
     if unread := report.get("unreadable_rows"):
         out.append(
             f"{unread} saved row(s) could not be read (not a row, or no YES or NO target) and were left "

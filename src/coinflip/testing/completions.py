@@ -73,7 +73,9 @@ def _answer(
     usage["total_tokens"] = (len(prompt) + len(text)) // 4
     bad = state.impossible_logprobs if state.impossible(question) else ""
     p_yes = state.policy.p_yes(question, answer)
-    logprobs = functools.partial(_logprobs, chat=chat, p_yes=p_yes, fault=bad) if body.get("logprobs") else None
+    alternatives = body.get("top_logprobs") if isinstance(body.get("top_logprobs"), int) else 0
+    logprobs = functools.partial(_logprobs, chat=chat, p_yes=p_yes, fault=bad, alternatives=alternatives)
+    logprobs = logprobs if body.get("logprobs") else None
     scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
     n = int(body["n"]) if isinstance(body.get("n"), int) else 1
     if body.get("stream"):
@@ -133,11 +135,11 @@ def _alternatives(token: str, p_yes: float | None, fault: str) -> list[tuple[str
     return [(token, first), (token.replace(word, _other(word)), second)]
 
 
-def _logprobs(text: str, chat: bool, p_yes: float | None, fault: str) -> dict[str, Any]:
+def _logprobs(text: str, chat: bool, p_yes: float | None, fault: str, alternatives: int) -> dict[str, Any]:
     tokens = _pieces(text)
     options = [_alternatives(t, p_yes, fault) for t in tokens]  # each token's first is itself
-    if chat:
+    if chat:  # as OpenAI: the alternatives only where top_logprobs asks for them
         tops = [[{"token": a, "logprob": lp} for a, lp in alts] for alts in options]
-        return {"content": [{**top[0], "top_logprobs": top} for top in tops]}
+        return {"content": [{**top[0], "top_logprobs": top[:alternatives]} for top in tops]}
     top = [dict(alts) for alts in options]
     return {"tokens": tokens, "token_logprobs": [alts[0][1] for alts in options], "top_logprobs": top}
