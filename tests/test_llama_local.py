@@ -176,3 +176,23 @@ def test_a_proxy_in_the_environment_does_not_stop_the_local_server_starting(tmp_
         )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert len(read_jsonl(only_run_dir(tmp_path) / "predictions/smollm2/coin_flip.jsonl")) == 1
+
+
+def test_a_resume_with_other_weights_under_the_same_name_is_another_run(tmp_path: Path) -> None:
+    """--model-path names the file, --model the run: other weights must not land in the same run's numbers."""
+    from coinflip.models.llama_local import bundled_gguf
+
+    mine = tmp_path / "mine.gguf"
+    mine.symlink_to(bundled_gguf("smollm2"))
+    args = ("--model", "mine", "--generation-config", "max_tokens=4,temperature=0")
+    first = run_cli("eval", *args, "--model-path", str(mine), "--limit", "1", "--work-dir", str(tmp_path / "w"),
+                    timeout=MODEL_BUDGET_S)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    run = only_run_dir(tmp_path / "w")
+    other = tmp_path / "other" / "mine.gguf"  # the same file name, other bytes
+    other.parent.mkdir()
+    other.write_bytes(b"GGUF another model")
+    resumed = run_cli("eval", *args, "--model-path", str(other), "--use-cache", str(run), "--limit", "2")
+    assert resumed.returncode == 2 and "was a different run" in resumed.stderr and "weights" in resumed.stderr
+    assert len(resumed.stderr.strip().splitlines()) == 1
+    assert len(read_jsonl(run / "predictions/mine/coin_flip.jsonl")) == 1

@@ -45,6 +45,14 @@ def _gguf(config: TaskConfig) -> Path:
     return Path(config.model_path).expanduser() if config.model_path else bundled_gguf(str(config.model))
 
 
+def weights(config: TaskConfig) -> dict[str, Any] | None:
+    """The local GGUF file a run is answered by, as its fingerprint names it (the name alone may stay the same)."""
+    if backend(config) != "local" or config.batch_write or config.batch_results:
+        return None
+    path = _gguf(config)
+    return {"file": path.name, "bytes": path.stat().st_size}
+
+
 def check_model(config: TaskConfig) -> None:
     """What can be checked about the model before a run directory exists."""
     if config.batch_write or config.batch_results:  # offline: the requests are answered elsewhere

@@ -16,7 +16,7 @@ from ..config import TaskConfig
 from ..data import prompts
 from ..data.load import Dataset, Record, digest, load_dataset
 from ..errors import ConfigError
-from ..models import Request, check_model
+from ..models import Request, check_model, weights
 from ..scoring.cost import check_costs
 from ..secrets import redacted_generation
 
@@ -129,6 +129,7 @@ def make_fingerprint(
         "few_shot_examples": digest(build.candidates)[0],  # the validation rows drawn: a seed on new data differs
         "generation_config": redacted_generation(generation),
         "subset": {"mode": config.limit_mode, "seed": config.seed},
+        **({"weights": found} if (found := weights(config)) else {}),
     }
 
 

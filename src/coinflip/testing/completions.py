@@ -73,18 +73,19 @@ def _answer(
     usage["total_tokens"] = (len(prompt) + len(text)) // 4
     bad = state.impossible_logprobs if state.impossible(question) else ""
     p_yes = state.policy.p_yes(question, answer)
-    alternatives = body.get("top_logprobs") if isinstance(body.get("top_logprobs"), int) else 0
+    top = body.get("top_logprobs")
+    alternatives = top if isinstance(top, int) else 0
     logprobs = functools.partial(_logprobs, chat=chat, p_yes=p_yes, fault=bad, alternatives=alternatives)
-    logprobs = logprobs if body.get("logprobs") else None
+    asked = logprobs if body.get("logprobs") else None
     scratch = "Scratch work that must never be scored. ANSWER: " + ("NO" if "YES" in text else "YES")
     n = int(body["n"]) if isinstance(body.get("n"), int) else 1
     if body.get("stream"):
         include = bool((body.get("stream_options") or {}).get("include_usage")) and state.stream_usage
-        events = stream(text, scratch if chat else None, n, usage if include else None, logprobs)
+        events = stream(text, scratch if chat else None, n, usage if include else None, asked)
         return Stream(events, state.stream_stalls.pop(0) if state.stream_stalls else 0.0)
     message = {"role": "assistant", "content": text, "reasoning_content": scratch}
     content = {"message": message} if chat else {"text": text}
-    found = logprobs(text) if logprobs else None
+    found = asked(text) if asked else None
     choices = [{"index": i, "finish_reason": "stop", **content, "logprobs": found} for i in range(n)]
     kind = {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model")} if chat else {}
     return reply_json(200, {"id": "cmpl-fake", "object": "text_completion", **kind, "choices": choices, "usage": usage})
