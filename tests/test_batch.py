@@ -1441,3 +1441,18 @@ def test_two_answers_for_one_request_count_what_they_report_they_cost(tmp_path: 
     tokens = _report(only_run_dir(tmp_path / "b"))["tokens"]
     assert tokens["batch_prompt"] == tokens["prompt"] == 6 * one["prompt"]  # three sends of two answers each
     assert tokens["batch_completion"] == tokens["completion"] == 6 * one["completion"]
+
+
+def test_a_resume_shows_its_own_requests_not_the_session_s_before(tmp_path: Path) -> None:
+    """A resume with nothing left to ask, and one that went on as a batch (no online requests), each printed
+    'requests 4 sent' and saved it in their report: the first session's requests, shown as their own."""
+    with FakeOpenAIServer("mixed", batches=BatchStore()) as srv:
+        first = run_cli("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        idle = run_cli("eval", "--use-cache", str(run))
+        idle_report = _report(run)
+        batch = run_cli("eval", "--use-cache", str(run), "--limit", "6", "--batch", *FAST)
+    assert first.returncode == idle.returncode == batch.returncode == 0, (idle.stderr, batch.stderr)
+    assert "requests 4 sent" in first.stdout and len(_answers(run)) == 6
+    assert "requests 4 sent" not in idle.stdout and "requests" not in idle_report, idle.stdout
+    assert "requests 4 sent" not in batch.stdout and "requests" not in _report(run), batch.stdout

@@ -232,7 +232,7 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
     if compat != own:
         run = dataclasses.replace(run, arithmetic=compat)
     with run.locked():
-        return finish(run, compat, show, limit=ROWS_LIMIT)  # the documented bound on what a rescore reads
+        return finish(run, compat, show, limit=ROWS_LIMIT, rescoring=True)  # ROWS_LIMIT: what a rescore reads
 
 
 class _LogFile(logging.FileHandler):
