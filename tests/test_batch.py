@@ -1456,3 +1456,18 @@ def test_a_resume_shows_its_own_requests_not_the_session_s_before(tmp_path: Path
     assert "requests 4 sent" in first.stdout and len(_answers(run)) == 6
     assert "requests 4 sent" not in idle.stdout and "requests" not in idle_report, idle.stdout
     assert "requests 4 sent" not in batch.stdout and "requests" not in _report(run), batch.stdout
+
+
+def test_answers_of_a_batch_collected_before_a_stop_keep_its_turnaround(tmp_path: Path) -> None:
+    """A batch downloaded, then the run stopped before its answers were written (here: two rows dropped): the
+    resume read them from the run directory and saved them with latency_s 0.0, a turnaround it never measured."""
+    with FakeOpenAIServer("mixed", batches=BatchStore(delay=1.1)) as srv:  # the server dates in whole seconds
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--batch", *FAST)
+        first = run_cli(*args, "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        predictions = run / "predictions/m/coin_flip.jsonl"
+        predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    latencies = [r["latency_s"] for r in read_jsonl(predictions)]
+    assert first.returncode == resumed.returncode == 0 and len(latencies) == 4, resumed.stderr
+    assert latencies[0] >= 1 and set(latencies) == {latencies[0]}, latencies
