@@ -1471,3 +1471,20 @@ def test_answers_of_a_batch_collected_before_a_stop_keep_its_turnaround(tmp_path
     latencies = [r["latency_s"] for r in read_jsonl(predictions)]
     assert first.returncode == resumed.returncode == 0 and len(latencies) == 4, resumed.stderr
     assert latencies[0] >= 1 and set(latencies) == {latencies[0]}, latencies
+
+
+def test_batch_write_while_a_batch_is_still_open_is_refused(tmp_path: Path) -> None:
+    """`--use-cache RUN --batch-write FILE` while the run's batch was still at the server wrote its requests again
+    for `vllm run-batch`: asked twice (docs/batches.md: never sent twice). Refused as --no-batch is."""
+    store = BatchStore(delay=3600.0)
+    requests = tmp_path / "requests.jsonl"
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST)
+        _killed_while_polled(args, tmp_path / "work", store)
+        run = only_run_dir(tmp_path / "work")
+        written = run_cli("eval", "--use-cache", str(run), "--batch-write", str(requests))
+        store.delay = 0.0
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert written.returncode == 2 and "batch_000001" in written.stderr and not requests.exists(), written.stderr
+    assert len(written.stderr.strip().splitlines()) == 1 and "Traceback" not in written.stderr
+    assert resumed.returncode == 0 and store.created == 1 and len(_answers(run)) == 5, resumed.stderr
