@@ -1441,3 +1441,50 @@ def test_two_answers_for_one_request_count_what_they_report_they_cost(tmp_path: 
     tokens = _report(only_run_dir(tmp_path / "b"))["tokens"]
     assert tokens["batch_prompt"] == tokens["prompt"] == 6 * one["prompt"]  # three sends of two answers each
     assert tokens["batch_completion"] == tokens["completion"] == 6 * one["completion"]
+
+
+def test_a_resume_shows_its_own_requests_not_the_session_s_before(tmp_path: Path) -> None:
+    """A resume with nothing left to ask, and one that went on as a batch (no online requests), each printed
+    'requests 4 sent' and saved it in their report: the first session's requests, shown as their own."""
+    with FakeOpenAIServer("mixed", batches=BatchStore()) as srv:
+        first = run_cli("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        idle = run_cli("eval", "--use-cache", str(run))
+        idle_report = _report(run)
+        batch = run_cli("eval", "--use-cache", str(run), "--limit", "6", "--batch", *FAST)
+    assert first.returncode == idle.returncode == batch.returncode == 0, (idle.stderr, batch.stderr)
+    assert "requests 4 sent" in first.stdout and len(_answers(run)) == 6
+    assert "requests 4 sent" not in idle.stdout and "requests" not in idle_report, idle.stdout
+    assert "requests 4 sent" not in batch.stdout and "requests" not in _report(run), batch.stdout
+
+
+def test_answers_of_a_batch_collected_before_a_stop_keep_its_turnaround(tmp_path: Path) -> None:
+    """A batch downloaded, then the run stopped before its answers were written (here: two rows dropped): the
+    resume read them from the run directory and saved them with latency_s 0.0, a turnaround it never measured."""
+    with FakeOpenAIServer("mixed", batches=BatchStore(delay=1.1)) as srv:  # the server dates in whole seconds
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--batch", *FAST)
+        first = run_cli(*args, "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        predictions = run / "predictions/m/coin_flip.jsonl"
+        predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:2]))
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    latencies = [r["latency_s"] for r in read_jsonl(predictions)]
+    assert first.returncode == resumed.returncode == 0 and len(latencies) == 4, resumed.stderr
+    assert latencies[0] >= 1 and set(latencies) == {latencies[0]}, latencies
+
+
+def test_batch_write_while_a_batch_is_still_open_is_refused(tmp_path: Path) -> None:
+    """`--use-cache RUN --batch-write FILE` while the run's batch was still at the server wrote its requests again
+    for `vllm run-batch`: asked twice (docs/batches.md: never sent twice). Refused as --no-batch is."""
+    store = BatchStore(delay=3600.0)
+    requests = tmp_path / "requests.jsonl"
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST)
+        _killed_while_polled(args, tmp_path / "work", store)
+        run = only_run_dir(tmp_path / "work")
+        written = run_cli("eval", "--use-cache", str(run), "--batch-write", str(requests))
+        store.delay = 0.0
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert written.returncode == 2 and "batch_000001" in written.stderr and not requests.exists(), written.stderr
+    assert len(written.stderr.strip().splitlines()) == 1 and "Traceback" not in written.stderr
+    assert resumed.returncode == 0 and store.created == 1 and len(_answers(run)) == 5, resumed.stderr

@@ -259,3 +259,18 @@ def test_a_narrower_limit_on_resume_still_costs_every_saved_answer(tmp_path: Pat
     report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
     assert first.returncode == 0 and narrower.returncode == 0, narrower.stderr
     assert len(rows) == 10 and report["counts"]["samples"] == 5 and report["cost"]["total"] == pytest.approx(paid)
+
+
+def test_a_resume_under_a_cap_the_run_had_already_passed_says_so(tmp_path: Path) -> None:
+    """Resumed with --max-cost below what the run had spent, it said 'stopped before passing --max-cost 0.0001:
+    the run has cost 0.0005', a cost above the cap it claimed not to pass: the cap was passed before this session."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--work-dir", str(tmp_path))
+        first = run_cli(*args, "--price-input", "1", "--price-output", "1")
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--limit", "8", "--max-cost", "0.0001")
+        asked = sum(srv.state.requests.values())
+    cost = _cost(tmp_path)
+    assert first.returncode == 0 and resumed.returncode == 1 and asked == 4 and cost > 0.0001, resumed.stderr
+    said = [line for line in resumed.stderr.splitlines() if "--max-cost" in line and "resume with" not in line]
+    assert said == [f"note: --max-cost 0.0001 was passed before this session: the run had cost {cost:.4f}; "
+                    "what finished is kept (raise --max-cost to go on)"], resumed.stderr  # fmt: skip

@@ -104,6 +104,7 @@ class Submitted(msgspec.Struct):
     batch_id: str | None = None
     status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
     collected: bool = False  # its results are downloaded into the batch folder (or it has none)
+    turnaround_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0  # as the server dated it: its answers' latency
 
 
 class State(msgspec.Struct):
@@ -333,6 +334,7 @@ class BatchModel:
         name = safe_name(str(batch.batch_id))  # the server's id: never a path (../) out of the run
         paths = {key: self.folder / f"{name}.{key}.jsonl" for key in ("output", "error")}
         if not batch.collected:
+            batch.turnaround_s = _turnaround(info)  # a resume reads the answers without the server's word
             for key, path in paths.items():
                 file_id = info.get(f"{key}_file_id")
                 if isinstance(file_id, str) and file_id and not await self.api.download(file_id, path):
@@ -349,12 +351,11 @@ class BatchModel:
             missing = f"the server no longer knows batch {batch.batch_id}"
         elif batch.status == "failed":
             missing = f"the batch failed: {_errors(info)}"
-        turnaround = _turnaround(info)
         out = {}
         for cid in wanted:
             reply = replies.get(cid) or Reply(None, error=self.api.redact(missing))
             for choice in (reply, *reply.more):
-                choice.latency_s = turnaround
+                choice.latency_s = batch.turnaround_s
             out[cid] = reply
         failed = sum(r.error is not None for r in out.values())
         log.info("batch %s ended %s: %d answers, %d failed; %d unreadable lines", batch.batch_id, batch.status,

@@ -30,10 +30,12 @@ def resume_hint(run: RunDir, keyed: bool = False, flags: tuple[str, ...] = ()) -
 
 
 def finish(
-    run: RunDir, compat: str, show: bool = True, session: Session | None = None, limit: int = NO_LIMIT
-) -> Report:
+    run: RunDir, compat: str, show: bool = True, session: Session | None = None, limit: int = NO_LIMIT,
+    rescoring: bool = False,
+) -> Report:  # fmt: skip
     """Without a `session` that scored its replies as they landed, the saved predictions (up to `limit` bytes:
-    a rescore reads no sparse terabyte) are scored."""
+    a rescore reads no sparse terabyte) are scored. A run shows its session's requests (none sent online: none);
+    a rescore, the last session's."""
     from ..pages.run_page import write_html
     from ..pages.summary import print_summary
     from ..scoring.report import build_report, write_report
@@ -51,7 +53,7 @@ def finish(
     with replacing(run.reviews) as reviews:  # under a temporary name, then renamed
         scorer.write_reviews(reviews)
     report = checked(build_report(saved, run.root.name, scorer, compat))  # as read back: each field its type
-    traffic = _requests_record(run, traffic)
+    traffic = _requests_record(run, traffic) if traffic is not None or rescoring else None
     if traffic is not None:  # the last session's requests, kept for a rescore
         report["requests"] = traffic
     write_report(run.report_json, report)

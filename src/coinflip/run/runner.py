@@ -131,12 +131,13 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
             raise
     root = Path(config.use_cache).expanduser()
     saved = same_run(plan, root)
-    if not (config.batch or config.batch_write or config.batch_results):
+    if config.batch_write or not (config.batch or config.batch_results):
         from ..models.batch import uncollected
 
         if held := uncollected(root / "batch"):
             raise ConfigError(f"{root}: the run's batches {', '.join(held)} are not collected yet: resume with "
-                              "--batch to collect them (--no-batch would ask their requests again)")  # fmt: skip
+                              "--batch to collect them (--no-batch or --batch-write would ask their requests "
+                              "again)")  # fmt: skip
     run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
     run.refuse_links_out()
     found = saved.get("provenance")  # a hand edit may have left anything there
@@ -232,7 +233,7 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
     if compat != own:
         run = dataclasses.replace(run, arithmetic=compat)
     with run.locked():
-        return finish(run, compat, show, limit=ROWS_LIMIT)  # the documented bound on what a rescore reads
+        return finish(run, compat, show, limit=ROWS_LIMIT, rescoring=True)  # ROWS_LIMIT: what a rescore reads
 
 
 class _LogFile(logging.FileHandler):

@@ -272,10 +272,11 @@ class Budget:
             return f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; {why}"
         if not self.stopped:
             return None
-        return (
-            f"stopped before passing --max-cost {self.limit:g}: the run has cost {spent:.4f}; "
-            "what finished is kept (raise --max-cost to go on)"
-        )
+        said = f"stopped before passing --max-cost {self.limit:g}: the run has cost {spent:.4f}"
+        if self.saved > self.limit:  # the answers saved before alone pass it
+            now = f" ({spent:.4f} now)" if self.spent else ""
+            said = f"--max-cost {self.limit:g} was passed before this session: the run had cost {self.saved:.4f}{now}"
+        return f"{said}; what finished is kept (raise --max-cost to go on)"
 
 
 def budget_for(
