@@ -1,6 +1,6 @@
 """A refusal is a refusal however a server words it (real servers on 127.0.0.1): a rate limit or an overload
-sent as an error object in a 200 body or as an error event in a stream slows the run and uses none of
---retries, as a plain 429 does: no sample is lost."""
+sent as an error object in a 200 body or as an error event in a stream, and a 429 or 503 whose body passes
+--max-reply-mb, each slow the run and use none of --retries, as a plain 429 does: no sample is lost."""
 
 from __future__ import annotations
 
@@ -84,3 +84,17 @@ def test_an_anthropic_error_event_waits_and_loses_no_sample() -> None:
 def test_an_error_object_that_is_no_refusal_still_uses_up_the_retries() -> None:
     got, traffic, sent = ask(lambda seen: answer({"error": {"message": "upstream crashed", "type": "server_error"}}))
     assert got.error == "HTTP 200 with an error: upstream crashed" and sent == 1 and traffic.rejected == 0
+
+
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_a_refusal_with_a_body_past_the_reply_cap_waits_and_loses_no_sample(status: int, framing: str) -> None:
+    """Its body is no answer, only words: past --max-reply-mb it is dropped, unread, and the status counts."""
+    big = json.dumps({"error": {"message": "x" * (2 << 20)}}).encode()
+    head = f"HTTP/1.1 {status} Refused\r\nContent-Type: application/json\r\n"
+    if framing == "length":
+        raw = head.encode() + b"Content-Length: %d\r\n\r\n" % len(big) + big
+    else:
+        raw = head.encode() + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(big) + big + b"\r\n0\r\n\r\n"
+    got, traffic, sent = ask(lambda seen: Pieces([raw]), max_reply_bytes=1 << 20)
+    _refused_then_answered(got, traffic, sent)
