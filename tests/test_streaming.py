@@ -109,11 +109,12 @@ def test_a_media_type_in_capitals_or_none_is_a_stream_too(media: bytes) -> None:
 
 
 def test_an_error_event_is_recorded_with_the_servers_message() -> None:
-    body = b"".join(_events(_delta("ANSWER:"), {"error": {"message": "upstream overloaded", "code": 529}}))
+    """(One naming a refusal, a 429 or 529 say, is a refusal: see test_refusal_shapes.py.)"""
+    body = b"".join(_events(_delta("ANSWER:"), {"error": {"message": "upstream crashed", "code": 500}}))
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
     with AnswerServer(lambda s: head + body) as srv:
         reply = ask(srv.url)
-    assert reply.text is None and reply.error == "the stream carried an error: upstream overloaded"
+    assert reply.text is None and reply.error == "the stream carried an error: upstream crashed"
 
 
 def test_an_error_event_in_plain_text_is_recorded_with_the_servers_words() -> None:

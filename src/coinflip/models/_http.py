@@ -205,17 +205,24 @@ class ConnectionPool:
             self.heard(target)
             check_framing(resp.headers)
             length = resp.content_length
-            self.limits.length(length)
             kind = resp.headers.get("Content-Type", "").lower()  # a media type is case-insensitive
             # none at all (FastAPI's StreamingResponse without one): a stream was asked for, as OpenAI's SDK reads it
             if sink is not None and resp.status == 200 and ("text/event-stream" in kind or not kind):
+                self.limits.length(length)
                 await self._events(resp, sink, progress)
                 return Response(resp.status, resp.headers, b"", sink, sent)
-            if length is not None and "Content-Encoding" not in resp.headers:
-                data = await resp.read()  # framed by its length: no larger than checked above
-            else:
-                data = await read_at_most(resp.content, self.limits.max_body)
-            self.limits.json(data)
+            try:
+                self.limits.length(length)
+                if length is not None and "Content-Encoding" not in resp.headers:
+                    data = await resp.read()  # framed by its length: no larger than checked above
+                else:
+                    data = await read_at_most(resp.content, self.limits.max_body)
+                self.limits.json(data)
+            except ReplyTooLarge:  # a refusal's or failure's body is only its words: past the limits, its status counts
+                if 200 <= resp.status < 300:
+                    raise
+                resp.close()
+                data = b""
             return Response(resp.status, resp.headers, data, None, sent)
 
     async def _events(self, resp: aiohttp.ClientResponse, sink: StreamReply, progress: _Progress) -> None:

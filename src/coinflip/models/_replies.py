@@ -3,6 +3,7 @@ probabilities keep NaN and infinities by name, so calibration tells an impossibl
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import math
@@ -22,15 +23,27 @@ MAX_FLOAT = sys.float_info.max
 MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough for any real one
 _DECODER = json.JSONDecoder(parse_constant=str)  # one for all: json.loads(..., **kw) builds one a call
 _FAST = msgspec.json.Decoder()
+_REFUSALS = (("ratelimit", 429), ("throttl", 429), ("toomanyrequests", 429), ("overload", 529))
 _PAGE_TITLE = re.compile(r"<title(?:\s[^<>]{0,200})?>([^<]{1,500})</title", re.I)  # bounded: a page is untrusted
 
 
 class BadReply(Exception):
     """The body is not a usable answer (retried)."""
 
+    status: int | None = None  # the HTTP status a server's error object names
+
 
 class ServerSaidError(BadReply):
-    """The server answered with an error object, in a 200 body or a stream event."""
+    """The server answered with an error object, in a 200 body or a stream event: its `code` (429, "429") or,
+    in words, its type or code (rate_limit_exceeded, throttling_error, overloaded_error) names a `status`."""
+
+    def __init__(self, message: str, said: Any) -> None:
+        super().__init__(message)
+        err = said.get("error", said) if isinstance(said, dict) else None
+        code, kind = (str(err.get("code")), err.get("type")) if isinstance(err, dict) else ("", "")
+        digits = code.isascii() and code.isdigit() and len(code) < 5 and 100 <= int(code) < 600
+        words = "".join(c for c in f"{kind}{code}".lower() if c.isalpha())
+        self.status = int(code) if digits else next((n for word, n in _REFUSALS if word in words), None)
 
 
 def load_json(raw: bytes | str) -> Any:
@@ -78,7 +91,7 @@ def parse_body(raw: bytes, mode: str) -> Reply:
     if not isinstance(data, dict):
         raise BadReply("malformed response body (not a JSON object)")
     if data.get("error"):
-        raise ServerSaidError(f"HTTP 200 with an error: {one_line(_message_of(data))}")
+        raise ServerSaidError(f"HTTP 200 with an error: {one_line(_message_of(data))}", data)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise BadReply("malformed response body (no choices)")
@@ -157,12 +170,16 @@ def usage(value: Any) -> dict[str, int] | None:
     return kept or None
 
 
+def loaded(raw: bytes | str) -> Any:
+    """`load_json`'s value, or None where it is no JSON."""
+    with contextlib.suppress(BadReply):
+        return load_json(raw)
+    return None
+
+
 def usage_of(raw: bytes) -> dict[str, int] | None:
     """The usage a body that is no answer still reports (a retry's cost), or None."""
-    try:
-        data = load_json(raw)
-    except BadReply:
-        return None
+    data = loaded(raw)
     return usage(data.get("usage")) if isinstance(data, dict) else None
 
 
@@ -258,9 +275,9 @@ class StreamReply:
             self.done = True
             return True
         try:
-            chunk = load_json(data) if kind != "error" else None  # an error event's data may be plain text
+            chunk = load_json(data) if kind != "error" else loaded(data)  # an error event's data may be plain text
             if kind == "error" or (isinstance(chunk, dict) and chunk.get("error")):
-                raise ServerSaidError(f"the stream carried an error: {server_message(data.encode())}")
+                raise ServerSaidError(f"the stream carried an error: {server_message(data.encode())}", chunk)
             if not isinstance(chunk, dict):
                 raise BadReply("malformed stream chunk (not a JSON object)")
             self.usage = usage(chunk.get("usage")) or self.usage

@@ -274,9 +274,9 @@ class OpenAIClient:
                 if response.events is not None:
                     return response.events.reply(response.sent)
                 return parse_body(response.body, self.mode)
-            except BadReply as exc:
+            except BadReply as exc:  # an error object may name a refusal: then it is one, as its status would be
                 spent = response.events.usage if response.events is not None else usage_of(response.body)
-                raise RetryableError(str(exc), status=status, usage=spent) from None
+                raise retryable(str(exc), exc.status or status, response.headers, spent) from None
         detail = server_message(response.body)
         if status == 407:
             raise EndpointError(
@@ -290,12 +290,16 @@ class OpenAIClient:
             if status in SAMPLE_STATUS and (self.answered or self.answered_before):
                 raise Refused(said, status=status)
             raise FatalAPIError(f"{said} - {hint}")
-        headers = response.headers
-        retry = limit_wait(headers) if status in LIMIT_STATUS else retry_after(headers.get("retry-after"))
-        raise RetryableError(f"HTTP {status}{': ' + detail if detail else ''}", retry, status)
+        raise retryable(f"HTTP {status}{': ' + detail if detail else ''}", status, response.headers)
 
     async def aclose(self) -> None:
         await self._pool.aclose()
+
+
+def retryable(message: str, status: int, headers: Any, usage: dict[str, int] | None = None) -> RetryableError:
+    """A failure to retry, with the wait the server asked for: a refusal (LIMIT_STATUS) says it in more ways."""
+    wait = limit_wait(headers) if status in LIMIT_STATUS else retry_after(headers.get("retry-after"))
+    return RetryableError(message, wait, status, usage)
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:

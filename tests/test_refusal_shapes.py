@@ -1,0 +1,100 @@
+"""A refusal is a refusal however a server words it (real servers on 127.0.0.1): a rate limit or an overload
+sent as an error object in a 200 body or as an error event in a stream, and a 429 or 503 whose body passes
+--max-reply-mb, each slow the run and use none of --retries, as a plain 429 does: no sample is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from coinflip.models.base import Reply, Request
+from coinflip.models.limits import Traffic
+from coinflip.models.openai_api import OpenAIClient
+
+from .answer_server import AnswerServer, Pieces, Seen, answer, chat
+
+QUESTION = "Q: A coin is heads up. Ann flips the coin. Bob does not flip the coin. Is the coin still heads up?"
+SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+
+# what servers send for a rate limit or an overload, as their error object
+SHAPES = {
+    "OpenAI": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"},
+    "Anthropic": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded your rate limit"},
+    "Anthropic overloaded": {"type": "overloaded_error", "message": "Overloaded"},
+    "LiteLLM": {"message": "No deployments available", "type": "throttling_error", "param": None, "code": "429"},
+    "vLLM or SGLang": {"message": "Too many requests", "type": "TooManyRequestsError", "code": 429},
+    "a 503 as a code": {"message": "Service unavailable", "type": "ServiceUnavailableError", "code": 503},
+}
+
+
+def ask(respond: Any, **options: Any) -> tuple[Reply, Traffic, int]:
+    """One request with --retries 0 to a server whose first answer is `respond`'s; then a right answer."""
+
+    def reply(seen: Seen) -> bytes | Pieces:
+        if seen.index == 0:
+            return respond(seen)
+        if options.get("stream"):
+            delta = {"choices": [{"index": 0, "delta": {"content": seen.right_answer}, "finish_reason": "stop"}]}
+            return Pieces([SSE + f"data: {json.dumps(delta)}\r\n\r\ndata: [DONE]\r\n\r\n".encode()])
+        return answer(chat(seen.right_answer))
+
+    async def go(url: str) -> tuple[Reply, Traffic]:
+        client = OpenAIClient("m", url, **{"retries": 0, **options})
+        await client.start()
+        try:
+            got = await client.complete(Request(0, QUESTION, QUESTION, [{"role": "user", "content": QUESTION}]))
+            return got, client.traffic()
+        finally:
+            await client.aclose()
+
+    with AnswerServer(reply) as srv:
+        got, traffic = asyncio.run(go(srv.url))
+        return got, traffic, len(srv.seen)
+
+
+def _refused_then_answered(got: Reply, traffic: Traffic, sent: int) -> None:
+    assert got.error is None and got.text is not None and got.text.endswith("**"), got
+    assert sent == 2 and traffic.rejected == 1 and traffic.retried == 0 and got.attempts == 2
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_refusal_in_a_200_body_waits_and_loses_no_sample(shape: str) -> None:
+    got, traffic, sent = ask(lambda seen: answer({"error": SHAPES[shape]}))
+    _refused_then_answered(got, traffic, sent)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_refusal_as_a_stream_event_waits_and_loses_no_sample(shape: str) -> None:
+    event = f"data: {json.dumps({'error': SHAPES[shape]})}\r\n\r\n".encode()
+    got, traffic, sent = ask(lambda seen: Pieces([SSE + event]), stream=True)
+    _refused_then_answered(got, traffic, sent)
+
+
+def test_an_anthropic_error_event_waits_and_loses_no_sample() -> None:
+    """Anthropic's own stream: `event: error` with `{"type": "error", "error": {"type": "overloaded_error"}}`."""
+    said = {"type": "error", "error": SHAPES["Anthropic overloaded"]}
+    event = f"event: error\r\ndata: {json.dumps(said)}\r\n\r\n".encode()
+    got, traffic, sent = ask(lambda seen: Pieces([SSE + event]), stream=True)
+    _refused_then_answered(got, traffic, sent)
+
+
+def test_an_error_object_that_is_no_refusal_still_uses_up_the_retries() -> None:
+    got, traffic, sent = ask(lambda seen: answer({"error": {"message": "upstream crashed", "type": "server_error"}}))
+    assert got.error == "HTTP 200 with an error: upstream crashed" and sent == 1 and traffic.rejected == 0
+
+
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_a_refusal_with_a_body_past_the_reply_cap_waits_and_loses_no_sample(status: int, framing: str) -> None:
+    """Its body is no answer, only words: past --max-reply-mb it is dropped, unread, and the status counts."""
+    big = json.dumps({"error": {"message": "x" * (2 << 20)}}).encode()
+    head = f"HTTP/1.1 {status} Refused\r\nContent-Type: application/json\r\n"
+    if framing == "length":
+        raw = head.encode() + b"Content-Length: %d\r\n\r\n" % len(big) + big
+    else:
+        raw = head.encode() + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(big) + big + b"\r\n0\r\n\r\n"
+    got, traffic, sent = ask(lambda seen: Pieces([raw]), max_reply_bytes=1 << 20)
+    _refused_then_answered(got, traffic, sent)
