@@ -234,11 +234,15 @@ class Answers:
 
 
 def read_answers(run: Found) -> Answers | None:
-    """None when its reviews or predictions cannot be read (the run is then left out of pairs)."""
+    """None when its reviews or predictions (then named in its `reason`) cannot be read: left out of pairs."""
     from ..scoring.reducers import Votes
 
     try:
         questions, offsets = _questions(run.file("predictions"), run.path)
+    except Exception as exc:  # noqa: BLE001
+        run.reason = f"its predictions cannot be read (rescore needs them too): {_short(exc)}"
+        return None
+    try:
         votes = Votes(str(run.report.get("metric_compat", "coinflip")))  # the arithmetic the reviews are in
         first: dict[str, tuple[int, str, str, int]] = {}
         asked: Counter[str] = Counter()  # reviews of each question
