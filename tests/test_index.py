@@ -22,7 +22,7 @@ import yaml
 
 from coinflip.testing.server import FakeOpenAIServer
 
-from .conftest import read_jsonl, run_cli
+from .conftest import PATIENCE_S, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for
 from .test_reports import _chromium
 
 SENTINEL = "document.body.setAttribute('data-pwned','{}');document.title='PWNED'"
@@ -273,6 +273,34 @@ def test_every_eval_and_rescore_refreshes_the_index(tmp_path: Path) -> None:
     page.unlink()
     assert run_cli("rescore", str(second)).returncode == 0
     assert second.name in page.read_text()
+
+
+def test_a_run_still_going_is_listed_as_running_and_is_left_to_go_on(tmp_path: Path) -> None:
+    """Its lock held by the live eval: before, view said it had stopped before the end."""
+    work = tmp_path / "w"
+    with FakeOpenAIServer("correct", latency=0.5) as srv:
+        args = ("--model", "m", "--api-url", srv.url, "--eval-batch-size", "1", "--limit", "200")
+        proc = spawn_cli("eval", *args, "--work-dir", str(work))
+        try:
+            saved = "*/predictions/m/coin_flip.jsonl"
+            predictions = wait_for(lambda: next((p for p in work.glob(saved) if p.stat().st_size), None), "a reply")
+            seen = run_cli("view", str(work))
+            assert seen.returncode == 0 and "incomplete" in seen.stderr and "running: " in seen.stderr, seen.stderr
+            assert "stopped before the end" not in seen.stderr and "running: " in _problems(work / "index.html")
+            done = predictions.read_bytes().count(b"\n")
+            wait_for(lambda: predictions.read_bytes().count(b"\n") > done + 1, "the run going on after the view")
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=PATIENCE_S)
+    assert proc.returncode == 1 and f"--use-cache {only_run_dir(work)}" in err  # stopped by the signal, not the view
+    after = run_cli("view", str(work))
+    assert "stopped before the end" in after.stderr and "running" not in _problems(work / "index.html")
+
+
+def _problems(page: Path) -> str:
+    """The text of the page's list of runs needing attention."""
+    found = re.search(r'<ul id="problems">(.*?)</ul>', page.read_text(encoding="utf-8"), re.S)
+    return unescape(re.sub(r"<[^>]+>", " ", found.group(1))) if found else ""
 
 
 def test_a_run_dir_that_is_its_own_work_dir(tmp_path: Path) -> None:
