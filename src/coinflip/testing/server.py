@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 
 from .batches import BatchStore
 from .completions import completion
-from .limited import Gate, Limits, Response, reply_json
+from .limited import Gate, Limits, Response, error_json, reply_json
 from .policy import POLICIES, Policy, ServerState, Stream
 
 
@@ -127,7 +127,10 @@ class HttpProtocol(asyncio.Protocol):
                 return
             body = bytes(self.buffer[end + 4 : end + 4 + size])
             del self.buffer[: end + 4 + size]
-            response = await self.handler(method, path, headers, body, self.arrived)
+            try:
+                response = await self.handler(method, path, headers, body, self.arrived)
+            except (ValueError, TypeError, AttributeError, KeyError) as exc:  # a field it cannot read, as servers do
+                response = error_json(400, f"Invalid request: {type(exc).__name__}: {exc}")
             if self.transport is None:  # the client hung up while we were thinking
                 return
             if response is None:
