@@ -263,6 +263,33 @@ def test_pair_view_shows_mcnemar_and_the_questions_where_runs_disagree(work: Wor
     assert "No other run on D2" in other  # runs on other data are never paired
 
 
+def test_shortened_texts_never_cut_an_emoji_in_half(tmp_path: Path) -> None:
+    """A question's first 110 UTF-16 units (a start time's 16, a chart's label's 51) were cut with slice(): an emoji
+    there lost its second half, a lone surrogate that headless chromium died on and other browsers show as \ufffd."""
+    data = tmp_path / "emoji.jsonl"
+    with data.open("w", encoding="utf-8") as out:
+        for i in range(6):  # the emoji takes the 110th and 111th UTF-16 units; odd rows flip, so always-yes errs
+            story = "x" * (89 - len(str(i))) + f"{i}\U0001f600 family \U0001f468\u200d\U0001f469\u200d\U0001f467."
+            flips = " Ann flips the coin." if i % 2 else " Ann does not flip the coin."
+            question = f"A coin is heads up. {story}{flips} Is the coin still heads up?"
+            out.write(json.dumps({"question": question, "answer": "no" if i % 2 else "yes"}) + "\n")
+    work = tmp_path / "w"
+    runs = {m: _eval(work, "--model", m, "--dataset-path", str(data)) for m in ("oracle", "always-yes")}
+    report = runs["oracle"] / "reports/oracle/coin_flip.json"
+    tampered = {"started_at": "2026-11-27 12:3\U0001f600", "model": "o" * 50 + "\U0001f600"}  # cut at 16 and 51
+    report.write_text(json.dumps({**json.loads(report.read_text()), **tampered}))
+    assert run_cli("view", str(work)).returncode == 0
+    dom = _dom(
+        Work(work, runs, work / "index.html", ""), tmp_path, f"a={runs['oracle'].name}&b={runs['always-yes'].name}"
+    )
+    summaries = [unescape(s) for s in re.findall(r"<summary>([^<]*)</summary>", dom)]
+    assert len(summaries) == 3 and all(re.fullmatch(r"A coin is heads up\. x+\d\u2026", s) for s in summaries), (
+        summaries
+    )
+    assert '<small class="date">2026-11-27 12:3</small>' in dom and f'y="10">{"o" * 50}</text>' in dom
+    assert "\ufffd" not in dom
+
+
 def test_every_eval_and_rescore_refreshes_the_index(tmp_path: Path) -> None:
     work = tmp_path / "w"
     first = _eval(work, "--model", "oracle", "--limit", "5")
