@@ -22,6 +22,7 @@ import yaml
 
 from coinflip.testing.server import FakeOpenAIServer
 
+from .answer_server import AnswerServer, answer, chat
 from .conftest import PATIENCE_S, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for
 from .test_reports import _chromium
 
@@ -322,6 +323,39 @@ def test_a_run_still_going_is_listed_as_running_and_is_left_to_go_on(tmp_path: P
     assert proc.returncode == 1 and f"--use-cache {only_run_dir(work)}" in err  # stopped by the signal, not the view
     after = run_cli("view", str(work))
     assert "stopped before the end" in after.stderr and "running" not in _problems(work / "index.html")
+
+
+def test_a_run_being_resumed_is_listed_as_running_not_as_one_to_resume(tmp_path: Path) -> None:
+    """Its report from before said 'resume to retry them' while the resume was going on."""
+    work = tmp_path / "w"
+    with AnswerServer(
+        lambda s: answer({"error": {"message": "down"}}, 500) if s.index == 0 else answer(chat(s.right_answer))
+    ) as bad:
+        run = _eval(
+            work,
+            "--model",
+            "m",
+            "--api-url",
+            bad.url,
+            "--limit",
+            "4",
+            "--eval-batch-size",
+            "1",
+            "--retries",
+            "0",
+            code=1,
+        )
+    with FakeOpenAIServer("correct", latency=PATIENCE_S) as srv:  # the sample asked again gets no reply meanwhile
+        proc = spawn_cli("eval", "--use-cache", str(run), "--api-url", srv.url)
+        try:
+            wait_for(lambda: sum(srv.state.requests.values()), "the resume asking again")
+            seen = run_cli("view", str(work))
+            assert "incomplete " in seen.stderr and "running: being resumed now" in seen.stderr, seen.stderr
+            assert "running: being resumed now" in _problems(work / "index.html")
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=PATIENCE_S)
+    assert "running" not in run_cli("view", str(work)).stderr
 
 
 def _problems(page: Path) -> str:
