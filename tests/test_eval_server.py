@@ -6,6 +6,7 @@ import http.client
 import json
 import random
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -581,3 +582,15 @@ def test_the_test_server_answers_a_malformed_request_400_as_real_servers_do(
         conn.request("POST", "/v1/chat/completions", json.dumps(good), {"Content-Type": "application/json"})
         assert conn.getresponse().status == 200  # the same connection goes on serving
         conn.close()
+
+
+@pytest.mark.parametrize(
+    "head", [b"GARBAGE\r\n\r\n", b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: many\r\n\r\n{}"]
+)
+def test_the_test_server_answers_a_malformed_http_request_400_and_closes(head: bytes) -> None:
+    """No request line, or a Content-Length that is no number: the connection hung, the parser's exception logged."""
+    with FakeOpenAIServer() as srv, socket.create_connection(("127.0.0.1", srv.port), timeout=30) as conn:
+        conn.sendall(head)  # the timeout: an outer bound for a hang, no timing
+        got = b"".join(iter(lambda: conn.recv(65536), b""))  # until the server closes
+    status, _, body = got.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 400 ") and json.loads(body)["error"]["type"] == "invalid_request_error"

@@ -119,10 +119,15 @@ class HttpProtocol(asyncio.Protocol):
             if end < 0:
                 return
             lines = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
             headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+            try:
+                method, path, _ = lines[0].split(" ", 2)
+                size = int(headers.get("content-length") or 0)
+            except ValueError:  # no request line, or a length that is no number: answered, then closed
+                self._write(error_json(400, "Malformed HTTP request: a request line and a Content-Length were due"))
+                self.transport.close()
+                return
             headers[":path"] = path
-            size = int(headers.get("content-length") or 0)
             if len(self.buffer) < end + 4 + size:
                 return
             body = bytes(self.buffer[end + 4 : end + 4 + size])
@@ -139,9 +144,13 @@ class HttpProtocol(asyncio.Protocol):
             if isinstance(response, Stream):
                 await self._stream(response)
                 continue
-            status, payload, extra = response
-            fields = {"Content-Type": "application/json", "Content-Length": len(payload), **extra}
-            head = [f"HTTP/1.1 {status} {responses.get(status, 'Status')}", *(f"{k}: {v}" for k, v in fields.items())]
+            self._write(response)
+
+    def _write(self, response: Response) -> None:
+        status, payload, extra = response
+        fields = {"Content-Type": "application/json", "Content-Length": len(payload), **extra}
+        head = [f"HTTP/1.1 {status} {responses.get(status, 'Status')}", *(f"{k}: {v}" for k, v in fields.items())]
+        if self.transport is not None:
             self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
 
     async def _stream(self, stream: Stream) -> None:
