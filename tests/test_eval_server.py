@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -550,3 +552,45 @@ def test_the_test_servers_bad_options_end_in_one_line(flags: list[str], capsys: 
                 serve(argv)
             assert stopped.value.code == 2
             assert capsys.readouterr().err.splitlines()[-1].startswith("python -m coinflip.testing.server: error: --")
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "param"),
+    [
+        ("chat/completions", b"not json {", None),
+        ("chat/completions", b"\xff\xfe", None),
+        ("chat/completions", b"[1, 2]", "messages"),
+        ("chat/completions", b'{"model": "m"}', "messages"),
+        ("chat/completions", b'{"model": "m", "messages": "hi"}', "messages"),
+        ("chat/completions", b'{"model": "m", "messages": [1]}', "messages"),
+        ("completions", b'{"model": "m"}', "prompt"),
+        ("batches", b"not json {", None),
+    ],
+)
+def test_the_test_server_answers_a_malformed_request_400_as_real_servers_do(
+    route: str, body: bytes, param: str | None
+) -> None:
+    """Its connection was left hanging (the handler's exception in the log); a missing messages was answered 200."""
+    with FakeOpenAIServer() as srv:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)  # an outer bound for a hang, no timing
+        conn.request("POST", f"/v1/{route}", body, {"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        error = json.loads(answer.read())["error"]
+        assert answer.status == 400 and error["type"] == "invalid_request_error" and error["message"]
+        assert error["param"] == param
+        good = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        conn.request("POST", "/v1/chat/completions", json.dumps(good), {"Content-Type": "application/json"})
+        assert conn.getresponse().status == 200  # the same connection goes on serving
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "head", [b"GARBAGE\r\n\r\n", b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: many\r\n\r\n{}"]
+)
+def test_the_test_server_answers_a_malformed_http_request_400_and_closes(head: bytes) -> None:
+    """No request line, or a Content-Length that is no number: the connection hung, the parser's exception logged."""
+    with FakeOpenAIServer() as srv, socket.create_connection(("127.0.0.1", srv.port), timeout=30) as conn:
+        conn.sendall(head)  # the timeout: an outer bound for a hang, no timing
+        got = b"".join(iter(lambda: conn.recv(65536), b""))  # until the server closes
+    status, _, body = got.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 400 ") and json.loads(body)["error"]["type"] == "invalid_request_error"

@@ -22,7 +22,8 @@ import yaml
 
 from coinflip.testing.server import FakeOpenAIServer
 
-from .conftest import read_jsonl, run_cli
+from .answer_server import AnswerServer, answer, chat
+from .conftest import PATIENCE_S, only_run_dir, read_jsonl, run_cli, spawn_cli, wait_for
 from .test_reports import _chromium
 
 SENTINEL = "document.body.setAttribute('data-pwned','{}');document.title='PWNED'"
@@ -263,6 +264,33 @@ def test_pair_view_shows_mcnemar_and_the_questions_where_runs_disagree(work: Wor
     assert "No other run on D2" in other  # runs on other data are never paired
 
 
+def test_shortened_texts_never_cut_an_emoji_in_half(tmp_path: Path) -> None:
+    """A question's first 110 UTF-16 units (a start time's 16, a chart's label's 51) were cut with slice(): an emoji
+    there lost its second half, a lone surrogate that headless chromium died on and other browsers show as \ufffd."""
+    data = tmp_path / "emoji.jsonl"
+    with data.open("w", encoding="utf-8") as out:
+        for i in range(6):  # the emoji takes the 110th and 111th UTF-16 units; odd rows flip, so always-yes errs
+            story = "x" * (89 - len(str(i))) + f"{i}\U0001f600 family \U0001f468\u200d\U0001f469\u200d\U0001f467."
+            flips = " Ann flips the coin." if i % 2 else " Ann does not flip the coin."
+            question = f"A coin is heads up. {story}{flips} Is the coin still heads up?"
+            out.write(json.dumps({"question": question, "answer": "no" if i % 2 else "yes"}) + "\n")
+    work = tmp_path / "w"
+    runs = {m: _eval(work, "--model", m, "--dataset-path", str(data)) for m in ("oracle", "always-yes")}
+    report = runs["oracle"] / "reports/oracle/coin_flip.json"
+    tampered = {"started_at": "2026-11-27 12:3\U0001f600", "model": "o" * 50 + "\U0001f600"}  # cut at 16 and 51
+    report.write_text(json.dumps({**json.loads(report.read_text()), **tampered}))
+    assert run_cli("view", str(work)).returncode == 0
+    dom = _dom(
+        Work(work, runs, work / "index.html", ""), tmp_path, f"a={runs['oracle'].name}&b={runs['always-yes'].name}"
+    )
+    summaries = [unescape(s) for s in re.findall(r"<summary>([^<]*)</summary>", dom)]
+    assert len(summaries) == 3 and all(re.fullmatch(r"A coin is heads up\. x+\d\u2026", s) for s in summaries), (
+        summaries
+    )
+    assert '<small class="date">2026-11-27 12:3</small>' in dom and f'y="10">{"o" * 50}</text>' in dom
+    assert "\ufffd" not in dom
+
+
 def test_every_eval_and_rescore_refreshes_the_index(tmp_path: Path) -> None:
     work = tmp_path / "w"
     first = _eval(work, "--model", "oracle", "--limit", "5")
@@ -273,6 +301,67 @@ def test_every_eval_and_rescore_refreshes_the_index(tmp_path: Path) -> None:
     page.unlink()
     assert run_cli("rescore", str(second)).returncode == 0
     assert second.name in page.read_text()
+
+
+def test_a_run_still_going_is_listed_as_running_and_is_left_to_go_on(tmp_path: Path) -> None:
+    """Its lock held by the live eval: before, view said it had stopped before the end."""
+    work = tmp_path / "w"
+    with FakeOpenAIServer("correct", latency=0.5) as srv:
+        args = ("--model", "m", "--api-url", srv.url, "--eval-batch-size", "1", "--limit", "200")
+        proc = spawn_cli("eval", *args, "--work-dir", str(work))
+        try:
+            saved = "*/predictions/m/coin_flip.jsonl"
+            predictions = wait_for(lambda: next((p for p in work.glob(saved) if p.stat().st_size), None), "a reply")
+            seen = run_cli("view", str(work))
+            assert seen.returncode == 0 and "incomplete" in seen.stderr and "running: " in seen.stderr, seen.stderr
+            assert "stopped before the end" not in seen.stderr and "running: " in _problems(work / "index.html")
+            done = predictions.read_bytes().count(b"\n")
+            wait_for(lambda: predictions.read_bytes().count(b"\n") > done + 1, "the run going on after the view")
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=PATIENCE_S)
+    assert proc.returncode == 1 and f"--use-cache {only_run_dir(work)}" in err  # stopped by the signal, not the view
+    after = run_cli("view", str(work))
+    assert "stopped before the end" in after.stderr and "running" not in _problems(work / "index.html")
+
+
+def test_a_run_being_resumed_is_listed_as_running_not_as_one_to_resume(tmp_path: Path) -> None:
+    """Its report from before said 'resume to retry them' while the resume was going on."""
+    work = tmp_path / "w"
+    with AnswerServer(
+        lambda s: answer({"error": {"message": "down"}}, 500) if s.index == 0 else answer(chat(s.right_answer))
+    ) as bad:
+        run = _eval(
+            work,
+            "--model",
+            "m",
+            "--api-url",
+            bad.url,
+            "--limit",
+            "4",
+            "--eval-batch-size",
+            "1",
+            "--retries",
+            "0",
+            code=1,
+        )
+    with FakeOpenAIServer("correct", latency=PATIENCE_S) as srv:  # the sample asked again gets no reply meanwhile
+        proc = spawn_cli("eval", "--use-cache", str(run), "--api-url", srv.url)
+        try:
+            wait_for(lambda: sum(srv.state.requests.values()), "the resume asking again")
+            seen = run_cli("view", str(work))
+            assert "incomplete " in seen.stderr and "running: being resumed now" in seen.stderr, seen.stderr
+            assert "running: being resumed now" in _problems(work / "index.html")
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=PATIENCE_S)
+    assert "running" not in run_cli("view", str(work)).stderr
+
+
+def _problems(page: Path) -> str:
+    """The text of the page's list of runs needing attention."""
+    found = re.search(r'<ul id="problems">(.*?)</ul>', page.read_text(encoding="utf-8"), re.S)
+    return unescape(re.sub(r"<[^>]+>", " ", found.group(1))) if found else ""
 
 
 def test_a_run_dir_that_is_its_own_work_dir(tmp_path: Path) -> None:

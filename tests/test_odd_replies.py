@@ -163,3 +163,25 @@ def test_a_reasoning_loop_of_unclosed_think_tags_is_scored_at_once_in_both_arith
     rescored = run_cli("rescore", str(run), "--metric-compat", "evalscope")
     assert rescored.returncode == 0, rescored.stderr
     assert json.loads((run / "reports/m/coin_flip.evalscope.json").read_text())["invalid_reasons"] == {"no_verdict": 2}
+
+
+PORTAL = b"<!DOCTYPE html><html><head><title>Hotel Wi-Fi: sign in</title></head><body><form>...</form></body></html>"
+
+
+def test_a_login_page_mid_run_is_recorded_as_a_web_page_not_as_a_malformed_body(tmp_path: Path) -> None:
+    """A captive portal or a proxy's login page (200, HTML) after the first answer: each sample's error said
+    'malformed response body (JSONDecodeError ...)'; it says what came back and where to look, as at the start."""
+
+    def respond(seen: Seen) -> bytes:
+        page = answer(None, raw=PORTAL).replace(b"application/json", b"text/html")
+        return answer(chat(seen.right_answer)) if seen.index == 0 else page
+
+    with AnswerServer(respond) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "3", "--eval-batch-size", "1",
+                         "--retries", "0", "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    errors = [row["error"] for row in read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")]
+    assert errors.count(None) == 1 and len(errors) == 3, errors
+    for error in filter(None, errors):
+        assert "answered with a web page, not the OpenAI API: Hotel Wi-Fi: sign in (an HTML page)" in error
+        assert "check --api-url" in error and "proxy" in error and "malformed" not in error

@@ -134,8 +134,12 @@ def test_compare_of_a_hostile_work_dir_compares_what_it_can(
     assert result.returncode == 0, result.stderr
     compared = json.loads((tmp_path / "cmp/compare.json").read_text())
     assert "good-too" in json.dumps(compared) and second.exists()
-    for name in ("zero-reviews", "fifo-predictions", "sparse-reviews"):  # their verdicts cannot be read: left out
-        assert f"skipped {work / name}: no readable reviews" in result.stdout + result.stderr
+    said = result.stdout + result.stderr
+    for name in ("zero-reviews", "sparse-reviews"):  # their verdicts cannot be read: left out, rescore writes them
+        assert f"skipped {work / name}: no readable reviews; run `coinflip rescore" in said
+    for name, why in (("fifo-predictions", "a FIFO"), ("sparse-predictions", "1,099,511,627,776 bytes")):
+        assert f"skipped {work / name}: its predictions cannot be read (rescore needs them too): " in said
+        assert f"{work / name}/predictions/oracle/coin_flip.jsonl: {why}" in said
 
 
 def test_compare_writes_its_own_folder_never_through_a_link_left_at_it(tmp_path: Path) -> None:

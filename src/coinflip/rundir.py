@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._files import LOCKS, UnreadableFile, flock, inside, read_regular, read_settings, replacing, special
+from ._files import (
+    LOCKS,
+    UnreadableFile,
+    flock,
+    inside,
+    open_regular,
+    read_regular,
+    read_settings,
+    replacing,
+    special,
+)
 from .config import BENCHMARK, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, storage_error
 from .records import REPEATS_MAX, loads, whole
@@ -184,6 +194,16 @@ class RunDir:
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < MAX_ID for i in ids):
             raise ConfigError(f"{path}: not a list of question ids")
         return frozenset(ids)
+
+
+def in_use(root: Path) -> bool:
+    """Whether a live coinflip process holds the run's lock (`RunDir.locked`), asked without waiting, creating a
+    file, or holding the lock past the asking (a free lock is let go at once)."""
+    try:
+        with open_regular(root / "configs" / "run.lock", within=root) as handle:
+            return flock(handle) is False
+    except (OSError, UnreadableFile):
+        return False
 
 
 def _clear_for_own(path: Path) -> None:

@@ -265,11 +265,14 @@ class OpenAIClient:
     def _read(self, url: str, response: Response) -> Reply:
         status = response.status
         if 200 <= status < 300:
-            if not self.answered and web_page(response):
-                raise EndpointError(
-                    f"{shown_url(url)} answered with a web page, not the OpenAI API: check --api-url "
-                    "(it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
+            if web_page(response):  # at the first reply a wrong URL; later a proxy's or portal's login page too
+                said = (
+                    f"{shown_url(url)} answered with a web page, not the OpenAI API: {server_message(response.body)}; "
+                    "check --api-url (it usually ends in /v1, e.g. http://127.0.0.1:8000/v1) or a proxy in between"
                 )
+                if not self.answered:
+                    raise EndpointError(said)
+                raise RetryableError(said, status=status)
             try:
                 if response.events is not None:
                     return response.events.reply(response.sent)

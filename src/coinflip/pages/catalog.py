@@ -17,7 +17,7 @@ from typing import Any
 from .._files import ROWS_LIMIT, UnreadableFile, inside, open_regular, read_regular
 from ..config import BENCHMARK, safe_name
 from ..records import Review, read_prediction, read_review
-from ..rundir import CONFIG_FILE, load_saved_config
+from ..rundir import CONFIG_FILE, in_use, load_saved_config
 from ..scoring.schema import Report, read_report
 from .html import text
 
@@ -150,6 +150,9 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
         done, asked = count_lines(run.file("predictions"), run.path), saved.get("samples")
         of = f" of {asked}" if isinstance(asked, int) else ""
         run.kind = "incomplete"
+        if in_use(run.path):  # its process holds the run's lock: not stopped, still going
+            run.reason = f"running: {done}{of} predictions saved so far"
+            return run
         run.reason = f"no report: stopped before the end ({done}{of} predictions saved); resume it with `coinflip eval --use-cache`, or score what it has with `coinflip rescore`"
         return run
     try:
@@ -234,11 +237,15 @@ class Answers:
 
 
 def read_answers(run: Found) -> Answers | None:
-    """None when its reviews or predictions cannot be read (the run is then left out of pairs)."""
+    """None when its reviews or predictions (then named in its `reason`) cannot be read: left out of pairs."""
     from ..scoring.reducers import Votes
 
     try:
         questions, offsets = _questions(run.file("predictions"), run.path)
+    except Exception as exc:  # noqa: BLE001
+        run.reason = f"its predictions cannot be read (rescore needs them too): {_short(exc)}"
+        return None
+    try:
         votes = Votes(str(run.report.get("metric_compat", "coinflip")))  # the arithmetic the reviews are in
         first: dict[str, tuple[int, str, str, int]] = {}
         asked: Counter[str] = Counter()  # reviews of each question

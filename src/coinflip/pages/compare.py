@@ -40,7 +40,7 @@ def _usable(found: Found) -> tuple[Run | None, str]:
         return None, found.reason
     answers = read_answers(found)
     if answers is None or not answers.correct:
-        return None, f"no readable reviews; run `coinflip rescore {found.path}`"
+        return None, found.reason or f"no readable reviews; run `coinflip rescore {found.path}`"
     return Run(found.path, answers.correct, row(found)), ""
 
 

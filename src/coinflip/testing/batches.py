@@ -16,15 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from .limited import Response, reply_json
+from .limited import Response, error_json, reply_json
 
 Chat = Callable[[dict[str, str], bytes, float, bool], Awaitable[Any]]
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 ENDED = ("completed", "expired", "failed", "cancelled")
-
-
-def _error(status: int, message: str) -> Response:
-    return reply_json(status, {"error": {"message": message, "type": "invalid_request_error"}})
 
 
 @dataclass
@@ -69,7 +65,7 @@ class BatchStore:
                 return answer
             case "GET", ["batches"]:
                 if not self.listing:
-                    return _error(405, "Method Not Allowed")
+                    return error_json(405, "Method Not Allowed")
                 return reply_json(200, self.page(dict(parse_qsl(query))))
             case "GET", ["batches", batch_id] if batch_id in self.batches:
                 self.polls += 1
@@ -80,7 +76,7 @@ class BatchStore:
                 if batch["status"] not in ENDED:
                     batch.update(status="cancelling", cancelling_at=int(time.time()))
                 return reply_json(200, shown(batch))
-        return _error(404, f"no such file, batch or route: {method} {path}")
+        return error_json(404, f"no such file, batch or route: {method} {path}")
 
     def page(self, params: dict[str, str]) -> dict[str, Any]:
         """A page of the batches, newest first, as OpenAI lists them: `limit` (20 unless told) after the id `after`."""
@@ -103,15 +99,15 @@ class BatchStore:
         parts = {p.get_param("name", header="content-disposition"): p.get_payload(decode=True) for p in form}
         content = parts.get("file")
         if parts.get("purpose") != b"batch" or not isinstance(content, bytes):
-            return _error(400, "a batch file needs purpose=batch and a file part")
+            return error_json(400, "a batch file needs purpose=batch and a file part")
         return reply_json(200, _file_object(self.keep("batch", content), "batch", content))
 
     def create(self, request: dict[str, Any], auth: str) -> Response:
         file_id = request.get("input_file_id")
         if file_id not in self.files:
-            return _error(400, f"input_file_id {file_id!r} does not exist")
+            return error_json(400, f"input_file_id {file_id!r} does not exist")
         if request.get("endpoint") not in ENDPOINTS or request.get("completion_window") != "24h":
-            return _error(400, "endpoint must be /v1/chat/completions or /v1/completions, completion_window 24h")
+            return error_json(400, "endpoint must be /v1/chat/completions or /v1/completions, completion_window 24h")
         self.created += 1
         now = int(time.time())
         total = sum(1 for line in self.files[file_id][1].splitlines() if line.strip())

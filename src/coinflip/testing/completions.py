@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ..data.prompts import FORCE_CUE, FORCE_PROMPT
-from .limited import Gate, Response, reply_json
+from .limited import Gate, Response, error_json, reply_json
 from .policy import ServerState, Stream, _other, last_question
 
 FAULTS: dict[str, Response | None] = {  # in the order the draw picks them
@@ -32,7 +32,15 @@ async def completion(
     state.auth_headers.append(auth)
     if state.api_key is not None and auth != f"Bearer {state.api_key}":
         return reply_json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
-    body = json.loads(raw)
+    try:
+        body = json.loads(raw)
+    except ValueError:  # not JSON, or not UTF-8
+        return error_json(400, "We could not parse the JSON body of your request: it is not valid JSON.")
+    field = "messages" if chat else "prompt"
+    if not isinstance(body, dict) or field not in body:
+        return error_json(400, f"Missing required parameter: '{field}' (the body must be a JSON object).", field)
+    if chat and not (isinstance(body["messages"], list) and all(isinstance(m, dict) for m in body["messages"])):
+        return error_json(400, "Invalid type for 'messages': expected an array of objects.", "messages")
     if state.record:
         state.seen.append((str(headers.get(":path", "")), headers, body))
     if state.models and body.get("model") not in state.models:

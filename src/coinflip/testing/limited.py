@@ -17,6 +17,13 @@ def reply_json(status: int, payload: Any, headers: dict[str, str] | None = None)
     return status, json.dumps(payload).encode(), headers or {}
 
 
+def error_json(status: int, message: str, param: str | None = None) -> Response:
+    """An error as OpenAI's API words it."""
+    return reply_json(
+        status, {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
+    )
+
+
 @dataclass
 class Limits:
     rate: float = 0.0  # requests per second (a token bucket); 0: no limit

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 
 from .batches import BatchStore
 from .completions import completion
-from .limited import Gate, Limits, Response, reply_json
+from .limited import Gate, Limits, Response, error_json, reply_json
 from .policy import POLICIES, Policy, ServerState, Stream
 
 
@@ -119,15 +119,23 @@ class HttpProtocol(asyncio.Protocol):
             if end < 0:
                 return
             lines = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
             headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+            try:
+                method, path, _ = lines[0].split(" ", 2)
+                size = int(headers.get("content-length") or 0)
+            except ValueError:  # no request line, or a length that is no number: answered, then closed
+                self._write(error_json(400, "Malformed HTTP request: a request line and a Content-Length were due"))
+                self.transport.close()
+                return
             headers[":path"] = path
-            size = int(headers.get("content-length") or 0)
             if len(self.buffer) < end + 4 + size:
                 return
             body = bytes(self.buffer[end + 4 : end + 4 + size])
             del self.buffer[: end + 4 + size]
-            response = await self.handler(method, path, headers, body, self.arrived)
+            try:
+                response = await self.handler(method, path, headers, body, self.arrived)
+            except (ValueError, TypeError, AttributeError, KeyError) as exc:  # a field it cannot read, as servers do
+                response = error_json(400, f"Invalid request: {type(exc).__name__}: {exc}")
             if self.transport is None:  # the client hung up while we were thinking
                 return
             if response is None:
@@ -136,9 +144,13 @@ class HttpProtocol(asyncio.Protocol):
             if isinstance(response, Stream):
                 await self._stream(response)
                 continue
-            status, payload, extra = response
-            fields = {"Content-Type": "application/json", "Content-Length": len(payload), **extra}
-            head = [f"HTTP/1.1 {status} {responses.get(status, 'Status')}", *(f"{k}: {v}" for k, v in fields.items())]
+            self._write(response)
+
+    def _write(self, response: Response) -> None:
+        status, payload, extra = response
+        fields = {"Content-Type": "application/json", "Content-Length": len(payload), **extra}
+        head = [f"HTTP/1.1 {status} {responses.get(status, 'Status')}", *(f"{k}: {v}" for k, v in fields.items())]
+        if self.transport is not None:
             self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
 
     async def _stream(self, stream: Stream) -> None:

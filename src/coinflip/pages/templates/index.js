@@ -19,6 +19,7 @@ function svg(tag,attrs,text){var e=document.createElementNS('http://www.w3.org/2
 function f3(v){return v==null?'\u2014':v.toFixed(3)}
 function pct(v){return v==null?'\u2014':(100*v).toFixed(1)+'%'}
 function int(v){return v==null?'\u2014':String(Math.round(v))}
+function cut(s,n){return s.slice(0,n).replace(/[\uD800-\uDBFF]$/,'')}// never half an emoji: slice counts UTF-16 units
 function g(v){return v==null?'\u2014':(Math.abs(v)>=100?v.toFixed(0):Math.abs(v)>=1?v.toFixed(2):v.toPrecision(2))}
 function readHash(){var p=new URLSearchParams(location.hash.replace(/^#/,''));S={};for(var k in DEF)S[k]=p.has(k)?p.get(k):DEF[k];if(S.dir!=='asc')S.dir='desc'}
 function writeHash(){var p=new URLSearchParams();for(var k in DEF)if(S[k]!==DEF[k])p.set(k,S[k]);try{history.replaceState(null,'','#'+p.toString())}catch(e){}}
@@ -53,8 +54,8 @@ function row(r,sel){var tr=el('tr','run'+(r.complete?'':' incomplete'));tr.setAt
  cell(tr,r.model.length>60?r.model.slice(0,59)+'\u2026':r.model,'model',r.model.length>60?r.model:'');
  var rc=el('td','runc'),more=el('button','more',OPEN[r.id]?'\u25be':'\u25b8');more.setAttribute('title','details');more.addEventListener('click',function(){OPEN[r.id]=!OPEN[r.id];table()});rc.appendChild(more);
  if(r.href){var a=el('a',null,r.run);a.setAttribute('href',r.href);rc.appendChild(a)}else rc.appendChild(document.createTextNode(r.run));
- if(r.id!==r.run&&r.id!=='.')rc.appendChild(el('small',null,r.id));rc.appendChild(el('small','date',r.date.slice(0,16)));rc.setAttribute('title','started '+r.date);tr.appendChild(rc);
- var dc=el('td','datac');var tag=el('span','tag',r.tag);tag.style.background=TAGC[r.tag];dc.appendChild(tag);dc.appendChild(document.createTextNode(r.data.label));if(r.data.sha)dc.appendChild(el('small',null,'sha256 '+r.data.sha.slice(0,12)));dc.setAttribute('title',r.data.where+(r.data.sha?'\nsha256 '+r.data.sha:''));tr.appendChild(dc);
+ if(r.id!==r.run&&r.id!=='.')rc.appendChild(el('small',null,r.id));rc.appendChild(el('small','date',cut(r.date,16)));rc.setAttribute('title','started '+r.date);tr.appendChild(rc);
+ var dc=el('td','datac');var tag=el('span','tag',r.tag);tag.style.background=TAGC[r.tag];dc.appendChild(tag);dc.appendChild(document.createTextNode(r.data.label));if(r.data.sha)dc.appendChild(el('small',null,'sha256 '+cut(r.data.sha,12)));dc.setAttribute('title',r.data.where+(r.data.sha?'\nsha256 '+r.data.sha:''));tr.appendChild(dc);
  cell(tr,int(r.few_shot),'num');cell(tr,int(r.samples),'num');
  M.forEach(function(m){if(MAIN_M.indexOf(m)<0)return;var v=r.m[m],c=cell(tr,f3(v[0]),'num m-'+m);if(v[1]!=null)c.appendChild(el('small',null,v[1].toFixed(2)+'\u2013'+v[2].toFixed(2)))});
  D.extras.forEach(function(e){if(MAIN_X.indexOf(e[0])>=0)cell(tr,f3(r.extra[e[0]]),'num x-'+e[0])});
@@ -97,7 +98,7 @@ function bars(id,runs,key){var box=$(id);box.textContent='';var rs=runs.filter(f
  if(!rs.length){box.appendChild(el('p','meta','not recorded'));return}
  var top=Math.max.apply(null,rs.map(function(r){return r[key].p90!=null?r[key].p90:r[key].p50}))||1,W=320,rowH=30,s=svg('svg',{width:'100%',viewBox:'0 0 '+W+' '+(rs.length*rowH+4),preserveAspectRatio:'xMinYMin meet'});
  rs.forEach(function(r,n){var q=r[key],y=n*rowH,c=COLORS[runs.indexOf(r)%COLORS.length];function sx(v){return 4+(W-80)*v/top}
-  s.appendChild(svg('text',{x:4,y:y+10},label(r).slice(0,Math.floor(W/6.2))));s.appendChild(svg('rect',{x:4,y:y+13,width:Math.max(1,sx(q.p50)-4),height:9,fill:c,'fill-opacity':0.8}));
+  s.appendChild(svg('text',{x:4,y:y+10},cut(label(r),Math.floor(W/6.2))));s.appendChild(svg('rect',{x:4,y:y+13,width:Math.max(1,sx(q.p50)-4),height:9,fill:c,'fill-opacity':0.8}));
   if(q.p90!=null)s.appendChild(svg('line',{x1:sx(q.p50),x2:sx(q.p90),y1:y+17.5,y2:y+17.5,stroke:'#222'}));
   if(q.mean!=null)s.appendChild(svg('line',{x1:sx(q.mean),x2:sx(q.mean),y1:y+11,y2:y+24,stroke:'#222','stroke-width':2}));
   s.appendChild(svg('text',{x:W-72,y:y+21},unit(key,q.p50)));var tip=svg('title',{},label(r)+': p50 '+unit(key,q.p50)+', mean '+unit(key,q.mean)+', p90 '+unit(key,q.p90)+', p99 '+unit(key,q.p99));s.lastChild.appendChild(tip)});box.appendChild(s)}
@@ -123,7 +124,7 @@ function pairView(view){var A=BYID[S.a]||view[0],pa=$('p-a'),pb=$('p-b'),out=$('
   h.appendChild(el('th',null,c[0]));var td=el('td','num',c[1]);td.setAttribute('data-stat',c[0]);v.appendChild(td)});t.appendChild(h);t.appendChild(v);out.appendChild(t);
  out.appendChild(el('h3',null,'Questions where they disagree ('+(p.rows.length<p.total?'first '+p.rows.length+' of ':'')+p.total+')'));
  var q=el('table','disagree'),hr=el('tr');['question','people','target','A: '+label(A),'B: '+label(B)].forEach(function(c,i){hr.appendChild(el('th',i>2?'v':null,c))});q.appendChild(hr);
- p.rows.forEach(function(c){var Q=D.questions[c[0]],tr=el('tr','dq'),qd=el('td'),det=el('details');det.appendChild(el('summary',null,Q[0].length>110?Q[0].slice(0,110)+'\u2026':Q[0]));det.appendChild(el('pre',null,Q[0]));qd.appendChild(det);tr.appendChild(qd);
+ p.rows.forEach(function(c){var Q=D.questions[c[0]],tr=el('tr','dq'),qd=el('td'),det=el('details');det.appendChild(el('summary',null,Q[0].length>110?cut(Q[0],110)+'\u2026':Q[0]));det.appendChild(el('pre',null,Q[0]));qd.appendChild(det);tr.appendChild(qd);
   tr.appendChild(el('td','num',Q[2]));tr.appendChild(el('td','k',Q[1]));
   [[flip?c[2]:c[1],flip?c[4]:c[3]],[flip?c[1]:c[2],flip?c[3]:c[4]]].forEach(function(x){var td=el('td','k');td.appendChild(el('span',x[0]===Q[1]?'ok':'bad',x[0]));td.appendChild(el('pre',null,D.replies[x[1]]));tr.appendChild(td)});q.appendChild(tr)});
  out.appendChild(q)}
