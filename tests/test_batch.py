@@ -1473,18 +1473,24 @@ def test_answers_of_a_batch_collected_before_a_stop_keep_its_turnaround(tmp_path
     assert latencies[0] >= 1 and set(latencies) == {latencies[0]}, latencies
 
 
-def test_batch_write_while_a_batch_is_still_open_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", ["--batch-write", "--batch-results"])
+def test_batch_write_or_results_while_a_batch_is_still_open_is_refused(tmp_path: Path, flag: str) -> None:
     """`--use-cache RUN --batch-write FILE` while the run's batch was still at the server wrote its requests again
-    for `vllm run-batch`: asked twice (docs/batches.md: never sent twice). Refused as --no-batch is."""
+    for `vllm run-batch`: asked twice (docs/batches.md: never sent twice). `--batch-results FILE` recorded the file
+    and left the batch uncollected for good. Both are refused as --no-batch is."""
     store = BatchStore(delay=3600.0)
-    requests = tmp_path / "requests.jsonl"
+    offline = tmp_path / "offline.jsonl"
+    if flag == "--batch-results":
+        offline.write_text("")
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST)
         _killed_while_polled(args, tmp_path / "work", store)
         run = only_run_dir(tmp_path / "work")
-        written = run_cli("eval", "--use-cache", str(run), "--batch-write", str(requests))
+        refused = run_cli("eval", "--use-cache", str(run), flag, str(offline))
+        kept = _answers(run)
         store.delay = 0.0
         resumed = run_cli("eval", "--use-cache", str(run), *FAST)
-    assert written.returncode == 2 and "batch_000001" in written.stderr and not requests.exists(), written.stderr
-    assert len(written.stderr.strip().splitlines()) == 1 and "Traceback" not in written.stderr
+    assert refused.returncode == 2 and "batch_000001" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert not kept and offline.exists() == (flag == "--batch-results")  # nothing saved, nothing written
     assert resumed.returncode == 0 and store.created == 1 and len(_answers(run)) == 5, resumed.stderr

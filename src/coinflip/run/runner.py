@@ -131,13 +131,13 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
             raise
     root = Path(config.use_cache).expanduser()
     saved = same_run(plan, root)
-    if config.batch_write or not (config.batch or config.batch_results):
+    if config.batch_write or config.batch_results or not config.batch:
         from ..models.batch import uncollected
 
         if held := uncollected(root / "batch"):
             raise ConfigError(f"{root}: the run's batches {', '.join(held)} are not collected yet: resume with "
                               "--batch to collect them (--no-batch or --batch-write would ask their requests "
-                              "again)")  # fmt: skip
+                              "again, --batch-results would leave them)")  # fmt: skip
     run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
     run.refuse_links_out()
     found = saved.get("provenance")  # a hand edit may have left anything there
