@@ -345,6 +345,8 @@ def test_a_run_answered_by_a_batch_and_online_prices_each_answer_by_how_it_came(
     report = _report(run)
     assert report["cost"]["total"] == pytest.approx(cost(batch) * 0.25 + cost(online))
     assert report["cost"]["full_price"] == pytest.approx(cost(rows))
+    assert report["requests"]["sent"] == report["requests"]["succeeded"] == len(online)  # what went online, counted
+    assert f"requests {len(online)} sent" in result.stdout + result.stderr
     rescored = run_cli("rescore", str(run))
     assert rescored.returncode == 0 and _report(run)["cost"] == report["cost"]
 

@@ -26,6 +26,7 @@ from ._replies import added, dicts
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, capped_lines, read_result, request_line, split_lines
+from .limits import Traffic
 from .openai_api import OpenAIClient
 
 log = logging.getLogger("coinflip")
@@ -214,6 +215,12 @@ class BatchModel:
             return read_regular(root / batch.ids, STATE_LIMIT, within=root).decode("utf-8").split()
         except (OSError, ValueError):  # UnreadableFile and UnicodeDecodeError are ValueErrors
             return []
+
+    @property
+    def traffic(self) -> Callable[[], Traffic] | None:
+        """The requests record of what a batch left that went online (--batch-rest-online); none went: none."""
+        online = self.online
+        return online.traffic if online is not None and online.limiter.traffic.sent else None
 
     def paid(self, request: Request) -> bool:
         """In a batch a session before this one sent: billed as it is answered, whatever this run does."""
