@@ -48,3 +48,11 @@ def test_a_model_path_with_an_api_url_says_the_url_is_not_used() -> None:
     """--model-path is served by llama.cpp here (models.backend): --api-url beside it was silently ignored."""
     config = TaskConfig.of(model_path="m.gguf", api_url="http://127.0.0.1:9/v1").checked()
     assert "api_url: not used, the --model-path file is served by llama.cpp here" in config.notes()
+
+
+@pytest.mark.parametrize(("name", "default"), [("seed", "42"), ("few_shot_num", "0"), ("repeats", "1")])
+def test_a_null_setting_says_to_leave_it_out_for_its_default(name: str, default: str) -> None:
+    """An EvalScope YAML's `seed: null`: "must be a whole number, got NoneType None" said what, not what to do."""
+    with pytest.raises(ConfigError) as caught:
+        TaskConfig(model="oracle", **{name: None})
+    assert str(caught.value).endswith(f"got null: leave {name} out for its default ({default})")

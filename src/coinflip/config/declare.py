@@ -81,7 +81,9 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
             continue
         types = _TYPES.get(s.kind)
         if types and (not isinstance(value, types) or (isinstance(value, bool) and s.kind != "bool")):
-            raise ConfigError(f"{s.name} must be {_WHAT[s.kind]}, got {type(value).__name__} {short(value)}")
+            got = f"{type(value).__name__} {short(value)}"
+            got = f"null: leave {s.name} out for its default ({s.default!r})" if value is None else got
+            raise ConfigError(f"{s.name} must be {_WHAT[s.kind]}, got {got}")
         if s.choices:
             check_choice(s.name, value, s.choices)
         if s.path:
