@@ -98,3 +98,19 @@ def test_a_refusal_with_a_body_past_the_reply_cap_waits_and_loses_no_sample(stat
         raw = head.encode() + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(big) + big + b"\r\n0\r\n\r\n"
     got, traffic, sent = ask(lambda seen: Pieces([raw]), max_reply_bytes=1 << 20)
     _refused_then_answered(got, traffic, sent)
+
+
+REFUSED = b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+BROKEN_BODIES = {
+    "bad gzip": Pieces([REFUSED + b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\n\x1f\x8bnot gz"]),
+    "an unknown coding": Pieces([REFUSED + b"Content-Encoding: x-foo\r\nContent-Length: 2\r\n\r\n{}"]),
+    "cut short": Pieces([REFUSED + b'Content-Length: 99\r\n\r\n{"error": '], close=True),
+    "never ending": Pieces([REFUSED + b'Transfer-Encoding: chunked\r\n\r\n9\r\n{"error":\r\n'], close=False),
+}
+
+
+@pytest.mark.parametrize("body", BROKEN_BODIES)
+def test_a_refusal_whose_body_cannot_be_read_waits_and_loses_no_sample(body: str) -> None:
+    """The 429 was said in its head: a body that does not decode, ends early or never ends is only lost words."""
+    got, traffic, sent = ask(lambda seen: BROKEN_BODIES[body], timeout=1.0)
+    _refused_then_answered(got, traffic, sent)
