@@ -114,3 +114,10 @@ def test_a_refusal_whose_body_cannot_be_read_waits_and_loses_no_sample(body: str
     """The 429 was said in its head: a body that does not decode, ends early or never ends is only lost words."""
     got, traffic, sent = ask(lambda seen: BROKEN_BODIES[body], timeout=1.0)
     _refused_then_answered(got, traffic, sent)
+
+
+@pytest.mark.parametrize("code", [401, 404, 500, "302"])
+def test_an_error_object_naming_no_refusal_is_recorded_with_the_status_that_came(code: Any) -> None:
+    """The reply was a 200: its object's code is no HTTP status of the request (the message says `HTTP 200`)."""
+    got, traffic, sent = ask(lambda seen: answer({"error": {"message": "no", "code": code}}))
+    assert got.error == "HTTP 200 with an error: no" and got.status == 200 and sent == 1 and traffic.rejected == 0
