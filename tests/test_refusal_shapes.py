@@ -121,3 +121,10 @@ def test_an_error_object_naming_no_refusal_is_recorded_with_the_status_that_came
     """The reply was a 200: its object's code is no HTTP status of the request (the message says `HTTP 200`)."""
     got, traffic, sent = ask(lambda seen: answer({"error": {"message": "no", "code": code}}))
     assert got.error == "HTTP 200 with an error: no" and got.status == 200 and sent == 1 and traffic.rejected == 0
+
+
+def test_text_generation_inferences_overloaded_event_waits_and_loses_no_sample() -> None:
+    """TGI streams its semaphore's refusal in the 200 stream, the error a string beside its `error_type`."""
+    event = b'data: {"error":"Model is overloaded","error_type":"overloaded"}\r\n\r\n'
+    got, traffic, sent = ask(lambda seen: Pieces([SSE + event]), stream=True)
+    _refused_then_answered(got, traffic, sent)
