@@ -128,3 +128,11 @@ def test_text_generation_inferences_overloaded_event_waits_and_loses_no_sample()
     event = b'data: {"error":"Model is overloaded","error_type":"overloaded"}\r\n\r\n'
     got, traffic, sent = ask(lambda seen: Pieces([SSE + event]), stream=True)
     _refused_then_answered(got, traffic, sent)
+
+
+def test_an_error_line_as_the_llama_cpp_server_sends_it_is_the_servers_error() -> None:
+    """llama.cpp's server sends a failure as an `error:` line, then [DONE]: its words, not 'without any choice'."""
+    said = {"code": 400, "message": "the request exceeds the available context size", "type": "exceed_context"}
+    event = f"error: {json.dumps(said)}\n\ndata: [DONE]\n\n".encode()
+    got, traffic, sent = ask(lambda seen: Pieces([SSE + event]), stream=True)
+    assert got.error == "the stream carried an error: the request exceeds the available context size" and sent == 1
