@@ -98,3 +98,41 @@ def test_a_refusal_with_a_body_past_the_reply_cap_waits_and_loses_no_sample(stat
         raw = head.encode() + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(big) + big + b"\r\n0\r\n\r\n"
     got, traffic, sent = ask(lambda seen: Pieces([raw]), max_reply_bytes=1 << 20)
     _refused_then_answered(got, traffic, sent)
+
+
+REFUSED = b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+BROKEN_BODIES = {
+    "bad gzip": Pieces([REFUSED + b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\n\x1f\x8bnot gz"]),
+    "an unknown coding": Pieces([REFUSED + b"Content-Encoding: x-foo\r\nContent-Length: 2\r\n\r\n{}"]),
+    "cut short": Pieces([REFUSED + b'Content-Length: 99\r\n\r\n{"error": '], close=True),
+    "never ending": Pieces([REFUSED + b'Transfer-Encoding: chunked\r\n\r\n9\r\n{"error":\r\n'], close=False),
+}
+
+
+@pytest.mark.parametrize("body", BROKEN_BODIES)
+def test_a_refusal_whose_body_cannot_be_read_waits_and_loses_no_sample(body: str) -> None:
+    """The 429 was said in its head: a body that does not decode, ends early or never ends is only lost words."""
+    got, traffic, sent = ask(lambda seen: BROKEN_BODIES[body], timeout=1.0)
+    _refused_then_answered(got, traffic, sent)
+
+
+@pytest.mark.parametrize("code", [401, 404, 500, "302"])
+def test_an_error_object_naming_no_refusal_is_recorded_with_the_status_that_came(code: Any) -> None:
+    """The reply was a 200: its object's code is no HTTP status of the request (the message says `HTTP 200`)."""
+    got, traffic, sent = ask(lambda seen: answer({"error": {"message": "no", "code": code}}))
+    assert got.error == "HTTP 200 with an error: no" and got.status == 200 and sent == 1 and traffic.rejected == 0
+
+
+def test_text_generation_inferences_overloaded_event_waits_and_loses_no_sample() -> None:
+    """TGI streams its semaphore's refusal in the 200 stream, the error a string beside its `error_type`."""
+    event = b'data: {"error":"Model is overloaded","error_type":"overloaded"}\r\n\r\n'
+    got, traffic, sent = ask(lambda seen: Pieces([SSE + event]), stream=True)
+    _refused_then_answered(got, traffic, sent)
+
+
+def test_an_error_line_as_the_llama_cpp_server_sends_it_is_the_servers_error() -> None:
+    """llama.cpp's server sends a failure as an `error:` line, then [DONE]: its words, not 'without any choice'."""
+    said = {"code": 400, "message": "the request exceeds the available context size", "type": "exceed_context"}
+    event = f"error: {json.dumps(said)}\n\ndata: [DONE]\n\n".encode()
+    got, traffic, sent = ask(lambda seen: Pieces([SSE + event]), stream=True)
+    assert got.error == "the stream carried an error: the request exceeds the available context size" and sent == 1

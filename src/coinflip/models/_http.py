@@ -17,6 +17,7 @@ from ._replies import StreamReply
 from ._sse import SSEDecoder
 from ._wire import (
     Limits,
+    ProtocolError,
     ReplyTooLarge,
     Target,
     check_framing,
@@ -203,22 +204,23 @@ class ConnectionPool:
         async with self.session.post(target.url, data=body, allow_redirects=False, **target.options) as resp:
             progress.head = True
             self.heard(target)
-            check_framing(resp.headers)
             length = resp.content_length
             kind = resp.headers.get("Content-Type", "").lower()  # a media type is case-insensitive
-            # none at all (FastAPI's StreamingResponse without one): a stream was asked for, as OpenAI's SDK reads it
-            if sink is not None and resp.status == 200 and ("text/event-stream" in kind or not kind):
-                self.limits.length(length)
-                await self._events(resp, sink, progress)
-                return Response(resp.status, resp.headers, b"", sink, sent)
             try:
+                check_framing(resp.headers)
+                # no type (FastAPI's StreamingResponse without one): a stream was asked for, as OpenAI's SDK reads it
+                if sink is not None and resp.status == 200 and ("text/event-stream" in kind or not kind):
+                    self.limits.length(length)
+                    await self._events(resp, sink, progress)
+                    return Response(resp.status, resp.headers, b"", sink, sent)
                 self.limits.length(length)
                 if length is not None and "Content-Encoding" not in resp.headers:
                     data = await resp.read()  # framed by its length: no larger than checked above
                 else:
                     data = await read_at_most(resp.content, self.limits.max_body)
                 self.limits.json(data)
-            except ReplyTooLarge:  # a refusal's or failure's body is only its words: past the limits, its status counts
+            except (ProtocolError, aiohttp.ClientPayloadError, TimeoutError):  # a refusal's or failure's body is
+                # only its words: past the limits, undecodable, cut short or endless, it is dropped: its status counts
                 if 200 <= resp.status < 300:
                     raise
                 resp.close()

@@ -40,7 +40,9 @@ class ServerSaidError(BadReply):
     def __init__(self, message: str, said: Any) -> None:
         super().__init__(message)
         err = said.get("error", said) if isinstance(said, dict) else None
-        code, kind = (str(err.get("code")), err.get("type")) if isinstance(err, dict) else ("", "")
+        if not isinstance(err, dict):  # text-generation-inference's {"error": "Model is overloaded", "error_type": ...}
+            err = {"type": said.get("error_type")} if isinstance(said, dict) else {}
+        code, kind = str(err.get("code")), err.get("type")
         digits = code.isascii() and code.isdigit() and len(code) < 5 and 100 <= int(code) < 600
         words = "".join(c for c in f"{kind}{code}".lower() if c.isalpha())
         self.status = int(code) if digits else next((n for word, n in _REFUSALS if word in words), None)

@@ -44,4 +44,6 @@ class SSEDecoder:
                     self._data.append(value)
                 elif name == "event":
                     self._type = value
+                elif name == "error":  # no standard field: llama.cpp's server sends its failure so, then [DONE]
+                    self._type, self._data = "error", [value]
         return events

@@ -279,7 +279,8 @@ class OpenAIClient:
                 return parse_body(response.body, self.mode)
             except BadReply as exc:  # an error object may name a refusal: then it is one, as its status would be
                 spent = response.events.usage if response.events is not None else usage_of(response.body)
-                raise retryable(str(exc), exc.status or status, response.headers, spent) from None
+                named = exc.status if exc.status in LIMIT_STATUS else status  # any other code: no status that came
+                raise retryable(str(exc), named, response.headers, spent) from None
         detail = server_message(response.body)
         if status == 407:
             raise EndpointError(
