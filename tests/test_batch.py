@@ -1496,3 +1496,17 @@ def test_batch_write_or_results_while_a_batch_is_still_open_is_refused(tmp_path:
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
     assert not kept and offline.exists() == (flag == "--batch-results")  # nothing saved, nothing written
     assert resumed.returncode == 0 and store.created == 1 and len(_answers(run)) == 5, resumed.stderr
+
+
+def test_a_batch_run_resumed_online_with_nothing_to_ask_still_calls_its_latency_a_batch_turnaround(
+    tmp_path: Path,
+) -> None:
+    """Its report said batch false and its summary 'latency median 3.00 s': each batch's turnaround (creation to
+    end) shown as a request's time, beside online runs' latencies."""
+    with FakeOpenAIServer("mixed", batches=BatchStore()) as srv:
+        first = run_cli("eval", "--model", "m", "--limit", "6", "--api-url", srv.url, "--batch", *FAST,
+                        "--work-dir", str(tmp_path))  # fmt: skip
+        run = only_run_dir(tmp_path)
+        again = run_cli("eval", "--use-cache", str(run), "--no-batch")
+    assert first.returncode == 0 and again.returncode == 0, again.stderr
+    assert _report(run)["batch"] is True and "batch turnaround median" in again.stdout, again.stdout

@@ -12,6 +12,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html import unescape
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from coinflip.rundir import RunDir
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, answer, chat
@@ -356,6 +359,24 @@ def test_a_run_being_resumed_is_listed_as_running_not_as_one_to_resume(tmp_path:
             proc.terminate()
             proc.communicate(timeout=PATIENCE_S)
     assert "running" not in run_cli("view", str(work)).stderr
+
+
+def test_a_view_asking_about_a_run_never_makes_its_eval_fail_as_in_use(tmp_path: Path) -> None:
+    """`in_use` holds a free lock for a moment: an eval or rescore starting then said 'in use by another coinflip
+    process' (3% of starts while a view asked without pause)."""
+    root = tmp_path / "run"
+    (root / "configs").mkdir(parents=True)
+    (root / "configs" / "run.lock").touch()
+    asking = f"import pathlib, coinflip.rundir as r\nfor _ in range(20000): r.in_use(pathlib.Path({str(root)!r}))"
+    view = subprocess.Popen([sys.executable, "-c", asking])  # another process, as `coinflip view` is
+    try:
+        while view.poll() is None:
+            with RunDir(root, "m").locked():
+                pass
+    finally:
+        view.kill()
+        view.wait(timeout=PATIENCE_S)
+    assert view.returncode == 0
 
 
 def _problems(page: Path) -> str:

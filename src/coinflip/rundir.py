@@ -167,7 +167,11 @@ class RunDir:
             yield
             return
         with handle:
-            if flock(handle) is False:
+            for _ in range(40):  # a view's `in_use` holds a free lock for a moment: tried for 2 s
+                if flock(handle) is not False:
+                    break
+                time.sleep(0.05)
+            else:
                 raise ConfigError(f"{self.root} is in use by another coinflip process; let it finish or stop it")
             yield
 

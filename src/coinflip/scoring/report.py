@@ -59,7 +59,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "usage": scorer.usage.result(),
         "tokens": used,
         "provenance": {**_section(saved.get("provenance")), "scored_by": __version__},  # a rescore's own version
-        "batch": bool(config.get("batch") or config.get("batch_results")),  # answered by a Batch API
+        "batch": bool(config.get("batch") or config.get("batch_results") or used["batch_prompt"]),  # in any session
         "cost": cost_report(config, used),
     }
     repeated = report["repeats"] > 1 or bool(len(outcomes) and int(outcomes.repeat.max()) > 0)
