@@ -1313,9 +1313,13 @@ def test_a_resume_with_no_batch_leaves_a_batch_not_yet_collected_to_be_collected
     assert store.created == 1 and all(n == 1 for n in store.seen_ids.values()) and len(_answers(run)) == 5
 
 
-@pytest.mark.parametrize("dates", [{"completed_at": 10**400}, {"created_at": -1e308, "completed_at": 1e308}])
+@pytest.mark.parametrize(
+    "dates",
+    [{"completed_at": 10**400}, {"created_at": -1e308, "completed_at": 1e308}, {"completed_at": 1_800_000_000_000}],
+)
 def test_a_batch_dated_past_any_float_keeps_its_answers(tmp_path: Path, dates: dict[str, Any]) -> None:
-    """A batch whose end was a 400-digit number ended every run and resume in an OverflowError traceback."""
+    """A batch whose end was a 400-digit number ended every run and resume in an OverflowError traceback; one
+    dated in milliseconds beside seconds must not save a turnaround its resume then refuses."""
 
     class FarDated(BatchStore):
         async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
@@ -1325,7 +1329,8 @@ def test_a_batch_dated_past_any_float_keeps_its_answers(tmp_path: Path, dates: d
     with FakeOpenAIServer("mixed", batches=FarDated()) as srv:
         result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST,
                          "--work-dir", str(tmp_path))  # fmt: skip
-    assert result.returncode == 0, result.stderr
+        again = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), *FAST)
+    assert result.returncode == 0 and again.returncode == 0, result.stderr + again.stderr
     rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
     assert len(rows) == 3 and all(r["error"] is None and r["latency_s"] == 0.0 for r in rows)
 
@@ -1473,6 +1478,22 @@ def test_answers_of_a_batch_collected_before_a_stop_keep_its_turnaround(tmp_path
     latencies = [r["latency_s"] for r in read_jsonl(predictions)]
     assert first.returncode == resumed.returncode == 0 and len(latencies) == 4, resumed.stderr
     assert latencies[0] >= 1 and set(latencies) == {latencies[0]}, latencies
+
+
+@pytest.mark.parametrize("turnaround", [1e308, -1.0])
+def test_a_saved_turnaround_past_any_batch_window_is_refused(tmp_path: Path, turnaround: float) -> None:
+    """state.json is untrusted: a turnaround of 1e308 s was saved as each answer's latency (and counted 0.0)."""
+    with FakeOpenAIServer("mixed", batches=BatchStore()) as srv:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--batch", *FAST)
+        first = run_cli(*args, "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        state = json.loads((run / "batch/state.json").read_text())
+        state["batches"][0]["turnaround_s"] = turnaround
+        (run / "batch/state.json").write_text(json.dumps(state))
+        (run / "predictions/m/coin_flip.jsonl").write_text("")
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert first.returncode == 0 and resumed.returncode == 2 and "turnaround_s" in resumed.stderr, resumed.stderr
+    assert len(resumed.stderr.strip().splitlines()) == 1 and "Traceback" not in resumed.stderr
 
 
 @pytest.mark.parametrize("flag", ["--batch-write", "--batch-results"])

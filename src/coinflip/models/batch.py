@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import sys
 import time
 from collections import Counter
@@ -32,6 +31,7 @@ from .openai_api import OpenAIClient
 log = logging.getLogger("coinflip")
 STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
 RESENDS = 2  # a request is sent at most 1 + RESENDS times in one run
+TURNAROUND_MAX = 1e9  # seconds from a batch's creation to its end that a server's dates may say (31 years)
 CONFLICT = "neither is kept (a conflict)"
 STATUSES = ("validating", "in_progress", "finalizing", "cancelling", *ENDED)
 
@@ -105,7 +105,7 @@ class Submitted(msgspec.Struct):
     batch_id: str | None = None
     status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
     collected: bool = False  # its results are downloaded into the batch folder (or it has none)
-    turnaround_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0  # as the server dated it: its answers' latency
+    turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=TURNAROUND_MAX)] = 0.0  # as dated: its answers' latency
 
 
 class State(msgspec.Struct):
@@ -390,7 +390,7 @@ def _turnaround(info: dict[str, Any]) -> float:
     if isinstance(start, int | float) and end is not None:
         with contextlib.suppress(OverflowError):  # dates past any float (400 digits) tell nothing
             seconds = float(end - start)
-            return seconds if 0 <= seconds < math.inf else 0.0
+            return seconds if 0 <= seconds <= TURNAROUND_MAX else 0.0  # past it: dates in mixed units
     return 0.0
 
 
