@@ -219,8 +219,7 @@ class BatchModel:
     @property
     def traffic(self) -> Callable[[], Traffic] | None:
         """The requests record of what a batch left that went online (--batch-rest-online); none went: none."""
-        online = self.online
-        return online.traffic if online is not None and online.limiter.traffic.sent else None
+        return self.online.traffic if self.online is not None and self.online.limiter.traffic.sent else None
 
     def paid(self, request: Request) -> bool:
         """In a batch a session before this one sent: billed as it is answered, whatever this run does."""
