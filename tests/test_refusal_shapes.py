@@ -18,6 +18,7 @@ from .answer_server import AnswerServer, Pieces, Seen, answer, chat
 
 QUESTION = "Q: A coin is heads up. Ann flips the coin. Bob does not flip the coin. Is the coin still heads up?"
 SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+AT_ONCE = "Retry-After: 0"  # a refusal's wait as the server words it (without one: about a second each)
 
 # what servers send for a rate limit or an overload, as their error object
 SHAPES = {
@@ -62,14 +63,15 @@ def _refused_then_answered(got: Reply, traffic: Traffic, sent: int) -> None:
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_refusal_in_a_200_body_waits_and_loses_no_sample(shape: str) -> None:
-    got, traffic, sent = ask(lambda seen: answer({"error": SHAPES[shape]}))
+    got, traffic, sent = ask(lambda seen: answer({"error": SHAPES[shape]}, 200, AT_ONCE))
     _refused_then_answered(got, traffic, sent)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_refusal_as_a_stream_event_waits_and_loses_no_sample(shape: str) -> None:
     event = f"data: {json.dumps({'error': SHAPES[shape]})}\r\n\r\n".encode()
-    got, traffic, sent = ask(lambda seen: Pieces([SSE + event]), stream=True)
+    head = SSE.replace(b"\r\n\r\n", f"\r\n{AT_ONCE}\r\n\r\n".encode())
+    got, traffic, sent = ask(lambda seen: Pieces([head + event]), stream=True)
     _refused_then_answered(got, traffic, sent)
 
 
@@ -91,7 +93,7 @@ def test_an_error_object_that_is_no_refusal_still_uses_up_the_retries() -> None:
 def test_a_refusal_with_a_body_past_the_reply_cap_waits_and_loses_no_sample(status: int, framing: str) -> None:
     """Its body is no answer, only words: past --max-reply-mb it is dropped, unread, and the status counts."""
     big = json.dumps({"error": {"message": "x" * (2 << 20)}}).encode()
-    head = f"HTTP/1.1 {status} Refused\r\nContent-Type: application/json\r\n"
+    head = f"HTTP/1.1 {status} Refused\r\nContent-Type: application/json\r\n{AT_ONCE}\r\n"
     if framing == "length":
         raw = head.encode() + b"Content-Length: %d\r\n\r\n" % len(big) + big
     else:
@@ -100,7 +102,7 @@ def test_a_refusal_with_a_body_past_the_reply_cap_waits_and_loses_no_sample(stat
     _refused_then_answered(got, traffic, sent)
 
 
-REFUSED = b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+REFUSED = f"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n{AT_ONCE}\r\n".encode()
 BROKEN_BODIES = {
     "bad gzip": Pieces([REFUSED + b"Content-Encoding: gzip\r\nContent-Length: 9\r\n\r\n\x1f\x8bnot gz"]),
     "an unknown coding": Pieces([REFUSED + b"Content-Encoding: x-foo\r\nContent-Length: 2\r\n\r\n{}"]),
