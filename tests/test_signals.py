@@ -30,7 +30,7 @@ from .conftest import read_jsonl, signals_as_from_a_terminal, spawn_cli
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 MOMENTS = ("start-up", "in flight", "report", "any")
-ROUNDS, AT_ONCE = 8, 10  # 80 processes, each sent a signal: every moment and signal met several times
+ROUNDS, AT_ONCE = 6, 10  # 60 processes, each sent a signal: every moment with every signal met 5 times
 LIMIT = 16
 EXIT_BUDGET_S = 60.0  # "within seconds" on an idle machine; generous for a loaded one
 NOISE = ("Traceback", "Exception", "Task was destroyed", "never awaited", "Error")
@@ -127,10 +127,10 @@ def test_signals_at_random_moments_end_the_run_cleanly_and_it_resumes(tmp_path: 
             cases = [
                 Case(
                     tmp_path / f"{round_}-{i}",
-                    moment=rng.choice(MOMENTS),
-                    sig=rng.choice(SIGNALS),
+                    moment=MOMENTS[(n := round_ * AT_ONCE + i) % len(MOMENTS)],
+                    sig=SIGNALS[n // len(MOMENTS) % len(SIGNALS)],  # each pair in turn, 12 processes apart
                     delay=rng.uniform(0, 0.8),  # a run's requests take about a second
-                    twice=rng.random() < 0.1,
+                    twice=rng.random() < 0.15,
                 )
                 for i in range(AT_ONCE)
             ]
@@ -163,7 +163,7 @@ def test_signals_at_random_moments_end_the_run_cleanly_and_it_resumes(tmp_path: 
                 rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
                 assert sorted(r["id"] for r in rows) == sorted({r["id"] for r in rows}) and len(rows) == LIMIT
                 assert json.loads((run / "reports/m/coin_flip.json").read_text())["complete"]
-    assert signalled >= 65
+    assert signalled >= 48
 
 
 def test_a_stop_that_lands_where_python_cannot_raise_ends_the_process_in_one_line() -> None:
