@@ -41,6 +41,7 @@ class Found:
     report: Report = field(default_factory=lambda: Report())
     config: dict[str, Any] = field(default_factory=dict)
     model_dir: str = ""  # the model's folder under predictions/, reviews/, reports/
+    live: bool = False  # not complete, and its process holds the run's lock: running now
 
     def file(self, part: str, suffix: str = "jsonl") -> Path:
         return self.path / part / self.model_dir / f"{BENCHMARK}.{suffix}"
@@ -149,8 +150,8 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
         run.model_dir = candidates[0] if candidates else "model"
         done, asked = count_lines(run.file("predictions"), run.path), saved.get("samples")
         of = f" of {asked}" if isinstance(asked, int) else ""
-        run.kind = "incomplete"
-        if in_use(run.path):  # its process holds the run's lock: not stopped, still going
+        run.kind, run.live = "incomplete", in_use(run.path)
+        if run.live:  # not stopped: still going
             run.reason = f"running: {done}{of} predictions saved so far"
             return run
         run.reason = f"no report: stopped before the end ({done}{of} predictions saved); resume it with `coinflip eval --use-cache`, or score what it has with `coinflip rescore`"
@@ -167,7 +168,7 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
     if "metrics" not in report:
         run.kind, run.reason = "broken", f"{where} holds no metrics"
         return run
-    run.report = report
+    run.report, run.live = report, not report.get("complete", True) and in_use(run.path)
     return run
 
 

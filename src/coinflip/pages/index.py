@@ -13,7 +13,6 @@ from typing import Any
 from .._files import UnreadableFile, read_regular
 from .._terminal import one_line
 from ..errors import ConfigError
-from ..rundir import in_use
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
 from .board import EXTRAS, ranked, row, write_whole
@@ -154,7 +153,7 @@ def _rank(rows: list[dict[str, Any]]) -> None:
 
 def _problems(found: list[Found], rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     out = [{"id": f.rel, "kind": f.kind, "reason": f.reason} for f in found if f.kind != "run"]
-    live = {f.rel for f in found if f.kind == "run" and not f.report.get("complete", True) and in_use(f.path)}
+    live = {f.rel for f in found if f.kind == "run" and f.live}
     for r in rows:
         if not r["complete"]:
             why = "; ".join(r["warnings"]) or "the report says it is not complete"
