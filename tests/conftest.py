@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pty
@@ -157,6 +158,13 @@ def read_jsonl(path: Path) -> list[dict]:
     """JSON Lines split at \\n alone: a reply may hold U+2028 or U+0085 unescaped, which JSON allows
     and str.splitlines() would split at."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+
+@pytest.fixture
+def no_old_garbage() -> None:
+    """For a test that parses JSON nested to the recursion limit in this process: a garbage collection at that
+    depth would run an earlier test's finalizers with no stack left, an unraisable error pytest cannot print."""
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)

@@ -113,6 +113,7 @@ def _row(i: int) -> str:
     return json.dumps({"id": i, "repeat": 0, "target": "YES", "reply": "ANSWER: YES", "error": None})
 
 
+@pytest.mark.usefixtures("no_old_garbage")
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 5), GARBAGE), max_size=6))
 def test_lines_that_are_not_rows_are_counted_and_skipped(tmp_path: Path, inserted: list[tuple[int, str]]) -> None:

@@ -84,6 +84,7 @@ def test_completion_log_probabilities_and_more_choices() -> None:
         (b"\xff\xfe", "malformed response body"),
     ],
 )
+@pytest.mark.usefixtures("no_old_garbage")
 def test_unusable_bodies_are_bad_replies(body: bytes, error: str) -> None:
     with pytest.raises(BadReply, match=error.replace("[", r"\[").replace("]", r"\]")):
         parse_body(body, "chat")
