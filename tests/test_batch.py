@@ -1531,3 +1531,33 @@ def test_a_batch_run_resumed_online_with_nothing_to_ask_still_calls_its_latency_
         again = run_cli("eval", "--use-cache", str(run), "--no-batch")
     assert first.returncode == 0 and again.returncode == 0, again.stderr
     assert _report(run)["batch"] is True and "batch turnaround median" in again.stdout, again.stdout
+
+
+def test_killed_while_the_rows_of_an_n_choice_answer_are_written_a_resume_records_each_choice_once(
+    tmp_path: Path,
+) -> None:
+    """A kill between the rows of one answer of n=2 (the buffered writer flushes in 8 KiB pieces): the
+    resume read the saved batch again and put its first choice, saved already, in the lost row with
+    its usage a second time, and the second choice the batch answered and billed was lost."""
+
+    class TwoChoices(_OneBatch):
+        @staticmethod
+        def results(ids: list[str]) -> bytes:
+            said = [{"index": i, "message": {"content": f"{i} ANSWER: {a}"}} for i, a in enumerate(("YES", "NO"))]
+            body = {"choices": said, "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
+            return b"".join(json.dumps({"custom_id": c, "response": {"status_code": 200, "body": body}}).encode()
+                            + b"\n" for c in ids)  # fmt: skip
+
+    with serving(TwoChoices) as url:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", url, "--batch", *FAST, "--work-dir", str(tmp_path))
+        assert run_cli(*args, "--generation-config", "n=2").returncode == 0
+        run = only_run_dir(tmp_path)
+        predictions = run / "predictions/m/coin_flip.jsonl"
+        whole = predictions.read_text()
+        predictions.write_text(whole[: whole.rindex("\n", 0, -1) + 40])  # its last row half written
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert resumed.returncode == 0, resumed.stderr
+    saved = [json.loads(line) for line in whole.split("\n") if line]
+    assert [(r["id"], r["repeat"], r["reply"], r["usage"]) for r in read_jsonl(predictions)] == [
+        (r["id"], r["repeat"], r["reply"], r["usage"]) for r in saved
+    ]
