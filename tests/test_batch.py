@@ -914,14 +914,24 @@ def test_a_batch_api_answer_that_drips_forever_fails_within_the_timeout(status: 
     assert str(caught.value).startswith("the Batch API did not answer: GET /batches/b")
 
 
-@pytest.mark.parametrize("step", ["upload", "create", "create-unlisted"])
+class _SecondPass(BatchStore):
+    """Holds a step only once a batch expired: the second pass's, which sends what it did not run."""
+
+    async def held(self, step: str) -> None:
+        if any(b["status"] == "expired" for b in self.batches.values()):
+            await super().held(step)
+
+
+@pytest.mark.parametrize("step", ["upload", "create", "create-unlisted", "create-second-pass"])
 def test_killed_during_its_upload_or_creation_a_batch_run_never_submits_a_request_twice(
     tmp_path: Path, step: str
 ) -> None:
     """SIGKILL while the server holds the upload (its file not yet kept) or the creation (the
     batch made, its id not yet answered); the resume finds the batch by its input file. A server
-    that cannot list batches (405) cannot tell: the resume says so in one line and goes on."""
-    store = BatchStore(hold=step.split("-")[0], listing=step != "create-unlisted")
+    that cannot list batches (405) cannot tell: the resume says so in one line and goes on. In
+    the second pass the requests are in two batches: the resume reads the later one's answers."""
+    kind = _SecondPass if step.endswith("second-pass") else BatchStore
+    store = kind(hold=step.split("-")[0], listing=step != "create-unlisted", expire=int(kind is _SecondPass))
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "8", "--api-url", srv.url, "--batch", *FAST)
         proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
@@ -938,7 +948,7 @@ def test_killed_during_its_upload_or_creation_a_batch_run_never_submits_a_reques
     if step == "create-unlisted":
         assert store.created == 2 and len(notes) == 1 and "(GET /batches answered 405" in notes[0]
     else:
-        assert store.created == 1 and not notes
+        assert store.created == 1 + (kind is _SecondPass) and not notes
 
 
 class _OneBatch(QuietHandler):
@@ -1531,3 +1541,33 @@ def test_a_batch_run_resumed_online_with_nothing_to_ask_still_calls_its_latency_
         again = run_cli("eval", "--use-cache", str(run), "--no-batch")
     assert first.returncode == 0 and again.returncode == 0, again.stderr
     assert _report(run)["batch"] is True and "batch turnaround median" in again.stdout, again.stdout
+
+
+def test_killed_while_the_rows_of_an_n_choice_answer_are_written_a_resume_records_each_choice_once(
+    tmp_path: Path,
+) -> None:
+    """A kill between the rows of one answer of n=2 (the buffered writer flushes in 8 KiB pieces): the
+    resume read the saved batch again and put its first choice, saved already, in the lost row with
+    its usage a second time, and the second choice the batch answered and billed was lost."""
+
+    class TwoChoices(_OneBatch):
+        @staticmethod
+        def results(ids: list[str]) -> bytes:
+            said = [{"index": i, "message": {"content": f"{i} ANSWER: {a}"}} for i, a in enumerate(("YES", "NO"))]
+            body = {"choices": said, "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
+            return b"".join(json.dumps({"custom_id": c, "response": {"status_code": 200, "body": body}}).encode()
+                            + b"\n" for c in ids)  # fmt: skip
+
+    with serving(TwoChoices) as url:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", url, "--batch", *FAST, "--work-dir", str(tmp_path))
+        assert run_cli(*args, "--generation-config", "n=2").returncode == 0
+        run = only_run_dir(tmp_path)
+        predictions = run / "predictions/m/coin_flip.jsonl"
+        whole = predictions.read_text()
+        predictions.write_text(whole[: whole.rindex("\n", 0, -1) + 40])  # its last row half written
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert resumed.returncode == 0, resumed.stderr
+    saved = [json.loads(line) for line in whole.split("\n") if line]
+    assert [(r["id"], r["repeat"], r["reply"], r["usage"]) for r in read_jsonl(predictions)] == [
+        (r["id"], r["repeat"], r["reply"], r["usage"]) for r in saved
+    ]

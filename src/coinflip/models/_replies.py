@@ -10,14 +10,14 @@ import math
 import re
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec  # imported with the transport, not with `import coinflip`
 
 from .._terminal import one_line
 from ..records import MAX_FINISH, TOKENS_MAX, whole
-from .base import Reply
+from .base import Reply, Request
 
 MAX_FLOAT = sys.float_info.max
 MAX_MESSAGE = 2000  # characters of a server's message kept in an error: enough for any real one
@@ -198,6 +198,16 @@ def added(one: dict[str, int] | None, other: dict[str, int] | None) -> dict[str,
     if not one or not other:
         return one or other
     return {k: min(one.get(k, 0) + other.get(k, 0), TOKENS_MAX - 1) for k in {**one, **other}}
+
+
+def unkept(reply: Reply, request: Request) -> Reply:
+    """A saved batch's answer read again for a draw some of whose n choices are saved (a stop between their rows):
+    the other choices, its usage only where the first choice's row (which holds it) is not saved."""
+    if reply.error is not None or not request.kept:
+        return reply
+    left = [c for i, c in enumerate((reply, *reply.more)) if request.repeat + i not in request.kept]
+    first, *more = left or [Reply(None, error="the saved batch's answer has no choice not saved already")]
+    return replace(first, more=more, usage=None if request.repeat in request.kept else reply.usage)
 
 
 def _logprob(value: Any) -> float | str | None:

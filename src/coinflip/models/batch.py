@@ -21,7 +21,7 @@ from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ..secrets import secret_keys
 from ._redact import Redactor
-from ._replies import added, dicts
+from ._replies import added, dicts, unkept
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, capped_lines, read_result, request_line, split_lines
@@ -278,7 +278,7 @@ class BatchModel:
         replies: dict[str, Reply] = {}
         for batch in batches:
             replies.update(await self._collect(batch, set(requests) - set(replies)))
-        return replies
+        return {cid: unkept(reply, requests[cid]) if saved[cid] else reply for cid, reply in replies.items()}
 
     async def _submit(self, group: list[bytes]) -> Submitted:
         """Upload and create one batch, saving each id as it exists (the lines, maybe with secrets, are not)."""
