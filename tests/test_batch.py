@@ -1435,17 +1435,20 @@ def test_a_batch_id_in_a_wide_script_still_names_its_results_file(tmp_path: Path
     assert len(_answers(only_run_dir(tmp_path))) == 2
 
 
+class _Twice(BatchStore):
+    """Each result line twice in the output file: every request a conflict."""
+
+    async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
+        await super().finish(batch, status, done)
+        purpose, content = self.files[batch["output_file_id"]]
+        self.files[batch["output_file_id"]] = (purpose, content + content)
+
+
 def test_two_answers_for_one_request_count_what_they_report_they_cost(tmp_path: Path) -> None:
     """An output file that held each line twice: each request was a conflict, sent again twice (three batches of
     two answers each), and the report said the run had used no token at all."""
 
-    class Twice(BatchStore):
-        async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
-            await super().finish(batch, status, done)
-            purpose, content = self.files[batch["output_file_id"]]
-            self.files[batch["output_file_id"]] = (purpose, content + content)
-
-    with FakeOpenAIServer("mixed", batches=Twice()) as srv:
+    with FakeOpenAIServer("mixed", batches=_Twice()) as srv:
         result = run_cli("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--batch", *FAST,
                          "--price-input", "1", "--price-output", "1", "--work-dir", str(tmp_path / "b"))  # fmt: skip
         online = run_cli(
@@ -1458,6 +1461,30 @@ def test_two_answers_for_one_request_count_what_they_report_they_cost(tmp_path: 
     tokens = _report(only_run_dir(tmp_path / "b"))["tokens"]
     assert tokens["batch_prompt"] == tokens["prompt"] == 6 * one["prompt"]  # three sends of two answers each
     assert tokens["batch_completion"] == tokens["completion"] == 6 * one["completion"]
+
+
+def test_a_resume_counts_a_failed_line_s_usage_once(tmp_path: Path) -> None:
+    """A request failed in every send (two answers each: a conflict) was resumed: the resume read its last batch
+    again, whose conflict's usage landed in the new row on top of the failed row's, which already held it: 12
+    answers' tokens recorded for the 10 the server billed. Its last batch is read where no row holds its answer."""
+    store = _Twice()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "1", "--api-url", srv.url)
+        online = run_cli(*args, "--work-dir", str(tmp_path / "o"))
+        first = run_cli(*args, "--batch", *FAST, "--work-dir", str(tmp_path / "b"))
+        run = only_run_dir(tmp_path / "b")
+        saved = run / "predictions/m/coin_flip.jsonl"
+        (before,) = read_jsonl(saved)
+        again = run_cli("eval", "--use-cache", str(run), "--batch", *FAST)
+        one = _report(only_run_dir(tmp_path / "o"))["tokens"]["prompt"]
+        (row,) = read_jsonl(saved)
+        billed = 2 * sum(store.seen_ids.values()) * one  # two answers a send
+        assert row["usage"]["prompt_tokens"] == _report(run)["tokens"]["prompt"] == billed, store.seen_ids
+        saved.write_text(json.dumps(before) + "\n")  # as if the resume was killed before writing its row
+        third = run_cli("eval", "--use-cache", str(run), "--batch", *FAST)
+    assert online.returncode == 0 and first.returncode == again.returncode == third.returncode == 1, third.stderr
+    assert sum(store.seen_ids.values()) == 8  # the last batch read again (no row held its answer), then 2 sends
+    assert read_jsonl(saved)[-1]["usage"]["prompt_tokens"] == before["usage"]["prompt_tokens"] + 2 * 3 * one
 
 
 def test_a_resume_shows_its_own_requests_not_the_session_s_before(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ class Request:
     forced: bool = False  # the follow-up that asks for the answer line alone
     kept: frozenset[int] = frozenset()  # repeats of these n already answered (a resume): their rows stay
     paid: dict[str, int] | None = None  # what the rows it rewrites reported they cost (failed attempts')
+    seen: frozenset[str] = frozenset()  # the `source` of each row it rewrites: answers whose usage is in `paid`
 
 
 class Unanswered(Exception):
@@ -43,6 +44,7 @@ class Reply:
     logprobs: list[dict[str, Any]] | None = None
     more: list[Reply] = field(default_factory=list)
     batch: bool = False  # answered through a Batch API, which bills at its discount
+    source: str | None = None  # the saved batch that gave it (its key): a resume never reads it again for a row
 
 
 class Model(Protocol):

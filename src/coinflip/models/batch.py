@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
 from collections import Counter
@@ -21,10 +22,10 @@ from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ..secrets import secret_keys
 from ._redact import Redactor
-from ._replies import added, dicts, unkept
+from ._replies import added, unkept
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
-from .batch_api import ENDED, LOST, BatchAPI, capped_lines, read_result, request_line, split_lines
+from .batch_api import ENDED, LOST, BatchAPI, batch_errors, capped_lines, read_result, request_line, split_lines
 from .limits import Traffic
 from .openai_api import OpenAIClient
 
@@ -106,6 +107,7 @@ class Submitted(msgspec.Struct):
     status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
     collected: bool = False  # its results are downloaded into the batch folder (or it has none)
     turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=TURNAROUND_MAX)] = 0.0  # as dated: its answers' latency
+    key: str = ""  # random, its own: each row read from it names it (`source`); "" in states saved before keys
 
 
 class State(msgspec.Struct):
@@ -222,8 +224,10 @@ class BatchModel:
         return self.online.traffic if self.online is not None and self.online.limiter.traffic.sent else None
 
     def paid(self, request: Request) -> bool:
-        """In a batch a session before this one sent: billed as it is answered, whatever this run does."""
-        return custom_id(request) in self.covered
+        """In a batch a session before this one sent, whose answer no saved row holds (`seen`: a failed row's, its
+        usage counted): billed as it is answered, whatever this run does."""
+        batch = self.covered.get(custom_id(request))
+        return batch is not None and not (batch.key and batch.key in request.seen)
 
     async def complete(self, request: Request) -> Reply:
         paid = None  # what its sends reported they cost (a line of 200 without an answer too)
@@ -269,7 +273,9 @@ class BatchModel:
                 future.set_exception(Unanswered())
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        saved = {cid: self.covered.pop(cid, None) for cid in requests}
+        saved = {cid: self.covered[cid] if self.paid(request) else None for cid, request in requests.items()}
+        for cid in requests:  # read once: a request sent again goes in a new batch
+            self.covered.pop(cid, None)
         fresh = [request for cid, request in requests.items() if saved[cid] is None]
         batches = list({id(b): b for b in saved.values() if b is not None}.values())  # each saved one that holds some
         for group in split_lines(request_lines(self.name, self.mode, self.generation, fresh)):
@@ -286,7 +292,7 @@ class BatchModel:
         ids = [str(json.loads(line)["custom_id"]) for line in group]
         with replacing(self.folder / name) as out:  # never into a FIFO or through a link left there
             out.write(("\n".join(ids) + "\n").encode("utf-8"))
-        batch = Submitted(f"batch/{name}", len(group))
+        batch = Submitted(f"batch/{name}", len(group), key=os.urandom(8).hex())
         self.batches.append(batch)
         self._save()
         batch.file_id = await self.api.upload(b"".join(group), name.replace(".ids", ".jsonl"))
@@ -356,12 +362,12 @@ class BatchModel:
         elif batch.status == LOST:
             missing = f"the server no longer knows batch {batch.batch_id}"
         elif batch.status == "failed":
-            missing = f"the batch failed: {_errors(info)}"
+            missing = f"the batch failed: {batch_errors(info)}"
         out = {}
         for cid in wanted:
             reply = replies.get(cid) or Reply(None, error=self.api.redact(missing))
             for choice in (reply, *reply.more):
-                choice.latency_s = batch.turnaround_s
+                choice.latency_s, choice.source = batch.turnaround_s, batch.key or None
             out[cid] = reply
         failed = sum(r.error is not None for r in out.values())
         log.info("batch %s ended %s: %d answers, %d failed; %d unreadable lines", batch.batch_id, batch.status,
@@ -391,10 +397,3 @@ def _turnaround(info: dict[str, Any]) -> float:
             seconds = float(end - start)
             return seconds if 0 <= seconds <= TURNAROUND_MAX else 0.0  # past it: dates in mixed units
     return 0.0
-
-
-def _errors(info: dict[str, Any]) -> str:
-    errors = info.get("errors")
-    data = errors.get("data") if isinstance(errors, dict) else None
-    messages = [str(e.get("message")) for e in dicts(data)]
-    return "; ".join(messages[:3]) or "no reason given"

@@ -317,3 +317,11 @@ class BatchAPI:
         if not isinstance(found, dict):
             raise BadReply("the Batch API answered with something other than a JSON object")
         return found
+
+
+def batch_errors(info: dict[str, Any]) -> str:
+    """Why a batch failed, as the server says (its first three errors)."""
+    errors = info.get("errors")
+    data = errors.get("data") if isinstance(errors, dict) else None
+    messages = [str(e.get("message")) for e in dicts(data)]
+    return "; ".join(messages[:3]) or "no reason given"

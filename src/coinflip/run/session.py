@@ -63,11 +63,12 @@ def _again(request: Request, choices: int, index: PredictionIndex, handle: Any) 
         return request
     keys = [(r, sample_key(request.id, r)) for r in range(request.repeat, request.repeat + choices)]
     kept = frozenset(r for r, key in keys if index.replied(key))
-    paid = None
+    paid, seen = None, set[str]()
     for _, key in keys:
         if key in index.where and not index.replied(key):
-            paid = added(paid, saved_usage(index.row(handle, key).get("usage")))
-    return dataclasses.replace(request, kept=kept, paid=paid) if kept or paid else request
+            row = index.row(handle, key)
+            paid, seen = added(paid, saved_usage(row.get("usage"))), seen | {str(row.get("source"))}
+    return dataclasses.replace(request, kept=kept, paid=paid, seen=frozenset(seen)) if kept or seen else request
 
 
 def left(plan: Plan, run: RunDir) -> tuple[PredictionIndex, int]:
@@ -242,4 +243,6 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         row["status"] = reply.status
     if reply.batch:
         row["batch"] = True
+    if reply.source:
+        row["source"] = reply.source
     return row
