@@ -1389,20 +1389,22 @@ def test_a_batch_list_whose_data_is_no_list_shows_no_batch(tmp_path: Path, data:
     assert store.created == 1 and len(_answers(only_run_dir(tmp_path))) == 3
 
 
+class _NoAnswerFirst(BatchStore):
+    """Each request's first result line is a 200 that reports usage (1,000 prompt tokens) but holds no answer."""
+
+    async def answer(self, index: int, line: dict[str, Any], auth: str) -> tuple[bool, dict[str, Any]]:
+        ok, found = await super().answer(index, line, auth)
+        if self.seen_ids[line["custom_id"]] == 1:  # its first run: billed, no choices
+            usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+            found["response"]["body"] = {"object": "chat.completion", "choices": [], "usage": usage}
+        return ok, found
+
+
 def test_a_batch_line_of_200_without_an_answer_counts_the_usage_it_reports(tmp_path: Path) -> None:
     """A result line of 200 whose body reports usage but holds no answer was sent again, and what it said it
     cost was dropped: the report said the run cost only its answers, where online such an attempt counts."""
-
-    class NoAnswerFirst(BatchStore):
-        async def answer(self, index: int, line: dict[str, Any], auth: str) -> tuple[bool, dict[str, Any]]:
-            ok, found = await super().answer(index, line, auth)
-            if self.seen_ids[line["custom_id"]] == 1:  # its first run: billed, no choices
-                usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
-                found["response"]["body"] = {"object": "chat.completion", "choices": [], "usage": usage}
-            return ok, found
-
     prices = ("--price-input", "1", "--price-output", "1")
-    with FakeOpenAIServer("mixed", batches=NoAnswerFirst()) as srv:
+    with FakeOpenAIServer("mixed", batches=_NoAnswerFirst()) as srv:
         result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", *FAST, *prices,
                          "--work-dir", str(tmp_path))  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -1413,6 +1415,18 @@ def test_a_batch_line_of_200_without_an_answer_counts_the_usage_it_reports(tmp_p
         report["tokens"]["batch_prompt"] == report["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in rows)
     )
     assert report["cost"]["total"] > 3 * 1100 / 1e6 * 0.5
+
+
+def test_a_batch_line_that_failed_with_usage_counts_when_its_request_goes_online(tmp_path: Path) -> None:
+    """With --batch-rest-online, a request whose result line (a 200 without an answer) reported usage went
+    online, and the row and the report kept only the online answer's tokens: the batch line's were dropped."""
+    with FakeOpenAIServer("mixed", batches=_NoAnswerFirst()) as srv:
+        result = run_cli("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--batch", "--batch-rest-online",
+                         *FAST, "--work-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert all(r["error"] is None and r["usage"]["prompt_tokens"] > 1000 for r in rows)
+    assert _report(only_run_dir(tmp_path))["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in rows)
 
 
 def test_a_batch_id_in_a_wide_script_still_names_its_results_file(tmp_path: Path) -> None:

@@ -224,8 +224,7 @@ class BatchModel:
         return self.online.traffic if self.online is not None and self.online.limiter.traffic.sent else None
 
     def paid(self, request: Request) -> bool:
-        """In a batch a session before this one sent, whose answer no saved row holds (`seen`: a failed row's, its
-        usage counted): billed as it is answered, whatever this run does."""
+        """In an earlier session's batch whose answer no saved row holds (`seen`): billed, whatever this run does."""
         batch = self.covered.get(custom_id(request))
         return batch is not None and not (batch.key and batch.key in request.seen)
 
@@ -239,7 +238,9 @@ class BatchModel:
             if self.online is not None:  # what a batch left goes online, if the run can afford it
                 if self.admit is not None and not await self.admit(request):
                     raise Unanswered()
-                return await self.online.complete(request)
+                answer = await self.online.complete(request)
+                answer.usage = added(paid, answer.usage)  # what the batch line reported it cost counts too
+                return answer
         reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
 
