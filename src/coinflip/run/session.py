@@ -63,12 +63,14 @@ def _again(request: Request, choices: int, index: PredictionIndex, handle: Any) 
         return request
     keys = [(r, sample_key(request.id, r)) for r in range(request.repeat, request.repeat + choices)]
     kept = frozenset(r for r, key in keys if index.replied(key))
-    paid, seen = None, set[str]()
+    paid, seen = None, set()
     for _, key in keys:
         if key in index.where and not index.replied(key):
             row = index.row(handle, key)
-            paid, seen = added(paid, saved_usage(row.get("usage"))), seen | {str(row.get("source"))}
-    return dataclasses.replace(request, kept=kept, paid=paid, seen=frozenset(seen)) if kept or seen else request
+            paid = added(paid, saved_usage(row.get("usage")))
+            if isinstance(source := row.get("source"), str):  # a batch's key; a hand edit may have left anything
+                seen.add(source)
+    return dataclasses.replace(request, kept=kept, paid=paid, seen=frozenset(seen)) if kept or paid or seen else request
 
 
 def left(plan: Plan, run: RunDir) -> tuple[PredictionIndex, int]:
