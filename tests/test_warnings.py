@@ -185,3 +185,21 @@ def test_evalscope_with_nothing_scored_compares_with_no_baseline() -> None:
     assert report["evalscope"]["scored_samples"] == 0
     assert not any(w.startswith("not above a trivial baseline") for w in report["warnings"])
     assert any(w.startswith("2 sample(s) got no reply") for w in report["warnings"])
+
+
+def test_the_terminal_accounts_for_every_error_beyond_the_commonest_three() -> None:
+    """The summary lists the three commonest messages; the rest are counted, never silently left out."""
+    scorer = Scorer()
+    messages = ["HTTP 500: a"] * 3 + ["HTTP 502: b"] * 2 + ["TimeoutError: c"] * 2 + ["HTTP 503: d", "HTTP 504: e"]
+    for i, message in enumerate(messages):
+        scorer.add({"id": i, "target": "YES", "people": 2, "reply": None, "finish_reason": None, "error": message})
+    base = {"config": {"model": "m", "seed": 0}, "fingerprint": {"dataset": BUNDLED}, "samples": len(messages)}
+    shown = lines(build_report(base, "r", scorer, "coinflip"))
+    listed = [line for line in shown if line.startswith("  ") and " x " in line]
+    assert listed[:3] == ["  3 x HTTP 500: a", "  2 x HTTP 502: b", "  2 x TimeoutError: c"]
+    assert listed[3].startswith("  2 x other messages")
+    assert sum(int(line.split(" x ")[0]) for line in listed) == len(messages)
+    one = Scorer()
+    one.add({"id": 0, "target": "YES", "people": 2, "reply": None, "finish_reason": None, "error": "HTTP 500: a"})
+    alone = lines(build_report({**base, "samples": 1}, "r", one, "coinflip"))
+    assert not any("other messages" in line for line in alone)

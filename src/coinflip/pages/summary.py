@@ -97,7 +97,11 @@ def lines(report: Report) -> list[str]:
         f"  errors {c.get('errors', '?')}  "
         + "  ".join(f"{k} {v}" for k, v in report.get("invalid_reasons", {}).items())
     ]
-    out += [f"  {error['count']} x {error['message']}" for error in report.get("errors_top", [])[:3]]
+    top = report.get("errors_top", [])[:3]
+    out += [f"  {error['count']} x {error['message']}" for error in top]
+    rest = c.get("errors", 0) - sum(error["count"] for error in top) if isinstance(c.get("errors"), int) else 0
+    if top and rest > 0:  # the list is the commonest three: the count above is all of them
+        out.append(f"  {rest} x other messages (each sample's: coinflip answers)")
 
     requests = checked_requests(report.get("requests"))
     if requests:
