@@ -172,7 +172,7 @@ def test_index_lists_every_run_and_every_problem(work: Work, tmp_path: Path) -> 
     assert "15 of 40 predictions saved" in problems and "not valid JSON" in problems
     failed = next(r for r in rows if r["model"] == "flaky")
     assert failed["cells"][-1] == ["incomplete"] and failed["cells"][1] == ["–"]  # shown, never ranked
-    assert "7 runs on 2 data sets; 2 incomplete, 2 broken, 2 foreign" in work.view_stderr
+    assert "7 runs on 2 data sets; also 2 incomplete, 2 broken, 2 foreign" in work.view_stderr
     assert "garbage_config" in work.view_stderr and len(work.view_stderr.splitlines()) == 7
     mixed = re.search(r'<div id="mixed" class="note">([^<]*)</div>', dom)
     assert mixed and "2 data sets" in mixed[1]  # different data is never ranked together unmarked
@@ -326,6 +326,7 @@ def test_a_run_still_going_is_listed_as_running_and_is_left_to_go_on(tmp_path: P
     assert proc.returncode == 1 and f"--use-cache {only_run_dir(work)}" in err  # stopped by the signal, not the view
     after = run_cli("view", str(work))
     assert "stopped before the end" in after.stderr and "running" not in _problems(work / "index.html")
+    assert f"coinflip eval --use-cache {only_run_dir(work)}`" in after.stderr  # which run to resume
 
 
 def test_a_run_being_resumed_is_listed_as_running_not_as_one_to_resume(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -154,7 +155,7 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
         if run.live:  # not stopped: still going
             run.reason = f"running: {done}{of} predictions saved so far"
             return run
-        run.reason = f"no report: stopped before the end ({done}{of} predictions saved); resume it with `coinflip eval --use-cache`, or score what it has with `coinflip rescore`"
+        run.reason = f"no report: stopped before the end ({done}{of} predictions saved); resume it with `coinflip eval --use-cache {shlex.quote(str(run.path))}`, or score what it has with `coinflip rescore`"
         return run
     try:
         report = read_report(read_regular(run.file("reports", "json"), REPORT_LIMIT, within=run.path))

@@ -211,8 +211,8 @@ def _summary(data: dict[str, Any]) -> str:
     runs, sets = len(data["runs"]), len(data["datasets"])
     counts = {k: sum(1 for p in data["problems"] if p["kind"] == k) for k in ("incomplete", "broken", "foreign")}
     return (
-        f"{runs} run{'s' * (runs != 1)} on {sets} data set{'s' * (sets != 1)}; "
-        f"{counts['incomplete']} incomplete, {counts['broken']} broken, {counts['foreign']} foreign"
+        f"{runs} run{'s' * (runs != 1)} on {sets} data set{'s' * (sets != 1)}; "  # the problems are more runs
+        f"also {counts['incomplete']} incomplete, {counts['broken']} broken, {counts['foreign']} foreign"
     )
 
 
