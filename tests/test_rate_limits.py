@@ -353,3 +353,17 @@ def test_an_eval_batch_size_past_the_hard_limit_on_open_files_sends_what_fits(tm
     assert "the limit on open files (400) allows 144 requests in flight" in result.stderr
     rows = predictions(only_run_dir(tmp_path))
     assert len(rows) == 600 and all(r["error"] is None for r in rows)
+
+
+def test_the_test_server_on_a_taken_port_says_so_in_one_line() -> None:
+    """Its usage (fifteen lines) before the error buried the one line that says what is wrong."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "coinflip.testing.server", "--port", str(port)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"--port {port}: " in result.stderr and "usage" not in result.stderr

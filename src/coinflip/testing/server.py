@@ -173,10 +173,11 @@ class HttpProtocol(asyncio.Protocol):
 def serve(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m coinflip.testing.server", description=__doc__.split(":")[0])
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--policy", choices=POLICIES, default="correct")
+    policies = "correct: always right; mixed: 60%% right, 20%% wrong, 10%% no answer, 10%% YES; see docs/testing.md"
+    parser.add_argument("--policy", choices=POLICIES, default="correct", help=policies)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
     parser.add_argument("--fail-rate", type=float, default=0.0, help="share failing: 429, 500, drops, 30 s stalls, ...")
-    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--api-key", default=None, help="the key a request must bear (401 without it)")
     parser.add_argument("--stream-gap", type=float, default=0.0, help="seconds between streamed events")
     parser.add_argument("--batch-delay", type=float, default=0.0, help="seconds a batch stays in progress")
     parser.add_argument("--batch-expire", type=int, default=0, help="the first N batches expire half done")
@@ -202,7 +203,7 @@ def serve(argv: list[str] | None = None) -> None:
             print(f"serving the {args.policy} policy on {server.url} (Ctrl-C stops)", flush=True)
             threading.Event().wait()
     except OSError as error:  # the port is taken
-        parser.error(f"--port {args.port}: {error.strerror}")
+        parser.exit(2, f"{parser.prog}: error: --port {args.port}: {error.strerror}\n")  # one line, no usage
 
 
 if __name__ == "__main__":
