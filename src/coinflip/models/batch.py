@@ -4,7 +4,6 @@ offline, `write_requests` writes what `vllm run-batch` reads and `ResultsFile` r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -13,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
@@ -26,13 +25,12 @@ from ._replies import added, unkept
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, batch_errors, capped_lines, read_result, request_line, split_lines
+from .batch_state import STATE_LIMIT, State, Submitted, saved_batches, turnaround
 from .limits import Traffic
 from .openai_api import OpenAIClient
 
 log = logging.getLogger("coinflip")
-STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
 RESENDS = 2  # a request is sent at most 1 + RESENDS times in one run
-TURNAROUND_MAX = 1e9  # seconds from a batch's creation to its end that a server's dates may say (31 years)
 CONFLICT = "neither is kept (a conflict)"
 STATUSES = ("validating", "in_progress", "finalizing", "cancelling", *ENDED)
 
@@ -97,23 +95,6 @@ def read_answers(
     return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
 
 
-class Submitted(msgspec.Struct):
-    """One batch as the run directory records it (read back as declared: it is not trusted)."""
-
-    ids: Annotated[str, msgspec.Meta(pattern=r"^batch/requests-\d+\.ids$")]  # its custom_ids, one a line
-    count: int
-    file_id: str | None = None
-    batch_id: str | None = None
-    status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
-    collected: bool = False  # its results are downloaded into the batch folder (or it has none)
-    turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=TURNAROUND_MAX)] = 0.0  # as dated: its answers' latency
-    key: str = ""  # random, its own: each row read from it names it (`source`); "" in states saved before keys
-
-
-class State(msgspec.Struct):
-    batches: list[Submitted]
-
-
 class ResultsFile:
     """--batch-results: answers from `vllm run-batch -o FILE`, read at the first request; one it lacks stays owed."""
 
@@ -146,17 +127,6 @@ class ResultsFile:
                   f"two answers); {sum(self.lines[cid] for cid in self.replies)} lines for requests not owed now, "
                   f"{c['unreadable']} unreadable; "
                   f"{c['owed']} requests still owed (write them with --batch-write)", file=sys.stderr)  # fmt: skip
-
-
-def saved_batches(folder: Path) -> list[Submitted]:
-    """The batches `folder`/state.json records (none without one)."""
-    state = folder / "state.json"
-    if not state.exists():
-        return []
-    try:  # a plain file inside the run (a FIFO there would hang the resume)
-        return msgspec.json.decode(read_regular(state, STATE_LIMIT, within=folder.parent), type=State).batches
-    except (OSError, ValueError, msgspec.DecodeError) as exc:
-        raise ConfigError(f"{state}: not a batch state file ({exc}); move it away to start over") from None
 
 
 def uncollected(folder: Path) -> list[str]:
@@ -347,7 +317,7 @@ class BatchModel:
         name = safe_name(str(batch.batch_id))  # the server's id: never a path (../) out of the run
         paths = {key: self.folder / f"{name}.{key}.jsonl" for key in ("output", "error")}
         if not batch.collected:
-            batch.turnaround_s = _turnaround(info)  # a resume reads the answers without the server's word
+            batch.turnaround_s = turnaround(info)  # a resume reads the answers without the server's word
             for key, path in paths.items():
                 file_id = info.get(f"{key}_file_id")
                 if isinstance(file_id, str) and file_id and not await self.api.download(file_id, path):
@@ -386,15 +356,3 @@ class BatchModel:
         await self.api.__aexit__()
         if self.online is not None:
             await self.online.aclose()
-
-
-def _turnaround(info: dict[str, Any]) -> float:
-    """Seconds from the batch's creation to its end, as the server dates them."""
-    start = info.get("created_at")
-    ends = [info.get(f"{s}_at") for s in ENDED]
-    end = max((e for e in ends if isinstance(e, int | float) and not isinstance(e, bool)), default=None)
-    if isinstance(start, int | float) and end is not None:
-        with contextlib.suppress(OverflowError):  # dates past any float (400 digits) tell nothing
-            seconds = float(end - start)
-            return seconds if 0 <= seconds <= TURNAROUND_MAX else 0.0  # past it: dates in mixed units
-    return 0.0
