@@ -1612,3 +1612,28 @@ def test_killed_while_the_rows_of_an_n_choice_answer_are_written_a_resume_record
     assert [(r["id"], r["repeat"], r["reply"], r["usage"]) for r in read_jsonl(predictions)] == [
         (r["id"], r["repeat"], r["reply"], r["usage"]) for r in saved
     ]
+
+
+def test_a_batch_line_that_failed_with_usage_counts_when_max_cost_keeps_its_request_from_going_online(
+    tmp_path: Path,
+) -> None:
+    """With --batch-rest-online and --max-cost, a result line of 200 without an answer reported usage and the cap
+    then left no room to send its request online: the request stayed owed with no row, and the report and the cap's
+    note said the run had cost nothing, though the batch line was billed (a resume counted it, by reading it again).
+    Its row is a failed one holding that usage, which a resume does not read again."""
+    prices = ("--price-input", "1", "--price-output", "100", "--generation-config", "max_tokens=32")
+    store = _NoAnswerFirst()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, *prices, "--batch-discount", "0.1")
+        capped = run_cli(*args, "--batch", "--batch-rest-online", *FAST, "--max-cost", "0.002",
+                         "--work-dir", str(tmp_path))  # fmt: skip
+        run = only_run_dir(tmp_path)
+        first = _report(run)
+        rest = run_cli("eval", "--use-cache", str(run), "--max-cost", "1", *FAST)
+    assert capped.returncode == 1 and rest.returncode == 0, (capped.stderr, rest.stderr)
+    billed = (1000 * 1 + 100 * 100) * 0.1 / 1e6  # the batch line, at the batch price
+    assert first["tokens"]["prompt"] == 1000 and first["cost"]["total"] == pytest.approx(billed), capped.stderr
+    assert f"the run has cost {billed:.4f}" in capped.stderr
+    (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert row["error"] is None and 1000 < row["usage"]["prompt_tokens"] < 2000  # counted once
+    assert sum(store.seen_ids.values()) == 2, store.seen_ids

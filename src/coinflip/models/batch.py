@@ -207,7 +207,10 @@ class BatchModel:
                 break
             if self.online is not None:  # what a batch left goes online, if the run can afford it
                 if self.admit is not None and not await self.admit(request):
-                    raise Unanswered()
+                    if paid is None:  # nothing billed: it stays owed
+                        raise Unanswered()
+                    reply.error = f"{reply.error}; not sent online: --max-cost leaves no room"  # its row holds `paid`
+                    break
                 answer = await self.online.complete(request)
                 answer.usage = added(paid, answer.usage)  # what the batch line reported it cost counts too
                 return answer
