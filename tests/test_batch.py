@@ -1637,3 +1637,29 @@ def test_a_batch_line_that_failed_with_usage_counts_when_max_cost_keeps_its_requ
     (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
     assert row["error"] is None and 1000 < row["usage"]["prompt_tokens"] < 2000  # counted once
     assert sum(store.seen_ids.values()) == 2, store.seen_ids
+
+
+def test_a_failed_online_row_holding_a_batch_line_s_usage_is_not_read_again_on_resume(tmp_path: Path) -> None:
+    """With --batch-rest-online, a batch line of 200 without an answer (billed) went online, which failed too: the
+    failed row held the line's usage but named no batch, so the resume read that line again and its usage was
+    counted twice in the new row (1000 prompt tokens billed once, recorded twice)."""
+    store = _NoAnswerFirst()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        healthy = srv.chat
+
+        async def refused(headers: dict[str, str], body: bytes, *rest: Any) -> Any:
+            if b"coin" in body:  # a question, not the endpoint's probe
+                return reply_json(500, {"error": {"message": "refused (test)"}})
+            return await healthy(headers, body, *rest)
+
+        srv.chat = refused  # online only: the batch lines are answered as before
+        first = run_cli("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--batch", "--batch-rest-online",
+                        "--retries", "0", *FAST, "--work-dir", str(tmp_path))  # fmt: skip
+        srv.chat = healthy
+        run = only_run_dir(tmp_path)
+        (failed,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert first.returncode == 1 and resumed.returncode == 0, resumed.stderr
+    assert failed["error"] and failed["usage"]["prompt_tokens"] == 1000, failed
+    (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert row["error"] is None and 1000 < row["usage"]["prompt_tokens"] < 2000, row  # the line counted once

@@ -213,6 +213,7 @@ class BatchModel:
                     break
                 answer = await self.online.complete(request)
                 answer.usage = added(paid, answer.usage)  # what the batch line reported it cost counts too
+                answer.source = reply.source  # the batch whose usage it holds: a resume never reads it again
                 return answer
         reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
