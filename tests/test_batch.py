@@ -1480,7 +1480,7 @@ def test_two_answers_for_one_request_count_what_they_report_they_cost(tmp_path: 
 def test_a_resume_counts_a_failed_line_s_usage_once(tmp_path: Path) -> None:
     """A request failed in every send (two answers each: a conflict) was resumed: the resume read its last batch
     again, whose conflict's usage landed in the new row on top of the failed row's, which already held it: 12
-    answers' tokens recorded for the 10 the server billed. Its last batch is read where no row holds its answer."""
+    answers' tokens recorded for the 10 the server billed. A batch is read where no row holds its answer."""
     store = _Twice()
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "1", "--api-url", srv.url)
@@ -1497,8 +1497,9 @@ def test_a_resume_counts_a_failed_line_s_usage_once(tmp_path: Path) -> None:
         saved.write_text(json.dumps(before) + "\n")  # as if the resume was killed before writing its row
         third = run_cli("eval", "--use-cache", str(run), "--batch", *FAST)
     assert online.returncode == 0 and first.returncode == again.returncode == third.returncode == 1, third.stderr
-    assert sum(store.seen_ids.values()) == 8  # the last batch read again (no row held its answer), then 2 sends
-    assert read_jsonl(saved)[-1]["usage"]["prompt_tokens"] == before["usage"]["prompt_tokens"] + 2 * 3 * one
+    assert sum(store.seen_ids.values()) == 8  # the lost resume's batches read again (no row held them), then 2 sends
+    # the lost resume's 3 sends (billed: no row holds them) and the 2 new ones, of two answers each
+    assert read_jsonl(saved)[-1]["usage"]["prompt_tokens"] == before["usage"]["prompt_tokens"] + 2 * 5 * one
 
 
 def test_a_resume_shows_its_own_requests_not_the_session_s_before(tmp_path: Path) -> None:
@@ -1663,3 +1664,38 @@ def test_a_failed_online_row_holding_a_batch_line_s_usage_is_not_read_again_on_r
     assert failed["error"] and failed["usage"]["prompt_tokens"] == 1000, failed
     (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
     assert row["error"] is None and 1000 < row["usage"]["prompt_tokens"] < 2000, row  # the line counted once
+
+
+class _NoAnswerFirstThenHeld(_NoAnswerFirst):
+    """As _NoAnswerFirst; each batch after the first stays in progress while `waits`."""
+
+    waits = True
+    polled_later = False
+
+    async def advance(self, batch: dict[str, Any]) -> None:
+        if batch["_number"] > 1 and self.waits:
+            self.polled_later = True
+            return
+        await super().advance(batch)
+
+
+def test_killed_between_the_sends_of_a_request_a_resume_counts_each_send(tmp_path: Path) -> None:
+    """A request whose first batch line was a 200 without an answer (billed) was sent again in a second batch, and
+    the run was killed while that batch ran: the resume read only the request's latest batch, so its row and the
+    report held the second send's usage alone, and the first's, billed, counted nowhere."""
+    store = _NoAnswerFirstThenHeld()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
+        _wait_for(lambda: store.polled_later, "the second batch to be polled")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        store.waits = False
+        run = only_run_dir(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+        again = run_cli("eval", "--use-cache", str(run), *FAST)  # nothing left to ask: counted as it was
+    assert resumed.returncode == again.returncode == 0, resumed.stderr
+    assert set(store.seen_ids.values()) == {2} and store.created == 2  # never a third send
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert all(r["error"] is None and 1000 < r["usage"]["prompt_tokens"] < 2000 for r in rows), rows
+    assert _report(run)["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in rows)

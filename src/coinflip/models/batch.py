@@ -4,6 +4,7 @@ offline, `write_requests` writes what `vllm run-batch` reads and `ResultsFile` r
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -148,7 +149,7 @@ class BatchModel:
         self.name, self.mode, self.cap = str(config.model), config.api_mode, api.pool.limits.max_body
         self.online, self.admit = online, admit
         self.batches: list[Submitted] = []
-        self.covered: dict[str, Submitted] = {}  # custom_id -> the latest saved batch that holds it
+        self.covered: dict[str, list[Submitted]] = {}  # custom_id -> the saved batches that hold it, in order
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
         self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}  # for the next round (batch)
         self.rounds: list[asyncio.Task[None]] = []
@@ -172,7 +173,8 @@ class BatchModel:
                 print(f"note: {state}: batch id {batch.batch_id!r} is not a batch's id; looking for the batch "
                       f"made from {batch.file_id} instead", file=sys.stderr)  # fmt: skip
                 batch.batch_id, batch.status = None, "new"
-            self.covered.update(dict.fromkeys(self._ids(batch), batch))
+            for cid in self._ids(batch):
+                self.covered.setdefault(cid, []).append(batch)
         await self.api.__aenter__()
         if self.online is not None:
             await self.online.start()
@@ -195,8 +197,14 @@ class BatchModel:
 
     def paid(self, request: Request) -> bool:
         """In an earlier session's batch whose answer no saved row holds (`seen`): billed, whatever this run does."""
-        batch = self.covered.get(custom_id(request))
-        return batch is not None and not (batch.key and batch.key in request.seen)
+        return bool(self._unread(request))
+
+    def _unread(self, request: Request) -> list[Submitted]:
+        """The saved batches that hold `request` whose usage no saved row holds: those after the last one a row names
+        (`seen`; a row holds the usage of each send before its own too); in a state saved before keys, the latest."""
+        held = self.covered.get(custom_id(request), [])
+        last = max((i + 1 for i, batch in enumerate(held) if batch.key and batch.key in request.seen), default=0)
+        return [batch for batch in held[last:] if batch.key] if held and held[-1].key else held[-1:]
 
     async def complete(self, request: Request) -> Reply:
         paid = None  # what its sends reported they cost (a line of 200 without an answer too)
@@ -248,18 +256,26 @@ class BatchModel:
                 future.set_exception(Unanswered())
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        saved = {cid: self.covered[cid] if self.paid(request) else None for cid, request in requests.items()}
+        held = {cid: self._unread(request) for cid, request in requests.items()}  # each: its sends, in order
+        saved = {cid for cid, batches in held.items() if batches}
         for cid in requests:  # read once: a request sent again goes in a new batch
             self.covered.pop(cid, None)
-        fresh = [request for cid, request in requests.items() if saved[cid] is None]
-        batches = list({id(b): b for b in saved.values() if b is not None}.values())  # each saved one that holds some
+        fresh = [request for cid, request in requests.items() if cid not in saved]
         for group in split_lines(request_lines(self.name, self.mode, self.generation, fresh)):
-            batches.append(await self._submit(group))
+            batch = await self._submit(group)
+            held.update({str(json.loads(line)["custom_id"]): [batch] for line in group})
+        batches = list({id(b): b for sends in held.values() for b in sends}.values())
         await self._poll(batches)
+        read: dict[int, dict[str, Reply]] = {}
+        for b in batches:  # each for the requests it holds a send of
+            read[id(b)] = await self._collect(b, {cid for cid, sends in held.items() if any(s is b for s in sends)})
         replies: dict[str, Reply] = {}
-        for batch in batches:
-            replies.update(await self._collect(batch, set(requests) - set(replies)))
-        return {cid: unkept(reply, requests[cid]) if saved[cid] else reply for cid, reply in replies.items()}
+        for cid, sends in held.items():
+            got = [read[id(b)][cid] for b in sends if cid in read[id(b)]]
+            if got:  # the latest send's answer, holding what each send before it reported it cost
+                got[-1].usage = functools.reduce(added, [r.usage for r in got[:-1]], got[-1].usage)
+                replies[cid] = unkept(got[-1], requests[cid]) if cid in saved else got[-1]
+        return replies
 
     async def _submit(self, group: list[bytes]) -> Submitted:
         """Upload and create one batch, saving each id as it exists (the lines, maybe with secrets, are not)."""
