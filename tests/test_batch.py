@@ -1699,3 +1699,40 @@ def test_killed_between_the_sends_of_a_request_a_resume_counts_each_send(tmp_pat
     rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
     assert all(r["error"] is None and 1000 < r["usage"]["prompt_tokens"] < 2000 for r in rows), rows
     assert _report(run)["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in rows)
+
+
+def test_a_failed_row_written_online_keeps_naming_the_batches_whose_usage_it_holds(tmp_path: Path) -> None:
+    """A request failed in every batch send (conflicts: their usage in its failed row, which names its last batch),
+    was asked online (--no-batch), which failed too: the new failed row held the batches' usage but named none, so
+    the next batch resume read them again and counted their usage twice."""
+
+    class TwiceWhileTold(_Twice):
+        twice = True
+
+        async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
+            await (super().finish(batch, status, done) if self.twice else BatchStore.finish(self, batch, status, done))
+
+    store = TwiceWhileTold()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        healthy = srv.chat
+
+        async def refused(headers: dict[str, str], body: bytes, *rest: Any) -> Any:
+            if b"coin" in body:  # a question, not the endpoint's probe
+                return reply_json(500, {"error": {"message": "refused (test)"}})
+            return await healthy(headers, body, *rest)
+
+        args = ("eval", "--model", "m", "--limit", "1", "--api-url", srv.url)
+        online = run_cli(*args, "--work-dir", str(tmp_path / "o"))
+        first = run_cli(*args, "--batch", *FAST, "--work-dir", str(tmp_path / "b"))
+        run = only_run_dir(tmp_path / "b")
+        (batched,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+        srv.chat = refused  # online only: the batch lines are answered as before
+        failed = run_cli("eval", "--use-cache", str(run), "--no-batch", "--retries", "0")
+        srv.chat, store.twice = healthy, False
+        last = run_cli("eval", "--use-cache", str(run), "--batch", *FAST)
+    assert online.returncode == 0 and first.returncode == failed.returncode == 1, failed.stderr
+    assert last.returncode == 0, last.stderr
+    one = _report(only_run_dir(tmp_path / "o"))["tokens"]["prompt"]
+    (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert batched["usage"]["prompt_tokens"] == 6 * one  # three sends of two answers each
+    assert row["error"] is None and row["usage"]["prompt_tokens"] == 7 * one, row  # and the last send's answer
