@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -24,13 +24,14 @@ from ..secrets import secret_keys
 from ._redact import Redactor
 from ._replies import added, unkept
 from ._request import request_body, split_generation
+from ._turnaround import TURNAROUND_MAX, turnaround
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, batch_errors, capped_lines, read_result, request_line, split_lines
-from .batch_state import STATE_LIMIT, State, Submitted, saved_batches, turnaround
 from .limits import Traffic
 from .openai_api import OpenAIClient
 
 log = logging.getLogger("coinflip")
+STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
 RESENDS = 2  # a request is sent at most 1 + RESENDS times in one run
 CONFLICT = "neither is kept (a conflict)"
 STATUSES = ("validating", "in_progress", "finalizing", "cancelling", *ENDED)
@@ -96,6 +97,23 @@ def read_answers(
     return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
 
 
+class Submitted(msgspec.Struct):
+    """One batch as the run directory records it (read back as declared: it is not trusted)."""
+
+    ids: Annotated[str, msgspec.Meta(pattern=r"^batch/requests-\d+\.ids$")]  # its custom_ids, one a line
+    count: int
+    file_id: str | None = None
+    batch_id: str | None = None
+    status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
+    collected: bool = False  # its results are downloaded into the batch folder (or it has none)
+    turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=TURNAROUND_MAX)] = 0.0  # as dated: its answers' latency
+    key: str = ""  # random, its own: each row read from it names it (`source`); "" in states saved before keys
+
+
+class State(msgspec.Struct):
+    batches: list[Submitted]
+
+
 class ResultsFile:
     """--batch-results: answers from `vllm run-batch -o FILE`, read at the first request; one it lacks stays owed."""
 
@@ -128,6 +146,17 @@ class ResultsFile:
                   f"two answers); {sum(self.lines[cid] for cid in self.replies)} lines for requests not owed now, "
                   f"{c['unreadable']} unreadable; "
                   f"{c['owed']} requests still owed (write them with --batch-write)", file=sys.stderr)  # fmt: skip
+
+
+def saved_batches(folder: Path) -> list[Submitted]:
+    """The batches `folder`/state.json records (none without one)."""
+    state = folder / "state.json"
+    if not state.exists():
+        return []
+    try:  # a plain file inside the run (a FIFO there would hang the resume)
+        return msgspec.json.decode(read_regular(state, STATE_LIMIT, within=folder.parent), type=State).batches
+    except (OSError, ValueError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"{state}: not a batch state file ({exc}); move it away to start over") from None
 
 
 def uncollected(folder: Path) -> list[str]:
@@ -173,8 +202,7 @@ class BatchModel:
                 print(f"note: {state}: batch id {batch.batch_id!r} is not a batch's id; looking for the batch "
                       f"made from {batch.file_id} instead", file=sys.stderr)  # fmt: skip
                 batch.batch_id, batch.status = None, "new"
-            for cid in self._ids(batch):
-                self.covered.setdefault(cid, []).append(batch)
+            self.covered.update({cid: [*self.covered.get(cid, []), batch] for cid in self._ids(batch)})
         await self.api.__aenter__()
         if self.online is not None:
             await self.online.start()
@@ -195,14 +223,9 @@ class BatchModel:
         """The requests record of what a batch left that went online (--batch-rest-online); none went: none."""
         return self.online.traffic if self.online is not None and self.online.limiter.traffic.sent else None
 
-    def paid(self, request: Request) -> bool:
-        """In an earlier session's batch whose answer no saved row holds (`seen`): billed, whatever this run does."""
-        return bool(self._unread(request))
-
-    def _unread(self, request: Request) -> list[Submitted]:
-        """The saved batches that hold `request` whose usage no saved row holds: those after the last one a row names
-        (`seen`; a row holds the usage of each send before its own too); in a state saved before keys, the latest."""
-        held = self.covered.get(custom_id(request), [])
+    def paid(self, request: Request) -> list[Submitted]:
+        """The saved batches of `request` after the last one a row names (`seen`): billed, their usage in no row."""
+        held = self.covered.get(custom_id(request), [])  # in a state saved before keys: the latest
         last = max((i + 1 for i, batch in enumerate(held) if batch.key and batch.key in request.seen), default=0)
         return [batch for batch in held[last:] if batch.key] if held and held[-1].key else held[-1:]
 
@@ -256,7 +279,7 @@ class BatchModel:
                 future.set_exception(Unanswered())
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        held = {cid: self._unread(request) for cid, request in requests.items()}  # each: its sends, in order
+        held = {cid: self.paid(request) for cid, request in requests.items()}  # each: its sends, in order
         saved = {cid for cid, batches in held.items() if batches}
         for cid in requests:  # read once: a request sent again goes in a new batch
             self.covered.pop(cid, None)
@@ -266,9 +289,7 @@ class BatchModel:
             held.update({str(json.loads(line)["custom_id"]): [batch] for line in group})
         batches = list({id(b): b for sends in held.values() for b in sends}.values())
         await self._poll(batches)
-        read: dict[int, dict[str, Reply]] = {}
-        for b in batches:  # each for the requests it holds a send of
-            read[id(b)] = await self._collect(b, {cid for cid, sends in held.items() if any(s is b for s in sends)})
+        read = {id(b): await self._collect(b, set(requests)) for b in batches}
         replies: dict[str, Reply] = {}
         for cid, sends in held.items():
             got = [read[id(b)][cid] for b in sends if cid in read[id(b)]]
