@@ -1480,7 +1480,7 @@ def test_two_answers_for_one_request_count_what_they_report_they_cost(tmp_path: 
 def test_a_resume_counts_a_failed_line_s_usage_once(tmp_path: Path) -> None:
     """A request failed in every send (two answers each: a conflict) was resumed: the resume read its last batch
     again, whose conflict's usage landed in the new row on top of the failed row's, which already held it: 12
-    answers' tokens recorded for the 10 the server billed. Its last batch is read where no row holds its answer."""
+    answers' tokens recorded for the 10 the server billed. A batch is read where no row holds its answer."""
     store = _Twice()
     with FakeOpenAIServer("mixed", batches=store) as srv:
         args = ("eval", "--model", "m", "--limit", "1", "--api-url", srv.url)
@@ -1497,8 +1497,9 @@ def test_a_resume_counts_a_failed_line_s_usage_once(tmp_path: Path) -> None:
         saved.write_text(json.dumps(before) + "\n")  # as if the resume was killed before writing its row
         third = run_cli("eval", "--use-cache", str(run), "--batch", *FAST)
     assert online.returncode == 0 and first.returncode == again.returncode == third.returncode == 1, third.stderr
-    assert sum(store.seen_ids.values()) == 8  # the last batch read again (no row held its answer), then 2 sends
-    assert read_jsonl(saved)[-1]["usage"]["prompt_tokens"] == before["usage"]["prompt_tokens"] + 2 * 3 * one
+    assert sum(store.seen_ids.values()) == 8  # the lost resume's batches read again (no row held them), then 2 sends
+    # the lost resume's 3 sends (billed: no row holds them) and the 2 new ones, of two answers each
+    assert read_jsonl(saved)[-1]["usage"]["prompt_tokens"] == before["usage"]["prompt_tokens"] + 2 * 5 * one
 
 
 def test_a_resume_shows_its_own_requests_not_the_session_s_before(tmp_path: Path) -> None:
@@ -1612,3 +1613,126 @@ def test_killed_while_the_rows_of_an_n_choice_answer_are_written_a_resume_record
     assert [(r["id"], r["repeat"], r["reply"], r["usage"]) for r in read_jsonl(predictions)] == [
         (r["id"], r["repeat"], r["reply"], r["usage"]) for r in saved
     ]
+
+
+def test_a_batch_line_that_failed_with_usage_counts_when_max_cost_keeps_its_request_from_going_online(
+    tmp_path: Path,
+) -> None:
+    """With --batch-rest-online and --max-cost, a result line of 200 without an answer reported usage and the cap
+    then left no room to send its request online: the request stayed owed with no row, and the report and the cap's
+    note said the run had cost nothing, though the batch line was billed (a resume counted it, by reading it again).
+    Its row is a failed one holding that usage, which a resume does not read again."""
+    prices = ("--price-input", "1", "--price-output", "100", "--generation-config", "max_tokens=32")
+    store = _NoAnswerFirst()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, *prices, "--batch-discount", "0.1")
+        capped = run_cli(*args, "--batch", "--batch-rest-online", *FAST, "--max-cost", "0.002",
+                         "--work-dir", str(tmp_path))  # fmt: skip
+        run = only_run_dir(tmp_path)
+        first = _report(run)
+        rest = run_cli("eval", "--use-cache", str(run), "--max-cost", "1", *FAST)
+    assert capped.returncode == 1 and rest.returncode == 0, (capped.stderr, rest.stderr)
+    billed = (1000 * 1 + 100 * 100) * 0.1 / 1e6  # the batch line, at the batch price
+    assert first["tokens"]["prompt"] == 1000 and first["cost"]["total"] == pytest.approx(billed), capped.stderr
+    assert f"the run has cost {billed:.4f}" in capped.stderr
+    (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert row["error"] is None and 1000 < row["usage"]["prompt_tokens"] < 2000  # counted once
+    assert sum(store.seen_ids.values()) == 2, store.seen_ids
+
+
+def test_a_failed_online_row_holding_a_batch_line_s_usage_is_not_read_again_on_resume(tmp_path: Path) -> None:
+    """With --batch-rest-online, a batch line of 200 without an answer (billed) went online, which failed too: the
+    failed row held the line's usage but named no batch, so the resume read that line again and its usage was
+    counted twice in the new row (1000 prompt tokens billed once, recorded twice)."""
+    store = _NoAnswerFirst()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        healthy = srv.chat
+
+        async def refused(headers: dict[str, str], body: bytes, *rest: Any) -> Any:
+            if b"coin" in body:  # a question, not the endpoint's probe
+                return reply_json(500, {"error": {"message": "refused (test)"}})
+            return await healthy(headers, body, *rest)
+
+        srv.chat = refused  # online only: the batch lines are answered as before
+        first = run_cli("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--batch", "--batch-rest-online",
+                        "--retries", "0", *FAST, "--work-dir", str(tmp_path))  # fmt: skip
+        srv.chat = healthy
+        run = only_run_dir(tmp_path)
+        (failed,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert first.returncode == 1 and resumed.returncode == 0, resumed.stderr
+    assert failed["error"] and failed["usage"]["prompt_tokens"] == 1000, failed
+    (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert row["error"] is None and 1000 < row["usage"]["prompt_tokens"] < 2000, row  # the line counted once
+
+
+class _NoAnswerFirstThenHeld(_NoAnswerFirst):
+    """As _NoAnswerFirst; each batch after the first stays in progress while `waits`."""
+
+    waits = True
+    polled_later = False
+
+    async def advance(self, batch: dict[str, Any]) -> None:
+        if batch["_number"] > 1 and self.waits:
+            self.polled_later = True
+            return
+        await super().advance(batch)
+
+
+def test_killed_between_the_sends_of_a_request_a_resume_counts_each_send(tmp_path: Path) -> None:
+    """A request whose first batch line was a 200 without an answer (billed) was sent again in a second batch, and
+    the run was killed while that batch ran: the resume read only the request's latest batch, so its row and the
+    report held the second send's usage alone, and the first's, billed, counted nowhere."""
+    store = _NoAnswerFirstThenHeld()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--batch", *FAST)
+        proc = spawn_cli(*args, "--work-dir", str(tmp_path), quiet=True)
+        _wait_for(lambda: store.polled_later, "the second batch to be polled")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        store.waits = False
+        run = only_run_dir(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+        again = run_cli("eval", "--use-cache", str(run), *FAST)  # nothing left to ask: counted as it was
+    assert resumed.returncode == again.returncode == 0, resumed.stderr
+    assert set(store.seen_ids.values()) == {2} and store.created == 2  # never a third send
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert all(r["error"] is None and 1000 < r["usage"]["prompt_tokens"] < 2000 for r in rows), rows
+    assert _report(run)["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in rows)
+
+
+def test_a_failed_row_written_online_keeps_naming_the_batches_whose_usage_it_holds(tmp_path: Path) -> None:
+    """A request failed in every batch send (conflicts: their usage in its failed row, which names its last batch),
+    was asked online (--no-batch), which failed too: the new failed row held the batches' usage but named none, so
+    the next batch resume read them again and counted their usage twice."""
+
+    class TwiceWhileTold(_Twice):
+        twice = True
+
+        async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
+            await (super().finish(batch, status, done) if self.twice else BatchStore.finish(self, batch, status, done))
+
+    store = TwiceWhileTold()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        healthy = srv.chat
+
+        async def refused(headers: dict[str, str], body: bytes, *rest: Any) -> Any:
+            if b"coin" in body:  # a question, not the endpoint's probe
+                return reply_json(500, {"error": {"message": "refused (test)"}})
+            return await healthy(headers, body, *rest)
+
+        args = ("eval", "--model", "m", "--limit", "1", "--api-url", srv.url)
+        online = run_cli(*args, "--work-dir", str(tmp_path / "o"))
+        first = run_cli(*args, "--batch", *FAST, "--work-dir", str(tmp_path / "b"))
+        run = only_run_dir(tmp_path / "b")
+        (batched,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+        srv.chat = refused  # online only: the batch lines are answered as before
+        failed = run_cli("eval", "--use-cache", str(run), "--no-batch", "--retries", "0")
+        srv.chat, store.twice = healthy, False
+        last = run_cli("eval", "--use-cache", str(run), "--batch", *FAST)
+    assert online.returncode == 0 and first.returncode == failed.returncode == 1, failed.stderr
+    assert last.returncode == 0, last.stderr
+    one = _report(only_run_dir(tmp_path / "o"))["tokens"]["prompt"]
+    (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert batched["usage"]["prompt_tokens"] == 6 * one  # three sends of two answers each
+    assert row["error"] is None and row["usage"]["prompt_tokens"] == 7 * one, row  # and the last send's answer

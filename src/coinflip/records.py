@@ -55,7 +55,7 @@ class Prediction(TypedDict):
     status: NotRequired[int]  # the HTTP status of a failed request
     forced: NotRequired[Forced]  # --force-answer, for a reply without a valid answer
     batch: NotRequired[bool]  # answered through a Batch API (priced at its discount); absent: online
-    source: NotRequired[str]  # the key of the saved batch it was read from (batch/state.json), whose usage it holds
+    source: NotRequired[str]  # the key of the last saved batch (batch/state.json) whose usage it holds
 
 
 class Review(TypedDict):

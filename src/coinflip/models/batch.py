@@ -4,7 +4,7 @@ offline, `write_requests` writes what `vllm run-batch` reads and `ResultsFile` r
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import json
 import logging
 import os
@@ -24,6 +24,7 @@ from ..secrets import secret_keys
 from ._redact import Redactor
 from ._replies import added, unkept
 from ._request import request_body, split_generation
+from ._turnaround import TURNAROUND_MAX, turnaround
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, batch_errors, capped_lines, read_result, request_line, split_lines
 from .limits import Traffic
@@ -32,7 +33,6 @@ from .openai_api import OpenAIClient
 log = logging.getLogger("coinflip")
 STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
 RESENDS = 2  # a request is sent at most 1 + RESENDS times in one run
-TURNAROUND_MAX = 1e9  # seconds from a batch's creation to its end that a server's dates may say (31 years)
 CONFLICT = "neither is kept (a conflict)"
 STATUSES = ("validating", "in_progress", "finalizing", "cancelling", *ENDED)
 
@@ -178,7 +178,7 @@ class BatchModel:
         self.name, self.mode, self.cap = str(config.model), config.api_mode, api.pool.limits.max_body
         self.online, self.admit = online, admit
         self.batches: list[Submitted] = []
-        self.covered: dict[str, Submitted] = {}  # custom_id -> the latest saved batch that holds it
+        self.covered: dict[str, list[Submitted]] = {}  # custom_id -> the saved batches that hold it, in order
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
         self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}  # for the next round (batch)
         self.rounds: list[asyncio.Task[None]] = []
@@ -202,7 +202,7 @@ class BatchModel:
                 print(f"note: {state}: batch id {batch.batch_id!r} is not a batch's id; looking for the batch "
                       f"made from {batch.file_id} instead", file=sys.stderr)  # fmt: skip
                 batch.batch_id, batch.status = None, "new"
-            self.covered.update(dict.fromkeys(self._ids(batch), batch))
+            self.covered.update({cid: [*self.covered.get(cid, []), batch] for cid in self._ids(batch)})
         await self.api.__aenter__()
         if self.online is not None:
             await self.online.start()
@@ -223,10 +223,11 @@ class BatchModel:
         """The requests record of what a batch left that went online (--batch-rest-online); none went: none."""
         return self.online.traffic if self.online is not None and self.online.limiter.traffic.sent else None
 
-    def paid(self, request: Request) -> bool:
-        """In an earlier session's batch whose answer no saved row holds (`seen`): billed, whatever this run does."""
-        batch = self.covered.get(custom_id(request))
-        return batch is not None and not (batch.key and batch.key in request.seen)
+    def paid(self, request: Request) -> list[Submitted]:
+        """The saved batches of `request` after the last one a row names (`seen`): billed, their usage in no row."""
+        held = self.covered.get(custom_id(request), [])  # in a state saved before keys: the latest
+        last = max((i + 1 for i, batch in enumerate(held) if batch.key and batch.key in request.seen), default=0)
+        return [batch for batch in held[last:] if batch.key] if held and held[-1].key else held[-1:]
 
     async def complete(self, request: Request) -> Reply:
         paid = None  # what its sends reported they cost (a line of 200 without an answer too)
@@ -237,9 +238,13 @@ class BatchModel:
                 break
             if self.online is not None:  # what a batch left goes online, if the run can afford it
                 if self.admit is not None and not await self.admit(request):
-                    raise Unanswered()
+                    if paid is None:  # nothing billed: it stays owed
+                        raise Unanswered()
+                    reply.error = f"{reply.error}; not sent online: --max-cost leaves no room"  # its row holds `paid`
+                    break
                 answer = await self.online.complete(request)
                 answer.usage = added(paid, answer.usage)  # what the batch line reported it cost counts too
+                answer.source = reply.source  # the batch whose usage it holds: a resume never reads it again
                 return answer
         reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
@@ -274,18 +279,24 @@ class BatchModel:
                 future.set_exception(Unanswered())
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        saved = {cid: self.covered[cid] if self.paid(request) else None for cid, request in requests.items()}
+        held = {cid: self.paid(request) for cid, request in requests.items()}  # each: its sends, in order
+        saved = {cid for cid, batches in held.items() if batches}
         for cid in requests:  # read once: a request sent again goes in a new batch
             self.covered.pop(cid, None)
-        fresh = [request for cid, request in requests.items() if saved[cid] is None]
-        batches = list({id(b): b for b in saved.values() if b is not None}.values())  # each saved one that holds some
+        fresh = [request for cid, request in requests.items() if cid not in saved]
         for group in split_lines(request_lines(self.name, self.mode, self.generation, fresh)):
-            batches.append(await self._submit(group))
+            batch = await self._submit(group)
+            held.update({str(json.loads(line)["custom_id"]): [batch] for line in group})
+        batches = list({id(b): b for sends in held.values() for b in sends}.values())
         await self._poll(batches)
+        read = {id(b): await self._collect(b, set(requests)) for b in batches}
         replies: dict[str, Reply] = {}
-        for batch in batches:
-            replies.update(await self._collect(batch, set(requests) - set(replies)))
-        return {cid: unkept(reply, requests[cid]) if saved[cid] else reply for cid, reply in replies.items()}
+        for cid, sends in held.items():
+            got = [read[id(b)][cid] for b in sends if cid in read[id(b)]]
+            if got:  # the latest send's answer, holding what each send before it reported it cost
+                got[-1].usage = functools.reduce(added, [r.usage for r in got[:-1]], got[-1].usage)
+                replies[cid] = unkept(got[-1], requests[cid]) if cid in saved else got[-1]
+        return replies
 
     async def _submit(self, group: list[bytes]) -> Submitted:
         """Upload and create one batch, saving each id as it exists (the lines, maybe with secrets, are not)."""
@@ -347,7 +358,7 @@ class BatchModel:
         name = safe_name(str(batch.batch_id))  # the server's id: never a path (../) out of the run
         paths = {key: self.folder / f"{name}.{key}.jsonl" for key in ("output", "error")}
         if not batch.collected:
-            batch.turnaround_s = _turnaround(info)  # a resume reads the answers without the server's word
+            batch.turnaround_s = turnaround(info)  # a resume reads the answers without the server's word
             for key, path in paths.items():
                 file_id = info.get(f"{key}_file_id")
                 if isinstance(file_id, str) and file_id and not await self.api.download(file_id, path):
@@ -386,15 +397,3 @@ class BatchModel:
         await self.api.__aexit__()
         if self.online is not None:
             await self.online.aclose()
-
-
-def _turnaround(info: dict[str, Any]) -> float:
-    """Seconds from the batch's creation to its end, as the server dates them."""
-    start = info.get("created_at")
-    ends = [info.get(f"{s}_at") for s in ENDED]
-    end = max((e for e in ends if isinstance(e, int | float) and not isinstance(e, bool)), default=None)
-    if isinstance(start, int | float) and end is not None:
-        with contextlib.suppress(OverflowError):  # dates past any float (400 digits) tell nothing
-            seconds = float(end - start)
-            return seconds if 0 <= seconds <= TURNAROUND_MAX else 0.0  # past it: dates in mixed units
-    return 0.0

@@ -245,6 +245,6 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         row["status"] = reply.status
     if reply.batch:
         row["batch"] = True
-    if reply.source:
-        row["source"] = reply.source
+    if source := reply.source or (min(request.seen) if len(request.seen) == 1 else None):  # the last batch whose
+        row["source"] = source  # usage it holds (its own, or the one its failed row named): never read again
     return row
