@@ -28,6 +28,7 @@ from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, batch_errors, capped_lines, read_result, request_line, split_lines
 from .limits import Traffic
 from .openai_api import OpenAIClient
+from .predict import Gatherer
 
 log = logging.getLogger("coinflip")
 STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
@@ -164,25 +165,21 @@ def uncollected(folder: Path) -> list[str]:
     return [str(b.batch_id or b.file_id) for b in saved_batches(folder) if b.file_id and not b.collected]
 
 
-class BatchModel:
-    """Requests answered through the Batch API at one endpoint, resumable from `folder` (batch/);
-    `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
-
-    gathers = True  # the runner hands this model every request at once
+class BatchModel(Gatherer):
+    """Requests answered through the Batch API at one endpoint, a batch a round, resumable from `folder`
+    (batch/); `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
 
     def __init__(
         self, api: BatchAPI, folder: Path, config: TaskConfig, generation: dict[str, Any],
         online: OpenAIClient | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
     ) -> None:  # fmt: skip
+        super().__init__()
         self.api, self.folder, self.config, self.generation = api, folder, config, generation
         self.name, self.mode, self.cap = str(config.model), config.api_mode, api.pool.limits.max_body
         self.online, self.admit = online, admit
         self.batches: list[Submitted] = []
         self.covered: dict[str, Submitted] = {}  # custom_id -> the latest saved batch that holds it
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
-        self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}  # for the next round (batch)
-        self.rounds: list[asyncio.Task[None]] = []
-        self.gathering = False  # the last round still takes requests
 
     async def start(self) -> None:
         """Read the saved batches (the folder made a real one, never a link), then open the endpoint."""
@@ -231,7 +228,7 @@ class BatchModel:
     async def complete(self, request: Request) -> Reply:
         paid = None  # what its sends reported they cost (a line of 200 without an answer too)
         for sends in range(1, RESENDS + 2):  # noqa: B007 (its last value is the reply's)
-            reply = await self._answer(request)
+            reply = await self._answer(request, custom_id(request))
             paid = added(paid, reply.usage)
             if reply.error is None:
                 break
@@ -243,35 +240,6 @@ class BatchModel:
                 return answer
         reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
-
-    async def _answer(self, request: Request) -> Reply:
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self.waiting[custom_id(request)] = (request, future)
-        if not self.gathering:
-            self.gathering = True
-            self.rounds.append(asyncio.create_task(self._run_round()))
-        return await future
-
-    async def _run_round(self) -> None:
-        """Once a turn of the event loop adds no request, answer the waiting ones (in a batch)."""
-        count = -1
-        while count != len(self.waiting):
-            count = len(self.waiting)
-            for _ in range(2):
-                await asyncio.sleep(0)
-        waiting, self.waiting, self.gathering = self.waiting, {}, False
-        try:
-            replies = await self._answers({cid: request for cid, (request, _) in waiting.items()})
-        except Exception as exc:  # each waiting request gets it (a fatal answer)
-            for _, future in waiting.values():
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for cid, (_, future) in waiting.items():
-            if not future.done() and cid in replies:
-                future.set_result(replies[cid])
-            elif not future.done():
-                future.set_exception(Unanswered())
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
         saved = {cid: self.covered[cid] if self.paid(request) else None for cid, request in requests.items()}
@@ -376,9 +344,7 @@ class BatchModel:
         return out
 
     async def aclose(self) -> None:
-        going = [task for task in self.rounds if not task.done()]
-        for task in going:
-            task.cancel()
+        going = self._stop_rounds()
         running = [str(b.batch_id) for b in self.batches if b.batch_id and b.status not in ENDED]
         if going and running:
             print(f"note: batches still running at the server, not cancelled: {', '.join(running)}; "

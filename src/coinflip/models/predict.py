@@ -16,6 +16,57 @@ Landed = list[tuple[T, Request, Reply]]
 FollowUp = Callable[[T, Request, Reply], list[tuple[T, Request]]]
 
 
+class Gatherer:
+    """A model that answers its requests all together (a batch, a file): each waits for the round, which
+    begins once a turn of the event loop adds none; `_answers` answers the round's (one missing: Unanswered)."""
+
+    gathers = True  # the runner hands this model every request at once
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}  # for the next round
+        self.rounds: list[asyncio.Task[None]] = []
+        self.gathering = False  # the last round still takes requests
+
+    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
+        raise NotImplementedError
+
+    async def _answer(self, request: Request, key: str) -> Reply:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self.waiting[key] = (request, future)
+        if not self.gathering:
+            self.gathering = True
+            self.rounds.append(asyncio.create_task(self._run_round()))
+        return await future
+
+    async def _run_round(self) -> None:
+        """Once a turn of the event loop adds no request, answer the waiting ones."""
+        count = -1
+        while count != len(self.waiting):
+            count = len(self.waiting)
+            for _ in range(2):
+                await asyncio.sleep(0)
+        waiting, self.waiting, self.gathering = self.waiting, {}, False
+        try:
+            replies = await self._answers({key: request for key, (request, _) in waiting.items()})
+        except Exception as exc:  # each waiting request gets it (a fatal answer)
+            for _, future in waiting.values():
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for key, (_, future) in waiting.items():
+            if not future.done() and key in replies:
+                future.set_result(replies[key])
+            elif not future.done():
+                future.set_exception(Unanswered())
+
+    def _stop_rounds(self) -> bool:
+        """Cancel the rounds not done; whether there were any."""
+        going = [task for task in self.rounds if not task.done()]
+        for task in going:
+            task.cancel()
+        return bool(going)
+
+
 class Gate(Protocol):
     async def admit(self, request: Request) -> bool: ...
 
