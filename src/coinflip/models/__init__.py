@@ -72,6 +72,18 @@ def check_model(config: TaskConfig) -> None:
         )
 
 
+def check_resume(config: TaskConfig, root: Path) -> None:
+    """Before a resume saves its settings: one that collects no batch is refused while the run's are open (paid)."""
+    if config.batch_write or config.batch_results or not config.batch:
+        from .batch import saved_batches
+
+        held = [str(b.batch_id or b.file_id) for b in saved_batches(root / "batch") if b.file_id and not b.collected]
+        if held:
+            raise ConfigError(f"{root}: the run's batches {', '.join(held)} are not collected yet: resume with "
+                              "--batch to collect them (--no-batch or --batch-write would ask their requests "
+                              "again, --batch-results would leave them)")  # fmt: skip
+
+
 @contextlib.contextmanager
 def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
     """Start llama.cpp for a local model; else use --api-url (a result file answers offline)."""

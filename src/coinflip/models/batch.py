@@ -160,11 +160,6 @@ def saved_batches(folder: Path) -> list[Submitted]:
         raise ConfigError(f"{state}: not a batch state file ({exc}); move it away to start over") from None
 
 
-def uncollected(folder: Path) -> list[str]:
-    """The batches of a run's `folder` (batch/) sent and not collected yet: their answers are paid for."""
-    return [str(b.batch_id or b.file_id) for b in saved_batches(folder) if b.file_id and not b.collected]
-
-
 class BatchModel(Gatherer):
     """Requests answered through the Batch API at one endpoint, a batch a round, resumable from `folder`
     (batch/); `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""

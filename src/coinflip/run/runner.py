@@ -17,7 +17,7 @@ from .._terminal import printable
 from ..config import METRIC_COMPATS, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
 from ..jsonl import index_predictions
-from ..models import backend, open_model, serve_local
+from ..models import backend, check_resume, open_model, serve_local
 from ..rundir import RunDir, load_saved_config
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
@@ -131,13 +131,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
             raise
     root = Path(config.use_cache).expanduser()
     saved = same_run(plan, root)
-    if config.batch_write or config.batch_results or not config.batch:
-        from ..models.batch import uncollected
-
-        if held := uncollected(root / "batch"):
-            raise ConfigError(f"{root}: the run's batches {', '.join(held)} are not collected yet: resume with "
-                              "--batch to collect them (--no-batch or --batch-write would ask their requests "
-                              "again, --batch-results would leave them)")  # fmt: skip
+    check_resume(config, root)
     run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
     run.refuse_links_out()
     found = saved.get("provenance")  # a hand edit may have left anything there
