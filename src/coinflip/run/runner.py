@@ -21,7 +21,7 @@ from ..models import backend, check_resume, open_model, serve_local
 from ..rundir import RunDir, load_saved_config
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
-from .finish import finish, resume_hint
+from .finish import finish
 from .plan import Plan, prepare, provenance
 from .session import Session, concurrency_for, left, requests_left, room_for
 from .stop import Interrupted, StopRequest, stopped_by, stopping
@@ -61,7 +61,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             with stop.held():  # a run directory exists only with its settings in it, and then resumes
                 run, fresh = open_run(plan)
                 again = ("--batch-write", str(config.batch_write)) if config.batch_write else ()  # offline: the file
-                stop.hint = f"; {resume_hint(run, bool(config.api_key) and not again, again)}"
+                stop.hint = f"; {run.resume_hint(bool(config.api_key) and not again, again)}"
                 handler = _attach_log(run)
             with run.locked():
                 log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
@@ -70,7 +70,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
 
                     index = index_predictions(run.predictions, repair=True)
                     owed = (request for _, request in requests_left(plan, run, index))
-                    hint = resume_hint(run).replace("resume with: ", "")
+                    hint = run.resume_hint().replace("resume with: ", "")
                     return {**write_requests(config, plan.generation, owed, hint), "run": str(run.root)}
                 session = ask(plan, run, fresh, stop)
                 with stop.held():  # the report is written whole; a signal during it ends the run after
@@ -191,7 +191,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     index, todo = left(plan, run)
     if not todo:
         return None
-    hint = resume_hint(run, bool(config.api_key))
+    hint = run.resume_hint(bool(config.api_key))
     session = Session(plan, run, todo, live=fresh and index.lines == 0)
     wanted = concurrency_for(config)
     cap = config.max_cost is not None
