@@ -1,5 +1,6 @@
-"""Batch mode as a model backend (as inspect_ai's batcher), resumable at every step from batch/state.json;
-offline, `write_requests` writes what `vllm run-batch` reads and `ResultsFile` reads what it writes."""
+"""Batch mode as model backends: through the Batch API (as inspect_ai's batcher), resumable at every step from
+batch/state.json; or run elsewhere (`vllm run-batch`): `RequestFile` writes what it reads, `ResultsFile` reads
+what it writes."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, batch_errors, capped_lines, read_result, request_line, split_lines
 from .limits import Traffic
 from .openai_api import OpenAIClient
-from .predict import Gatherer
+from .predict import Gatherer, custom_id
 
 log = logging.getLogger("coinflip")
 STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
@@ -38,35 +39,10 @@ CONFLICT = "neither is kept (a conflict)"
 STATUSES = ("validating", "in_progress", "finalizing", "cancelling", *ENDED)
 
 
-def custom_id(request: Request) -> str:
-    """Stable across runs."""
-    return f"q{request.id}-r{request.repeat}" + ("-forced" if request.forced else "")
-
-
 def request_lines(model: str, mode: str, generation: dict[str, Any], requests: Iterable[Request]) -> Iterator[bytes]:
     generation, extra_body = split_generation(generation)
     for request in requests:
         yield request_line(custom_id(request), mode, request_body(model, mode, generation, request, False, extra_body))
-
-
-def write_requests(config: TaskConfig, generation: dict[str, Any], requests: Iterable[Request], hint: str) -> Any:
-    """Offline: the owed requests as a file for `vllm run-batch`; `hint`: the command that scores it."""
-    path = Path(str(config.batch_write)).expanduser()
-    secret = secret_keys(generation.get("extra_body"))  # what the saved config masks, a request file would carry
-    if secret:
-        raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
-                          "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
-    count = 0
-    try:
-        with path.open("wb") as handle:
-            for line in request_lines(str(config.model), config.api_mode, generation, requests):
-                handle.write(line)
-                count += 1
-    except OSError as exc:
-        raise storage_error(path, exc) from None
-    print(f"wrote {count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl --model "
-          f"{config.model}, then score them with: {hint} --batch-results results.jsonl", file=sys.stderr)  # fmt: skip
-    return {"complete": count == 0, "batch_written": {"path": str(path), "requests": count}}
 
 
 def read_answers(
@@ -113,6 +89,36 @@ class Submitted(msgspec.Struct):
 
 class State(msgspec.Struct):
     batches: list[Submitted]
+
+
+class RequestFile(Gatherer):
+    """--batch-write: the run's requests, once all are in, as a file for `vllm run-batch` (`hint`: how to score the
+    answers); each stays owed, nothing is sent, spent or reported: `outcome` says what was written instead."""
+
+    def __init__(self, config: TaskConfig, generation: dict[str, Any], hint: str) -> None:
+        super().__init__()
+        if secret := secret_keys(generation.get("extra_body")):  # what the saved config masks, a file would carry
+            raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
+                              "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
+        self.config, self.generation, self.hint, self.owed = config, generation, hint, list[Request]()
+        self.outcome: dict[str, Any] | None = None
+
+    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
+        self.owed += requests.values()
+        return {}  # none: each stays owed
+
+    async def end(self) -> None:
+        """All are in: the file of them (of none too), and what to do with it, unless a stop came as it was written."""
+        path, model, count = Path(str(self.config.batch_write)).expanduser(), self.config.model, len(self.owed)
+        try:
+            with path.open("wb") as handle:  # a line a request
+                handle.writelines(request_lines(str(model), self.config.api_mode, self.generation, self.owed))
+        except OSError as exc:
+            raise storage_error(path, exc) from None
+        await asyncio.sleep(0)  # a stop that came as it was written ends the run here: its line the only one
+        print(f"wrote {count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl --model "
+              f"{model}, then score them with: {self.hint} --batch-results results.jsonl", file=sys.stderr)  # fmt: skip
+        self.outcome = {"complete": count == 0, "batch_written": {"path": str(path), "requests": count}}
 
 
 class ResultsFile:
@@ -223,7 +229,7 @@ class BatchModel(Gatherer):
     async def complete(self, request: Request) -> Reply:
         paid = None  # what its sends reported they cost (a line of 200 without an answer too)
         for sends in range(1, RESENDS + 2):  # noqa: B007 (its last value is the reply's)
-            reply = await self._answer(request, custom_id(request))
+            reply = await super().complete(request)  # in the round
             paid = added(paid, reply.usage)
             if reply.error is None:
                 break
@@ -339,7 +345,8 @@ class BatchModel(Gatherer):
         return out
 
     async def aclose(self) -> None:
-        going = self._stop_rounds()
+        going = [task for task in self.rounds if not task.done()]
+        await super().aclose()
         running = [str(b.batch_id) for b in self.batches if b.batch_id and b.status not in ENDED]
         if going and running:
             print(f"note: batches still running at the server, not cancelled: {', '.join(running)}; "

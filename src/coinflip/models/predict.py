@@ -4,7 +4,7 @@ loop together, after the next requests went, so bookkeeping never delays a reque
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 from .base import Model, Reply, Request, Unanswered
@@ -16,26 +16,27 @@ Landed = list[tuple[T, Request, Reply]]
 FollowUp = Callable[[T, Request, Reply], list[tuple[T, Request]]]
 
 
+def custom_id(request: Request) -> str:
+    """A request's key in a round and in a batch's lines: stable across runs."""
+    return f"q{request.id}-r{request.repeat}" + ("-forced" if request.forced else "")
+
+
 class Gatherer:
-    """A model that answers its requests all together (a batch, a file): each waits for the round, which
-    begins once a turn of the event loop adds none; `_answers` answers the round's (one missing: Unanswered)."""
+    """A model that answers its requests all together (a batch, a file): each waits for the round, which begins
+    once a turn of the event loop adds none; `_answers` answers the round's by custom_id (one missing: Unanswered)."""
 
     gathers = True  # the runner hands this model every request at once
+    _answers: Callable[[dict[str, Request]], Awaitable[dict[str, Reply]]]
 
     def __init__(self) -> None:
         self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}  # for the next round
         self.rounds: list[asyncio.Task[None]] = []
-        self.gathering = False  # the last round still takes requests
 
-    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        raise NotImplementedError
-
-    async def _answer(self, request: Request, key: str) -> Reply:
+    async def complete(self, request: Request) -> Reply:
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self.waiting[key] = (request, future)
-        if not self.gathering:
-            self.gathering = True
+        if not self.waiting:  # none gathered yet: a round begins
             self.rounds.append(asyncio.create_task(self._run_round()))
+        self.waiting[custom_id(request)] = (request, future)
         return await future
 
     async def _run_round(self) -> None:
@@ -45,7 +46,7 @@ class Gatherer:
             count = len(self.waiting)
             for _ in range(2):
                 await asyncio.sleep(0)
-        waiting, self.waiting, self.gathering = self.waiting, {}, False
+        waiting, self.waiting = self.waiting, {}
         try:
             replies = await self._answers({key: request for key, (request, _) in waiting.items()})
         except Exception as exc:  # each waiting request gets it (a fatal answer)
@@ -59,12 +60,9 @@ class Gatherer:
             elif not future.done():
                 future.set_exception(Unanswered())
 
-    def _stop_rounds(self) -> bool:
-        """Cancel the rounds not done; whether there were any."""
-        going = [task for task in self.rounds if not task.done()]
-        for task in going:
+    async def aclose(self) -> None:
+        for task in self.rounds:  # those not done yet
             task.cancel()
-        return bool(going)
 
 
 class Gate(Protocol):
