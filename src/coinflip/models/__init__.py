@@ -72,8 +72,7 @@ def check_model(config: TaskConfig) -> None:
 
 
 def handed_off(config: TaskConfig) -> tuple[str, ...]:
-    """The flags that hand a run's requests to another tool, to give again on a resume (a run does not save
-    them): nothing is answered, spent or reported here, the model says what it did (`outcome`); () if none."""
+    """The flags that hand a run's requests to another tool (nothing is answered here), to give again on a resume."""
     return ("--batch-write", str(config.batch_write)) if config.batch_write else ()
 
 
@@ -107,7 +106,7 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 @contextlib.asynccontextmanager
 async def open_model(
     config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int,
-    run: RunDir | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
+    run: RunDir, admit: Callable[[Request], Awaitable[bool]] | None = None,
     again: Callable[[Request, dict[str, int] | None], bool] | None = None, *, answered: bool = False,
 ) -> AsyncIterator[Model]:  # fmt: skip
     """The model for a run, its endpoint checked first; `end` runs once every request is in (no stop, no error).
@@ -118,7 +117,6 @@ async def open_model(
     if config.batch_write:
         from .batch import RequestFile
 
-        assert run is not None  # the runner gives it
         model = RequestFile(config, generation, run.resume_hint().replace("resume with: ", ""))
     elif config.batch_results:
         from ._redact import Redactor
@@ -146,7 +144,6 @@ async def open_model(
             from .batch_api import BatchAPI
 
             api = BatchAPI(urls[0], config.api_key, generation, config.timeout, secrets, cap)
-            assert run is not None  # the runner gives it
             model = BatchModel(api, run.root / "batch", config, generation, online, admit)
     try:
         if hasattr(model, "start"):  # a server's: a wrong endpoint fails here, in seconds, before any sample is sent

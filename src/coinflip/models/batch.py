@@ -1,6 +1,5 @@
-"""Batch mode as model backends: through the Batch API (as inspect_ai's batcher), resumable at every step from
-batch/state.json; or run elsewhere (`vllm run-batch`): `RequestFile` writes what it reads, `ResultsFile` reads
-what it writes."""
+"""Batch mode as model backends: the Batch API (as inspect_ai's batcher), resumable at every step from batch/
+state.json; or `vllm run-batch` elsewhere: `RequestFile` writes what it reads, `ResultsFile` reads what it writes."""
 
 from __future__ import annotations
 

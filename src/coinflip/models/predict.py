@@ -46,19 +46,16 @@ class Gatherer:
             count = len(self.waiting)
             for _ in range(2):
                 await asyncio.sleep(0)
-        waiting, self.waiting = self.waiting, {}
+        waiting, self.waiting, failed = self.waiting, {}, None
         try:
             replies = await self._answers({key: request for key, (request, _) in waiting.items()})
         except Exception as exc:  # each waiting request gets it (a fatal answer)
-            for _, future in waiting.values():
-                if not future.done():
-                    future.set_exception(exc)
-            return
+            replies, failed = {}, exc
         for key, (_, future) in waiting.items():
             if not future.done() and key in replies:
                 future.set_result(replies[key])
             elif not future.done():
-                future.set_exception(Unanswered())
+                future.set_exception(failed or Unanswered())
 
     async def aclose(self) -> None:
         for task in self.rounds:  # those not done yet
