@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._files import ROWS_LIMIT
 from .._terminal import printable
-from ..config import METRIC_COMPATS, TaskConfig, check_choice
+from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
 from ..models import check_resume, handed_off, open_model, serve_local
 from ..rundir import RunDir, load_saved_config
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coinflip")
 RUN_LOG: ContextVar[logging.Handler | None] = ContextVar("coinflip_run_log", default=None)
-NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet", "batch_write", "batch_results")  # never from a saved run
 
 
 def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
