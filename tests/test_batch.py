@@ -637,6 +637,37 @@ def _written_offline(tmp_path: Path) -> Path:
     return only_run_dir(tmp_path / "o")
 
 
+def test_a_local_model_s_requests_are_written_with_no_server_bar_or_budget(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """--batch-write hands the requests to another tool: llama.cpp is not started for a local model, no progress
+    bar is drawn and --max-cost (even 0) holds none back; the one line says what was written."""
+    from coinflip import run_task
+
+    requests = tmp_path / "requests.jsonl"
+    config = {"model": "smollm2", "limit": 3, "batch_write": str(requests), "progress": True, "eval_batch_size": 4,
+              "max_cost": 0, "price_input": 1, "price_output": 1, "work_dir": str(tmp_path / "o")}  # fmt: skip
+    wrote = run_task(config)
+    run = only_run_dir(tmp_path / "o")
+    assert wrote == {"complete": False, "batch_written": {"path": str(requests), "requests": 3}, "run": str(run)}
+    out, err = capfd.readouterr()
+    assert not out and err.startswith(f"wrote 3 requests to {requests}; run them") and err.count("\n") == 1, err
+    assert len(read_jsonl(requests)) == 3
+    assert not (run / "logs/llama_server.log").exists() and not (run / "predictions").exists()
+
+
+def test_a_complete_run_writes_an_empty_request_file_and_no_report(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    done = run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path / "o"))
+    run = only_run_dir(tmp_path / "o")
+    report = run / "reports/oracle/coin_flip.json"
+    before = report.stat().st_mtime_ns
+    wrote = run_cli("eval", "--use-cache", str(run), "--batch-write", str(requests))
+    assert done.returncode == 0 and wrote.returncode == 0 and not wrote.stdout, wrote.stderr
+    assert wrote.stderr.startswith(f"wrote 0 requests to {requests}; run them") and wrote.stderr.count("\n") == 1
+    assert requests.read_bytes() == b"" and report.stat().st_mtime_ns == before
+
+
 def _sent_as_a_batch(run: Path) -> subprocess.CompletedProcess[str]:
     with FakeOpenAIServer("correct") as srv:  # a fresh server: its first batch is batch_000001
         return run_cli("eval", "--use-cache", str(run), "--batch", "--api-url", srv.url, *FAST)

@@ -77,20 +77,20 @@ def test_a_stop_while_the_request_file_is_written_resumes_by_writing_it(
 ) -> None:
     """`--batch-write FILE` stopped said 'resume with: coinflip eval --use-cache RUN', which runs the
     run online and, with no --api-url saved, ends in exit 2: the resume is the same file again."""
-    from coinflip.models import batch
+    from coinflip.models.batch import RequestFile
 
-    real = batch.write_requests
+    real = RequestFile.end
 
-    def signalled(*args: Any) -> Any:
+    async def signalled(*args: Any) -> Any:
         os.kill(os.getpid(), signal.SIGTERM)
-        return real(*args)
+        return await real(*args)
 
-    monkeypatch.setattr(batch, "write_requests", signalled)
+    monkeypatch.setattr(RequestFile, "end", signalled)
     requests = tmp_path / "requests.jsonl"
     config = {"model": "m", "limit": 4, "work_dir": str(tmp_path / "work"), "batch_write": str(requests)}
     with pytest.raises(RunIncomplete) as stopped:
         run_task(config)
-    monkeypatch.setattr(batch, "write_requests", real)
+    monkeypatch.setattr(RequestFile, "end", real)
     (run,) = (tmp_path / "work").iterdir()
     again = f"coinflip eval --use-cache {run} --batch-write {requests}"
     assert str(stopped.value) == f"stopped by SIGTERM; resume with: {again}"

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -27,7 +28,8 @@ from ._files import (
     replacing,
     special,
 )
-from .config import BENCHMARK, TaskConfig, safe_name, saved_settings
+from ._terminal import one_line
+from .config import BENCHMARK, KEY_AGAIN, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, storage_error
 from .records import REPEATS_MAX, loads, whole
 
@@ -115,6 +117,13 @@ class RunDir:
             self.held.close()
         if folder and self.draft:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def resume_hint(self, keyed: bool = False, flags: tuple[str, ...] = ()) -> str:
+        """The resume command, shell-quoted, a folder name's escapes shown as U+FFFD; `keyed`: give the API key
+        again; `flags`: to give again (what a run does not save)."""
+        given = "".join(f" {shlex.quote(flag)}" for flag in flags)
+        again = f", and {KEY_AGAIN}" if keyed else ""
+        return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(self.root))}{given}{again}")
 
     def own_folders(self, *files: Path) -> None:
         """Each folder from the root down to `files` a real one, and no link, FIFO or device at a file itself

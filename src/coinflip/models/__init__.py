@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config import BASELINES, LOCAL_MODELS, TaskConfig
 from ..errors import ConfigError
+from ..rundir import RunDir
 from ..secrets import run_secrets
 from .base import Model, Reply, Request
 
@@ -26,16 +27,14 @@ class Endpoint:
 
 
 def backend(config: TaskConfig) -> str:
-    """Who answers a run, decided once: "local" (llama.cpp here), "baseline" (in-process) or "server"."""
+    """Who answers a run, decided once: "local" (llama.cpp here), "baseline" (in-process), "server", "elsewhere"."""
+    if config.batch_write:
+        return "elsewhere"
     if config.model_path or (config.model in LOCAL_MODELS and not config.api_url):
         return "local"
     if config.model in BASELINES or config.eval_type == "mock_llm":
         return "baseline"
     return "server"
-
-
-def is_local(config: TaskConfig) -> bool:
-    return backend(config) == "local"
 
 
 def _gguf(config: TaskConfig) -> Path:
@@ -47,7 +46,7 @@ def _gguf(config: TaskConfig) -> Path:
 
 def weights(config: TaskConfig) -> dict[str, Any] | None:
     """The local GGUF file a run is answered by, as its fingerprint names it (the name alone may stay the same)."""
-    if backend(config) != "local" or config.batch_write or config.batch_results:
+    if backend(config) != "local" or config.batch_results:
         return None
     path = _gguf(config)
     return {"file": path.name, "bytes": path.stat().st_size}
@@ -55,7 +54,7 @@ def weights(config: TaskConfig) -> dict[str, Any] | None:
 
 def check_model(config: TaskConfig) -> None:
     """What can be checked about the model before a run directory exists."""
-    if config.batch_write or config.batch_results:  # offline: the requests are answered elsewhere
+    if config.batch_results:  # offline: the requests were answered elsewhere
         return
     answered_by = backend(config)
     if answered_by == "local":
@@ -72,10 +71,27 @@ def check_model(config: TaskConfig) -> None:
         )
 
 
+def handed_off(config: TaskConfig) -> tuple[str, ...]:
+    """The flags that hand a run's requests to another tool (nothing is answered here), to give again on a resume."""
+    return ("--batch-write", str(config.batch_write)) if config.batch_write else ()
+
+
+def check_resume(config: TaskConfig, root: Path) -> None:
+    """Before a resume saves its settings: one that collects no batch is refused while the run's are open (paid)."""
+    if config.batch_write or config.batch_results or not config.batch:
+        from .batch import saved_batches
+
+        held = [str(b.batch_id or b.file_id) for b in saved_batches(root / "batch") if b.file_id and not b.collected]
+        if held:
+            raise ConfigError(f"{root}: the run's batches {', '.join(held)} are not collected yet: resume with "
+                              "--batch to collect them (--no-batch or --batch-write would ask their requests "
+                              "again, --batch-results would leave them)")  # fmt: skip
+
+
 @contextlib.contextmanager
 def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
     """Start llama.cpp for a local model; else use --api-url (a result file answers offline)."""
-    answered_by = "server" if config.batch_results else backend(config)
+    answered_by = "server" if config.batch_results else backend(config)  # elsewhere: the URL, unused
     if answered_by == "local":
         from .llama_local import SLOTS, llama_server
 
@@ -90,15 +106,19 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 @contextlib.asynccontextmanager
 async def open_model(
     config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int,
-    folder: Path | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
+    run: RunDir, admit: Callable[[Request], Awaitable[bool]] | None = None,
     again: Callable[[Request, dict[str, int] | None], bool] | None = None, *, answered: bool = False,
 ) -> AsyncIterator[Model]:  # fmt: skip
-    """The model for a run, its endpoint checked first. `folder`: a batch's resume state; `admit`:
-    whether a request a batch left may go online at the full price, `again` whether a failed one may be
-    sent again (--max-cost); `answered`: whether the run holds replies already (a resume)."""
+    """The model for a run, its endpoint checked first; `end` runs once every request is in (no stop, no error).
+    `run`: it keeps a batch's resume state; `admit`: whether a request a batch left may go online at the full
+    price, `again` whether a failed one may be sent again (--max-cost); `answered`: the run holds replies."""
     model: Any
     cap, secrets = int(config.max_reply_mb * 1024 * 1024), run_secrets(config.api_key, generation, config.api_url)
-    if config.batch_results:
+    if config.batch_write:
+        from .batch import RequestFile
+
+        model = RequestFile(config, generation, run.resume_hint().replace("resume with: ", ""))
+    elif config.batch_results:
         from ._redact import Redactor
         from .batch import ResultsFile
 
@@ -124,11 +144,12 @@ async def open_model(
             from .batch_api import BatchAPI
 
             api = BatchAPI(urls[0], config.api_key, generation, config.timeout, secrets, cap)
-            assert folder is not None  # the runner gives it
-            model = BatchModel(api, folder, config, generation, online, admit)
+            model = BatchModel(api, run.root / "batch", config, generation, online, admit)
     try:
         if hasattr(model, "start"):  # a server's: a wrong endpoint fails here, in seconds, before any sample is sent
             await model.start()
         yield model
+        if hasattr(model, "end"):
+            await model.end()
     finally:
         await model.aclose()

@@ -1,5 +1,5 @@
-"""Batch mode as a model backend (as inspect_ai's batcher), resumable at every step from batch/state.json;
-offline, `write_requests` writes what `vllm run-batch` reads and `ResultsFile` reads what it writes."""
+"""Batch mode as model backends: the Batch API (as inspect_ai's batcher), resumable at every step from batch/
+state.json; or `vllm run-batch` elsewhere: `RequestFile` writes what it reads, `ResultsFile` reads what it writes."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, batch_errors, capped_lines, read_result, request_line, split_lines
 from .limits import Traffic
 from .openai_api import OpenAIClient
+from .predict import Gatherer, custom_id
 
 log = logging.getLogger("coinflip")
 STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
@@ -37,35 +38,10 @@ CONFLICT = "neither is kept (a conflict)"
 STATUSES = ("validating", "in_progress", "finalizing", "cancelling", *ENDED)
 
 
-def custom_id(request: Request) -> str:
-    """Stable across runs."""
-    return f"q{request.id}-r{request.repeat}" + ("-forced" if request.forced else "")
-
-
 def request_lines(model: str, mode: str, generation: dict[str, Any], requests: Iterable[Request]) -> Iterator[bytes]:
     generation, extra_body = split_generation(generation)
     for request in requests:
         yield request_line(custom_id(request), mode, request_body(model, mode, generation, request, False, extra_body))
-
-
-def write_requests(config: TaskConfig, generation: dict[str, Any], requests: Iterable[Request], hint: str) -> Any:
-    """Offline: the owed requests as a file for `vllm run-batch`; `hint`: the command that scores it."""
-    path = Path(str(config.batch_write)).expanduser()
-    secret = secret_keys(generation.get("extra_body"))  # what the saved config masks, a request file would carry
-    if secret:
-        raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
-                          "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
-    count = 0
-    try:
-        with path.open("wb") as handle:
-            for line in request_lines(str(config.model), config.api_mode, generation, requests):
-                handle.write(line)
-                count += 1
-    except OSError as exc:
-        raise storage_error(path, exc) from None
-    print(f"wrote {count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl --model "
-          f"{config.model}, then score them with: {hint} --batch-results results.jsonl", file=sys.stderr)  # fmt: skip
-    return {"complete": count == 0, "batch_written": {"path": str(path), "requests": count}}
 
 
 def read_answers(
@@ -114,6 +90,36 @@ class State(msgspec.Struct):
     batches: list[Submitted]
 
 
+class RequestFile(Gatherer):
+    """--batch-write: the run's requests, once all are in, as a file for `vllm run-batch` (`hint`: how to score the
+    answers); each stays owed, nothing is sent, spent or reported: `outcome` says what was written instead."""
+
+    def __init__(self, config: TaskConfig, generation: dict[str, Any], hint: str) -> None:
+        super().__init__()
+        if secret := secret_keys(generation.get("extra_body")):  # what the saved config masks, a file would carry
+            raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
+                              "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
+        self.config, self.generation, self.hint, self.owed = config, generation, hint, list[Request]()
+        self.outcome: dict[str, Any] | None = None
+
+    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
+        self.owed += requests.values()
+        return {}  # none: each stays owed
+
+    async def end(self) -> None:
+        """All are in: the file of them (of none too), and what to do with it, unless a stop came as it was written."""
+        path, model, count = Path(str(self.config.batch_write)).expanduser(), self.config.model, len(self.owed)
+        try:
+            with path.open("wb") as handle:  # a line a request
+                handle.writelines(request_lines(str(model), self.config.api_mode, self.generation, self.owed))
+        except OSError as exc:
+            raise storage_error(path, exc) from None
+        await asyncio.sleep(0)  # a stop that came as it was written ends the run here: its line the only one
+        print(f"wrote {count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl --model "
+              f"{model}, then score them with: {self.hint} --batch-results results.jsonl", file=sys.stderr)  # fmt: skip
+        self.outcome = {"complete": count == 0, "batch_written": {"path": str(path), "requests": count}}
+
+
 class ResultsFile:
     """--batch-results: answers from `vllm run-batch -o FILE`, read at the first request; one it lacks stays owed."""
 
@@ -159,30 +165,21 @@ def saved_batches(folder: Path) -> list[Submitted]:
         raise ConfigError(f"{state}: not a batch state file ({exc}); move it away to start over") from None
 
 
-def uncollected(folder: Path) -> list[str]:
-    """The batches of a run's `folder` (batch/) sent and not collected yet: their answers are paid for."""
-    return [str(b.batch_id or b.file_id) for b in saved_batches(folder) if b.file_id and not b.collected]
-
-
-class BatchModel:
-    """Requests answered through the Batch API at one endpoint, resumable from `folder` (batch/);
-    `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
-
-    gathers = True  # the runner hands this model every request at once
+class BatchModel(Gatherer):
+    """Requests answered through the Batch API at one endpoint, a batch a round, resumable from `folder`
+    (batch/); `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
 
     def __init__(
         self, api: BatchAPI, folder: Path, config: TaskConfig, generation: dict[str, Any],
         online: OpenAIClient | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
     ) -> None:  # fmt: skip
+        super().__init__()
         self.api, self.folder, self.config, self.generation = api, folder, config, generation
         self.name, self.mode, self.cap = str(config.model), config.api_mode, api.pool.limits.max_body
         self.online, self.admit = online, admit
         self.batches: list[Submitted] = []
         self.covered: dict[str, list[Submitted]] = {}  # custom_id -> the saved batches that hold it, in order
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
-        self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}  # for the next round (batch)
-        self.rounds: list[asyncio.Task[None]] = []
-        self.gathering = False  # the last round still takes requests
 
     async def start(self) -> None:
         """Read the saved batches (the folder made a real one, never a link), then open the endpoint."""
@@ -232,7 +229,7 @@ class BatchModel:
     async def complete(self, request: Request) -> Reply:
         paid = None  # what its sends reported they cost (a line of 200 without an answer too)
         for sends in range(1, RESENDS + 2):  # noqa: B007 (its last value is the reply's)
-            reply = await self._answer(request)
+            reply = await super().complete(request)  # in the round
             paid = added(paid, reply.usage)
             if reply.error is None:
                 break
@@ -248,35 +245,6 @@ class BatchModel:
                 return answer
         reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
-
-    async def _answer(self, request: Request) -> Reply:
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self.waiting[custom_id(request)] = (request, future)
-        if not self.gathering:
-            self.gathering = True
-            self.rounds.append(asyncio.create_task(self._run_round()))
-        return await future
-
-    async def _run_round(self) -> None:
-        """Once a turn of the event loop adds no request, answer the waiting ones (in a batch)."""
-        count = -1
-        while count != len(self.waiting):
-            count = len(self.waiting)
-            for _ in range(2):
-                await asyncio.sleep(0)
-        waiting, self.waiting, self.gathering = self.waiting, {}, False
-        try:
-            replies = await self._answers({cid: request for cid, (request, _) in waiting.items()})
-        except Exception as exc:  # each waiting request gets it (a fatal answer)
-            for _, future in waiting.values():
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for cid, (_, future) in waiting.items():
-            if not future.done() and cid in replies:
-                future.set_result(replies[cid])
-            elif not future.done():
-                future.set_exception(Unanswered())
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
         held = {cid: self.paid(request) for cid, request in requests.items()}  # each: its sends, in order
@@ -388,8 +356,7 @@ class BatchModel:
 
     async def aclose(self) -> None:
         going = [task for task in self.rounds if not task.done()]
-        for task in going:
-            task.cancel()
+        await super().aclose()
         running = [str(b.batch_id) for b in self.batches if b.batch_id and b.status not in ENDED]
         if going and running:
             print(f"note: batches still running at the server, not cancelled: {', '.join(running)}; "

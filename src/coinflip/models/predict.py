@@ -4,7 +4,7 @@ loop together, after the next requests went, so bookkeeping never delays a reque
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 from .base import Model, Reply, Request, Unanswered
@@ -14,6 +14,52 @@ RAMP = 8  # workers started per turn of the event loop
 MAX_BATCH = 256  # a model that never yields (a baseline) would pile every reply up here, deaf to Ctrl-C
 Landed = list[tuple[T, Request, Reply]]
 FollowUp = Callable[[T, Request, Reply], list[tuple[T, Request]]]
+
+
+def custom_id(request: Request) -> str:
+    """A request's key in a round and in a batch's lines: stable across runs."""
+    return f"q{request.id}-r{request.repeat}" + ("-forced" if request.forced else "")
+
+
+class Gatherer:
+    """A model that answers its requests all together (a batch, a file): each waits for the round, which begins
+    once a turn of the event loop adds none; `_answers` answers the round's by custom_id (one missing: Unanswered)."""
+
+    gathers = True  # the runner hands this model every request at once
+    _answers: Callable[[dict[str, Request]], Awaitable[dict[str, Reply]]]
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, tuple[Request, asyncio.Future[Reply]]] = {}  # for the next round
+        self.rounds: list[asyncio.Task[None]] = []
+
+    async def complete(self, request: Request) -> Reply:
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        if not self.waiting:  # none gathered yet: a round begins
+            self.rounds.append(asyncio.create_task(self._run_round()))
+        self.waiting[custom_id(request)] = (request, future)
+        return await future
+
+    async def _run_round(self) -> None:
+        """Once a turn of the event loop adds no request, answer the waiting ones."""
+        count = -1
+        while count != len(self.waiting):
+            count = len(self.waiting)
+            for _ in range(2):
+                await asyncio.sleep(0)
+        waiting, self.waiting, failed = self.waiting, {}, None
+        try:
+            replies = await self._answers({key: request for key, (request, _) in waiting.items()})
+        except Exception as exc:  # each waiting request gets it (a fatal answer)
+            replies, failed = {}, exc
+        for key, (_, future) in waiting.items():
+            if not future.done() and key in replies:
+                future.set_result(replies[key])
+            elif not future.done():
+                future.set_exception(failed or Unanswered())
+
+    async def aclose(self) -> None:
+        for task in self.rounds:  # those not done yet
+            task.cancel()
 
 
 class Gate(Protocol):

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
 from .._files import NO_LIMIT, read_regular, replacing
-from .._terminal import one_line
-from ..config import KEY_AGAIN
 from ..errors import DataError
 from ..jsonl import compact_predictions, iter_predictions
 from ..records import checked_requests, scored
@@ -19,14 +16,6 @@ if TYPE_CHECKING:
     from ..scoring.schema import Report
     from ..scoring.scorer import Scorer
     from .session import Session
-
-
-def resume_hint(run: RunDir, keyed: bool = False, flags: tuple[str, ...] = ()) -> str:
-    """The resume command, shell-quoted, a folder name's escapes shown as U+FFFD; `keyed`: give the API key again;
-    `flags`: to give again (what a run does not save)."""
-    given = "".join(f" {shlex.quote(flag)}" for flag in flags)
-    again = f", and {KEY_AGAIN}" if keyed else ""
-    return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(run.root))}{given}{again}")
 
 
 def finish(
@@ -62,7 +51,7 @@ def finish(
     if show:
         print_summary(report, run.root, page=run.report_html)
         if not report["complete"] and not report.get("errors_ignored"):
-            print(resume_hint(run, bool(saved["config"].get("api_key"))), file=sys.stderr)
+            print(run.resume_hint(bool(saved["config"].get("api_key"))), file=sys.stderr)
     return report
 
 

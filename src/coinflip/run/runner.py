@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from .._files import ROWS_LIMIT
 from .._terminal import printable
-from ..config import METRIC_COMPATS, TaskConfig, check_choice
+from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
-from ..jsonl import index_predictions
-from ..models import backend, open_model, serve_local
+from ..models import check_resume, handed_off, open_model, serve_local
 from ..rundir import RunDir, load_saved_config
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
-from .finish import finish, resume_hint
+from .finish import finish
 from .plan import Plan, prepare, provenance
 from .session import Session, concurrency_for, left, requests_left, room_for
 from .stop import Interrupted, StopRequest, stopped_by, stopping
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coinflip")
 RUN_LOG: ContextVar[logging.Handler | None] = ContextVar("coinflip_run_log", default=None)
-NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet", "batch_write", "batch_results")  # never from a saved run
 
 
 def run_task(task_cfg: Any = None, **kwargs: Any) -> Any:
@@ -60,19 +58,15 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 return {}
             with stop.held():  # a run directory exists only with its settings in it, and then resumes
                 run, fresh = open_run(plan)
-                again = ("--batch-write", str(config.batch_write)) if config.batch_write else ()  # offline: the file
-                stop.hint = f"; {resume_hint(run, bool(config.api_key) and not again, again)}"
+                again = handed_off(config)  # the flags that hand its requests elsewhere again, or the key
+                hint = run.resume_hint(bool(config.api_key) and not again, again)
+                stop.hint = f"; {hint}"
                 handler = _attach_log(run)
             with run.locked():
                 log.info("run %s: %d samples, model %s", run.root, plan.samples, config.model)
-                if config.batch_write:  # offline: the requests as a file for `vllm run-batch`, nothing sent
-                    from ..models.batch import write_requests
-
-                    index = index_predictions(run.predictions, repair=True)
-                    owed = (request for _, request in requests_left(plan, run, index))
-                    hint = resume_hint(run).replace("resume with: ", "")
-                    return {**write_requests(config, plan.generation, owed, hint), "run": str(run.root)}
-                session = ask(plan, run, fresh, stop)
+                session = ask(plan, run, fresh, stop, hint)
+                if session is not None and session.outcome is not None:  # its requests went elsewhere: no report
+                    return {**session.outcome, "run": str(run.root)}
                 with stop.held():  # the report is written whole; a signal during it ends the run after
                     return finish(run, config.metric_compat, show=not config.quiet, session=session)
         except Interrupted as exc:  # outside the requests: nothing was lost, the run (if it began) resumes
@@ -131,13 +125,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
             raise
     root = Path(config.use_cache).expanduser()
     saved = same_run(plan, root)
-    if config.batch_write or config.batch_results or not config.batch:
-        from ..models.batch import uncollected
-
-        if held := uncollected(root / "batch"):
-            raise ConfigError(f"{root}: the run's batches {', '.join(held)} are not collected yet: resume with "
-                              "--batch to collect them (--no-batch or --batch-write would ask their requests "
-                              "again, --batch-results would leave them)")  # fmt: skip
+    check_resume(config, root)
     run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
     run.refuse_links_out()
     found = saved.get("provenance")  # a hand edit may have left anything there
@@ -191,26 +179,24 @@ def _discard(run: RunDir, config: TaskConfig) -> None:
                 empty.rmdir()
 
 
-def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -> Session | None:
-    """Send what has no reply yet; each reply is written (and in a fresh run scored) as it lands."""
+def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest, hint: str) -> Session | None:
+    """Send what has no reply yet; each reply is written (and in a fresh run scored) as it lands; `hint`: to resume."""
     config = plan.config
     index, todo = left(plan, run)
-    if not todo:
+    handed = bool(handed_off(config))  # its requests go to another tool: nothing lands, is spent or shown here
+    if not (todo or handed):
         return None
-    hint = resume_hint(run, bool(config.api_key))
-    session = Session(plan, run, todo, live=fresh and index.lines == 0)
+    session = Session(plan, run, todo, live=fresh and index.lines == 0, lands=not handed)
     wanted = concurrency_for(config)
-    cap = config.max_cost is not None
-    spends = backend(config) != "baseline"  # a baseline spends nothing and reports no usage
-    budget = budget_for(config, plan.generation, run.predictions, bool(config.batch), spends) if cap else None
+    budget = budget_for(config, plan.generation, run.predictions)
     try:
         with serve_local(config, run.server_log) as endpoint:
             concurrency = room_for(min(wanted, endpoint.slots or wanted))
             session.progress.restart()
-            model = open_model(config, endpoint.urls, plan.generation, concurrency, run.root / "batch",
+            model = open_model(config, endpoint.urls, plan.generation, concurrency, run,
                                *((budget.admit_online, budget.again) if budget is not None else ()),
                                answered=index.any_replied())  # fmt: skip
-            (stop or StopRequest()).run(session.send, model, concurrency, requests_left(plan, run, index), budget)
+            stop.run(session.send, model, concurrency, requests_left(plan, run, index), budget)
             if budget is not None and (note := budget.note()):
                 if not (index.lines or session.progress.done or session.pending):  # nothing to report: --max-cost 0
                     raise RunIncomplete(f"{note}; {hint}")
@@ -218,7 +204,8 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None) -
     except EndpointBroken as exc:
         raise EndpointBroken(f"{exc}; once the server is fixed, {hint}") from None
     except Interrupted as exc:
-        raise RunIncomplete(f"{stopped_by(exc)}: {session.progress.done} new samples kept; {hint}") from None
+        kept = "" if handed else f": {session.progress.done} new samples kept"
+        raise RunIncomplete(f"{stopped_by(exc)}{kept}; {hint}") from None
     finally:
         session.close()
     return session

@@ -5,14 +5,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import DEFAULT_BATCH, TaskConfig
 from ..jsonl import PredictionIndex, PredictionWriter, index_predictions
-from ..models import Reply, Request, is_local, limits
+from ..models import Reply, Request, backend, limits
 from ..models._replies import added, saved_usage
 from ..models.predict import Gate, run_requests
 from ..records import Prediction, requests_line, sample_key, split_key
@@ -89,16 +91,17 @@ class Session:
     """Where replies land: written (flushed a batch at a time), counted, and in a fresh run (`live`) scored.
     Left for the report: `traffic`, `scorer`, and `writer.in_order` (in key order: no compaction)."""
 
-    def __init__(self, plan: Plan, run: RunDir, todo: int, live: bool) -> None:
+    def __init__(self, plan: Plan, run: RunDir, todo: int, live: bool, lands: bool = True) -> None:
         config = plan.config
         self.plan, self.live = plan, live
-        self.writer = PredictionWriter(run.predictions)
-        shown = False if config.quiet and config.progress is None else config.progress
+        self.writer = PredictionWriter(run.predictions if lands else Path(os.devnull))  # none lands: no file
+        shown = False if not lands or config.quiet and config.progress is None else config.progress
         self.progress = Progress(todo, f"coin_flip {config.name}", shown)
         self.scorer: Scorer | None = None
         self.traffic: dict[str, Any] = {}  # what went to the endpoints
         self.pending = 0  # samples written with their forced answer pending (scoring/forced.py)
         self.started = time.perf_counter()
+        self.outcome: dict[str, Any] | None = None  # what a model that handed its requests elsewhere did instead
 
     def on_replies(self, landed: list[tuple[Job, Request, Reply]]) -> None:
         config = self.plan.config
@@ -153,6 +156,7 @@ class Session:
                 sent = getattr(model, "traffic", None)  # a server's client has it; a baseline sends nothing
                 if sent is not None:
                     self.traffic.update(limits.describe(sent(), concurrency))
+        self.outcome = getattr(model, "outcome", None)
 
     def close(self) -> None:
         self.progress.close()
@@ -168,7 +172,7 @@ class Session:
 
 def concurrency_for(config: TaskConfig) -> int:
     if config.eval_batch_size is not None:
-        if is_local(config) and config.eval_batch_size > 1:
+        if backend(config) == "local" and config.eval_batch_size > 1:
             print("note: llama.cpp serves one request at a time; sending them one by one", file=sys.stderr)
         return config.eval_batch_size
     return DEFAULT_BATCH

@@ -279,14 +279,15 @@ class Budget:
         return f"{said}; what finished is kept (raise --max-cost to go on)"
 
 
-def budget_for(
-    config: TaskConfig, generation: dict[str, Any], predictions: Path, batch: bool, spends: bool = True
-) -> Budget:
-    """`spends`: the model pays per token (not a baseline, which reports no usage)."""
+def budget_for(config: TaskConfig, generation: dict[str, Any], predictions: Path) -> Budget | None:
+    """--max-cost's, a batch's at its price; None without one, or where nothing is spent (a file of the requests)."""
     from ..jsonl import read_predictions
+    from ..models import backend
 
+    if config.max_cost is None or backend(config) == "elsewhere":
+        return None
     prices = prices_of(vars(config))
-    assert prices is not None and config.max_cost is not None  # both checked when the run was planned (check_costs)
-    budget = Budget(config.max_cost, prices, batch, generation, spends)
+    assert prices is not None  # checked when the run was planned (check_costs)
+    budget = Budget(config.max_cost, prices, bool(config.batch), generation, backend(config) != "baseline")
     budget.add_saved(read_predictions(predictions).values())
     return budget
