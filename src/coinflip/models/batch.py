@@ -90,34 +90,49 @@ class State(msgspec.Struct):
     batches: list[Submitted]
 
 
-class RequestFile(Gatherer):
-    """--batch-write: the run's requests, once all are in, as a file for `vllm run-batch` (`hint`: how to score the
-    answers); each stays owed, nothing is sent, spent or reported: `outcome` says what was written instead."""
+class RequestFile:
+    """--batch-write: each owed request, as it comes, a line of a file for `vllm run-batch` (`hint`: how to score
+    the answers); each stays owed, nothing is sent, spent or reported: `outcome` says what was written instead."""
 
     def __init__(self, config: TaskConfig, generation: dict[str, Any], hint: str) -> None:
-        super().__init__()
         if secret := secret_keys(generation.get("extra_body")):  # what the saved config masks, a file would carry
             raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
                               "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
-        self.config, self.generation, self.hint, self.owed = config, generation, hint, list[Request]()
+        self.path, self.hint = Path(str(config.batch_write)).expanduser(), hint
+        self.model, self.mode = config.model, config.api_mode
+        self.generation, self.extra_body = split_generation(generation)
+        self.count, self.closed = 0, False
         self.outcome: dict[str, Any] | None = None
+        try:
+            self.handle = self.path.open("wb")
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
 
-    async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
-        self.owed += requests.values()
-        return {}  # none: each stays owed
+    async def complete(self, request: Request) -> Reply:
+        body = request_body(str(self.model), self.mode, self.generation, request, False, self.extra_body)
+        try:
+            self.handle.write(request_line(custom_id(request), self.mode, body))
+        except OSError as exc:
+            raise storage_error(self.path, exc) from None
+        self.count += 1
+        raise Unanswered()  # it stays owed: the file's answers score it (--batch-results)
 
     async def end(self) -> None:
-        """All are in: the file of them (of none too), and what to do with it, unless a stop came as it was written."""
-        path, model, count = Path(str(self.config.batch_write)).expanduser(), self.config.model, len(self.owed)
-        try:
-            with path.open("wb") as handle:  # a line a request
-                handle.writelines(request_lines(str(model), self.config.api_mode, self.generation, self.owed))
-        except OSError as exc:
-            raise storage_error(path, exc) from None
+        """All are in (none too): the file closed, and what to do with it, unless a stop came as it was closed."""
+        await self.aclose()
         await asyncio.sleep(0)  # a stop that came as it was written ends the run here: its line the only one
-        print(f"wrote {count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl --model "
-              f"{model}, then score them with: {self.hint} --batch-results results.jsonl", file=sys.stderr)  # fmt: skip
-        self.outcome = {"complete": count == 0, "batch_written": {"path": str(path), "requests": count}}
+        print(f"wrote {self.count} requests to {self.path}; run them, e.g. vllm run-batch -i {self.path} -o "
+              f"results.jsonl --model {self.model}, then score them with: {self.hint} --batch-results results.jsonl",
+              file=sys.stderr)  # fmt: skip
+        self.outcome = {"complete": self.count == 0, "batch_written": {"path": str(self.path), "requests": self.count}}
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self.handle.close()  # its buffer written
+            except OSError as exc:
+                raise storage_error(self.path, exc) from None
 
 
 class ResultsFile:
