@@ -70,6 +70,9 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
     rescored = ""
     for run, answer in zip(runs, ("YES", "NO"), strict=True):
         _edit(run, answer)
+        record = json.loads((run / "logs/requests.json").read_text())  # a long hint: it must not squeeze the keys
+        record["hints"] = ["the server took at most 18 requests at once: give --eval-batch-size 18. " * 6]
+        (run / "logs/requests.json").write_text(json.dumps(record))
         result = run_cli("rescore", str(run))
         assert result.returncode == 0, result.stderr
         rescored += result.stdout
