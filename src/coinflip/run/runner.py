@@ -179,9 +179,10 @@ def _discard(run: RunDir, config: TaskConfig) -> None:
                 empty.rmdir()
 
 
-def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest, hint: str) -> Session | None:
+def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None, hint: str = "") -> Session | None:
     """Send what has no reply yet; each reply is written (and in a fresh run scored) as it lands; `hint`: to resume."""
     config = plan.config
+    hint = hint or run.resume_hint(bool(config.api_key))
     index, todo = left(plan, run)
     handed = bool(handed_off(config))  # its requests go to another tool: nothing lands, is spent or shown here
     if not (todo or handed):
@@ -196,7 +197,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest, hint: str) -> S
             model = open_model(config, endpoint.urls, plan.generation, concurrency, run,
                                *((budget.admit_online, budget.again) if budget is not None else ()),
                                answered=index.any_replied())  # fmt: skip
-            stop.run(session.send, model, concurrency, requests_left(plan, run, index), budget)
+            (stop or StopRequest()).run(session.send, model, concurrency, requests_left(plan, run, index), budget)
             if budget is not None and (note := budget.note()):
                 if not (index.lines or session.progress.done or session.pending):  # nothing to report: --max-cost 0
                     raise RunIncomplete(f"{note}; {hint}")
