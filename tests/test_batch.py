@@ -1671,18 +1671,25 @@ def test_a_batch_line_that_failed_with_usage_counts_when_max_cost_keeps_its_requ
     assert sum(store.seen_ids.values()) == 2, store.seen_ids
 
 
+def _questions_refused(srv: FakeOpenAIServer) -> tuple[Any, Any]:
+    """The server's chat handler, and one that refuses every question online (500) but the endpoint's probe."""
+    healthy = srv.chat
+
+    async def refused(headers: dict[str, str], body: bytes, *rest: Any) -> Any:
+        if b"coin" in body:  # a question, not the endpoint's probe
+            return reply_json(500, {"error": {"message": "refused (test)"}})
+        return await healthy(headers, body, *rest)
+
+    return healthy, refused
+
+
 def test_a_failed_online_row_holding_a_batch_line_s_usage_is_not_read_again_on_resume(tmp_path: Path) -> None:
     """With --batch-rest-online, a batch line of 200 without an answer (billed) went online, which failed too: the
     failed row held the line's usage but named no batch, so the resume read that line again and its usage was
     counted twice in the new row (1000 prompt tokens billed once, recorded twice)."""
     store = _NoAnswerFirst()
     with FakeOpenAIServer("mixed", batches=store) as srv:
-        healthy = srv.chat
-
-        async def refused(headers: dict[str, str], body: bytes, *rest: Any) -> Any:
-            if b"coin" in body:  # a question, not the endpoint's probe
-                return reply_json(500, {"error": {"message": "refused (test)"}})
-            return await healthy(headers, body, *rest)
+        healthy, refused = _questions_refused(srv)
 
         srv.chat = refused  # online only: the batch lines are answered as before
         first = run_cli("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--batch", "--batch-rest-online",
@@ -1745,12 +1752,7 @@ def test_a_failed_row_written_online_keeps_naming_the_batches_whose_usage_it_hol
 
     store = TwiceWhileTold()
     with FakeOpenAIServer("mixed", batches=store) as srv:
-        healthy = srv.chat
-
-        async def refused(headers: dict[str, str], body: bytes, *rest: Any) -> Any:
-            if b"coin" in body:  # a question, not the endpoint's probe
-                return reply_json(500, {"error": {"message": "refused (test)"}})
-            return await healthy(headers, body, *rest)
+        healthy, refused = _questions_refused(srv)
 
         args = ("eval", "--model", "m", "--limit", "1", "--api-url", srv.url)
         online = run_cli(*args, "--work-dir", str(tmp_path / "o"))
