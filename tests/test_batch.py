@@ -1736,3 +1736,37 @@ def test_a_failed_row_written_online_keeps_naming_the_batches_whose_usage_it_hol
     (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
     assert batched["usage"]["prompt_tokens"] == 6 * one  # three sends of two answers each
     assert row["error"] is None and row["usage"]["prompt_tokens"] == 7 * one, row  # and the last send's answer
+
+
+class _ForcedNoAnswer(BatchStore):
+    """Each forced turn's result line is a 200 that reports usage (1,000 prompt tokens) but holds no answer."""
+
+    async def answer(self, index: int, line: dict[str, Any], auth: str) -> tuple[bool, dict[str, Any]]:
+        ok, found = await super().answer(index, line, auth)
+        if line["custom_id"].endswith("-forced"):
+            usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+            found["response"]["body"] = {"object": "chat.completion", "choices": [], "usage": usage}
+        return ok, found
+
+
+@pytest.mark.parametrize("then", ["--no-batch", "--batch"])
+def test_a_failed_forced_turn_s_usage_counts_once_when_it_is_asked_again(tmp_path: Path, then: str) -> None:
+    """A forced turn whose batch lines were each a 200 without an answer (billed) was recorded failed, holding what
+    its three sends cost; asked again on resume, its new answer replaced that usage: online (--no-batch) the three
+    billed lines counted nowhere, and a batch resume read them all again."""
+    store = _ForcedNoAnswer()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--force-answer")
+        first = run_cli(*args, "--batch", *FAST, "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        failed = [r for r in read_jsonl(run / "predictions/m/coin_flip.jsonl") if "forced" in r]
+        before = _report(run)["tokens"]["prompt"]
+        store.answer = BatchStore.answer.__get__(store)  # type: ignore[method-assign]  # healthy from now on
+        resumed = run_cli("eval", "--use-cache", str(run), then, *FAST)
+    assert first.returncode == resumed.returncode == 0, resumed.stderr  # a failed forced turn: still invalid
+    assert failed and all(r["forced"]["error"] and r["forced"]["usage"]["prompt_tokens"] == 3000 for r in failed)
+    forced = [r["forced"] for r in read_jsonl(run / "predictions/m/coin_flip.jsonl") if "forced" in r]
+    assert len(forced) == len(failed) and all(f["error"] is None for f in forced), forced
+    assert all(3000 < f["usage"]["prompt_tokens"] < 4000 for f in forced), forced  # three failed sends, one answer
+    assert sum(store.seen_ids.values()) == 20 + (3 + (then == "--batch")) * len(failed)  # one send more, if a batch
+    assert _report(run)["tokens"]["prompt"] == before + sum(f["usage"]["prompt_tokens"] - 3000 for f in forced)
