@@ -1770,3 +1770,44 @@ def test_a_failed_forced_turn_s_usage_counts_once_when_it_is_asked_again(tmp_pat
     assert all(3000 < f["usage"]["prompt_tokens"] < 4000 for f in forced), forced  # three failed sends, one answer
     assert sum(store.seen_ids.values()) == 20 + (3 + (then == "--batch")) * len(failed)  # one send more, if a batch
     assert _report(run)["tokens"]["prompt"] == before + sum(f["usage"]["prompt_tokens"] - 3000 for f in forced)
+
+
+class _OneChoiceSecondHeld(BatchStore):
+    """Answers one choice whatever n asks; each batch after the first stays in progress while `waits`."""
+
+    waits = True
+    polled_later = False
+
+    async def answer(self, index: int, line: dict[str, Any], auth: str) -> tuple[bool, dict[str, Any]]:
+        ok, found = await super().answer(index, line, auth)
+        found["response"]["body"]["choices"] = found["response"]["body"]["choices"][:1]
+        return ok, found
+
+    async def advance(self, batch: dict[str, Any]) -> None:
+        if batch["_number"] > 1 and self.waits:
+            self.polled_later = True
+            return
+        await super().advance(batch)
+
+
+def test_a_batch_sent_for_the_choices_a_server_left_out_is_read_for_them_on_resume(tmp_path: Path) -> None:
+    """n=2 at a server that answers one choice: the second choice's row was an error, asked again in a second batch,
+    and the run was killed while that batch ran. The resume read the batch's answer as if it answered the first
+    choice (saved already) and dropped it: billed, counted nowhere, and the request was sent a third time."""
+    store = _OneChoiceSecondHeld()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--batch", *FAST)
+        first = run_cli(*args, "--generation-config", "n=2", "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        proc = spawn_cli("eval", "--use-cache", str(run), *FAST, quiet=True)
+        _wait_for(lambda: store.polled_later, "the second batch to be polled")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        store.waits = False
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert first.returncode == 1 and resumed.returncode == 0, resumed.stderr
+    assert set(store.seen_ids.values()) == {2} and store.created == 2, store.seen_ids  # never a third send
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    latest = {(r["id"], r["repeat"]): r for r in rows}
+    assert len(latest) == 4 and all(r["error"] is None and r["usage"] for r in latest.values()), rows
+    assert _report(run)["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in latest.values())

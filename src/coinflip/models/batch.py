@@ -280,10 +280,9 @@ class BatchModel:
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
         held = {cid: self.paid(request) for cid, request in requests.items()}  # each: its sends, in order
-        saved = {cid for cid, batches in held.items() if batches}
         for cid in requests:  # read once: a request sent again goes in a new batch
             self.covered.pop(cid, None)
-        fresh = [request for cid, request in requests.items() if cid not in saved]
+        fresh = [request for cid, request in requests.items() if not held[cid]]
         for group in split_lines(request_lines(self.name, self.mode, self.generation, fresh)):
             batch = await self._submit(group)
             held.update({str(json.loads(line)["custom_id"]): [batch] for line in group})
@@ -291,11 +290,12 @@ class BatchModel:
         await self._poll(batches)
         read = {id(b): await self._collect(b, set(requests)) for b in batches}
         replies: dict[str, Reply] = {}
-        for cid, sends in held.items():
-            got = [read[id(b)][cid] for b in sends if cid in read[id(b)]]
+        for cid, sends in held.items():  # a batch sent before some of its choices were saved: the others (unkept)
+            got = [unkept(r, requests[cid]) if not b.key or b.key in requests[cid].filled else r
+                   for b in sends if (r := read[id(b)].get(cid))]  # fmt: skip
             if got:  # the latest send's answer, holding what each send before it reported it cost
                 got[-1].usage = functools.reduce(added, [r.usage for r in got[:-1]], got[-1].usage)
-                replies[cid] = unkept(got[-1], requests[cid]) if cid in saved else got[-1]
+                replies[cid] = got[-1]
         return replies
 
     async def _submit(self, group: list[bytes]) -> Submitted:

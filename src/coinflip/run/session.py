@@ -63,14 +63,16 @@ def _again(request: Request, choices: int, index: PredictionIndex, handle: Any) 
         return request
     keys = [(r, sample_key(request.id, r)) for r in range(request.repeat, request.repeat + choices)]
     kept = frozenset(r for r, key in keys if index.replied(key))
-    paid, seen = None, set()
+    paid, seen, filled = None, set[str](), set[str]()
     for _, key in keys:
-        if key in index.where and not index.replied(key):
+        if key in index.where:
             row = index.row(handle, key)
-            paid = added(paid, saved_usage(row.get("usage")))
+            paid = paid if index.replied(key) else added(paid, saved_usage(row.get("usage")))
             if isinstance(source := row.get("source"), str):  # a batch's key; a hand edit may have left anything
-                seen.add(source)
-    return dataclasses.replace(request, kept=kept, paid=paid, seen=frozenset(seen)) if kept or paid or seen else request
+                (filled if index.replied(key) else seen).add(source)
+    if not (kept or paid or seen):
+        return request
+    return dataclasses.replace(request, kept=kept, paid=paid, seen=frozenset(seen), filled=frozenset(filled))
 
 
 def _forced_again(request: Request, forced: Any) -> Request:
