@@ -1811,3 +1811,19 @@ def test_a_batch_sent_for_the_choices_a_server_left_out_is_read_for_them_on_resu
     latest = {(r["id"], r["repeat"]): r for r in rows}
     assert len(latest) == 4 and all(r["error"] is None and r["usage"] for r in latest.values()), rows
     assert _report(run)["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in latest.values())
+
+
+def test_a_batch_line_s_billed_usage_counts_before_its_request_may_go_online_under_max_cost(tmp_path: Path) -> None:
+    """With --batch-rest-online, --max-cost and max_tokens (the run never passes the cap), a batch line of 200
+    without an answer reported usage, and its request was let online as if that usage cost nothing: the online row
+    then held it at the full price, and the run passed --max-cost 0.005 by 0.0073, blaming 'the replies in flight'."""
+    prices = ("--price-input", "1", "--price-output", "100", "--generation-config", "max_tokens=32")
+    with FakeOpenAIServer("mixed", batches=_NoAnswerFirst()) as srv:
+        capped = run_cli("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, *prices, "--batch-discount",
+                         "0.1", "--batch", "--batch-rest-online", *FAST, "--max-cost", "0.005",
+                         "--work-dir", str(tmp_path))  # fmt: skip
+    run = only_run_dir(tmp_path)
+    assert capped.returncode == 1 and "passed" not in capped.stderr, capped.stderr
+    assert _report(run)["cost"]["total"] == pytest.approx((1000 + 100 * 100) * 0.1 / 1e6)  # the line, at batch price
+    (row,) = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert row["error"] and row["usage"]["prompt_tokens"] == 1000, row

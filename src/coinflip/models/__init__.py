@@ -90,7 +90,7 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 @contextlib.asynccontextmanager
 async def open_model(
     config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int,
-    folder: Path | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
+    folder: Path | None = None, admit: Callable[[Request, dict[str, int] | None], Awaitable[bool]] | None = None,
     again: Callable[[Request, dict[str, int] | None], bool] | None = None, *, answered: bool = False,
 ) -> AsyncIterator[Model]:  # fmt: skip
     """The model for a run, its endpoint checked first. `folder`: a batch's resume state; `admit`:

@@ -172,7 +172,7 @@ class BatchModel:
 
     def __init__(
         self, api: BatchAPI, folder: Path, config: TaskConfig, generation: dict[str, Any],
-        online: OpenAIClient | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
+        online: OpenAIClient | None = None, admit: Callable[[Request, Any], Awaitable[bool]] | None = None,
     ) -> None:  # fmt: skip
         self.api, self.folder, self.config, self.generation = api, folder, config, generation
         self.name, self.mode, self.cap = str(config.model), config.api_mode, api.pool.limits.max_body
@@ -237,7 +237,7 @@ class BatchModel:
             if reply.error is None:
                 break
             if self.online is not None:  # what a batch left goes online, if the run can afford it
-                if self.admit is not None and not await self.admit(request):
+                if self.admit is not None and not await self.admit(request, paid):  # what the line billed counts
                     if paid is None:  # nothing billed: it stays owed
                         raise Unanswered()
                     reply.error = f"{reply.error}; not sent online: --max-cost leaves no room"  # its row holds `paid`
