@@ -1859,3 +1859,30 @@ def test_a_no_batch_resume_counts_what_a_collected_batch_billed_for_a_request_no
     rows = read_jsonl(run / "predictions/m/coin_flip.jsonl") if resumed.returncode == 0 else []
     assert proc.returncode == 1 and resumed.returncode in (0, 2), resumed.stderr
     assert all(r["usage"]["prompt_tokens"] > 1000 for r in rows), rows  # refused, or the line counted
+
+
+class _TwiceFirst(_Twice):
+    """The first batch's output file holds each line twice (a conflict); later ones are whole."""
+
+    async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
+        whole = batch["_number"] > 1
+        await (BatchStore.finish(self, batch, status, done) if whole else super().finish(batch, status, done))
+
+
+def test_killed_between_the_rows_of_a_resent_n_choice_answer_a_resume_counts_its_sends_once(tmp_path: Path) -> None:
+    """n=2: a request's first send was a conflict, its second answered; the kill came between the answer's two rows
+    (the first saved, holding both sends' usage). The resume read both batches again and gave the restored row the
+    first send's usage a second time."""
+    with FakeOpenAIServer("mixed", batches=_TwiceFirst()) as srv:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--batch", *FAST, "--generation-config")
+        assert run_cli(*args, "n=2", "--work-dir", str(tmp_path)).returncode == 0
+        run = only_run_dir(tmp_path)
+        predictions = run / "predictions/m/coin_flip.jsonl"
+        whole = predictions.read_text()
+        predictions.write_text(whole[: whole.rindex("\n", 0, -1) + 1])  # its last row lost
+        resumed = run_cli("eval", "--use-cache", str(run), *FAST)
+    assert resumed.returncode == 0, resumed.stderr
+    saved = [json.loads(line) for line in whole.split("\n") if line]
+    assert [(r["id"], r["repeat"], r["reply"], r["usage"]) for r in read_jsonl(predictions)] == [
+        (r["id"], r["repeat"], r["reply"], r["usage"]) for r in saved
+    ]

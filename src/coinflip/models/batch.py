@@ -224,9 +224,10 @@ class BatchModel:
         return self.online.traffic if self.online is not None and self.online.limiter.traffic.sent else None
 
     def paid(self, request: Request) -> list[Submitted]:
-        """The saved batches of `request` after the last one a row names (`seen`): billed, their usage in no row."""
-        held = self.covered.get(custom_id(request), [])  # in a state saved before keys: the latest
-        last = max((i + 1 for i, batch in enumerate(held) if batch.key and batch.key in request.seen), default=0)
+        """The saved batches of `request` after the last one a row names (`seen`; from one a kept row names, `filled`,
+        whose other choices may be unsaved): billed, their usage in no row."""
+        held, named = self.covered.get(custom_id(request), []), request.seen | request.filled  # before keys: the latest
+        last = max((i + (b.key in request.seen) for i, b in enumerate(held) if b.key and b.key in named), default=0)
         return [batch for batch in held[last:] if batch.key] if held and held[-1].key else held[-1:]
 
     async def complete(self, request: Request) -> Reply:
@@ -304,8 +305,7 @@ class BatchModel:
         ids = [str(json.loads(line)["custom_id"]) for line in group]
         with replacing(self.folder / name) as out:  # never into a FIFO or through a link left there
             out.write(("\n".join(ids) + "\n").encode("utf-8"))
-        batch = Submitted(f"batch/{name}", len(group), key=os.urandom(8).hex())
-        self.batches.append(batch)
+        self.batches.append(batch := Submitted(f"batch/{name}", len(group), key=os.urandom(8).hex()))
         self._save()
         batch.file_id = await self.api.upload(b"".join(group), name.replace(".ids", ".jsonl"))
         self._save()
