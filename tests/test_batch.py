@@ -1886,3 +1886,38 @@ def test_killed_between_the_rows_of_a_resent_n_choice_answer_a_resume_counts_its
     assert [(r["id"], r["repeat"], r["reply"], r["usage"]) for r in read_jsonl(predictions)] == [
         (r["id"], r["repeat"], r["reply"], r["usage"]) for r in saved
     ]
+
+
+class _BilledLineBeside(BatchStore):
+    """The first batch's output holds, beside each answer, a 200 without an answer that reports usage (1000 prompt
+    tokens): before the answer (`first`), or after it."""
+
+    first = True
+
+    async def finish(self, batch: dict[str, Any], status: str, done: int) -> None:
+        await super().finish(batch, status, done)
+        if batch["_number"] == 1:
+            purpose, content = self.files[batch["output_file_id"]]
+            usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+            lines = []
+            for line in content.splitlines(keepends=True):
+                spent = json.loads(line)
+                spent["response"]["body"] = {"object": "chat.completion", "choices": [], "usage": usage}
+                pair = [json.dumps(spent).encode() + b"\n", line]
+                lines += pair if self.first else pair[::-1]
+            self.files[batch["output_file_id"]] = (purpose, b"".join(lines))
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["billed-line-first", "billed-line-after"])
+def test_a_billed_line_beside_an_answer_for_the_same_request_counts_too(tmp_path: Path, first: bool) -> None:
+    """An output file with two lines for one request, an answer and a 200 without an answer reporting usage: the
+    answer was kept and the other line's usage dropped (two answers count both; two failed lines, the first only),
+    though the server billed both."""
+    store = _BilledLineBeside()
+    store.first = first
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--batch", *FAST)
+        done = run_cli(*args, "--work-dir", str(tmp_path))
+    assert done.returncode == 0 and store.created == 1, done.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert all(r["error"] is None and 1000 < r["usage"]["prompt_tokens"] < 2000 for r in rows), rows

@@ -89,10 +89,11 @@ def read_answers(
                 before = replies.get(cid)
                 if before is not None and before.error is None and reply.error is None:
                     error = f"two answers for {cid} in the batch's results; {CONFLICT}"
-                    reply = Reply(None, error=error, usage=added(before.usage, reply.usage), batch=True)  # both billed
+                    reply = Reply(None, error=error, usage=reply.usage, batch=True)
                     counts["conflicts"] += 1
                 elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
-                    continue
+                    reply, before = before, reply  # the one kept
+                reply.usage = added(reply.usage, before.usage if before else None)  # each line billed counts
                 replies[cid] = reply
     return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
 
@@ -244,8 +245,7 @@ class BatchModel:
                     reply.error = f"{reply.error}; not sent online: --max-cost leaves no room"  # its row holds `paid`
                     break
                 answer = await self.online.complete(request)
-                answer.usage = added(paid, answer.usage)  # what the batch line reported it cost counts too
-                answer.source = reply.source  # the batch whose usage it holds: a resume never reads it again
+                answer.usage, answer.source = added(paid, answer.usage), reply.source  # counted, never read again
                 return answer
         reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
