@@ -1830,7 +1830,7 @@ def test_a_batch_line_s_billed_usage_counts_before_its_request_may_go_online_und
     assert row["error"] and row["usage"]["prompt_tokens"] == 1000, row
 
 
-@pytest.mark.xfail(strict=True, reason="reported, not fixed: the refusal is in run/runner.py (open_run)")
+@pytest.mark.xfail(strict=True, reason="reported: the refusal (runner.open_run; on main models.check_resume)")
 def test_a_no_batch_resume_counts_what_a_collected_batch_billed_for_a_request_no_row_holds(tmp_path: Path) -> None:
     """With --batch-rest-online, a batch line of 200 without an answer (billed) was collected and its request went
     online, where the run was stopped (SIGTERM): no row held the line. A resume with --no-batch is allowed once every
