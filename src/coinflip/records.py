@@ -31,6 +31,7 @@ class Forced(TypedDict, total=False):
     error: str | None
     answer_logprobs: list[Any]
     batch: bool  # answered through a Batch API (priced at its discount); absent: online
+    source: str  # the key of the last saved batch (batch/state.json) whose usage it holds
 
 
 class Prediction(TypedDict):

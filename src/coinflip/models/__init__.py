@@ -106,7 +106,7 @@ def serve_local(config: TaskConfig, log_path: Path) -> Iterator[Endpoint]:
 @contextlib.asynccontextmanager
 async def open_model(
     config: TaskConfig, urls: list[str] | None, generation: dict[str, Any], concurrency: int,
-    run: RunDir, admit: Callable[[Request], Awaitable[bool]] | None = None,
+    run: RunDir, admit: Callable[[Request, dict[str, int] | None], Awaitable[bool]] | None = None,
     again: Callable[[Request, dict[str, int] | None], bool] | None = None, *, answered: bool = False,
 ) -> AsyncIterator[Model]:  # fmt: skip
     """The model for a run, its endpoint checked first; `end` runs once every request is in (no stop, no error).

@@ -21,6 +21,7 @@ class Request:
     kept: frozenset[int] = frozenset()  # repeats of these n already answered (a resume): their rows stay
     paid: dict[str, int] | None = None  # what the rows it rewrites reported they cost (failed attempts')
     seen: frozenset[str] = frozenset()  # the `source` of each row it rewrites: answers whose usage is in `paid`
+    filled: frozenset[str] = frozenset()  # the `source` of each row it keeps: batches whose choices begin at `repeat`
 
 
 class Unanswered(Exception):

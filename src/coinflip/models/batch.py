@@ -65,10 +65,11 @@ def read_answers(
                 before = replies.get(cid)
                 if before is not None and before.error is None and reply.error is None:
                     error = f"two answers for {cid} in the batch's results; {CONFLICT}"
-                    reply = Reply(None, error=error, usage=added(before.usage, reply.usage), batch=True)  # both billed
+                    reply = Reply(None, error=error, usage=reply.usage, batch=True)
                     counts["conflicts"] += 1
                 elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
-                    continue
+                    reply, before = before, reply  # the one kept
+                reply.usage = added(reply.usage, before.usage if before else None)  # each line billed counts
                 replies[cid] = reply
     return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
 
@@ -186,7 +187,7 @@ class BatchModel(Gatherer):
 
     def __init__(
         self, api: BatchAPI, folder: Path, config: TaskConfig, generation: dict[str, Any],
-        online: OpenAIClient | None = None, admit: Callable[[Request], Awaitable[bool]] | None = None,
+        online: OpenAIClient | None = None, admit: Callable[[Request, Any], Awaitable[bool]] | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
         self.api, self.folder, self.config, self.generation = api, folder, config, generation
@@ -236,9 +237,10 @@ class BatchModel(Gatherer):
         return self.online.traffic if self.online is not None and self.online.limiter.traffic.sent else None
 
     def paid(self, request: Request) -> list[Submitted]:
-        """The saved batches of `request` after the last one a row names (`seen`): billed, their usage in no row."""
-        held = self.covered.get(custom_id(request), [])  # in a state saved before keys: the latest
-        last = max((i + 1 for i, batch in enumerate(held) if batch.key and batch.key in request.seen), default=0)
+        """The saved batches of `request` after the last one a row names (`seen`; from one a kept row names, `filled`,
+        whose other choices may be unsaved): billed, their usage in no row."""
+        held, named = self.covered.get(custom_id(request), []), request.seen | request.filled  # before keys: the latest
+        last = max((i + (b.key in request.seen) for i, b in enumerate(held) if b.key and b.key in named), default=0)
         return [batch for batch in held[last:] if batch.key] if held and held[-1].key else held[-1:]
 
     async def complete(self, request: Request) -> Reply:
@@ -249,24 +251,22 @@ class BatchModel(Gatherer):
             if reply.error is None:
                 break
             if self.online is not None:  # what a batch left goes online, if the run can afford it
-                if self.admit is not None and not await self.admit(request):
+                if self.admit is not None and not await self.admit(request, paid):  # what the line billed counts
                     if paid is None:  # nothing billed: it stays owed
                         raise Unanswered()
                     reply.error = f"{reply.error}; not sent online: --max-cost leaves no room"  # its row holds `paid`
                     break
                 answer = await self.online.complete(request)
-                answer.usage = added(paid, answer.usage)  # what the batch line reported it cost counts too
-                answer.source = reply.source  # the batch whose usage it holds: a resume never reads it again
+                answer.usage, answer.source = added(paid, answer.usage), reply.source  # counted, never read again
                 return answer
         reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
 
     async def _answers(self, requests: dict[str, Request]) -> dict[str, Reply]:
         held = {cid: self.paid(request) for cid, request in requests.items()}  # each: its sends, in order
-        saved = {cid for cid, batches in held.items() if batches}
         for cid in requests:  # read once: a request sent again goes in a new batch
             self.covered.pop(cid, None)
-        fresh = [request for cid, request in requests.items() if cid not in saved]
+        fresh = [request for cid, request in requests.items() if not held[cid]]
         for group in split_lines(request_lines(self.name, self.mode, self.generation, fresh)):
             batch = await self._submit(group)
             held.update({str(json.loads(line)["custom_id"]): [batch] for line in group})
@@ -274,11 +274,12 @@ class BatchModel(Gatherer):
         await self._poll(batches)
         read = {id(b): await self._collect(b, set(requests)) for b in batches}
         replies: dict[str, Reply] = {}
-        for cid, sends in held.items():
-            got = [read[id(b)][cid] for b in sends if cid in read[id(b)]]
+        for cid, sends in held.items():  # a batch sent before some of its choices were saved: the others (unkept)
+            got = [unkept(r, requests[cid]) if not b.key or b.key in requests[cid].filled else r
+                   for b in sends if (r := read[id(b)].get(cid))]  # fmt: skip
             if got:  # the latest send's answer, holding what each send before it reported it cost
                 got[-1].usage = functools.reduce(added, [r.usage for r in got[:-1]], got[-1].usage)
-                replies[cid] = unkept(got[-1], requests[cid]) if cid in saved else got[-1]
+                replies[cid] = got[-1]
         return replies
 
     async def _submit(self, group: list[bytes]) -> Submitted:
@@ -287,8 +288,7 @@ class BatchModel(Gatherer):
         ids = [str(json.loads(line)["custom_id"]) for line in group]
         with replacing(self.folder / name) as out:  # never into a FIFO or through a link left there
             out.write(("\n".join(ids) + "\n").encode("utf-8"))
-        batch = Submitted(f"batch/{name}", len(group), key=os.urandom(8).hex())
-        self.batches.append(batch)
+        self.batches.append(batch := Submitted(f"batch/{name}", len(group), key=os.urandom(8).hex()))
         self._save()
         batch.file_id = await self.api.upload(b"".join(group), name.replace(".ids", ".jsonl"))
         self._save()

@@ -56,7 +56,7 @@ def requests_left(plan: Plan, run: RunDir, index: PredictionIndex) -> Iterator[t
                 assert handle is not None  # opened whenever a row was saved
                 row = index.row(handle, key)
                 request = build.forced(build(record, draw), row.get("reply") or "", split_key(key)[1])
-                yield row, request
+                yield row, _forced_again(request, row.get("forced"))
 
 
 def _again(request: Request, choices: int, index: PredictionIndex, handle: Any) -> Request:
@@ -65,14 +65,26 @@ def _again(request: Request, choices: int, index: PredictionIndex, handle: Any) 
         return request
     keys = [(r, sample_key(request.id, r)) for r in range(request.repeat, request.repeat + choices)]
     kept = frozenset(r for r, key in keys if index.replied(key))
-    paid, seen = None, set()
+    paid, seen, filled = None, set[str](), set[str]()
     for _, key in keys:
-        if key in index.where and not index.replied(key):
+        if key in index.where:
             row = index.row(handle, key)
-            paid = added(paid, saved_usage(row.get("usage")))
+            paid = paid if index.replied(key) else added(paid, saved_usage(row.get("usage")))
             if isinstance(source := row.get("source"), str):  # a batch's key; a hand edit may have left anything
-                seen.add(source)
-    return dataclasses.replace(request, kept=kept, paid=paid, seen=frozenset(seen)) if kept or paid or seen else request
+                (filled if index.replied(key) else seen).add(source)
+    if not (kept or paid or seen):
+        return request
+    return dataclasses.replace(request, kept=kept, paid=paid, seen=frozenset(seen), filled=frozenset(filled))
+
+
+def _forced_again(request: Request, forced: Any) -> Request:
+    """A forced turn asked again after it failed carries what that cost, and the batch it names (never read again);
+    one failed in a batch saved before rows named them (`source`) is read from that batch again instead."""
+    source = forced.get("source") if isinstance(forced, dict) and forced.get("error") is not None else False
+    if source is False or (source is None and forced.get("batch")):
+        return request
+    seen = frozenset([source]) if isinstance(source, str) else frozenset()
+    return dataclasses.replace(request, paid=saved_usage(forced.get("usage")), seen=seen)
 
 
 def left(plan: Plan, run: RunDir) -> tuple[PredictionIndex, int]:
@@ -112,7 +124,8 @@ class Session:
         finished = 0  # samples done: one whose forced answer is pending finishes later
         for job, request, reply in landed:
             if request.forced:
-                rows = [forced.answered(job, reply)]
+                paid = dataclasses.replace(reply, usage=added(reply.usage, request.paid), source=_named(reply, request))
+                rows = [forced.answered(job, paid)]  # holding what its failed tries before cost
             else:
                 rows = first_rows(job, request, reply, self.plan.build.choices, config.force_answer)
             for row in rows:
@@ -249,6 +262,11 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         row["status"] = reply.status
     if reply.batch:
         row["batch"] = True
-    if source := reply.source or (min(request.seen) if len(request.seen) == 1 else None):  # the last batch whose
-        row["source"] = source  # usage it holds (its own, or the one its failed row named): never read again
+    if source := _named(reply, request):
+        row["source"] = source
     return row
+
+
+def _named(reply: Reply, request: Request) -> str | None:
+    """The last batch whose usage a reply's row holds (its own, or the one its failed row named): never read again."""
+    return reply.source or (min(request.seen) if len(request.seen) == 1 else None)

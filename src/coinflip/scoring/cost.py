@@ -248,9 +248,12 @@ class Budget:
         """What a reply's (or a failed attempt's) usage says it cost."""
         return price(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), self.prices, batch)
 
-    async def admit_online(self, request: Request) -> bool:
-        """--batch-rest-online: a request a batch left gives up its hold at the batch's price and waits anew."""
+    async def admit_online(self, request: Request, billed: Mapping[str, int] | None = None) -> bool:
+        """--batch-rest-online: a request a batch left gives up its hold at the batch's price and waits anew, what its
+        batch line was `billed` counted first (its online row holds that at the full price; its failed row, not)."""
         self.settle(request, None)
+        if billed:
+            self.again(request, billed)  # past the cap: the run stops
         return await self.admit(request, batch=False)
 
     def note(self) -> str | None:

@@ -33,6 +33,8 @@ def answered(first: Prediction, reply: Reply) -> Prediction:
         forced["answer_logprobs"] = window
     if reply.batch:
         forced["batch"] = True
+    if reply.source:  # the last batch whose usage it holds: never read again
+        forced["source"] = reply.source
     kept = {k: v for k, v in first.items() if k not in ("forced", "error")}
     return {**kept, "forced": forced, "error": first.get("error")}  # type: ignore[typeddict-item]
 
