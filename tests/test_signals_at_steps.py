@@ -9,6 +9,7 @@ reported in two more lines at exit)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -119,3 +120,33 @@ def test_a_stop_while_a_long_request_file_is_written_ends_it_there(
     with pytest.raises(RunIncomplete, match="stopped by SIGTERM"):
         run_task(config)
     assert len(requests.read_bytes().splitlines()) < MAX_BATCH  # a line per worker at most, after the 10th
+
+
+def test_a_stop_while_a_result_file_is_read_resumes_by_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during `--use-cache RUN --batch-results FILE` said 'resume with: coinflip eval --use-cache RUN',
+    which sends the rest of the run online (or ends in exit 2 without --api-url) instead of reading the file's
+    answers: the resume is the same file again."""
+    from coinflip.models.batch import ResultsFile
+
+    requests, results = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    run_task({"model": "m", "limit": 4, "work_dir": str(tmp_path / "work"), "batch_write": str(requests)})
+    (run,) = (tmp_path / "work").iterdir()
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ANSWER: YES"}}]}
+    lines = [{"custom_id": json.loads(line)["custom_id"], "response": {"status_code": 200, "body": answer}}
+             for line in requests.read_text().splitlines()]  # fmt: skip
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    real = ResultsFile.complete
+
+    async def signalled(self: ResultsFile, request: Any) -> Any:
+        if self.counts["read"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return await real(self, request)
+
+    monkeypatch.setattr(ResultsFile, "complete", signalled)
+    with pytest.raises(RunIncomplete) as stopped:
+        run_task({"use_cache": str(run), "batch_results": str(results), "quiet": True})
+    monkeypatch.setattr(ResultsFile, "complete", real)
+    assert str(stopped.value).endswith(f"resume with: coinflip eval --use-cache {run} --batch-results {results}")
+    assert run_task({"use_cache": str(run), "batch_results": str(results), "quiet": True})["complete"]
