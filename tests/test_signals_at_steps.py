@@ -123,15 +123,18 @@ def test_a_stop_while_a_long_request_file_is_written_ends_it_there(
 
 
 def test_a_stop_while_a_result_file_is_read_resumes_by_reading_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Ctrl-C during `--use-cache RUN --batch-results FILE` said 'resume with: coinflip eval --use-cache RUN',
     which sends the rest of the run online (or ends in exit 2 without --api-url) instead of reading the file's
-    answers: the resume is the same file again."""
+    answers: the resume is the same file again. Before that line came the file's note, '0 requests still owed'
+    and the answers not read yet as 'lines for requests not owed now': the note comes once all are in."""
     from coinflip.models.batch import ResultsFile
+    from coinflip.models.predict import MAX_BATCH
 
     requests, results = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
-    run_task({"model": "m", "limit": 4, "work_dir": str(tmp_path / "work"), "batch_write": str(requests)})
+    config = {"model": "m", "limit": 3 * MAX_BATCH, "work_dir": str(tmp_path / "work"), "batch_write": str(requests)}
+    run_task(config)
     (run,) = (tmp_path / "work").iterdir()
     answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ANSWER: YES"}}]}
     lines = [{"custom_id": json.loads(line)["custom_id"], "response": {"status_code": 200, "body": answer}}
@@ -145,8 +148,10 @@ def test_a_stop_while_a_result_file_is_read_resumes_by_reading_it(
         return await real(self, request)
 
     monkeypatch.setattr(ResultsFile, "complete", signalled)
-    with pytest.raises(RunIncomplete) as stopped:
-        run_task({"use_cache": str(run), "batch_results": str(results), "quiet": True})
+    with pytest.raises(RunIncomplete) as stopped:  # one worker: the stop lands as the loop breathes (MAX_BATCH)
+        run_task({"use_cache": str(run), "batch_results": str(results), "quiet": True, "eval_batch_size": 1})
     monkeypatch.setattr(ResultsFile, "complete", real)
     assert str(stopped.value).endswith(f"resume with: coinflip eval --use-cache {run} --batch-results {results}")
+    assert "note:" not in capsys.readouterr().err
     assert run_task({"use_cache": str(run), "batch_results": str(results), "quiet": True})["complete"]
+    assert "; 0 requests still owed" in capsys.readouterr().err
