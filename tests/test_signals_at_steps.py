@@ -9,6 +9,7 @@ reported in two more lines at exit)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -95,3 +96,62 @@ def test_a_stop_while_the_request_file_is_written_resumes_by_writing_it(
     again = f"coinflip eval --use-cache {run} --batch-write {requests}"
     assert str(stopped.value) == f"stopped by SIGTERM; resume with: {again}"
     assert run_task({"use_cache": str(run), "batch_write": str(requests)})["batch_written"]["requests"] == 4
+
+
+def test_a_stop_while_a_long_request_file_is_written_ends_it_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C on `--batch-write` of 200,000 questions wrote all of them (3 s more) and only then said 'interrupted':
+    a request file never awaits, so the stop waited for the loop until the last request (before it was a model
+    backend, the write stopped at once). The loop breathes after each request left owed: the stop lands at once."""
+    from coinflip.models.batch import RequestFile
+    from coinflip.models.predict import MAX_BATCH
+
+    real = RequestFile.complete
+
+    async def signalled(self: RequestFile, request: Any) -> Any:
+        if self.count == 10:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return await real(self, request)
+
+    monkeypatch.setattr(RequestFile, "complete", signalled)
+    requests = tmp_path / "requests.jsonl"
+    config = {"model": "m", "limit": 3 * MAX_BATCH, "work_dir": str(tmp_path / "work"), "batch_write": str(requests)}
+    with pytest.raises(RunIncomplete, match="stopped by SIGTERM"):
+        run_task(config)
+    assert len(requests.read_bytes().splitlines()) < MAX_BATCH  # a line per worker at most, after the 10th
+
+
+def test_a_stop_while_a_result_file_is_read_resumes_by_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during `--use-cache RUN --batch-results FILE` said 'resume with: coinflip eval --use-cache RUN',
+    which sends the rest of the run online (or ends in exit 2 without --api-url) instead of reading the file's
+    answers: the resume is the same file again. Before that line came the file's note, '0 requests still owed'
+    and the answers not read yet as 'lines for requests not owed now': the note comes once all are in."""
+    from coinflip.models.batch import ResultsFile
+    from coinflip.models.predict import MAX_BATCH
+
+    requests, results = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    config = {"model": "m", "limit": 3 * MAX_BATCH, "work_dir": str(tmp_path / "work"), "batch_write": str(requests)}
+    run_task(config)
+    (run,) = (tmp_path / "work").iterdir()
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ANSWER: YES"}}]}
+    lines = [{"custom_id": json.loads(line)["custom_id"], "response": {"status_code": 200, "body": answer}}
+             for line in requests.read_text().splitlines()]  # fmt: skip
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    real = ResultsFile.complete
+
+    async def signalled(self: ResultsFile, request: Any) -> Any:
+        if self.counts["read"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return await real(self, request)
+
+    monkeypatch.setattr(ResultsFile, "complete", signalled)
+    with pytest.raises(RunIncomplete) as stopped:  # one worker: the stop lands as the loop breathes (MAX_BATCH)
+        run_task({"use_cache": str(run), "batch_results": str(results), "quiet": True, "eval_batch_size": 1})
+    monkeypatch.setattr(ResultsFile, "complete", real)
+    assert str(stopped.value).endswith(f"resume with: coinflip eval --use-cache {run} --batch-results {results}")
+    assert "note:" not in capsys.readouterr().err
+    assert run_task({"use_cache": str(run), "batch_results": str(results), "quiet": True})["complete"]
+    assert "; 0 requests still owed" in capsys.readouterr().err

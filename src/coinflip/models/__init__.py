@@ -72,7 +72,10 @@ def check_model(config: TaskConfig) -> None:
 
 
 def handed_off(config: TaskConfig) -> tuple[str, ...]:
-    """The flags that hand a run's requests to another tool (nothing is answered here), to give again on a resume."""
+    """The flags that hand a run's requests to another tool or read its answers (nothing is sent), to give again on
+    a resume (without --batch-results, a resume would send what its file answers)."""
+    if config.batch_results:
+        return ("--batch-results", str(config.batch_results))
     return ("--batch-write", str(config.batch_write)) if config.batch_write else ()
 
 

@@ -161,13 +161,17 @@ class ResultsFile:
         self.counts["conflicts"] += CONFLICT in (reply.error or "")
         return reply
 
-    async def aclose(self) -> None:
+    async def end(self) -> None:
+        """All are in (no stop, no error: the counts are whole), what the file held."""
         c = self.counts
         if self.replies is not None:  # it was read
             print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
                   f"two answers); {sum(self.lines[cid] for cid in self.replies)} lines for requests not owed now, "
                   f"{c['unreadable']} unreadable; "
                   f"{c['owed']} requests still owed (write them with --batch-write)", file=sys.stderr)  # fmt: skip
+
+    async def aclose(self) -> None:
+        return None
 
 
 def saved_batches(folder: Path) -> list[Submitted]:

@@ -109,6 +109,7 @@ class _Flow(Generic[T]):
                 if self.gate is not None:  # its hold goes either way, or the others wait on it forever
                     self.gate.settle(request, reply)
                 if reply is None:
+                    await asyncio.sleep(0)  # a model that never yields (a request file): a stop lands here
                     continue
                 if not self.landed:
                     self.loop.call_soon(self.hand_on)

@@ -16,7 +16,7 @@ from .._files import ROWS_LIMIT
 from .._terminal import printable
 from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
-from ..models import check_resume, handed_off, open_model, serve_local
+from ..models import backend, check_resume, handed_off, open_model, serve_local
 from ..rundir import RunDir, load_saved_config
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
@@ -184,7 +184,7 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None, h
     config = plan.config
     hint = hint or run.resume_hint(bool(config.api_key))
     index, todo = left(plan, run)
-    handed = bool(handed_off(config))  # its requests go to another tool: nothing lands, is spent or shown here
+    handed = backend(config) == "elsewhere"  # its requests go to another tool: nothing lands, is spent or shown here
     if not (todo or handed):
         return None
     session = Session(plan, run, todo, live=fresh and index.lines == 0, lands=not handed)
