@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -223,6 +224,15 @@ def _run_batch_elsewhere(srv: FakeOpenAIServer, requests: Path, out: Path, fail:
         )
     random.Random(3).shuffle(results)  # the order is not guaranteed
     out.write_text("".join(json.dumps(r) + "\n" for r in results))
+
+
+def test_the_request_file_s_commands_paste_whole_with_a_space_in_its_path(tmp_path: Path) -> None:
+    """`vllm run-batch -i PATH` was printed unquoted: a path with a space pasted as two arguments."""
+    requests = tmp_path / "my requests.jsonl"
+    wrote = run_cli("eval", "--model", "m", "--limit", "3", "--batch-write", str(requests), "--work-dir", str(tmp_path))
+    assert wrote.returncode == 0 and len(read_jsonl(requests)) == 3, wrote.stderr
+    command = wrote.stderr.split("e.g. ", 1)[1].split(", then", 1)[0]
+    assert shlex.split(command) == ["vllm", "run-batch", "-i", str(requests), "-o", "results.jsonl", "--model", "m"]
 
 
 def test_a_result_file_from_vllm_run_batch_is_scored_as_a_run(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from collections import Counter
@@ -18,6 +19,7 @@ from typing import Annotated, Any
 import msgspec
 
 from .._files import open_regular, read_regular, replacing
+from .._terminal import one_line
 from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ..secrets import secret_keys
@@ -122,8 +124,9 @@ class RequestFile:
         """All are in (none too): the file closed, and what to do with it, unless a stop came as it was closed."""
         await self.aclose()
         await asyncio.sleep(0)  # a stop that came as it was written ends the run here: its line the only one
-        print(f"wrote {self.count} requests to {self.path}; run them, e.g. vllm run-batch -i {self.path} -o "
-              f"results.jsonl --model {self.model}, then score them with: {self.hint} --batch-results results.jsonl",
+        path, model = shlex.quote(str(self.path)), shlex.quote(str(self.model))  # commands to paste: quoted
+        said = f"wrote {self.count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl"
+        print(one_line(f"{said} --model {model}, then score them with: {self.hint} --batch-results results.jsonl"),
               file=sys.stderr)  # fmt: skip
         self.outcome = {"complete": self.count == 0, "batch_written": {"path": str(self.path), "requests": self.count}}
 
