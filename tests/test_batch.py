@@ -235,6 +235,22 @@ def test_the_request_file_s_commands_paste_whole_with_a_space_in_its_path(tmp_pa
     assert shlex.split(command) == ["vllm", "run-batch", "-i", str(requests), "-o", "results.jsonl", "--model", "m"]
 
 
+def test_answers_read_from_a_result_file_are_not_held_against_max_cost(tmp_path: Path) -> None:
+    """Made and paid elsewhere, a result file's answers were held against --max-cost as if sent now: a cap below
+    what they cost read none of them (nothing is spent reading them; a later session's cap counts them as saved)."""
+    requests, results, work = tmp_path / "requests.jsonl", tmp_path / "results.jsonl", tmp_path / "out"
+    prices = ("--price-input", "2", "--price-output", "8", "--max-cost", "0.0001")
+    with FakeOpenAIServer("mixed") as srv:
+        wrote = run_cli("eval", "--model", "m", "--limit", "6", *prices, "--batch-write", str(requests),
+                        "--work-dir", str(work))  # fmt: skip
+        assert wrote.returncode == 0, wrote.stderr
+        _run_batch_elsewhere(srv, requests, results)
+    run = only_run_dir(work)
+    read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results), *prices)
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert read.returncode == 0 and len(rows) == 6 and all(r["error"] is None for r in rows), read.stderr
+
+
 def test_a_result_file_from_vllm_run_batch_is_scored_as_a_run(tmp_path: Path) -> None:
     requests, results = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
     work = tmp_path / "out"

@@ -283,11 +283,12 @@ class Budget:
 
 
 def budget_for(config: TaskConfig, generation: dict[str, Any], predictions: Path) -> Budget | None:
-    """--max-cost's, a batch's at its price; None without one, or where nothing is spent (a file of the requests)."""
+    """--max-cost's, a batch's at its price; None without one, or where nothing is spent here (a file of the
+    requests, or of answers made and paid elsewhere, which the next session's cap counts as saved)."""
     from ..jsonl import read_predictions
     from ..models import backend
 
-    if config.max_cost is None or backend(config) == "elsewhere":
+    if config.max_cost is None or config.batch_results or backend(config) == "elsewhere":
         return None
     prices = prices_of(vars(config))
     assert prices is not None  # checked when the run was planned (check_costs)
