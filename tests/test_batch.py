@@ -3,6 +3,7 @@ offline round trip through a request file and a result file in `vllm run-batch`'
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -843,7 +844,6 @@ def test_a_wrong_endpoint_fails_in_one_line_before_any_batch(tmp_path: Path) -> 
 
 
 def test_a_batch_or_file_the_server_no_longer_has_is_lost_not_fatal(tmp_path: Path) -> None:
-    import asyncio
 
     from coinflip.models.batch_api import LOST, BatchAPI
 
@@ -953,7 +953,6 @@ def test_a_batch_api_answer_that_drips_forever_fails_within_the_timeout(status: 
     """Each call's answer had only a limit on the gap between reads: a body that kept dripping,
     under the reply cap, held the run for hours (16 MB a byte at a time). Its whole answer is now
     read within --timeout; a retry is the next attempt, and the call then fails in one line."""
-    import asyncio
 
     from coinflip.errors import EndpointBroken
     from coinflip.models.batch_api import BatchAPI
@@ -1258,7 +1257,6 @@ def test_a_download_whose_temporary_file_cannot_be_made_is_one_line(
 ) -> None:
     """The raw download goes to a nameless file beside its result; where the disk refuses it (full,
     read-only, out of file handles) the OSError left the run as a traceback, not a StorageError."""
-    import asyncio
     import errno
     import tempfile
 
@@ -1283,7 +1281,6 @@ def test_a_disk_that_fills_during_a_download_is_one_line_not_the_server_s_failur
 ) -> None:
     """A full disk while a result file came in was taken for the server's failure: retried, then
     'the Batch API did not answer'. It is our disk: a StorageError naming the folder, at once."""
-    import asyncio
     import errno
     import io
     import tempfile
@@ -1948,3 +1945,40 @@ def test_a_billed_line_beside_an_answer_for_the_same_request_counts_too(tmp_path
     assert done.returncode == 0 and store.created == 1, done.stderr
     rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
     assert all(r["error"] is None and 1000 < r["usage"]["prompt_tokens"] < 2000 for r in rows), rows
+
+
+def test_a_resume_that_reads_no_batch_is_refused_while_a_collected_batch_holds_billed_answers_no_row_holds(
+    tmp_path: Path,
+) -> None:
+    """With --batch-rest-online, a batch line of 200 without an answer (billed) was collected and its request went
+    online, where the run was stopped (SIGTERM): no row held the line. A --no-batch resume was allowed (every batch
+    collected), asked the request online only, and the line's 1000 billed prompt tokens counted nowhere; the same
+    held for a batch collected just before a kill, its rows unwritten (sent a second time). It is refused in one
+    line naming --batch, which reads the line and counts it."""
+    store = _NoAnswerFirst()
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        healthy, arrived = srv.chat, []
+
+        async def held(headers: dict[str, str], body: bytes, *rest: Any) -> Any:
+            if b"coin" in body:  # a question, not the endpoint's probe: held until the run is stopped
+                arrived.append(body)
+                await asyncio.sleep(3600)
+            return await healthy(headers, body, *rest)
+
+        srv.chat = held
+        proc = spawn_cli("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--batch", "--batch-rest-online",
+                         *FAST, "--work-dir", str(tmp_path), quiet=True)  # fmt: skip
+        _wait_for(lambda: arrived, "the request to go online")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        srv.chat = healthy
+        run = only_run_dir(tmp_path)
+        online = srv.state.requests.total()
+        for mode in ("--no-batch", "--batch-write"):
+            refused = run_cli("eval", "--use-cache", str(run), mode, *(["x.jsonl"] if mode == "--batch-write" else []))
+            assert refused.returncode == 2 and "resume with --batch to read them" in refused.stderr, refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1 and srv.state.requests.total() == online
+        resumed = run_cli("eval", "--use-cache", str(run), "--batch")
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert proc.returncode == 1 and resumed.returncode == 0, resumed.stderr
+    assert rows and all(r["usage"]["prompt_tokens"] > 1000 for r in rows), rows  # the billed line counted

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,16 +79,36 @@ def handed_off(config: TaskConfig) -> tuple[str, ...]:
     return ("--batch-write", str(config.batch_write)) if config.batch_write else ()
 
 
-def check_resume(config: TaskConfig, root: Path) -> None:
-    """Before a resume saves its settings: one that collects no batch is refused while the run's are open (paid)."""
-    if config.batch_write or config.batch_results or not config.batch:
-        from .batch import saved_batches
+def check_resume(config: TaskConfig, root: Path, owed: Callable[[], Iterable[Request]]) -> None:
+    """Before a resume saves its settings: one that reads no batch is refused while a batch of the run holds what it
+    was billed for and no row holds: one still open, or one collected before a stop cut its rows off."""
+    if config.batch and not (config.batch_write or config.batch_results):
+        return
+    from ._redact import Redactor
+    from .batch import batch_ids, read_answers, result_files, saved_batches, unread
+    from .predict import custom_id
 
-        held = [str(b.batch_id or b.file_id) for b in saved_batches(root / "batch") if b.file_id and not b.collected]
-        if held:
-            raise ConfigError(f"{root}: the run's batches {', '.join(held)} are not collected yet: resume with "
-                              "--batch to collect them (--no-batch or --batch-write would ask their requests "
-                              "again, --batch-results would leave them)")  # fmt: skip
+    folder, again = root / "batch", "(--no-batch or --batch-write would ask their requests again, --batch-results "
+    batches = saved_batches(folder)
+    if held := [str(b.batch_id or b.file_id) for b in batches if b.file_id and not b.collected]:
+        raise ConfigError(f"{root}: the run's batches {', '.join(held)} are not collected yet: resume with --batch to "
+                          f"collect them {again}would leave them)")  # fmt: skip
+    covered: dict[str, list[Any]] = {}
+    for batch in (b for b in batches if b.file_id and b.key):  # before keys, rows name no batch: none is read
+        for cid in batch_ids(folder, batch):
+            covered.setdefault(cid, []).append(batch)
+    wanted: dict[int, set[str]] = {}
+    for request in owed() if covered else ():
+        for batch in unread(covered.get(custom_id(request), []), request):
+            wanted.setdefault(id(batch), set()).add(custom_id(request))
+    cap = int(config.max_reply_mb * 1024 * 1024)
+    for batch in (b for b in batches if id(b) in wanted):
+        files = [p for p in result_files(folder, batch).values() if p.exists()]
+        replies, _ = read_answers(files, wanted[id(batch)], config.api_mode, cap, Redactor([]))
+        if any(reply.error is None or reply.usage for reply in replies.values()):  # an answer, or a billed failure
+            raise ConfigError(f"{root}: batch {batch.batch_id} holds answers, billed, that no row holds yet (the run "
+                              f"stopped before writing them): resume with --batch to read them {again}would "
+                              "leave them)")  # fmt: skip
 
 
 @contextlib.contextmanager

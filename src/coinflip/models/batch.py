@@ -188,6 +188,27 @@ def saved_batches(folder: Path) -> list[Submitted]:
         raise ConfigError(f"{state}: not a batch state file ({exc}); move it away to start over") from None
 
 
+def batch_ids(folder: Path, batch: Submitted) -> list[str]:
+    """The custom_ids a saved batch holds (a plain file inside the run: a FIFO there would hang the resume)."""
+    try:
+        return read_regular(folder.parent / batch.ids, STATE_LIMIT, within=folder.parent).decode("utf-8").split()
+    except (OSError, ValueError):  # UnreadableFile and UnicodeDecodeError are ValueErrors
+        return []
+
+
+def unread(held: list[Submitted], request: Request) -> list[Submitted]:
+    """`request`'s saved batches (`held`, in order) after the last one a row names (`seen`; from one a kept row names,
+    `filled`, whose other choices may be unsaved): billed, their usage in no row; before keys: the latest."""
+    named = request.seen | request.filled
+    last = max((i + (b.key in request.seen) for i, b in enumerate(held) if b.key and b.key in named), default=0)
+    return [batch for batch in held[last:] if batch.key] if held and held[-1].key else held[-1:]
+
+
+def result_files(folder: Path, batch: Submitted) -> dict[str, Path]:
+    """Where a batch's output and error files are downloaded to (the server's id: never a path out of the run)."""
+    return {key: folder / f"{safe_name(str(batch.batch_id))}.{key}.jsonl" for key in ("output", "error")}
+
+
 class BatchModel(Gatherer):
     """Requests answered through the Batch API at one endpoint, a batch a round, resumable from `folder`
     (batch/); `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
@@ -222,7 +243,7 @@ class BatchModel(Gatherer):
                 print(f"note: {state}: batch id {batch.batch_id!r} is not a batch's id; looking for the batch "
                       f"made from {batch.file_id} instead", file=sys.stderr)  # fmt: skip
                 batch.batch_id, batch.status = None, "new"
-            self.covered.update({cid: [*self.covered.get(cid, []), batch] for cid in self._ids(batch)})
+            self.covered.update({cid: [*self.covered.get(cid, []), batch] for cid in batch_ids(self.folder, batch)})
         await self.api.__aenter__()
         if self.online is not None:
             await self.online.start()
@@ -231,24 +252,14 @@ class BatchModel(Gatherer):
         with replacing(self.folder / "state.json") as out:  # a failure to write is StorageError, naming the file
             out.write(msgspec.json.format(msgspec.json.encode(State(self.batches)), indent=1))
 
-    def _ids(self, batch: Submitted) -> list[str]:
-        root = self.folder.parent
-        try:  # a plain file inside the run: a FIFO there would hang the resume
-            return read_regular(root / batch.ids, STATE_LIMIT, within=root).decode("utf-8").split()
-        except (OSError, ValueError):  # UnreadableFile and UnicodeDecodeError are ValueErrors
-            return []
-
     @property
     def traffic(self) -> Callable[[], Traffic] | None:
         """The requests record of what a batch left that went online (--batch-rest-online); none went: none."""
         return self.online.traffic if self.online is not None and self.online.limiter.traffic.sent else None
 
     def paid(self, request: Request) -> list[Submitted]:
-        """The saved batches of `request` after the last one a row names (`seen`; from one a kept row names, `filled`,
-        whose other choices may be unsaved): billed, their usage in no row."""
-        held, named = self.covered.get(custom_id(request), []), request.seen | request.filled  # before keys: the latest
-        last = max((i + (b.key in request.seen) for i, b in enumerate(held) if b.key and b.key in named), default=0)
-        return [batch for batch in held[last:] if batch.key] if held and held[-1].key else held[-1:]
+        """Its saved batches whose usage no row holds: billed, whatever this run does."""
+        return unread(self.covered.get(custom_id(request), []), request)
 
     async def complete(self, request: Request) -> Reply:
         paid = None  # what its sends reported they cost (a line of 200 without an answer too)
@@ -345,8 +356,7 @@ class BatchModel(Gatherer):
     async def _collect(self, batch: Submitted, wanted: set[str]) -> dict[str, Reply]:
         """Download the batch's results once, and read the answers for `wanted` (missing: an error why)."""
         info = self.info.get(str(batch.batch_id), {})
-        name = safe_name(str(batch.batch_id))  # the server's id: never a path (../) out of the run
-        paths = {key: self.folder / f"{name}.{key}.jsonl" for key in ("output", "error")}
+        paths = result_files(self.folder, batch)
         if not batch.collected:
             batch.turnaround_s = turnaround(info)  # a resume reads the answers without the server's word
             for key, path in paths.items():
@@ -355,7 +365,7 @@ class BatchModel(Gatherer):
                     log.warning("batch %s: its %s file is gone from the server", batch.batch_id, key)
             batch.collected = True
             self._save()
-        wanted &= set(self._ids(batch))
+        wanted &= set(batch_ids(self.folder, batch))
         found = [p for p in paths.values() if p.exists()] if batch.batch_id is not None else []
         replies, counts = read_answers(found, wanted, self.mode, self.cap, self.api.redact)
         missing = f"the batch ended {batch.status} before this request ran"

@@ -16,6 +16,7 @@ from .._files import ROWS_LIMIT
 from .._terminal import printable
 from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
+from ..jsonl import index_predictions
 from ..models import backend, check_resume, handed_off, open_model, serve_local
 from ..rundir import RunDir, load_saved_config
 from ..scoring.cost import budget_for
@@ -125,9 +126,9 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
             raise
     root = Path(config.use_cache).expanduser()
     saved = same_run(plan, root)
-    check_resume(config, root)
     run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
     run.refuse_links_out()
+    check_resume(config, root, lambda: (r for _, r in requests_left(plan, run, index_predictions(run.predictions))))
     found = saved.get("provenance")  # a hand edit may have left anything there
     first = found.get("created") if isinstance(found, dict) else None
     if isinstance(first, str):  # a run started when it was created; a resume adds when it went on
