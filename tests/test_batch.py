@@ -1869,6 +1869,24 @@ def test_a_batch_sent_for_the_choices_a_server_left_out_is_read_for_them_on_resu
     assert _report(run)["tokens"]["prompt"] == sum(r["usage"]["prompt_tokens"] for r in latest.values())
 
 
+def test_a_choice_a_batch_left_out_may_be_asked_online_or_written_out_on_resume(tmp_path: Path) -> None:
+    """n=2 at a batch that answers one choice: the run ended (exit 1), the second choice's row an error. A resume with
+    --batch-write or --no-batch was refused forever ('batch ... holds answers, billed, that no row holds yet'): that
+    error row named no batch, so the batch, whose answer and usage the first row holds, was taken as unread."""
+    store = _OneChoiceSecondHeld()
+    store.waits = False
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--batch", *FAST)
+        first = run_cli(*args, "--generation-config", "n=2", "--work-dir", str(tmp_path))
+        run = only_run_dir(tmp_path)
+        written = run_cli("eval", "--use-cache", str(run), "--batch-write", str(tmp_path / "requests.jsonl"))
+        online = run_cli("eval", "--use-cache", str(run), "--no-batch")
+    assert first.returncode == 1 and written.returncode == 0 and online.returncode == 0, written.stderr + online.stderr
+    latest = {(r["id"], r["repeat"]): r for r in read_jsonl(run / "predictions/m/coin_flip.jsonl")}
+    assert len(latest) == 4 and all(r["error"] is None for r in latest.values()) and store.created == 1
+    assert _report(run)["tokens"]["prompt"] == sum((r["usage"] or {}).get("prompt_tokens", 0) for r in latest.values())
+
+
 def test_a_batch_line_s_billed_usage_counts_before_its_request_may_go_online_under_max_cost(tmp_path: Path) -> None:
     """With --batch-rest-online, --max-cost and max_tokens (the run never passes the cap), a batch line of 200
     without an answer reported usage, and its request was let online as if that usage cost nothing: the online row

@@ -215,7 +215,8 @@ def first_rows(record: Any, request: Request, reply: Reply, choices: int, force:
     repeats = placed(request, choices)
     unpaid = dataclasses.replace(reply, usage=None)  # an error's usage (its retries') counts once, in its first row
     got = [reply, *reply.more][: len(repeats)] if reply.error is None else [reply, *[unpaid] * (len(repeats) - 1)]
-    missing = Reply(None, error=f"the server returned {len(reply.more) + 1} of n={choices} choices; use --repeats")
+    text = f"the server returned {len(reply.more) + 1} of n={choices} choices; use --repeats"
+    missing = Reply(None, error=text, source=reply.source)  # names its batch (read): a resume asks for it anew
     got += [missing] * (len(repeats) - len(got))
     rows = [prediction_row(record, repeat, request, choice) for repeat, choice in zip(repeats, got, strict=True)]
     for row in rows:
