@@ -1995,6 +1995,7 @@ def test_a_resume_that_reads_no_batch_is_refused_while_a_collected_batch_holds_b
         for mode in ("--no-batch", "--batch-write"):
             refused = run_cli("eval", "--use-cache", str(run), mode, *(["x.jsonl"] if mode == "--batch-write" else []))
             assert refused.returncode == 2 and "resume with --batch to read them" in refused.stderr, refused.stderr
+            assert f"move {run / 'batch'} away" in refused.stderr  # the way out where the Batch API is gone
             assert len(refused.stderr.strip().splitlines()) == 1 and srv.state.requests.total() == online
         resumed = run_cli("eval", "--use-cache", str(run), "--batch")
     rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")

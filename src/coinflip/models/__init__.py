@@ -106,9 +106,10 @@ def check_resume(config: TaskConfig, root: Path, owed: Callable[[], Iterable[Req
         files = [p for p in result_files(folder, batch).values() if p.exists()]
         replies, _ = read_answers(files, wanted[id(batch)], config.api_mode, cap, Redactor([]))
         if any(reply.error is None or reply.usage for reply in replies.values()):  # an answer, or a billed failure
-            raise ConfigError(f"{root}: batch {batch.batch_id} holds answers, billed, that no row holds yet (the run "
-                              f"stopped before writing them): resume with --batch to read them {again}would "
-                              "leave them)")  # fmt: skip
+            raise ConfigError(f"{root}: batch {batch.batch_id} holds billed lines (answers or failures) that no row "
+                              f"holds yet (the run stopped before writing them): resume with --batch to read them "
+                              f"{again}would leave them; to ask them again without their cost, move {folder} "
+                              "away)")  # fmt: skip
 
 
 @contextlib.contextmanager
