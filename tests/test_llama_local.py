@@ -16,7 +16,8 @@ pytest.importorskip("llama_cpp", reason="install coinflip[local]; .ci/run does")
 # A model-bound step on a loaded 2-core machine: the 6 replies below took 5 minutes there beside
 # other work, a few seconds on an idle one. The budget only catches a hang.
 MODEL_BUDGET_S = 1800.0
-pytestmark = [pytest.mark.llama, pytest.mark.timeout(2 * MODEL_BUDGET_S)]
+# one worker runs them all (--dist loadgroup): two llama.cpp servers side by side on two cores took 2-4x as long each
+pytestmark = [pytest.mark.llama, pytest.mark.timeout(2 * MODEL_BUDGET_S), pytest.mark.xdist_group("llama")]
 
 
 def llama_processes(mark: str | None = None) -> list[int]:
