@@ -23,6 +23,9 @@ from coinflip.testing.server import FakeOpenAIServer
 # took 250 ms and failed. Examples are bounded by their sizes, never by the clock.
 settings.register_profile("coinflip", deadline=None)
 settings.load_profile("coinflip")
+# llama.cpp's threads spin: two of them beside the other worker's tests on two cores took up to 30x as long (298 s
+# against 9 s alone); one thread each keeps the SmolLM2 tests near their speed on any machine
+os.environ.setdefault("COINFLIP_LLAMA_THREADS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -197,3 +197,12 @@ def test_a_resume_with_other_weights_under_the_same_name_is_another_run(tmp_path
     assert resumed.returncode == 2 and "was a different run" in resumed.stderr and "weights" in resumed.stderr
     assert len(resumed.stderr.strip().splitlines()) == 1
     assert len(read_jsonl(run / "predictions/mine/coin_flip.jsonl")) == 1
+
+
+@pytest.mark.parametrize("threads", ["x", "0", "-2", "2.5"])
+def test_a_thread_count_that_is_not_one_is_refused_before_any_run_directory(tmp_path: Path, threads: str) -> None:
+    """$COINFLIP_LLAMA_THREADS sets llama.cpp's threads; anything but a whole number from 1 is one line, exit 2."""
+    result = run_cli("eval", "--model", "smollm2", "--limit", "1", "--work-dir", str(tmp_path / "w"),
+                     env={"COINFLIP_LLAMA_THREADS": threads})  # fmt: skip
+    assert result.returncode == 2 and "COINFLIP_LLAMA_THREADS" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "w").exists()

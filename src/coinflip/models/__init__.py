@@ -60,6 +60,9 @@ def check_model(config: TaskConfig) -> None:
     if answered_by == "local":
         if importlib.util.find_spec("llama_cpp") is None:
             raise ConfigError("a local GGUF model needs llama.cpp: pip install 'coinflip[local]'")
+        from .llama_local import llama_threads
+
+        llama_threads()  # $COINFLIP_LLAMA_THREADS checked before any run directory exists
         path = _gguf(config)
         if not path.is_file():
             raise ConfigError(f"--model-path {path}: no such file" if not path.exists() else f"{path}: not a file")

@@ -49,6 +49,16 @@ def _child_setup() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def llama_threads() -> int:
+    """$COINFLIP_LLAMA_THREADS, else up to 4 cores: llama.cpp's threads spin, so beside busy work fewer is faster."""
+    given = os.environ.get("COINFLIP_LLAMA_THREADS")
+    if given is None:
+        return min(4, os.cpu_count() or 2)
+    if not given.isdigit() or not 1 <= int(given) <= 1024:
+        raise ConfigError(f"COINFLIP_LLAMA_THREADS={given!r}: give a whole number of threads from 1 to 1024")
+    return int(given)
+
+
 @contextlib.contextmanager
 def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | None = None) -> Iterator[str]:
     """Start `python -m llama_cpp.server`, yield its base URL, and always stop it."""
@@ -56,7 +66,7 @@ def llama_server(model_path: Path, alias: str, log_path: Path, threads: int | No
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     command = [sys.executable, "-m", "llama_cpp.server", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096"]
-    threads = threads or min(4, os.cpu_count() or 2)
+    threads = threads or llama_threads()
     command += ["--model", str(model_path), "--model_alias", alias, "--n_threads", str(threads)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
