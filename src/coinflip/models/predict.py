@@ -22,7 +22,7 @@ def custom_id(request: Request) -> str:
 
 
 class Gatherer:
-    """A model that answers its requests all together (a batch, a file): each waits for the round, which begins
+    """A model that answers its requests all together (a batch): each waits for the round, which begins
     once a turn of the event loop adds none; `_answers` answers the round's by custom_id (one missing: Unanswered)."""
 
     gathers = True  # the runner hands this model every request at once
