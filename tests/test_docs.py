@@ -56,3 +56,15 @@ def test_the_first_screen_keeps_what_a_run_prints_and_drops_only_what_varies() -
     written = first_screen.with_screen(readme, args, screen)
     assert written.startswith("intro\n") and written.endswith(first_screen.END + "\nrest\n")
     assert "$ coinflip eval --model oracle --limit 20\n" + screen in written
+
+
+def test_the_house_names_every_module_and_no_module_that_is_gone() -> None:
+    """The development page's house is one line per module: a module added or removed without it drifts."""
+    page = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    house = page[page.index("<!-- BEGIN the house") : page.index("<!-- END the house")]
+    package = REPO / "src" / "coinflip"
+    modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    named = {m for m in modules if f"`{m.rsplit('/', 1)[-1]}`" in house or f"`{m}`" in house}
+    assert modules - {"__init__.py"} - named == set(), "modules the house does not name"
+    files = set(re.findall(r"`([a-z_]+\.py)`", house))
+    assert files - {m.rsplit("/", 1)[-1] for m in modules} == set(), "names in the house that no module has"

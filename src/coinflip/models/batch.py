@@ -23,10 +23,10 @@ from .._terminal import one_line
 from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ..secrets import secret_keys
+from . import batch_api
 from ._redact import Redactor
 from ._replies import added, unkept
 from ._request import request_body, split_generation
-from ._turnaround import TURNAROUND_MAX, turnaround
 from .base import Reply, Request, Unanswered
 from .batch_api import ENDED, LOST, BatchAPI, batch_errors, capped_lines, read_result, request_line, split_lines
 from .limits import Traffic
@@ -85,7 +85,7 @@ class Submitted(msgspec.Struct):
     batch_id: str | None = None
     status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
     collected: bool = False  # its results are downloaded into the batch folder (or it has none)
-    turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=TURNAROUND_MAX)] = 0.0  # as dated: its answers' latency
+    turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=batch_api.TURNAROUND_MAX)] = 0.0  # its answers' latency
     key: str = ""  # random, its own: each row read from it names it (`source`); "" in states saved before keys
 
 
@@ -358,7 +358,7 @@ class BatchModel(Gatherer):
         info = self.info.get(str(batch.batch_id), {})
         paths = result_files(self.folder, batch)
         if not batch.collected:
-            batch.turnaround_s = turnaround(info)  # a resume reads the answers without the server's word
+            batch.turnaround_s = batch_api.turnaround(info)  # a resume reads the answers without the server's word
             for key, path in paths.items():
                 file_id = info.get(f"{key}_file_id")
                 if isinstance(file_id, str) and file_id and not await self.api.download(file_id, path):

@@ -4,6 +4,7 @@ and the few calls a batch needs (429, 5xx and dropped connections retried)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import random
@@ -38,6 +39,7 @@ LOST = "lost"  # not a status the API sends: the server no longer knows the batc
 ENDED = ("completed", "expired", "failed", "cancelled", LOST)
 CALL_RETRIES = 6
 LIST_PAGES = 50  # pages of GET /batches read to find a batch made before a stop (100 batches a page)
+TURNAROUND_MAX = 1e9  # seconds from a batch's creation to its end that a server's dates may say (31 years)
 
 
 class _Gone(Exception):
@@ -106,6 +108,18 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
     detail = server_message(json.dumps({"error": error}).encode()) if error else "no response"
     code = error.get("code") if isinstance(error, dict) and isinstance(error.get("code"), str) else "batch"
     return cid, Reply(None, error=one_line(f"{code}: {detail}"))
+
+
+def turnaround(info: dict[str, Any]) -> float:
+    """Seconds from the batch's creation to its end, as the server dates them (its answers' latency)."""
+    start = info.get("created_at")
+    ends = [info.get(f"{s}_at") for s in ENDED]
+    end = max((e for e in ends if isinstance(e, int | float) and not isinstance(e, bool)), default=None)
+    if isinstance(start, int | float) and end is not None:
+        with contextlib.suppress(OverflowError):  # dates past any float (400 digits) tell nothing
+            seconds = float(end - start)
+            return seconds if 0 <= seconds <= TURNAROUND_MAX else 0.0  # past it: dates in mixed units
+    return 0.0
 
 
 def capped_lines(handle: BinaryIO, cap: int) -> Iterator[bytes]:
