@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._files import ROWS_LIMIT
+from .._files import ROWS_LIMIT, inside
 from .._terminal import printable
 from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
@@ -108,6 +108,10 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
 def open_run(plan: Plan) -> tuple[RunDir, bool]:
     """The run directory, its settings on disk from the first moment; and whether it is new."""
     config = plan.config
+    own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
+    if own and config.batch_write and inside(Path(config.batch_write).expanduser(), own):  # its folder known before
+        raise ConfigError(f"--batch-write {config.batch_write}: a file in the run directory {own}, which it would "
+                          "overwrite (its answers or settings); write the requests elsewhere")  # fmt: skip
     content: dict[str, Any] = {
         "config": config.redacted(),
         "fingerprint": plan.fingerprint,

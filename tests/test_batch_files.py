@@ -1,0 +1,59 @@
+"""The offline round trip's own files: `--batch-write FILE` and `--batch-results FILE` against a run directory,
+with real processes and real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import only_run_dir, read_jsonl, run_cli
+from .test_batch import _ok, _written_offline
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def _partly_answered(tmp_path: Path) -> Path:
+    """A run of 5 written for `vllm run-batch`, 2 of them answered from a result file: 3 owed."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    (tmp_path / "results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids[:2]))
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "results.jsonl"))
+    assert scored.returncode == 1 and len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 2, scored.stderr
+    return run
+
+
+@pytest.mark.parametrize("target", ["predictions", "settings", "a link to them", "a linked folder", "via .."])
+def test_a_request_file_inside_the_run_is_refused_before_anything_changes(tmp_path: Path, target: str) -> None:
+    """`--batch-write RUN/predictions/m/coin_flip.jsonl` (or the settings, or a path that resolves there) wrote the
+    requests over the run's own file: its answers or settings were lost, the run neither resumable nor rescorable."""
+    run = _partly_answered(tmp_path)
+    own = {"predictions": run / "predictions/m/coin_flip.jsonl", "settings": run / "configs/task_config.yaml",
+           "a link to them": tmp_path / "link.jsonl", "a linked folder": tmp_path / "linked/configs/subset.json",
+           "via ..": run / "logs/../predictions/m/../m/coin_flip.jsonl"}[target]  # fmt: skip
+    (tmp_path / "link.jsonl").symlink_to(run / "predictions/m/coin_flip.jsonl")
+    (tmp_path / "linked").symlink_to(run, target_is_directory=True)
+    before = _files(run)
+    refused = run_cli("eval", "--use-cache", str(run), "--batch-write", str(own))
+    assert refused.returncode == 2 and "--batch-write" in refused.stderr and str(run) in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert _files(run) == before
+    elsewhere = tmp_path / "owed.jsonl"
+    wrote = run_cli("eval", "--use-cache", str(run), "--batch-write", str(elsewhere))
+    assert wrote.returncode == 0 and len(read_jsonl(elsewhere)) == 3, wrote.stderr
+    assert run_cli("rescore", str(run)).returncode == 1  # incomplete, and scored
+
+
+def test_a_request_file_over_a_new_run_s_settings_is_refused(tmp_path: Path) -> None:
+    """With --no-timestamp the run's folder is known beforehand: the requests were written over its settings."""
+    work = tmp_path / "work"
+    refused = run_cli("eval", "--model", "m", "--limit", "3", "--no-timestamp", "--work-dir", str(work),
+                      "--batch-write", str(work / "configs/task_config.yaml"))  # fmt: skip
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert not (work / "configs/task_config.yaml").exists()
+    wrote = run_cli("eval", "--model", "m", "--limit", "3", "--no-timestamp", "--work-dir", str(work),
+                    "--batch-write", str(tmp_path / "requests.jsonl"))  # fmt: skip
+    assert wrote.returncode == 0 and len(read_jsonl(tmp_path / "requests.jsonl")) == 3, wrote.stderr
+    assert only_run_dir(tmp_path) == work
