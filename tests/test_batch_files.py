@@ -3,6 +3,7 @@ with real processes and real files."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,20 @@ def test_a_request_file_over_a_new_run_s_settings_is_refused(tmp_path: Path) -> 
                     "--batch-write", str(tmp_path / "requests.jsonl"))  # fmt: skip
     assert wrote.returncode == 0 and len(read_jsonl(tmp_path / "requests.jsonl")) == 3, wrote.stderr
     assert only_run_dir(tmp_path) == work
+
+
+def test_an_incomplete_result_file_s_last_line_gives_the_offline_command_that_writes_the_rest(tmp_path: Path) -> None:
+    """Its note said to write the rest with --batch-write, its last line 'resume with: coinflip eval --use-cache RUN',
+    which goes online (here: refused, as the run has no --api-url)."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    (tmp_path / "results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids[:2]))
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", "results.jsonl", cwd=tmp_path)
+    assert scored.returncode == 1 and "3 requests still owed (write them with --batch-write)" in scored.stderr
+    last = scored.stderr.strip().splitlines()[-1]
+    assert last.startswith("resume with: coinflip eval") and "--batch-write" in last, scored.stderr
+    command = shlex.split(last.removeprefix("resume with: "))
+    assert "results.jsonl" not in command  # never written over the file just read
+    wrote = run_cli(*command[1:], cwd=tmp_path)
+    assert wrote.returncode == 0 and (tmp_path / "results.jsonl").read_bytes(), wrote.stderr
+    assert sorted(line["custom_id"] for line in read_jsonl(tmp_path / command[-1])) == sorted(ids[2:])

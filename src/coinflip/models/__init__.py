@@ -82,6 +82,14 @@ def handed_off(config: TaskConfig) -> tuple[str, ...]:
     return ("--batch-write", str(config.batch_write)) if config.batch_write else ()
 
 
+def offline_rest(saved: dict[str, Any]) -> tuple[str, ...]:
+    """Where a run's last session wrote its requests for another tool or read its answers, how the rest is written
+    (a request file named apart from the results read); else nothing: it resumes as it ran."""
+    written = saved.get("batch_results") or saved.get("batch_write")
+    name = "owed-more.jsonl" if Path(str(written)).name == "owed.jsonl" else "owed.jsonl"  # never over the file read
+    return ("--batch-write", name) if written else ()
+
+
 def check_resume(config: TaskConfig, root: Path, owed: Callable[[], Iterable[Request]]) -> None:
     """Before a resume saves its settings: one that reads no batch is refused while a batch of the run holds what it
     was billed for and no row holds: one still open, or one collected before a stop cut its rows off."""
