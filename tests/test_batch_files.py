@@ -75,3 +75,23 @@ def test_an_incomplete_result_file_s_last_line_gives_the_offline_command_that_wr
     wrote = run_cli(*command[1:], cwd=tmp_path)
     assert wrote.returncode == 0 and (tmp_path / "results.jsonl").read_bytes(), wrote.stderr
     assert sorted(line["custom_id"] for line in read_jsonl(tmp_path / command[-1])) == sorted(ids[2:])
+
+
+@pytest.mark.parametrize("where", ["a folder", "no such folder"])
+def test_a_request_file_that_cannot_be_written_says_what_the_run_keeps(tmp_path: Path, where: str) -> None:
+    """A fresh run said 'predictions finished so far are kept' where it had none (a request file sends nothing)."""
+    path = tmp_path / "requests.jsonl" if where == "a folder" else tmp_path / "missing/requests.jsonl"
+    if where == "a folder":
+        path.mkdir()
+    fresh = run_cli("eval", "--model", "m", "--limit", "3", "--batch-write", str(path),
+                    "--work-dir", str(tmp_path / "w"))  # fmt: skip
+    line = fresh.stderr.strip()
+    assert fresh.returncode == 1 and len(line.splitlines()) == 1 and str(path) in line, fresh.stderr
+    assert "kept" not in line and "no answers yet" in line
+    (tmp_path / "old").mkdir()
+    run = _partly_answered(tmp_path / "old")
+    resumed = run_cli("eval", "--use-cache", str(run), "--batch-write", str(path))
+    line = resumed.stderr.strip()
+    assert resumed.returncode == 1 and len(line.splitlines()) == 1 and str(path) in line, resumed.stderr
+    assert line.endswith("predictions finished so far are kept")
+    assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import BASELINES, LOCAL_MODELS, TaskConfig
-from ..errors import ConfigError
+from ..errors import KEPT, ConfigError
 from ..rundir import RunDir
 from ..secrets import run_secrets
 from .base import Model, Reply, Request
@@ -152,7 +152,8 @@ async def open_model(
     if config.batch_write:
         from .batch import RequestFile
 
-        model = RequestFile(config, generation, run.resume_hint().replace("resume with: ", ""))
+        kept = KEPT if answered else "the run holds no answers yet"  # a request file sends nothing: none were made
+        model = RequestFile(config, generation, run.resume_hint().replace("resume with: ", ""), kept)
     elif config.batch_results:
         from ._redact import Redactor
         from .batch import ResultsFile
