@@ -3,6 +3,7 @@ with real processes and real files."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -95,3 +96,26 @@ def test_a_request_file_that_cannot_be_written_says_what_the_run_keeps(tmp_path:
     assert resumed.returncode == 1 and len(line.splitlines()) == 1 and str(path) in line, resumed.stderr
     assert line.endswith("predictions finished so far are kept")
     assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 2
+
+
+def _named(custom_id: str, model: str) -> bytes:
+    """A result line whose body names the model that answered, as `vllm run-batch` and the Batch API write it."""
+    body = {"model": model, "choices": [{"index": 0, "message": {"content": "ANSWER: NO"}, "finish_reason": "stop"}]}
+    return json.dumps({"custom_id": custom_id, "response": {"status_code": 200, "body": body}}).encode() + b"\n"
+
+
+def test_a_result_file_of_another_model_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:
+    """Another run's results (the same questions, the same custom_ids, another model) were scored as this run's."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    results = tmp_path / "results.jsonl"
+    results.write_bytes(b"".join(_named(c, "Qwen/Qwen2.5-7B-Instruct") for c in ids))
+    refused = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    line = refused.stderr.strip()
+    assert refused.returncode == 2 and len(line.splitlines()) == 1 and "Traceback" not in line, refused.stderr
+    assert "Qwen/Qwen2.5-7B-Instruct" in line and "model m" in line and str(results) in line
+    assert not read_jsonl(run / "predictions/m/coin_flip.jsonl") and not (run / "reports").exists()
+    # the run's model on one line (a provider's dated snapshot of it counts), or no model named at all: read
+    results.write_bytes(_named(ids[0], "m-2024-07-18") + _named(ids[1], "other") + _ok(ids[2], "ANSWER: NO"))
+    read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    assert read.returncode == 1 and len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 3, read.stderr

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._files import open_regular
 from ..config import BASELINES, LOCAL_MODELS, TaskConfig
 from ..errors import KEPT, ConfigError
 from ..rundir import RunDir
@@ -90,6 +93,32 @@ def offline_rest(saved: dict[str, Any]) -> tuple[str, ...]:
     return ("--batch-write", name) if written else ()
 
 
+def check_results_model(path: Path, model: str, cap: int) -> None:
+    """A result file whose answers name a model, none the run's (or a provider's dated snapshot of it, as OpenAI's
+    gpt-4o-mini-2024-07-18), is another run's (`vllm run-batch` echoes the model its request file named): refused
+    before any answer is recorded. One that names none is read; an unreadable one is ResultsFile's to refuse."""
+    from .batch_api import capped_lines
+
+    named: set[str] = set()
+    with contextlib.suppress(OSError, ValueError), open_regular(path) as handle:
+        for raw in capped_lines(handle, cap):
+            found = _model_of(raw)
+            if found == model or (isinstance(found, str) and re.fullmatch(rf"{re.escape(model)}-[\d-]+", found)):
+                return
+            named |= {found[:80]} if isinstance(found, str) else set()
+    if named:
+        raise ConfigError(f"--batch-results {path}: its answers name {', '.join(map(repr, sorted(named)[:3]))}, not "
+                          f"the run's model {model}: another run's results? Nothing was recorded")  # fmt: skip
+
+
+def _model_of(raw: bytes) -> Any:
+    """The model a result line's body names (None: none)."""
+    try:
+        return json.loads(raw)["response"]["body"]["model"]
+    except (ValueError, LookupError, TypeError, RecursionError):
+        return None
+
+
 def check_resume(config: TaskConfig, root: Path, owed: Callable[[], Iterable[Request]]) -> None:
     """Before a resume saves its settings: one that reads no batch is refused while a batch of the run holds what it
     was billed for and no row holds: one still open, or one collected before a stop cut its rows off."""
@@ -158,7 +187,8 @@ async def open_model(
         from ._redact import Redactor
         from .batch import ResultsFile
 
-        model = ResultsFile(Path(config.batch_results).expanduser(), config.api_mode, cap, Redactor(secrets))
+        check_results_model(path := Path(config.batch_results).expanduser(), str(config.model), cap)
+        model = ResultsFile(path, config.api_mode, cap, Redactor(secrets))
     elif urls is None:
         if config.batch:
             raise ConfigError(f"--batch needs a server: {config.model} answers in-process")
