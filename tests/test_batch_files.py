@@ -4,6 +4,7 @@ with real processes and real files."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -27,15 +28,23 @@ def _partly_answered(tmp_path: Path) -> Path:
     return run
 
 
-@pytest.mark.parametrize("target", ["predictions", "settings", "a link to them", "a linked folder", "via .."])
+@pytest.mark.parametrize(
+    "target", ["predictions", "settings", "a link to them", "a linked folder", "via ..", "a hard link"]
+)
 def test_a_request_file_inside_the_run_is_refused_before_anything_changes(tmp_path: Path, target: str) -> None:
     """`--batch-write RUN/predictions/m/coin_flip.jsonl` (or the settings, or a path that resolves there) wrote the
     requests over the run's own file: its answers or settings were lost, the run neither resumable nor rescorable."""
     run = _partly_answered(tmp_path)
-    own = {"predictions": run / "predictions/m/coin_flip.jsonl", "settings": run / "configs/task_config.yaml",
-           "a link to them": tmp_path / "link.jsonl", "a linked folder": tmp_path / "linked/configs/subset.json",
-           "via ..": run / "logs/../predictions/m/../m/coin_flip.jsonl"}[target]  # fmt: skip
+    own = {
+        "predictions": run / "predictions/m/coin_flip.jsonl",
+        "settings": run / "configs/task_config.yaml",
+        "a link to them": tmp_path / "link.jsonl",
+        "a linked folder": tmp_path / "linked/configs/subset.json",
+        "via ..": run / "logs/../predictions/m/../m/coin_flip.jsonl",
+        "a hard link": tmp_path / "hard.jsonl",
+    }[target]
     (tmp_path / "link.jsonl").symlink_to(run / "predictions/m/coin_flip.jsonl")
+    os.link(run / "predictions/m/coin_flip.jsonl", tmp_path / "hard.jsonl")  # the same file, from outside the run
     (tmp_path / "linked").symlink_to(run, target_is_directory=True)
     before = _files(run)
     refused = run_cli("eval", "--use-cache", str(run), "--batch-write", str(own))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import shutil
 import sys
 from contextvars import ContextVar
@@ -109,7 +110,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     """The run directory, its settings on disk from the first moment; and whether it is new."""
     config = plan.config
     own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
-    if own and config.batch_write and inside(Path(config.batch_write).expanduser(), own):  # its folder known before
+    if own and config.batch_write and _in_run(Path(config.batch_write).expanduser(), own):  # its folder known before
         raise ConfigError(f"--batch-write {config.batch_write}: a file in the run directory {own}, which it would "
                           "overwrite (its answers or settings); write the requests elsewhere")  # fmt: skip
     content: dict[str, Any] = {
@@ -144,6 +145,16 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     if before is not None and before != plan.dataset.count:
         print(f"note: the run now covers {plan.dataset.count} questions (it covered {before})", file=sys.stderr)
     return run, False
+
+
+def _in_run(path: Path, root: Path) -> bool:
+    """`path` resolves into the run at `root`, or is one of its files under another name (a hard link)."""
+    if inside(path, root):
+        return True
+    with contextlib.suppress(OSError):
+        found = path.stat()
+        return found.st_nlink > 1 and any(os.path.samestat(found, p.lstat()) for p in root.rglob("*"))
+    return False
 
 
 def same_run(plan: Plan, root: Path) -> dict[str, Any]:
