@@ -112,9 +112,9 @@ def check_results_model(path: Path, model: str, cap: int) -> None:
 
 
 def _model_of(raw: bytes) -> Any:
-    """The model a result line's body names (None: none)."""
+    """The model a result line's body names (None: none; a line without the word is not parsed)."""
     try:
-        return json.loads(raw)["response"]["body"]["model"]
+        return json.loads(raw)["response"]["body"]["model"] if b'"model"' in raw else None
     except (ValueError, LookupError, TypeError, RecursionError):
         return None
 
