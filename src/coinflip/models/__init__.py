@@ -105,9 +105,9 @@ def check_results_model(path: Path, model: str, cap: int) -> None:
             found = _model_of(raw)
             if found == model or (isinstance(found, str) and re.fullmatch(rf"{re.escape(model)}-[\d-]+", found)):
                 return
-            named |= {found[:80]} if isinstance(found, str) else set()
+            named |= {found[:80]} if isinstance(found, str) and len(named) < 3 else set()  # three are shown
     if named:
-        raise ConfigError(f"--batch-results {path}: its answers name {', '.join(map(repr, sorted(named)[:3]))}, not "
+        raise ConfigError(f"--batch-results {path}: its answers name {', '.join(map(repr, sorted(named)))}, not "
                           f"the run's model {model}: another run's results? Nothing was recorded")  # fmt: skip
 
 
