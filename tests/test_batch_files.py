@@ -128,3 +128,14 @@ def test_a_result_file_of_another_model_is_refused_before_anything_is_recorded(t
     results.write_bytes(_named(ids[0], "m-2024-07-18") + _named(ids[1], "other") + _ok(ids[2], "ANSWER: NO"))
     read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
     assert read.returncode == 1 and len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 3, read.stderr
+
+
+def test_the_request_file_given_as_the_results_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:
+    """`--batch-results requests.jsonl` (run-batch's -i for its -o) recorded each request as a failed answer,
+    'batch: no response', and said '5 answers read'."""
+    run = _written_offline(tmp_path)
+    refused = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "requests.jsonl"))
+    line = refused.stderr.strip()
+    assert refused.returncode == 2 and len(line.splitlines()) == 1 and "Traceback" not in line, refused.stderr
+    assert "no result line" in line and "requests.jsonl" in line
+    assert not read_jsonl(run / "predictions/m/coin_flip.jsonl") and not (run / "reports").exists()

@@ -93,19 +93,27 @@ def offline_rest(saved: dict[str, Any]) -> tuple[str, ...]:
     return ("--batch-write", name) if written else ()
 
 
-def check_results_model(path: Path, model: str, cap: int) -> None:
+def check_result_file(path: Path, model: str, cap: int) -> None:
     """A result file whose answers name a model, none the run's (or a provider's dated snapshot of it, as OpenAI's
-    gpt-4o-mini-2024-07-18), is another run's (`vllm run-batch` echoes the model its request file named): refused
-    before any answer is recorded. One that names none is read; an unreadable one is ResultsFile's to refuse."""
+    gpt-4o-mini-2024-07-18), is another run's (`vllm run-batch` echoes the model its request file named), and one
+    whose lines hold no response or error a request file: refused before any answer is recorded. One whose answers
+    name no model is read; an unreadable one is ResultsFile's to refuse."""
     from .batch_api import capped_lines
 
     named: set[str] = set()
+    lines = results = 0
     with contextlib.suppress(OSError, ValueError), open_regular(path) as handle:
         for raw in capped_lines(handle, cap):
             found = _model_of(raw)
             if found == model or (isinstance(found, str) and re.fullmatch(rf"{re.escape(model)}-[\d-]+", found)):
                 return
             named |= {found[:80]} if isinstance(found, str) and len(named) < 3 else set()  # three are shown
+            lines, results = lines + bool(raw.strip()), results + (b'"response"' in raw or b'"error"' in raw)
+    if lines and not results:
+        raise ConfigError(
+            f"--batch-results {path}: no result line (custom_id, response, error) in its {lines} lines: "
+            "a request file? Give the file vllm run-batch wrote (its -o); nothing was recorded"
+        )
     if named:
         raise ConfigError(f"--batch-results {path}: its answers name {', '.join(map(repr, sorted(named)))}, not "
                           f"the run's model {model}: another run's results? Nothing was recorded")  # fmt: skip
@@ -187,7 +195,7 @@ async def open_model(
         from ._redact import Redactor
         from .batch import ResultsFile
 
-        check_results_model(path := Path(config.batch_results).expanduser(), str(config.model), cap)
+        check_result_file(path := Path(config.batch_results).expanduser(), str(config.model), cap)
         model = ResultsFile(path, config.api_mode, cap, Redactor(secrets))
     elif urls is None:
         if config.batch:
