@@ -76,10 +76,12 @@ def test_an_incomplete_result_file_s_last_line_gives_the_offline_command_that_wr
     run = _written_offline(tmp_path)
     ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
     (tmp_path / "results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids[:2]))
-    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", "results.jsonl", cwd=tmp_path)
+    key = {"OPENAI_API_KEY": "sk-of9"}  # a key in the environment: saved as given (masked), needed by no request file
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", "results.jsonl", cwd=tmp_path, env=key)
     assert scored.returncode == 1 and "3 requests still owed (write them with --batch-write)" in scored.stderr
     last = scored.stderr.strip().splitlines()[-1]
     assert last.startswith("resume with: coinflip eval") and "--batch-write" in last, scored.stderr
+    assert "API key" not in last
     command = shlex.split(last.removeprefix("resume with: "))
     assert "results.jsonl" not in command  # never written over the file just read
     wrote = run_cli(*command[1:], cwd=tmp_path)
