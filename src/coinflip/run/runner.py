@@ -111,8 +111,8 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     config = plan.config
     own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
     if own and config.batch_write and _in_run(Path(config.batch_write).expanduser(), own):  # its folder known before
-        raise ConfigError(f"--batch-write {config.batch_write}: a file in the run directory {own}, which it would "
-                          "overwrite (its answers or settings); write the requests elsewhere")  # fmt: skip
+        raise ConfigError(f"--batch-write {config.batch_write}: in the run directory {own} (or a link to a file "
+                          "there), whose files hold its answers, settings and reports: write it elsewhere")  # fmt: skip
     content: dict[str, Any] = {
         "config": config.redacted(),
         "fingerprint": plan.fingerprint,
