@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._files import open_regular
 from ..config import BASELINES, LOCAL_MODELS, TaskConfig
-from ..errors import ConfigError
+from ..errors import KEPT, ConfigError
 from ..rundir import RunDir
 from ..secrets import run_secrets
 from .base import Model, Reply, Request
@@ -82,6 +85,48 @@ def handed_off(config: TaskConfig) -> tuple[str, ...]:
     return ("--batch-write", str(config.batch_write)) if config.batch_write else ()
 
 
+def offline_rest(saved: dict[str, Any]) -> tuple[str, ...]:
+    """Where a run's last session wrote its requests for another tool or read its answers, how the rest is written
+    (a request file named apart from the results read); else nothing: it resumes as it ran."""
+    written = saved.get("batch_results") or saved.get("batch_write")
+    name = "owed-more.jsonl" if Path(str(written)).name == "owed.jsonl" else "owed.jsonl"  # never over the file read
+    return ("--batch-write", name) if written else ()
+
+
+def check_result_file(path: Path, model: str, cap: int) -> None:
+    """A result file whose answers name a model, none the run's (or a provider's dated snapshot of it, as OpenAI's
+    gpt-4o-mini-2024-07-18), is another run's (`vllm run-batch` echoes the model its request file named), and one
+    whose lines hold no response or error a request file: refused before any answer is recorded. One whose answers
+    name no model is read; an unreadable one is ResultsFile's to refuse."""
+    from .batch_api import capped_lines
+
+    named: set[str] = set()
+    lines = results = 0
+    with contextlib.suppress(OSError, ValueError), open_regular(path) as handle:
+        for raw in capped_lines(handle, cap):
+            found = _model_of(raw)
+            if found == model or (isinstance(found, str) and re.fullmatch(rf"{re.escape(model)}-[\d-]+", found)):
+                return
+            named |= {found[:80]} if isinstance(found, str) and len(named) < 3 else set()  # three are shown
+            lines, results = lines + bool(raw.strip()), results + (b'"response"' in raw or b'"error"' in raw)
+    if lines and not results:
+        raise ConfigError(
+            f"--batch-results {path}: no result line (custom_id, response, error) in its {lines} lines: "
+            "a request file? Give the file vllm run-batch wrote (its -o); nothing was recorded"
+        )
+    if named:
+        raise ConfigError(f"--batch-results {path}: its answers name {', '.join(map(repr, sorted(named)))}, not "
+                          f"the run's model {model}: another run's results? Nothing was recorded")  # fmt: skip
+
+
+def _model_of(raw: bytes) -> Any:
+    """The model a result line's body names (None: none; a line without the word is not parsed)."""
+    try:
+        return json.loads(raw)["response"]["body"]["model"] if b'"model"' in raw else None
+    except (ValueError, LookupError, TypeError, RecursionError):
+        return None
+
+
 def check_resume(config: TaskConfig, root: Path, owed: Callable[[], Iterable[Request]]) -> None:
     """Before a resume saves its settings: one that reads no batch is refused while a batch of the run holds what it
     was billed for and no row holds: one still open, or one collected before a stop cut its rows off."""
@@ -144,12 +189,14 @@ async def open_model(
     if config.batch_write:
         from .batch import RequestFile
 
-        model = RequestFile(config, generation, run.resume_hint().replace("resume with: ", ""))
+        kept = KEPT if answered else "the run holds no answers yet"  # a request file sends nothing: none were made
+        model = RequestFile(config, generation, run.resume_hint().replace("resume with: ", ""), kept)
     elif config.batch_results:
         from ._redact import Redactor
         from .batch import ResultsFile
 
-        model = ResultsFile(Path(config.batch_results).expanduser(), config.api_mode, cap, Redactor(secrets))
+        check_result_file(path := Path(config.batch_results).expanduser(), str(config.model), cap)
+        model = ResultsFile(path, config.api_mode, cap, Redactor(secrets))
     elif urls is None:
         if config.batch:
             raise ConfigError(f"--batch needs a server: {config.model} answers in-process")

@@ -95,13 +95,13 @@ class State(msgspec.Struct):
 
 class RequestFile:
     """--batch-write: each owed request, as it comes, a line of a file for `vllm run-batch` (`hint`: how to score
-    the answers); each stays owed, nothing is sent, spent or reported: `outcome` says what was written instead."""
+    the answers; `kept`: what a failure keeps); each stays owed, nothing sent, spent or reported (`outcome` instead)."""
 
-    def __init__(self, config: TaskConfig, generation: dict[str, Any], hint: str) -> None:
+    def __init__(self, config: TaskConfig, generation: dict[str, Any], hint: str, kept: str) -> None:
         if secret := secret_keys(generation.get("extra_body")):  # what the saved config masks, a file would carry
             raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
                               "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
-        self.path, self.hint = Path(str(config.batch_write)).expanduser(), hint
+        self.path, self.hint, self.kept = Path(str(config.batch_write)).expanduser(), hint, kept
         self.model, self.mode = config.model, config.api_mode
         self.generation, self.extra_body = split_generation(generation)
         self.count, self.closed = 0, False
@@ -109,14 +109,14 @@ class RequestFile:
         try:
             self.handle = self.path.open("wb")
         except OSError as exc:
-            raise storage_error(self.path, exc) from None
+            raise storage_error(self.path, exc, self.kept) from None
 
     async def complete(self, request: Request) -> Reply:
         body = request_body(str(self.model), self.mode, self.generation, request, False, self.extra_body)
         try:
             self.handle.write(request_line(custom_id(request), self.mode, body))
         except OSError as exc:
-            raise storage_error(self.path, exc) from None
+            raise storage_error(self.path, exc, self.kept) from None
         self.count += 1
         raise Unanswered()  # it stays owed: the file's answers score it (--batch-results)
 
@@ -136,7 +136,7 @@ class RequestFile:
             try:
                 self.handle.close()  # its buffer written
             except OSError as exc:
-                raise storage_error(self.path, exc) from None
+                raise storage_error(self.path, exc, self.kept) from None
 
 
 class ResultsFile:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .._files import NO_LIMIT, read_regular, replacing
 from ..errors import DataError
 from ..jsonl import compact_predictions, iter_predictions
+from ..models import offline_rest
 from ..records import checked_requests, scored
 from ..rundir import RunDir, load_saved_config
 
@@ -51,7 +52,8 @@ def finish(
     if show:
         print_summary(report, run.root, page=run.report_html)
         if not report["complete"] and not report.get("errors_ignored"):
-            print(run.resume_hint(bool(saved["config"].get("api_key"))), file=sys.stderr)
+            rest = offline_rest(saved["config"])  # written for another tool: no request is sent, no key needed
+            print(run.resume_hint(bool(saved["config"].get("api_key")) and not rest, rest), file=sys.stderr)
     return report
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import shutil
 import sys
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._files import ROWS_LIMIT
+from .._files import ROWS_LIMIT, inside
 from .._terminal import printable
 from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
@@ -108,6 +109,10 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
 def open_run(plan: Plan) -> tuple[RunDir, bool]:
     """The run directory, its settings on disk from the first moment; and whether it is new."""
     config = plan.config
+    own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
+    if own and config.batch_write and _in_run(Path(config.batch_write).expanduser(), own):  # its folder known before
+        raise ConfigError(f"--batch-write {config.batch_write}: in the run directory {own} (or a link to a file "
+                          "there), whose files hold its answers, settings and reports: write it elsewhere")  # fmt: skip
     content: dict[str, Any] = {
         "config": config.redacted(),
         "fingerprint": plan.fingerprint,
@@ -140,6 +145,16 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     if before is not None and before != plan.dataset.count:
         print(f"note: the run now covers {plan.dataset.count} questions (it covered {before})", file=sys.stderr)
     return run, False
+
+
+def _in_run(path: Path, root: Path) -> bool:
+    """`path` resolves into the run at `root`, or is one of its files under another name (a hard link)."""
+    if inside(path, root):
+        return True
+    with contextlib.suppress(OSError):
+        found = path.stat()
+        return found.st_nlink > 1 and any(os.path.samestat(found, p.lstat()) for p in root.rglob("*"))
+    return False
 
 
 def same_run(plan: Plan, root: Path) -> dict[str, Any]:

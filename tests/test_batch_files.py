@@ -1,0 +1,143 @@
+"""The offline round trip's own files: `--batch-write FILE` and `--batch-results FILE` against a run directory,
+with real processes and real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from .conftest import only_run_dir, read_jsonl, run_cli
+from .test_batch import _ok, _written_offline
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def _partly_answered(tmp_path: Path) -> Path:
+    """A run of 5 written for `vllm run-batch`, 2 of them answered from a result file: 3 owed."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    (tmp_path / "results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids[:2]))
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "results.jsonl"))
+    assert scored.returncode == 1 and len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 2, scored.stderr
+    return run
+
+
+@pytest.mark.parametrize(
+    "target", ["predictions", "settings", "a link to them", "a linked folder", "via ..", "a hard link"]
+)
+def test_a_request_file_inside_the_run_is_refused_before_anything_changes(tmp_path: Path, target: str) -> None:
+    """`--batch-write RUN/predictions/m/coin_flip.jsonl` (or the settings, or a path that resolves there) wrote the
+    requests over the run's own file: its answers or settings were lost, the run neither resumable nor rescorable."""
+    run = _partly_answered(tmp_path)
+    own = {
+        "predictions": run / "predictions/m/coin_flip.jsonl",
+        "settings": run / "configs/task_config.yaml",
+        "a link to them": tmp_path / "link.jsonl",
+        "a linked folder": tmp_path / "linked/configs/subset.json",
+        "via ..": run / "logs/../predictions/m/../m/coin_flip.jsonl",
+        "a hard link": tmp_path / "hard.jsonl",
+    }[target]
+    (tmp_path / "link.jsonl").symlink_to(run / "predictions/m/coin_flip.jsonl")
+    os.link(run / "predictions/m/coin_flip.jsonl", tmp_path / "hard.jsonl")  # the same file, from outside the run
+    (tmp_path / "linked").symlink_to(run, target_is_directory=True)
+    before = _files(run)
+    refused = run_cli("eval", "--use-cache", str(run), "--batch-write", str(own))
+    assert refused.returncode == 2 and "--batch-write" in refused.stderr and str(run) in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert _files(run) == before
+    elsewhere = tmp_path / "owed.jsonl"
+    wrote = run_cli("eval", "--use-cache", str(run), "--batch-write", str(elsewhere))
+    assert wrote.returncode == 0 and len(read_jsonl(elsewhere)) == 3, wrote.stderr
+    assert run_cli("rescore", str(run)).returncode == 1  # incomplete, and scored
+
+
+def test_a_request_file_over_a_new_run_s_settings_is_refused(tmp_path: Path) -> None:
+    """With --no-timestamp the run's folder is known beforehand: the requests were written over its settings."""
+    work = tmp_path / "work"
+    refused = run_cli("eval", "--model", "m", "--limit", "3", "--no-timestamp", "--work-dir", str(work),
+                      "--batch-write", str(work / "configs/task_config.yaml"))  # fmt: skip
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert not (work / "configs/task_config.yaml").exists()
+    wrote = run_cli("eval", "--model", "m", "--limit", "3", "--no-timestamp", "--work-dir", str(work),
+                    "--batch-write", str(tmp_path / "requests.jsonl"))  # fmt: skip
+    assert wrote.returncode == 0 and len(read_jsonl(tmp_path / "requests.jsonl")) == 3, wrote.stderr
+    assert only_run_dir(tmp_path) == work
+
+
+def test_an_incomplete_result_file_s_last_line_gives_the_offline_command_that_writes_the_rest(tmp_path: Path) -> None:
+    """Its note said to write the rest with --batch-write, its last line 'resume with: coinflip eval --use-cache RUN',
+    which goes online (here: refused, as the run has no --api-url)."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    (tmp_path / "results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids[:2]))
+    key = {"OPENAI_API_KEY": "sk-of9"}  # a key in the environment: saved as given (masked), needed by no request file
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", "results.jsonl", cwd=tmp_path, env=key)
+    assert scored.returncode == 1 and "3 requests still owed (write them with --batch-write)" in scored.stderr
+    last = scored.stderr.strip().splitlines()[-1]
+    assert last.startswith("resume with: coinflip eval") and "--batch-write" in last, scored.stderr
+    assert "API key" not in last
+    command = shlex.split(last.removeprefix("resume with: "))
+    assert "results.jsonl" not in command  # never written over the file just read
+    wrote = run_cli(*command[1:], cwd=tmp_path)
+    assert wrote.returncode == 0 and (tmp_path / "results.jsonl").read_bytes(), wrote.stderr
+    assert sorted(line["custom_id"] for line in read_jsonl(tmp_path / command[-1])) == sorted(ids[2:])
+
+
+@pytest.mark.parametrize("where", ["a folder", "no such folder"])
+def test_a_request_file_that_cannot_be_written_says_what_the_run_keeps(tmp_path: Path, where: str) -> None:
+    """A fresh run said 'predictions finished so far are kept' where it had none (a request file sends nothing)."""
+    path = tmp_path / "requests.jsonl" if where == "a folder" else tmp_path / "missing/requests.jsonl"
+    if where == "a folder":
+        path.mkdir()
+    fresh = run_cli("eval", "--model", "m", "--limit", "3", "--batch-write", str(path),
+                    "--work-dir", str(tmp_path / "w"))  # fmt: skip
+    line = fresh.stderr.strip()
+    assert fresh.returncode == 1 and len(line.splitlines()) == 1 and str(path) in line, fresh.stderr
+    assert "kept" not in line and "no answers yet" in line
+    (tmp_path / "old").mkdir()
+    run = _partly_answered(tmp_path / "old")
+    resumed = run_cli("eval", "--use-cache", str(run), "--batch-write", str(path))
+    line = resumed.stderr.strip()
+    assert resumed.returncode == 1 and len(line.splitlines()) == 1 and str(path) in line, resumed.stderr
+    assert line.endswith("predictions finished so far are kept")
+    assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 2
+
+
+def _named(custom_id: str, model: str) -> bytes:
+    """A result line whose body names the model that answered, as `vllm run-batch` and the Batch API write it."""
+    body = {"model": model, "choices": [{"index": 0, "message": {"content": "ANSWER: NO"}, "finish_reason": "stop"}]}
+    return json.dumps({"custom_id": custom_id, "response": {"status_code": 200, "body": body}}).encode() + b"\n"
+
+
+def test_a_result_file_of_another_model_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:
+    """Another run's results (the same questions, the same custom_ids, another model) were scored as this run's."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    results = tmp_path / "results.jsonl"
+    results.write_bytes(b"".join(_named(c, "Qwen/Qwen2.5-7B-Instruct") for c in ids))
+    refused = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    line = refused.stderr.strip()
+    assert refused.returncode == 2 and len(line.splitlines()) == 1 and "Traceback" not in line, refused.stderr
+    assert "Qwen/Qwen2.5-7B-Instruct" in line and "model m" in line and str(results) in line
+    assert not read_jsonl(run / "predictions/m/coin_flip.jsonl") and not (run / "reports").exists()
+    # the run's model on one line (a provider's dated snapshot of it counts), or no model named at all: read
+    results.write_bytes(_named(ids[0], "m-2024-07-18") + _named(ids[1], "other") + _ok(ids[2], "ANSWER: NO"))
+    read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    assert read.returncode == 1 and len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 3, read.stderr
+
+
+def test_the_request_file_given_as_the_results_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:
+    """`--batch-results requests.jsonl` (run-batch's -i for its -o) recorded each request as a failed answer,
+    'batch: no response', and said '5 answers read'."""
+    run = _written_offline(tmp_path)
+    refused = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "requests.jsonl"))
+    line = refused.stderr.strip()
+    assert refused.returncode == 2 and len(line.splitlines()) == 1 and "Traceback" not in line, refused.stderr
+    assert "no result line" in line and "requests.jsonl" in line
+    assert not read_jsonl(run / "predictions/m/coin_flip.jsonl") and not (run / "reports").exists()
