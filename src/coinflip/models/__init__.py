@@ -133,7 +133,8 @@ def check_resume(config: TaskConfig, root: Path, owed: Callable[[], Iterable[Req
     if config.batch and not (config.batch_write or config.batch_results):
         return
     from ._redact import Redactor
-    from .batch import batch_ids, read_answers, result_files, saved_batches, unread
+    from .batch import batch_ids, result_files, saved_batches, unread
+    from .batch_api import read_answers
     from .predict import custom_id
 
     folder, again = root / "batch", "(--no-batch or --batch-write would ask their requests again, --batch-results "

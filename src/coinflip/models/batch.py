@@ -18,17 +18,27 @@ from typing import Annotated, Any
 
 import msgspec
 
-from .._files import open_regular, read_regular, replacing
+from .._files import read_regular, replacing
 from .._terminal import one_line
 from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
 from ..secrets import secret_keys
-from . import batch_api
 from ._redact import Redactor
 from ._replies import added, unkept
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
-from .batch_api import ENDED, LOST, BatchAPI, batch_errors, capped_lines, read_result, request_line, split_lines
+from .batch_api import (
+    CONFLICT,
+    ENDED,
+    LOST,
+    TURNAROUND_MAX,
+    BatchAPI,
+    batch_errors,
+    read_answers,
+    request_line,
+    split_lines,
+    turnaround,
+)
 from .limits import Traffic
 from .openai_api import OpenAIClient
 from .predict import Gatherer, custom_id
@@ -36,7 +46,6 @@ from .predict import Gatherer, custom_id
 log = logging.getLogger("coinflip")
 STATE_LIMIT = 16 << 20  # bytes of state.json read: a record per batch, a few hundred bytes each
 RESENDS = 2  # a request is sent at most 1 + RESENDS times in one run
-CONFLICT = "neither is kept (a conflict)"
 STATUSES = ("validating", "in_progress", "finalizing", "cancelling", *ENDED)
 
 
@@ -44,36 +53,6 @@ def request_lines(model: str, mode: str, generation: dict[str, Any], requests: I
     generation, extra_body = split_generation(generation)
     for request in requests:
         yield request_line(custom_id(request), mode, request_body(model, mode, generation, request, False, extra_body))
-
-
-def read_answers(
-    paths: list[Path], wanted: set[str] | None, mode: str, cap: int, redact: Redactor, lines: Counter[str] | None = None
-) -> tuple[dict[str, Reply], Counter[str]]:
-    """The answers in result files (for `wanted` custom_ids, None: all), masked (two good ones: a conflict
-    error), and counts of the conflicts and of the lines for other requests and the unreadable ones;
-    `lines` counts the readable lines of each custom_id."""
-    replies: dict[str, Reply] = {}
-    counts: Counter[str] = Counter()
-    for path in paths:
-        with open_regular(path) as handle:
-            for raw in capped_lines(handle, cap):
-                found = read_result(raw, mode)
-                if found is not None and lines is not None:
-                    lines[found[0]] += 1
-                if found is None or (wanted is not None and found[0] not in wanted):
-                    counts["unreadable" if found is None else "other"] += bool(raw.strip())
-                    continue
-                cid, reply = found
-                before = replies.get(cid)
-                if before is not None and before.error is None and reply.error is None:
-                    error = f"two answers for {cid} in the batch's results; {CONFLICT}"
-                    reply = Reply(None, error=error, usage=reply.usage, batch=True)
-                    counts["conflicts"] += 1
-                elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
-                    reply, before = before, reply  # the one kept
-                reply.usage = added(reply.usage, before.usage if before else None)  # each line billed counts
-                replies[cid] = reply
-    return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
 
 
 class Submitted(msgspec.Struct):
@@ -85,7 +64,7 @@ class Submitted(msgspec.Struct):
     batch_id: str | None = None
     status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
     collected: bool = False  # its results are downloaded into the batch folder (or it has none)
-    turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=batch_api.TURNAROUND_MAX)] = 0.0  # its answers' latency
+    turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=TURNAROUND_MAX)] = 0.0  # its answers' latency
     key: str = ""  # random, its own: each row read from it names it (`source`); "" in states saved before keys
 
 
@@ -358,7 +337,7 @@ class BatchModel(Gatherer):
         info = self.info.get(str(batch.batch_id), {})
         paths = result_files(self.folder, batch)
         if not batch.collected:
-            batch.turnaround_s = batch_api.turnaround(info)  # a resume reads the answers without the server's word
+            batch.turnaround_s = turnaround(info)  # a resume reads the answers without the server's word
             for key, path in paths.items():
                 file_id = info.get(f"{key}_file_id")
                 if isinstance(file_id, str) and file_id and not await self.api.download(file_id, path):

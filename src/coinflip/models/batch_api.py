@@ -11,6 +11,7 @@ import random
 import re
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -18,7 +19,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from .._files import replacing
+from .._files import open_regular, replacing
 from .._terminal import one_line
 from ..config.declare import ENDPOINTS
 from ..errors import EndpointBroken, FatalAPIError, storage_error
@@ -26,7 +27,7 @@ from ..records import escape_line_breaks
 from ..secrets import shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, merge_headers
 from ._redact import Redactor
-from ._replies import BadReply, dicts, load_json, parse_body, server_message, usage
+from ._replies import BadReply, added, dicts, load_json, parse_body, server_message, usage
 from ._request import endpoint_url
 from ._wire import ReplyTooLarge, UnknownCoding, check_framing, read_at_most, tls_like, undecoded
 from .base import Reply
@@ -38,6 +39,7 @@ URLS = {mode: "/v1" + path for mode, path in ENDPOINTS.items()}  # a line's url,
 LOST = "lost"  # not a status the API sends: the server no longer knows the batch
 ENDED = ("completed", "expired", "failed", "cancelled", LOST)
 CALL_RETRIES = 6
+CONFLICT = "neither is kept (a conflict)"
 LIST_PAGES = 50  # pages of GET /batches read to find a batch made before a stop (100 batches a page)
 TURNAROUND_MAX = 1e9  # seconds from a batch's creation to its end that a server's dates may say (31 years)
 
@@ -120,6 +122,36 @@ def turnaround(info: dict[str, Any]) -> float:
             seconds = float(end - start)
             return seconds if 0 <= seconds <= TURNAROUND_MAX else 0.0  # past it: dates in mixed units
     return 0.0
+
+
+def read_answers(
+    paths: list[Path], wanted: set[str] | None, mode: str, cap: int, redact: Redactor, lines: Counter[str] | None = None
+) -> tuple[dict[str, Reply], Counter[str]]:
+    """The answers in result files (for `wanted` custom_ids, None: all), masked (two good ones: a conflict
+    error), and counts of the conflicts and of the lines for other requests and the unreadable ones;
+    `lines` counts the readable lines of each custom_id."""
+    replies: dict[str, Reply] = {}
+    counts: Counter[str] = Counter()
+    for path in paths:
+        with open_regular(path) as handle:
+            for raw in capped_lines(handle, cap):
+                found = read_result(raw, mode)
+                if found is not None and lines is not None:
+                    lines[found[0]] += 1
+                if found is None or (wanted is not None and found[0] not in wanted):
+                    counts["unreadable" if found is None else "other"] += bool(raw.strip())
+                    continue
+                cid, reply = found
+                before = replies.get(cid)
+                if before is not None and before.error is None and reply.error is None:
+                    error = f"two answers for {cid} in the batch's results; {CONFLICT}"
+                    reply = Reply(None, error=error, usage=reply.usage, batch=True)
+                    counts["conflicts"] += 1
+                elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
+                    reply, before = before, reply  # the one kept
+                reply.usage = added(reply.usage, before.usage if before else None)  # each line billed counts
+                replies[cid] = reply
+    return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
 
 
 def capped_lines(handle: BinaryIO, cap: int) -> Iterator[bytes]:
