@@ -1,8 +1,9 @@
 """Secrets out of everything a run keeps or shows, each character matched in any form a server may echo it
-in (raw, JSON-escaped, HTML, URL-encoded), split across lines or not."""
+in (raw, JSON-escaped, HTML, URL-encoded), split across lines or not; or base64-encoded."""
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 from collections.abc import Iterable
@@ -60,6 +61,17 @@ def pattern(secret: str) -> str:
     return f"{head}(?:{rest}|{_prefix(chars[CUT_LEAST:-1])}(?=…|\\Z))"  # the start matched once for both: half the time
 
 
+def encoded(secret: str) -> list[str]:
+    """`secret` base64-encoded (standard or URL-safe) at each of the 3 alignments it may have in a longer text: the
+    characters its bytes alone decide, with the up to 3 either side that mix in a neighbour's and the padding."""
+    data, forms = secret.encode("utf-8", "surrogatepass"), []
+    for shift in range(3):
+        text = base64.b64encode(bytes(shift) + data).decode()[4 if shift else 0 : (len(data) + shift) // 3 * 4]
+        core = "".join({"+": "[+-]", "/": "[/_]"}.get(c, c) for c in text)
+        forms.append(f"[\\w+/-]{{0,3}}{core}[\\w+/-]{{0,3}}=*")
+    return forms
+
+
 def _prefix(chars: list[str]) -> str:
     """Any start of `chars`, none too: optional per character within chunks of about sqrt(n), per chunk
     across them, so a 2,000-character token nests some 90 deep, not 2,000 (re's parser recurses)."""
@@ -76,7 +88,8 @@ class Redactor:
     def __init__(self, secrets: Iterable[str | None]) -> None:
         both = (t for s in secrets if s is not None for t in (s, s.strip()))  # a server strips a header's spaces
         kept = sorted({s for s in both if is_secret(s)}, key=len, reverse=True)
-        self._pattern = re.compile("|".join(pattern(s) for s in kept)) if kept else None
+        forms = [*map(pattern, kept), *(form for s in kept for form in encoded(s))]
+        self._pattern = re.compile("|".join(forms)) if kept else None
 
     def __call__(self, text: str) -> str:
         return text if self._pattern is None else self._pattern.sub(MASK, text)
