@@ -285,6 +285,20 @@ def test_a_wrong_path_answered_by_a_web_servers_404_page_fails_in_seconds(tmp_pa
                          "check --model and --api-url")  # fmt: skip
 
 
+@pytest.mark.parametrize("body", [{"status": "ok", "version": "1.2"}, ["ok"]])
+def test_a_server_answering_json_that_is_no_completion_is_a_wrong_endpoint(body: Any, tmp_path: Path) -> None:
+    """--api-url at another JSON API (a health check, a catch-all stub) that answers 200 to any POST: each
+    request was retried as a malformed body, and the run ended 'broken' (exit 1, resume once the server is
+    fixed) after some 50 requests, where a web page in its place is named a wrong --api-url at once."""
+    with AnswerServer(lambda s: answer(body)) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path, "--limit", "20", "--eval-batch-size", "2")
+        posts = sum(1 for s in srv.seen if s.body)
+    assert result.returncode == 2 and elapsed < FAST and posts <= 2, result.stderr
+    line = one_line(result)
+    assert f"/v1/chat/completions answered with JSON that is no completion: {json.dumps(body)}" in line, line
+    assert "check --api-url" in line
+
+
 @pytest.mark.parametrize(
     ("status", "title", "said"),
     [
