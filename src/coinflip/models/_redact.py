@@ -63,12 +63,11 @@ def pattern(secret: str) -> str:
 
 def encoded(secret: str) -> list[str]:
     """`secret` base64-encoded (standard or URL-safe) at each of the 3 alignments it may have in a longer text: the
-    characters its bytes alone decide, with the up to 3 either side that mix in a neighbour's and the padding."""
+    characters its bytes alone decide (up to 3 either side mix in a neighbour's: `Redactor` masks them too)."""
     data, forms = secret.encode("utf-8", "surrogatepass"), []
     for shift in range(3):
         text = base64.b64encode(bytes(shift) + data).decode()[4 if shift else 0 : (len(data) + shift) // 3 * 4]
-        core = "".join({"+": "[+-]", "/": "[/_]"}.get(c, c) for c in text)
-        forms.append(f"[\\w+/-]{{0,3}}{core}[\\w+/-]{{0,3}}=*")
+        forms.append("".join({"+": "[+-]", "/": "[/_]"}.get(c, c) for c in text))
     return forms
 
 
@@ -88,14 +87,20 @@ class Redactor:
     def __init__(self, secrets: Iterable[str | None]) -> None:
         both = (t for s in secrets if s is not None for t in (s, s.strip()))  # a server strips a header's spaces
         kept = sorted({s for s in both if is_secret(s)}, key=len, reverse=True)
-        forms = [*map(pattern, kept), *(form for s in kept for form in encoded(s))]
-        self._pattern = re.compile("|".join(forms)) if kept else None
+        self._pattern = re.compile("|".join(pattern(s) for s in kept)) if kept else None
+        cores = "|".join(core for s in kept for core in encoded(s))
+        self._encoded = re.compile(cores or "(?!)")  # searched first: they start with a letter, the search is quick
+        self._around = re.compile(f"[\\w+/-]{{0,3}}(?:{cores})[\\w+/-]{{0,3}}=*")  # the neighbours and padding too
 
     def __call__(self, text: str) -> str:
-        return text if self._pattern is None else self._pattern.sub(MASK, text)
+        if self._pattern is None:
+            return text
+        text = self._pattern.sub(MASK, text)
+        return self._around.sub(MASK, text) if self._encoded.search(text) else text
 
     def found(self, text: str | None) -> bool:
-        return text is not None and self._pattern is not None and self._pattern.search(text) is not None
+        found = text is not None and self._pattern is not None and self._pattern.search(text)
+        return bool(found or text is not None and self._encoded.search(text))
 
     def reply(self, reply: Reply) -> Reply:
         """Masked; log probabilities dropped where the text or they held a secret (its tokens spell it out)."""
