@@ -358,6 +358,30 @@ def test_a_redirect_loop_is_refused(tmp_path: Path) -> None:
     assert looping.returncode == 2 and elapsed < FAST and "redirects (308)" in one_line(looping)
 
 
+def test_a_key_revoked_mid_run_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
+    """Three answers, then 401 to everything (the key revoked, a budget spent at the gateway): the run stopped
+    (exit 2) with the server's line and 'check --api-key' alone, never naming the run directory that holds the
+    three answers, nor that a resume with a good key asks only the rest."""
+
+    def respond(seen: Seen) -> bytes:
+        refused = {"error": {"message": "Incorrect API key provided"}}
+        return answer(chat(f"ANSWER: {seen.right_answer}")) if seen.index < 3 else answer(refused, 401)
+
+    with AnswerServer(respond) as srv:
+        args = ("--limit", "10", "--eval-batch-size", "1", "--api-key", "sk-revoked-123456")
+        result, _ = timed_eval(srv.url, tmp_path, *args)
+        run = only_run_dir(tmp_path)
+        kept = len(read_jsonl(run / "predictions/m/coin_flip.jsonl"))
+        with FakeOpenAIServer("correct") as good:
+            again = run_cli("eval", "--use-cache", str(run), "--api-key", "sk-good-123456", "--api-url", good.url)
+            asked = sum(good.state.requests.values())
+    assert result.returncode == 2 and kept == 3
+    line = one_line(result)
+    assert "answered 401 unauthorized: Incorrect API key provided" in line and "3 new samples kept" in line, line
+    assert f"resume with: coinflip eval --use-cache {run}" in line and "123456" not in line
+    assert again.returncode == 0 and asked == 7, again.stderr
+
+
 @pytest.mark.parametrize("status", [413, 422, 400])
 def test_validation_errors_are_not_retried_and_keep_the_servers_whole_message(status: int, tmp_path: Path) -> None:
     message = (
