@@ -116,6 +116,25 @@ def test_a_server_billing_past_max_tokens_stops_a_capped_run_before_it_passes_th
     assert "1 answer(s) reported more tokens than max_tokens allows" in result.stderr, result.stderr
 
 
+def test_a_refusal_that_reports_usage_is_no_billing_past_max_tokens(tmp_path: Path) -> None:
+    """Each question's first answer is a 200 naming a rate limit that reports the worst case's tokens, then the
+    answer: the reply's usage holds both attempts, within the worst case of each, so the run goes on to the end."""
+    asked: set[str] = set()
+    usage = {"prompt_tokens": 0, "completion_tokens": 50}
+
+    def respond(seen: Seen) -> bytes:
+        question = json.dumps(seen.body.get("messages"))
+        first, _ = question not in asked, asked.add(question)
+        limited = {"error": {"message": "slow down", "code": 429}, "usage": usage}
+        return answer(limited, 200, "Retry-After: 0") if first else answer(chat("ANSWER: YES", usage=usage))
+
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--eval-batch-size", "1")
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "100")
+        result = run_cli(*args, *prices, "--generation-config", "max_tokens=50", "--work-dir", str(tmp_path))
+    assert result.returncode == 0 and _answered(tmp_path) == 5 and _cost(tmp_path) == 0.5, result.stderr
+
+
 def _pricing(tmp_path: Path, entry: str) -> tuple[str, ...]:
     (tmp_path / "prices.yaml").write_text(f"m: {entry}\n")
     return ("--pricing-file", str(tmp_path / "prices.yaml"))

@@ -231,8 +231,9 @@ class Budget:
             self.stopped = True  # what the rest would cost is unknown: none of them goes
         prepaid = self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts too
         cost = self._priced(usage, reply.batch) - prepaid
-        if held is not None and worst_tokens(self.generation, request.params) is not None and cost > held:
-            self.over += 1  # billed past the worst case it was held at: the cap cannot bound what the rest cost
+        worst = held is not None and worst_tokens(self.generation, request.params) is not None  # held at its worst case
+        if worst and cost > (held or 0.0) * reply.attempts:
+            self.over += 1  # billed past the worst case of its attempts: the cap cannot bound what the rest cost
             self.stopped = True
         self.spent += cost
         self.billed_before += cost if billed else 0.0
