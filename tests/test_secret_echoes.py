@@ -313,3 +313,13 @@ def test_a_key_echoed_in_base64_reaches_no_file_nor_the_terminal(tmp_path: Path)
     assert any(r["error"] for r in rows) and any(r["reply"] for r in rows)
     for text in [result.stdout + result.stderr, *(p.read_text() for p in tmp_path.rglob("*") if p.is_file())]:
         assert not any(e in text for e in encoded), text
+
+
+def test_a_base64_key_cut_off_where_a_message_ends_is_masked() -> None:
+    """A long message cut (…) inside the base64 of the Authorization header: the encoded key's start stood
+    before the cut, where only its whole form was masked."""
+    encoded = base64.b64encode(f"Bearer {KEY}".encode()).decode()
+    redact = Redactor([KEY])
+    for end in range(24, len(encoded)):
+        for tail in ("…", ""):
+            assert encoded[16:24] not in redact(f"denied {encoded[:end]}{tail}"), end

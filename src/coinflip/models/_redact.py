@@ -63,11 +63,14 @@ def pattern(secret: str) -> str:
 
 def encoded(secret: str) -> list[str]:
     """`secret` base64-encoded (standard or URL-safe) at each of the 3 alignments it may have in a longer text: the
-    characters its bytes alone decide (up to 3 either side mix in a neighbour's: `Redactor` masks them too)."""
+    characters its bytes alone decide (up to 3 either side mix in a neighbour's: `Redactor` masks them too); or
+    their start (MIN_SECRET+) where a text ends or was cut (…)."""
     data, forms = secret.encode("utf-8", "surrogatepass"), []
     for shift in range(3):
         text = base64.b64encode(bytes(shift) + data).decode()[4 if shift else 0 : (len(data) + shift) // 3 * 4]
-        forms.append("".join({"+": "[+-]", "/": "[/_]"}.get(c, c) for c in text))
+        chars = [{"+": "[+-]", "/": "[/_]"}.get(c, c) for c in text]
+        rest, cut = "".join(chars[MIN_SECRET:]), _prefix(chars[MIN_SECRET:-1])
+        forms.append(f"{''.join(chars[:MIN_SECRET])}(?:{rest}|{cut}(?=…|\\Z))")
     return forms
 
 
