@@ -69,20 +69,20 @@ def encoded(secret: str) -> list[str]:
     for shift in range(3):
         text = base64.b64encode(bytes(shift) + data).decode()[4 if shift else 0 : (len(data) + shift) // 3 * 4]
         chars = [{"+": "[+-]", "/": "[/_]"}.get(c, c) for c in text]
-        rest, cut = "".join(chars[MIN_SECRET:]), _prefix(chars[MIN_SECRET:-1])
+        rest, cut = "".join(chars[MIN_SECRET:]), _prefix(chars[MIN_SECRET:-1], "")
         forms.append(f"{''.join(chars[:MIN_SECRET])}(?:{rest}|{cut}(?=…|\\Z))")
     return forms
 
 
-def _prefix(chars: list[str]) -> str:
+def _prefix(chars: list[str], gap: str = _BREAK) -> str:
     """Any start of `chars`, none too: optional per character within chunks of about sqrt(n), per chunk
     across them, so a 2,000-character token nests some 90 deep, not 2,000 (re's parser recurses)."""
     size, prefix = math.isqrt(len(chars)) + 1, ""
     for at in reversed(range(0, len(chars), size)):
         chunk, inner = chars[at : at + size], ""
         for c in reversed(chunk):
-            inner = f"(?:{_BREAK}{c}{inner})?"
-        prefix = f"(?:{''.join(_BREAK + c for c in chunk)}{prefix}|{inner})" if prefix else inner
+            inner = f"(?:{gap}{c}{inner})?"
+        prefix = f"(?:{''.join(gap + c for c in chunk)}{prefix}|{inner})" if prefix else inner
     return prefix
 
 
@@ -93,13 +93,13 @@ class Redactor:
         self._pattern = re.compile("|".join(pattern(s) for s in kept)) if kept else None
         cores = "|".join(core for s in kept for core in encoded(s))
         self._encoded = re.compile(cores or "(?!)")  # searched first: they start with a letter, the search is quick
-        self._around = re.compile(f"[\\w+/-]{{0,3}}(?:{cores})[\\w+/-]{{0,3}}=*")  # the neighbours and padding too
+        self._around = f"[\\w+/-]{{0,3}}(?:{cores})[\\w+/-]{{0,3}}=*"  # with neighbours, padding: compiled if found
 
     def __call__(self, text: str) -> str:
         if self._pattern is None:
             return text
         text = self._pattern.sub(MASK, text)
-        return self._around.sub(MASK, text) if self._encoded.search(text) else text
+        return re.sub(self._around, MASK, text) if self._encoded.search(text) else text
 
     def found(self, text: str | None) -> bool:
         found = text is not None and self._pattern is not None and self._pattern.search(text)
