@@ -110,3 +110,13 @@ def test_a_probe_refuses_the_batch_modes_in_one_line(tmp_path: Path, flag: tuple
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and ("eval's" in done.stderr or flag == ("--batch",))
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/v1 ", "http://127.0.0.1:8000/my models/v1", "http://127.0.0.1:8000/v1\n"]
+)
+def test_a_space_in_the_api_url_is_named_not_blamed_on_its_host(url: str, tmp_path: Path) -> None:
+    """A space copied after the URL, or one inside its path: the line said the URL 'has no valid host and
+    port', though both were right, and left the user looking for a fault where there was none."""
+    line = _one_line(run_cli("eval", "--model", "m", "--api-url", url, "--limit", "1", "--work-dir", str(tmp_path)))
+    assert "holds a space or a line break" in line and "host and port" not in line, line

@@ -99,6 +99,42 @@ def test_replies_dearer_than_those_before_pass_the_cap_only_without_max_tokens(
         assert f"passed --max-cost 5 by {cost - 5:.4g}: the run has cost {cost:.4f}" in result.stderr
 
 
+def test_a_server_billing_past_max_tokens_stops_a_capped_run_before_it_passes_the_cap(tmp_path: Path) -> None:
+    """max_tokens=50, yet each answer reports 6,000 completion tokens (6 at 1,000 per million): the cap, which
+    holds each request at its worst case, cannot bound what the next costs. The run went on, one request at a
+    time, passed a cap of 20 by 4 and blamed the replies in flight, saying max_tokens would bound them."""
+
+    def billed(seen: Seen) -> bytes:
+        return answer(chat("ANSWER: YES", usage={"prompt_tokens": 0, "completion_tokens": 6000}))
+
+    with AnswerServer(billed) as srv:
+        args = ("eval", "--model", "m", "--limit", "10", "--api-url", srv.url, "--eval-batch-size", "1")
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "20")
+        generation = ("--generation-config", "max_tokens=50")
+        result = run_cli(*args, *prices, *generation, "--work-dir", str(tmp_path))
+    assert result.returncode == 1 and _cost(tmp_path) <= 20, result.stderr
+    assert "1 answer(s) reported more tokens than max_tokens allows" in result.stderr, result.stderr
+
+
+def test_a_refusal_that_reports_usage_is_no_billing_past_max_tokens(tmp_path: Path) -> None:
+    """Each question's first answer is a 200 naming a rate limit that reports the worst case's tokens, then the
+    answer: the reply's usage holds both attempts, within the worst case of each, so the run goes on to the end."""
+    asked: set[str] = set()
+    usage = {"prompt_tokens": 0, "completion_tokens": 50}
+
+    def respond(seen: Seen) -> bytes:
+        question = json.dumps(seen.body.get("messages"))
+        first, _ = question not in asked, asked.add(question)
+        limited = {"error": {"message": "slow down", "code": 429}, "usage": usage}
+        return answer(limited, 200, "Retry-After: 0") if first else answer(chat("ANSWER: YES", usage=usage))
+
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--eval-batch-size", "1")
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "100")
+        result = run_cli(*args, *prices, "--generation-config", "max_tokens=50", "--work-dir", str(tmp_path))
+    assert result.returncode == 0 and _answered(tmp_path) == 5 and _cost(tmp_path) == 0.5, result.stderr
+
+
 def _pricing(tmp_path: Path, entry: str) -> tuple[str, ...]:
     (tmp_path / "prices.yaml").write_text(f"m: {entry}\n")
     return ("--pricing-file", str(tmp_path / "prices.yaml"))

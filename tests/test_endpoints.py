@@ -285,6 +285,20 @@ def test_a_wrong_path_answered_by_a_web_servers_404_page_fails_in_seconds(tmp_pa
                          "check --model and --api-url")  # fmt: skip
 
 
+@pytest.mark.parametrize("body", [{"status": "ok", "version": "1.2"}, ["ok"]])
+def test_a_server_answering_json_that_is_no_completion_is_a_wrong_endpoint(body: Any, tmp_path: Path) -> None:
+    """--api-url at another JSON API (a health check, a catch-all stub) that answers 200 to any POST: each
+    request was retried as a malformed body, and the run ended 'broken' (exit 1, resume once the server is
+    fixed) after some 50 requests, where a web page in its place is named a wrong --api-url at once."""
+    with AnswerServer(lambda s: answer(body)) as srv:
+        result, elapsed = timed_eval(srv.url, tmp_path, "--limit", "20", "--eval-batch-size", "2")
+        posts = sum(1 for s in srv.seen if s.body)
+    assert result.returncode == 2 and elapsed < FAST and posts <= 2, result.stderr
+    line = one_line(result)
+    assert f"/v1/chat/completions answered with JSON that is no completion: {json.dumps(body)}" in line, line
+    assert "check --api-url" in line
+
+
 @pytest.mark.parametrize(
     ("status", "title", "said"),
     [
@@ -342,6 +356,30 @@ def test_a_redirect_loop_is_refused(tmp_path: Path) -> None:
         looping, elapsed = timed_eval(loop.url, tmp_path / "b")
     assert bad_port.returncode == 2 and "redirects (308) to http://127.0.0.1:99999/x" in one_line(bad_port)
     assert looping.returncode == 2 and elapsed < FAST and "redirects (308)" in one_line(looping)
+
+
+def test_a_key_revoked_mid_run_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
+    """Three answers, then 401 to everything (the key revoked, a budget spent at the gateway): the run stopped
+    (exit 2) with the server's line and 'check --api-key' alone, never naming the run directory that holds the
+    three answers, nor that a resume with a good key asks only the rest."""
+
+    def respond(seen: Seen) -> bytes:
+        refused = {"error": {"message": "Incorrect API key provided"}}
+        return answer(chat(f"ANSWER: {seen.right_answer}")) if seen.index < 3 else answer(refused, 401)
+
+    with AnswerServer(respond) as srv:
+        args = ("--limit", "10", "--eval-batch-size", "1", "--api-key", "sk-revoked-123456")
+        result, _ = timed_eval(srv.url, tmp_path, *args)
+        run = only_run_dir(tmp_path)
+        kept = len(read_jsonl(run / "predictions/m/coin_flip.jsonl"))
+        with FakeOpenAIServer("correct") as good:
+            again = run_cli("eval", "--use-cache", str(run), "--api-key", "sk-good-123456", "--api-url", good.url)
+            asked = sum(good.state.requests.values())
+    assert result.returncode == 2 and kept == 3
+    line = one_line(result)
+    assert "answered 401 unauthorized: Incorrect API key provided" in line and "3 new samples kept" in line, line
+    assert f"resume with: coinflip eval --use-cache {run}" in line and "123456" not in line
+    assert again.returncode == 0 and asked == 7, again.stderr
 
 
 @pytest.mark.parametrize("status", [413, 422, 400])

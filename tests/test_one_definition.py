@@ -56,7 +56,7 @@ def test_the_report_and_the_max_cost_budget_read_saved_token_counts_alike() -> N
     [
         "http://127.0.0.1:99999/v1?code=SECRETKEY123",  # port out of range
         "ftp://host/v1?sig=SECRETKEY123",  # not http(s)
-        "http://host/v1?api-version=2024-01-01&sig=SECRET KEY123",  # a space: no valid host and port
+        "http://host/v1?api-version=2024-01-01&sig=SECRET KEY123",  # a space: refused
         "http://user:pw@host/v1?code=SECRETKEY123",  # credentials
         "http://u%40ser:p%3Aw@[::1]:8000/v1?code=SECRETKEY123",  # encoded userinfo, an IPv6 host and a port
         "http://user:pw@host/v1?code=SECRET@KEY123",  # an `@` in the query too: only the userinfo's goes

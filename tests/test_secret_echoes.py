@@ -3,6 +3,7 @@ reaches a file, the terminal or an exception, in any form."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -290,3 +291,35 @@ def test_a_secret_of_several_lines_is_masked_in_a_one_line_message(tmp_path: Pat
     assert [r["error"] for r in rows] == ["HTTP 500: cannot use *** here"] * 2
     for text in [result.stderr, *(p.read_text("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file())]:
         assert "SECRET" not in text
+
+
+def test_a_key_echoed_in_base64_reaches_no_file_nor_the_terminal(tmp_path: Path) -> None:
+    """A server that echoes the Authorization header, or the key alone, base64-encoded (standard or URL-safe)
+    in its error and in its answer: the encoded key was saved and printed as sent."""
+
+    def reply(seen: Seen) -> bytes:
+        header = seen.headers["authorization"].encode()
+        said = f"{base64.b64encode(header).decode()} {base64.urlsafe_b64encode(header[7:]).decode()}"
+        if seen.index % 2:
+            return answer({"error": {"message": f"denied {said}"}}, 500)
+        return answer(chat(f"you sent {said}\nANSWER: {seen.right_answer}"))
+
+    with AnswerServer(reply) as srv:
+        args = ("--api-key", KEY, "--limit", "3", "--retries", "0", "--work-dir", str(tmp_path))
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--eval-batch-size", "1", *args)
+    assert result.returncode == 1, result.stderr
+    encoded = [base64.b64encode(s.encode()).decode()[4:-4] for s in (KEY, f"Bearer {KEY}")]
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert any(r["error"] for r in rows) and any(r["reply"] for r in rows)
+    for text in [result.stdout + result.stderr, *(p.read_text() for p in tmp_path.rglob("*") if p.is_file())]:
+        assert not any(e in text for e in encoded), text
+
+
+def test_a_base64_key_cut_off_where_a_message_ends_is_masked() -> None:
+    """A long message cut (…) inside the base64 of the Authorization header: the encoded key's start stood
+    before the cut, where only its whole form was masked."""
+    encoded = base64.b64encode(f"Bearer {KEY}".encode()).decode()
+    redact = Redactor([KEY])
+    for end in range(24, len(encoded)):
+        for tail in ("…", ""):
+            assert encoded[16:24] not in redact(f"denied {encoded[:end]}{tail}"), end

@@ -49,8 +49,10 @@ def check_url(url: Any) -> None:
             f"api_url {_shown(url)!r} carries credentials; pass the key with --api-key or $COINFLIP_API_KEY "
             "(or a header with generation_config extra_headers)"
         )
-    if not parts.hostname or any(c.isspace() for c in url) or (port is not None and not 0 < port < 65536):
+    if not parts.hostname or any(c.isspace() for c in parts.netloc) or (port is not None and not 0 < port < 65536):
         raise ConfigError(f"api_url {_shown(url)!r} has no valid host and port, {example}")
+    if any(c.isspace() for c in url):
+        raise ConfigError(f"api_url {_shown(url)!r} holds a space or a line break: remove it (in a path: %20)")
     if not url.isascii() or any(ord(c) < 32 or ord(c) == 127 for c in url):
         raise ConfigError(f"api_url {_shown(url)!r} holds characters a URL cannot carry: percent-encode them")
 

@@ -1,8 +1,9 @@
 """Secrets out of everything a run keeps or shows, each character matched in any form a server may echo it
-in (raw, JSON-escaped, HTML, URL-encoded), split across lines or not."""
+in (raw, JSON-escaped, HTML, URL-encoded), split across lines or not; or base64-encoded."""
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 from collections.abc import Iterable
@@ -60,15 +61,28 @@ def pattern(secret: str) -> str:
     return f"{head}(?:{rest}|{_prefix(chars[CUT_LEAST:-1])}(?=…|\\Z))"  # the start matched once for both: half the time
 
 
-def _prefix(chars: list[str]) -> str:
+def encoded(secret: str) -> list[str]:
+    """`secret` base64-encoded (standard or URL-safe) at each of the 3 alignments it may have in a longer text: the
+    characters its bytes alone decide (up to 3 either side mix in a neighbour's: `Redactor` masks them too); or
+    their start (MIN_SECRET+) where a text ends or was cut (…)."""
+    data, forms = secret.encode("utf-8", "surrogatepass"), []
+    for shift in range(3):
+        text = base64.b64encode(bytes(shift) + data).decode()[4 if shift else 0 : (len(data) + shift) // 3 * 4]
+        chars = [{"+": "[+-]", "/": "[/_]"}.get(c, c) for c in text]
+        rest, cut = "".join(chars[MIN_SECRET:]), _prefix(chars[MIN_SECRET:-1], "")
+        forms.append(f"{''.join(chars[:MIN_SECRET])}(?:{rest}|{cut}(?=…|\\Z))")
+    return forms
+
+
+def _prefix(chars: list[str], gap: str = _BREAK) -> str:
     """Any start of `chars`, none too: optional per character within chunks of about sqrt(n), per chunk
     across them, so a 2,000-character token nests some 90 deep, not 2,000 (re's parser recurses)."""
     size, prefix = math.isqrt(len(chars)) + 1, ""
     for at in reversed(range(0, len(chars), size)):
         chunk, inner = chars[at : at + size], ""
         for c in reversed(chunk):
-            inner = f"(?:{_BREAK}{c}{inner})?"
-        prefix = f"(?:{''.join(_BREAK + c for c in chunk)}{prefix}|{inner})" if prefix else inner
+            inner = f"(?:{gap}{c}{inner})?"
+        prefix = f"(?:{''.join(gap + c for c in chunk)}{prefix}|{inner})" if prefix else inner
     return prefix
 
 
@@ -77,12 +91,19 @@ class Redactor:
         both = (t for s in secrets if s is not None for t in (s, s.strip()))  # a server strips a header's spaces
         kept = sorted({s for s in both if is_secret(s)}, key=len, reverse=True)
         self._pattern = re.compile("|".join(pattern(s) for s in kept)) if kept else None
+        cores = "|".join(core for s in kept for core in encoded(s))
+        self._encoded = re.compile(cores or "(?!)")  # searched first: they start with a letter, the search is quick
+        self._around = f"[\\w+/-]{{0,3}}(?:{cores})[\\w+/-]{{0,3}}=*"  # with neighbours, padding: compiled if found
 
     def __call__(self, text: str) -> str:
-        return text if self._pattern is None else self._pattern.sub(MASK, text)
+        if self._pattern is None:
+            return text
+        text = self._pattern.sub(MASK, text)
+        return re.sub(self._around, MASK, text) if self._encoded.search(text) else text
 
     def found(self, text: str | None) -> bool:
-        return text is not None and self._pattern is not None and self._pattern.search(text) is not None
+        found = text is not None and self._pattern is not None and self._pattern.search(text)
+        return bool(found or text is not None and self._encoded.search(text))
 
     def reply(self, reply: Reply) -> Reply:
         """Masked; log probabilities dropped where the text or they held a secret (its tokens spell it out)."""

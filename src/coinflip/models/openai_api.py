@@ -23,7 +23,7 @@ from ..errors import EndpointBroken, EndpointError, FatalAPIError
 from ..secrets import run_secrets, shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, Response, merge_headers
 from ._redact import Redactor
-from ._replies import BadReply, StreamReply, added, parse_body, server_message, usage_of
+from ._replies import BadReply, StreamReply, added, loaded, parse_body, server_message, usage_of
 from ._request import endpoint_url, published_slots, redirect, request_body, split_generation, web_page
 from ._wire import ReplyTooLarge, UnknownCoding
 from .base import Reply, Request
@@ -278,6 +278,12 @@ class OpenAIClient:
                     return response.events.reply(response.sent)
                 return parse_body(response.body, self.mode)
             except BadReply as exc:  # an error object may name a refusal: then it is one, as its status would be
+                data = loaded(response.body) if response.events is None and not self.answered else None
+                if data is not None and not (isinstance(data, dict) and data.keys() & {"choices", "error"}):
+                    raise EndpointError(  # another JSON API (a health check, a stub) where the first answer was due
+                        f"{shown_url(url)} answered with JSON that is no completion: {server_message(response.body)}"
+                        "; check --api-url (it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
+                    ) from None
                 spent = response.events.usage if response.events is not None else usage_of(response.body)
                 named = exc.status if exc.status in LIMIT_STATUS else status  # any other code: no status that came
                 raise retryable(str(exc), named, response.headers, spent) from None

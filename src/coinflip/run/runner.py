@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._files import ROWS_LIMIT, inside
 from .._terminal import printable
 from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
-from ..errors import CoinflipError, ConfigError, EndpointBroken, RunIncomplete, StorageError
+from ..errors import CoinflipError, ConfigError, EndpointBroken, FatalAPIError, RunIncomplete, StorageError
 from ..jsonl import index_predictions
 from ..models import backend, check_resume, handed_off, open_model, serve_local
 from ..rundir import RunDir, load_saved_config
@@ -220,6 +220,10 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None, h
                 print(f"note: {note}", file=sys.stderr)
     except EndpointBroken as exc:
         raise EndpointBroken(f"{exc}; once the server is fixed, {hint}") from None
+    except FatalAPIError as exc:  # mid-run (a key revoked): what was kept, and the way on once it is fixed
+        if not (index.lines or session.progress.done):
+            raise
+        raise type(exc)(f"{exc}; {session.progress.done} new samples kept; once that is fixed, {hint}") from None
     except Interrupted as exc:
         kept = "" if handed else f": {session.progress.done} new samples kept"
         raise RunIncomplete(f"{stopped_by(exc)}{kept}; {hint}") from None

@@ -176,6 +176,7 @@ class Budget:
         self.stopped = False
         self.blind = 0  # answers whose usage left out their prompt or completion tokens: the cap cannot count them
         self.blind_stops = spends  # such an answer stops the run (not a baseline's: it spends nothing)
+        self.over = 0  # answers that reported more tokens than their max_tokens allows: they stop the run too
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -218,7 +219,7 @@ class Budget:
 
     def settle(self, request: Request, reply: Reply | None) -> None:
         """From now its real cost counts, priced by how it came, not what it was held at (None: unanswered)."""
-        self.held.pop(id(request), None)
+        held = self.held.pop(id(request), None)
         self.settled.set()
         billed = id(request) in self.billed  # not once it went online (--batch-rest-online settles it first)
         self.billed.discard(id(request))
@@ -230,6 +231,10 @@ class Budget:
             self.stopped = True  # what the rest would cost is unknown: none of them goes
         prepaid = self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts too
         cost = self._priced(usage, reply.batch) - prepaid
+        worst = held is not None and worst_tokens(self.generation, request.params) is not None  # held at its worst case
+        if worst and cost > (held or 0.0) * reply.attempts:
+            self.over += 1  # billed past the worst case of its attempts: the cap cannot bound what the rest cost
+            self.stopped = True
         self.spent += cost
         self.billed_before += cost if billed else 0.0
         self.answered += reply.error is None
@@ -264,6 +269,12 @@ class Budget:
                 f"stopped: {self.blind} answer(s) came without token usage, so --max-cost {self.limit:g} cannot "
                 f"count what the run spends (it has cost {spent:.4f} by the usage reported); run without --max-cost "
                 "to go on"
+            )
+        if self.over:
+            return (
+                f"stopped: {self.over} answer(s) reported more tokens than max_tokens allows, so --max-cost "
+                f"{self.limit:g} cannot bound what the rest would cost (the run has cost {spent:.4f}); what finished "
+                "is kept"
             )
         if spent > self.limit >= self.saved:  # passed by this session's replies
             why = (
