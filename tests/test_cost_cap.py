@@ -310,3 +310,17 @@ def test_a_resume_under_a_cap_the_run_had_already_passed_says_so(tmp_path: Path)
     said = [line for line in resumed.stderr.splitlines() if "--max-cost" in line and "resume with" not in line]
     assert said == [f"note: --max-cost 0.0001 was passed before this session: the run had cost {cost:.4f}; "
                     "what finished is kept (raise --max-cost to go on)"], resumed.stderr  # fmt: skip
+
+
+def test_a_prompt_longer_than_held_is_counted_not_taken_for_billing_past_max_tokens(tmp_path: Path) -> None:
+    """A provider that adds its own system prompt reports more prompt tokens than the request's bytes: a capped
+    run counts them and goes on (its completions keep within max_tokens); it is no server billing past them."""
+
+    def provider(seen: Seen) -> bytes:
+        return answer(chat("ANSWER: YES", usage={"prompt_tokens": 5000, "completion_tokens": 50}))
+
+    with AnswerServer(provider) as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--eval-batch-size", "1")
+        prices = ("--price-input", "100", "--price-output", "1000", "--max-cost", "100")
+        result = run_cli(*args, *prices, "--generation-config", "max_tokens=50", "--work-dir", str(tmp_path))
+    assert result.returncode == 0 and _answered(tmp_path) == 5 and _cost(tmp_path) == 2.75, result.stderr

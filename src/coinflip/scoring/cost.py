@@ -231,10 +231,10 @@ class Budget:
             self.stopped = True  # what the rest would cost is unknown: none of them goes
         prepaid = self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts too
         cost = self._priced(usage, reply.batch) - prepaid
-        worst = held is not None and worst_tokens(self.generation, request.params) is not None  # held at its worst case
-        if worst and cost > (held or 0.0) * reply.attempts:
-            self.over += 1  # billed past the worst case of its attempts: the cap cannot bound what the rest cost
-            self.stopped = True
+        most = worst_tokens(self.generation, request.params) if held is not None else None  # held at its worst case
+        if most is not None and usage.get("completion_tokens", 0) > most * reply.attempts:
+            self.over += 1  # billed past max_tokens on each attempt: the cap cannot bound what the rest cost
+            self.stopped = True  # (a longer prompt than held, a provider's own system prompt, is not: it is counted)
         self.spent += cost
         self.billed_before += cost if billed else 0.0
         self.answered += reply.error is None
