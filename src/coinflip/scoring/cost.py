@@ -101,6 +101,7 @@ def tokens(*usages: Usage) -> Tokens:
         "per_request": {k: round(v / requests, 2) if requests else None for k, v in totals.items()},
         "batch_prompt": sum(u.batch_tokens[0] for u in usages),
         "batch_completion": sum(u.batch_tokens[1] for u in usages),
+        **({"unreported": unreported} if (unreported := sum(u.unreported for u in usages)) else {}),
     }
 
 
@@ -134,6 +135,8 @@ def cost_line(report: Report) -> str | None:
         how = f" (batch answers at {cost['batch_discount']:g} of the price; all at full price {cost['full_price']:.4f})"
         how = how if cost.get("batch") else ""
         line += f"; cost {cost['total']:.4f} at {cost['input']:g}/{cost['output']:g} per million in/out{how}"
+    if unreported := t.get("unreported"):
+        line += f"; these leave out {unreported:,} answer(s) whose usage the server did not report in full"
     return line
 
 
