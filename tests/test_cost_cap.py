@@ -348,3 +348,19 @@ def test_billed_refusals_count_against_the_cap_before_the_next_attempt(tmp_path:
         spent = len(srv.seen) * 4.0
     assert result.returncode == 1 and "stopped before passing --max-cost 10" in result.stderr, result.stderr
     assert spent <= 10 and _cost(tmp_path) == spent, (spent, result.stderr)
+
+
+def test_a_providers_own_prompt_is_learnt_not_let_pass_the_cap(tmp_path: Path) -> None:
+    """Each answer reports 5,000 prompt tokens (a provider's own system prompt; 5 at these prices) for a request
+    held at its bytes (0.6): 8 went together and a cap of 12 with max_tokens was passed by 33. The first answer goes
+    alone and tells what a prompt costs here; the holds count it from then on."""
+
+    def provider(seen: Seen) -> bytes:
+        return answer(chat("ANSWER: YES", usage={"prompt_tokens": 5000, "completion_tokens": 10}))
+
+    with AnswerServer(provider) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--eval-batch-size", "8")
+        prices = ("--price-input", "1000", "--price-output", "0", "--max-cost", "12")
+        result = run_cli(*args, *prices, "--generation-config", "max_tokens=10", "--work-dir", str(tmp_path))
+    assert result.returncode == 1 and "stopped before passing --max-cost 12" in result.stderr, result.stderr
+    assert _cost(tmp_path) == 10 and _answered(tmp_path) == 2, result.stderr

@@ -180,6 +180,8 @@ class Budget:
         self.blind = 0  # answers whose usage left out their prompt or completion tokens: the cap cannot count them
         self.blind_stops = spends  # such an answer stops the run (not a baseline's: it spends nothing)
         self.over = 0  # answers that reported more tokens than their max_tokens allows: they stop the run too
+        self.extra = 0.0  # the most prompt tokens an answer reported past its bytes (a provider's own system prompt)
+        self.heard = False  # a reply came back: until then one request goes online (what its prompt costs is unknown)
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -193,7 +195,7 @@ class Budget:
         """What `request` may cost (None: nothing tells yet)."""
         most = worst_tokens(self.generation, request.params)
         if most is not None:
-            return price(prompt_bound(request), most, self.prices, batch)
+            return price(prompt_bound(request) + self.extra, most, self.prices, batch)
         return self.spent / self.answered if self.answered else None
 
     async def admit(self, request: Request, batch: bool | None = None) -> bool:
@@ -204,7 +206,8 @@ class Budget:
             if cost is None and not self.held:  # the first request: it costs its prompt at least
                 cost = price(prompt_bound(request), 0, self.prices, batch)
             so_far = self.saved + self.spent + sum(self.held.values())
-            if cost is not None and so_far + cost <= self.limit and self.limit > 0:  # a cap of 0: nothing, even free
+            told = batch or self.heard or not self.held  # online, the first reply tells what a prompt costs here
+            if told and cost is not None and so_far + cost <= self.limit and self.limit > 0:  # a cap of 0: nothing
                 self.held[id(request)] = cost
                 return True
             if not self.held:
@@ -228,13 +231,15 @@ class Budget:
         self.billed.discard(id(request))
         if reply is None:
             return
-        usage = reply.usage or {}
+        usage, self.heard = reply.usage or {}, True
         if self.blind_stops and reply.error is None and not {"prompt_tokens", "completion_tokens"} <= set(usage):
             self.blind += 1
             self.stopped = True  # what the rest would cost is unknown: none of them goes
         prepaid = self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts too
         cost = self._priced(usage, reply.batch) - prepaid
         most = worst_tokens(self.generation, request.params) if held is not None else None  # held at its worst case
+        if most is not None:  # a provider's own system prompt: the next requests are held with it
+            self.extra = max(self.extra, usage.get("prompt_tokens", 0) / max(reply.attempts, 1) - prompt_bound(request))
         if most is not None and usage.get("completion_tokens", 0) > most * reply.attempts:
             self.over += 1  # billed past max_tokens on each attempt: the cap cannot bound what the rest cost
             self.stopped = True  # (a longer prompt than held, a provider's own system prompt, is not: it is counted)
