@@ -364,3 +364,21 @@ def test_a_providers_own_prompt_is_learnt_not_let_pass_the_cap(tmp_path: Path) -
         result = run_cli(*args, *prices, "--generation-config", "max_tokens=10", "--work-dir", str(tmp_path))
     assert result.returncode == 1 and "stopped before passing --max-cost 12" in result.stderr, result.stderr
     assert _cost(tmp_path) == 10 and _answered(tmp_path) == 2, result.stderr
+
+
+def test_a_cap_passed_by_prompts_longer_than_held_says_so_not_blames_max_tokens(tmp_path: Path) -> None:
+    """The first answers report 10 prompt tokens, the rest 5,000 (5 at these prices): the wave in flight passes a
+    cap of 5 that max_tokens cannot bound, and the note said "max_tokens bounds each one"."""
+    told = [0]
+
+    def growing(seen: Seen) -> bytes:
+        told[0] += 1
+        usage = {"prompt_tokens": 10 if told[0] <= 2 else 5000, "completion_tokens": 10}
+        return answer(chat("ANSWER: YES", usage=usage))
+
+    with AnswerServer(growing) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--eval-batch-size", "8")
+        prices = ("--price-input", "1000", "--price-output", "0", "--max-cost", "5")
+        result = run_cli(*args, *prices, "--generation-config", "max_tokens=10", "--work-dir", str(tmp_path))
+    said = "answers reported more prompt tokens than their requests held, which max_tokens does not bound"
+    assert result.returncode == 1 and "passed --max-cost 5" in result.stderr and said in result.stderr, result.stderr

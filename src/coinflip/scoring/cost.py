@@ -289,6 +289,8 @@ class Budget:
                 f"{self.billed_before:.4f} of it for answers a batch sent before this session held (billed whatever "
                 "the run does)"
                 if self.billed_before
+                else "answers reported more prompt tokens than their requests held, which max_tokens does not bound"
+                if self.extra > 0
                 else "the replies in flight were dearer than the answers before them (max_tokens bounds each one)"
             )
             return f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; {why}"
