@@ -324,3 +324,61 @@ def test_a_prompt_longer_than_held_is_counted_not_taken_for_billing_past_max_tok
         prices = ("--price-input", "100", "--price-output", "1000", "--max-cost", "100")
         result = run_cli(*args, *prices, "--generation-config", "max_tokens=50", "--work-dir", str(tmp_path))
     assert result.returncode == 0 and _answered(tmp_path) == 5 and _cost(tmp_path) == 2.75, result.stderr
+
+
+def test_billed_refusals_count_against_the_cap_before_the_next_attempt(tmp_path: Path) -> None:
+    """Each question refused 4 times by a 200 naming a rate limit that reports 4,000 tokens (4 at these prices),
+    then answered: refusals were waited out without counting until the answer, and a cap of 10 was passed by 14.
+    Each billed refusal counts before the next attempt, which goes only where its worst case still fits."""
+    refused: dict[str, int] = {}
+    usage = {"prompt_tokens": 0, "completion_tokens": 4000}
+
+    def respond(seen: Seen) -> bytes:
+        question = json.dumps(seen.body.get("messages"))
+        refused[question] = refused.get(question, 0) + 1
+        limited = {"error": {"message": "rate limit reached", "code": 429}, "usage": usage}
+        if refused[question] <= 4:
+            return answer(limited, 200, "retry-after-ms: 1")
+        return answer(chat("ANSWER: YES", usage=usage))
+
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--eval-batch-size", "1")
+        prices = ("--price-input", "0", "--price-output", "1000", "--max-cost", "10")
+        result = run_cli(*args, *prices, "--generation-config", "max_tokens=4000", "--work-dir", str(tmp_path))
+        spent = len(srv.seen) * 4.0
+    assert result.returncode == 1 and "stopped before passing --max-cost 10" in result.stderr, result.stderr
+    assert spent <= 10 and _cost(tmp_path) == spent, (spent, result.stderr)
+
+
+def test_a_providers_own_prompt_is_learnt_not_let_pass_the_cap(tmp_path: Path) -> None:
+    """Each answer reports 5,000 prompt tokens (a provider's own system prompt; 5 at these prices) for a request
+    held at its bytes (0.6): 8 went together and a cap of 12 with max_tokens was passed by 33. The first answer goes
+    alone and tells what a prompt costs here; the holds count it from then on."""
+
+    def provider(seen: Seen) -> bytes:
+        return answer(chat("ANSWER: YES", usage={"prompt_tokens": 5000, "completion_tokens": 10}))
+
+    with AnswerServer(provider) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--eval-batch-size", "8")
+        prices = ("--price-input", "1000", "--price-output", "0", "--max-cost", "12")
+        result = run_cli(*args, *prices, "--generation-config", "max_tokens=10", "--work-dir", str(tmp_path))
+    assert result.returncode == 1 and "stopped before passing --max-cost 12" in result.stderr, result.stderr
+    assert _cost(tmp_path) == 10 and _answered(tmp_path) == 2, result.stderr
+
+
+def test_a_cap_passed_by_prompts_longer_than_held_says_so_not_blames_max_tokens(tmp_path: Path) -> None:
+    """The first answers report 10 prompt tokens, the rest 5,000 (5 at these prices): the wave in flight passes a
+    cap of 5 that max_tokens cannot bound, and the note said "max_tokens bounds each one"."""
+    told = [0]
+
+    def growing(seen: Seen) -> bytes:
+        told[0] += 1
+        usage = {"prompt_tokens": 10 if told[0] <= 2 else 5000, "completion_tokens": 10}
+        return answer(chat("ANSWER: YES", usage=usage))
+
+    with AnswerServer(growing) as srv:
+        args = ("eval", "--model", "m", "--limit", "20", "--api-url", srv.url, "--eval-batch-size", "8")
+        prices = ("--price-input", "1000", "--price-output", "0", "--max-cost", "5")
+        result = run_cli(*args, *prices, "--generation-config", "max_tokens=10", "--work-dir", str(tmp_path))
+    said = "answers reported more prompt tokens than their requests held, which max_tokens does not bound"
+    assert result.returncode == 1 and "passed --max-cost 5" in result.stderr and said in result.stderr, result.stderr

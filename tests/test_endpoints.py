@@ -603,3 +603,12 @@ def test_a_gateway_that_sends_its_own_pages_in_br_whatever_is_asked_is_an_http_s
     rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
     assert len(rows) == 3 and all(r["error"] is None for r in rows)
     assert _Gateway.gets == 3  # the capacity probes (/props, /v1/models), then the endpoint itself
+
+
+def test_a_scheme_in_capitals_works_as_lowercase(tmp_path: Path) -> None:
+    """RFC 3986 schemes are case-insensitive: `HTTP://127.0.0.1:PORT/v1` was refused as "not an http(s) URL"."""
+    with FakeOpenAIServer("correct") as srv:
+        url = "HTTP://" + srv.url.removeprefix("http://")
+        result = run_cli("eval", "--model", "m", "--limit", "2", "--api-url", url, "--work-dir", str(tmp_path))
+        asked = sum(srv.state.requests.values())
+    assert result.returncode == 0 and asked == 2, result.stderr

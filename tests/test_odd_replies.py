@@ -185,3 +185,17 @@ def test_a_login_page_mid_run_is_recorded_as_a_web_page_not_as_a_malformed_body(
     for error in filter(None, errors):
         assert "answered with a web page, not the OpenAI API: Hotel Wi-Fi: sign in (an HTML page)" in error
         assert "check --api-url" in error and "proxy" in error and "malformed" not in error
+
+
+@pytest.mark.parametrize("usage", [{"prompt_tokens": 18}, {"prompt_tokens": 18, "completion_tokens": -3}])
+def test_a_cost_that_leaves_out_unreported_tokens_says_so(tmp_path: Path, usage: dict[str, Any]) -> None:
+    """A server that reported prompt tokens but no usable completion count: the line said "72 prompt, 0 completion
+    over 0 requests; cost 0.0001", no word that the completion tokens, so part of the cost, were never reported."""
+    reply = answer(chat("ANSWER: YES", usage=usage))
+    with AnswerServer(lambda seen: reply) as srv:
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--work-dir", str(tmp_path))
+        result = run_cli(*args, "--price-input", "1", "--price-output", "1")
+    report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
+    said = "leave out 4 answer(s) whose usage the server did not report in full"
+    assert result.returncode == 0 and report["tokens"]["unreported"] == 4, result.stderr
+    assert said in result.stdout and any(said in note for note in report["notes"]), result.stdout

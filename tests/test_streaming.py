@@ -145,3 +145,17 @@ def test_the_sse_decoder_gives_the_same_events_however_the_bytes_are_split(size:
     decoder = SSEDecoder()
     got = [e for i in range(0, len(stream), size) for e in decoder.feed(stream[i : i + size])]
     assert got == [("message", "one"), ("error", "two\n three"), ("message", ""), ("message", "café")]
+
+
+@pytest.mark.parametrize("ending", [b"data: [DONE]\n\n", b"data: {cut\n\n"])
+def test_events_where_no_stream_was_asked_are_read_as_the_stream_they_are(ending: bytes) -> None:
+    """A server that always streams: the sample's error said "malformed response body (JSONDecodeError...)". Events
+    that parse are the answer (untimed: no stream was asked); others say the server streamed unasked."""
+    body = b"".join(_events(_delta("ANSWER: "), _delta("YES"))) + ending
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with AnswerServer(lambda s: head + body) as srv:
+        reply = ask(srv.url, stream=False)
+    if b"DONE" in ending:
+        assert reply.error is None and reply.text == "ANSWER: YES" and reply.ttft_s is None, reply
+    else:
+        assert reply.text is None and (reply.error or "").startswith("the server streamed though no stream was asked")

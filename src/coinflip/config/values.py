@@ -36,7 +36,7 @@ _NOT_TOKEN = re.compile(r"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")  # what RFC 9110's toke
 def check_url(url: Any) -> None:
     """An http(s) URL with a host and a valid port, and no credentials (they would be saved and printed)."""
     example = "e.g. http://127.0.0.1:8000/v1"
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+    if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):  # HTTP:// too (RFC 3986)
         raise ConfigError(f"api_url {_shown(url)!r} is not an http(s) URL, {example}")
     try:
         parts = urlsplit(url)

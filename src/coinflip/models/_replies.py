@@ -17,6 +17,7 @@ import msgspec  # imported with the transport, not with `import coinflip`
 
 from .._terminal import one_line
 from ..records import MAX_FINISH, TOKENS_MAX, whole
+from ._sse import SSEDecoder
 from .base import Reply, Request
 
 MAX_FLOAT = sys.float_info.max
@@ -89,6 +90,8 @@ def _message_of(data: Any) -> str:
 def parse_body(raw: bytes, mode: str) -> Reply:
     if not raw.strip():  # a 204, or a server that answered 200 and nothing
         raise BadReply("empty response body")
+    if raw.lstrip().startswith((b"data:", b"event:", b"id:", b":")):  # no JSON: events (a server that always streams)
+        return _unasked_stream(raw, mode)
     data = load_json(raw)
     if not isinstance(data, dict):
         raise BadReply("malformed response body (not a JSON object)")
@@ -101,6 +104,17 @@ def parse_body(raw: bytes, mode: str) -> Reply:
     first, *more = [_choice(c, mode) for c in ordered]
     first.usage, first.more = usage(data.get("usage")), more
     return first
+
+
+def _unasked_stream(raw: bytes, mode: str) -> Reply:
+    """Server-sent events where no stream was asked: the answer they carry, untimed (none was asked), or why not."""
+    sink = StreamReply(mode)
+    any(sink.add(0.0, kind, data) for kind, data in SSEDecoder().feed(raw + b"\n\n"))  # to the first that stops it
+    try:
+        return replace(sink.reply(0.0), ttft_s=None)
+    except BadReply as exc:
+        exc.args = (f"the server streamed though no stream was asked (try --stream), and {exc}",)
+        raise
 
 
 def _index(value: Any) -> int:

@@ -169,14 +169,14 @@ class OpenAIClient:
                 self.answered = True
                 return self.redact.reply(reply)
             self.last_word = self.redact(one_line(message))
-            if outcome == "rejected":  # slow down, not a failure: bounded by the run's patience
-                self._check_patience(time.monotonic())
-                continue
-            failures += 1
+            failures += outcome != "rejected"  # a refusal slows down, uses no retry: bounded by the run's patience
             capped = outcome != "final" and failures <= self.retries and not self._may_retry(request, spent)
-            if outcome == "final" or failures > self.retries or capped:
+            if outcome == "final" or failures > self.retries or capped:  # a billed refusal counts before the next
                 message += "; not retried: --max-cost leaves no room for another attempt" if capped else ""
                 return dataclasses.replace(self._failed(message, status, sent, attempts), usage=wasted)
+            if outcome == "rejected":
+                self._check_patience(time.monotonic())
+                continue
             self.limiter.traffic.retried += 1
             log.info("sample %d: attempt %d failed, retrying: %s", request.id, attempts, self.last_word)
             self._check_patience(time.monotonic())  # failing every request: as bounded as refusing them

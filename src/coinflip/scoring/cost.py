@@ -101,6 +101,7 @@ def tokens(*usages: Usage) -> Tokens:
         "per_request": {k: round(v / requests, 2) if requests else None for k, v in totals.items()},
         "batch_prompt": sum(u.batch_tokens[0] for u in usages),
         "batch_completion": sum(u.batch_tokens[1] for u in usages),
+        **({"unreported": unreported} if (unreported := sum(u.unreported for u in usages)) else {}),
     }
 
 
@@ -134,6 +135,8 @@ def cost_line(report: Report) -> str | None:
         how = f" (batch answers at {cost['batch_discount']:g} of the price; all at full price {cost['full_price']:.4f})"
         how = how if cost.get("batch") else ""
         line += f"; cost {cost['total']:.4f} at {cost['input']:g}/{cost['output']:g} per million in/out{how}"
+    if unreported := t.get("unreported"):
+        line += f"; these leave out {unreported:,} answer(s) whose usage the server did not report in full"
     return line
 
 
@@ -177,6 +180,8 @@ class Budget:
         self.blind = 0  # answers whose usage left out their prompt or completion tokens: the cap cannot count them
         self.blind_stops = spends  # such an answer stops the run (not a baseline's: it spends nothing)
         self.over = 0  # answers that reported more tokens than their max_tokens allows: they stop the run too
+        self.extra = 0.0  # the most prompt tokens an answer reported past its bytes (a provider's own system prompt)
+        self.heard = False  # a reply came back: until then one request goes online (what its prompt costs is unknown)
 
     def add_saved(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -190,7 +195,7 @@ class Budget:
         """What `request` may cost (None: nothing tells yet)."""
         most = worst_tokens(self.generation, request.params)
         if most is not None:
-            return price(prompt_bound(request), most, self.prices, batch)
+            return price(prompt_bound(request) + self.extra, most, self.prices, batch)
         return self.spent / self.answered if self.answered else None
 
     async def admit(self, request: Request, batch: bool | None = None) -> bool:
@@ -201,7 +206,8 @@ class Budget:
             if cost is None and not self.held:  # the first request: it costs its prompt at least
                 cost = price(prompt_bound(request), 0, self.prices, batch)
             so_far = self.saved + self.spent + sum(self.held.values())
-            if cost is not None and so_far + cost <= self.limit and self.limit > 0:  # a cap of 0: nothing, even free
+            told = batch or self.heard or not self.held  # online, the first reply tells what a prompt costs here
+            if told and cost is not None and so_far + cost <= self.limit and self.limit > 0:  # a cap of 0: nothing
                 self.held[id(request)] = cost
                 return True
             if not self.held:
@@ -225,13 +231,15 @@ class Budget:
         self.billed.discard(id(request))
         if reply is None:
             return
-        usage = reply.usage or {}
+        usage, self.heard = reply.usage or {}, True
         if self.blind_stops and reply.error is None and not {"prompt_tokens", "completion_tokens"} <= set(usage):
             self.blind += 1
             self.stopped = True  # what the rest would cost is unknown: none of them goes
         prepaid = self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts too
         cost = self._priced(usage, reply.batch) - prepaid
         most = worst_tokens(self.generation, request.params) if held is not None else None  # held at its worst case
+        if most is not None:  # a provider's own system prompt: the next requests are held with it
+            self.extra = max(self.extra, usage.get("prompt_tokens", 0) / max(reply.attempts, 1) - prompt_bound(request))
         if most is not None and usage.get("completion_tokens", 0) > most * reply.attempts:
             self.over += 1  # billed past max_tokens on each attempt: the cap cannot bound what the rest cost
             self.stopped = True  # (a longer prompt than held, a provider's own system prompt, is not: it is counted)
@@ -281,6 +289,8 @@ class Budget:
                 f"{self.billed_before:.4f} of it for answers a batch sent before this session held (billed whatever "
                 "the run does)"
                 if self.billed_before
+                else "answers reported more prompt tokens than their requests held, which max_tokens does not bound"
+                if self.extra > 0
                 else "the replies in flight were dearer than the answers before them (max_tokens bounds each one)"
             )
             return f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; {why}"

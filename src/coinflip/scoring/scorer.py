@@ -153,6 +153,7 @@ class Usage:
         self.reasoning = array("d")
         self.prompt_tokens = 0
         self.batch_tokens = [0, 0]  # prompt and completion tokens of the replies a Batch API gave
+        self.unreported = 0  # answers whose usage gave some counts but not both prompt and completion tokens
         self.finish: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
 
@@ -167,7 +168,9 @@ class Usage:
         else:
             self.errors[" ".join(str(error).split())[:300]] += 1
         usage = p.get("usage")
-        prompt, completion = token_count(usage, "prompt_tokens") or 0, token_count(usage, "completion_tokens")
+        prompt, completion = token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
+        self.unreported += bool(usage) and None in (prompt, completion)  # the cost leaves out what it did not say
+        prompt = prompt or 0
         self.prompt_tokens += prompt
         if completion is not None:
             self.completion.append(float(completion))
