@@ -13,7 +13,7 @@ import pytest
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Seen, answer, chat
-from .conftest import only_run_dir, read_jsonl, run_cli
+from .conftest import only_run_dir, read_jsonl, run_cli, wait_for
 
 MINI = ("--price-input", "0.15", "--price-output", "0.60")  # gpt-4o-mini's prices
 FAST = ("--batch-poll-s", "0.05")
@@ -382,3 +382,28 @@ def test_a_cap_passed_by_prompts_longer_than_held_says_so_not_blames_max_tokens(
         result = run_cli(*args, *prices, "--generation-config", "max_tokens=10", "--work-dir", str(tmp_path))
     said = "answers reported more prompt tokens than their requests held, which max_tokens does not bound"
     assert result.returncode == 1 and "passed --max-cost 5" in result.stderr and said in result.stderr, result.stderr
+
+
+def test_a_plain_rate_limit_at_the_cap_waits_and_is_answered_never_a_failed_row(tmp_path: Path) -> None:
+    """A 429 that reports no usage bills nothing: the request waits it out, as it would uncapped. After an answer
+    with a provider's long prompt took the run near its cap, such a 429 ended its sample as a failed row, 'not
+    retried: --max-cost leaves no room', a rate limit losing a sample."""
+
+    def rows() -> int:
+        found = list(tmp_path.glob("*/predictions/m/coin_flip.jsonl"))
+        return len(found[0].read_text().splitlines()) if found else 0
+
+    def respond(seen: Seen) -> bytes:
+        if seen.index == 1:  # beside the third: the answer of a long prompt the cap had not held
+            return answer(chat("ANSWER: YES", usage={"prompt_tokens": 2000, "completion_tokens": 50}))
+        if seen.index == 2:  # once that answer is written (so counted), a plain rate limit
+            wait_for(lambda: rows() >= 2, "the second answer's row")
+            return answer({"error": {"message": "slow down"}}, 429, "Retry-After: 0")
+        return answer(chat("ANSWER: YES", usage={"prompt_tokens": 100, "completion_tokens": 50}))
+
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--eval-batch-size", "2")
+        prices = ("--price-input", "100", "--price-output", "1000", "--max-cost", "0.3")
+        result = run_cli(*args, *prices, "--generation-config", "max_tokens=50", "--work-dir", str(tmp_path))
+    saved = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert len(saved) == 3 and all(row["error"] is None for row in saved), (result.stderr, saved)

@@ -170,7 +170,8 @@ class OpenAIClient:
                 return self.redact.reply(reply)
             self.last_word = self.redact(one_line(message))
             failures += outcome != "rejected"  # a refusal slows down, uses no retry: bounded by the run's patience
-            capped = outcome != "final" and failures <= self.retries and not self._may_retry(request, spent)
+            billed = outcome != "rejected" or spent is not None  # a plain 429 bills nothing: it waits, it stays owed
+            capped = outcome != "final" and failures <= self.retries and billed and not self._may_retry(request, spent)
             if outcome == "final" or failures > self.retries or capped:  # a billed refusal counts before the next
                 message += "; not retried: --max-cost leaves no room for another attempt" if capped else ""
                 return dataclasses.replace(self._failed(message, status, sent, attempts), usage=wasted)
