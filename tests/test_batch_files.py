@@ -132,6 +132,19 @@ def test_a_result_file_of_another_model_is_refused_before_anything_is_recorded(t
     assert read.returncode == 1 and len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 3, read.stderr
 
 
+def test_request_lines_in_a_result_file_stay_owed_not_failed(tmp_path: Path) -> None:
+    """A result file that holds request lines too (the two files joined by mistake): each request line, holding no
+    response nor error, was recorded as a failed answer, 'batch: no response', and the note said '5 answers read
+    (4 failed)', as c557e1d mended for a file of requests alone."""
+    run = _written_offline(tmp_path)
+    requests = (tmp_path / "requests.jsonl").read_bytes().splitlines(keepends=True)
+    results = tmp_path / "results.jsonl"
+    results.write_bytes(_ok(json.loads(requests[0])["custom_id"], "ANSWER: NO") + b"".join(requests[1:]))
+    read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    assert read.returncode == 1 and "1 answers read from" in read.stderr and "4 unreadable" in read.stderr, read.stderr
+    assert [r["error"] for r in read_jsonl(run / "predictions/m/coin_flip.jsonl")] == [None]
+
+
 def test_the_request_file_given_as_the_results_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:
     """`--batch-results requests.jsonl` (run-batch's -i for its -o) recorded each request as a failed answer,
     'batch: no response', and said '5 answers read'."""
