@@ -89,6 +89,24 @@ def test_an_incomplete_result_file_s_last_line_gives_the_offline_command_that_wr
     assert sorted(line["custom_id"] for line in read_jsonl(tmp_path / command[-1])) == sorted(ids[2:])
 
 
+def test_the_offline_command_printed_inside_the_run_directory_works_pasted_there(tmp_path: Path) -> None:
+    """Run from inside the run directory (`--use-cache ..` from its configs), its last line said '--batch-write
+    owed.jsonl', which, pasted where it was printed, was refused (exit 2): a request file in the run directory."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    (tmp_path / "results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids[:2]))
+    scored = run_cli(
+        "eval", "--use-cache", "..", "--batch-results", str(tmp_path / "results.jsonl"), cwd=run / "configs"
+    )
+    last = scored.stderr.strip().splitlines()[-1]
+    assert scored.returncode == 1 and last.startswith("resume with: coinflip eval"), scored.stderr
+    command = shlex.split(last.removeprefix("resume with: "))
+    wrote = run_cli(*command[1:], cwd=run / "configs")
+    assert wrote.returncode == 0, wrote.stderr
+    owed = [p for p in tmp_path.rglob("owed*.jsonl") if not p.is_relative_to(run)]
+    assert [sorted(line["custom_id"] for line in read_jsonl(p)) for p in owed] == [sorted(ids[2:])]
+
+
 @pytest.mark.parametrize("where", ["a folder", "no such folder"])
 def test_a_request_file_that_cannot_be_written_says_what_the_run_keeps(tmp_path: Path, where: str) -> None:
     """A fresh run said 'predictions finished so far are kept' where it had none (a request file sends nothing)."""
@@ -130,6 +148,19 @@ def test_a_result_file_of_another_model_is_refused_before_anything_is_recorded(t
     results.write_bytes(_named(ids[0], "m-2024-07-18") + _named(ids[1], "other") + _ok(ids[2], "ANSWER: NO"))
     read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
     assert read.returncode == 1 and len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 3, read.stderr
+
+
+def test_request_lines_in_a_result_file_stay_owed_not_failed(tmp_path: Path) -> None:
+    """A result file that holds request lines too (the two files joined by mistake): each request line, holding no
+    response nor error, was recorded as a failed answer, 'batch: no response', and the note said '5 answers read
+    (4 failed)', as c557e1d mended for a file of requests alone."""
+    run = _written_offline(tmp_path)
+    requests = (tmp_path / "requests.jsonl").read_bytes().splitlines(keepends=True)
+    results = tmp_path / "results.jsonl"
+    results.write_bytes(_ok(json.loads(requests[0])["custom_id"], "ANSWER: NO") + b"".join(requests[1:]))
+    read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    assert read.returncode == 1 and "1 answers read from" in read.stderr and "4 unreadable" in read.stderr, read.stderr
+    assert [r["error"] for r in read_jsonl(run / "predictions/m/coin_flip.jsonl")] == [None]
 
 
 def test_the_request_file_given_as_the_results_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:

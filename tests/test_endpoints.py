@@ -299,6 +299,27 @@ def test_a_server_answering_json_that_is_no_completion_is_a_wrong_endpoint(body:
     assert "check --api-url" in line
 
 
+def test_a_resume_retries_json_that_is_no_completion_from_the_endpoint_that_answered(tmp_path: Path) -> None:
+    """A resume of a run that holds this endpoint's replies, whose first answer is JSON with no choices (a gateway's
+    {"object": "error", ...} in a 200, once): it stopped, exit 2, as a wrong --api-url, where an endpoint that
+    answered once and fails later is a broken one, its requests retried."""
+    failed: list[bool] = []
+
+    def reply(seen: Seen) -> bytes:
+        if not seen.body or failed:
+            return answer(chat(f"ANSWER: {seen.right_answer}") if seen.body else {"data": []})
+        failed.append(True)
+        return answer({"object": "error", "message": "Worker overloaded, try again", "code": 503})
+
+    with AnswerServer(lambda s: answer(chat(f"ANSWER: {s.right_answer}")) if s.body else answer({})) as srv:
+        assert timed_eval(srv.url, tmp_path, "--limit", "2")[0].returncode == 0
+    with AnswerServer(reply) as srv:
+        args = ("--use-cache", str(only_run_dir(tmp_path)), "--api-url", srv.url, "--limit", "3")
+        result = run_cli("eval", *args, "--eval-batch-size", "1", "--retries", "1")
+    assert result.returncode == 0 and failed, result.stderr
+    assert len(read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")) == 3
+
+
 @pytest.mark.parametrize(
     ("status", "title", "said"),
     [

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coinflip import TaskConfig, run_task
+from coinflip._terminal import one_line
 from coinflip.errors import FatalAPIError
 from coinflip.models._redact import CUT_LEAST, MIN_SECRET, Redactor, is_secret
 from coinflip.secrets import auth_secrets, run_secrets
@@ -323,3 +324,14 @@ def test_a_base64_key_cut_off_where_a_message_ends_is_masked() -> None:
     for end in range(24, len(encoded)):
         for tail in ("…", ""):
             assert encoded[16:24] not in redact(f"denied {encoded[:end]}{tail}"), end
+
+
+def test_a_long_key_echoed_in_base64_wrapped_at_76_characters_is_masked() -> None:
+    """A 2,000-character token (a gateway's JWT) echoed as `base64` and MIME write it, a line break every 76
+    characters: only unbroken base64 was masked, and each line of the wrapped one was saved and shown as sent."""
+    token = "eyJ" + "aB3-_x.Q9z" * 200
+    for echoed in (f"Bearer {token}", token):
+        wrapped = base64.encodebytes(echoed.encode()).decode()
+        for shown in (wrapped, crlf := wrapped.replace("\n", "\r\n"), one_line(wrapped), one_line(crlf)):
+            masked = Redactor([token])(f"you sent {shown} back")
+            assert not [line for line in wrapped.splitlines()[1:-1] if line in masked], masked[:200]

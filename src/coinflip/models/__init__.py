@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._files import open_regular
+from .._files import inside, open_regular
 from ..config import BASELINES, LOCAL_MODELS, TaskConfig
 from ..errors import KEPT, ConfigError
 from ..rundir import RunDir
@@ -85,11 +85,12 @@ def handed_off(config: TaskConfig) -> tuple[str, ...]:
     return ("--batch-write", str(config.batch_write)) if config.batch_write else ()
 
 
-def offline_rest(saved: dict[str, Any]) -> tuple[str, ...]:
+def offline_rest(saved: dict[str, Any], root: Path) -> tuple[str, ...]:
     """Where a run's last session wrote its requests for another tool or read its answers, how the rest is written
-    (a request file named apart from the results read); else nothing: it resumes as it ran."""
+    (a request file apart from the results read and from the run at `root`); else nothing: it resumes as it ran."""
     written = saved.get("batch_results") or saved.get("batch_write")
     name = "owed-more.jsonl" if Path(str(written)).name == "owed.jsonl" else "owed.jsonl"  # never over the file read
+    name = str(root.resolve().parent / name) if inside(Path(name), root) else name  # printed from inside the run
     return ("--batch-write", name) if written else ()
 
 

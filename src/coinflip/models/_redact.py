@@ -22,6 +22,7 @@ _HTML_NAMED = {"&": "amp", "<": "lt", ">": "gt", '"': "quot", "'": "apos"}
 # between two characters: a line break (raw, JSON-escaped, or shown as U+FFFD by _terminal.one_line)
 # and its indent, or a space
 _BREAK = r"(?:(?:\r?\n|\\r?\\n|\r?\ufffd)[ \t]*| )?"
+_WRAP = r"\s*\ufffd*"  # where base64 is wrapped (`base64`, MIME: 76 characters a line), or as shown
 CUT_LEAST = 6  # characters of a secret's start that are masked where a message ends or is cut (…) after them
 
 
@@ -70,8 +71,8 @@ def encoded(secret: str) -> list[tuple[str, str]]:
     for shift in range(3):
         text = base64.b64encode(bytes(shift) + data).decode()[4 if shift else 0 : (len(data) + shift) // 3 * 4]
         chars = [{"+": "[+-]", "/": "[/_]"}.get(c, c) for c in text]
-        rest, cut = "".join(chars[MIN_SECRET:]), _prefix(chars[MIN_SECRET:-1], "")
-        forms.append(("".join(chars[:MIN_SECRET]), f"(?:{rest}|{cut}(?=…|\\Z))"))
+        rest, cut = "".join(_WRAP + c for c in chars[MIN_SECRET:]), _prefix(chars[MIN_SECRET:-1], _WRAP)
+        forms.append((_WRAP.join(chars[:MIN_SECRET]), f"(?:{rest}|{cut}(?=…|\\Z))"))
     return forms
 
 

@@ -91,8 +91,8 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
     except BadReply as exc:
         found = _CUSTOM_ID.search(raw[:4096])
         return None if found is None else (found[1].decode(), Reply(None, error=f"its result line: {exc}"))
-    if not isinstance(data, dict) or not isinstance(data.get("custom_id"), str):
-        return None
+    if not (isinstance(data, dict) and isinstance(data.get("custom_id"), str) and data.keys() & {"response", "error"}):
+        return None  # a request line too (its custom_id, no response nor error)
     cid, response, error = data["custom_id"], data.get("response"), data.get("error")
     status, body = (response.get("status_code"), response.get("body")) if isinstance(response, dict) else (None, None)
     if isinstance(status, int) and 200 <= status < 300 and not error:

@@ -279,7 +279,8 @@ class OpenAIClient:
                     return response.events.reply(response.sent)
                 return parse_body(response.body, self.mode)
             except BadReply as exc:  # an error object may name a refusal: then it is one, as its status would be
-                data = loaded(response.body) if response.events is None and not self.answered else None
+                first = not (self.answered or self.answered_before)  # the run holds no reply of this endpoint
+                data = loaded(response.body) if response.events is None and first else None
                 if data is not None and not (isinstance(data, dict) and data.keys() & {"choices", "error"}):
                     raise EndpointError(  # another JSON API (a health check, a stub) where the first answer was due
                         f"{shown_url(url)} answered with JSON that is no completion: {server_message(response.body)}"

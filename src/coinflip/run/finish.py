@@ -52,7 +52,7 @@ def finish(
     if show:
         print_summary(report, run.root, page=run.report_html)
         if not report["complete"] and not report.get("errors_ignored"):
-            rest = offline_rest(saved["config"])  # written for another tool: no request is sent, no key needed
+            rest = offline_rest(saved["config"], run.root)  # for another tool: no request is sent, no key needed
             print(run.resume_hint(bool(saved["config"].get("api_key")) and not rest, rest), file=sys.stderr)
     return report
 
