@@ -117,7 +117,8 @@ def check_result_file(path: Path, model: str, cap: int) -> None:
         )
     if named:
         raise ConfigError(f"--batch-results {path}: its answers name {', '.join(map(repr, sorted(named)))}, not "
-                          f"the run's model {model}: another run's results? Nothing was recorded")  # fmt: skip
+                          f"the run's model {model}: another run's results? Nothing was recorded (a server that names "
+                          f"it otherwise, as an Azure deployment: set each line's model to {model})")  # fmt: skip
 
 
 def _model_of(raw: bytes) -> Any:
