@@ -96,6 +96,23 @@ def test_a_probe_resume_refused_for_its_settings_changes_nothing(tmp_path: Path)
     assert json.loads((root / "probe.json").read_text(encoding="utf-8"))["base"]["questions"] == 6
 
 
+def test_a_refused_probe_resume_leaves_the_questions_its_runs_were_asked(tmp_path: Path) -> None:
+    """A resume refused for its settings (--limit 8 on a probe of 6) had first rewritten each variant's and length's
+    questions (data/) for them: the files no longer held what the runs were asked, and a run's own resume
+    (`coinflip eval --use-cache PROBE/runs/fresh`, as a stop tells) was refused as a different run."""
+    with FakeOpenAIServer("correct") as server:
+        first = run_cli("probe", "--model", "m", "--api-url", server.url, "--limit", "6", "--variants", "fresh",
+                        "--lengths", "2", "--length-count", "4", "--work-dir", str(tmp_path))  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        (root,) = tmp_path.glob("probe_*")
+        questions = {p: p.read_bytes() for p in (root / "data").rglob("*.jsonl")}
+        for changed in (("--limit", "8"), ("--length-count", "5")):
+            assert run_cli("probe", "--use-cache", str(root), *changed).returncode == 2
+            assert {p: p.read_bytes() for p in (root / "data").rglob("*.jsonl")} == questions
+        again = run_cli("eval", "--use-cache", str(root / "runs" / "fresh"))
+    assert again.returncode == 0, again.stderr
+
+
 def test_a_set_with_more_people_than_names_in_other_scripts_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     """A set of long sequences (`coinflip generate --people 100`): the scripts variant has too few names to
     rename everyone, which ended the probe in a ValueError traceback, the fresh twin's data already written."""
