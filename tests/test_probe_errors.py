@@ -13,7 +13,7 @@ from coinflip.testing.policy import last_question
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Seen, answer, chat
-from .conftest import run_cli, spawn_cli
+from .conftest import run_cli, spawn_cli, wait_for
 
 
 def _fails_chinese_and_five_people(seen: Seen) -> bytes:
@@ -111,6 +111,20 @@ def test_a_refused_probe_resume_leaves_the_questions_its_runs_were_asked(tmp_pat
             assert {p: p.read_bytes() for p in (root / "data").rglob("*.jsonl")} == questions
         again = run_cli("eval", "--use-cache", str(root / "runs" / "fresh"))
     assert again.returncode == 0, again.stderr
+
+
+def test_a_probe_resumed_while_it_runs_is_refused_and_the_running_one_goes_on(tmp_path: Path) -> None:
+    """A second `probe --use-cache` of a probe running its fresh twin rewrote that run's questions under it: the
+    running probe ended 'data/fresh/test.jsonl: changed while being read ... start again' (exit 2), as a second
+    eval of a running run never does ('in use by another coinflip process')."""
+    with FakeOpenAIServer("correct", latency=0.3) as server:
+        first = spawn_cli("probe", "--model", "m", "--api-url", server.url, "--limit", "8", "--variants", "fresh",
+                          "--lengths", "0", "--eval-batch-size", "1", "--work-dir", str(tmp_path))  # fmt: skip
+        fresh = wait_for(lambda: next(tmp_path.glob("probe_*/runs/fresh/predictions/m/coin_flip.jsonl"), None), "fresh")
+        second = run_cli("probe", "--use-cache", str(fresh.parents[4]))
+        out, err = first.communicate(timeout=120)
+    assert second.returncode == 2 and "in use by another coinflip process" in second.stderr, second.stderr
+    assert first.returncode == 0, err
 
 
 def test_a_set_with_more_people_than_names_in_other_scripts_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:

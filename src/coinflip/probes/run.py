@@ -24,7 +24,7 @@ from ..jsonl import iter_reviews
 from ..pages.board import write_whole
 from ..pages.html import relative
 from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe, refresh
-from ..rundir import CONFIG_FILE, RunDir
+from ..rundir import CONFIG_FILE, RunDir, held
 from . import variants
 from .page import render
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
@@ -86,11 +86,12 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
     new = not (config.use_cache or config.no_timestamp)  # a folder of its own, made here
     config, root, settings = _open(config, options)
     try:
-        try:
-            return _probe(config, root, settings)
-        finally:  # a new probe whose base run never started cannot be resumed (_open): it leaves nothing
-            if new and not (root / "runs" / BASE.name / CONFIG_FILE).is_file():
-                shutil.rmtree(root, ignore_errors=True)
+        with held(root):  # one process per probe, as per run
+            try:
+                return _probe(config, root, settings)
+            finally:  # a new probe whose base run never started cannot be resumed (_open): it leaves nothing
+                if new and not (root / "runs" / BASE.name / CONFIG_FILE).is_file():
+                    shutil.rmtree(root, ignore_errors=True)
     except Interrupted as exc:  # a stop between its runs (one in a run is that run's RunIncomplete)
         raise RunIncomplete(f"{stopped_by(exc)}{_resume(root, 'resume with') or ' before the probe started'}") from None
 
@@ -165,8 +166,7 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
 
 
 def _new_folder(root: Path) -> Path:
-    """`root`, or root_1, root_2, ... when a probe started in the same second already took it (made here, so two
-    probes started at once never share one)."""
+    """`root`, or root_1, root_2, ... when a probe started in the same second took it (two never share one)."""
     for n in range(1000):
         path = root if n == 0 else root.with_name(f"{root.name}_{n}")
         try:
