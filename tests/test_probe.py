@@ -291,6 +291,20 @@ def test_a_probe_resumes_and_its_runs_are_listed_and_compared(tmp_path: Path) ->
     assert "always-yes" in compared.stdout and "m" in compared.stdout
 
 
+def test_the_runs_of_a_probe_are_viewed_and_its_base_run_resumed_on_their_own(tmp_path: Path) -> None:
+    """`coinflip view PROBE/runs` (the folder `compare PROBE/runs --force` takes) ended in a ValueError traceback,
+    and `eval --use-cache PROBE/runs/base` (as a stop in the base run tells) left its index unrefreshed with
+    "...probe.html is not in the subpath of...": a probe's base run seen from inside listed the probe above it."""
+    done = run_cli("probe", "--model", "oracle", "--limit", "5", "--variants", "tails", "--lengths", "0",
+                   "--work-dir", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (root,) = tmp_path.glob("probe_*")
+    listed = run_cli("view", str(root / "runs"))
+    assert listed.returncode == 0 and "wrote" in listed.stderr and "2 runs" in listed.stderr, listed.stderr
+    resumed = run_cli("eval", "--use-cache", str(root / "runs/base"))
+    assert resumed.returncode == 0 and "could not refresh" not in resumed.stderr, resumed.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

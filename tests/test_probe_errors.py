@@ -13,7 +13,7 @@ from coinflip.testing.policy import last_question
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Seen, answer, chat
-from .conftest import run_cli, spawn_cli
+from .conftest import run_cli, spawn_cli, wait_for
 
 
 def _fails_chinese_and_five_people(seen: Seen) -> bytes:
@@ -94,6 +94,37 @@ def test_a_probe_resume_refused_for_its_settings_changes_nothing(tmp_path: Path)
         again = run_cli("probe", "--use-cache", str(root))
     assert again.returncode == 0, again.stderr
     assert json.loads((root / "probe.json").read_text(encoding="utf-8"))["base"]["questions"] == 6
+
+
+def test_a_refused_probe_resume_leaves_the_questions_its_runs_were_asked(tmp_path: Path) -> None:
+    """A resume refused for its settings (--limit 8 on a probe of 6) had first rewritten each variant's and length's
+    questions (data/) for them: the files no longer held what the runs were asked, and a run's own resume
+    (`coinflip eval --use-cache PROBE/runs/fresh`, as a stop tells) was refused as a different run."""
+    with FakeOpenAIServer("correct") as server:
+        first = run_cli("probe", "--model", "m", "--api-url", server.url, "--limit", "6", "--variants", "fresh",
+                        "--lengths", "2", "--length-count", "4", "--work-dir", str(tmp_path))  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        (root,) = tmp_path.glob("probe_*")
+        questions = {p: p.read_bytes() for p in (root / "data").rglob("*.jsonl")}
+        for changed in (("--limit", "8"), ("--length-count", "5")):
+            assert run_cli("probe", "--use-cache", str(root), *changed).returncode == 2
+            assert {p: p.read_bytes() for p in (root / "data").rglob("*.jsonl")} == questions
+        again = run_cli("eval", "--use-cache", str(root / "runs" / "fresh"))
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_probe_resumed_while_it_runs_is_refused_and_the_running_one_goes_on(tmp_path: Path) -> None:
+    """A second `probe --use-cache` of a probe running its fresh twin rewrote that run's questions under it: the
+    running probe ended 'data/fresh/test.jsonl: changed while being read ... start again' (exit 2), as a second
+    eval of a running run never does ('in use by another coinflip process')."""
+    with FakeOpenAIServer("correct", latency=0.3) as server:
+        first = spawn_cli("probe", "--model", "m", "--api-url", server.url, "--limit", "8", "--variants", "fresh",
+                          "--lengths", "0", "--eval-batch-size", "1", "--work-dir", str(tmp_path))  # fmt: skip
+        fresh = wait_for(lambda: next(tmp_path.glob("probe_*/runs/fresh/predictions/m/coin_flip.jsonl"), None), "fresh")
+        second = run_cli("probe", "--use-cache", str(fresh.parents[4]))
+        out, err = first.communicate(timeout=120)
+    assert second.returncode == 2 and "in use by another coinflip process" in second.stderr, second.stderr
+    assert first.returncode == 0, err
 
 
 def test_a_set_with_more_people_than_names_in_other_scripts_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:

@@ -219,6 +219,23 @@ def in_use(root: Path) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def held(folder: Path) -> Iterator[None]:
+    """One coinflip process at a time in `folder` (a probe's: a second would rewrite the questions its running runs
+    ask), as `RunDir.locked` holds a run's: a lock on the folder itself."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # not made yet (a new probe into its --work-dir): nobody else's either
+        yield
+        return
+    try:
+        if flock(fd) is False:
+            raise ConfigError(f"{folder} is in use by another coinflip process; let it finish or stop it")
+        yield
+    finally:
+        os.close(fd)
+
+
 def _clear_for_own(path: Path) -> None:
     """Remove a link, FIFO, socket or device at `path`, where the run's own file or folder goes."""
     if special(path):

@@ -95,14 +95,14 @@ def build(work_dir: Path) -> dict[str, Any]:
 
 
 def _probes(work_dir: Path, found: list[Found]) -> list[dict[str, Any]]:
-    """Each probe (a folder whose runs/base is a run), with its headline."""
-    out = []
+    """Each probe in the work directory (a folder whose runs/base is a run), with its headline."""
+    out, root = [], work_dir.expanduser()
     for f in found:
         folder = f.path.parent.parent
-        if f.kind == "run" and f.path.name == "base" and f.path.parent.name == "runs":
+        if f.kind == "run" and f.path.name == "base" and f.path.parent.name == "runs" and folder.is_relative_to(root):
             entry = probe_summary(folder)
             if entry is not None:
-                page = (folder / PAGE_FILE).relative_to(work_dir.expanduser()).as_posix()
+                page = (folder / PAGE_FILE).relative_to(root).as_posix()
                 out.append({**entry, "page": relative(page)})
     return out
 

@@ -7,6 +7,7 @@ import json
 import shlex
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +24,7 @@ from ..jsonl import iter_reviews
 from ..pages.board import write_whole
 from ..pages.html import relative
 from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe, refresh
-from ..rundir import CONFIG_FILE, RunDir
+from ..rundir import CONFIG_FILE, RunDir, held
 from . import variants
 from .page import render
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
@@ -85,11 +86,12 @@ def probe(config: TaskConfig, options: ProbeOptions = ProbeOptions()) -> dict[st
     new = not (config.use_cache or config.no_timestamp)  # a folder of its own, made here
     config, root, settings = _open(config, options)
     try:
-        try:
-            return _probe(config, root, settings)
-        finally:  # a new probe whose base run never started cannot be resumed (_open): it leaves nothing
-            if new and not (root / "runs" / BASE.name / CONFIG_FILE).is_file():
-                shutil.rmtree(root, ignore_errors=True)
+        with held(root):  # one process per probe, as per run
+            try:
+                return _probe(config, root, settings)
+            finally:  # a new probe whose base run never started cannot be resumed (_open): it leaves nothing
+                if new and not (root / "runs" / BASE.name / CONFIG_FILE).is_file():
+                    shutil.rmtree(root, ignore_errors=True)
     except Interrupted as exc:  # a stop between its runs (one in a run is that run's RunIncomplete)
         raise RunIncomplete(f"{stopped_by(exc)}{_resume(root, 'resume with') or ' before the probe started'}") from None
 
@@ -98,15 +100,13 @@ def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]
     from ..run.plan import few_shot_pool, prepare
 
     base = prepare(_run_config(config, root, BASE.name, None))
-    records = list(base.dataset)
-    plans = _write_data(config, root, settings, records, few_shot_pool(config))
-    lengths = range(settings.lengths.low, settings.lengths.high + 1) if settings.lengths else range(0)
-    count = settings.length_count or min(len(records), LENGTH_COUNT_MAX)
-    curve = [(people, _length_data(config, root, people, count)) for people in lengths]
-    runs = [_run_config(config, root, variant.name, data, template) for variant, data, template in plans]
-    _resumable([*runs, *(_run_config(config, root, data.name, data) for _, data in curve)])
+    records, pool = list(base.dataset), few_shot_pool(config)
+    if (root / "runs" / BASE.name / CONFIG_FILE).is_file():  # a resume: refused before its questions are replaced
+        with tempfile.TemporaryDirectory() as aside:
+            _questions(config, root, settings, records, pool, Path(aside))
+    plans, curve, runs = _questions(config, root, settings, records, pool, root / "data")
     _save(root, {"settings": settings.saved(), "complete": False})
-    reports, total, spent = {}, len(plans) + len(lengths), list[float]()
+    reports, total, spent = {}, len(plans) + len(curve), list[float]()
     for i, ((variant, _, _), run) in enumerate(zip(plans, runs, strict=True), 1):
         print(one_line(f"probe {config.name}: {variant.title} ({i} of {total})"), file=sys.stderr, flush=True)
         reports[variant.name] = _run(run, spent)
@@ -119,6 +119,28 @@ def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]
     write_whole(root / PAGE_FILE, render(result))  # a resumed probe's folder may hold a link there
     refresh(root if settings.in_work_dir else root.parent)
     return result
+
+
+def _questions(
+    config: TaskConfig, root: Path, settings: Settings, records: list[Record], pool: list[Record], folder: Path
+) -> tuple[list[Planned], list[tuple[int, Path]], list[TaskConfig]]:
+    """Each variant's and length's questions in `folder`, and their runs, each checked before any goes on: settings
+    given that one run resumed takes and a later one refuses would leave the probe unresumable as saved."""
+    from ..run.plan import prepare
+    from ..run.runner import resume_settings, same_run
+
+    plans = _write_data(config, folder, settings, records, pool)
+    lengths = range(settings.lengths.low, settings.lengths.high + 1) if settings.lengths else range(0)
+    count = settings.length_count or min(len(records), LENGTH_COUNT_MAX)
+    curve = [(people, _length_data(config, folder, people, count)) for people in lengths]
+    runs = [_run_config(config, root, variant.name, data, template) for variant, data, template in plans]
+    for run in [*runs, *(_run_config(config, root, data.name, data) for _, data in curve)]:
+        try:
+            if run.use_cache:
+                same_run(prepare(resume_settings(run)), Path(run.use_cache))
+        except ConfigError as exc:
+            raise ConfigError(f"the probe cannot resume with the settings given: {exc}") from None
+    return plans, curve, runs
 
 
 def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, Settings]:
@@ -144,8 +166,7 @@ def _open(config: TaskConfig, options: ProbeOptions) -> tuple[TaskConfig, Path, 
 
 
 def _new_folder(root: Path) -> Path:
-    """`root`, or root_1, root_2, ... when a probe started in the same second already took it (made here, so two
-    probes started at once never share one)."""
+    """`root`, or root_1, root_2, ... when a probe started in the same second took it (two never share one)."""
     for n in range(1000):
         path = root if n == 0 else root.with_name(f"{root.name}_{n}")
         try:
@@ -166,9 +187,9 @@ Planned = tuple[Variant, Path | None, str | None]  # variant, its data (the base
 
 
 def _write_data(
-    config: TaskConfig, root: Path, settings: Settings, records: list[Record], pool: list[Record]
+    config: TaskConfig, folder: Path, settings: Settings, records: list[Record], pool: list[Record]
 ) -> list[Planned]:
-    """Each variant's questions on disk, the k-th written from the k-th base question."""
+    """Each variant's questions in `folder`, the k-th written from the k-th base question."""
     planned: list[Planned] = []
     files: list[tuple[Path, list[tuple[str, str]], list[tuple[str, str]]]] = []
     for variant in settings.variants:
@@ -178,8 +199,9 @@ def _write_data(
         template = None
         if variant.name == "zh":
             template = IN_CHINESE.get(config.prompt_template)
-            if template is None:
+            if template is None and folder.name == "data":  # said once, not where a resume's are checked aside
                 print("note: the Chinese variant needs the default or direct template; skipped", file=sys.stderr)
+            if template is None:
                 continue
         if variant is FRESH:
             where = (config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
@@ -190,7 +212,7 @@ def _write_data(
             assert variant.style is not None
             rows = restyled(records, variant.style, config.seed, variant.name)
             examples = restyled(pool, variant.style, config.seed, variant.name)
-        data = root / "data" / variant.name
+        data = folder / variant.name
         planned.append((variant, data, template))
         files.append((data, rows, examples))
     for data, rows, examples in files:  # each written once every variant's questions are made
@@ -255,23 +277,9 @@ def _resume(root: Path, words: str) -> str:
     return f"; {words}: coinflip probe --use-cache {shlex.quote(str(root))}"
 
 
-def _resumable(configs: list[TaskConfig]) -> None:
-    """Each run the probe resumes takes its settings (its questions unchanged), checked before any run goes on:
-    settings given that one run takes and a later one refuses would leave the probe unresumable as saved."""
-    from ..run.plan import prepare
-    from ..run.runner import resume_settings, same_run
-
-    for config in configs:
-        if config.use_cache:
-            try:
-                same_run(prepare(resume_settings(config)), Path(config.use_cache))
-            except ConfigError as exc:
-                raise ConfigError(f"the probe cannot resume with the settings given: {exc}") from None
-
-
-def _length_data(config: TaskConfig, root: Path, people: int, count: int) -> Path:
-    """The questions of one point of the length curve: `count` fresh ones with `people` people."""
-    data, size = root / "data" / f"people_{people:02d}", PeopleRange(people, people)
+def _length_data(config: TaskConfig, folder: Path, people: int, count: int) -> Path:
+    """The questions of one point of the length curve in `folder`: `count` fresh ones with `people` people."""
+    data, size = folder / f"people_{people:02d}", PeopleRange(people, people)
     generate_file(data / "test.jsonl", size, count, config.seed + people, whole=True)
     if config.few_shot_num:
         examples = max(50, config.few_shot_num + 1)
