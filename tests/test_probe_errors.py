@@ -150,6 +150,23 @@ def test_a_probe_resumed_while_one_of_its_runs_is_resumed_alone_is_refused_and_t
     assert second.returncode == 2 and "in use by another coinflip process" in second.stderr, second.stderr
 
 
+def test_a_key_revoked_in_a_probe_s_run_says_how_to_resume_the_whole_probe(tmp_path: Path) -> None:
+    """Six answers, then 401 (the key revoked) in the probe's fresh twin: the line said to resume that run alone
+    (`coinflip eval --use-cache PROBE/runs/fresh`, fd70dfd), never the probe, whose page and report that leaves
+    unwritten; a stop in a run says both."""
+
+    def respond(seen: Seen) -> bytes:
+        refused = {"error": {"message": "Incorrect API key provided"}}
+        return answer(chat(f"ANSWER: {seen.right_answer}")) if seen.index < 6 else answer(refused, 401)
+
+    with AnswerServer(respond) as srv:
+        result = run_cli("probe", "--model", "m", "--api-url", srv.url, "--limit", "4", "--variants", "fresh",
+                         "--lengths", "0", "--eval-batch-size", "1", "--work-dir", str(tmp_path))  # fmt: skip
+    (root,) = tmp_path.glob("probe_*")
+    assert result.returncode == 2 and "2 new samples kept" in result.stderr, result.stderr
+    assert f"or the whole probe: coinflip probe --use-cache {root}" in result.stderr, result.stderr
+
+
 def test_a_set_with_more_people_than_names_in_other_scripts_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     """A set of long sequences (`coinflip generate --people 100`): the scripts variant has too few names to
     rename everyone, which ended the probe in a ValueError traceback, the fresh twin's data already written."""

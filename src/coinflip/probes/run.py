@@ -252,7 +252,7 @@ def _run(config: TaskConfig, spent: list[float]) -> dict[str, Any]:
     try:
         report: dict[str, Any] = run_task(config)
     except CoinflipError as exc:
-        if exc.exit_code != 1:
+        if exc.exit_code != 1 and "resume with:" not in str(exc):  # a refusal mid-run (a key revoked) says it too
             raise
         left = f" (--max-cost {cap:g} is the probe's: its runs before cost {sum(spent):.4f})" if cap and spent else ""
         raise type(exc)(f"{exc}{left}{_resume(Path(config.work_dir).parent.parent, 'or the whole probe')}") from None
