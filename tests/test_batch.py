@@ -473,6 +473,26 @@ def test_max_cost_holds_for_what_a_batch_left_and_went_online(tmp_path: Path) ->
     assert len(_answers(run)) == 20 and _report(run)["complete"]
 
 
+def test_a_batch_line_billed_without_an_answer_does_not_stop_a_capped_run_as_billed_past_max_tokens(
+    tmp_path: Path,
+) -> None:
+    """A batch line that bills 30 completion tokens and holds no answer, answered online in 20 more: its row's usage
+    counts both (50 for max_tokens 32 online once), which stopped the run as 'more tokens than max_tokens allows'."""
+
+    async def billed(*_: Any) -> tuple[int, bytes]:
+        usage = {"prompt_tokens": 100, "completion_tokens": 30, "total_tokens": 130}
+        return 200, json.dumps({"object": "chat.completion", "choices": [], "usage": usage}).encode()
+
+    store = BatchStore()
+    prices = ("--price-input", "2", "--price-output", "8", "--generation-config", "max_tokens=32")
+    with FakeOpenAIServer("mixed", batches=store) as srv:
+        store.chat = billed
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--batch", *FAST, *prices)
+        result = run_cli(*args, "--batch-rest-online", "--max-cost", "1", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert _report(only_run_dir(tmp_path))["complete"]
+
+
 def test_max_cost_counts_what_batches_answered_at_the_batch_price(tmp_path: Path) -> None:
     prices = ("--price-input", "2", "--price-output", "8", "--batch-discount", "0.1")
     with FakeOpenAIServer("mixed") as srv:

@@ -320,6 +320,25 @@ def test_a_resume_retries_json_that_is_no_completion_from_the_endpoint_that_answ
     assert len(read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")) == 3
 
 
+def test_a_fresh_run_retries_an_error_object_in_a_200_at_its_first_answer(tmp_path: Path) -> None:
+    """A gateway's {"object": "error", ...} in a 200 (vLLM's error shape) as a fresh run's first answer, once: the
+    run stopped, exit 2, 'JSON that is no completion ... check --api-url', where --api-url was right (the body is
+    the API's own error object) and the request, asked again, is answered."""
+    failed: list[bool] = []
+
+    def reply(seen: Seen) -> bytes:
+        if not seen.body or failed:
+            return answer(chat(f"ANSWER: {seen.right_answer}") if seen.body else {"data": []})
+        failed.append(True)
+        return answer({"object": "error", "message": "Worker overloaded, try again", "code": 503})
+
+    with AnswerServer(reply) as srv:
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "2", "--work-dir", str(tmp_path),
+                         "--eval-batch-size", "1", "--retries", "1")  # fmt: skip
+    assert result.returncode == 0 and failed, result.stderr
+    assert len(read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")) == 2
+
+
 @pytest.mark.parametrize(
     ("status", "title", "said"),
     [

@@ -4,11 +4,13 @@ writes and exits with."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 from pathlib import Path
 
 from coinflip.data.grammar import parse
+from coinflip.rundir import in_use
 from coinflip.testing.policy import last_question
 from coinflip.testing.server import FakeOpenAIServer
 
@@ -125,6 +127,44 @@ def test_a_probe_resumed_while_it_runs_is_refused_and_the_running_one_goes_on(tm
         out, err = first.communicate(timeout=120)
     assert second.returncode == 2 and "in use by another coinflip process" in second.stderr, second.stderr
     assert first.returncode == 0, err
+
+
+def test_a_probe_resumed_while_one_of_its_runs_is_resumed_alone_is_refused_and_that_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    """`probe --use-cache` while `eval --use-cache PROBE/runs/fresh` (as a stop tells) runs: the probe rewrote that
+    run's questions under it, and the eval ended 'data/fresh/test.jsonl: changed while being read ... start again'
+    (exit 2); d8d5410 refused only a second probe."""
+    with FakeOpenAIServer("correct", latency=0.3) as server:
+        args = ("--variants", "fresh", "--lengths", "0", "--eval-batch-size", "1", "--work-dir", str(tmp_path))
+        first = spawn_cli("probe", "--model", "m", "--api-url", server.url, "--limit", "8", *args, quiet=True)
+        rows = wait_for(lambda: next(tmp_path.glob("probe_*/runs/fresh/predictions/m/coin_flip.jsonl"), None), "fresh")
+        first.send_signal(signal.SIGKILL)
+        first.wait(60)
+        run = rows.parents[2]
+        alone = spawn_cli("eval", "--use-cache", str(run), "--eval-batch-size", "1")
+        wait_for(lambda: in_use(run), "the run's own resume")
+        second = run_cli("probe", "--use-cache", str(run.parents[1]))
+        out, err = alone.communicate(timeout=120)
+    assert alone.returncode == 0, err
+    assert second.returncode == 2 and "in use by another coinflip process" in second.stderr, second.stderr
+
+
+def test_a_key_revoked_in_a_probe_s_run_says_how_to_resume_the_whole_probe(tmp_path: Path) -> None:
+    """Six answers, then 401 (the key revoked) in the probe's fresh twin: the line said to resume that run alone
+    (`coinflip eval --use-cache PROBE/runs/fresh`, fd70dfd), never the probe, whose page and report that leaves
+    unwritten; a stop in a run says both."""
+
+    def respond(seen: Seen) -> bytes:
+        refused = {"error": {"message": "Incorrect API key provided"}}
+        return answer(chat(f"ANSWER: {seen.right_answer}")) if seen.index < 6 else answer(refused, 401)
+
+    with AnswerServer(respond) as srv:
+        result = run_cli("probe", "--model", "m", "--api-url", srv.url, "--limit", "4", "--variants", "fresh",
+                         "--lengths", "0", "--eval-batch-size", "1", "--work-dir", str(tmp_path))  # fmt: skip
+    (root,) = tmp_path.glob("probe_*")
+    assert result.returncode == 2 and "2 new samples kept" in result.stderr, result.stderr
+    assert f"or the whole probe: coinflip probe --use-cache {root}" in result.stderr, result.stderr
 
 
 def test_a_set_with_more_people_than_names_in_other_scripts_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:

@@ -255,6 +255,7 @@ class BatchModel(Gatherer):
                     break
                 answer = await self.online.complete(request)
                 answer.usage, answer.source = added(paid, answer.usage), reply.source  # counted, never read again
+                answer.attempts += sends  # its usage counts the batch lines too: each bounded by max_tokens
                 return answer
         reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply

@@ -281,7 +281,7 @@ class OpenAIClient:
             except BadReply as exc:  # an error object may name a refusal: then it is one, as its status would be
                 first = not (self.answered or self.answered_before)  # the run holds no reply of this endpoint
                 data = loaded(response.body) if response.events is None and first else None
-                if data is not None and not (isinstance(data, dict) and data.keys() & {"choices", "error"}):
+                if data is not None and not (isinstance(data, dict) and data.keys() & {"choices", "error", "object"}):
                     raise EndpointError(  # another JSON API (a health check, a stub) where the first answer was due
                         f"{shown_url(url)} answered with JSON that is no completion: {server_message(response.body)}"
                         "; check --api-url (it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"

@@ -24,7 +24,7 @@ from ..jsonl import iter_reviews
 from ..pages.board import write_whole
 from ..pages.html import relative
 from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe, refresh
-from ..rundir import CONFIG_FILE, RunDir, held
+from ..rundir import CONFIG_FILE, RunDir, held, in_use
 from . import variants
 from .page import render
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
@@ -135,6 +135,8 @@ def _questions(
     curve = [(people, _length_data(config, folder, people, count)) for people in lengths]
     runs = [_run_config(config, root, variant.name, data, template) for variant, data, template in plans]
     for run in [*runs, *(_run_config(config, root, data.name, data) for _, data in curve)]:
+        if run.use_cache and in_use(Path(run.use_cache)):  # resumed alone: its questions are not rewritten under it
+            raise ConfigError(f"{run.use_cache} is in use by another coinflip process; let it finish or stop it")
         try:
             if run.use_cache:
                 same_run(prepare(resume_settings(run)), Path(run.use_cache))
@@ -196,13 +198,11 @@ def _write_data(
         if variant is BASE:
             planned.append((BASE, None, None))
             continue
-        template = None
-        if variant.name == "zh":
-            template = IN_CHINESE.get(config.prompt_template)
-            if template is None and folder.name == "data":  # said once, not where a resume's are checked aside
+        template = IN_CHINESE.get(config.prompt_template) if variant.name == "zh" else None
+        if variant.name == "zh" and template is None:
+            if folder.name == "data":  # said once, not where a resume's are checked aside
                 print("note: the Chinese variant needs the default or direct template; skipped", file=sys.stderr)
-            if template is None:
-                continue
+            continue
         if variant is FRESH:
             where = (config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
             full = list(load_dataset(*where))
@@ -252,7 +252,7 @@ def _run(config: TaskConfig, spent: list[float]) -> dict[str, Any]:
     try:
         report: dict[str, Any] = run_task(config)
     except CoinflipError as exc:
-        if exc.exit_code != 1:
+        if exc.exit_code != 1 and "resume with:" not in str(exc):  # a refusal mid-run (a key revoked) says it too
             raise
         left = f" (--max-cost {cap:g} is the probe's: its runs before cost {sum(spent):.4f})" if cap and spent else ""
         raise type(exc)(f"{exc}{left}{_resume(Path(config.work_dir).parent.parent, 'or the whole probe')}") from None
