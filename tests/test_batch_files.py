@@ -172,3 +172,18 @@ def test_the_request_file_given_as_the_results_is_refused_before_anything_is_rec
     assert refused.returncode == 2 and len(line.splitlines()) == 1 and "Traceback" not in line, refused.stderr
     assert "no result line" in line and "requests.jsonl" in line
     assert not read_jsonl(run / "predictions/m/coin_flip.jsonl") and not (run / "reports").exists()
+
+
+def test_a_request_file_over_another_run_s_file_is_refused(tmp_path: Path) -> None:
+    """A new run's requests were written over another run's predictions (its answers lost); a new file beside them
+    in that run, or anywhere else, is no file of it."""
+    (tmp_path / "a").mkdir()
+    other = _partly_answered(tmp_path / "a")
+    before = _files(other)
+    target = other / "predictions/m/coin_flip.jsonl"
+    args = ("eval", "--model", "m", "--limit", "3", "--work-dir", str(tmp_path / "b"))
+    refused = run_cli(*args, "--batch-write", str(target))
+    assert refused.returncode == 2 and str(other) in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and _files(other) == before
+    wrote = run_cli(*args, "--batch-write", str(other / "owed.jsonl"))
+    assert wrote.returncode == 0 and len(read_jsonl(other / "owed.jsonl")) == 3, wrote.stderr

@@ -19,7 +19,7 @@ from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, FatalAPIError, RunIncomplete, StorageError
 from ..jsonl import index_predictions
 from ..models import backend, check_resume, handed_off, open_model, serve_local
-from ..rundir import RunDir, load_saved_config
+from ..rundir import CONFIG_FILE, RunDir, load_saved_config
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
 from .finish import finish
@@ -110,8 +110,8 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     """The run directory, its settings on disk from the first moment; and whether it is new."""
     config = plan.config
     own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
-    if own and config.batch_write and _in_run(Path(config.batch_write).expanduser(), own):  # its folder known before
-        raise ConfigError(f"--batch-write {config.batch_write}: in the run directory {own} (or a link to a file "
+    if config.batch_write and (holder := _in_run(Path(config.batch_write).expanduser(), own)):
+        raise ConfigError(f"--batch-write {config.batch_write}: in the run directory {holder} (or a link to a file "
                           "there), whose files hold its answers, settings and reports: write it elsewhere")  # fmt: skip
     content: dict[str, Any] = {
         "config": config.redacted(),
@@ -147,14 +147,18 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     return run, False
 
 
-def _in_run(path: Path, root: Path) -> bool:
-    """`path` resolves into the run at `root`, or is one of its files under another name (a hard link)."""
-    if inside(path, root):
-        return True
+def _in_run(path: Path, root: Path | None) -> Path | None:
+    """The run whose files `path` would overwrite: this one at `root` (known before it is made with --use-cache or
+    --no-timestamp) if `path` resolves into it or is one of its files under another name (a hard link); another
+    run if `path` is a file of it."""
+    if root is not None and inside(path, root):
+        return root
     with contextlib.suppress(OSError):
-        found = path.stat()
-        return found.st_nlink > 1 and any(os.path.samestat(found, p.lstat()) for p in root.rglob("*"))
-    return False
+        found, real = path.stat(), path.resolve()
+        if root is not None and found.st_nlink > 1 and any(os.path.samestat(found, p.lstat()) for p in root.rglob("*")):
+            return root
+        return next((run for run in real.parents if (run / CONFIG_FILE).is_file()), None)
+    return None
 
 
 def same_run(plan: Plan, root: Path) -> dict[str, Any]:
