@@ -181,7 +181,7 @@ class RunDir:
                     break
                 time.sleep(0.05)
             else:
-                raise ConfigError(f"{self.root} is in use by another coinflip process; let it finish or stop it")
+                raise busy(self.root)
             yield
 
     def save_subset(self, ids: tuple[int, ...] | None) -> None:
@@ -209,6 +209,11 @@ class RunDir:
         return frozenset(ids)
 
 
+def busy(folder: Path) -> ConfigError:
+    """The refusal of a run or probe another process holds (`RunDir.locked`, `held`, `in_use`)."""
+    return ConfigError(f"{folder} is in use by another coinflip process; let it finish or stop it")
+
+
 def in_use(root: Path) -> bool:
     """Whether a live coinflip process holds the run's lock (`RunDir.locked`), asked without waiting, creating a
     file, or holding the lock past the asking (a free lock is let go at once)."""
@@ -230,7 +235,7 @@ def held(folder: Path) -> Iterator[None]:
         return
     try:
         if flock(fd) is False:
-            raise ConfigError(f"{folder} is in use by another coinflip process; let it finish or stop it")
+            raise busy(folder)
         yield
     finally:
         os.close(fd)

@@ -24,7 +24,7 @@ from ..jsonl import iter_reviews
 from ..pages.board import write_whole
 from ..pages.html import relative
 from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe, refresh
-from ..rundir import CONFIG_FILE, RunDir, held, in_use
+from ..rundir import CONFIG_FILE, RunDir, busy, held, in_use
 from . import variants
 from .page import render
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
@@ -136,7 +136,7 @@ def _questions(
     runs = [_run_config(config, root, variant.name, data, template) for variant, data, template in plans]
     for run in [*runs, *(_run_config(config, root, data.name, data) for _, data in curve)]:
         if run.use_cache and in_use(Path(run.use_cache)):  # resumed alone: its questions are not rewritten under it
-            raise ConfigError(f"{run.use_cache} is in use by another coinflip process; let it finish or stop it")
+            raise busy(Path(run.use_cache))
         try:
             if run.use_cache:
                 same_run(prepare(resume_settings(run)), Path(run.use_cache))
