@@ -101,10 +101,12 @@ def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]
 
     base = prepare(_run_config(config, root, BASE.name, None))
     records, pool = list(base.dataset), few_shot_pool(config)
-    if (root / "runs" / BASE.name / CONFIG_FILE).is_file():  # a resume: refused before its questions are replaced
+    if resumed := (root / "runs" / BASE.name / CONFIG_FILE).is_file():  # checked aside before any is replaced
         with tempfile.TemporaryDirectory() as aside:
-            _questions(config, root, settings, records, pool, Path(aside))
-    plans, curve, runs = _questions(config, root, settings, records, pool, root / "data")
+            _questions(config, root, settings, records, pool, Path(aside), check=True)
+    plans, curve, runs = _questions(config, root, settings, records, pool, root / "data", check=not resumed)
+    if any(v.name == "zh" for v in settings.variants) and config.prompt_template not in IN_CHINESE:
+        print("note: the Chinese variant needs the default or direct template; skipped", file=sys.stderr)
     _save(root, {"settings": settings.saved(), "complete": False})
     reports, total, spent = {}, len(plans) + len(curve), list[float]()
     for i, ((variant, _, _), run) in enumerate(zip(plans, runs, strict=True), 1):
@@ -122,10 +124,11 @@ def _probe(config: TaskConfig, root: Path, settings: Settings) -> dict[str, Any]
 
 
 def _questions(
-    config: TaskConfig, root: Path, settings: Settings, records: list[Record], pool: list[Record], folder: Path
-) -> tuple[list[Planned], list[tuple[int, Path]], list[TaskConfig]]:
-    """Each variant's and length's questions in `folder`, and their runs, each checked before any goes on: settings
-    given that one run resumed takes and a later one refuses would leave the probe unresumable as saved."""
+    config: TaskConfig, root: Path, settings: Settings, records: list[Record], pool: list[Record], folder: Path,
+    check: bool,
+) -> tuple[list[Planned], list[tuple[int, Path]], list[TaskConfig]]:  # fmt: skip
+    """Each variant's and length's questions in `folder`, and their runs, with `check` each checked before any goes
+    on: settings given that one run resumed takes and a later one refuses would leave the probe unresumable as saved."""
     from ..run.plan import prepare
     from ..run.runner import resume_settings, same_run
 
@@ -134,7 +137,7 @@ def _questions(
     count = settings.length_count or min(len(records), LENGTH_COUNT_MAX)
     curve = [(people, _length_data(config, folder, people, count)) for people in lengths]
     runs = [_run_config(config, root, variant.name, data, template) for variant, data, template in plans]
-    for run in [*runs, *(_run_config(config, root, data.name, data) for _, data in curve)]:
+    for run in [*runs, *(_run_config(config, root, data.name, data) for _, data in curve)] if check else ():
         if run.use_cache and in_use(Path(run.use_cache)):  # resumed alone: its questions are not rewritten under it
             raise busy(Path(run.use_cache))
         try:
@@ -199,9 +202,7 @@ def _write_data(
             planned.append((BASE, None, None))
             continue
         template = IN_CHINESE.get(config.prompt_template) if variant.name == "zh" else None
-        if variant.name == "zh" and template is None:
-            if folder.name == "data":  # said once, not where a resume's are checked aside
-                print("note: the Chinese variant needs the default or direct template; skipped", file=sys.stderr)
+        if variant.name == "zh" and template is None:  # skipped (_probe says so)
             continue
         if variant is FRESH:
             where = (config.split, config.dataset_path, config.dataset_hub, config.dataset_id, config.dataset_dir)
