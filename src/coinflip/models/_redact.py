@@ -100,23 +100,27 @@ class Redactor:
         forms = [form for s in kept for form in encoded(s)]
         self._encoded = re.compile("|".join(head for head, _ in forms) or "(?!)")  # their starts, as `_pattern`
         cores = "|".join(head + rest for head, rest in forms)
-        self._around = f"[\\w+/-]{{0,3}}(?:{cores})[\\w+/-]{{0,3}}=*"  # with neighbours, padding: compiled if found
+        self._wrapped = f"[\\w+/-]{{0,3}}(?:{cores})[\\w+/-]{{0,3}}=*"  # with neighbours, padding: compiled if found
 
     @functools.cached_property
     def _full(self) -> re.Pattern[str]:
         return re.compile(self._whole)
 
+    @functools.cached_property
+    def _around(self) -> re.Pattern[str]:
+        return re.compile(self._wrapped)
+
     def __call__(self, text: str) -> str:
         if self._pattern is None:
             return text
         text = self._full.sub(MASK, text) if self._pattern.search(text) else text
-        return re.sub(self._around, MASK, text) if self._encoded.search(text) else text
+        return self._around.sub(MASK, text) if self._encoded.search(text) else text
 
     def found(self, text: str | None) -> bool:
         if text is None or self._pattern is None:
             return False
         whole = self._pattern.search(text) and self._full.search(text)
-        return bool(whole or self._encoded.search(text) and re.search(self._around, text))
+        return bool(whole or self._encoded.search(text) and self._around.search(text))
 
     def reply(self, reply: Reply) -> Reply:
         """Masked; log probabilities dropped where the text or they held a secret (its tokens spell it out)."""
