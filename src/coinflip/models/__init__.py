@@ -135,7 +135,7 @@ def check_resume(config: TaskConfig, root: Path, owed: Callable[[], Iterable[Req
     if config.batch and not (config.batch_write or config.batch_results):
         return
     from ._redact import Redactor
-    from .batch import batch_ids, result_files, saved_batches, unread
+    from .batch import covering, downloaded, saved_batches, unread
     from .batch_api import read_answers
     from .predict import custom_id
 
@@ -144,18 +144,14 @@ def check_resume(config: TaskConfig, root: Path, owed: Callable[[], Iterable[Req
     if held := [str(b.batch_id or b.file_id) for b in batches if b.file_id and not b.collected]:
         raise ConfigError(f"{root}: the run's batches {', '.join(held)} are not collected yet: resume with --batch to "
                           f"collect them {again}would leave them)")  # fmt: skip
-    covered: dict[str, list[Any]] = {}
-    for batch in (b for b in batches if b.file_id and b.key):  # before keys, rows name no batch: none is read
-        for cid in batch_ids(folder, batch):
-            covered.setdefault(cid, []).append(batch)
+    covered = covering(folder, [b for b in batches if b.file_id and b.key])  # before keys, rows name no batch
     wanted: dict[int, set[str]] = {}
     for request in owed() if covered else ():
         for batch in unread(covered.get(custom_id(request), []), request):
             wanted.setdefault(id(batch), set()).add(custom_id(request))
     cap = int(config.max_reply_mb * 1024 * 1024)
     for batch in (b for b in batches if id(b) in wanted):
-        files = [p for p in result_files(folder, batch).values() if p.exists()]
-        replies, _ = read_answers(files, wanted[id(batch)], config.api_mode, cap, Redactor([]))
+        replies, _ = read_answers(downloaded(folder, batch), wanted[id(batch)], config.api_mode, cap, Redactor([]))
         if any(reply.error is None or reply.usage for reply in replies.values()):  # an answer, or a billed failure
             raise ConfigError(f"{root}: batch {batch.batch_id} holds billed lines (answers or failures) that no row "
                               f"holds yet (the run stopped before writing them): resume with --batch to read them "

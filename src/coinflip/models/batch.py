@@ -188,6 +188,20 @@ def result_files(folder: Path, batch: Submitted) -> dict[str, Path]:
     return {key: folder / f"{safe_name(str(batch.batch_id))}.{key}.jsonl" for key in ("output", "error")}
 
 
+def downloaded(folder: Path, batch: Submitted) -> list[Path]:
+    """A batch's result files as downloaded (none for one never made: it has no id)."""
+    return [p for p in result_files(folder, batch).values() if p.exists()] if batch.batch_id is not None else []
+
+
+def covering(folder: Path, batches: Iterable[Submitted]) -> dict[str, list[Submitted]]:
+    """custom_id -> the saved batches (of `batches`, in their order) that hold it."""
+    covered: dict[str, list[Submitted]] = {}
+    for batch in batches:
+        for cid in batch_ids(folder, batch):
+            covered.setdefault(cid, []).append(batch)
+    return covered
+
+
 class BatchModel(Gatherer):
     """Requests answered through the Batch API at one endpoint, a batch a round, resumable from `folder`
     (batch/); `online` answers what a batch left (--batch-rest-online) where `admit` lets it (--max-cost)."""
@@ -222,7 +236,7 @@ class BatchModel(Gatherer):
                 print(f"note: {state}: batch id {batch.batch_id!r} is not a batch's id; looking for the batch "
                       f"made from {batch.file_id} instead", file=sys.stderr)  # fmt: skip
                 batch.batch_id, batch.status = None, "new"
-            self.covered.update({cid: [*self.covered.get(cid, []), batch] for cid in batch_ids(self.folder, batch)})
+        self.covered = covering(self.folder, [b for b in self.batches if b.file_id is not None])
         await self.api.__aenter__()
         if self.online is not None:
             await self.online.start()
@@ -346,7 +360,7 @@ class BatchModel(Gatherer):
             batch.collected = True
             self._save()
         wanted &= set(batch_ids(self.folder, batch))
-        found = [p for p in paths.values() if p.exists()] if batch.batch_id is not None else []
+        found = downloaded(self.folder, batch)
         replies, counts = read_answers(found, wanted, self.mode, self.cap, self.api.redact)
         missing = f"the batch ended {batch.status} before this request ran"
         if batch.batch_id is None:
