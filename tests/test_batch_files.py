@@ -108,23 +108,25 @@ def test_the_offline_command_printed_inside_the_run_directory_works_pasted_there
 
 
 @pytest.mark.parametrize("where", ["a folder", "no such folder"])
-def test_a_request_file_that_cannot_be_written_says_what_the_run_keeps(tmp_path: Path, where: str) -> None:
-    """A fresh run said 'predictions finished so far are kept' where it had none (a request file sends nothing)."""
+def test_a_request_file_that_cannot_be_written_is_refused_before_the_run_is_made_or_changed(
+    tmp_path: Path, where: str
+) -> None:
+    """A fresh run exited 1 (incomplete) and left a run directory behind for a typo in --batch-write's folder."""
     path = tmp_path / "requests.jsonl" if where == "a folder" else tmp_path / "missing/requests.jsonl"
     if where == "a folder":
         path.mkdir()
     fresh = run_cli("eval", "--model", "m", "--limit", "3", "--batch-write", str(path),
                     "--work-dir", str(tmp_path / "w"))  # fmt: skip
     line = fresh.stderr.strip()
-    assert fresh.returncode == 1 and len(line.splitlines()) == 1 and str(path) in line, fresh.stderr
-    assert "kept" not in line and "no answers yet" in line
+    assert fresh.returncode == 2 and len(line.splitlines()) == 1 and str(path) in line, fresh.stderr
+    assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())
     (tmp_path / "old").mkdir()
     run = _partly_answered(tmp_path / "old")
+    before = _files(run)
     resumed = run_cli("eval", "--use-cache", str(run), "--batch-write", str(path))
     line = resumed.stderr.strip()
-    assert resumed.returncode == 1 and len(line.splitlines()) == 1 and str(path) in line, resumed.stderr
-    assert line.endswith("predictions finished so far are kept")
-    assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 2
+    assert resumed.returncode == 2 and len(line.splitlines()) == 1 and str(path) in line, resumed.stderr
+    assert _files(run) == before
 
 
 def _named(custom_id: str, model: str) -> bytes:

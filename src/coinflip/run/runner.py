@@ -110,9 +110,8 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     """The run directory, its settings on disk from the first moment; and whether it is new."""
     config = plan.config
     own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
-    if config.batch_write and (holder := _in_run(Path(config.batch_write).expanduser(), own)):
-        raise ConfigError(f"--batch-write {config.batch_write}: in the run directory {holder} (or a link to a file "
-                          "there), whose files hold its answers, settings and reports: write it elsewhere")  # fmt: skip
+    if config.batch_write:
+        _check_request_file(Path(config.batch_write).expanduser(), own)
     content: dict[str, Any] = {
         "config": config.redacted(),
         "fingerprint": plan.fingerprint,
@@ -145,6 +144,16 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     if before is not None and before != plan.dataset.count:
         print(f"note: the run now covers {plan.dataset.count} questions (it covered {before})", file=sys.stderr)
     return run, False
+
+
+def _check_request_file(path: Path, own: Path | None) -> None:
+    """--batch-write's file, refused before a run directory is made or changed: in a run, or with nowhere to go."""
+    if holder := _in_run(path, own):
+        raise ConfigError(f"--batch-write {path}: in the run directory {holder} (or a link to a file there), "
+                          "whose files hold its answers, settings and reports: write it elsewhere")  # fmt: skip
+    if path.is_dir() or not path.parent.is_dir():
+        where = "a folder, not a file" if path.is_dir() else f"no folder {path.parent}"
+        raise ConfigError(f"--batch-write {path}: {where}; name a file in a folder that exists")
 
 
 def _in_run(path: Path, root: Path | None) -> Path | None:
