@@ -187,11 +187,12 @@ def test_a_login_page_mid_run_is_recorded_as_a_web_page_not_as_a_malformed_body(
         assert "check --api-url" in error and "proxy" in error and "malformed" not in error
 
 
-@pytest.mark.parametrize("usage", [{"prompt_tokens": 18}, {"prompt_tokens": 18, "completion_tokens": -3}])
-def test_a_cost_that_leaves_out_unreported_tokens_says_so(tmp_path: Path, usage: dict[str, Any]) -> None:
+@pytest.mark.parametrize("usage", [{"prompt_tokens": 18}, {"prompt_tokens": 18, "completion_tokens": -3}, None])
+def test_a_cost_that_leaves_out_unreported_tokens_says_so(tmp_path: Path, usage: dict[str, Any] | None) -> None:
     """A server that reported prompt tokens but no usable completion count: the line said "72 prompt, 0 completion
-    over 0 requests; cost 0.0001", no word that the completion tokens, so part of the cost, were never reported."""
-    reply = answer(chat("ANSWER: YES", usage=usage))
+    over 0 requests; cost 0.0001", no word that the completion tokens, so part of the cost, were never reported.
+    One that reports no usage at all said "cost 0.0000", as if the answers were free."""
+    reply = answer(chat("ANSWER: YES", **({} if usage is None else {"usage": usage})))
     with AnswerServer(lambda seen: reply) as srv:
         args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--work-dir", str(tmp_path))
         result = run_cli(*args, "--price-input", "1", "--price-output", "1")
@@ -199,3 +200,12 @@ def test_a_cost_that_leaves_out_unreported_tokens_says_so(tmp_path: Path, usage:
     said = "leave out 4 answer(s) whose usage the server did not report in full"
     assert result.returncode == 0 and report["tokens"]["unreported"] == 4, result.stderr
     assert said in result.stdout and any(said in note for note in report["notes"]), result.stdout
+
+
+def test_a_baseline_s_answers_spend_nothing_so_leave_nothing_out(tmp_path: Path) -> None:
+    """A baseline reports no usage because it uses none: its cost is whole, not short of 4 answers."""
+    result = run_cli("eval", "--model", "oracle", "--limit", "4", "--price-input", "1", "--price-output", "1",
+                     "--work-dir", str(tmp_path))  # fmt: skip
+    report = json.loads((only_run_dir(tmp_path) / "reports/oracle/coin_flip.json").read_text())
+    assert result.returncode == 0 and "unreported" not in report["tokens"], result.stderr
+    assert report["cost"]["total"] == 0 and "leave out" not in result.stdout

@@ -87,7 +87,9 @@ def price(prompt: float, completion: float, prices: dict[str, float], batch: boo
     return full * prices["batch_discount"] if batch else full
 
 
-def tokens(*usages: Usage) -> Tokens:
+def tokens(*usages: Usage, spends: bool = True) -> Tokens:
+    """The tokens the saved answers reported; `unreported` counts those that left counts out (none at all: not
+    a baseline's, which `spends` nothing)."""
     requests = sum(len(u.completion) for u in usages)
     prompt = sum(u.prompt_tokens for u in usages)
     completion = int(sum(sum(u.completion) for u in usages))
@@ -101,7 +103,7 @@ def tokens(*usages: Usage) -> Tokens:
         "per_request": {k: round(v / requests, 2) if requests else None for k, v in totals.items()},
         "batch_prompt": sum(u.batch_tokens[0] for u in usages),
         "batch_completion": sum(u.batch_tokens[1] for u in usages),
-        **({"unreported": unreported} if (unreported := sum(u.unreported for u in usages)) else {}),
+        **({"unreported": unreported} if (unreported := sum(u.unreported + spends * u.silent for u in usages)) else {}),
     }
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..config import BENCHMARK
+from ..config import BASELINES, BENCHMARK
 from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
@@ -35,7 +35,8 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     scores = summarize(outcomes, compat, seed)
     counts = scores["counts"]
     expected = int(saved.get("samples") or len(outcomes))
-    used = tokens(scorer.usage, scorer.forced_usage, scorer.outside)  # every saved prediction was paid for
+    spends = config["model"] not in BASELINES and config.get("eval_type") != "mock_llm"  # models.backend
+    used = tokens(scorer.usage, scorer.forced_usage, scorer.outside, spends=spends)  # every saved one was paid for
     report: Report = {
         "benchmark": BENCHMARK,
         "model": config.get("model_id") or config["model"],

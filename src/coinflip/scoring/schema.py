@@ -116,7 +116,7 @@ class Tokens(TypedDict, total=False):
     per_request: dict[str, float | None]
     batch_prompt: int  # of `prompt`, what a Batch API answered (billed at its discount)
     batch_completion: int
-    unreported: int  # answers whose usage left out prompt or completion tokens: not counted above
+    unreported: int  # answers whose usage left out prompt or completion tokens, or was not reported: not counted
 
 
 class Cost(TypedDict, total=False):

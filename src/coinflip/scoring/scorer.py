@@ -154,6 +154,7 @@ class Usage:
         self.prompt_tokens = 0
         self.batch_tokens = [0, 0]  # prompt and completion tokens of the replies a Batch API gave
         self.unreported = 0  # answers whose usage gave some counts but not both prompt and completion tokens
+        self.silent = 0  # answers with no usage at all: a baseline's, or a server's that reports none
         self.finish: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
 
@@ -170,6 +171,7 @@ class Usage:
         usage = p.get("usage")
         prompt, completion = token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
         self.unreported += bool(usage) and None in (prompt, completion)  # the cost leaves out what it did not say
+        self.silent += not usage and error is None
         prompt = prompt or 0
         self.prompt_tokens += prompt
         if completion is not None:
