@@ -246,6 +246,9 @@ def _split_files(path: Path, split: str) -> list[Path]:
             raise DataError(f"{folder}: cannot list ({exc.strerror})") from None
     candidates = [p for p in named if p.suffix.lower() in FORMATS and not p.is_dir()]  # a broken link is named
     shards = [p for p in candidates if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
+    numbers = sorted(tuple(map(int, re.findall(r"\d+", p.name[len(split) :]))) for p in shards)  # (i, of n)
+    if numbers and numbers != [(i, numbers[0][1]) for i in range(numbers[0][1])]:  # each of n once: else a part
+        raise DataError(f"{path}: {split} shards missing (found {', '.join(p.name for p in shards)}); split incomplete")
     found = shards if len(shards) > 1 else [p for p in candidates if re.match(rf"{split}([.-]|$)", p.name)]
     if not found:
         raise DataError(f"{path}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")
