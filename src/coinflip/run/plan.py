@@ -15,7 +15,7 @@ from .. import __version__
 from ..config import TaskConfig
 from ..data import prompts
 from ..data.load import Dataset, Record, digest, load_dataset
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..models import Request, check_model, weights
 from ..scoring.cost import check_costs
 from ..secrets import redacted_generation
@@ -51,6 +51,12 @@ class RequestBuilder:
         self.system_prompt = config.system_prompt
         self.style = prompts.template(config.prompt_template)
         self.candidates = prompts.choose_examples(pool, self.count, config.few_shot_seed, config.few_shot_random)
+        for r in self.candidates if self.style.reasoning else ():  # worked from its story, which may not parse
+            if not prompts.answer(r).endswith(f"ANSWER: {r.answer}"):
+                raise DataError(
+                    f"validation row {r.id + 1}: its worked example's steps do not end in its answer {r.answer} "
+                    "(a story coinflip cannot read); fix the row, or use --prompt-template direct"
+                )
         self.seed = generation.get("seed")
         self.choices = int(generation.get("n") or 1)
         self.completions = config.api_mode == "completions"
