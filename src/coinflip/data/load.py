@@ -158,6 +158,7 @@ def _read_jsonl(path: Path) -> Iterator[Any]:
 
 
 def _read_csv(path: Path) -> Iterator[Any]:
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))  # 128 KiB by default: a question of 6,000 people
     with path.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.DictReader(handle)
         if not reader.fieldnames:
