@@ -52,10 +52,10 @@ class RequestBuilder:
         self.style = prompts.template(config.prompt_template)
         self.candidates = prompts.choose_examples(pool, self.count, config.few_shot_seed, config.few_shot_random)
         for r in self.candidates if self.style.reasoning else ():  # worked from its story, which may not parse
-            if not prompts.answer(r).endswith(f"ANSWER: {r.answer}"):
+            if (worked := prompts.answer(r).rsplit(" ", 1)[-1]) != r.answer:
                 raise DataError(
-                    f"validation row {r.id + 1}: its worked example's steps do not end in its answer {r.answer} "
-                    "(a story coinflip cannot read); fix the row, or use --prompt-template direct"
+                    f"validation row {r.id + 1}: its worked example ends in {worked}, but its answer is {r.answer} "
+                    "(a mislabelled row, or a story coinflip cannot read); fix it, or use --prompt-template direct"
                 )
         self.seed = generation.get("seed")
         self.choices = int(generation.get("n") or 1)
