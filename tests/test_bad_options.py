@@ -45,6 +45,8 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
         (["--work-dir", "w/" + "\u00e9" * 128], "work_dir has a folder or file name of 256 bytes"),
         (["--dataset-path", "d/" + "x" * 300], "dataset_path has a folder or file name of 300 bytes"),
         (["--use-cache", "r/" + "x" * 300], "use_cache has a folder or file name of 300 bytes"),
+        (["--dataset-id", "me/coin-flip-hard"], "add --dataset-hub"),  # not the bundled set, scored as if it were
+        (["--dataset-args", '{"coin_flip": {"dataset_id": "me/coin-flip-hard"}}'], "add --dataset-hub"),
     ],
 )
 def test_unusable_options_are_one_line(tmp_path: Path, flags: list[str], message: str) -> None:

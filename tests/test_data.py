@@ -235,3 +235,15 @@ def test_a_file_rewritten_in_place_during_the_run_stops_it(tmp_path: Path) -> No
     asked = {row["question"] for row in read_jsonl(run / "predictions" / "m" / "coin_flip.jsonl")}
     assert asked and asked <= {json.loads(line)["question"] for line in before.splitlines()}
     assert not (run / "reports").exists()
+
+
+def test_a_csv_holding_a_question_longer_than_csvs_default_field_limit_loads(tmp_path: Path) -> None:
+    """A long-sequence set (`generate --people 6000`: 160 KiB a question) saved as CSV is a valid CSV; Python's csv
+    refused any field over 128 KiB ('field larger than field limit'), where the same rows as JSONL load."""
+    steps = "".join(f" p{i} {'flips' if i % 2 else 'does not flip'} the coin." for i in range(6000))
+    question = f"Q: A coin is heads up.{steps}  Is the coin still heads up?"
+    path = tmp_path / "long.csv"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows([["question", "answer"], [question, "YES"]])
+    [record] = load_file(path)
+    assert record.question == question and record.people == 6000 and record.flips == 3000

@@ -147,3 +147,13 @@ def test_questions_of_many_people_are_drawn_in_flat_memory() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 100 * 2**20, peak
+
+
+@pytest.mark.parametrize("name", ["set.json", "set.csv", "set.PARQUET"])
+def test_generate_refuses_an_out_named_as_another_format(tmp_path: Path, name: str) -> None:
+    """It writes JSON Lines: a set.json of JSON lines is a file --dataset-path reads as JSON and refuses."""
+    out = tmp_path / name
+    result = run_cli("generate", "--count", "5", "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and ".jsonl" in result.stderr, result.stderr
+    assert not out.exists()

@@ -158,3 +158,35 @@ def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path: Path, monkeypa
     monkeypatch.setenv("COINFLIP_CACHE", str(tmp_path / "file" / "cache"))
     with pytest.raises(DataError, match=r"huggingface: cannot write the cache \(Not a directory\); see --dataset-dir"):
         load_dataset("test", hub="huggingface")
+
+
+@pytest.mark.parametrize(
+    "kept", [("00000-of-00002",), ("00000-of-00003", "00002-of-00003"), ("00000-of-00002-5d3a2e9e8c1b",)]
+)
+def test_a_cache_missing_some_shards_of_a_split_stops_in_one_line(tmp_path: Path, kept: tuple[str, ...]) -> None:
+    """A snapshot copied in by hand (or a hub's files half-fetched) holding test-00000-of-00002.parquet
+    but not its second shard: scoring the first half as the whole split would be a wrong score, silently."""
+    target = tmp_path / "cache" / "huggingface" / "extraordinarylab___coin-flip"
+    rows = _hub_files(target)["test"]
+    (target / "data" / "test-00000-of-00001.parquet").unlink()
+    for n, name in enumerate(kept):
+        table = pa.Table.from_pylist([{"question": q, "answer": a} for q, a in rows[n * 10 : n * 10 + 10]])
+        pq.write_table(table, target / "data" / f"test-{name}.parquet")
+    (target / hub.MARKER).touch()
+    env = {"COINFLIP_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    result = run_cli("eval", "--model", "oracle", "--dataset-hub", "huggingface", "--work-dir", str(tmp_path / "out"),
+                     env=env)  # fmt: skip
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "shard" in result.stderr and "missing" in result.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_shards_named_the_older_way_with_a_fingerprint_are_one_split(tmp_path: Path) -> None:
+    """`datasets` once wrote data/test-00000-of-00002-<fingerprint>.parquet: both shards are the split."""
+    rows = list(iter_questions(PeopleRange(3, 3), 20, 5))
+    (tmp_path / "data").mkdir()
+    for n, tag in enumerate(("5d3a2e9e8c1b", "0a7f3c21d9e4")):
+        table = pa.Table.from_pylist([{"question": q, "answer": a} for q, a in rows[n * 10 : n * 10 + 10]])
+        pq.write_table(table, tmp_path / "data" / f"test-0000{n}-of-00002-{tag}.parquet")
+    assert [(r.question, r.answer) for r in load_dataset(path=tmp_path)] == rows

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from coinflip.config import TaskConfig
@@ -18,7 +21,7 @@ from coinflip.data.prompts import (
 from coinflip.run.plan import RequestBuilder, few_shot_pool
 from coinflip.scoring.extract import extract_answer
 
-from .conftest import SEED_EN, shared
+from .conftest import SEED_EN, read_jsonl, run_cli, shared
 
 
 def _seed_section(start: str, end: str) -> str:
@@ -89,3 +92,25 @@ def test_messages_carry_the_same_text(system: str | None) -> None:
     messages = build_messages(question, (), BUILT_IN["default"], system)
     assert messages[-1] == {"role": "user", "content": prompt}
     assert len(messages) == (2 if system else 1)
+
+
+def test_a_worked_example_that_contradicts_its_answer_is_refused(tmp_path: Path) -> None:
+    """A user's set with its spacing normalised (' '.join(q.split())) from `generate --start tails --ask heads`:
+    no question parses, the worked reasoning read them as heads-up questions and taught the opposite answer."""
+    made = tmp_path / "made.jsonl"
+    assert run_cli("generate", "--people", "2", "--count", "12", "--start", "tails", "--ask", "heads",
+                   "--out", str(made)).returncode == 0  # fmt: skip
+    rows = [{"question": " ".join(r["question"].split()), "answer": r["answer"]} for r in read_jsonl(made)]
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, part in (("test", rows[:4]), ("validation", rows[4:])):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    out = tmp_path / "out"
+    common = ("eval", "--model", "oracle", "--dataset-path", str(data), "--few-shot-num", "3", "--work-dir", str(out))
+    result = run_cli(*common)
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "validation row" in result.stderr and "--prompt-template direct" in result.stderr
+    assert not out.exists() or not any(out.iterdir())
+    direct = run_cli(*common, "--prompt-template", "direct")  # its examples show the rows' own answers
+    assert direct.returncode == 0, direct.stderr

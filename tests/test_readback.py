@@ -55,6 +55,7 @@ def test_every_setting_reads_back_equal_from_the_run_directory(tmp_path: Path, *
     template = values.pop("prompt_template") + "{question}"
     config = TaskConfig(
         **values,
+        dataset_hub="huggingface",  # a dataset_id is a hub's: without one it is refused
         prompt_template=template,
         generation_config={"stop": stop, "chat_template_kwargs": kwargs, "temperature": 0.5},
     )

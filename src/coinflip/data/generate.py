@@ -113,6 +113,8 @@ def generate_file(
         raise ConfigError(f"--count must be at least 1, got {count}")
     if seed < 0:
         raise ConfigError(f"--seed must be a whole number >= 0, got {seed}")
+    if path.suffix.lower() in (".json", ".csv", ".parquet"):  # --dataset-path reads a file by its name's format
+        raise ConfigError(f"--out {path}: coinflip generate writes JSON Lines; name the file .jsonl")
     if style is not None and style.names == "scripts" and people.high > len(script_names()):
         raise ConfigError(f"--names scripts has {len(script_names())} names, fewer than {people.high} people")
     return write_rows(path, iter_questions(people, count, seed, style), whole)

@@ -158,6 +158,7 @@ def _read_jsonl(path: Path) -> Iterator[Any]:
 
 
 def _read_csv(path: Path) -> Iterator[Any]:
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))  # 128 KiB by default: a question of 6,000 people
     with path.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.DictReader(handle)
         if not reader.fieldnames:
@@ -245,7 +246,11 @@ def _split_files(path: Path, split: str) -> list[Path]:
         except OSError as exc:  # a folder we may not read is not one without the split
             raise DataError(f"{folder}: cannot list ({exc.strerror})") from None
     candidates = [p for p in named if p.suffix.lower() in FORMATS and not p.is_dir()]  # a broken link is named
-    shards = [p for p in candidates if re.match(rf"{split}-\d+-of-\d+\.parquet$", p.name)]
+    named_as = re.compile(rf"{split}-(\d+)-of-(\d+)(?:-[0-9a-f]+)?\.parquet$")  # -<fingerprint>: older `datasets`
+    shards = [p for p in candidates if named_as.match(p.name)]
+    numbers = sorted((int(m[1]), int(m[2])) for p in shards if (m := named_as.match(p.name)))  # (i, of n)
+    if numbers and numbers != [(i, numbers[0][1]) for i in range(numbers[0][1])]:  # each of n once: else a part
+        raise DataError(f"{path}: {split} shards missing (found {', '.join(p.name for p in shards)}); split incomplete")
     found = shards if len(shards) > 1 else [p for p in candidates if re.match(rf"{split}([.-]|$)", p.name)]
     if not found:
         raise DataError(f"{path}: no {split}.* file ({', '.join(FORMATS)}) in it or in its data/ folder")

@@ -15,7 +15,7 @@ from .. import __version__
 from ..config import TaskConfig
 from ..data import prompts
 from ..data.load import Dataset, Record, digest, load_dataset
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..models import Request, check_model, weights
 from ..scoring.cost import check_costs
 from ..secrets import redacted_generation
@@ -51,6 +51,12 @@ class RequestBuilder:
         self.system_prompt = config.system_prompt
         self.style = prompts.template(config.prompt_template)
         self.candidates = prompts.choose_examples(pool, self.count, config.few_shot_seed, config.few_shot_random)
+        for r in self.candidates if self.style.reasoning else ():  # worked from its story, which may not parse
+            if (worked := prompts.answer(r).rsplit(" ", 1)[-1]) != r.answer:
+                raise DataError(
+                    f"validation row {r.id + 1}: its worked example ends in {worked}, but its answer is {r.answer} "
+                    "(a mislabelled row, or a story coinflip cannot read); fix it, or use --prompt-template direct"
+                )
         self.seed = generation.get("seed")
         self.choices = int(generation.get("n") or 1)
         self.completions = config.api_mode == "completions"
