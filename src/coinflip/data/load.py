@@ -157,13 +157,18 @@ def _read_jsonl(path: Path) -> Iterator[Any]:
                 raise DataError(f"{path}: row {number}: not usable JSON ({_why(exc)})") from None
 
 
-def _read_csv(path: Path) -> Iterator[Any]:
-    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))  # 128 KiB by default: a question of 6,000 people
-    with path.open(encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle)
-        if not reader.fieldnames:
-            raise DataError(f"{path}: empty CSV file (no header row)")
-        yield from reader
+def _read_csv(path: Path) -> list[Any]:
+    """Read whole under a field limit of 2 GiB (128 KiB by default: a question of 6,000 people), then the
+    process's limit is given back: a library's caller may rely on it."""
+    before = csv.field_size_limit(2**31 - 1)
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            reader = csv.DictReader(handle)
+            if not reader.fieldnames:
+                raise DataError(f"{path}: empty CSV file (no header row)")
+            return list(reader)
+    finally:
+        csv.field_size_limit(before)
 
 
 def _read_parquet(path: Path) -> list[Any]:
