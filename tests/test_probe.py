@@ -400,3 +400,15 @@ def test_a_variant_links_its_run_page_only_where_one_was_written(tmp_path: Path,
         else:
             assert v["page"] is None and not pages
             assert "coin_flip.html" not in page
+
+
+def test_a_probe_without_variants_has_a_headline(tmp_path: Path) -> None:
+    """docs/probes.md's `coinflip probe --variants "" --lengths ...` (the base set and the curve only) printed an
+    empty first line, 'probe oracle: ', and the page an empty headline: the headline spoke of variants alone."""
+    done = run_cli("probe", "--model", "oracle", "--limit", "40", "--variants", "", "--lengths", "2-3",
+                   "--length-count", "5", "--work-dir", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (root,) = tmp_path.glob("probe_*")
+    result = json.loads((root / "probe.json").read_text(encoding="utf-8"))
+    assert result["headline"] == result["length"]["verdict"] != "no length curve"
+    assert done.stdout.splitlines()[0] == f"probe oracle: {result['headline']}"

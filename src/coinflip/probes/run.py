@@ -374,7 +374,7 @@ def _result(
         "view": "forced" if forced else "strict",
         "complete": complete,
         "errors_ignored": not complete and all(r["complete"] or r["errors_ignored"] for r in runs),  # exit 0, as eval
-        "headline": variants.headline(lines, [p[0] for p in plans], stats, memorised, floor),
+        "headline": variants.headline(lines, [p[0] for p in plans], stats, memorised, floor) or length_line,
         "variants": rows,
         "length": {"points": points, "falls_at": falls_at, "verdict": length_line},
     }
