@@ -27,13 +27,14 @@ def app() -> None:
     """Evaluate how well language models track a coin's state (the CoinFlip benchmark).
 
     \b
-    Quick start (no server, no network):
+    Quick start (the first three need no server and no network):
       coinflip eval --model oracle --limit 20          # a baseline, end to end
       coinflip eval --model smollm2 --limit 20 --api-mode completions --few-shot-num 3 \\
           --prompt-template direct --generation-config max_tokens=8,temperature=0,logprobs=5
                                                        # a real model via llama.cpp, 3 worked examples
-      coinflip eval --model M --api-url http://127.0.0.1:8000/v1 --datasets coin_flip --limit 10
       coinflip view                                    # every run in ./outputs, in one page
+      coinflip eval --model M --api-url http://127.0.0.1:8000/v1 --datasets coin_flip --limit 10
+                                                       # a model behind an OpenAI-compatible server
     """
 
 
