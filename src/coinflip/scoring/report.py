@@ -200,8 +200,8 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     bins = report["calibration"].get("bins")
     if bins and all(b.get("mean_p_yes") in (None, 0.0, 1.0) for b in bins):  # every P(YES) exactly 0 or 1
         out.append(
-            "P(YES) is 0 or 1 at every answer, so calibration restates the answers: no alternative to the answer "
-            "token came back (top_logprobs=5 asks for them; some servers ignore it)"
+            "P(YES) is 0 or 1 at every answer, so calibration restates the answers: the other answer was never "
+            "among the alternatives that came back (top_logprobs=5 asks for them; some servers ignore it)"
         )
     if unread := report.get("unreadable_rows"):
         out.append(
