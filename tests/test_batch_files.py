@@ -190,14 +190,3 @@ def test_a_request_file_over_another_run_s_file_is_refused(tmp_path: Path) -> No
     wrote = run_cli(*args, "--batch-write", str(other / "owed.jsonl"))
     assert wrote.returncode == 0 and len(read_jsonl(other / "owed.jsonl")) == 3, wrote.stderr
 
-
-def test_a_request_file_for_a_run_that_owes_nothing_says_so(tmp_path: Path) -> None:
-    """A complete run's --batch-write said 'wrote 0 requests to owed.jsonl; run them, e.g. vllm run-batch ...'."""
-    run = _written_offline(tmp_path)
-    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
-    (tmp_path / "results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids))
-    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "results.jsonl"))
-    assert scored.returncode == 0, scored.stderr
-    again = run_cli("eval", "--use-cache", str(run), "--batch-write", str(tmp_path / "owed.jsonl"))
-    assert again.returncode == 0 and "run-batch" not in again.stderr, again.stderr
-    assert "no requests" in again.stderr and "owes none" in again.stderr
