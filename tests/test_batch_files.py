@@ -189,4 +189,3 @@ def test_a_request_file_over_another_run_s_file_is_refused(tmp_path: Path) -> No
     assert len(refused.stderr.strip().splitlines()) == 1 and _files(other) == before
     wrote = run_cli(*args, "--batch-write", str(other / "owed.jsonl"))
     assert wrote.returncode == 0 and len(read_jsonl(other / "owed.jsonl")) == 3, wrote.stderr
-
