@@ -17,7 +17,7 @@ from typing import Any
 
 from .._files import ROWS_LIMIT, UnreadableFile, inside, open_regular, read_regular
 from ..config import BENCHMARK, safe_name
-from ..records import Review, read_prediction, read_review
+from ..records import Review, read_prediction, read_review, whole
 from ..rundir import CONFIG_FILE, in_use, load_saved_config
 from ..scoring.schema import Report, read_report
 from .html import text
@@ -169,8 +169,20 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
     if "metrics" not in report:
         run.kind, run.reason = "broken", f"{where} holds no metrics"
         return run
-    run.report, run.live = report, not report.get("complete", True) and in_use(run.path)
+    run.report = _widened(report, saved, run.path)
+    run.live = not run.report.get("complete", True) and in_use(run.path)
     return run
+
+
+def _widened(report: Report, saved: dict[str, Any], root: Path) -> Report:
+    """A report of fewer samples than the settings now ask (a resume that widened --limit, stopped before it
+    scored: kill -9, a reboot) is of an incomplete run, whatever it says."""
+    asked, scored = saved.get("samples"), report.get("counts", {}).get("samples")
+    if report.get("complete") is False or not whole(asked) or not whole(scored) or scored >= asked:
+        return report
+    why = f"its report covers {scored} of the {asked} samples its settings ask: a resume stopped before it scored"
+    why += f"; go on with `coinflip eval --use-cache {shlex.quote(str(root))}`, or `coinflip rescore` what it has"
+    return {**report, "complete": False, "warnings": [why, *report.get("warnings", [])]}
 
 
 def count_lines(path: Path, within: Path) -> int:
