@@ -272,7 +272,8 @@ def read_answers(run: Found) -> Answers | None:
             asked[question] += 1
             if question not in first:
                 first[question] = (review["id"], _answer(review), str(review.get("target")), _people(review))
-    except Exception:  # noqa: BLE001 - unreadable answers leave the run out of pairs, nothing more
+    except Exception as exc:  # noqa: BLE001 - unreadable answers leave the run out of pairs, said in its `reason`
+        run.reason = f"no readable reviews; run `coinflip rescore {shlex.quote(str(run.path))}` ({_short(exc)})"
         return None
     for question, said in votes.answers().items():  # the answer the verdict is on, where there is one
         if said is not None or asked[question] > 1:

@@ -1,4 +1,4 @@
-"""A report older than its run's settings: a resume that widened the run was killed before it scored."""
+"""Run folders read back after what really happens to them: a resume killed before it scored, files made links."""
 
 from __future__ import annotations
 
@@ -36,3 +36,23 @@ def test_a_resume_killed_before_it_scored_leaves_its_run_incomplete_in_view_and_
     compared = run_cli("compare", str(run), str(other))
     assert compared.returncode == 0, compared.stderr
     assert f"oracle [{run.name}] is incomplete" in compared.stdout and "INCOMPLETE" in compared.stdout
+
+
+def test_a_run_whose_answers_cannot_be_read_is_named_in_the_index_not_left_out_of_pairs_unsaid(tmp_path: Path) -> None:
+    """A run whose predictions became a link out of the work directory (or whose reviews are gone) was left out
+    of the index's paired tests without a word: 'needs attention' was empty, and the pair view said the pair was
+    not precomputed, as if the run were not among the best 20."""
+    work = tmp_path / "w"
+    for model in ("oracle", "always-yes"):
+        assert run_cli("eval", "--model", model, "--limit", "4", "--work-dir", str(work)).returncode == 0
+    linked, gone = sorted(p for p in work.iterdir() if p.is_dir())
+    predictions = linked / "predictions/oracle/coin_flip.jsonl"
+    outside = tmp_path / "elsewhere.jsonl"
+    predictions.rename(outside)
+    predictions.symlink_to(outside)
+    (gone / "reviews/always-yes/coin_flip.jsonl").unlink()
+    seen = run_cli("view", str(work))
+    assert seen.returncode == 0, seen.stderr
+    assert re.search(rf"broken +{linked.name}: its predictions cannot be read.*a link to outside", seen.stderr)
+    assert re.search(rf"broken +{gone.name}: no readable reviews; run `coinflip rescore", seen.stderr)
+    assert "2 broken" in seen.stderr
