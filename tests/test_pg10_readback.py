@@ -56,3 +56,19 @@ def test_a_run_whose_answers_cannot_be_read_is_named_in_the_index_not_left_out_o
     assert re.search(rf"broken +{linked.name}: its predictions cannot be read.*a link to outside", seen.stderr)
     assert re.search(rf"broken +{gone.name}: no readable reviews; run `coinflip rescore", seen.stderr)
     assert "2 broken" in seen.stderr
+
+
+def test_a_link_to_a_run_elsewhere_is_said_not_silently_left_out(tmp_path: Path) -> None:
+    """`ln -s /data/runs/x outputs/x`: the walk follows no link out of the work directory, and said nothing of it,
+    so view listed one run of two and compare said 'found 1' without naming the other."""
+    elsewhere, work = tmp_path / "elsewhere", tmp_path / "w"
+    for model, where in (("oracle", work), ("always-yes", elsewhere)):
+        assert run_cli("eval", "--model", model, "--limit", "4", "--work-dir", str(where)).returncode == 0
+    (away,) = [p for p in elsewhere.iterdir() if p.is_dir()]
+    (work / "linked").symlink_to(away, target_is_directory=True)
+    seen = run_cli("view", str(work))
+    assert seen.returncode == 0 and re.search(r"foreign +linked: a link to a folder outside the work dir", seen.stderr)
+    compared = run_cli("compare", str(work))
+    assert compared.returncode == 2 and f"skipped {work / 'linked'}: a link to a folder outside" in compared.stderr
+    both = run_cli("compare", str(work), str(work / "linked"))  # named, it is read
+    assert both.returncode == 0, both.stderr

@@ -28,6 +28,9 @@ MAX_DEPTH = 8
 LINE_LIMIT = 64 << 20  # bytes of one line read at a time (a longer one is not a row)
 REPORT_LIMIT = 64 << 20  # bytes read of a report (a real one is tens of kilobytes)
 SCAN_BUDGET_S = 60.0  # seconds the walk over a work directory may take before it lists the rest as not read
+LINKED_OUT = (
+    "a link to a folder outside the work directory, not followed: name that folder itself to view or compare it"
+)
 _STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})_(\d{2})(\d{2})(\d{2})")
 
 
@@ -95,9 +98,14 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
     holds_runs = is_run
     empty: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        if depth >= MAX_DEPTH or entry.name.startswith(".") or entry.name in skip or not _is_dir(entry, root):
+        if depth >= MAX_DEPTH or entry.name.startswith(".") or entry.name in skip:
             continue
         sub = Path(entry.path)
+        if _links_out(entry, root):  # not walked, but said: a run linked in from elsewhere is named by its own path
+            out.append(Found(sub, _rel(root, sub), "foreign", LINKED_OUT))
+            holds_runs = True
+        if not _is_dir(entry, root):
+            continue
         if _walk(root, sub, depth + 1, seen, out):
             holds_runs = True
         elif not (sub / "compare.json").is_file():  # compare's own output is not foreign
@@ -110,6 +118,13 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
 def _is_dir(entry: os.DirEntry[str], root: Path) -> bool:
     try:
         return entry.is_dir() and (not entry.is_symlink() or inside(Path(entry.path), root))
+    except OSError:
+        return False
+
+
+def _links_out(entry: os.DirEntry[str], root: Path) -> bool:
+    try:
+        return entry.is_symlink() and entry.is_dir() and not inside(Path(entry.path), root)
     except OSError:
         return False
 
