@@ -46,7 +46,7 @@ def _usable(found: Found) -> tuple[Run | None, str]:
 
 def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
     runs: list[Run] = []
-    notes: list[str] = []
+    notes: list[tuple[Path, str]] = []
     for given in paths:
         folder = Path(given).expanduser()
         if not folder.is_dir():
@@ -56,15 +56,15 @@ def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
         else:
             found = scan(folder)
             if not found:
-                notes.append(f"skipped {folder}: no coinflip run inside")
+                notes.append((folder, f"skipped {folder}: no coinflip run inside"))
         for f in found:
             run, why = _usable(f)
             if run is not None:
                 runs.append(run)
             else:
-                notes.append(f"skipped {f.path}: {why}")
-    unique = {r.path.resolve(): r for r in runs}  # a run named twice counts once
-    return list(unique.values()), notes
+                notes.append((f.path, f"skipped {f.path}: {why}"))
+    unique = {r.path.resolve(): r for r in runs}  # a run named twice counts once; skipped once (a link), not at all
+    return list(unique.values()), [note for path, note in notes if path.resolve() not in unique]
 
 
 def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
