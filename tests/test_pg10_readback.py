@@ -72,3 +72,17 @@ def test_a_link_to_a_run_elsewhere_is_said_not_silently_left_out(tmp_path: Path)
     assert compared.returncode == 2 and f"skipped {work / 'linked'}: a link to a folder outside" in compared.stderr
     both = run_cli("compare", str(work), str(work / "linked"))  # named, it is read
     assert both.returncode == 0 and "skipped" not in both.stdout, both.stdout  # compared: not said to be skipped
+
+
+def test_answers_out_onto_a_file_of_a_run_is_refused_before_it_is_written(tmp_path: Path) -> None:
+    """`coinflip answers RUN --out RUN/predictions/oracle/coin_flip.jsonl` (an export meant to sit beside EvalScope's
+    files) replaced the run's predictions with its CSV: every answer the run paid for lost, exit 0."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path)).returncode == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    predictions = run / "predictions/oracle/coin_flip.jsonl"
+    before = predictions.read_bytes()
+    done = run_cli("answers", str(run), "--out", str(predictions))
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "a file of the run" in done.stderr and predictions.read_bytes() == before
+    beside = run_cli("answers", str(run), "--format", "jsonl", "--out", str(run / "answers.jsonl"))
+    assert beside.returncode == 0, beside.stderr  # the run's own folder, beside its parts, as by default

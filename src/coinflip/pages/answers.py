@@ -14,10 +14,11 @@ from typing import IO, Any
 
 from .._files import replacing, special
 from .._terminal import one_line, printable
-from ..errors import DataError, storage_error
+from ..errors import ConfigError, DataError, storage_error
 from ..jsonl import index_predictions, iter_reviews
 from ..records import Review, escape_line_breaks, key_of, split_key
-from ..rundir import RunDir, load_saved_config
+from ..rundir import CONFIG_FILE, RunDir, load_saved_config
+from .catalog import RUN_PARTS
 
 COLUMNS = (
     "id", "repeat", "people", "target", "extracted", "result", "invalid_reason",
@@ -112,6 +113,11 @@ def default_path(run: RunDir, form: str) -> Path:
 def save(run: RunDir, path: Path, form: str, given: bool = False, left: Left | None = None) -> int:
     """Into a new file that takes `path`'s place; a device, FIFO or link the user `given` (--out /dev/stdout, a
     pipe) is written into, as the shell would: replaced, a file took the place of /dev/null (as root) or a pipe."""
+    held = next((r for r in path.resolve().parents if (r / CONFIG_FILE).is_file()), None) if given else None
+    if held is not None and path.resolve().relative_to(held).parts[0] in {*RUN_PARTS, "batch"}:
+        raise ConfigError(
+            f"--out {path}: a file of the run {held}, among its answers, settings and reports: write it elsewhere"
+        )
     if given and special(path):
         try:
             with open(path, "w", encoding="utf-8", newline="") as out:
