@@ -86,3 +86,17 @@ def test_answers_out_onto_a_file_of_a_run_is_refused_before_it_is_written(tmp_pa
     assert "a file of the run" in done.stderr and predictions.read_bytes() == before
     beside = run_cli("answers", str(run), "--format", "jsonl", "--out", str(run / "answers.jsonl"))
     assert beside.returncode == 0, beside.stderr  # the run's own folder, beside its parts, as by default
+
+
+def test_compare_warns_that_runs_of_one_size_on_other_questions_are_not_ranked_like_for_like(tmp_path: Path) -> None:
+    """200 questions drawn with seed 42 and 200 with seed 7 share 12: compare ranked their F1s #1 and #2 without a
+    word, while the index ranks each alone; runs of different sizes got the warning, runs of one size did not."""
+    work = tmp_path / "w"
+    for model, seed in (("oracle", "42"), ("always-yes", "7")):
+        done = run_cli("eval", "--model", model, "--limit", "200", "--seed", seed, "--work-dir", str(work))
+        assert done.returncode == 0, done.stderr
+    compared = run_cli("compare", str(work))
+    assert compared.returncode == 0, compared.stderr
+    said = json.loads((work / "compare/compare.json").read_text())["warnings"]
+    assert any(w.startswith("runs asked stratified 200") and "not like for like" in w for w in said), said
+    assert "seed 42" in " ".join(said) and "seed 7" in " ".join(said)

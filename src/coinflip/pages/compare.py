@@ -220,11 +220,10 @@ def warnings(runs: list[Run]) -> list[str]:
     """What makes a plain ranking of these runs misleading, one line each."""
     out = []
     sizes = sorted({r.row["samples"] for r in runs if r.row["samples"] is not None})
-    if len(sizes) > 1:
-        out.append(
-            f"runs differ in size ({sizes[0]:.0f} to {sizes[-1]:.0f} samples): each is scored on its own questions, "
-            "so their ranks are not like for like; McNemar pairs only the shared questions"
-        )
+    asked = "; ".join(sorted({r.row["subset"] or "all questions" for r in runs}))  # one size on other questions
+    unlike = f"differ in size ({sizes[0]:.0f} to {sizes[-1]:.0f} samples)" if len(sizes) > 1 else f"asked {asked}"
+    if len(sizes) > 1 or len({frozenset(r.correct) for r in runs}) > 1:  # each scored on its own questions
+        out.append(f"runs {unlike}: their ranks are not like for like; McNemar pairs only the shared questions")
     datasets = {_data(r.row) for r in runs}
     if len(datasets) > 1:
         out.append(f"runs used different data ({'; '.join(sorted(datasets))}): only shared questions were paired")
