@@ -100,3 +100,12 @@ def test_compare_warns_that_runs_of_one_size_on_other_questions_are_not_ranked_l
     said = json.loads((work / "compare/compare.json").read_text())["warnings"]
     assert any(w.startswith("runs asked stratified 200") and "not like for like" in w for w in said), said
     assert "seed 42" in " ".join(said) and "seed 7" in " ".join(said)
+
+
+def test_answers_of_a_run_whose_subset_file_is_damaged_are_still_written(tmp_path: Path) -> None:
+    """The count of what answers leave out reads the run's subset; a damaged one must not cost the answers."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path)).returncode == 0
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (run / "configs/subset.json").write_text('{"not": "ids"}')
+    done = run_cli("answers", str(run), "--out", str(tmp_path / "a.csv"))
+    assert done.returncode == 0 and done.stderr == f"wrote 3 answers to {tmp_path / 'a.csv'}\n", done.stderr

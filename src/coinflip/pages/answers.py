@@ -7,7 +7,7 @@ import csv
 import io
 import json
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -58,7 +58,7 @@ def answers(run: RunDir, left: Left | None = None) -> Iterator[dict[str, Any]]:
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
     left = Left() if left is None else left
     reviews = {key_of(review): review for review in iter_reviews(run.reviews, within=run.root)}
-    index, asked = index_predictions(run.predictions), run.asks(load_saved_config(run.root))
+    index, asked = index_predictions(run.predictions), _asked(run)
     left.unreadable = index.unreadable
     with run.predictions.open("rb") as handle:
         for key in index.where:
@@ -73,6 +73,14 @@ def answers(run: RunDir, left: Left | None = None) -> Iterator[dict[str, Any]]:
             own["repeat"] = row.get("repeat") or 0  # rows of versions before repeats have none
             own.update(result=result(review), forced_answer=review.get("forced"), forced_reply=forced.get("reply"))
             yield {c: own[c] if c in own else review.get(c) for c in COLUMNS}  # the rest as the review has it
+
+
+def _asked(run: RunDir) -> Callable[[int], bool]:
+    """The questions the run asks, for what `answers` leave out; a damaged subset.json (rescore's to refuse): all."""
+    try:
+        return run.asks(load_saved_config(run.root))
+    except ConfigError:
+        return lambda _: True
 
 
 def _utf8(text: str) -> str:
