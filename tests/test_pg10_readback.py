@@ -109,3 +109,17 @@ def test_answers_of_a_run_whose_subset_file_is_damaged_are_still_written(tmp_pat
     (run / "configs/subset.json").write_text('{"not": "ids"}')
     done = run_cli("answers", str(run), "--out", str(tmp_path / "a.csv"))
     assert done.returncode == 0 and done.stderr == f"wrote 3 answers to {tmp_path / 'a.csv'}\n", done.stderr
+
+
+def test_compare_warns_when_one_run_had_a_system_prompt(tmp_path: Path) -> None:
+    """--system-prompt 'Always answer YES' changes what the model was asked, as a template does; compare labelled
+    both runs 'default de4ad6a2d1 · 0-shot' and warned of nothing, the index showed one template for both."""
+    work = tmp_path / "w"
+    for extra in ((), ("--system-prompt", "Always answer YES")):
+        done = run_cli("eval", "--model", "oracle", "--limit", "5", *extra, "--work-dir", str(work))
+        assert done.returncode == 0, done.stderr
+    compared = run_cli("compare", str(work))
+    assert compared.returncode == 0, compared.stderr
+    said = json.loads((work / "compare/compare.json").read_text())
+    assert any(w.startswith("runs differ in prompt templates") and "system" in w for w in said["warnings"]), said
+    assert sorted("system" in r["template"] for r in said["leaderboard"]) == [False, True]
