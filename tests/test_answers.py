@@ -201,3 +201,32 @@ def test_answers_to_a_closed_standard_output_is_one_line(tmp_path: Path) -> None
     done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300,
                           preexec_fn=lambda: os.close(1))  # fmt: skip
     assert done.returncode == 2 and done.stderr == "error: --out -: standard output is closed; give --out FILE\n"
+
+
+def test_answers_say_which_saved_samples_they_left_out(tmp_path: Path) -> None:
+    """A predictions file of 6 samples whose reviews lost 2 lines (a resume killed before it scored), or whose
+    reviews file holds no review at all, wrote 4 answers or 0, exit 0, without a word of the rest."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "6", "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    reviews = run / "reviews/oracle/coin_flip.jsonl"
+    lines = reviews.read_text().splitlines(keepends=True)
+    reviews.write_text("".join(lines[2:]))
+    done = run_cli("answers", str(run), "--out", str(tmp_path / "a.csv"))
+    assert done.returncode == 0, done.stderr
+    said = done.stderr.splitlines()
+    assert said[0] == f"wrote 4 answers to {tmp_path / 'a.csv'}"
+    assert len(said) == 2 and "left out 2 saved predictions without a review" in said[1]
+    assert f"coinflip rescore {run}" in said[1]
+    reviews.write_text("not a review\n" * 6)
+    done = run_cli("answers", str(run), "--format", "jsonl", "--out", "-")
+    assert done.returncode == 0 and done.stdout == ""
+    assert "left out 6 saved predictions without a review" in done.stderr
+
+
+def test_answers_of_a_run_resumed_with_a_smaller_limit_leave_out_nothing_it_asks(tmp_path: Path) -> None:
+    """The predictions of questions a smaller --limit dropped are not the run's: nothing is said of them."""
+    assert run_cli("eval", "--model", "oracle", "--limit", "8", "--work-dir", str(tmp_path)).returncode == 0
+    run = only_run_dir(tmp_path)
+    assert run_cli("eval", "--use-cache", str(run), "--limit", "4").returncode == 0
+    done = run_cli("answers", str(run))
+    assert done.returncode == 0 and done.stderr == f"wrote 4 answers to {run / 'answers.csv'}\n"

@@ -98,7 +98,8 @@ def test_eval_in_a_hostile_work_dir_finishes_its_own_run_intact(hostile: tuple[P
         assert kinds.get(name) in ("broken", "incomplete", "foreign", "run"), (name, kinds)
     for name in ("zero-config", "fifo-config", "sparse-config", "zero-report", "fifo-report", "outside-report"):
         assert kinds[name] == "broken", (name, kinds[name])
-    assert not any(k.startswith(("root-link", "outside-link")) for k in kinds), kinds  # links out are not walked
+    assert not any(k.startswith(("root-link/", "outside-link/")) for k in kinds), kinds  # links out are not walked,
+    assert kinds["root-link"] == kinds["outside-link"] == "foreign"  # but listed: a run linked in is named itself
 
 
 def test_view_of_a_hostile_work_dir_lists_the_broken_runs(hostile: tuple[Path, dict[str, Path]]) -> None:

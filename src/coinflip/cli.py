@@ -226,17 +226,19 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
 
     Joins the run's predictions and reviews, as EvalScope's reviews file holds them together.
     """
-    from .pages.answers import answers, default_path, save, write
+    from .pages.answers import Left, answers, default_path, save, write
     from .rundir import RunDir
 
-    run = RunDir.open(run_dir)
+    run, left = RunDir.open(run_dir), Left()
     if out == "-":
         if sys.stdout is None:  # closed (>&-)
             raise ConfigError("--out -: standard output is closed; give --out FILE")
-        write(answers(run), sys.stdout, form, terminal=sys.stdout.isatty())
-        return
-    path = Path(out) if out else default_path(run, form)
-    click.echo(f"wrote {save(run, path, form, given=out is not None)} answers to {path}", err=True)
+        write(answers(run, left), sys.stdout, form, terminal=sys.stdout.isatty())
+    else:
+        path = Path(out) if out else default_path(run, form)
+        click.echo(f"wrote {save(run, path, form, out is not None, left)} answers to {path}", err=True)
+    if left.line(run):
+        click.echo(left.line(run), err=True)
 
 
 @app.command("compare")

@@ -12,7 +12,7 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,6 +207,12 @@ class RunDir:
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < MAX_ID for i in ids):
             raise ConfigError(f"{path}: not a list of question ids")
         return frozenset(ids)
+
+    def asks(self, saved: Mapping[str, Any]) -> Callable[[int], bool]:
+        """Whether the run asks question `id` now (`saved`: its task_config.yaml): its drawn subset, else its
+        first `subset.count` questions (none saved: every one); a smaller --limit leaves the rest saved."""
+        subset, count = self.subset(), int((saved.get("subset") or {}).get("count") or 0)
+        return subset.__contains__ if subset is not None else lambda id_: not count or id_ < count
 
 
 def busy(folder: Path) -> ConfigError:

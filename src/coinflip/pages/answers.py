@@ -6,16 +6,19 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
+import shlex
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from .._files import replacing, special
-from .._terminal import printable
-from ..errors import DataError, storage_error
+from .._terminal import one_line, printable
+from ..errors import ConfigError, DataError, storage_error
 from ..jsonl import index_predictions, iter_reviews
-from ..records import Review, escape_line_breaks, key_of
-from ..rundir import RunDir
+from ..records import Review, escape_line_breaks, key_of, split_key
+from ..rundir import CONFIG_FILE, RunDir, load_saved_config
+from .catalog import RUN_PARTS
 
 COLUMNS = (
     "id", "repeat", "people", "target", "extracted", "result", "invalid_reason",
@@ -33,16 +36,36 @@ def result(review: Review) -> str:
     return "right" if review.get("correct") else "wrong"
 
 
-def answers(run: RunDir) -> Iterator[dict[str, Any]]:
-    """In the predictions' order; a sample without a review (forced answer pending) is left out."""
+@dataclass
+class Left:
+    """What `answers` left out, counted as it writes: said after the count, so a short file says why."""
+
+    unscored: int = 0  # predictions of questions the run asks, without a review
+    pending: int = 0  # replies whose forced answer is pending: no review until a resume asks it
+    unreadable: int = 0  # saved lines that hold no prediction
+
+    def line(self, run: RunDir) -> str:
+        rescore = f"`coinflip rescore {shlex.quote(str(run.root))}` scores them"
+        said = [(self.unscored, f"saved predictions without a review ({rescore})")]
+        said += [(self.pending, "replies whose forced answer is pending (a resume asks it)")]
+        kept = [f"{n} {what}" for n, what in [*said, (self.unreadable, "saved lines that hold no prediction")] if n]
+        return one_line("left out " + "; ".join(kept)) if kept else ""
+
+
+def answers(run: RunDir, left: Left | None = None) -> Iterator[dict[str, Any]]:
+    """In the predictions' order; a sample without a review (forced answer pending) is left out, in `left`."""
     if not run.reviews.is_file() or not run.predictions.is_file():
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
+    left = Left() if left is None else left
     reviews = {key_of(review): review for review in iter_reviews(run.reviews, within=run.root)}
-    index = index_predictions(run.predictions)
+    index, asked = index_predictions(run.predictions), _asked(run)
+    left.unreadable = index.unreadable
     with run.predictions.open("rb") as handle:
         for key in index.where:
             review = reviews.get(key)
             if review is None:
+                left.pending += key in index.pending
+                left.unscored += key not in index.pending and asked(split_key(key)[0])
                 continue
             row = index.row(handle, key)
             forced = row["forced"] if isinstance(row.get("forced"), dict) else {}
@@ -50,6 +73,14 @@ def answers(run: RunDir) -> Iterator[dict[str, Any]]:
             own["repeat"] = row.get("repeat") or 0  # rows of versions before repeats have none
             own.update(result=result(review), forced_answer=review.get("forced"), forced_reply=forced.get("reply"))
             yield {c: own[c] if c in own else review.get(c) for c in COLUMNS}  # the rest as the review has it
+
+
+def _asked(run: RunDir) -> Callable[[int], bool]:
+    """The questions the run asks, for what `answers` leave out; a damaged subset.json (rescore's to refuse): all."""
+    try:
+        return run.asks(load_saved_config(run.root))
+    except ConfigError:
+        return lambda _: True
 
 
 def _utf8(text: str) -> str:
@@ -87,14 +118,19 @@ def default_path(run: RunDir, form: str) -> Path:
     return run.root / f"answers.{form}"
 
 
-def save(run: RunDir, path: Path, form: str, given: bool = False) -> int:
+def save(run: RunDir, path: Path, form: str, given: bool = False, left: Left | None = None) -> int:
     """Into a new file that takes `path`'s place; a device, FIFO or link the user `given` (--out /dev/stdout, a
     pipe) is written into, as the shell would: replaced, a file took the place of /dev/null (as root) or a pipe."""
+    held = next((r for r in path.resolve().parents if (r / CONFIG_FILE).is_file()), None) if given else None
+    if held is not None and path.resolve().relative_to(held).parts[0] in {*RUN_PARTS, "batch"}:
+        raise ConfigError(
+            f"--out {path}: a file of the run {held}, among its answers, settings and reports: write it elsewhere"
+        )
     if given and special(path):
         try:
             with open(path, "w", encoding="utf-8", newline="") as out:
-                return write(answers(run), out, form)
+                return write(answers(run, left), out, form)
         except OSError as exc:
             raise storage_error(path, exc, "try --out elsewhere") from None
     with replacing(path, "try --out elsewhere") as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as out:
-        return write(answers(run), out, form)
+        return write(answers(run, left), out, form)

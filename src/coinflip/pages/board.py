@@ -76,7 +76,8 @@ def template_of(report: Report, config: dict[str, Any]) -> tuple[str, str, str]:
     name = text(found.get("name") or config.get("prompt_template") or "default", 2000)
     if "{question}" in name:
         full, name = full or name, "custom"
-    return text(name, 40), digest[:10], text(full or name, 2000)
+    system = " + system prompt" if config.get("system_prompt") else ""  # asked otherwise, as another template is
+    return text(name, 40) + system, digest[:10], text(full or name, 2000)
 
 
 def repeats_of(report: Report, config: dict[str, Any]) -> int:

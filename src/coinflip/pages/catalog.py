@@ -17,7 +17,7 @@ from typing import Any
 
 from .._files import ROWS_LIMIT, UnreadableFile, inside, open_regular, read_regular
 from ..config import BENCHMARK, safe_name
-from ..records import Review, read_prediction, read_review
+from ..records import Review, read_prediction, read_review, whole
 from ..rundir import CONFIG_FILE, in_use, load_saved_config
 from ..scoring.schema import Report, read_report
 from .html import text
@@ -28,6 +28,9 @@ MAX_DEPTH = 8
 LINE_LIMIT = 64 << 20  # bytes of one line read at a time (a longer one is not a row)
 REPORT_LIMIT = 64 << 20  # bytes read of a report (a real one is tens of kilobytes)
 SCAN_BUDGET_S = 60.0  # seconds the walk over a work directory may take before it lists the rest as not read
+LINKED_OUT = (
+    "a link to a folder outside the work directory, not followed: name that folder itself to view or compare it"
+)
 _STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})_(\d{2})(\d{2})(\d{2})")
 
 
@@ -95,9 +98,14 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
     holds_runs = is_run
     empty: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        if depth >= MAX_DEPTH or entry.name.startswith(".") or entry.name in skip or not _is_dir(entry, root):
+        if depth >= MAX_DEPTH or entry.name.startswith(".") or entry.name in skip:
             continue
         sub = Path(entry.path)
+        if _links_out(entry, root):  # not walked, but said: a run linked in from elsewhere is named by its own path
+            out.append(Found(sub, _rel(root, sub), "foreign", LINKED_OUT))
+            holds_runs = True
+        if not _is_dir(entry, root):
+            continue
         if _walk(root, sub, depth + 1, seen, out):
             holds_runs = True
         elif not (sub / "compare.json").is_file():  # compare's own output is not foreign
@@ -110,6 +118,13 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
 def _is_dir(entry: os.DirEntry[str], root: Path) -> bool:
     try:
         return entry.is_dir() and (not entry.is_symlink() or inside(Path(entry.path), root))
+    except OSError:
+        return False
+
+
+def _links_out(entry: os.DirEntry[str], root: Path) -> bool:
+    try:
+        return entry.is_symlink() and entry.is_dir() and not inside(Path(entry.path), root)
     except OSError:
         return False
 
@@ -169,8 +184,20 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
     if "metrics" not in report:
         run.kind, run.reason = "broken", f"{where} holds no metrics"
         return run
-    run.report, run.live = report, not report.get("complete", True) and in_use(run.path)
+    run.report = _widened(report, saved, run.path)
+    run.live = not run.report.get("complete", True) and in_use(run.path)
     return run
+
+
+def _widened(report: Report, saved: dict[str, Any], root: Path) -> Report:
+    """A report of fewer samples than the settings now ask (a resume that widened --limit, stopped before it
+    scored: kill -9, a reboot) is of an incomplete run, whatever it says."""
+    asked, scored = saved.get("samples"), report.get("counts", {}).get("samples")
+    if report.get("complete") is False or not whole(asked) or not whole(scored) or scored >= asked:
+        return report
+    why = f"its report covers {scored} of the {asked} samples its settings ask: a resume stopped before it scored"
+    why += f"; go on with `coinflip eval --use-cache {shlex.quote(str(root))}`, or `coinflip rescore` what it has"
+    return {**report, "complete": False, "warnings": [why, *report.get("warnings", [])]}
 
 
 def count_lines(path: Path, within: Path) -> int:
@@ -260,7 +287,8 @@ def read_answers(run: Found) -> Answers | None:
             asked[question] += 1
             if question not in first:
                 first[question] = (review["id"], _answer(review), str(review.get("target")), _people(review))
-    except Exception:  # noqa: BLE001 - unreadable answers leave the run out of pairs, nothing more
+    except Exception as exc:  # noqa: BLE001 - unreadable answers leave the run out of pairs, said in its `reason`
+        run.reason = f"no readable reviews; run `coinflip rescore {shlex.quote(str(run.path))}` ({_short(exc)})"
         return None
     for question, said in votes.answers().items():  # the answer the verdict is on, where there is one
         if said is not None or asked[question] > 1:

@@ -46,7 +46,7 @@ def _usable(found: Found) -> tuple[Run | None, str]:
 
 def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
     runs: list[Run] = []
-    notes: list[str] = []
+    notes: list[tuple[Path, str]] = []
     for given in paths:
         folder = Path(given).expanduser()
         if not folder.is_dir():
@@ -56,15 +56,15 @@ def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
         else:
             found = scan(folder)
             if not found:
-                notes.append(f"skipped {folder}: no coinflip run inside")
+                notes.append((folder, f"skipped {folder}: no coinflip run inside"))
         for f in found:
             run, why = _usable(f)
             if run is not None:
                 runs.append(run)
             else:
-                notes.append(f"skipped {f.path}: {why}")
-    unique = {r.path.resolve(): r for r in runs}  # a run named twice counts once
-    return list(unique.values()), notes
+                notes.append((f.path, f"skipped {f.path}: {why}"))
+    unique = {r.path.resolve(): r for r in runs}  # a run named twice counts once; skipped once (a link), not at all
+    return list(unique.values()), [note for path, note in notes if path.resolve() not in unique]
 
 
 def compare(paths: list[str | Path], force: bool = False) -> dict[str, Any]:
@@ -220,11 +220,10 @@ def warnings(runs: list[Run]) -> list[str]:
     """What makes a plain ranking of these runs misleading, one line each."""
     out = []
     sizes = sorted({r.row["samples"] for r in runs if r.row["samples"] is not None})
-    if len(sizes) > 1:
-        out.append(
-            f"runs differ in size ({sizes[0]:.0f} to {sizes[-1]:.0f} samples): each is scored on its own questions, "
-            "so their ranks are not like for like; McNemar pairs only the shared questions"
-        )
+    asked = "; ".join(sorted({r.row["subset"] or "all questions" for r in runs}))  # one size on other questions
+    unlike = f"differ in size ({sizes[0]:.0f} to {sizes[-1]:.0f} samples)" if len(sizes) > 1 else f"asked {asked}"
+    if len(sizes) > 1 or len({frozenset(r.correct) for r in runs}) > 1:  # each scored on its own questions
+        out.append(f"runs {unlike}: their ranks are not like for like; McNemar pairs only the shared questions")
     datasets = {_data(r.row) for r in runs}
     if len(datasets) > 1:
         out.append(f"runs used different data ({'; '.join(sorted(datasets))}): only shared questions were paired")

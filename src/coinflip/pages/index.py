@@ -76,6 +76,7 @@ def build(work_dir: Path) -> dict[str, Any]:
     datasets = _datasets(rows)
     _rank(rows)
     present = {key for r in rows for key, value in r["extra"].items() if value is not None}
+    pairs = _pairs(rows, runs)  # before the problems: a run whose answers cannot be read is one
     from .. import __version__
 
     return {
@@ -87,7 +88,7 @@ def build(work_dir: Path) -> dict[str, Any]:
         "runs": rows,
         "datasets": datasets,
         "problems": _problems(found, rows),
-        **_pairs(rows, runs),
+        **pairs,
         "pair_runs": PAIR_RUNS,
         "pair_rows": PAIR_ROWS,
         "probes": _probes(work_dir, found),
@@ -153,6 +154,7 @@ def _rank(rows: list[dict[str, Any]]) -> None:
 
 def _problems(found: list[Found], rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     out = [{"id": f.rel, "kind": f.kind, "reason": f.reason} for f in found if f.kind != "run"]
+    out += [{"id": f.rel, "kind": "broken", "reason": f.reason} for f in found if f.kind == "run" and f.reason]
     live = {f.rel for f in found if f.kind == "run" and f.live}
     for r in rows:
         if not r["complete"]:

@@ -77,13 +77,12 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int) ->
     index = compact_predictions(run.predictions, limit)
     if not index.where:
         raise DataError(f"{run.predictions}: no predictions to score")
-    subset = run.subset()
-    questions = int((saved.get("subset") or {}).get("count") or 0)
+    asked = run.asks(saved)
     answers = answers_per_question(saved["fingerprint"])  # as the report counts repeats
     scorer = Scorer(compat=compat)
     scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):
-        if p["id"] not in subset if subset is not None else bool(questions) and p["id"] >= questions:
+        if not asked(p["id"]):
             scorer.outside.add(p)  # not scored, but paid for: the cost covers it
             if isinstance(forced := p.get("forced"), dict):
                 scorer.outside.add(forced)
