@@ -172,7 +172,10 @@ def test_index_lists_every_run_and_every_problem(work: Work, tmp_path: Path) -> 
     assert "15 of 40 predictions saved" in problems and "not valid JSON" in problems
     failed = next(r for r in rows if r["model"] == "flaky")
     assert failed["cells"][-1] == ["incomplete"] and failed["cells"][1] == ["–"]  # shown, never ranked
-    assert "7 runs on 2 data sets; also 2 incomplete, 2 broken, 2 foreign" in work.view_stderr
+    assert (
+        "7 runs on 2 data sets (1 incomplete); also 1 incomplete without a report, 2 broken, 2 foreign"
+        in work.view_stderr
+    )
     assert "garbage_config" in work.view_stderr and len(work.view_stderr.splitlines()) == 7
     mixed = re.search(r'<div id="mixed" class="note">([^<]*)</div>', dom)
     assert mixed and "2 data sets" in mixed[1]  # different data is never ranked together unmarked

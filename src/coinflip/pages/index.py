@@ -212,9 +212,11 @@ def _stored(replies: dict[str, int], reply: str) -> int:
 def _summary(data: dict[str, Any]) -> str:
     runs, sets = len(data["runs"]), len(data["datasets"])
     counts = {k: sum(1 for p in data["problems"] if p["kind"] == k) for k in ("incomplete", "broken", "foreign")}
+    listed = sum(not r["complete"] for r in data["runs"])  # an incomplete run with a report is one of the runs
     return (
-        f"{runs} run{'s' * (runs != 1)} on {sets} data set{'s' * (sets != 1)}; "  # the problems are more runs
-        f"also {counts['incomplete']} incomplete, {counts['broken']} broken, {counts['foreign']} foreign"
+        f"{runs} run{'s' * (runs != 1)} on {sets} data set{'s' * (sets != 1)} ({listed} incomplete); also "
+        f"{counts['incomplete'] - listed} incomplete without a report, {counts['broken']} broken, "
+        f"{counts['foreign']} foreign"
     )
 
 
