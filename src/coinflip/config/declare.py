@@ -44,6 +44,11 @@ class Setting:
     path: str = ""  # a file or folder (one the file system can take), shown as this metavar
 
 
+def in_process(model: Any, eval_type: Any) -> bool:
+    """Whether coinflip answers the model itself (a baseline, or EvalScope's mock_llm), spending no tokens."""
+    return model in BASELINES or eval_type == "mock_llm"
+
+
 def setting(default: Any, help: str, *, repr: bool = True, **declared: Any) -> Any:
     declared = {"help": help, "flag": "", "evalscope": "=", **declared}
     if isinstance(default, (list, dict)):  # each config gets a copy of its own

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import inside, open_regular
-from ..config import BASELINES, LOCAL_MODELS, TaskConfig
+from ..config import BASELINES, LOCAL_MODELS, TaskConfig, in_process
 from ..errors import KEPT, ConfigError
 from ..rundir import RunDir
 from ..secrets import run_secrets
@@ -35,7 +35,7 @@ def backend(config: TaskConfig) -> str:
         return "elsewhere"
     if config.model_path or (config.model in LOCAL_MODELS and not config.api_url):
         return "local"
-    if config.model in BASELINES or config.eval_type == "mock_llm":
+    if in_process(config.model, config.eval_type):
         return "baseline"
     return "server"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..config import BASELINES, BENCHMARK
+from ..config import BENCHMARK, in_process
 from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
@@ -35,7 +35,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     scores = summarize(outcomes, compat, seed)
     counts = scores["counts"]
     expected = int(saved.get("samples") or len(outcomes))
-    spends = config["model"] not in BASELINES and config.get("eval_type") != "mock_llm"  # models.backend
+    spends = not in_process(config["model"], config.get("eval_type"))  # a baseline's answers cost nothing
     used = tokens(scorer.usage, scorer.forced_usage, scorer.outside, spends=spends)  # every saved one was paid for
     report: Report = {
         "benchmark": BENCHMARK,
