@@ -237,8 +237,8 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
     else:
         path = Path(out) if out else default_path(run, form)
         click.echo(f"wrote {save(run, path, form, out is not None, left)} answers to {path}", err=True)
-    if left.line(run):
-        click.echo(left.line(run), err=True)
+    if said := left.line(run):
+        click.echo(said, err=True)
 
 
 @app.command("compare")

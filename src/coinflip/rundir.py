@@ -215,6 +215,11 @@ class RunDir:
         return subset.__contains__ if subset is not None else lambda id_: not count or id_ < count
 
 
+def run_holding(path: Path) -> Path | None:
+    """The run directory `path` lies in, through any links (its files, under any name, are the run's)."""
+    return next((run for run in path.resolve().parents if (run / CONFIG_FILE).is_file()), None)
+
+
 def busy(folder: Path) -> ConfigError:
     """The refusal of a run or probe another process holds (`RunDir.locked`, `held`, `in_use`)."""
     return ConfigError(f"{folder} is in use by another coinflip process; let it finish or stop it")

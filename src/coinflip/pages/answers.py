@@ -17,7 +17,7 @@ from .._terminal import one_line, printable
 from ..errors import ConfigError, DataError, storage_error
 from ..jsonl import index_predictions, iter_reviews
 from ..records import Review, escape_line_breaks, key_of, split_key
-from ..rundir import CONFIG_FILE, RunDir, load_saved_config
+from ..rundir import RunDir, load_saved_config, run_holding
 from .catalog import RUN_PARTS
 
 COLUMNS = (
@@ -46,9 +46,12 @@ class Left:
 
     def line(self, run: RunDir) -> str:
         rescore = f"`coinflip rescore {shlex.quote(str(run.root))}` scores them"
-        said = [(self.unscored, f"saved predictions without a review ({rescore})")]
-        said += [(self.pending, "replies whose forced answer is pending (a resume asks it)")]
-        kept = [f"{n} {what}" for n, what in [*said, (self.unreadable, "saved lines that hold no prediction")] if n]
+        counted = [
+            (self.unscored, f"saved predictions without a review ({rescore})"),
+            (self.pending, "replies whose forced answer is pending (a resume asks it)"),
+            (self.unreadable, "saved lines that hold no prediction"),
+        ]
+        kept = [f"{n} {what}" for n, what in counted if n]
         return one_line("left out " + "; ".join(kept)) if kept else ""
 
 
@@ -121,7 +124,7 @@ def default_path(run: RunDir, form: str) -> Path:
 def save(run: RunDir, path: Path, form: str, given: bool = False, left: Left | None = None) -> int:
     """Into a new file that takes `path`'s place; a device, FIFO or link the user `given` (--out /dev/stdout, a
     pipe) is written into, as the shell would: replaced, a file took the place of /dev/null (as root) or a pipe."""
-    held = next((r for r in path.resolve().parents if (r / CONFIG_FILE).is_file()), None) if given else None
+    held = run_holding(path) if given else None
     if held is not None and path.resolve().relative_to(held).parts[0] in {*RUN_PARTS, "batch"}:
         raise ConfigError(
             f"--out {path}: a file of the run {held}, among its answers, settings and reports: write it elsewhere"

@@ -19,7 +19,7 @@ from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, FatalAPIError, RunIncomplete, StorageError
 from ..jsonl import index_predictions
 from ..models import backend, check_resume, handed_off, open_model, serve_local
-from ..rundir import CONFIG_FILE, RunDir, load_saved_config
+from ..rundir import RunDir, load_saved_config, run_holding
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
 from .finish import finish
@@ -163,10 +163,10 @@ def _in_run(path: Path, root: Path | None) -> Path | None:
     if root is not None and inside(path, root):
         return root
     with contextlib.suppress(OSError):
-        found, real = path.stat(), path.resolve()
+        found = path.stat()
         if root is not None and found.st_nlink > 1 and any(os.path.samestat(found, p.lstat()) for p in root.rglob("*")):
             return root
-        return next((run for run in real.parents if (run / CONFIG_FILE).is_file()), None)
+        return run_holding(path)
     return None
 
 
