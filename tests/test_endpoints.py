@@ -11,7 +11,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -299,11 +299,8 @@ def test_a_server_answering_json_that_is_no_completion_is_a_wrong_endpoint(body:
     assert "check --api-url" in line
 
 
-def test_a_resume_retries_json_that_is_no_completion_from_the_endpoint_that_answered(tmp_path: Path) -> None:
-    """A resume of a run that holds this endpoint's replies, whose first answer is JSON with no choices (a gateway's
-    {"object": "error", ...} in a 200, once): it stopped, exit 2, as a wrong --api-url, where an endpoint that
-    answered once and fails later is a broken one, its requests retried."""
-    failed: list[bool] = []
+def _error_object_once(failed: list[bool]) -> Callable[[Seen], bytes]:
+    """Answers, but the first request gets vLLM's error object in a 200 (as gateways pass it on); `failed` notes it."""
 
     def reply(seen: Seen) -> bytes:
         if not seen.body or failed:
@@ -311,6 +308,15 @@ def test_a_resume_retries_json_that_is_no_completion_from_the_endpoint_that_answ
         failed.append(True)
         return answer({"object": "error", "message": "Worker overloaded, try again", "code": 503})
 
+    return reply
+
+
+def test_a_resume_retries_json_that_is_no_completion_from_the_endpoint_that_answered(tmp_path: Path) -> None:
+    """A resume of a run that holds this endpoint's replies, whose first answer is JSON with no choices (a gateway's
+    {"object": "error", ...} in a 200, once): it stopped, exit 2, as a wrong --api-url, where an endpoint that
+    answered once and fails later is a broken one, its requests retried."""
+    failed: list[bool] = []
+    reply = _error_object_once(failed)
     with AnswerServer(lambda s: answer(chat(f"ANSWER: {s.right_answer}")) if s.body else answer({})) as srv:
         assert timed_eval(srv.url, tmp_path, "--limit", "2")[0].returncode == 0
     with AnswerServer(reply) as srv:
@@ -325,13 +331,7 @@ def test_a_fresh_run_retries_an_error_object_in_a_200_at_its_first_answer(tmp_pa
     run stopped, exit 2, 'JSON that is no completion ... check --api-url', where --api-url was right (the body is
     the API's own error object) and the request, asked again, is answered."""
     failed: list[bool] = []
-
-    def reply(seen: Seen) -> bytes:
-        if not seen.body or failed:
-            return answer(chat(f"ANSWER: {seen.right_answer}") if seen.body else {"data": []})
-        failed.append(True)
-        return answer({"object": "error", "message": "Worker overloaded, try again", "code": 503})
-
+    reply = _error_object_once(failed)
     with AnswerServer(reply) as srv:
         result = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "2", "--work-dir", str(tmp_path),
                          "--eval-batch-size", "1", "--retries", "1")  # fmt: skip
