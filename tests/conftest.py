@@ -19,6 +19,8 @@ from hypothesis import settings
 
 from coinflip.testing.server import FakeOpenAIServer
 
+from .zygote import Zygote, needs_interpreter
+
 # Hypothesis's 200 ms deadline per example is a guess of the machine's speed: under a load of 4 one masking case
 # took 250 ms and failed. Examples are bounded by their sizes, never by the clock.
 settings.register_profile("coinflip", deadline=None)
@@ -77,14 +79,29 @@ def shared(path: Path) -> Path:
     pytest.skip(f"{path} is not here: ../shared exists only beside the project's own checkout (and in CI)")
 
 
+_ZYGOTE: list[Zygote] = []  # this test process's, started by its first run_cli
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygote_ends() -> Iterator[None]:
+    yield
+    for zygote in _ZYGOTE:
+        zygote.close()
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    """Run `coinflip ARGS` in a fresh process, as a user would."""
+    """Run `coinflip ARGS` in a fresh process, as a user would: forked from a process that has imported
+    coinflip already (tests/zygote.py), or with a fresh interpreter where `env` changes its start-up."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     for key in ("OPENAI_API_KEY", "COINFLIP_API_KEY"):
         if env is None or key not in env:
             full_env.pop(key, None)
+    if not _ZYGOTE and os.environ.get("COINFLIP_TEST_ZYGOTE", "1") != "0":
+        _ZYGOTE.append(Zygote({k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}))  # not `env`
+    if _ZYGOTE and not needs_interpreter(full_env, _ZYGOTE[0].env):
+        return _ZYGOTE[0].run(args, cwd, full_env, timeout)
     return subprocess.run(
         [sys.executable, "-m", "coinflip.cli", *args],
         cwd=cwd,

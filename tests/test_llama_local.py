@@ -115,7 +115,7 @@ def test_the_quick_start_against_the_python_llama_server_waits_on_no_queue(tmp_p
     /props, but its /v1/models owns every model as "me": one request goes at a time, none queues."""
     from coinflip.models.llama_local import bundled_gguf, llama_server
 
-    with llama_server(bundled_gguf("smollm2"), "M", tmp_path / "llama.log", threads=2) as url:
+    with llama_server(bundled_gguf("smollm2"), "M", tmp_path / "llama.log") as url:  # one thread, as conftest sets
         result = run_cli(
             "eval", "--model", "M", "--api-url", url, "--api-key", "EMPTY_TOKEN", "--datasets", "coin_flip",
             "--limit", "4", "--generation-config", "max_tokens=32,temperature=0", "--work-dir", str(tmp_path / "runs"),
