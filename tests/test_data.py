@@ -237,6 +237,35 @@ def test_a_file_rewritten_in_place_during_the_run_stops_it(tmp_path: Path) -> No
     assert not (run / "reports").exists()
 
 
+def test_a_drawn_subset_is_read_once_so_a_rewrite_mid_run_changes_no_question(tmp_path: Path) -> None:
+    """A stratified subset of a file of up to HELD_ROWS rows keeps the rows it drew: the requests ask the questions
+    the run hashed and drew, whatever the file holds by then (a larger file is read again, and checked as above)."""
+    import threading
+
+    from coinflip import run_task
+    from coinflip.data.generate import PeopleRange, generate_file
+
+    from .answer_server import AnswerServer, Seen, answer, chat
+    from .conftest import only_run_dir, read_jsonl
+
+    data = tmp_path / "set.jsonl"
+    generate_file(data, PeopleRange(3, 5), 400, 1)
+    before, once = data.read_text(), threading.Lock()
+
+    def respond(seen: Seen) -> bytes:
+        if once.acquire(blocking=False):
+            generate_file(data, PeopleRange(3, 5), 400, 2)
+        return answer(chat(f"ANSWER: {seen.right_answer}"))
+
+    with AnswerServer(respond) as srv:
+        report = run_task({"model": "m", "api_url": srv.url, "dataset_path": str(data), "eval_batch_size": 1,
+                           "limit": 30, "work_dir": str(tmp_path / "out"), "quiet": True})  # fmt: skip
+    run = only_run_dir(tmp_path / "out")
+    asked = [row["question"] for row in read_jsonl(run / "predictions" / "m" / "coin_flip.jsonl")]
+    assert len(asked) == 30 and set(asked) <= {json.loads(line)["question"] for line in before.splitlines()}
+    assert report["complete"] and data.read_text() != before
+
+
 def test_a_csv_holding_a_question_longer_than_csvs_default_field_limit_loads(tmp_path: Path) -> None:
     """A long-sequence set (`generate --people 6000`: 160 KiB a question) saved as CSV is a valid CSV; Python's csv
     refused any field over 128 KiB ('field larger than field limit'), where the same rows as JSONL load."""
