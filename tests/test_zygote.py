@@ -60,6 +60,17 @@ def test_each_command_has_its_own_environment_even_at_once(zygote: Zygote, tmp_p
         assert (tmp_path / name / "predictions/oracle/coin_flip.jsonl").is_file()
 
 
+def test_a_command_gets_the_callers_umask(zygote: Zygote, tmp_path: Path) -> None:
+    before = os.umask(0o077)
+    try:
+        args = ("eval", "--model", "oracle", "--limit", "2", "--no-timestamp", "--work-dir", "w")
+        assert zygote.run(args, tmp_path, {**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=300).returncode == 0
+    finally:
+        os.umask(before)
+    made = tmp_path / "w" / "predictions" / "oracle" / "coin_flip.jsonl"
+    assert made.stat().st_mode & 0o077 == 0
+
+
 def test_a_setting_read_as_the_interpreter_starts_gets_a_fresh_one(tmp_path: Path) -> None:
     base = {"PATH": "/bin", "LANG": "C.UTF-8"}
     assert not needs_interpreter({**base, "COINFLIP_API_KEY": "k", "PYTHONUNBUFFERED": "1"}, base)

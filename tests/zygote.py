@@ -70,7 +70,7 @@ class Zygote:
         err_r, err_w = os.pipe()
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
             self._connect(conn)
-            order = {"args": list(args), "cwd": str(cwd or Path.cwd()), "env": env}
+            order = {"args": list(args), "cwd": str(cwd or Path.cwd()), "env": env, "umask": _umask()}
             socket.send_fds(conn, [json.dumps(order).encode()], [0, out_w, err_w])
             os.close(out_w)
             os.close(err_w)
@@ -100,6 +100,12 @@ class Zygote:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"the zygote ended ({self.proc.returncode}) before it served") from None
                 threading.Event().wait(0.01)
+
+
+def _umask() -> int:
+    """This process's umask, which a child it started would have, read without setting it."""
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("Umask:")[1].split()[0], 8)
 
 
 def _drain(fd: int, got: dict[int, bytes]) -> None:
@@ -182,13 +188,14 @@ _ORDER: list[list[str]] = []  # the child's command, set by _become
 
 
 def _become(order: dict[str, Any], fds: list[int]) -> None:
-    """The child: the caller's stdio, folder and environment, the signals as the zygote was started with."""
+    """The child: the caller's stdio, folder, umask and environment, the signals the zygote was started with."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.chdir(order["cwd"])
+    os.umask(order["umask"])
     sys.path[0] = os.getcwd()  # as `python -m` puts it first, not this script's folder
     os.environ.clear()
     os.environ.update(order["env"])
