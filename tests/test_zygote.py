@@ -4,14 +4,17 @@ code, in the caller's folder and environment, each command on its own even when 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from .conftest import run_cli
+from .answer_server import AnswerServer, Seen, answer, chat
+from .conftest import PATIENCE_S, run_cli
 from .zygote import ARGV0, Zygote, needs_interpreter
 
 COMMANDS = [
@@ -41,10 +44,15 @@ def test_a_forked_command_prints_and_exits_as_a_fresh_interpreter(
             done = subprocess.run([*ARGV0, *args], cwd=tmp_path / way, env=env, capture_output=True, text=True)
         else:
             done = zygote.run(args, tmp_path / way, env, timeout=300)
-        results.append((done.returncode, done.stdout.replace(way, "WAY"), done.stderr.replace(way, "WAY")))
+        results.append((done.returncode, *(_masked(text, way) for text in (done.stdout, done.stderr))))
     assert results[0] == results[1]
     if "oracle" in args:  # in the caller's folder
         assert (tmp_path / "forked/w/predictions/oracle/coin_flip.jsonl").is_file()
+
+
+def _masked(text: str, way: str) -> str:
+    """The folder's name and the times (latency), which differ from run to run."""
+    return re.sub(r"\d+\.\d+ s\b", "T s", text.replace(way, "WAY"))
 
 
 def test_each_command_has_its_own_environment_even_at_once(zygote: Zygote, tmp_path: Path) -> None:
@@ -69,6 +77,24 @@ def test_a_command_gets_the_callers_umask(zygote: Zygote, tmp_path: Path) -> Non
         os.umask(before)
     made = tmp_path / "w" / "predictions" / "oracle" / "coin_flip.jsonl"
     assert made.stat().st_mode & 0o077 == 0
+
+
+def test_a_command_past_its_timeout_is_killed_and_the_next_is_served(zygote: Zygote, tmp_path: Path) -> None:
+    """The command waits on a server that answers only once the test lets it: it cannot end before its timeout,
+    whatever the machine's speed."""
+    release = threading.Event()
+
+    def respond(seen: Seen) -> bytes:
+        release.wait(PATIENCE_S)
+        return answer(chat("ANSWER: YES"))
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--api-url", srv.url, "--limit", "1", "--work-dir", str(tmp_path))
+        with pytest.raises(subprocess.TimeoutExpired):
+            zygote.run(args, tmp_path, env, timeout=2)
+        release.set()
+    assert zygote.run(("--version",), tmp_path, env, timeout=300).returncode == 0
 
 
 def test_a_setting_read_as_the_interpreter_starts_gets_a_fresh_one(tmp_path: Path) -> None:

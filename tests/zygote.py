@@ -16,6 +16,7 @@ Run as a script, this file is the zygote: `python zygote.py SOCKET`; it ends whe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import locale
 import os
@@ -170,7 +171,7 @@ def _serve(path: str) -> None:
                 return  # the child runs the command above this loop: see _child
             for fd in fds:
                 os.close(fd)
-            conn.sendall(json.dumps({"pid": pid}).encode())
+            _tell(conn, {"pid": pid})
             waiting[pid] = conn
 
 
@@ -180,8 +181,14 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
         if pid == 0:
             return
         conn = waiting.pop(pid)
-        conn.sendall(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode())
+        _tell(conn, {"status": os.waitstatus_to_exitcode(status)})
         conn.close()
+
+
+def _tell(conn: socket.socket, message: dict[str, int]) -> None:
+    """A caller that has gone (it timed out and killed its command) is not the zygote's end."""
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps(message).encode())
 
 
 _ORDER: list[list[str]] = []  # the child's command, set by _become
