@@ -237,12 +237,16 @@ def test_a_file_rewritten_in_place_during_the_run_stops_it(tmp_path: Path) -> No
     assert not (run / "reports").exists()
 
 
-def test_a_drawn_subset_is_read_once_so_a_rewrite_mid_run_changes_no_question(tmp_path: Path) -> None:
-    """A stratified subset of a file of up to HELD_ROWS rows keeps the rows it drew: the requests ask the questions
-    the run hashed and drew, whatever the file holds by then (a larger file is read again, and checked as above)."""
+@pytest.mark.parametrize("held", [True, False], ids=["held", "larger"])
+def test_a_drawn_subset_is_read_once_so_a_rewrite_mid_run_changes_no_question(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: bool
+) -> None:
+    """A stratified subset of a file of up to HELD_BYTES keeps the rows it drew: the requests ask the questions the
+    run hashed and drew, whatever the file holds by then; a larger file is read again, and a rewrite stops the run."""
     import threading
 
     from coinflip import run_task
+    from coinflip.data import load
     from coinflip.data.generate import PeopleRange, generate_file
 
     from .answer_server import AnswerServer, Seen, answer, chat
@@ -257,13 +261,21 @@ def test_a_drawn_subset_is_read_once_so_a_rewrite_mid_run_changes_no_question(tm
             generate_file(data, PeopleRange(3, 5), 400, 2)
         return answer(chat(f"ANSWER: {seen.right_answer}"))
 
+    if not held:
+        monkeypatch.setattr(load, "HELD_BYTES", len(before.encode()) - 1)
+    settings = {"model": "m", "dataset_path": str(data), "eval_batch_size": 1, "limit": 30, "quiet": True}
     with AnswerServer(respond) as srv:
-        report = run_task({"model": "m", "api_url": srv.url, "dataset_path": str(data), "eval_batch_size": 1,
-                           "limit": 30, "work_dir": str(tmp_path / "out"), "quiet": True})  # fmt: skip
+        try:
+            report = run_task({**settings, "api_url": srv.url, "work_dir": str(tmp_path / "out")})
+        except DataError as exc:
+            assert not held and "set.jsonl: changed while being read" in str(exc)
+        else:
+            assert held and report["complete"]
     run = only_run_dir(tmp_path / "out")
     asked = [row["question"] for row in read_jsonl(run / "predictions" / "m" / "coin_flip.jsonl")]
-    assert len(asked) == 30 and set(asked) <= {json.loads(line)["question"] for line in before.splitlines()}
-    assert report["complete"] and data.read_text() != before
+    assert set(asked) <= {json.loads(line)["question"] for line in before.splitlines()}
+    assert len(asked) == 30 if held else len(asked) < 30
+    assert data.read_text() != before
 
 
 def test_a_csv_holding_a_question_longer_than_csvs_default_field_limit_loads(tmp_path: Path) -> None:

@@ -22,9 +22,10 @@ from .grammar import STEPS_PATTERN, bundled_dir
 QUESTION_KEYS = ("question", "inputs")
 ANSWER_KEYS = ("answer", "targets")
 HALF_PAIR = re.compile("[\ud800-\udfff]")
-# a streamed file of at most this many rows is held while a stratified subset is drawn, and the drawn rows kept (a
-# few MB): read once, not again for the requests (a tenth of a second of a 3,333-row split on a slow machine)
-HELD_ROWS = 20_000
+# a streamed file of at most this many bytes is held while a stratified subset is drawn, and the drawn rows kept:
+# read once, not again for the requests (a tenth of a second of the 3,333-row split, 0.6 MB, on a slow machine).
+# Bytes, not rows: 20,000 questions of 15,000 people each are 4 GB
+HELD_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True)
@@ -75,13 +76,19 @@ class Dataset:
             random.Random(f"coinflip-subset:{seed}").shuffle(order)
             ids = tuple(sorted(order[:count]))
         elif count < total and mode != "first":
-            held = list(self) if rows is None and total <= HELD_ROWS else None  # then the draw is not read again
+            held = list(self) if self._small() else None  # then the draw is not read again
             ids = _stratified(self if held is None else held, count, total, seed)
             if held is not None:
                 wanted = set(ids)
                 rows = tuple(r for r in held if r.id in wanted)
         drawn = {"mode": mode if count < total else "all", "seed": seed, "count": count, "of": total}
         return replace(self, count=count, ids=ids, subset=drawn, rows=rows)
+
+    def _small(self) -> bool:
+        """A file of at most HELD_BYTES: a streamed one as it was hashed, or the bundled split."""
+        if self.rows is not None or self.path is None:
+            return False
+        return (self.stamp[1] if self.stamp is not None else self.path.stat().st_size) <= HELD_BYTES
 
 
 def _stratified(records: Iterable[Record], count: int, total: int, seed: int) -> tuple[int, ...]:
