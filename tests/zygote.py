@@ -11,7 +11,8 @@ What a fork cannot give a command falls back to a fresh interpreter (`needs_inte
 interpreter start-up (PYTHON*, the locale). Start-up itself (signals before click loads, `--help`'s imports)
 is tested with fresh interpreters elsewhere (`spawn_cli`, `on_terminal`, test_signals).
 
-Run as a script, this file is the zygote: `python zygote.py SOCKET`; it ends when its stdin closes.
+Run as a script, this file is the zygote: `python zygote.py NAME` (an abstract socket's); it ends when its stdin
+closes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import contextlib
 import json
 import locale
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -49,19 +51,16 @@ class Zygote:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = {**env, "PYTHONUNBUFFERED": "1"}
-        self.folder = Path(tempfile.mkdtemp(prefix="coinflip-zygote-"))
-        self.path = str(self.folder / "socket")
+        # Linux's abstract namespace: no file to leave behind, and no limit of 108 bytes on a long TMPDIR's path
+        self.path = f"\0coinflip-zygote-{os.getpid()}-{secrets.token_hex(8)}"
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, self.path], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=self.env
+            [sys.executable, __file__, self.path[1:]], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=self.env
         )
 
     def close(self) -> None:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         self.proc.wait()
-        for leftover in self.folder.iterdir():
-            leftover.unlink()
-        self.folder.rmdir()
 
     def run(
         self, args: tuple[str, ...], cwd: Path | None, env: dict[str, str], timeout: float
@@ -140,7 +139,7 @@ def _serve(path: str) -> None:
     """Fork a child per order; tell each order's caller its child's pid, then its exit status. One thread:
     a fork copies only the thread that makes it, so the zygote must never have another."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(path)
+    listener.bind(f"\0{path}")
     listener.listen(64)
     _preload()
     woken, wake = os.pipe()
