@@ -597,7 +597,7 @@ def test_a_resume_reads_and_counts_the_answers_a_killed_session_paid_for_whateve
     billed = sum(2 * r["usage"]["prompt_tokens"] + 8 * r["usage"]["completion_tokens"] for r in rows) / 2e6
     assert _report(run)["cost"]["total"] == pytest.approx(billed)  # the batch's half price
     assert resumed.returncode == 1, resumed.stderr
-    assert "passed --max-cost 1e-05" in resumed.stderr and "for answers a batch sent before" in resumed.stderr
+    assert "passed --max-cost 0.00001" in resumed.stderr and "for answers a batch sent before" in resumed.stderr
 
 
 def test_a_batch_ids_file_that_is_a_fifo_never_hangs_the_resume(tmp_path: Path) -> None:

@@ -407,3 +407,13 @@ def test_a_plain_rate_limit_at_the_cap_waits_and_is_answered_never_a_failed_row(
         result = run_cli(*args, *prices, "--generation-config", "max_tokens=50", "--work-dir", str(tmp_path))
     saved = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
     assert len(saved) == 3 and all(row["error"] is None for row in saved), (result.stderr, saved)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [(0.00001, "0.00001"), (8.5e-05, "0.000085"), (3.0, "3"), (0.1 + 0.2, "0.3"), (0.0, "0")]
+)
+def test_a_cap_is_shown_as_a_person_writes_it(value: float, shown: str) -> None:
+    """What a probe's earlier runs left of its --max-cost read '--max-cost 8.5e-05' in its run's stop line."""
+    from coinflip.scoring.cost import money
+
+    assert money(value) == shown

@@ -25,6 +25,7 @@ from ..pages.board import write_whole
 from ..pages.html import relative
 from ..pages.index import PAGE_FILE, PROBE_FILE, read_probe, refresh
 from ..rundir import CONFIG_FILE, RunDir, busy, held, in_use
+from ..scoring.cost import money
 from . import variants
 from .page import render
 from .variants import BASE, FRESH, VARIANTS, Variant, choose, fresh_twins, name_pool, restyled
@@ -255,7 +256,8 @@ def _run(config: TaskConfig, spent: list[float]) -> dict[str, Any]:
     except CoinflipError as exc:
         if exc.exit_code != 1 and "resume with:" not in str(exc):  # a refusal mid-run (a key revoked) says it too
             raise
-        left = f" (--max-cost {cap:g} is the probe's: its runs before cost {sum(spent):.4f})" if cap and spent else ""
+        before = f"its runs before cost {sum(spent):.4f}"
+        left = f" (--max-cost {money(cap)} is the probe's: {before})" if cap and spent else ""
         raise type(exc)(f"{exc}{left}{_resume(Path(config.work_dir).parent.parent, 'or the whole probe')}") from None
     spent.append((report.get("cost") or {}).get("total") or 0.0)
     return report

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 MILLION = 1_000_000
 
 
+def money(value: float) -> str:
+    """An amount as a person writes it: what a probe's earlier runs leave of its --max-cost read 8.5e-05."""
+    text = f"{value:.10f}".rstrip("0").rstrip(".")
+    return text if text.strip("-0") or value == 0 else f"{value:g}"
+
+
 def check_costs(config: TaskConfig, generation: dict[str, Any]) -> None:
     """Checked where the run is planned (settings read no file); a pricing file's prices become the run's."""
     if config.pricing_file:
@@ -273,17 +279,17 @@ class Budget:
 
     def note(self) -> str | None:
         """One line where the run passed the limit, or stopped for it."""
-        spent = self.saved + self.spent
+        spent, cap = self.saved + self.spent, f"--max-cost {money(self.limit)}"
         if self.blind:
             return (
-                f"stopped: {self.blind} answer(s) came without token usage, so --max-cost {self.limit:g} cannot "
+                f"stopped: {self.blind} answer(s) came without token usage, so {cap} cannot "
                 f"count what the run spends (it has cost {spent:.4f} by the usage reported); run without --max-cost "
                 "to go on"
             )
         if self.over:
             return (
-                f"stopped: {self.over} answer(s) reported more tokens than max_tokens allows, so --max-cost "
-                f"{self.limit:g} cannot bound what the rest would cost (the run has cost {spent:.4f}); what finished "
+                f"stopped: {self.over} answer(s) reported more tokens than max_tokens allows, so {cap} cannot "
+                f"bound what the rest would cost (the run has cost {spent:.4f}); what finished "
                 "is kept"
             )
         if spent > self.limit >= self.saved:  # passed by this session's replies
@@ -295,13 +301,13 @@ class Budget:
                 if self.extra > 0
                 else "the replies in flight were dearer than the answers before them (max_tokens bounds each one)"
             )
-            return f"passed --max-cost {self.limit:g} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; {why}"
+            return f"passed {cap} by {spent - self.limit:.4g}: the run has cost {spent:.4f}; {why}"
         if not self.stopped:
             return None
-        said = f"stopped before passing --max-cost {self.limit:g}: the run has cost {spent:.4f}"
+        said = f"stopped before passing {cap}: the run has cost {spent:.4f}"
         if self.saved > self.limit:  # the answers saved before alone pass it
             now = f" ({spent:.4f} now)" if self.spent else ""
-            said = f"--max-cost {self.limit:g} was passed before this session: the run had cost {self.saved:.4f}{now}"
+            said = f"{cap} was passed before this session: the run had cost {self.saved:.4f}{now}"
         return f"{said}; what finished is kept (raise --max-cost to go on)"
 
 
