@@ -51,12 +51,8 @@ class Settings:
     in_work_dir: bool  # written into the work directory itself (--no-timestamp), not a folder of it
 
     def saved(self) -> dict[str, Any]:
-        return {
-            "variants": [v.name for v in self.variants],
-            "lengths": str(self.lengths) if self.lengths else None,
-            "length_count": self.length_count,
-            "in_work_dir": self.in_work_dir,
-        }
+        names, lengths = [v.name for v in self.variants], str(self.lengths) if self.lengths else None
+        return dict(variants=names, lengths=lengths, length_count=self.length_count, in_work_dir=self.in_work_dir)
 
 
 def settle(options: ProbeOptions, saved: dict[str, Any] | None = None, in_work_dir: bool = False) -> Settings:
