@@ -417,3 +417,19 @@ def test_a_cap_is_shown_as_a_person_writes_it(value: float, shown: str) -> None:
     from coinflip.scoring.cost import money
 
     assert money(value) == shown
+
+
+def test_prices_in_the_cost_line_are_shown_as_written() -> None:
+    """The cost line's prices per million took `:g` as the caps did: 0.00002 read 2e-05, 2,500,000 read 2.5e+06."""
+    from coinflip.scoring.cost import cost_line
+
+    tokens = {"prompt": 10, "completion": 5, "reasoning": 0, "requests": 1}
+    cost = {
+        "input": 0.00002,
+        "output": 2_500_000.0,
+        "batch_discount": 0.5,
+        "batch": False,
+        "total": 12.5,
+        "full_price": 12.5,
+    }
+    assert "at 0.00002/2500000 per million in/out" in (cost_line({"tokens": tokens, "cost": cost}) or "")  # type: ignore[typeddict-item]

@@ -142,7 +142,7 @@ def cost_line(report: Report) -> str | None:
     if isinstance(cost, dict):
         how = f" (batch answers at {cost['batch_discount']:g} of the price; all at full price {cost['full_price']:.4f})"
         how = how if cost.get("batch") else ""
-        line += f"; cost {cost['total']:.4f} at {cost['input']:g}/{cost['output']:g} per million in/out{how}"
+        line += f"; cost {cost['total']:.4f} at {money(cost['input'])}/{money(cost['output'])} per million in/out{how}"
     if unreported := t.get("unreported"):
         line += f"; these leave out {unreported:,} answer(s) whose usage the server did not report in full"
     return line
