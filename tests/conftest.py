@@ -8,7 +8,6 @@ import os
 import pty
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from hypothesis import settings
 
 from coinflip.testing.server import FakeOpenAIServer
 
-from .zygote import Zygote, needs_interpreter
+from .zygote import ARGV0, Zygote, needs_interpreter
 
 # Hypothesis's 200 ms deadline per example is a guess of the machine's speed: under a load of 4 one masking case
 # took 250 ms and failed. Examples are bounded by their sizes, never by the clock.
@@ -99,11 +98,11 @@ def run_cli(
         if env is None or key not in env:
             full_env.pop(key, None)
     if not _ZYGOTE and os.environ.get("COINFLIP_TEST_ZYGOTE", "1") != "0":
-        _ZYGOTE.append(Zygote({k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}))  # not `env`
+        _ZYGOTE.append(Zygote(dict(os.environ)))  # not `env`: this command's own settings are not every command's
     if _ZYGOTE and not needs_interpreter(full_env, _ZYGOTE[0].env):
         return _ZYGOTE[0].run(args, cwd, full_env, timeout)
     return subprocess.run(
-        [sys.executable, "-m", "coinflip.cli", *args],
+        [*ARGV0, *args],
         cwd=cwd,
         env=full_env,
         capture_output=True,
@@ -129,7 +128,7 @@ def spawn_cli(*args: str, env: dict[str, str] | None = None, quiet: bool = False
     base = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "COINFLIP_API_KEY")}
     out = subprocess.DEVNULL if quiet else subprocess.PIPE
     return subprocess.Popen(
-        [sys.executable, "-m", "coinflip.cli", *args],
+        [*ARGV0, *args],
         stdout=out,
         stderr=out,
         text=True,
@@ -143,9 +142,7 @@ def on_terminal(*args: str, env: dict[str, str] | None = None) -> tuple[int, str
     terminal window (`env`: the environment, default this one): its exit code and everything the terminal received."""
     parent, child = pty.openpty()
     env = {**(os.environ if env is None else env), "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coinflip.cli", *args], stdin=child, stdout=child, stderr=child, env=env
-    )
+    proc = subprocess.Popen([*ARGV0, *args], stdin=child, stdout=child, stderr=child, env=env)
     os.close(child)
     received = b""
     while True:

@@ -108,7 +108,7 @@ class Zygote:
             try:
                 conn.connect(self.path)
                 return
-            except (FileNotFoundError, ConnectionRefusedError):
+            except ConnectionRefusedError:  # an abstract socket not bound yet
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"the zygote ended ({self.proc.returncode}) before it served") from None
                 threading.Event().wait(0.01)
@@ -225,7 +225,7 @@ def _become(order: dict[str, Any], fds: list[int]) -> None:
 
 
 def _child() -> None:
-    """What `python -m coinflip.cli ARGS` runs, in this already-importing process; whatever it raises ends
+    """What `python -m coinflip.cli ARGS` runs, in this process that has imported it all; whatever it raises ends
     the process as it would end the interpreter."""
     import runpy
 
