@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from coinflip.cli import main
 from coinflip.config import settings as declared
+from coinflip.rundir import CONFIG_FILE
 from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import only_run_dir, run_cli
@@ -47,6 +48,9 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
         (["--use-cache", "r/" + "x" * 300], "use_cache has a folder or file name of 300 bytes"),
         (["--dataset-id", "me/coin-flip-hard"], "add --dataset-hub"),  # not the bundled set, scored as if it were
         (["--dataset-args", '{"coin_flip": {"dataset_id": "me/coin-flip-hard"}}'], "add --dataset-hub"),
+        (["--generation-config", "temperature=0,max_tokens=9,temperature=1"], "the key 'temperature' is given twice"),
+        (["--generation-config", '{"extra_headers": {"X-A": "1", "X-A": "2"}}'], "the key 'X-A' is given twice"),
+        (["--dataset-args", '{"coin_flip": {"few_shot_num": 1, "few_shot_num": 2}}'], "'few_shot_num' is given twice"),
     ],
 )
 def test_unusable_options_are_one_line(tmp_path: Path, flags: list[str], message: str) -> None:
@@ -122,3 +126,49 @@ def test_a_space_in_the_api_url_is_named_not_blamed_on_its_host(url: str, tmp_pa
     port', though both were right, and left the user looking for a fault where there was none."""
     line = _one_line(run_cli("eval", "--model", "m", "--api-url", url, "--limit", "1", "--work-dir", str(tmp_path)))
     assert "holds a space or a line break" in line and "host and port" not in line, line
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("c.yaml", "model: oracle\nlimit: 3\nseed: 1\nlimit: 4\n", "the key 'limit' is given twice, again on line 4"),
+        (
+            "c.yml",
+            "model: oracle\ngeneration_config:\n  seed: 1\n  n: 1\n  seed: 2\n",
+            "'seed' is given twice, again on line 5",
+        ),
+        ("c.json", '{"model": "oracle", "limit": 3, "limit": 4}', "the key 'limit' is given twice"),
+        (
+            "c.json",
+            '{"model": "oracle", "dataset_args": {"coin_flip": {"few_shot_num": 1, "few_shot_num": 0}}}',
+            "'few_shot_num' is given twice",
+        ),
+    ],
+)
+def test_a_setting_given_twice_in_a_file_is_refused(tmp_path: Path, name: str, text: str, message: str) -> None:
+    """YAML and JSON readers let the last of two equal keys win; a config would be half ignored without a word."""
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    result = run_cli("eval", "--config", name, "--work-dir", "w", cwd=tmp_path)
+    assert message in _one_line(result) and name in _one_line(result)
+    assert not (tmp_path / "w").exists()
+
+
+def test_equal_keys_in_different_objects_and_merges_are_not_twice(tmp_path: Path) -> None:
+    text = "model: oracle\nlimit: 2\nseed: 3\ngeneration_config: {seed: 3}\n"
+    text += "dataset_args: {coin_flip: {<<: {few_shot_num: 1}, few_shot_num: 0}}\n"  # a merge may override
+    (tmp_path / "c.yaml").write_text(text, encoding="utf-8")
+    result = run_cli("eval", "--config", "c.yaml", "--work-dir", "w", "--no-html", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    saved = json.loads(next((tmp_path / "w").glob("*/reports/*/coin_flip.json")).read_text(encoding="utf-8"))
+    assert saved["counts"]["samples"] == 2 and saved.get("few_shot_num", 0) == 0
+
+
+def test_a_saved_config_given_a_key_twice_is_refused_on_rescore(tmp_path: Path) -> None:
+    assert (
+        run_cli("eval", "--model", "oracle", "--limit", "2", "--no-html", "--work-dir", "w", cwd=tmp_path).returncode
+        == 0
+    )
+    run = only_run_dir(tmp_path / "w")
+    config = run / CONFIG_FILE
+    config.write_text(config.read_text(encoding="utf-8") + "config: {model: oracle}\n", encoding="utf-8")
+    assert "the key 'config' is given twice" in _one_line(run_cli("rescore", str(run), cwd=tmp_path))

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .errors import KEPT, ConfigError, DataError, storage_error
+from .errors import KEPT, ConfigError, DataError, short, storage_error
 
 try:
     import fcntl
@@ -120,16 +121,53 @@ def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None =
     if "\0" in text:  # UTF-16 or UTF-32 without a byte order mark
         raise ConfigError(f"{path}: holds NUL characters (UTF-16 without a byte order mark?); save it as UTF-8")
     kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = _unique_loader()
     try:  # no YAML aliases: a kilobyte of them can stand for billions of nodes
         if kind == "JSON":
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=unique_keys)
         if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, loader)):
             raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
         return yaml.load(text, Loader=loader)
     except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         first = (str(exc) or type(exc).__name__).splitlines()[0]
         raise ConfigError(f"{path}: not valid {kind} ({first})") from None
+
+
+def unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """A JSON object as a dict, refused if it names a key twice: json and YAML readers let the last one win
+    silently, so a setting given twice in one file would be half ignored."""
+    seen: set[Any] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"the key {short(key)} is given twice")
+        seen.add(key)
+    return dict(pairs)
+
+
+@functools.cache
+def _unique_loader() -> Any:
+    """PyYAML's safe loader (its C parser where built) that refuses a mapping naming a key twice, as `unique_keys`
+    does for JSON; a mapping with a merge key (<<) may override what it merged."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            merges = any(key.tag == "tag:yaml.org,2002:merge" for key, _ in node.value)
+            mapping = super().construct_mapping(node, deep)
+            if not merges and len(mapping) < len(node.value):
+                seen: set[Any] = set()
+                for key, _ in node.value:
+                    if (name := self.construct_object(key, deep=True)) in seen:
+                        line = f"line {key.start_mark.line + 1}"
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"the key {short(name)} is given twice, again on {line}"
+                        )
+                    seen.add(name)
+            return mapping
+
+    return Loader
 
 
 def flock(file: Any, wait: bool = False) -> bool | None:

@@ -12,6 +12,8 @@ from dataclasses import fields
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._files import unique_keys
+from .._terminal import one_line
 from ..errors import ConfigError, short
 from ..secrets import GATEWAY_KEYS, masked, shown_url
 
@@ -159,13 +161,13 @@ def check_path(name: str, value: Any) -> None:
 
 def parse_json(name: str, text: str) -> Any:
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{name} is not valid JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
         raise ConfigError(f"{name} is nested more than {MAX_NESTING} levels deep") from None
-    except ValueError as exc:  # a whole number of more than 4,300 digits
-        raise ConfigError(f"{name} is not usable JSON: {short(str(exc))}") from None
+    except ValueError as exc:  # a key given twice in one object, a whole number of more than 4,300 digits
+        raise ConfigError(f"{name} is not usable JSON: {one_line(str(exc))[:120]}") from None
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -182,7 +184,10 @@ def parse_pairs(value: Any) -> dict[str, Any]:
         if text.startswith("{"):
             value = parse_json("generation_config", text)
         else:
-            value = dict(_parse_pair(part) for part in _split_pairs(text))
+            try:
+                value = unique_keys([_parse_pair(part) for part in _split_pairs(text)])
+            except ValueError as exc:  # temperature=0,temperature=1: which one was meant?
+                raise ConfigError(f"generation_config: {exc}") from None
     if not isinstance(value, dict):
         raise ConfigError("generation_config must be a JSON object or key=value pairs")
     return dict(value)
