@@ -205,3 +205,20 @@ def test_compare_never_breaks_a_number_or_a_run_id_in_a_pipe_or_at_80_columns(tm
         words = shown.split()
         assert all(n in words for n in numbers) and all(r["run_id"] in words for r in data["leaderboard"])
         assert all(f"{r['f1_score']:.3f}" in words for r in data["leaderboard"] if r["f1_score"] is not None)
+
+
+def test_runs_that_drew_other_examples_or_generate_otherwise_are_not_like_for_like(tmp_path: Path) -> None:
+    work, same = tmp_path / "w", ["--model", "random", "--limit", "20", "--few-shot-num", "2"]
+    runs = [_eval(work, *same, "--few-shot-seed", "5"), _eval(work, *same, "--few-shot-seed", "5")]
+    result = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "a"), env=WIDE)
+    assert result.returncode == 0, result.stderr
+    alike = json.loads((tmp_path / "a/compare.json").read_text())["warnings"]
+    assert not any("few-shot examples" in w or "generation settings" in w for w in alike), alike
+    runs.append(_eval(work, *same, "--few-shot-seed", "6", "--generation-config", "temperature=0,max_tokens=64"))
+    runs.append(_eval(work, *same, "--dataset-args", '{"coin_flip": {"few_shot_random": false}}'))
+    result = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "b"), env=WIDE)
+    assert result.returncode == 0, result.stderr
+    told = json.loads((tmp_path / "b/compare.json").read_text())["warnings"]
+    assert "runs drew different few-shot examples (seed 5, seed 6, the first rows): their prompts differ" in told
+    assert "runs differ in generation settings (max_tokens, temperature)" in told
+    assert "different few-shot examples" in result.stdout and "generation settings" in result.stdout

@@ -193,6 +193,17 @@ def row(found: Found) -> dict[str, Any]:
     }
 
 
+def setup(config: dict[str, Any]) -> dict[str, Any]:
+    """What else makes two runs' prompts or replies unlike (for `compare`): which few-shot examples were drawn
+    (the validation rows a seed picks, or the first ones), and the generation settings."""
+    shots = None
+    if number(config.get("few_shot_num")):
+        random = config.get("few_shot_random") is not False
+        shots = f"seed {text(config.get('few_shot_seed'), 30)}" if random else "the first rows"
+    generation = config.get("generation_config")
+    return {"shots": shots, "generation": generation if isinstance(generation, dict) else {}}
+
+
 def _total(report: Report, kind: str, older: Any) -> float | None:
     """Tokens over every request (forced answers too), as the run page and the terminal count them;
     a report without a tokens section has only the first replies' usage."""

@@ -19,9 +19,9 @@ from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from .board import label, ranked, row, size, write_whole
+from .board import label, ranked, row, setup, size, write_whole
 from .catalog import Found, read_answers, read_run, scan
-from .html import fmt, shown
+from .html import fmt, shown, text
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _usable(found: Found) -> tuple[Run | None, str]:
     answers = read_answers(found)
     if answers is None or not answers.correct:
         return None, found.reason or f"no readable reviews; run `coinflip rescore {found.path}`"
-    return Run(found.path, answers.correct, row(found)), ""
+    return Run(found.path, answers.correct, row(found) | setup(found.config)), ""
 
 
 def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
@@ -198,22 +198,12 @@ def _data(row: dict[str, Any]) -> str:
 def _entry(rank: int, r: Run) -> dict[str, Any]:
     row = r.row
     return {
-        "rank": rank,
-        "model": row["model"],
-        "run_id": row["run"],
-        "run": str(r.path),
-        "name": label(row),
-        "samples": row["samples"],
-        "data": _data(row),
-        "dataset_sha256": row["data"]["sha"],
+        "rank": rank, "model": row["model"], "run_id": row["run"], "run": str(r.path), "name": label(row),
+        "samples": row["samples"], "data": _data(row), "dataset_sha256": row["data"]["sha"],
         "template": row["template"] + (f" {row['template_hash']}" if row["template_hash"] else ""),
-        "few_shot": row["few_shot"],
-        "repeats": row["repeats"],
-        "complete": row["complete"],
-        "invalid_rate": row["invalid_rate"],
-        "metric_compat": row["compat"],
-        **{m: row["m"][m][0] for m in METRICS},
-    }
+        "few_shot": row["few_shot"], "repeats": row["repeats"], "complete": row["complete"],
+        "invalid_rate": row["invalid_rate"], "metric_compat": row["compat"], **{m: row["m"][m][0] for m in METRICS},
+    }  # fmt: skip
 
 
 def warnings(runs: list[Run]) -> list[str]:
@@ -231,6 +221,12 @@ def warnings(runs: list[Run]) -> list[str]:
         values = {fmt(r.row[key], "d", "?") for r in runs}
         if len(values) > 1:
             out.append(f"runs differ in {what} ({', '.join(sorted(values))})")
+    shots = {r.row["shots"] for r in runs if r.row["shots"]}
+    if len(shots) > 1:
+        out.append(f"runs drew different few-shot examples ({', '.join(sorted(shots))}): their prompts differ")
+    settings = [r.row["generation"] for r in runs]
+    if changed := sorted({k for g in settings for k in g if any(h.get(k) != g.get(k) for h in settings)}):
+        out.append(f"runs differ in generation settings ({text(', '.join(changed))})")  # names only: values may be keys
     repeated = [r.label for r in runs if (r.row["repeats"] or 1) > 1]
     if repeated:
         out.append(
