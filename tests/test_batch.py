@@ -1416,7 +1416,9 @@ def test_a_batch_dated_past_any_float_keeps_its_answers(tmp_path: Path, dates: d
         again = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), *FAST)
     assert result.returncode == 0 and again.returncode == 0, result.stderr + again.stderr
     rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
-    assert len(rows) == 3 and all(r["error"] is None and r["latency_s"] == 0.0 for r in rows)
+    assert len(rows) == 3 and all(r["error"] is None and r["latency_s"] is None for r in rows)  # not known: not 0 s
+    report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
+    assert report["usage"]["latency_s"] == {} and "turnaround median" not in again.stdout, again.stdout
 
 
 @pytest.mark.parametrize("data", [5, 1.5, True])

@@ -189,3 +189,20 @@ def test_a_request_file_over_another_run_s_file_is_refused(tmp_path: Path) -> No
     assert len(refused.stderr.strip().splitlines()) == 1 and _files(other) == before
     wrote = run_cli(*args, "--batch-write", str(other / "owed.jsonl"))
     assert wrote.returncode == 0 and len(read_jsonl(other / "owed.jsonl")) == 3, wrote.stderr
+
+
+def test_answers_from_a_result_file_have_no_latency_rather_than_none_at_all(tmp_path: Path) -> None:
+    """`vllm run-batch` answered them elsewhere, at times its file does not give: the summary said "batch
+    turnaround median 0.00 s" and the report's latency quantiles were all 0."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    (tmp_path / "results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: NO") for c in ids))
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "results.jsonl"))
+    assert scored.returncode == 0, scored.stderr
+    rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    assert len(rows) == 5 and all(r["latency_s"] is None and r["reply"] == "ANSWER: NO" for r in rows)
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert report["usage"]["latency_s"] == {} and report["counts"]["samples"] == 5
+    assert "median" not in scored.stdout and "no latency is known" in scored.stdout, scored.stdout
+    rescored = run_cli("rescore", str(run))
+    assert rescored.returncode == 0 and "median" not in rescored.stdout, rescored.stdout

@@ -26,7 +26,7 @@ class Forced(TypedDict, total=False):
     reply: str | None
     finish_reason: str | None
     usage: dict[str, Any] | None
-    latency_s: float
+    latency_s: float | None  # None: not known
     attempts: int
     error: str | None
     answer_logprobs: list[Any]
@@ -48,7 +48,7 @@ class Prediction(TypedDict):
     reasoning: str | None
     finish_reason: str | None
     usage: dict[str, Any] | None
-    latency_s: float
+    latency_s: float | None  # None: not known
     attempts: int
     error: str | None  # after retries: the sample has no reply
     ttft_s: NotRequired[float]  # streamed replies: time to the first token

@@ -37,7 +37,7 @@ class Reply:
     reasoning: str | None = None
     finish_reason: str | None = None
     usage: dict[str, int] | None = None
-    latency_s: float = 0.0
+    latency_s: float | None = 0.0  # None: not known (answers read from a file, a batch without dates)
     attempts: int = 1
     error: str | None = None
     status: int | None = None  # the HTTP status of the last failed attempt, when there was one

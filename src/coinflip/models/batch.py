@@ -64,7 +64,7 @@ class Submitted(msgspec.Struct):
     batch_id: str | None = None
     status: str = "new"  # the server's last word: in_progress, completed, expired, failed, cancelled
     collected: bool = False  # its results are downloaded into the batch folder (or it has none)
-    turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=TURNAROUND_MAX)] = 0.0  # its answers' latency
+    turnaround_s: Annotated[float, msgspec.Meta(ge=0, le=TURNAROUND_MAX)] | None = None  # its answers' latency
     key: str = ""  # random, its own: each row read from it names it (`source`); "" in states saved before keys
 
 
@@ -139,6 +139,8 @@ class ResultsFile:
             self.counts["owed"] += 1
             raise Unanswered()
         self.counts["read"] += 1
+        for choice in (reply, *reply.more):
+            choice.latency_s = None  # answered elsewhere, at a time the file does not say
         self.counts["failed"] += reply.error is not None
         self.counts["conflicts"] += CONFLICT in (reply.error or "")
         return reply

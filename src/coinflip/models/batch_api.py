@@ -112,16 +112,17 @@ def read_result(raw: bytes, mode: str) -> tuple[str, Reply] | None:
     return cid, Reply(None, error=one_line(f"{code}: {detail}"))
 
 
-def turnaround(info: dict[str, Any]) -> float:
-    """Seconds from the batch's creation to its end, as the server dates them (its answers' latency)."""
+def turnaround(info: dict[str, Any]) -> float | None:
+    """Seconds from the batch's creation to its end, as the server dates them (its answers' latency); None: no
+    dates, or ones that cannot be (past TURNAROUND_MAX: in mixed units)."""
     start = info.get("created_at")
     ends = [info.get(f"{s}_at") for s in ENDED]
     end = max((e for e in ends if isinstance(e, int | float) and not isinstance(e, bool)), default=None)
     if isinstance(start, int | float) and end is not None:
         with contextlib.suppress(OverflowError):  # dates past any float (400 digits) tell nothing
             seconds = float(end - start)
-            return seconds if 0 <= seconds <= TURNAROUND_MAX else 0.0  # past it: dates in mixed units
-    return 0.0
+            return seconds if 0 <= seconds <= TURNAROUND_MAX else None
+    return None
 
 
 def read_answers(

@@ -251,7 +251,7 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         "reasoning": reply.reasoning,
         "finish_reason": reply.finish_reason,
         "usage": added(reply.usage, request.paid) if repeat == first_open(request) else reply.usage,
-        "latency_s": round(reply.latency_s, 6),
+        "latency_s": None if reply.latency_s is None else round(reply.latency_s, 6),
         "attempts": reply.attempts,
         "error": reply.error,
     }

@@ -25,7 +25,7 @@ def answered(first: Prediction, reply: Reply) -> Prediction:
         "reply": reply.text,
         "finish_reason": reply.finish_reason,
         "usage": reply.usage,
-        "latency_s": round(reply.latency_s, 6),
+        "latency_s": None if reply.latency_s is None else round(reply.latency_s, 6),
         "attempts": reply.attempts,
         "error": reply.error,
     }

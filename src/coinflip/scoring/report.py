@@ -246,10 +246,10 @@ def notes(report: Report) -> list[str]:
     if report["served_model"] in EXPECTED:
         out.append(EXPECTED[report["served_model"]])
     if report.get("batch"):
-        out.append(
-            "batch mode: time to first token does not exist there; latency is each batch's turnaround "
-            "(creation to end), not a request's"
-        )
+        timed = "latency is each batch's turnaround (creation to end), not a request's"
+        if not report.get("usage", {}).get("latency_s"):
+            timed = "no latency is known (answers read from a file, or batches the server left undated)"
+        out.append(f"batch mode: time to first token does not exist there; {timed}")
     if spent := cost_line(report):  # tokens where a server reported them; the cost where prices were given
         out.append(spent)
     return out

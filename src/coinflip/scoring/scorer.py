@@ -162,7 +162,8 @@ class Usage:
         error = p.get("error")
         if error is None:
             latency, ttft = _seconds(p.get("latency_s")), _seconds(p.get("ttft_s"))
-            self.latency.append(0.0 if latency is None else latency)
+            if latency is not None:  # not known (--batch-results) is not 0 s
+                self.latency.append(latency)
             self.finish[str(p.get("finish_reason"))[:MAX_FINISH]] += 1  # a saved row as a reply is cut
             if ttft is not None:
                 self.ttft.append(ttft)
