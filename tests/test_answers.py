@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from coinflip.scoring.extract import extract_answer
 from coinflip.testing.policy import Policy
 from coinflip.testing.server import FakeOpenAIServer
@@ -230,3 +232,18 @@ def test_answers_of_a_run_resumed_with_a_smaller_limit_leave_out_nothing_it_asks
     assert run_cli("eval", "--use-cache", str(run), "--limit", "4").returncode == 0
     done = run_cli("answers", str(run))
     assert done.returncode == 0 and done.stderr == f"wrote 4 answers to {run / 'answers.csv'}\n"
+
+
+@pytest.mark.parametrize("part", ["reviews", "predictions"])
+def test_answers_of_a_sparse_terabyte_is_one_line_not_a_long_read(tmp_path: Path, part: str) -> None:
+    """A run directory is untrusted: rescore and the index read at most ROWS_LIMIT of a rows file, `answers`
+    read any size (a sparse file of a terabyte takes no disk and hours to read)."""
+    done = run_cli("eval", "--model", "oracle", "--limit", "3", "--no-html", "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run = only_run_dir(tmp_path)
+    rows = run / part / "oracle/coin_flip.jsonl"
+    os.truncate(rows, 1 << 40)
+    result = run_cli("answers", str(run))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"{rows}: 1,099,511,627,776 bytes, more than the" in result.stderr and "Traceback" not in result.stderr
+    assert not (run / "answers.csv").exists()

@@ -113,9 +113,10 @@ def iter_predictions(path: Path) -> Iterator[Prediction]:
                 yield row
 
 
-def iter_reviews(path: Path, within: Path | None = None) -> Iterator[Review]:
-    """The readable reviews of a plain file (inside `within`, if given), else UnreadableFile."""
-    with open_regular(path, within=within) as handle:
+def iter_reviews(path: Path, within: Path | None = None, limit: int = NO_LIMIT) -> Iterator[Review]:
+    """The readable reviews of a plain file (inside `within`, if given, of at most `limit` bytes), else
+    UnreadableFile."""
+    with open_regular(path, limit, within) as handle:
         for line in handle:
             if (review := read_review(line)) is not None:
                 yield review

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .._files import replacing, special
+from .._files import ROWS_LIMIT, replacing, special
 from .._terminal import one_line, printable
 from ..errors import ConfigError, DataError, storage_error
 from ..jsonl import index_predictions, iter_reviews
@@ -60,8 +60,8 @@ def answers(run: RunDir, left: Left | None = None) -> Iterator[dict[str, Any]]:
     if not run.reviews.is_file() or not run.predictions.is_file():
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
     left = Left() if left is None else left
-    reviews = {key_of(review): review for review in iter_reviews(run.reviews, within=run.root)}
-    index, asked = index_predictions(run.predictions), _asked(run)
+    reviews = {key_of(review): review for review in iter_reviews(run.reviews, run.root, ROWS_LIMIT)}
+    index, asked = index_predictions(run.predictions, limit=ROWS_LIMIT), _asked(run)  # a sparse terabyte: refused
     left.unreadable = index.unreadable
     with run.predictions.open("rb") as handle:
         for key in index.where:
