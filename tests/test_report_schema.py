@@ -28,11 +28,13 @@ def _strategy(hint: Any) -> st.SearchStrategy[Any]:
     """Values of a declared type, sections built from their declaration (JSON's own values only:
     finite floats, string keys)."""
     if typing.is_typeddict(hint):
-        hints = typing.get_type_hints(hint)
+        hints = typing.get_type_hints(hint, include_extras=True)
         required = {k: _strategy(hints[k]) for k in hint.__required_keys__}
         optional = {k: _strategy(hints[k]) for k in hint.__optional_keys__}
         return st.fixed_dictionaries(required, optional=optional)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:  # Count: a whole number, never below 0
+        return st.integers(min_value=0)
     if origin in (typing.Union, types.UnionType):
         return st.one_of(*(_strategy(a) for a in args))
     if origin is list:
@@ -141,3 +143,21 @@ def test_odd_reports_become_rows_without_an_exception(tmp_path: Path) -> None:
         assert all(isinstance(w, str) for w in shown["warnings"])
     path.write_text(json.dumps(HOSTILE[0]))
     assert read_run(work, work).kind == "broken"  # no metrics at all: not a report
+
+
+def test_a_count_below_zero_is_left_out_as_a_text_would_be(tmp_path: Path) -> None:
+    """A hand-edited report's -5 samples and -2 errors were shown as such on the index and by compare."""
+    assert run_task(model="oracle", limit=4, work_dir=str(tmp_path), html_report=False)["complete"]
+    (path,) = tmp_path.glob("*/reports/oracle/coin_flip.json")
+    report = json.loads(path.read_text())
+    report["counts"] |= {"samples": -5, "errors": -2}
+    report["usage"]["prompt_tokens_total"] = -1
+    report["usage"]["finish_reasons"] = {"stop": -4, "length": 2}
+    report["subset"]["seed"] = -7  # a seed may be below zero
+    path.write_text(json.dumps(report))
+    found = read_report(path.read_bytes())
+    assert found is not None and "samples" not in found["counts"] and "errors" not in found["counts"]
+    assert found["counts"]["correct"] == 4 and "prompt_tokens_total" not in found["usage"]
+    assert found["usage"]["finish_reasons"] == {"length": 2} and found["subset"]["seed"] == -7
+    shown = row(read_run(tmp_path, path.parents[2]))
+    assert shown["samples"] is None and shown["errors"] is None

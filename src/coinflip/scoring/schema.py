@@ -8,8 +8,11 @@ import json
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
+import msgspec
+
+Count = Annotated[int, msgspec.Meta(ge=0)]  # a hand-edited report's -5 samples is left out, as a text would be
 Numbers = dict[str, float | None]  # one value per metric name (metrics.METRICS); None: undefined
 Intervals = dict[str, list[float] | None]  # [low, high] per metric name
 
@@ -25,36 +28,36 @@ class Quantiles(TypedDict, total=False):
 class UsageSummary(TypedDict, total=False):
     latency_s: Quantiles
     completion_tokens: Quantiles
-    prompt_tokens_total: int
-    completion_tokens_total: int
-    finish_reasons: dict[str, int]
+    prompt_tokens_total: Count
+    completion_tokens_total: Count
+    finish_reasons: dict[str, Count]
     ttft_s: Quantiles
     reasoning_tokens: Quantiles
-    reasoning_tokens_total: int
+    reasoning_tokens_total: Count
 
 
 class Counts(TypedDict, total=False):
-    samples: int
-    correct: int
-    tp: int
-    fp: int
-    tn: int
-    fn: int
-    invalid: int
+    samples: Count
+    correct: Count
+    tp: Count
+    fp: Count
+    tn: Count
+    fn: Count
+    invalid: Count
     invalid_rate: float
-    errors: int
-    target_yes: int
-    answered_yes: int
-    answered_no: int
-    invalid_on_yes: int
-    invalid_on_no: int
-    errors_on_yes: int
-    errors_on_no: int
+    errors: Count
+    target_yes: Count
+    answered_yes: Count
+    answered_no: Count
+    invalid_on_yes: Count
+    invalid_on_no: Count
+    errors_on_yes: Count
+    errors_on_no: Count
 
 
 class People(TypedDict, total=False):
-    samples: int
-    correct: int
+    samples: Count
+    correct: Count
     accuracy: float
     interval: list[float]
 
@@ -64,11 +67,11 @@ class Forced(TypedDict, total=False):
     intervals: Intervals
     counts: Counts
     by_people: dict[str, People]
-    invalid_strict: int
-    asked: int
-    recovered_correct: int
-    recovered_wrong: int
-    still_invalid: int
+    invalid_strict: Count
+    asked: Count
+    recovered_correct: Count
+    recovered_wrong: Count
+    still_invalid: Count
     usage: UsageSummary
     repeat_metrics: Repeats  # --repeats above 1: the forced view's reducers
 
@@ -80,8 +83,8 @@ class Spread(TypedDict, total=False):
 
 
 class Repeats(TypedDict, total=False):
-    k: int
-    questions: int
+    k: Count
+    questions: Count
     per_repeat: dict[str, Spread]
     majority_vote: Numbers
     pass_at_k: float | None
@@ -91,7 +94,7 @@ class Repeats(TypedDict, total=False):
 class Bin(TypedDict, total=False):
     lo: float
     hi: float
-    samples: int
+    samples: Count
     mean_p_yes: float | None
     yes_share: float | None
 
@@ -100,23 +103,23 @@ class Calibration(TypedDict, total=False):
     available: bool
     reason: str
     coverage: float
-    samples: int
+    samples: Count
     auroc: float | None
     brier: float
     ece: float
     bins: list[Bin]
-    impossible_logprobs: int  # samples left without P(YES): the server sent impossible log probabilities
+    impossible_logprobs: Count  # samples left without P(YES): the server sent impossible log probabilities
 
 
 class Tokens(TypedDict, total=False):
-    requests: int
-    prompt: int
-    completion: int
-    reasoning: int
+    requests: Count
+    prompt: Count
+    completion: Count
+    reasoning: Count
     per_request: dict[str, float | None]
-    batch_prompt: int  # of `prompt`, what a Batch API answered (billed at its discount)
-    batch_completion: int
-    unreported: int  # answers whose usage left out prompt or completion tokens, or was not reported: not counted
+    batch_prompt: Count  # of `prompt`, what a Batch API answered (billed at its discount)
+    batch_completion: Count
+    unreported: Count  # answers whose usage left out prompt or completion tokens, or was not reported: not counted
 
 
 class Cost(TypedDict, total=False):
@@ -130,7 +133,7 @@ class Cost(TypedDict, total=False):
 
 class ErrorCount(TypedDict):
     message: str
-    count: int
+    count: Count
 
 
 class Dataset(TypedDict, total=False):
@@ -138,15 +141,15 @@ class Dataset(TypedDict, total=False):
     path: str
     id: str
     split: str
-    rows: int
+    rows: Count
     sha256: str
 
 
 class Subset(TypedDict, total=False):
     mode: str
     seed: int
-    count: int
-    of: int
+    count: Count
+    of: Count
 
 
 class Template(TypedDict, total=False):
@@ -173,13 +176,13 @@ class Report(TypedDict, total=False):
     counts: Counts
     by_people: dict[str, People]
     baselines: dict[str, Numbers]  # always-yes, always-no on the same targets
-    invalid_reasons: dict[str, int]
+    invalid_reasons: dict[str, Count]
     errors_top: list[ErrorCount]
     dataset: Dataset
     subset: Subset
     template: Template
-    few_shot_num: int
-    repeats: int
+    few_shot_num: Count
+    repeats: Count
     api_mode: str
     generation_config: dict[str, Any]
     extraction: str
@@ -192,7 +195,7 @@ class Report(TypedDict, total=False):
     forced: Forced
     calibration: Calibration
     errors_ignored: bool
-    unreadable_rows: int  # saved lines left out: not a row, or no YES or NO target
+    unreadable_rows: Count  # saved lines left out: not a row, or no YES or NO target
     requests: dict[str, Any]  # the last session's requests: models/limits.py `describe` writes it, `checked` reads it
 
 
@@ -206,8 +209,6 @@ def read_report(raw: bytes | str) -> Report | None:
 
 
 def checked(report: Mapping[str, Any]) -> Report:
-    import msgspec  # with the first report read, not with coinflip
-
     try:  # a report as written checks whole in one call (30 us, against 1 ms field by field)
         msgspec.convert(report, Report)
         return report  # type: ignore[return-value]
@@ -216,7 +217,7 @@ def checked(report: Mapping[str, Any]) -> Report:
 
 
 _LEFT_OUT = object()
-_hints = functools.cache(typing.get_type_hints)
+_hints = functools.cache(functools.partial(typing.get_type_hints, include_extras=True))  # Count's bound kept
 
 
 def _fields(found: Mapping[str, Any], declared: Any) -> dict[str, Any]:
@@ -228,8 +229,6 @@ def _fields(found: Mapping[str, Any], declared: Any) -> dict[str, Any]:
 
 
 def _checked(value: Any, hint: Any) -> Any:
-    import msgspec  # with the first report read, not with coinflip
-
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     for option in options:
         if typing.is_typeddict(option) or typing.get_origin(option) is dict:
