@@ -51,6 +51,9 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
         (["--generation-config", "temperature=0,max_tokens=9,temperature=1"], "the key 'temperature' is given twice"),
         (["--generation-config", '{"extra_headers": {"X-A": "1", "X-A": "2"}}'], "the key 'X-A' is given twice"),
         (["--dataset-args", '{"coin_flip": {"few_shot_num": 1, "few_shot_num": 2}}'], "'few_shot_num' is given twice"),
+        (["--generation-config", 'extra_body={"a": 1, "a": 2}'], "'extra_body': the key 'a' is given twice"),
+        (["--generation-config", "extra_headers={'X-K': 'sk-1', 'X-K': 'sk-2'}"], "the key 'X-K' is given twice"),
+        (["--generation-config", "seed=1,logit_bias={7: 1, 7: -1}"], "'logit_bias': the key 7 is given twice"),
     ],
 )
 def test_unusable_options_are_one_line(tmp_path: Path, flags: list[str], message: str) -> None:
@@ -138,6 +141,7 @@ def test_a_space_in_the_api_url_is_named_not_blamed_on_its_host(url: str, tmp_pa
             "'seed' is given twice, again on line 5",
         ),
         ("c.json", '{"model": "oracle", "limit": 3, "limit": 4}', "the key 'limit' is given twice"),
+        ("c.yaml", "model: oracle\n<<: {limit: 3}\nlimit: 4\nlimit: 5\n", "a merge key (<<, line 2)"),  # hides twice
         (
             "c.json",
             '{"model": "oracle", "dataset_args": {"coin_flip": {"few_shot_num": 1, "few_shot_num": 0}}}',
@@ -153,9 +157,15 @@ def test_a_setting_given_twice_in_a_file_is_refused(tmp_path: Path, name: str, t
     assert not (tmp_path / "w").exists()
 
 
-def test_equal_keys_in_different_objects_and_merges_are_not_twice(tmp_path: Path) -> None:
+def test_a_key_given_twice_in_a_value_of_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text('model: oracle\ngeneration_config: \'extra_body={"a": 1, "a": 2}\'\n')
+    result = run_cli("eval", "--config", "c.yaml", "--work-dir", "w", cwd=tmp_path)
+    assert "generation_config 'extra_body': the key 'a' is given twice" in _one_line(result)
+
+
+def test_equal_keys_in_different_objects_are_not_twice(tmp_path: Path) -> None:
     text = "model: oracle\nlimit: 2\nseed: 3\ngeneration_config: {seed: 3}\n"
-    text += "dataset_args: {coin_flip: {<<: {few_shot_num: 1}, few_shot_num: 0}}\n"  # a merge may override
+    text += "dataset_args: {coin_flip: {few_shot_num: 0}, other: {few_shot_num: 1}}\n"
     (tmp_path / "c.yaml").write_text(text, encoding="utf-8")
     result = run_cli("eval", "--config", "c.yaml", "--work-dir", "w", "--no-html", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -1399,7 +1399,12 @@ def test_a_resume_with_no_batch_leaves_a_batch_not_yet_collected_to_be_collected
 
 @pytest.mark.parametrize(
     "dates",
-    [{"completed_at": 10**400}, {"created_at": -1e308, "completed_at": 1e308}, {"completed_at": 1_800_000_000_000}],
+    [
+        {"completed_at": 10**400},
+        {"created_at": -1e308, "completed_at": 1e308},
+        {"completed_at": 1_800_000_000_000},
+        {"created_at": True, "completed_at": 9},  # true is no date: not 8 s
+    ],
 )
 def test_a_batch_dated_past_any_float_keeps_its_answers(tmp_path: Path, dates: dict[str, Any]) -> None:
     """A batch whose end was a 400-digit number ended every run and resume in an OverflowError traceback; one

@@ -204,5 +204,7 @@ def test_answers_from_a_result_file_have_no_latency_rather_than_none_at_all(tmp_
     report = json.loads((run / "reports/m/coin_flip.json").read_text())
     assert report["usage"]["latency_s"] == {} and report["counts"]["samples"] == 5
     assert "median" not in scored.stdout and "no latency is known" in scored.stdout, scored.stdout
+    page = (run / "reports/m/coin_flip.html").read_text()
+    assert "none recorded" in page and "no s recorded" not in page  # the latency panel, empty
     rescored = run_cli("rescore", str(run))
     assert rescored.returncode == 0 and "median" not in rescored.stdout, rescored.stdout

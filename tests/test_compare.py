@@ -222,3 +222,17 @@ def test_runs_that_drew_other_examples_or_generate_otherwise_are_not_like_for_li
     assert "runs drew different few-shot examples (seed 5, seed 6, the first rows): their prompts differ" in told
     assert "runs differ in generation settings (max_tokens, temperature)" in told
     assert "different few-shot examples" in result.stdout and "generation settings" in result.stdout
+
+
+def test_a_hand_edited_generation_setting_not_named_by_a_text_is_named_not_a_traceback(tmp_path: Path) -> None:
+    import yaml
+
+    work = tmp_path / "w"
+    runs = [_eval(work, "--model", "oracle", "--limit", "5") for _ in range(2)]
+    path = runs[0] / "configs/task_config.yaml"
+    saved = yaml.safe_load(path.read_text())
+    saved["config"]["generation_config"] |= {1: 0.5, None: 2}  # YAML's `1:` and `~:`, beside texts
+    path.write_text(yaml.safe_dump(saved))
+    result = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "o"), env=WIDE)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "runs differ in generation settings (1, None)" in result.stdout

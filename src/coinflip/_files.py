@@ -133,13 +133,17 @@ def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None =
         raise ConfigError(f"{path}: not valid {kind} ({first})") from None
 
 
+class KeyTwice(ValueError):
+    """An object (a mapping) names a key twice."""
+
+
 def unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     """A JSON object as a dict, refused if it names a key twice: json and YAML readers let the last one win
     silently, so a setting given twice in one file would be half ignored."""
     seen: set[Any] = set()
     for key, _ in pairs:
         if key in seen:
-            raise ValueError(f"the key {short(key)} is given twice")
+            raise KeyTwice(f"the key {short(key)} is given twice")
         seen.add(key)
     return dict(pairs)
 
@@ -147,16 +151,20 @@ def unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
 @functools.cache
 def _unique_loader() -> Any:
     """PyYAML's safe loader (its C parser where built) that refuses a mapping naming a key twice, as `unique_keys`
-    does for JSON; a mapping with a merge key (<<) may override what it merged."""
+    does for JSON, and merge keys (<<), which without aliases (refused) only hide a key given twice."""
     import yaml
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class Loader(base):  # type: ignore[misc, valid-type]
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            merges = any(key.tag == "tag:yaml.org,2002:merge" for key, _ in node.value)
+            if merge := next((key for key, _ in node.value if key.tag == "tag:yaml.org,2002:merge"), None):
+                line = f"line {merge.start_mark.line + 1}"
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"it uses a merge key (<<, {line}), which settings may not"
+                )
             mapping = super().construct_mapping(node, deep)
-            if not merges and len(mapping) < len(node.value):
+            if len(mapping) < len(node.value):
                 seen: set[Any] = set()
                 for key, _ in node.value:
                     if (name := self.construct_object(key, deep=True)) in seen:

@@ -12,7 +12,7 @@ from dataclasses import fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._files import unique_keys
+from .._files import KeyTwice, unique_keys
 from .._terminal import one_line
 from ..errors import ConfigError, short
 from ..secrets import GATEWAY_KEYS, masked, shown_url
@@ -186,7 +186,7 @@ def parse_pairs(value: Any) -> dict[str, Any]:
         else:
             try:
                 value = unique_keys([_parse_pair(part) for part in _split_pairs(text)])
-            except ValueError as exc:  # temperature=0,temperature=1: which one was meant?
+            except KeyTwice as exc:  # temperature=0,temperature=1: which one was meant?
                 raise ConfigError(f"generation_config: {exc}") from None
     if not isinstance(value, dict):
         raise ConfigError("generation_config must be a JSON object or key=value pairs")
@@ -280,12 +280,18 @@ def _parse_pair(part: str) -> tuple[str, Any]:
         raw = raw[1:-1]
     else:
         try:
-            return key, json.loads(raw)
+            return key, json.loads(raw, object_pairs_hook=unique_keys)
         except json.JSONDecodeError:
             pass
+        except KeyTwice as exc:  # extra_headers={"X-Key": "a", "X-Key": "b"}
+            raise ConfigError(f"generation_config {key!r}: {exc}") from None
         except (RecursionError, ValueError):  # nested too deep, or a whole number of thousands of digits
             raise ConfigError(f"generation_config {key!r}: {short(raw)} is too deep or too long") from None
-        if (literal := _python_literal(raw)) is not _TEXT:  # EvalScope eval()s its values: False, ['a']
+        try:
+            literal = _python_literal(raw)
+        except KeyTwice as exc:
+            raise ConfigError(f"generation_config {key!r}: {exc}") from None
+        if literal is not _TEXT:  # EvalScope eval()s its values: False, ['a']
             return key, literal
     try:
         return key, json.loads('"' + raw.replace('"', '\\"') + '"')
@@ -307,9 +313,13 @@ def _python_literal(raw: str) -> Any:
     if raw.lstrip("+-")[:1] not in ("[", "{", ".", *"0123456789"):
         return _TEXT
     try:
-        value = ast.literal_eval(raw)
+        tree = ast.parse(raw, mode="eval")
+        value = ast.literal_eval(tree)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return _TEXT
+    for node in ast.walk(tree):  # {'a': 1, 'a': 2} evaluates to {'a': 2}: refused as JSON's would be
+        if isinstance(node, ast.Dict):
+            unique_keys([(ast.literal_eval(k), None) for k in node.keys if k is not None])
     return value if isinstance(value, (list, dict, int, float)) else _TEXT
 
 

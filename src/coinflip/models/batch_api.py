@@ -118,7 +118,7 @@ def turnaround(info: dict[str, Any]) -> float | None:
     start = info.get("created_at")
     ends = [info.get(f"{s}_at") for s in ENDED]
     end = max((e for e in ends if isinstance(e, int | float) and not isinstance(e, bool)), default=None)
-    if isinstance(start, int | float) and end is not None:
+    if isinstance(start, int | float) and not isinstance(start, bool) and end is not None:
         with contextlib.suppress(OverflowError):  # dates past any float (400 digits) tell nothing
             seconds = float(end - start)
             return seconds if 0 <= seconds <= TURNAROUND_MAX else None

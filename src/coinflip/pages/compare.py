@@ -225,7 +225,7 @@ def warnings(runs: list[Run]) -> list[str]:
     if len(shots) > 1:
         out.append(f"runs drew different few-shot examples ({', '.join(sorted(shots))}): their prompts differ")
     settings = [r.row["generation"] for r in runs]
-    if changed := sorted({k for g in settings for k in g if any(h.get(k) != g.get(k) for h in settings)}):
+    if changed := sorted({str(k) for g in settings for k in g if any(h.get(k) != g.get(k) for h in settings)}):
         out.append(f"runs differ in generation settings ({text(', '.join(changed))})")  # names only: values may be keys
     repeated = [r.label for r in runs if (r.row["repeats"] or 1) > 1]
     if repeated:
