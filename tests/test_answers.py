@@ -247,3 +247,5 @@ def test_answers_of_a_sparse_terabyte_is_one_line_not_a_long_read(tmp_path: Path
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert f"{rows}: 1,099,511,627,776 bytes, more than the" in result.stderr and "Traceback" not in result.stderr
     assert not (run / "answers.csv").exists()
+    told = run_cli("answers", str(run), "--out", "-")  # not even the CSV header before the refusal
+    assert told.returncode == 2 and told.stdout == "" and len(told.stderr.strip().splitlines()) == 1, told

@@ -15,7 +15,7 @@ from typing import IO, Any
 from .._files import ROWS_LIMIT, replacing, special
 from .._terminal import one_line, printable
 from ..errors import ConfigError, DataError, storage_error
-from ..jsonl import index_predictions, iter_reviews
+from ..jsonl import PredictionIndex, index_predictions, iter_reviews
 from ..records import Review, escape_line_breaks, key_of, split_key
 from ..rundir import RunDir, load_saved_config, run_holding
 from .catalog import RUN_PARTS
@@ -63,6 +63,12 @@ def answers(run: RunDir, left: Left | None = None) -> Iterator[dict[str, Any]]:
     reviews = {key_of(review): review for review in iter_reviews(run.reviews, run.root, ROWS_LIMIT)}
     index, asked = index_predictions(run.predictions, limit=ROWS_LIMIT), _asked(run)  # a sparse terabyte: refused
     left.unreadable = index.unreadable
+    return _joined(run, reviews, index, asked, left)  # read whole before a line is written: a refusal is all
+
+
+def _joined(
+    run: RunDir, reviews: dict[int, Review], index: PredictionIndex, asked: Callable[[int], bool], left: Left
+) -> Iterator[dict[str, Any]]:
     with run.predictions.open("rb") as handle:
         for key in index.where:
             review = reviews.get(key)
