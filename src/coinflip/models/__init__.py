@@ -70,7 +70,7 @@ def check_model(config: TaskConfig) -> None:
         if not path.is_file():
             raise ConfigError(f"--model-path {path}: no such file" if not path.exists() else f"{path}: not a file")
         return
-    if answered_by == "server" and not config.api_url:
+    if answered_by == "server" and not config.api_url and not config.use_cache:  # a resume may owe no request
         raise ConfigError(
             f"--model {config.model} needs --api-url (an OpenAI-compatible server), "
             f"or use a baseline ({', '.join(BASELINES)}) or {', '.join(LOCAL_MODELS)}"
@@ -131,7 +131,11 @@ def _model_of(raw: bytes) -> Any:
 
 def check_resume(config: TaskConfig, root: Path, owed: Callable[[], Iterable[Request]]) -> None:
     """Before a resume saves its settings: one that reads no batch is refused while a batch of the run holds what it
-    was billed for and no row holds: one still open, or one collected before a stop cut its rows off."""
+    was billed for and no row holds: one still open, or one collected before a stop cut its rows off. One owing
+    requests needs a server (a complete one, answered offline, is reported again without)."""
+    if not (config.api_url or config.batch_results) and backend(config) == "server" and next(iter(owed()), None):
+        raise ConfigError(f"{root} still owes requests and names no server: give --api-url to send them, or "
+                          "--batch-write FILE to write them for another tool (vllm run-batch)")  # fmt: skip
     if config.batch and not (config.batch_write or config.batch_results):
         return
     from ._redact import Redactor
