@@ -112,7 +112,7 @@ def test_directory_with_test_and_validation(tmp_path: Path) -> None:
 
 MALFORMED = [
     ("bad.json", '[{"question": "Q: x?", "answer": "YES"},', "invalid JSON"),
-    ("bad.jsonl", '{"question": "Q: x?", "answer": "YES"}\n{"question": \n', "row 2: invalid JSON"),
+    ("bad.jsonl", '{"question": "Q: x?", "answer": "YES"}\n\n{"question": \n', "line 3: invalid JSON"),
     ("missing.jsonl", '{"question": "Q: x?"}\n', "missing field 'answer' or 'targets'"),
     ("noq.jsonl", '{"answer": "YES"}\n', "missing field 'question' or 'inputs'"),
     ("maybe.jsonl", '{"question": "Q: x?", "answer": "maybe"}\n', "answer must be yes or no"),

@@ -167,9 +167,9 @@ def _read_jsonl(path: Path) -> Iterator[Any]:
             try:
                 yield json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DataError(f"{path}: row {number}: invalid JSON: {exc.msg}") from None
-            except (ValueError, RecursionError) as exc:
-                raise DataError(f"{path}: row {number}: not usable JSON ({_why(exc)})") from None
+                raise DataError(f"{path}: line {number}: invalid JSON: {exc.msg}") from None
+            except (ValueError, RecursionError) as exc:  # a row's number skips blank lines: a line's does not
+                raise DataError(f"{path}: line {number}: not usable JSON ({_why(exc)})") from None
 
 
 def _read_csv(path: Path) -> list[Any]:
