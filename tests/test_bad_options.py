@@ -54,6 +54,8 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
         (["--generation-config", 'extra_body={"a": 1, "a": 2}'], "'extra_body': the key 'a' is given twice"),
         (["--generation-config", "extra_headers={'X-K': 'sk-1', 'X-K': 'sk-2'}"], "the key 'X-K' is given twice"),
         (["--generation-config", "seed=1,logit_bias={7: 1, 7: -1}"], "'logit_bias': the key 7 is given twice"),
+        (["--generation-config", "extra_headers={'X-K': 'a', 'x-k': 'b'}"], "'x-k' is given twice (names ignore case)"),
+        (["--generation-config", "extra_body={None: 1}"], "has a key None that is not a text"),
     ],
 )
 def test_unusable_options_are_one_line(tmp_path: Path, flags: list[str], message: str) -> None:

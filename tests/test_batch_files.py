@@ -216,14 +216,17 @@ def test_a_resume_of_an_offline_run_needs_a_server_only_for_what_it_still_owes(t
     (tmp_path / "b").mkdir()
     owing = _partly_answered(tmp_path / "a")
     before = _files(owing)
-    refused = run_cli("eval", "--use-cache", str(owing))
-    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-    assert f"{owing} still owes requests and names no server: give --api-url" in refused.stderr
-    assert _files(owing) == before  # refused before its settings were saved again
+    for dry in ([], ["--dry-run"]):  # a dry run says what the resume would
+        refused = run_cli("eval", "--use-cache", str(owing), *dry)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert f"{owing} still owes requests and names no server: give --api-url" in refused.stderr
+        assert _files(owing) == before  # refused before its settings were saved again
     run = _written_offline(tmp_path / "b")
     ids = [line["custom_id"] for line in read_jsonl(tmp_path / "b/requests.jsonl")]
     (tmp_path / "results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: NO") for c in ids))
     assert run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "results.jsonl")).returncode == 0
     again = run_cli("eval", "--use-cache", str(run))  # complete: reported again, no server needed
     assert again.returncode == 0 and "f1_score" in again.stdout, again.stderr
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert report["batch"] is True and "no latency is known" in again.stdout  # still told how it was answered
     assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 5

@@ -137,9 +137,8 @@ def odd_value(value: Any) -> str | None:
             if parts > MAX_PARTS:
                 return f"holds more than {MAX_PARTS} items"
             if isinstance(item, dict):
-                bad = next((k for k in item if not isinstance(k, str)), None)
-                if bad is not None:
-                    return f"has a key {short(bad)} that is not a text: quote it"
+                if bad := [k for k in item if not isinstance(k, str)][:1]:  # None (YAML's ~) too
+                    return f"has a key {short(bad[0])} that is not a text: quote it"
                 item = [*item, *item.values()]  # its keys are texts to check too
             stack += [(v, depth + 1) for v in item]
     return None
@@ -220,6 +219,9 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
             f"generation_config extra_body {taken}: coinflip sets these itself "
             "(use --stream, n in --generation-config, --model, --api-mode)"
         )
+    headers = [str(key).lower() for key in value.get("extra_headers", {})]
+    if twice := sorted({h for h in headers if headers.count(h) > 1}):  # X-Key and x-key: one header, one value sent
+        raise ConfigError(f"generation_config extra_headers: {short(twice[0])} is given twice (names ignore case)")
     for key, item in value.get("extra_headers", {}).items():
         key = str(key)  # a Python literal's 1: refused as no text by check_values, after
         bad = _NOT_TOKEN.search(key)  # a ':' or a space would forge or break the request's head

@@ -53,7 +53,9 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             for note in config.notes():
                 print(f"note: {note}", file=sys.stderr)
             plan = prepare(config)
-            if config.dry_run:  # EvalScope's: the settings and the data checked, nothing sent or written
+            if config.dry_run:  # EvalScope's: the settings and the data checked (a resume's run too), nothing sent
+                if config.use_cache:
+                    resumable(plan)
                 data = plan.dataset.source
                 where = f"{data.get('path') or data.get('id')} {data['split']}, sha256 {data['sha256'][:12]}"
                 print(f"dry run: {plan.samples} samples ({where}) for {config.name}; nothing sent", file=sys.stderr)
@@ -128,11 +130,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
         except BaseException:
             run.discard(folder=True)
             raise
-    root = Path(config.use_cache).expanduser()
-    saved = same_run(plan, root)
-    run = RunDir(root, config.name)  # the fingerprint matched: the same model and model_id
-    run.refuse_links_out()
-    check_resume(config, root, lambda: (r for _, r in requests_left(plan, run, index_predictions(run.predictions))))
+    run, saved = resumable(plan)
     found = saved.get("provenance")  # a hand edit may have left anything there
     first = found.get("created") if isinstance(found, dict) else None
     if isinstance(first, str):  # a run started when it was created; a resume adds when it went on
@@ -144,6 +142,19 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     if before is not None and before != plan.dataset.count:
         print(f"note: the run now covers {plan.dataset.count} questions (it covered {before})", file=sys.stderr)
     return run, False
+
+
+def resumable(plan: Plan) -> tuple[RunDir, dict[str, Any]]:
+    """The run --use-cache names and its saved settings, checked before anything is saved (a dry run stops here):
+    the same run, and nothing in the way of what it owes."""
+    root = Path(str(plan.config.use_cache)).expanduser()
+    saved = same_run(plan, root)
+    run = RunDir(root, plan.config.name)  # the fingerprint matched: the same model and model_id
+    run.refuse_links_out()
+    check_resume(
+        plan.config, root, lambda: (r for _, r in requests_left(plan, run, index_predictions(run.predictions)))
+    )
+    return run, saved
 
 
 def _check_request_file(path: Path, own: Path | None) -> None:

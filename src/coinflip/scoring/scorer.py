@@ -153,6 +153,7 @@ class Usage:
         self.reasoning = array("d")
         self.prompt_tokens = 0
         self.batch_tokens = [0, 0]  # prompt and completion tokens of the replies a Batch API gave
+        self.batch_answers = 0  # replies a Batch API gave (or a result file read with --batch-results)
         self.unreported = 0  # answers whose usage gave some counts but not both prompt and completion tokens
         self.silent = 0  # answers with no usage at all: a baseline's, or a server's that reports none
         self.finish: Counter[str] = Counter()
@@ -178,6 +179,7 @@ class Usage:
         if completion is not None:
             self.completion.append(float(completion))
         if by_batch(p):
+            self.batch_answers += 1
             self.batch_tokens[0] += prompt
             self.batch_tokens[1] += completion or 0
         if (reasoning := token_count(usage, "reasoning_tokens")) is not None:
