@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from coinflip import run_task
 from coinflip.pages.board import row
 from coinflip.pages.catalog import read_run
+from coinflip.records import Requests
 from coinflip.scoring.report import write_report
 from coinflip.scoring.schema import Report, checked, read_report
 
@@ -27,6 +28,11 @@ _TEXT = st.text(max_size=8)
 def _strategy(hint: Any) -> st.SearchStrategy[Any]:
     """Values of a declared type, sections built from their declaration (JSON's own values only:
     finite floats, string keys)."""
+    if hint is Requests:  # held to its own bounds too (records.checked_requests): whole counts, a few short hints
+        counts = st.integers(min_value=0, max_value=2**53 - 1)
+        fields = {k: counts | st.none() if "None" in str(h) else counts for k, h in Requests.__annotations__.items()}
+        fields |= {"waited_on_limits_s": st.floats(0, 1e6), "hints": st.lists(_TEXT, max_size=3)}
+        return st.fixed_dictionaries(fields)
     if typing.is_typeddict(hint):
         hints = typing.get_type_hints(hint, include_extras=True)
         required = {k: _strategy(hints[k]) for k in hint.__required_keys__}
@@ -161,3 +167,21 @@ def test_a_count_below_zero_is_left_out_as_a_text_would_be(tmp_path: Path) -> No
     assert found["usage"]["finish_reasons"] == {"length": 2} and found["subset"]["seed"] == -7
     shown = row(read_run(tmp_path, path.parents[2]))
     assert shown["samples"] is None and shown["errors"] is None
+
+
+def test_a_requests_record_or_subset_made_unreadable_is_left_out_not_shown(tmp_path: Path) -> None:
+    from coinflip.testing.server import FakeOpenAIServer
+
+    with FakeOpenAIServer("mixed") as srv:
+        done = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "6", "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    (path,) = tmp_path.glob("*/reports/m/coin_flip.json")
+    report = json.loads(path.read_text())
+    assert read_report(path.read_bytes())["requests"]["sent"] >= 6  # type: ignore[index]
+    report["requests"]["sent"] = -5
+    report["subset"] |= {"count": -6, "of": "3333"}
+    path.write_text(json.dumps(report))
+    found = read_report(path.read_bytes())
+    assert found is not None and "requests" not in found and found["counts"]["samples"] == 6
+    shown = row(read_run(tmp_path, path.parents[2]))
+    assert shown["subset"] == "an unknown subset" and "-5" not in json.dumps(shown["details"])

@@ -246,7 +246,7 @@ class Requests(TypedDict):
 RECORD_INTS = ("sent", "succeeded", "refused", "timeouts", "retries", "in_flight_max", "in_flight_setting")
 
 
-def checked_requests(data: Any) -> dict[str, Any] | None:
+def checked_requests(data: Any) -> Requests | None:
     """The requests record read back from a run directory (untrusted), or None where it is not one."""
     if not isinstance(data, dict) or data.keys() != Requests.__required_keys__:
         return None
@@ -254,10 +254,10 @@ def checked_requests(data: Any) -> dict[str, Any] | None:
     waited, hints = data["waited_on_limits_s"], data["hints"]
     seconds = isinstance(waited, int | float) and not isinstance(waited, bool) and 0 <= waited < 1e9
     texts = isinstance(hints, list) and len(hints) <= 8 and all(isinstance(h, str) and len(h) < 500 for h in hints)
-    return data if all(whole(v, 2**53) for v in counts) and seconds and texts else None
+    return data if all(whole(v, 2**53) for v in counts) and seconds and texts else None  # type: ignore[return-value]
 
 
-def requests_line(requests: dict[str, Any]) -> str:
+def requests_line(requests: Mapping[str, Any]) -> str:
     """The requests record as the terminal and the log show it."""
     parts = [f"requests {requests['sent']} sent", f"{requests['refused']} refused (429/overloaded)"]
     parts.append(f"in flight up to {requests['in_flight_max']} of {requests['in_flight_setting']}")

@@ -89,7 +89,9 @@ def subset_of(report: Report) -> str:
     """Which questions a run asked, "" for all: runs on different subsets are not ranked together."""
     subset = report.get("subset", Subset())
     count, of = subset.get("count"), subset.get("of")
-    if count is None or of is None or count >= of:
+    if count is None or of is None:  # left out as unreadable (a hand edit): not "all"
+        return "an unknown subset" if subset else ""
+    if count >= of:
         return ""
     seed = subset.get("seed")
     return text(f"{subset.get('mode', 'first')} {count} of {of}" + (f", seed {seed}" if seed is not None else ""), 80)

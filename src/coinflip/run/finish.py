@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._files import NO_LIMIT, read_regular, replacing
 from ..errors import DataError
 from ..jsonl import compact_predictions, iter_predictions
 from ..models import offline_rest
-from ..records import checked_requests, scored
+from ..records import Requests, checked_requests, scored
 from ..rundir import RunDir, load_saved_config
 
 if TYPE_CHECKING:
@@ -43,9 +43,9 @@ def finish(
     with replacing(run.reviews) as reviews:  # under a temporary name, then renamed
         scorer.write_reviews(reviews)
     report = checked(build_report(saved, run.root.name, scorer, compat))  # as read back: each field its type
-    traffic = _requests_record(run, traffic) if traffic is not None or rescoring else None
-    if traffic is not None:  # the last session's requests, kept for a rescore
-        report["requests"] = traffic
+    record = _requests_record(run, traffic) if traffic is not None or rescoring else None
+    if record is not None:  # the last session's requests, kept for a rescore
+        report["requests"] = record
     write_report(run.report_json, report)
     if saved["config"].get("html_report", True):
         write_html(run.report_html, report, scorer)
@@ -57,13 +57,13 @@ def finish(
     return report
 
 
-def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> dict[str, Any] | None:
+def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> Requests | None:
     """This session's record of requests, saved; without one (a rescore), the last one's, if it reads as one."""
     if traffic is not None:
         run.own_folders(run.requests)  # never written through a linked folder
         with replacing(run.requests) as out:
             out.write((json.dumps(traffic, indent=2) + "\n").encode("utf-8"))
-        return traffic
+        return cast("Requests", traffic)  # made by models/limits.py describe
     try:
         return checked_requests(json.loads(read_regular(run.requests, 64 * 1024, within=run.root)))
     except (OSError, ValueError, RecursionError):  # UnreadableFile is a ValueError
