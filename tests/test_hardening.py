@@ -146,7 +146,7 @@ def test_bad_data_files_are_one_line(tmp_path: Path) -> None:
     (tree / "deep" / "er" / "test.json").write_text("[]")  # an unrelated file far below: never looked at
     for path, message in (
         (nested, "nested too deeply"),
-        (huge, "huge.jsonl: row 1"),
+        (huge, "huge.jsonl: line 1"),
         (loop, "loop.jsonl"),
         (tree, "no test.* file"),
     ):
