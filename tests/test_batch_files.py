@@ -230,3 +230,17 @@ def test_a_resume_of_an_offline_run_needs_a_server_only_for_what_it_still_owes(t
     report = json.loads((run / "reports/m/coin_flip.json").read_text())
     assert report["batch"] is True and "no latency is known" in again.stdout  # still told how it was answered
     assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 5
+
+
+def test_a_result_file_s_failed_lines_count_as_still_owed(tmp_path: Path) -> None:
+    """Its note said '2 requests still owed' beside a failed line, which the next --batch-write writes too."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    failed = {"custom_id": ids[2], "response": {"status_code": 500, "body": {"error": {"message": "boom"}}}}
+    lines = b"".join(_ok(c, "ANSWER: YES") for c in ids[:2]) + json.dumps(failed).encode() + b"\n"
+    (tmp_path / "results.jsonl").write_bytes(lines)
+    scored = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "results.jsonl"))
+    assert scored.returncode == 1 and "3 requests still owed (1 of them failed here)" in scored.stderr, scored.stderr
+    wrote = run_cli("eval", "--use-cache", str(run), "--batch-write", str(tmp_path / "owed.jsonl"))
+    assert wrote.returncode == 0 and "wrote 3 requests" in wrote.stderr, wrote.stderr
+    assert sorted(line["custom_id"] for line in read_jsonl(tmp_path / "owed.jsonl")) == sorted(ids[2:])

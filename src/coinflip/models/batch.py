@@ -148,11 +148,12 @@ class ResultsFile:
     async def end(self) -> None:
         """All are in (no stop, no error: the counts are whole), what the file held."""
         c = self.counts
+        failed = f" ({c['failed']} of them failed here)" if c["failed"] else ""  # a failed line is asked again
         if self.replies is not None:  # it was read
             print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
                   f"two answers); {sum(self.lines[cid] for cid in self.replies)} lines for requests not owed now, "
-                  f"{c['unreadable']} unreadable; "
-                  f"{c['owed']} requests still owed (write them with --batch-write)", file=sys.stderr)  # fmt: skip
+                  f"{c['unreadable']} unreadable; {c['owed'] + c['failed']} requests still owed{failed} (write them "
+                  "with --batch-write)", file=sys.stderr)  # fmt: skip
 
     async def aclose(self) -> None:
         return None
