@@ -155,3 +155,34 @@ def test_a_stop_while_a_result_file_is_read_resumes_by_reading_it(
     assert "note:" not in capsys.readouterr().err
     assert run_task({"use_cache": str(run), "batch_results": str(results), "quiet": True})["complete"]
     assert "; 0 requests still owed" in capsys.readouterr().err
+
+
+AS_THE_INDEX_IS_REFRESHED = """
+import os, signal, sys
+from coinflip.cli import main
+from coinflip.pages import index
+
+real = index.refresh
+
+def refresh(*args):
+    os.kill(os.getpid(), signal.SIGTERM)  # the run is reported: the stop lands as the index is refreshed
+    return real(*args)
+
+index.refresh = refresh
+sys.argv = ["coinflip", *sys.argv[2:], "--work-dir", sys.argv[1]]
+main()
+"""
+
+
+def test_a_stop_as_the_index_is_refreshed_leaves_the_exit_code_the_run_s(tmp_path: Path) -> None:
+    """A SIGTERM after the report was written, during the work directory's index refresh, exited 1 ('stopped by
+    SIGTERM') though the run was complete: the exit code said incomplete, the report complete."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ["eval", "--model", "m", "--api-url", srv.url, "--limit", "4"]
+        done = subprocess.run([sys.executable, "-c", AS_THE_INDEX_IS_REFRESHED, str(tmp_path), *args],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert json.loads((run / "reports/m/coin_flip.json").read_text())["complete"]
+    assert done.returncode == 0, done
+    assert "note: stopped by SIGTERM before the work directory's index.html was refreshed" in done.stderr, done
+    assert "Traceback" not in done.stderr and not (tmp_path / "index.html").exists()
