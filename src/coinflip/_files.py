@@ -134,16 +134,20 @@ def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None =
 
 
 class KeyTwice(ValueError):
-    """An object (a mapping) names a key twice."""
+    """An object (a mapping) names a key twice; `at`: the position of its second pair."""
+
+    def __init__(self, key: Any, at: int) -> None:
+        super().__init__(f"the key {short(key)} is given twice")
+        self.at = at
 
 
 def unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     """A JSON object as a dict, refused if it names a key twice: json and YAML readers let the last one win
     silently, so a setting given twice in one file would be half ignored."""
     seen: set[Any] = set()
-    for key, _ in pairs:
+    for at, (key, _) in enumerate(pairs):
         if key in seen:
-            raise KeyTwice(f"the key {short(key)} is given twice")
+            raise KeyTwice(key, at)
         seen.add(key)
     return dict(pairs)
 
@@ -165,14 +169,11 @@ def _unique_loader() -> Any:
                 )
             mapping = super().construct_mapping(node, deep)
             if len(mapping) < len(node.value):
-                seen: set[Any] = set()
-                for key, _ in node.value:
-                    if (name := self.construct_object(key, deep=True)) in seen:
-                        line = f"line {key.start_mark.line + 1}"
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"the key {short(name)} is given twice, again on {line}"
-                        )
-                    seen.add(name)
+                try:
+                    unique_keys([(self.construct_object(key, deep=True), None) for key, _ in node.value])
+                except KeyTwice as exc:
+                    line = node.value[exc.at][0].start_mark.line + 1
+                    raise yaml.constructor.ConstructorError(None, None, f"{exc}, again on line {line}") from None
             return mapping
 
     return Loader

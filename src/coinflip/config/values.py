@@ -219,9 +219,10 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
             f"generation_config extra_body {taken}: coinflip sets these itself "
             "(use --stream, n in --generation-config, --model, --api-mode)"
         )
-    headers = [str(key).lower() for key in value.get("extra_headers", {})]
-    if twice := sorted({h for h in headers if headers.count(h) > 1}):  # X-Key and x-key: one header, one value sent
-        raise ConfigError(f"generation_config extra_headers: {short(twice[0])} is given twice (names ignore case)")
+    try:  # X-Key and x-key: one header, one value sent
+        unique_keys([(str(key).lower(), None) for key in value.get("extra_headers", {})])
+    except KeyTwice as exc:
+        raise ConfigError(f"generation_config extra_headers: {exc} (names ignore case)") from None
     for key, item in value.get("extra_headers", {}).items():
         key = str(key)  # a Python literal's 1: refused as no text by check_values, after
         bad = _NOT_TOKEN.search(key)  # a ':' or a space would forge or break the request's head
@@ -278,27 +279,31 @@ def _parse_pair(part: str) -> tuple[str, Any]:
     key, raw = key.strip(), raw.strip()
     if not sep or not key:
         raise ConfigError(f"generation_config item {part.strip()!r} is not key=value")
+    try:
+        return key, _value(key, raw)
+    except KeyTwice as exc:  # extra_headers={"X-Key": "a", "X-Key": "b"}, as JSON or as Python
+        raise ConfigError(f"generation_config {key!r}: {exc}") from None
+
+
+def _value(key: str, raw: str) -> Any:
+    """A value as JSON, a Python literal, or a text (`key` names it in an error)."""
     if len(raw) >= 2 and raw[0] == raw[-1] == "'":
         raw = raw[1:-1]
     else:
         try:
-            return key, json.loads(raw, object_pairs_hook=unique_keys)
+            return json.loads(raw, object_pairs_hook=unique_keys)
         except json.JSONDecodeError:
             pass
-        except KeyTwice as exc:  # extra_headers={"X-Key": "a", "X-Key": "b"}
-            raise ConfigError(f"generation_config {key!r}: {exc}") from None
+        except KeyTwice:  # a ValueError, named by _parse_pair
+            raise
         except (RecursionError, ValueError):  # nested too deep, or a whole number of thousands of digits
             raise ConfigError(f"generation_config {key!r}: {short(raw)} is too deep or too long") from None
-        try:
-            literal = _python_literal(raw)
-        except KeyTwice as exc:
-            raise ConfigError(f"generation_config {key!r}: {exc}") from None
-        if literal is not _TEXT:  # EvalScope eval()s its values: False, ['a']
-            return key, literal
+        if (literal := _python_literal(raw)) is not _TEXT:  # EvalScope eval()s its values: False, ['a']
+            return literal
     try:
-        return key, json.loads('"' + raw.replace('"', '\\"') + '"')
+        return json.loads('"' + raw.replace('"', '\\"') + '"')
     except json.JSONDecodeError:
-        return key, raw
+        return raw
 
 
 PYTHON_WORDS = {"True": True, "False": False, "None": None}
