@@ -37,7 +37,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     expected = int(saved.get("samples") or len(outcomes))
     spends = not in_process(config["model"], config.get("eval_type"))  # a baseline's answers cost nothing
     used = tokens(scorer.usage, scorer.forced_usage, scorer.outside, spends=spends)  # every saved one was paid for
-    batched = any(u.batch_answers for u in (scorer.usage, scorer.forced_usage, scorer.outside))  # in any session
+    batched = any(u.batch_answers for u in (scorer.usage, scorer.forced_usage, scorer.outside))  # any session's rows
     report: Report = {
         "benchmark": BENCHMARK,
         "model": config.get("model_id") or config["model"],
@@ -61,7 +61,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "usage": scorer.usage.result(),
         "tokens": used,
         "provenance": {**_section(saved.get("provenance")), "scored_by": __version__},  # a rescore's own version
-        "batch": bool(config.get("batch") or config.get("batch_results") or used["batch_prompt"] or batched),
+        "batch": bool(config.get("batch") or config.get("batch_results") or batched),
         "cost": cost_report(config, used),
     }
     repeated = report["repeats"] > 1 or bool(len(outcomes) and int(outcomes.repeat.max()) > 0)
