@@ -50,6 +50,29 @@ def test_nothing_listening_fails_in_seconds(tmp_path: Path) -> None:
     assert f"nothing is listening at http://127.0.0.1:{port} (connection refused)" in one_line(result)
 
 
+def test_a_resume_that_finds_no_server_leaves_the_run_as_it_was(tmp_path: Path) -> None:
+    """Its saved settings (their resumed date) and a larger --limit's subset, which its old report does not cover,
+    change only once a reply could land."""
+    with FakeOpenAIServer("correct") as srv:
+        assert (
+            run_cli(
+                "eval", "--model", "m", "--api-url", srv.url, "--limit", "4", "--work-dir", str(tmp_path)
+            ).returncode
+            == 0
+        )
+    run = only_run_dir(tmp_path)
+    saved = {name: (run / "configs" / name).read_bytes() for name in ("task_config.yaml", "subset.json")}
+    gone = f"http://127.0.0.1:{closed_port()}/v1"
+    result = run_cli("eval", "--use-cache", str(run), "--limit", "9", "--api-url", gone)
+    assert result.returncode == 2 and "nothing is listening" in result.stderr.splitlines()[-1]
+    assert "Traceback" not in result.stderr
+    assert {name: (run / "configs" / name).read_bytes() for name in saved} == saved
+    with FakeOpenAIServer("correct") as srv:  # and it resumes as it would have
+        again = run_cli("eval", "--use-cache", str(run), "--limit", "9", "--api-url", srv.url)
+    assert again.returncode == 0 and "covers 9 questions (it covered 4)" in again.stderr
+    assert len(read_jsonl(run / "predictions" / "m" / "coin_flip.jsonl")) == 9
+
+
 def test_a_run_into_its_own_folder_that_never_got_going_leaves_nothing(tmp_path: Path) -> None:
     """--no-timestamp: the run's lock and its empty predictions file stayed behind, which `view` lists as a
     foreign folder ('looks like a run folder but has no configs/task_config.yaml')."""

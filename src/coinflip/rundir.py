@@ -185,13 +185,17 @@ class RunDir:
             yield
 
     def save_subset(self, ids: tuple[int, ...] | None) -> None:
-        path = self.root / SUBSET_FILE
+        self.put(self.root / SUBSET_FILE, None if ids is None else json.dumps(list(ids)).encode("utf-8"))
+
+    @staticmethod
+    def put(path: Path, data: bytes | None) -> None:
+        """Atomically, or None: no such file."""
         try:
-            if ids is None:
+            if data is None:
                 path.unlink(missing_ok=True)
             else:
                 with replacing(path) as out:
-                    out.write(json.dumps(list(ids)).encode("utf-8"))
+                    out.write(data)
         except OSError as exc:
             raise storage_error(path, exc) from None
 

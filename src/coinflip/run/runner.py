@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, FatalAPIError, RunIncomplete, StorageError
 from ..jsonl import index_predictions
 from ..models import backend, check_resume, handed_off, open_model, serve_local
-from ..rundir import RunDir, load_saved_config, run_holding
+from ..rundir import SUBSET_FILE, RunDir, load_saved_config, run_holding
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
 from .finish import finish
@@ -61,7 +62,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 print(f"dry run: {plan.samples} samples ({where}) for {config.name}; nothing sent", file=sys.stderr)
                 return {}
             with stop.held():  # a run directory exists only with its settings in it, and then resumes
-                run, fresh = open_run(plan)
+                run, fresh, undo = open_run(plan)
                 again = handed_off(config)  # the flags that hand its requests elsewhere again, or the key
                 hint = run.resume_hint(bool(config.api_key) and not again, again)
                 stop.hint = f"; {hint}"
@@ -79,8 +80,8 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             if run is None:  # no run directory, no log of it
                 raise
             log.error("%s", exc)
-            if fresh and exc.exit_code == 2:
-                _discard(run, config)
+            if exc.exit_code == 2:
+                undo()
             raise
         finally:
             log.removeHandler(handler)
@@ -108,8 +109,9 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
     return TaskConfig(**merged, given=config.given)
 
 
-def open_run(plan: Plan) -> tuple[RunDir, bool]:
-    """The run directory, its settings on disk from the first moment; and whether it is new."""
+def open_run(plan: Plan) -> tuple[RunDir, bool, Callable[[], None]]:
+    """The run directory, its settings on disk from the first moment; whether it is new; and what undoes the opening
+    when the run stops on a setting or an endpoint before it asks anything (exit 2)."""
     config = plan.config
     own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
     if config.batch_write:
@@ -126,11 +128,13 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
         try:
             run.save_config(content)
             run.save_subset(plan.dataset.ids)
-            return run.publish(), True  # under its timestamp only once its settings are there
+            run = run.publish()  # under its timestamp only once its settings are there
+            return run, True, lambda: _discard(run, config)
         except BaseException:
             run.discard(folder=True)
             raise
     run, saved = resumable(plan)
+    undo = _put_back(run)
     found = saved.get("provenance")  # a hand edit may have left anything there
     first = found.get("created") if isinstance(found, dict) else None
     if isinstance(first, str):  # a run started when it was created; a resume adds when it went on
@@ -141,7 +145,26 @@ def open_run(plan: Plan) -> tuple[RunDir, bool]:
     before = (saved.get("subset") or {}).get("count")
     if before is not None and before != plan.dataset.count:
         print(f"note: the run now covers {plan.dataset.count} questions (it covered {before})", file=sys.stderr)
-    return run, False
+    return run, False, undo
+
+
+def _put_back(run: RunDir) -> Callable[[], None]:
+    """What puts a resumed run's settings back as they are now, if no reply lands before it stops: a server gone
+    leaves neither a resumed date nor a larger --limit's subset, which its old report does not cover."""
+    files = (run.config_file, run.root / SUBSET_FILE)
+    kept, rows = {path: path.read_bytes() if path.is_file() else None for path in files}, _size(run.predictions)
+
+    def undo() -> None:
+        if _size(run.predictions) == rows:
+            for path, data in kept.items():
+                with contextlib.suppress(StorageError):  # the error that stopped the run is the one to tell
+                    run.put(path, data)
+
+    return undo
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
 
 
 def resumable(plan: Plan) -> tuple[RunDir, dict[str, Any]]:
