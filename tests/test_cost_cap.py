@@ -433,3 +433,28 @@ def test_prices_in_the_cost_line_are_shown_as_written() -> None:
         "full_price": 12.5,
     }
     assert "at 0.00002/2500000 per million in/out" in (cost_line({"tokens": tokens, "cost": cost}) or "")  # type: ignore[typeddict-item]
+
+
+def test_what_failed_attempts_were_billed_stays_in_the_cost_of_a_run_that_patience_ends(tmp_path: Path) -> None:
+    """A 200 with no choices that reports usage, retried until --patience ends the run: what those attempts were
+    billed was in no row, so the run's cost, and a capped resume's budget, counted none of it. Now the request's
+    error row holds it (one request in flight: each attempt the server saw was read), and its answer on resume."""
+    usage = {"prompt_tokens": 0, "completion_tokens": 1000, "total_tokens": 1000}
+    broken = [True]
+
+    def respond(seen: Seen) -> bytes:
+        return answer({"choices": [], "usage": usage} if broken[0] else chat("ANSWER: YES", usage=usage))
+
+    with AnswerServer(respond) as srv:
+        args = ("--price-input", "0", "--price-output", "1000", "--work-dir", str(tmp_path))
+        first = run_cli("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--eval-batch-size", "1",
+                        "--retries", "1000", "--patience", "1", *args)  # fmt: skip
+        billed = len(srv.seen)
+        rows = read_jsonl(only_run_dir(tmp_path) / "predictions" / "m" / "coin_flip.jsonl")
+        broken[0] = False
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--api-url", srv.url)
+        every = len(srv.seen)
+    assert first.returncode == 1 and "(patience)" in first.stderr, first.stderr
+    assert billed > 1 and sum(row["usage"]["completion_tokens"] for row in rows) == billed * 1000
+    assert all(row["error"].startswith("the run stopped before an answer") for row in rows)
+    assert resumed.returncode == 0 and _answered(tmp_path) == 4 and _cost(tmp_path) == every * 1.0, resumed.stderr

@@ -217,6 +217,7 @@ class BatchModel(Gatherer):
         self.api, self.folder, self.config, self.generation = api, folder, config, generation
         self.name, self.mode, self.cap = str(config.model), config.api_mode, api.pool.limits.max_body
         self.online, self.admit = online, admit
+        self.unsaved = online.unsaved if online is not None else {}  # its online requests' (predict.py)
         self.batches: list[Submitted] = []
         self.covered: dict[str, list[Submitted]] = {}  # custom_id -> the saved batches that hold it, in order
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it

@@ -108,6 +108,8 @@ class OpenAIClient:
         self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
         self.answered = False  # any reply yet: before one, a web page means a wrong --api-url
         self.answered_before = False  # the run holds replies from this endpoint (a resume): SAMPLE_STATUS is a sample's
+        self.unsaved: dict[int, Reply] = {}  # by id(request): the row for what its failed attempts were billed, should
+        # the run stop (a signal, --patience) before it is answered or given up
         self.again: Callable[[Request, dict[str, int] | None], bool] | None = None  # --max-cost, on each retry
         headers = {"Content-Type": "application/json", "User-Agent": "coinflip"}
         if stream:
@@ -162,6 +164,7 @@ class OpenAIClient:
             finally:
                 self._settle(outcome, sent, wait, reply, done_before)
             if reply is not None:
+                self.unsaved.pop(id(request), None)
                 reply.latency_s = time.monotonic() - sent  # the model's time: not the wait, not the failures
                 reply.attempts = attempts
                 reply.usage = added(reply.usage, wasted)
@@ -169,12 +172,17 @@ class OpenAIClient:
                 self.answered = True
                 return self.redact.reply(reply)
             self.last_word = self.redact(one_line(message))
+            if wasted:
+                error = f"the run stopped before an answer; the last failed attempt: {self.last_word}"
+                self.unsaved[id(request)] = Reply(None, usage=wasted, latency_s=None, attempts=attempts, error=error)
             failures += outcome != "rejected"  # a refusal slows down, uses no retry: bounded by the run's patience
             billed = outcome != "rejected" or spent is not None  # a plain 429 bills nothing: it waits, it stays owed
             capped = outcome != "final" and failures <= self.retries and billed and not self._may_retry(request, spent)
             if outcome == "final" or failures > self.retries or capped:  # a billed refusal counts before the next
                 message += "; not retried: --max-cost leaves no room for another attempt" if capped else ""
-                return dataclasses.replace(self._failed(message, status, sent, attempts), usage=wasted)
+                failed = dataclasses.replace(self._failed(message, status, sent, attempts), usage=wasted)
+                self.unsaved.pop(id(request), None)
+                return failed
             if outcome == "rejected":
                 self._check_patience(time.monotonic())
                 continue

@@ -80,6 +80,7 @@ class _Flow(Generic[T]):
         self.failed: asyncio.Future[None] = self.loop.create_future()
         self.together = getattr(model, "gathers", False)  # a batch: follow-ups side by side, in one batch
         self.paid: Callable[[Request], bool] = getattr(model, "paid", lambda _: False)
+        self.unsaved: dict[int, Reply] = getattr(model, "unsaved", {})
 
     def hand_on(self) -> None:
         batch = self.landed.copy()
@@ -106,6 +107,10 @@ class _Flow(Generic[T]):
                     reply: Reply | None = await self.model.complete(request)
                 except Unanswered:  # stays owed: nothing recorded, no follow-up
                     reply = None
+                except BaseException:  # a stop between attempts: what the failed ones were billed lands in its row
+                    if billed := self.unsaved.pop(id(request), None):
+                        self.landed.append((item, request, billed))
+                    raise
                 if self.gate is not None:  # its hold goes either way, or the others wait on it forever
                     self.gate.settle(request, reply)
                 if reply is None:
