@@ -169,7 +169,7 @@ def test_index_lists_every_run_and_every_problem(work: Work, tmp_path: Path) -> 
         "notes": "foreign",
         "empty": "foreign",
     }
-    assert "15 of 40 predictions saved" in problems and "not valid JSON" in problems
+    assert "15 of 40 predictions saved" in problems and "is no JSON object" in problems
     failed = next(r for r in rows if r["model"] == "flaky")
     assert failed["cells"][-1] == ["incomplete"] and failed["cells"][1] == ["–"]  # shown, never ranked
     assert (
@@ -482,7 +482,9 @@ def test_fields_from_newer_and_older_reports_are_shown_or_skipped(tmp_path: Path
     (work / "loop").symlink_to(work)  # a symlink loop is walked once
     data = build(work)
     rows = {r["id"]: r for r in data["runs"]}
-    assert set(rows) == {newer.name, older.name, odd.name} and data["problems"] == []
+    assert set(rows) == {newer.name, older.name, odd.name}
+    assert data["problems"] == [{"id": odd.name, "kind": "altered", "reason": rows[odd.name]["warnings"][0]}]
+    assert rows[odd.name]["warnings"][0].endswith("left out warnings, metrics.accuracy, by_people")
     new = rows[newer.name]
     assert (new["template"], new["template_hash"], new["repeats"]) == ("direct", "ab12cd34ef", 3)
     assert new["extra"]["forced_accuracy"] == 0.875 and new["extra"]["auroc"] == 0.93 and new["extra"]["ece"] == 0.04
@@ -501,7 +503,7 @@ def test_fields_from_newer_and_older_reports_are_shown_or_skipped(tmp_path: Path
     assert old["m"]["accuracy"][1:] == [None, None] and old["samples"] is None and old["people"] == {}
     assert old["data"]["label"].startswith("bundled")  # from the run's config when the report lacks it
     assert rows[odd.name]["m"]["f1_score"][0] is None and rows[odd.name]["m"]["accuracy"][0] is None
-    assert rows[odd.name]["warnings"] == []
+    assert len(rows[odd.name]["warnings"]) == 1  # "not a list": left out, and the note says so
     page = render(data)
     assert "9.9.9" in page and "forced acc." in page
 
@@ -642,10 +644,12 @@ def test_a_run_with_a_comma_in_its_path_can_be_ticked(tmp_path: Path) -> None:
 
 def test_a_rate_past_one_in_a_saved_report_stays_on_the_chart(work: Work, tmp_path: Path) -> None:
     """An edited report's accuracy by people of 1e308: the chart wrote y = -Infinity, the browser
-    refused the path and that run's line vanished (console errors); a rate is drawn within 0 to 1."""
+    refused the path and that run's line vanished (console errors); a rate past 1 is left out (the report is
+    said to be edited) and the rest of the line is drawn."""
     root = shutil.copytree(work.root, tmp_path / "w", symlinks=True)
     oracle = root / work.runs["oracle"].relative_to(work.root)
-    people = {"2": {"samples": 3, "correct": 3, "accuracy": 1e308, "interval": [-1e308, 1e308]}}
+    people = {"2": {"samples": 3, "correct": 3, "accuracy": 1e308, "interval": [-1e308, 1e308]},
+              "4": {"samples": 3, "correct": 3, "accuracy": 1.0, "interval": [0.4, 1.0]}}  # fmt: skip
     _edit_report(oracle, {"by_people": people})
     assert run_cli("view", str(root)).returncode == 0
     dom = _chromium(

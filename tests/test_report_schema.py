@@ -39,8 +39,13 @@ def _strategy(hint: Any) -> st.SearchStrategy[Any]:
         optional = {k: _strategy(hints[k]) for k in hint.__optional_keys__}
         return st.fixed_dictionaries(required, optional=optional)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is typing.Annotated:  # Count: a whole number, never below 0
-        return st.integers(min_value=0)
+    if origin is typing.Annotated:  # Count, Rate, Amount, Interval: within their bounds
+        base, meta = args
+        if base is int:
+            return st.integers(min_value=meta.ge)
+        if base is float:
+            return st.floats(min_value=meta.ge, max_value=meta.le, allow_nan=False, allow_infinity=False)
+        return st.lists(_strategy(typing.get_args(base)[0]), min_size=meta.min_length, max_size=meta.max_length)
     if origin in (typing.Union, types.UnionType):
         return st.one_of(*(_strategy(a) for a in args))
     if origin is list:
@@ -113,23 +118,32 @@ def test_any_json_reads_without_an_exception(found: Any) -> None:
     if not isinstance(found, dict):
         assert report is None
         return
-    assert report is not None and set(report) <= set(found)
+    assert report is not None and set(report) <= set(found) | {"warnings"}
+
+
+def _left_out(names: str) -> list[str]:
+    return [f"the saved report was edited by hand or is of another version: left out {names}"]
 
 
 def test_odd_reports_read_as_their_well_typed_fields(tmp_path: Path) -> None:
     for found in HOSTILE:
         report = read_report(json.dumps(found))
-        assert report is not None and set(report) <= set(found)
+        assert report is not None and set(report) <= set(found) | {"warnings"}
     special = read_report(json.dumps(HOSTILE[9]))  # NaN and Infinity, as Python's json writes them
-    assert special is not None and set(special) == {"metrics", "usage"}  # "complete": "yes" left out
-    assert special["usage"] == {"latency_s": {"mean": float("inf")}}
-    odd = read_report(json.dumps(HOSTILE[1]))
-    assert odd == {"metrics": {"recall": 0.5}}  # wrong types left out, one by one inside a mapping
+    assert special is not None and special["metrics"] == {}  # a NaN share and "complete": "yes" left out
+    assert special["usage"] == {"latency_s": {"mean": float("inf")}}  # an endless wait is no share
+    assert special["warnings"] == _left_out("metrics.accuracy, complete")
+    odd = read_report(json.dumps(HOSTILE[1]))  # wrong types left out, one by one inside a mapping, and named
+    assert odd == {
+        "metrics": {"recall": 0.5},
+        "warnings": _left_out("metrics.accuracy, metrics.f1_score, counts, warnings"),
+    }
     future = read_report(json.dumps(HOSTILE[8]))
     assert future is not None and future["future_field"] == HOSTILE[8]["future_field"]  # kept for the details
     assert "coinflip_version" in future["provenance"]  # provenance is free-form: read as text where shown
     forced = read_report(json.dumps(HOSTILE[6]))
-    assert forced == {"metrics": {}, "forced": {"metrics": {"accuracy": 0.5}}, "repeat_metrics": {}}
+    assert forced == {"metrics": {}, "forced": {"metrics": {"accuracy": 0.5}}, "repeat_metrics": {},
+                      "warnings": _left_out("forced.asked, repeat_metrics.k")}  # fmt: skip
     assert read_report(b"[1, 2]") is None and read_report(b"{truncated") is None and read_report(b"\xff") is None
 
 
@@ -185,3 +199,42 @@ def test_a_requests_record_or_subset_made_unreadable_is_left_out_not_shown(tmp_p
     assert found is not None and "requests" not in found and found["counts"]["samples"] == 6
     shown = row(read_run(tmp_path, path.parents[2]))
     assert shown["subset"] == "an unknown subset" and "-5" not in json.dumps(shown["details"])
+
+
+def test_a_metric_that_is_no_share_is_left_out_and_said_where_runs_are_ranked(tmp_path: Path) -> None:
+    """An f1_score of 1.7 ranked a run first on the index and in compare, with no word; so did an accuracy of 2, an
+    interval of [5, -1] or a cost below zero. Each is left out, and the report says it was altered."""
+    for name in ("a", "b"):
+        assert run_task(model="oracle", limit=6, work_dir=str(tmp_path / name), no_timestamp=True, quiet=True)
+    path = tmp_path / "a" / "reports" / "oracle" / "coin_flip.json"
+    report = json.loads(path.read_text())
+    report["metrics"] |= {"f1_score": 1.7, "accuracy": -0.1}
+    report["intervals"]["recall"] = [5, -1]
+    report["by_people"] = {p: {**g, "accuracy": 2.0} for p, g in report["by_people"].items()}
+    path.write_text(json.dumps(report))
+    found = read_report(path.read_bytes())
+    assert found is not None and set(found["metrics"]) == {"precision", "recall", "yes_ratio"}
+    assert "recall" not in found["intervals"] and "accuracy" in found["intervals"]
+    assert all("accuracy" not in g for g in found["by_people"].values())
+    assert (
+        found["warnings"][0].startswith("the saved report was edited by hand")
+        and "metrics.f1_score" in found["warnings"][0]
+    )
+    compared = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert compared.returncode == 0 and "1.7" not in compared.stdout + compared.stderr
+    assert "[a]: the saved report was edited by hand" in compared.stdout + compared.stderr
+    viewed = run_cli("view", str(tmp_path))
+    assert viewed.returncode == 0 and "altered" in viewed.stderr and "metrics.f1_score" in viewed.stderr
+
+
+def test_a_report_that_names_a_key_twice_is_no_report(tmp_path: Path) -> None:
+    """A second "f1_score" in one object won unseen (json's last one wins), and compare ranked by it."""
+    assert run_task(model="oracle", limit=4, work_dir=str(tmp_path), no_timestamp=True, quiet=True)
+    path = tmp_path / "reports" / "oracle" / "coin_flip.json"
+    saved = path.read_text()
+    assert read_report(saved) is not None
+    path.write_text(saved.replace('"f1_score": 1.0,', '"f1_score": 1.0, "f1_score": 0.2,', 1))
+    assert '"f1_score": 0.2' in path.read_text()
+    assert read_report(path.read_bytes()) is None
+    found = read_run(tmp_path, tmp_path)
+    assert found.kind == "broken" and "names a key twice" in found.reason

@@ -179,7 +179,8 @@ def _with_report(run: Found, saved: dict[str, Any]) -> Found:
         return run
     where = f"reports/{run.model_dir}/{BENCHMARK}.json"
     if report is None:
-        run.kind, run.reason = "broken", f"{where} is not valid JSON or not an object; `coinflip rescore` rewrites it"
+        why = "is no JSON object or names a key twice; `coinflip rescore` rewrites it"
+        run.kind, run.reason = "broken", f"{where} {why}"
         return run
     if "metrics" not in report:
         run.kind, run.reason = "broken", f"{where} holds no metrics"

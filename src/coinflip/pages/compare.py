@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
+from ..scoring.schema import ALTERED
 from .board import label, ranked, row, setup, size, write_whole
 from .catalog import Found, read_answers, read_run, scan
 from .html import fmt, shown, text
@@ -236,6 +237,8 @@ def warnings(runs: list[Run]) -> list[str]:
     for r in runs:
         if not r.row["complete"]:
             out.append(f"{r.label} is incomplete: {'; '.join(r.row['warnings']) or 'see its report'}")
+        elif altered := [w for w in r.row["warnings"] if w.startswith(ALTERED)]:
+            out.append(f"{r.label}: {altered[0]}")
     return out
 
 

@@ -12,19 +12,25 @@ from typing import Annotated, Any, TypedDict
 
 import msgspec
 
+from .._files import unique_keys
+from .._terminal import one_line
 from ..records import Requests, checked_requests
 
+ALTERED = "the saved report was edited by hand or is of another version"  # how `checked` says what it left out
 Count = Annotated[int, msgspec.Meta(ge=0)]  # a hand-edited report's -5 samples is left out, as a text would be
-Numbers = dict[str, float | None]  # one value per metric name (metrics.METRICS); None: undefined
-Intervals = dict[str, list[float] | None]  # [low, high] per metric name
+Rate = Annotated[float, msgspec.Meta(ge=0, le=1)]  # every metric is a share: an f1_score of 1.7 or NaN, left out
+Amount = Annotated[float, msgspec.Meta(ge=0)]  # seconds, tokens per request, money
+Interval = Annotated[list[Rate], msgspec.Meta(min_length=2, max_length=2)]  # [low, high]
+Numbers = dict[str, Rate | None]  # one value per metric name (metrics.METRICS); None: undefined
+Intervals = dict[str, Interval | None]
 
 
 class Quantiles(TypedDict, total=False):
-    mean: float
-    p50: float
-    p90: float
-    p99: float
-    max: float
+    mean: Amount
+    p50: Amount
+    p90: Amount
+    p99: Amount
+    max: Amount
 
 
 class UsageSummary(TypedDict, total=False):
@@ -46,7 +52,7 @@ class Counts(TypedDict, total=False):
     tn: Count
     fn: Count
     invalid: Count
-    invalid_rate: float
+    invalid_rate: Rate
     errors: Count
     target_yes: Count
     answered_yes: Count
@@ -60,8 +66,8 @@ class Counts(TypedDict, total=False):
 class People(TypedDict, total=False):
     samples: Count
     correct: Count
-    accuracy: float
-    interval: list[float]
+    accuracy: Rate
+    interval: Interval
 
 
 class Forced(TypedDict, total=False):
@@ -79,9 +85,9 @@ class Forced(TypedDict, total=False):
 
 
 class Spread(TypedDict, total=False):
-    mean: float | None
-    std: float | None
-    values: list[float | None]
+    mean: Rate | None
+    std: Amount | None
+    values: list[Rate | None]
 
 
 class Repeats(TypedDict, total=False):
@@ -89,26 +95,26 @@ class Repeats(TypedDict, total=False):
     questions: Count
     per_repeat: dict[str, Spread]
     majority_vote: Numbers
-    pass_at_k: float | None
-    consistency: float | None
+    pass_at_k: Rate | None
+    consistency: Rate | None
 
 
 class Bin(TypedDict, total=False):
-    lo: float
-    hi: float
+    lo: Rate
+    hi: Rate
     samples: Count
-    mean_p_yes: float | None
-    yes_share: float | None
+    mean_p_yes: Rate | None
+    yes_share: Rate | None
 
 
 class Calibration(TypedDict, total=False):
     available: bool
     reason: str
-    coverage: float
+    coverage: Rate
     samples: Count
-    auroc: float | None
-    brier: float
-    ece: float
+    auroc: Rate | None
+    brier: Rate
+    ece: Rate
     bins: list[Bin]
     impossible_logprobs: Count  # samples left without P(YES): the server sent impossible log probabilities
 
@@ -118,19 +124,19 @@ class Tokens(TypedDict, total=False):
     prompt: Count
     completion: Count
     reasoning: Count
-    per_request: dict[str, float | None]
+    per_request: dict[str, Amount | None]
     batch_prompt: Count  # of `prompt`, what a Batch API answered (billed at its discount)
     batch_completion: Count
     unreported: Count  # answers whose usage left out prompt or completion tokens, or was not reported: not counted
 
 
 class Cost(TypedDict, total=False):
-    input: float
-    output: float
-    batch_discount: float
+    input: Amount
+    output: Amount
+    batch_discount: Rate
     batch: bool
-    total: float
-    full_price: float
+    total: Amount
+    full_price: Amount
 
 
 class ErrorCount(TypedDict):
@@ -202,22 +208,31 @@ class Report(TypedDict, total=False):
 
 
 def read_report(raw: bytes | str) -> Report | None:
-    """The one way a saved report is read; None when the file is not a JSON object."""
-    try:
-        found = json.loads(raw)  # Python's parser: NaN and numbers past a float's range still read
+    """The one way a saved report is read; None when the file is not a JSON object, or names a key twice in one
+    (the last would win unseen: a second f1_score)."""
+    try:  # Python's parser: NaN and numbers past a float's range still read (and are left out)
+        found = json.loads(raw, object_pairs_hook=unique_keys)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
     return checked(found) if isinstance(found, dict) else None
 
 
 def checked(report: Mapping[str, Any]) -> Report:
+    """Each field of its declared type and bounds; what is left out is named first among its warnings, so that no
+    page or ranking shows an altered report as it was saved."""
+    left: list[str] = []
     try:  # a report as written checks whole in one call (30 us, against 1 ms field by field)
         msgspec.convert(report, Report)
-        found = report
+        found = dict(report)
     except (msgspec.ValidationError, RecursionError):
-        found = _fields(report, Report)
+        found = _fields(report, Report, left, "")
     if "requests" in found and checked_requests(found["requests"]) is None:  # its record's own check (records.py)
-        return {k: v for k, v in found.items() if k != "requests"}  # type: ignore[return-value]
+        del found["requests"]
+        left.append("requests")
+    if left:
+        named = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
+        note = f"{ALTERED}: left out {named}"
+        found["warnings"] = [note, *found.get("warnings", [])]
     return found  # type: ignore[return-value]
 
 
@@ -225,20 +240,26 @@ _LEFT_OUT = object()
 _hints = functools.cache(functools.partial(typing.get_type_hints, include_extras=True))  # Count's bound kept
 
 
-def _fields(found: Mapping[str, Any], declared: Any) -> dict[str, Any]:
-    """The entries of `found` of their declared type: `declared` is a TypedDict (a field it does not name is
-    kept) or dict[str, T] (one odd metric leaves the others)."""
+def _fields(found: Mapping[str, Any], declared: Any, left: list[str], at: str) -> dict[str, Any]:
+    """The entries of `found` of their declared type (`left`: where one was not): `declared` is a TypedDict (a
+    field it does not name is kept) or dict[str, T] (one odd metric leaves the others)."""
     hints, other = (_hints(declared), Any) if typing.is_typeddict(declared) else ({}, typing.get_args(declared)[1])
-    kept = ((key, _checked(value, hints.get(key, other))) for key, value in found.items())
-    return {key: value for key, value in kept if value is not _LEFT_OUT}
+    kept = {}
+    for key, value in found.items():
+        where = f"{at}.{key}" if at else str(key)
+        if (value := _checked(value, hints.get(key, other), left, where)) is _LEFT_OUT:
+            left.append(one_line(where, 60))
+        else:
+            kept[key] = value
+    return kept
 
 
-def _checked(value: Any, hint: Any) -> Any:
+def _checked(value: Any, hint: Any, left: list[str], at: str) -> Any:
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     for option in options:
         if typing.is_typeddict(option) or typing.get_origin(option) is dict:
             if isinstance(value, dict):
-                return _fields(value, option)
+                return _fields(value, option, left, at)
             continue
         try:
             msgspec.convert(value, option)  # checks only: the value is kept as it was written
