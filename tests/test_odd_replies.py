@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from coinflip.testing.server import FakeOpenAIServer
+
 from .answer_server import AnswerServer, Seen, answer, chat
 from .conftest import only_run_dir, read_jsonl, run_cli
 
@@ -209,3 +211,26 @@ def test_a_baseline_s_answers_spend_nothing_so_leave_nothing_out(tmp_path: Path)
     report = json.loads((only_run_dir(tmp_path) / "reports/oracle/coin_flip.json").read_text())
     assert result.returncode == 0 and "unreported" not in report["tokens"], result.stderr
     assert report["cost"]["total"] == 0 and "leave out" not in result.stdout
+
+
+def test_the_other_choices_of_n_answers_leave_no_usage_out(tmp_path: Path) -> None:
+    """With n=2, a request's usage is in its first answer's row alone: every other answer was counted as one whose
+    usage the server did not report (a false note on every run with n), though the cost held it. A server that
+    reports none is still said to."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--generation-config", "n=2")
+        result = run_cli(
+            *args, "--repeats", "2", "--price-input", "1", "--price-output", "1", "--work-dir", str(tmp_path)
+        )
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
+    assert result.returncode == 0 and len(rows) == 20 and sum(row["usage"] is None for row in rows) == 10
+    assert "unreported" not in report["tokens"] and "leave out" not in result.stdout, result.stdout
+    rescored = run_cli("rescore", str(only_run_dir(tmp_path)))
+    assert rescored.returncode == 0 and "leave out" not in rescored.stdout
+    choice = {"message": {"role": "assistant", "content": "ANSWER: YES"}, "finish_reason": "stop"}
+    silent = answer({"choices": [{"index": i, **choice} for i in range(2)]})  # two answers, no usage
+    with AnswerServer(lambda seen: silent) as srv:
+        args = ("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--generation-config", "n=2")
+        quiet = run_cli(*args, "--price-input", "1", "--price-output", "1", "--work-dir", str(tmp_path / "s"))
+    assert quiet.returncode == 0 and "leave out 3 answer(s)" in quiet.stdout, quiet.stdout

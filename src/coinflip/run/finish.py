@@ -71,7 +71,7 @@ def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> Requests | 
 
 
 def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int) -> Scorer:
-    from ..scoring.report import answers_per_question
+    from ..scoring.report import answers_per_question, choices
     from ..scoring.scorer import Scorer
 
     index = compact_predictions(run.predictions, limit)
@@ -79,7 +79,7 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int) ->
         raise DataError(f"{run.predictions}: no predictions to score")
     asked = run.asks(saved)
     answers = answers_per_question(saved["fingerprint"])  # as the report counts repeats
-    scorer = Scorer(compat=compat)
+    scorer = Scorer(compat=compat, choices=choices(saved["fingerprint"]))
     scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
     for p in iter_predictions(run.predictions):
         if not asked(p["id"]):

@@ -120,7 +120,7 @@ class Session:
         if self.live and self.scorer is None:  # imported here, once the first requests are out
             from ..scoring.scorer import Scorer
 
-            self.scorer = Scorer(compat=config.metric_compat)
+            self.scorer = Scorer(compat=config.metric_compat, choices=self.plan.build.choices)
         finished = 0  # samples done: one whose forced answer is pending finishes later
         for job, request, reply in landed:
             if request.forced:

@@ -90,8 +90,14 @@ def _section(value: Any) -> Any:
 
 def answers_per_question(fingerprint: dict[str, Any]) -> int:
     """Answers asked per question: --repeats times `n`, as plan.per_question counts them (odd values count 1)."""
-    repeats, n = fingerprint.get("repeats"), _section(fingerprint.get("generation_config")).get("n")
-    return (repeats if whole(repeats) and repeats else 1) * (n if whole(n) and n else 1)
+    repeats = fingerprint.get("repeats")
+    return (repeats if whole(repeats) and repeats else 1) * choices(fingerprint)
+
+
+def choices(fingerprint: dict[str, Any]) -> int:
+    """Answers per request (`n`; odd values count 1): the request's usage is in its first answer's row alone."""
+    n = _section(fingerprint.get("generation_config")).get("n")
+    return n if whole(n) and n else 1
 
 
 def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:

@@ -146,7 +146,8 @@ def _seconds(value: Any) -> float | None:
 
 
 class Usage:
-    def __init__(self) -> None:
+    def __init__(self, choices: int = 1) -> None:
+        self.choices = choices  # answers per request: a request's usage is in its first answer's row alone
         self.latency = array("d")
         self.ttft = array("d")
         self.completion = array("d")
@@ -173,7 +174,7 @@ class Usage:
         usage = p.get("usage")
         prompt, completion = token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
         self.unreported += bool(usage) and None in (prompt, completion)  # the cost leaves out what it did not say
-        self.silent += not usage and error is None
+        self.silent += not usage and error is None and (p.get("repeat") or 0) % self.choices == 0
         prompt = prompt or 0
         self.prompt_tokens += prompt
         if completion is not None:
@@ -250,10 +251,10 @@ class Showcase:
 class Scorer(Columns):
     """What a report is made of, gathered one prediction at a time and in any order."""
 
-    def __init__(self, showcase_cap: int = MAX_ROWS, compat: str = "coinflip") -> None:
+    def __init__(self, showcase_cap: int = MAX_ROWS, compat: str = "coinflip", choices: int = 1) -> None:
         super().__init__()
         self.compat = compat  # whose rule reviews each reply: coinflip's strict one or EvalScope's
-        self.usage = Usage()
+        self.usage = Usage(choices)
         self.forced_usage = Usage()
         self.outside = Usage()  # saved predictions outside the subset scored (a narrower --limit): cost only
         self.showcase = Showcase(showcase_cap)
