@@ -458,3 +458,21 @@ def test_what_failed_attempts_were_billed_stays_in_the_cost_of_a_run_that_patien
     assert billed > 1 and sum(row["usage"]["completion_tokens"] for row in rows) == billed * 1000
     assert all(row["error"].startswith("the run stopped before an answer") for row in rows)
     assert resumed.returncode == 0 and _answered(tmp_path) == 4 and _cost(tmp_path) == every * 1.0, resumed.stderr
+
+
+def test_a_resume_keeps_the_prices_its_pricing_file_gave(tmp_path: Path) -> None:
+    """A resume read --pricing-file again, relative to where it was started: from another folder it failed (no such
+    file), or read another file of that name and repriced every answer the run held."""
+    first, other = tmp_path / "first", tmp_path / "other"
+    for folder, price in ((first, 2), (other, 9999)):
+        folder.mkdir()
+        (folder / "prices.yaml").write_text(f"m: {{input: {price}, output: {price}}}\n")
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--api-url", srv.url, "--work-dir", str(tmp_path / "w"))
+        assert run_cli(*args, "--limit", "4", "--pricing-file", "prices.yaml", cwd=first).returncode == 0
+        before = _cost(tmp_path / "w")
+        resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path / "w")), "--limit", "8", cwd=other)
+    rows = read_jsonl(only_run_dir(tmp_path / "w") / "predictions/m/coin_flip.jsonl")
+    tokens = sum(row["usage"]["prompt_tokens"] + row["usage"]["completion_tokens"] for row in rows)
+    assert resumed.returncode == 0 and len(rows) == 8, resumed.stderr
+    assert 0 < before < _cost(tmp_path / "w") == pytest.approx(tokens * 2 / 1e6)

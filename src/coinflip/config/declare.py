@@ -15,7 +15,9 @@ from .values import check_choice, check_path
 
 BENCHMARK = "coin_flip"
 EVAL_ONLY = ("batch", "batch_write", "batch_results", "batch_rest_online", "dry_run")  # a probe runs its variants
-NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet", "batch_write", "batch_results")  # never from a saved run
+# Never taken from a saved run. A pricing file's prices are saved: a resume started in another folder read another
+# file of its name again (or none) and repriced every answer
+NOT_CARRIED = ("api_key", "use_cache", "progress", "quiet", "batch_write", "batch_results", "pricing_file")
 PROMPT_TEMPLATES = ("default", "direct", "multiturn", "zh", "direct-zh")
 KEY_AGAIN = "give the API key with --api-key, $COINFLIP_API_KEY or $OPENAI_API_KEY (never saved: a resume needs it)"
 BASELINES = ("oracle", "random", "always-yes", "always-no")  # models answered in-process (models/baselines.py)
