@@ -21,7 +21,7 @@ import pytest
 
 from coinflip.models.batch_api import read_result, split_lines
 from coinflip.testing.batches import BatchStore
-from coinflip.testing.limited import Response, reply_json
+from coinflip.testing.limited import Limits, Response, reply_json
 from coinflip.testing.policy import Policy
 from coinflip.testing.server import FakeOpenAIServer
 
@@ -2028,3 +2028,26 @@ def test_a_resume_that_reads_no_batch_is_refused_while_a_collected_batch_holds_b
     rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
     assert proc.returncode == 1 and resumed.returncode == 0, resumed.stderr
     assert rows and all(r["usage"]["prompt_tokens"] > 1000 for r in rows), rows  # the billed line counted
+
+
+def test_batch_lines_a_rate_limit_refused_are_sent_again_later_and_spend_no_resend(tmp_path: Path) -> None:
+    """A server that ran a batch's lines under a rate limit answered most of them 429: each was sent again at
+    once and, a third time refused, became its sample's error (12 of 12 asked, 9 errors). Online, a 429 slows the
+    run and spends no retry; so here: sent again in a later batch until the patience runs out."""
+    with FakeOpenAIServer("correct", limits=Limits(rate=20, burst=3)) as srv:
+        args = ("eval", "--model", "m", "--limit", "12", "--api-url", srv.url, "--batch", *FAST)
+        result = run_cli(*args, "--work-dir", str(tmp_path))
+        sent = sum(srv.state.batches.seen_ids.values())
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert result.returncode == 0 and len(rows) == 12, result.stderr
+    assert [row["error"] for row in rows] == [None] * 12 and sent > 12  # some were refused, and sent again
+
+
+def test_batch_lines_refused_for_the_whole_patience_stay_owed_not_failed(tmp_path: Path) -> None:
+    with FakeOpenAIServer("correct", limits=Limits(rate=0.001, burst=2)) as srv:
+        args = ("eval", "--model", "m", "--limit", "5", "--api-url", srv.url, "--batch", *FAST, "--patience", "1")
+        result = run_cli(*args, "--work-dir", str(tmp_path))
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert result.returncode == 1 and "--use-cache" in result.stderr.splitlines()[-1], result.stderr
+    assert len(rows) == 2 and [row["error"] for row in rows] == [None, None]  # the 3 refused: owed, no error row
+    assert "a rate limit (429) refused 3 request(s) for the whole --patience (1 s); they stay owed" in result.stderr

@@ -40,7 +40,7 @@ from .batch_api import (
     turnaround,
 )
 from .limits import Traffic
-from .openai_api import OpenAIClient
+from .openai_api import BACKOFF_BASE, BACKOFF_CAP, OpenAIClient
 from .predict import Gatherer, custom_id
 
 log = logging.getLogger("coinflip")
@@ -221,6 +221,7 @@ class BatchModel(Gatherer):
         self.batches: list[Submitted] = []
         self.covered: dict[str, list[Submitted]] = {}  # custom_id -> the saved batches that hold it, in order
         self.info: dict[str, dict[str, Any]] = {}  # each batch as the server last showed it
+        self.refused = 0  # requests a rate limit refused for the whole --patience: owed
 
     async def start(self) -> None:
         """Read the saved batches (the folder made a real one, never a link), then open the endpoint."""
@@ -260,21 +261,33 @@ class BatchModel(Gatherer):
 
     async def complete(self, request: Request) -> Reply:
         paid = None  # what its sends reported they cost (a line of 200 without an answer too)
-        for sends in range(1, RESENDS + 2):  # noqa: B007 (its last value is the reply's)
+        sends, failures, limited = 0, 0, None  # a line refused by a rate limit (429) is sent again, later, as online
+        while failures <= RESENDS:  # a refused request is: it spends no resend, only the run's --patience
             reply = await super().complete(request)  # in the round
-            paid = added(paid, reply.usage)
+            paid, sends = added(paid, reply.usage), sends + 1
             if reply.error is None:
                 break
-            if self.online is not None:  # what a batch left goes online, if the run can afford it
-                if self.admit is not None and not await self.admit(request, paid):  # what the line billed counts
-                    if paid is None:  # nothing billed: it stays owed
-                        raise Unanswered()
-                    reply.error = f"{reply.error}; not sent online: --max-cost leaves no room"  # its row holds `paid`
-                    break
-                answer = await self.online.complete(request)
-                answer.usage, answer.source = added(paid, answer.usage), reply.source  # counted, never read again
-                answer.attempts += sends  # its usage counts the batch lines too: each bounded by max_tokens
-                return answer
+            if reply.status == 429 and self.online is None:
+                limited = limited or time.monotonic()
+                if time.monotonic() - limited <= self.config.patience:
+                    await asyncio.sleep(min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(sends, 16)))
+                    continue
+                if paid is None:  # refused for the whole patience, nothing billed: it stays owed for a resume
+                    self.refused += 1
+                    raise Unanswered()
+                break
+            failures += 1
+            if self.online is None:  # sent again in the next round, RESENDS times at most
+                continue
+            if self.admit is not None and not await self.admit(request, paid):  # what a batch left goes online, if
+                if paid is None:  # the run can afford it (what the line billed counts); nothing billed: still owed
+                    raise Unanswered()
+                reply.error = f"{reply.error}; not sent online: --max-cost leaves no room"  # its row holds `paid`
+                break
+            answer = await self.online.complete(request)
+            answer.usage, answer.source = added(paid, answer.usage), reply.source  # counted, never read again
+            answer.attempts += sends  # its usage counts the batch lines too: each bounded by max_tokens
+            return answer
         reply.attempts, reply.usage, reply.batch = sends, paid, reply.batch or paid is not None
         return reply
 
@@ -391,6 +404,9 @@ class BatchModel(Gatherer):
         if going and running:
             print(f"note: batches still running at the server, not cancelled: {', '.join(running)}; "
                   "resume the run to collect them", file=sys.stderr)  # fmt: skip
+        if self.refused:
+            print(f"note: a rate limit (429) refused {self.refused} request(s) for the whole --patience "
+                  f"({self.config.patience:g} s); they stay owed", file=sys.stderr)  # fmt: skip
         await self.api.__aexit__()
         if self.online is not None:
             await self.online.aclose()
