@@ -244,3 +244,17 @@ def test_a_result_file_s_failed_lines_count_as_still_owed(tmp_path: Path) -> Non
     wrote = run_cli("eval", "--use-cache", str(run), "--batch-write", str(tmp_path / "owed.jsonl"))
     assert wrote.returncode == 0 and "wrote 3 requests" in wrote.stderr, wrote.stderr
     assert sorted(line["custom_id"] for line in read_jsonl(tmp_path / "owed.jsonl")) == sorted(ids[2:])
+
+
+@pytest.mark.parametrize("results", [b"", b'{"custom_id": "q999999-r0", "response": {"status_code": 500}}\n'])
+def test_a_result_file_that_answers_nothing_leaves_the_run_incomplete_in_one_line(
+    tmp_path: Path, results: bytes
+) -> None:
+    """An empty result file, or one that answers only requests the run does not owe: the run ended 'no predictions
+    to score' (exit 2, about the run's own file) after the note, as if the settings were wrong; it is incomplete."""
+    run = _written_offline(tmp_path)
+    (tmp_path / "results.jsonl").write_bytes(results)
+    read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "results.jsonl"))
+    last = read.stderr.splitlines()[-1]
+    assert read.returncode == 1 and last.startswith("error: no answer came back"), read.stderr
+    assert "--batch-write" in last and "Traceback" not in read.stderr

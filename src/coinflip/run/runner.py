@@ -19,7 +19,7 @@ from .._terminal import printable
 from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
 from ..errors import CoinflipError, ConfigError, EndpointBroken, FatalAPIError, RunIncomplete, StorageError
 from ..jsonl import index_predictions
-from ..models import backend, check_resume, handed_off, open_model, serve_local
+from ..models import backend, check_resume, handed_off, offline_rest, open_model, serve_local
 from ..rundir import SUBSET_FILE, RunDir, load_saved_config, run_holding
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
@@ -261,9 +261,12 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None, h
                                *((budget.admit_online, budget.again) if budget is not None else ()),
                                answered=index.any_replied())  # fmt: skip
             (stop or StopRequest()).run(session.send, model, concurrency, requests_left(plan, run, index), budget)
-            if budget is not None and (note := budget.note()):
-                if not (index.lines or session.progress.done or session.pending):  # nothing to report: --max-cost 0
-                    raise RunIncomplete(f"{note}; {hint}")
+            note = budget.note() if budget is not None else None
+            if not (handed or index.lines or session.progress.done or session.pending):  # nothing to report
+                if rest := offline_rest({"batch_results": config.batch_results}, run.root):  # a file answered none
+                    hint = run.resume_hint(False, rest)
+                raise RunIncomplete(f"{note or 'no answer came back, so there is nothing to report yet'}; {hint}")
+            if note:
                 print(f"note: {note}", file=sys.stderr)
     except EndpointBroken as exc:
         raise EndpointBroken(f"{exc}; once the server is fixed, {hint}") from None
