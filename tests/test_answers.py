@@ -249,3 +249,20 @@ def test_answers_of_a_sparse_terabyte_is_one_line_not_a_long_read(tmp_path: Path
     assert not (run / "answers.csv").exists()
     told = run_cli("answers", str(run), "--out", "-")  # not even the CSV header before the refusal
     assert told.returncode == 2 and told.stdout == "" and len(told.stderr.strip().splitlines()) == 1, told
+
+
+@pytest.mark.parametrize("which", ["predictions", "reviews"])
+def test_a_fifo_in_place_of_a_run_file_is_named_not_called_missing(tmp_path: Path, which: str) -> None:
+    """answers said "no reviews or predictions to join; coinflip rescore writes them" of a FIFO, while the other
+    file was fine and a rescore could not help; rescore itself names it."""
+    assert (
+        run_cli("eval", "--model", "oracle", "--limit", "4", "--work-dir", str(tmp_path), "--no-timestamp").returncode
+        == 0
+    )
+    path = tmp_path / which / "oracle" / "coin_flip.jsonl"
+    path.unlink()
+    os.mkfifo(path)
+    result = run_cli("answers", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"error: {path}: not a plain file (a FIFO, a device or a broken link); coinflip reads only those"
+    ]

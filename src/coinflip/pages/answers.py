@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ class Left:
 
 def answers(run: RunDir, left: Left | None = None) -> Iterator[dict[str, Any]]:
     """In the predictions' order; a sample without a review (forced answer pending) is left out, in `left`."""
+    for path in (run.reviews, run.predictions):
+        if os.path.lexists(path) and not path.is_file():  # a FIFO there is not "no reviews": named, as rescore does
+            raise DataError(f"{path}: not a plain file (a FIFO, a device or a broken link); coinflip reads only those")
     if not run.reviews.is_file() or not run.predictions.is_file():
         raise DataError(f"{run.root}: no reviews or predictions to join; `coinflip rescore {run.root}` writes them")
     left = Left() if left is None else left
