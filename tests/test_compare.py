@@ -7,6 +7,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from coinflip.testing.server import FakeOpenAIServer
 
 from .conftest import run_cli
@@ -233,6 +235,25 @@ def test_a_hand_edited_generation_setting_not_named_by_a_text_is_named_not_a_tra
     saved = yaml.safe_load(path.read_text())
     saved["config"]["generation_config"] |= {1: 0.5, None: 2}  # YAML's `1:` and `~:`, beside texts
     path.write_text(yaml.safe_dump(saved))
-    result = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "o"), env=WIDE)
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    assert "runs differ in generation settings (1, None)" in result.stdout
+    result = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "o"), env=WIDE)  # as rescore, it is refused
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+    assert "skipped" in result.stderr and "generation_config has a key 1 that is not a text" in result.stderr
+
+
+@pytest.mark.parametrize("edit", [("  limit: 5\n", "  limit: .nan\n"), ("  timeout: 120.0\n", "  timeout: -1\n")])
+def test_a_run_whose_saved_settings_rescore_refuses_is_broken_in_view_and_skipped_by_compare(
+    tmp_path: Path, edit: tuple[str, str]
+) -> None:
+    """view counted it a run ("0 broken") and compare ranked and paired it, while rescore, answers and a resume
+    refused its settings (exit 2): one rule for a saved run's settings, wherever they are read."""
+    work = tmp_path / "w"
+    runs = [_eval(work, "--model", "oracle", "--limit", "5") for _ in range(3)]
+    path = runs[0] / "configs/task_config.yaml"
+    assert edit[0] in path.read_text()
+    path.write_text(path.read_text().replace(*edit))
+    refused = run_cli("rescore", str(runs[0])).stderr.strip()
+    assert refused.startswith("error: ") and refused.splitlines() == [refused]
+    viewed = run_cli("view", str(work))
+    assert viewed.returncode == 0 and "1 broken" in viewed.stderr and refused[len("error: ") :] in viewed.stderr
+    compared = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "o"), env=WIDE)
+    assert compared.returncode == 0 and f"skipped {runs[0]}" in compared.stdout + compared.stderr

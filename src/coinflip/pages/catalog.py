@@ -145,7 +145,7 @@ def read_run(root: Path, folder: Path) -> Found:
     """Never raises, whatever the folder holds."""
     rel = _rel(root, folder)
     try:
-        saved = load_saved_config(folder, check=False)  # shown as text; rescore and resume check it
+        saved = load_saved_config(folder)  # settings rescore and resume refuse make a broken run here too
         config = saved["config"] if isinstance(saved.get("config"), dict) else {}
     except Exception as exc:  # noqa: BLE001 - any unreadable config makes a broken run, not a crash
         return Found(folder, rel, "broken", _short(exc))
