@@ -204,13 +204,18 @@ def test_index_and_compare_show_hostile_run_directories_as_text(forced_run: Path
         report_file.write_text(json.dumps(bad))
         config_file = copy / "configs/task_config.yaml"
         saved = yaml.safe_load(config_file.read_text())
-        saved["config"].update(model_id=PAYLOADS[0], prompt_template=PAYLOADS[1], few_shot_num=PAYLOADS[2])
+        saved["config"].update(model_id=PAYLOADS[0])  # a setting of another type makes a broken run (its reason shown)
         saved["provenance"] = hostile(saved.get("provenance") or {"created": 1}, cycle(PAYLOADS))
         config_file.write_text(yaml.safe_dump(saved))
     (work / PAYLOADS[3].replace("/", "_")).mkdir()  # a foreign folder with a hostile name
+    broken = shutil.copytree(forced_run, work / "broken") / "configs/task_config.yaml"
+    saved = yaml.safe_load(broken.read_text())
+    saved["config"].update(prompt_template=PAYLOADS[1], few_shot_num=PAYLOADS[2])  # refused: a reason that holds them
+    broken.write_text(yaml.safe_dump(saved))
     page = assert_clean(index.write(work).read_text(), scripts=2)
     data = json.loads(page.scripts[0])
     assert {r["model"] for r in data["runs"]} == {PAYLOADS[0], PAYLOADS[1]}  # read back whole, as data
+    assert [p["kind"] for p in data["problems"] if p["id"] == "broken"] == ["broken"]
     dom = _chromium(
         f"--user-data-dir={tmp_path / 'profile'}",
         "--virtual-time-budget=5000",
