@@ -286,3 +286,36 @@ def test_answers_never_joins_reviews_behind_a_link_out_of_the_run(tmp_path: Path
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and "a link to outside" in lines[0], result.stderr
     assert not (run / "answers.csv").exists()
+
+
+def test_saved_rows_are_held_to_the_run_s_data_where_it_is_read_again(tmp_path: Path) -> None:
+    """A resume read each saved row's target and people count as written: a target flipped by hand scored a wrong
+    answer right (a run reported 0.94 where its replies make 0.68), and 999999 people made a group of its own."""
+    from coinflip.testing.server import FakeOpenAIServer
+
+    from .conftest import read_jsonl
+
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--api-url", srv.url, "--work-dir", str(tmp_path), "--no-timestamp")
+        assert run_cli(*args, "--limit", "30").returncode == 0
+        honest = json.loads((tmp_path / "reports/m/coin_flip.json").read_text())
+        path = tmp_path / "predictions/m/coin_flip.jsonl"
+        rows = read_jsonl(path)
+        reviews = {r["id"]: r for r in read_jsonl(tmp_path / "reviews/m/coin_flip.jsonl")}
+        wrong = [row for row in rows if reviews[row["id"]]["correct"] is False]
+        for row in wrong:  # each wrong answer made right by its target
+            row["target"] = "NO" if row["target"] == "YES" else "YES"
+        rows[0]["people"] = 999999
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        resumed = run_cli(*args, "--use-cache", str(tmp_path), "--limit", "31")
+    report = json.loads((tmp_path / "reports/m/coin_flip.json").read_text())
+    assert resumed.returncode == 0 and wrong, resumed.stderr
+    assert report["corrected_rows"] == len(wrong) + (rows[0] not in wrong) and "999999" not in report["by_people"]
+    again = {r["id"]: r for r in read_jsonl(tmp_path / "reviews/m/coin_flip.jsonl")}
+    assert {i: again[i]["correct"] for i in reviews} == {i: r["correct"] for i, r in reviews.items()}  # as honest
+    assert report["counts"]["correct"] == sum(r["correct"] is True for r in again.values()) and len(again) == 31
+    assert honest["counts"]["samples"] == 30 and "scored by the data's" in resumed.stdout
+    rescored = run_cli("rescore", str(tmp_path))  # the data is at hand (bundled): held to it too
+    read_again = json.loads((tmp_path / "reports/m/coin_flip.json").read_text())
+    assert rescored.returncode == 0 and read_again["counts"] == report["counts"]
+    assert read_again["corrected_rows"] == report["corrected_rows"]

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
+from array import array
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from .._files import NO_LIMIT, read_regular, replacing
-from ..errors import DataError
+from ..errors import CoinflipError, DataError
 from ..jsonl import compact_predictions, iter_predictions
 from ..models import offline_rest
-from ..records import Requests, checked_requests, scored
+from ..records import Prediction, Requests, checked_requests, scored
 from ..rundir import RunDir, load_saved_config
 
 if TYPE_CHECKING:
+    from ..data.load import Record
     from ..scoring.schema import Report
     from ..scoring.scorer import Scorer
     from .session import Session
@@ -21,11 +24,12 @@ if TYPE_CHECKING:
 
 def finish(
     run: RunDir, compat: str, show: bool = True, session: Session | None = None, limit: int = NO_LIMIT,
-    rescoring: bool = False,
+    rescoring: bool = False, truth: Callable[[], Truth] | None = None,
 ) -> Report:  # fmt: skip
     """Without a `session` that scored its replies as they landed, the saved predictions (up to `limit` bytes:
-    a rescore reads no sparse terabyte) are scored. A run shows its session's requests (none sent online: none);
-    a rescore, the last session's."""
+    a rescore reads no sparse terabyte) are scored, each row's target and people held to `truth` (the run's data,
+    where the run has it). A run shows its session's requests (none sent online: none); a rescore, the last
+    session's."""
     from ..pages.run_page import write_html
     from ..pages.summary import print_summary
     from ..scoring.report import build_report, write_report
@@ -38,7 +42,8 @@ def finish(
         if not session.writer.in_order:
             compact_predictions(run.predictions)
     else:
-        scorer = _score_saved(run, saved, compat, limit)
+        held = truth() if truth is not None else _saved_data(saved) if rescoring else None
+        scorer = _score_saved(run, saved, compat, limit, held)
     run.own_folders(run.reviews, run.report_json)  # never written through a linked folder either
     with replacing(run.reviews) as reviews:  # under a temporary name, then renamed
         scorer.write_reviews(reviews)
@@ -70,7 +75,48 @@ def _requests_record(run: RunDir, traffic: dict[str, Any] | None) -> Requests | 
         return None
 
 
-def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int) -> Scorer:
+class Truth:
+    """The data's answer, people and flips of each question the run asks, 9 bytes a question: a saved row's copies
+    are held to them (a hand-edited target scored a wrong answer right, a people count made a group of its own)."""
+
+    def __init__(self, records: Iterable[Record]) -> None:
+        self.answer, self.people, self.flips = bytearray(), array("I"), array("I")  # answer 0: not asked
+        for r in records:
+            if (more := r.id + 1 - len(self.answer)) > 0:
+                self.answer += bytes(more)
+                self.people.frombytes(bytes(4 * more))
+                self.flips.frombytes(bytes(4 * more))
+            self.answer[r.id], self.people[r.id], self.flips[r.id] = 1 + (r.answer == "YES"), r.people, r.flips
+
+    def fixed(self, p: Prediction) -> Prediction:
+        """`p`, or a copy with the data's target, people and flips where it holds others (a field left out stays)."""
+        i = p["id"]
+        if i >= len(self.answer) or not self.answer[i]:
+            return p
+        data = {"target": "YES" if self.answer[i] == 2 else "NO", "people": self.people[i], "flips": self.flips[i]}
+        if all(p.get(k) == v for k, v in data.items() if k == "target" or k in p):
+            return p
+        return {**p, **data}  # type: ignore[typeddict-item]
+
+
+def _saved_data(saved: dict[str, Any]) -> Truth | None:
+    """A rescore holds the rows to the run's data where it is at hand without a hub (bundled, a local path) and
+    reads back with the hash the run saw; elsewhere (a hub, a file moved or changed) they are scored as saved."""
+    from ..data.load import load_dataset
+
+    config, seen = saved["config"], saved["fingerprint"].get("dataset")
+    if not (config.get("dataset_path") or config.get("dataset_hub", "bundled") == "bundled") or not isinstance(
+        seen, dict
+    ):
+        return None
+    try:
+        data = load_dataset(str(config.get("split") or "test"), config.get("dataset_path"))
+    except (CoinflipError, OSError):
+        return None
+    return Truth(data) if data.source.get("sha256") == seen.get("sha256") else None
+
+
+def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int, truth: Truth | None) -> Scorer:
     from ..scoring.report import answers_per_question, choices
     from ..scoring.scorer import Scorer
 
@@ -89,6 +135,8 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int) ->
             continue
         if (p.get("repeat") or 0) >= answers:  # a repeat the run never asked (a hand edit, another run's line)
             continue
+        if truth is not None and (fixed := truth.fixed(p)) is not p:
+            p, scorer.corrected = fixed, scorer.corrected + 1
         if scored(p):
             scorer.add(p)
         else:  # its forced answer is pending: not scored yet, but its reply was paid for

@@ -23,7 +23,7 @@ from ..models import backend, check_resume, handed_off, offline_rest, open_model
 from ..rundir import SUBSET_FILE, RunDir, load_saved_config, run_holding
 from ..scoring.cost import budget_for
 from ..secrets import masked_somewhere, url_masked
-from .finish import finish
+from .finish import Truth, finish
 from .plan import Plan, prepare, provenance
 from .session import Session, concurrency_for, left, requests_left, room_for
 from .stop import Interrupted, StopRequest, stopped_by, stopping
@@ -73,7 +73,8 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 if session is not None and session.outcome is not None:  # its requests went elsewhere: no report
                     return {**session.outcome, "run": str(run.root)}
                 with stop.held():  # the report is written whole; a signal during it ends the run after
-                    return finish(run, config.metric_compat, show=not config.quiet, session=session)
+                    truth = lambda: Truth(plan.dataset)  # noqa: E731 (built only if saved rows are scored)
+                    return finish(run, config.metric_compat, show=not config.quiet, session=session, truth=truth)
         except Interrupted as exc:  # outside the requests: nothing was lost, the run (if it began) resumes
             raise RunIncomplete(f"{stopped_by(exc)}{stop.hint or ' before the run started'}") from None
         except CoinflipError as exc:

@@ -78,6 +78,8 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     report["errors_ignored"] = bool(config.get("ignore_errors")) and counts["errors"] > 0 and expected <= len(outcomes)
     if scorer.unreadable:  # counted where the saved lines are read (jsonl.py)
         report["unreadable_rows"] = scorer.unreadable
+    if scorer.corrected:  # held to the run's data (run/finish.py Truth)
+        report["corrected_rows"] = scorer.corrected
     report["warnings"] = warnings(report, expected, len(outcomes))
     report["notes"] = notes(report)
     return report
@@ -209,6 +211,11 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
         out.append(
             "P(YES) is 0 or 1 at every answer, so calibration restates the answers: the other answer was never "
             "among the alternatives that came back (top_logprobs=5 asks for them; some servers ignore it)"
+        )
+    if corrected := report.get("corrected_rows"):
+        out.append(
+            f"{corrected} saved row(s) held a target, people or flips count other than the run's data (a hand "
+            "edit?): they were scored by the data's"
         )
     if unread := report.get("unreadable_rows"):
         out.append(

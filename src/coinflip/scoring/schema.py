@@ -204,6 +204,7 @@ class Report(TypedDict, total=False):
     calibration: Calibration
     errors_ignored: bool
     unreadable_rows: Count  # saved lines left out: not a row, or no YES or NO target
+    corrected_rows: Count  # saved rows scored by the data's target, people and flips, not their own
     requests: Requests  # the last session's requests: models/limits.py `describe` writes it, `checked` reads it
 
 

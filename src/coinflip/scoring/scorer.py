@@ -259,6 +259,7 @@ class Scorer(Columns):
         self.outside = Usage()  # saved predictions outside the subset scored (a narrower --limit): cost only
         self.showcase = Showcase(showcase_cap)
         self.unreadable = 0  # saved lines left out: no prediction, or no YES or NO target (a hand-edited file)
+        self.corrected = 0  # saved rows whose target, people or flips were not the data's: scored by the data's
         self.impossible_logprobs = 0  # samples without P(YES): the server sent an impossible log probability
 
     def add(self, prediction: Prediction) -> None:
