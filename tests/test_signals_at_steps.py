@@ -78,7 +78,7 @@ def test_a_stop_while_the_request_file_is_written_resumes_by_writing_it(
 ) -> None:
     """`--batch-write FILE` stopped said 'resume with: coinflip eval --use-cache RUN', which runs the
     run online and, with no --api-url saved, ends in exit 2: the resume is the same file again."""
-    from coinflip.models.batch import RequestFile
+    from coinflip.models.offline import RequestFile
 
     real = RequestFile.end
 
@@ -104,7 +104,7 @@ def test_a_stop_while_a_long_request_file_is_written_ends_it_there(
     """Ctrl-C on `--batch-write` of 200,000 questions wrote all of them (3 s more) and only then said 'interrupted':
     a request file never awaits, so the stop waited for the loop until the last request (before it was a model
     backend, the write stopped at once). The loop breathes after each request left owed: the stop lands at once."""
-    from coinflip.models.batch import RequestFile
+    from coinflip.models.offline import RequestFile
     from coinflip.models.predict import MAX_BATCH
 
     real = RequestFile.complete
@@ -129,7 +129,7 @@ def test_a_stop_while_a_result_file_is_read_resumes_by_reading_it(
     which sends the rest of the run online (or ends in exit 2 without --api-url) instead of reading the file's
     answers: the resume is the same file again. Before that line came the file's note, '0 requests still owed'
     and the answers not read yet as 'lines for requests not owed now': the note comes once all are in."""
-    from coinflip.models.batch import ResultsFile
+    from coinflip.models.offline import ResultsFile
     from coinflip.models.predict import MAX_BATCH
 
     requests, results = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"

@@ -190,13 +190,13 @@ async def open_model(
     model: Any
     cap, secrets = int(config.max_reply_mb * 1024 * 1024), run_secrets(config.api_key, generation, config.api_url)
     if config.batch_write:
-        from .batch import RequestFile
+        from .offline import RequestFile
 
         kept = KEPT if answered else "the run holds no answers yet"  # a request file sends nothing: none were made
         model = RequestFile(config, generation, run.resume_hint().replace("resume with: ", ""), kept)
     elif config.batch_results:
         from ._redact import Redactor
-        from .batch import ResultsFile
+        from .offline import ResultsFile
 
         check_result_file(path := Path(config.batch_results).expanduser(), str(config.model), cap)
         model = ResultsFile(path, config.api_mode, cap, Redactor(secrets))

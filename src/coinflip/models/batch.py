@@ -1,5 +1,5 @@
-"""Batch mode as model backends: the Batch API (as inspect_ai's batcher), resumable at every step from batch/
-state.json; or `vllm run-batch` elsewhere: `RequestFile` writes what it reads, `ResultsFile` reads what it writes."""
+"""Batch mode as a model backend: the Batch API (as inspect_ai's batcher), resumable at every step from batch/
+state.json (`vllm run-batch` elsewhere: offline.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ import functools
 import json
 import logging
 import os
-import shlex
 import sys
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,16 +17,12 @@ from typing import Annotated, Any
 import msgspec
 
 from .._files import read_regular, replacing
-from .._terminal import one_line
 from ..config import TaskConfig, safe_name
 from ..errors import ConfigError, EndpointBroken, storage_error
-from ..secrets import secret_keys
-from ._redact import Redactor
 from ._replies import added, unkept
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
 from .batch_api import (
-    CONFLICT,
     ENDED,
     LOST,
     TURNAROUND_MAX,
@@ -70,93 +64,6 @@ class Submitted(msgspec.Struct):
 
 class State(msgspec.Struct):
     batches: list[Submitted]
-
-
-class RequestFile:
-    """--batch-write: each owed request, as it comes, a line of a file for `vllm run-batch` (`hint`: how to score
-    the answers; `kept`: what a failure keeps); each stays owed, nothing sent, spent or reported (`outcome` instead)."""
-
-    def __init__(self, config: TaskConfig, generation: dict[str, Any], hint: str, kept: str) -> None:
-        if secret := secret_keys(generation.get("extra_body")):  # what the saved config masks, a file would carry
-            raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
-                              "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
-        self.path, self.hint, self.kept = Path(str(config.batch_write)).expanduser(), hint, kept
-        self.model, self.mode = config.model, config.api_mode
-        self.generation, self.extra_body = split_generation(generation)
-        self.count, self.closed = 0, False
-        self.outcome: dict[str, Any] | None = None
-        try:
-            self.handle = self.path.open("wb")
-        except OSError as exc:
-            raise storage_error(self.path, exc, self.kept) from None
-
-    async def complete(self, request: Request) -> Reply:
-        body = request_body(str(self.model), self.mode, self.generation, request, False, self.extra_body)
-        try:
-            self.handle.write(request_line(custom_id(request), self.mode, body))
-        except OSError as exc:
-            raise storage_error(self.path, exc, self.kept) from None
-        self.count += 1
-        raise Unanswered()  # it stays owed: the file's answers score it (--batch-results)
-
-    async def end(self) -> None:
-        """All are in (none too): the file closed, and what to do with it, unless a stop came as it was closed."""
-        await self.aclose()
-        await asyncio.sleep(0)  # a stop that came as it was written ends the run here: its line the only one
-        path, model = shlex.quote(str(self.path)), shlex.quote(str(self.model))  # commands to paste: quoted
-        said = f"wrote {self.count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl"
-        said += f" --model {model}, then score them with: {self.hint} --batch-results results.jsonl"
-        print(one_line(said if self.count else f"wrote no requests to {path}: the run owes none"), file=sys.stderr)
-        self.outcome = {"complete": self.count == 0, "batch_written": {"path": str(self.path), "requests": self.count}}
-
-    async def aclose(self) -> None:
-        if not self.closed:
-            self.closed = True
-            try:
-                self.handle.close()  # its buffer written
-            except OSError as exc:
-                raise storage_error(self.path, exc, self.kept) from None
-
-
-class ResultsFile:
-    """--batch-results: answers from `vllm run-batch -o FILE`, read at the first request; one it lacks stays owed."""
-
-    def __init__(self, path: Path, mode: str, cap: int, redact: Redactor) -> None:
-        self.name, self.path, self.mode, self.cap, self.redact = str(path), path, mode, cap, redact
-        self.replies: dict[str, Reply] | None = None  # those not asked for yet
-        self.counts: Counter[str] = Counter()
-        self.lines: Counter[str] = Counter()  # the file's lines for each custom_id
-
-    async def complete(self, request: Request) -> Reply:
-        if self.replies is None:
-            try:  # a plain file only: /dev/zero, /dev/urandom or a FIFO is UnreadableFile (exit 2)
-                self.replies, read = read_answers([self.path], None, self.mode, self.cap, self.redact, self.lines)
-                self.counts["unreadable"] = read["unreadable"]  # conflicts: among the answers asked for only
-            except OSError as exc:
-                raise ConfigError(f"--batch-results {self.path}: cannot read ({exc.strerror})") from None
-        reply = self.replies.pop(custom_id(request), None)
-        if reply is None:
-            self.counts["owed"] += 1
-            raise Unanswered()
-        self.counts["read"] += 1
-        for choice in (reply, *reply.more):
-            choice.latency_s = None  # answered elsewhere, at a time the file does not say
-        self.counts["failed"] += reply.error is not None
-        self.counts["conflicts"] += CONFLICT in (reply.error or "")
-        return reply
-
-    async def end(self) -> None:
-        """All are in (no stop, no error: the counts are whole), what the file held."""
-        c = self.counts
-        failed = f" ({c['failed']} of them failed here)" if c["failed"] else ""  # a failed line is asked again
-        if self.replies is not None:  # it was read
-            print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
-                  f"two answers); {sum(self.lines[cid] for cid in self.replies)} lines for requests not owed now, "
-                  f"{c['unreadable']} unreadable; {c['owed'] + c['failed']} requests still owed{failed} (write them "
-                  "with --batch-write)", file=sys.stderr)  # fmt: skip
-
-    async def aclose(self) -> None:
-        return None
 
 
 def saved_batches(folder: Path) -> list[Submitted]:
