@@ -255,5 +255,7 @@ def test_a_run_whose_saved_settings_rescore_refuses_is_broken_in_view_and_skippe
     assert refused.startswith("error: ") and refused.splitlines() == [refused]
     viewed = run_cli("view", str(work))
     assert viewed.returncode == 0 and "1 broken" in viewed.stderr and refused[len("error: ") :] in viewed.stderr
+    odd_key = run_cli("view", str(work), env={"OPENAI_API_KEY": "sk-abc\n"})  # sends nothing: the key is not read
+    assert odd_key.returncode == 0 and "1 broken" in odd_key.stderr, odd_key.stderr
     compared = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "o"), env=WIDE)
     assert compared.returncode == 0 and f"skipped {runs[0]}" in compared.stdout + compared.stderr

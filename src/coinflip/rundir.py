@@ -334,7 +334,7 @@ def _check_saved(path: Path, data: dict[str, Any]) -> None:
     """TaskConfig's checks (fields a newer coinflip wrote are left alone); the counts are counts."""
     known = set(TaskConfig.field_names()) - {"dataset_args", "use_cache", "api_key", "pricing_file"}  # folded in
     try:
-        TaskConfig(**{k: v for k, v in data["config"].items() if k in known})
+        TaskConfig(**{k: v for k, v in data["config"].items() if k in known}, api_key="")  # never $OPENAI_API_KEY's
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     samples, subset = data.get("samples"), data.get("subset")
