@@ -64,8 +64,7 @@ def test_a_resume_that_finds_no_server_leaves_the_run_as_it_was(tmp_path: Path) 
     saved = {name: (run / "configs" / name).read_bytes() for name in ("task_config.yaml", "subset.json")}
     gone = f"http://127.0.0.1:{closed_port()}/v1"
     result = run_cli("eval", "--use-cache", str(run), "--limit", "9", "--api-url", gone)
-    assert result.returncode == 2 and "nothing is listening" in result.stderr.splitlines()[-1]
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 2 and "nothing is listening" in one_line(result)  # no note of a wider run
     assert {name: (run / "configs" / name).read_bytes() for name in saved} == saved
     with FakeOpenAIServer("correct") as srv:  # and it resumes as it would have
         again = run_cli("eval", "--use-cache", str(run), "--limit", "9", "--api-url", srv.url)

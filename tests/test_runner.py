@@ -26,7 +26,7 @@ def test_the_config_is_on_disk_before_any_request(tmp_path: Path, model: str) ->
     with FakeOpenAIServer("mixed") as srv:
         url = None if model == "oracle" else srv.url
         plan = prepare(TaskConfig(model=model, api_url=url, work_dir=str(tmp_path), limit=30, quiet=True))
-        run, fresh, _ = open_run(plan)
+        run, fresh, _, _ = open_run(plan)
         assert fresh and not run.predictions.exists()
         saved = load_saved_config(run.root)  # written once, as YAML, before the first request
         assert saved["samples"] == 30 and saved["config"]["model"] == model
@@ -39,7 +39,7 @@ def test_the_config_is_on_disk_before_any_request(tmp_path: Path, model: str) ->
 
 def test_a_run_killed_before_its_first_reply_resumes(tmp_path: Path) -> None:
     plan = prepare(TaskConfig(model="oracle", work_dir=str(tmp_path), limit=12, quiet=True))
-    run, _, _ = open_run(plan)  # the process dies here, before any request
+    run, _, _, _ = open_run(plan)  # the process dies here, before any request
     report = run_task(use_cache=str(run.root), quiet=True)  # nothing else given: the saved settings
     assert report["counts"]["samples"] == 12 and report["complete"]
 

@@ -49,6 +49,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
         stop.hint = ""  # a probe's runs share one StopRequest: no hint of the run before
         run: RunDir | None = None
         handler: logging.Handler = logging.NullHandler()
+        note = ""  # a resume's wider subset: told unless the resume is taken back
         try:
             config = resume_settings(config)
             for note in config.notes():
@@ -62,7 +63,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 print(f"dry run: {plan.samples} samples ({where}) for {config.name}; nothing sent", file=sys.stderr)
                 return {}
             with stop.held():  # a run directory exists only with its settings in it, and then resumes
-                run, fresh, undo = open_run(plan)
+                run, fresh, undo, note = open_run(plan)
                 again = handed_off(config)  # the flags that hand its requests elsewhere again, or the key
                 hint = run.resume_hint(bool(config.api_key) and not again, again)
                 stop.hint = f"; {hint}"
@@ -83,8 +84,11 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             log.error("%s", exc)
             if exc.exit_code == 2:
                 undo()
+                note = ""
             raise
         finally:
+            if note:
+                print(note, file=sys.stderr)
             log.removeHandler(handler)
             handler.close()
 
@@ -110,9 +114,9 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
     return TaskConfig(**merged, given=config.given)
 
 
-def open_run(plan: Plan) -> tuple[RunDir, bool, Callable[[], None]]:
-    """The run directory, its settings on disk from the first moment; whether it is new; and what undoes the opening
-    when the run stops on a setting or an endpoint before it asks anything (exit 2)."""
+def open_run(plan: Plan) -> tuple[RunDir, bool, Callable[[], None], str]:
+    """The run directory, its settings on disk from the first moment; whether it is new; what undoes the opening
+    when the run stops on a setting or an endpoint before it asks anything (exit 2); and a note for the user."""
     config = plan.config
     own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
     if config.batch_write:
@@ -130,7 +134,7 @@ def open_run(plan: Plan) -> tuple[RunDir, bool, Callable[[], None]]:
             run.save_config(content)
             run.save_subset(plan.dataset.ids)
             run = run.publish()  # under its timestamp only once its settings are there
-            return run, True, lambda: _discard(run, config)
+            return run, True, lambda: _discard(run, config), ""
         except BaseException:
             run.discard(folder=True)
             raise
@@ -144,9 +148,9 @@ def open_run(plan: Plan) -> tuple[RunDir, bool, Callable[[], None]]:
     run.save_config(content)
     run.save_subset(plan.dataset.ids)
     before = (saved.get("subset") or {}).get("count")
-    if before is not None and before != plan.dataset.count:
-        print(f"note: the run now covers {plan.dataset.count} questions (it covered {before})", file=sys.stderr)
-    return run, False, undo
+    if before is None or before == plan.dataset.count:
+        return run, False, undo, ""
+    return run, False, undo, f"note: the run now covers {plan.dataset.count} questions (it covered {before})"
 
 
 def _put_back(run: RunDir) -> Callable[[], None]:
