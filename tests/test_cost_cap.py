@@ -448,16 +448,20 @@ def test_what_failed_attempts_were_billed_stays_in_the_cost_of_a_run_that_patien
     with AnswerServer(respond) as srv:
         args = ("--price-input", "0", "--price-output", "1000", "--work-dir", str(tmp_path))
         first = run_cli("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--eval-batch-size", "1",
-                        "--retries", "1000", "--patience", "1", *args)  # fmt: skip
+                        "--retries", "1000", "--patience", "1", "--ignore-errors", *args)  # fmt: skip
         billed = len(srv.seen)
         rows = read_jsonl(only_run_dir(tmp_path) / "predictions" / "m" / "coin_flip.jsonl")
+        rescored = run_cli("rescore", str(only_run_dir(tmp_path)))  # errors ignored, but no sample was done
+        stopped_cost = _cost(tmp_path)
         broken[0] = False
         resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--api-url", srv.url)
         every = len(srv.seen)
     assert first.returncode == 1 and "(patience)" in first.stderr, first.stderr
     assert billed > 1 and sum(row["usage"]["completion_tokens"] for row in rows) == billed * 1000
-    assert all(row["error"].startswith("the run stopped before an answer") for row in rows)
+    assert all(row["error"].startswith("the run stopped before an answer") and row["stopped"] for row in rows)
     assert resumed.returncode == 0 and _answered(tmp_path) == 4 and _cost(tmp_path) == every * 1.0, resumed.stderr
+    assert rescored.returncode == 1 and "4 sample(s) were never run" in rescored.stdout, rescored.stdout
+    assert stopped_cost == billed * 1.0  # what the stopped attempts were billed: in the cost, in no sample
 
 
 def test_a_resume_keeps_the_prices_its_pricing_file_gave(tmp_path: Path) -> None:

@@ -319,3 +319,23 @@ def test_saved_rows_are_held_to_the_run_s_data_where_it_is_read_again(tmp_path: 
     read_again = json.loads((tmp_path / "reports/m/coin_flip.json").read_text())
     assert rescored.returncode == 0 and read_again["counts"] == report["counts"]
     assert read_again["corrected_rows"] == report["corrected_rows"]
+
+
+def test_a_rescore_reads_a_data_file_again_only_when_it_is_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rescore of 20 rows of a 570 MB generated set read it twice (68 s, against 0.7 s): a file past HELD_BYTES
+    is not read again, its rows are scored as saved."""
+    import coinflip.data.load as load
+    from coinflip.run import finish
+    from coinflip.rundir import load_saved_config
+
+    data = tmp_path / "data.jsonl"
+    assert run_cli("generate", "--count", "40", "--out", str(data)).returncode == 0
+    args = ("eval", "--model", "oracle", "--dataset-path", str(data), "--limit", "5", "--work-dir", str(tmp_path / "w"))
+    assert run_cli(*args, "--no-timestamp").returncode == 0
+    saved = load_saved_config(tmp_path / "w")
+    held = finish._saved_data(saved)
+    assert held is not None and sum(map(bool, held.answer)) == 40
+    monkeypatch.setattr(load, "HELD_BYTES", data.stat().st_size - 1)
+    assert finish._saved_data(saved) is None

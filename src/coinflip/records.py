@@ -57,6 +57,7 @@ class Prediction(TypedDict):
     forced: NotRequired[Forced]  # --force-answer, for a reply without a valid answer
     batch: NotRequired[bool]  # answered through a Batch API (priced at its discount); absent: online
     source: NotRequired[str]  # the key of the last saved batch (batch/state.json) whose usage it holds
+    stopped: NotRequired[bool]  # no sample done: the run stopped it between attempts, what they were billed kept
 
 
 class Review(TypedDict):

@@ -46,6 +46,7 @@ class Reply:
     more: list[Reply] = field(default_factory=list)
     batch: bool = False  # answered through a Batch API, which bills at its discount
     source: str | None = None  # the saved batch that gave it (its key): a resume never reads it again for a row
+    stopped: bool = False  # no answer: the run stopped it between attempts; it holds what they were billed
 
 
 class Model(Protocol):

@@ -174,7 +174,9 @@ class OpenAIClient:
             self.last_word = self.redact(one_line(message))
             if wasted:
                 error = f"the run stopped before an answer; the last failed attempt: {self.last_word}"
-                self.unsaved[id(request)] = Reply(None, usage=wasted, latency_s=None, attempts=attempts, error=error)
+                self.unsaved[id(request)] = Reply(
+                    None, usage=wasted, latency_s=None, attempts=attempts, error=error, stopped=True
+                )
             failures += outcome != "rejected"  # a refusal slows down, uses no retry: bounded by the run's patience
             billed = outcome != "rejected" or spent is not None  # a plain 429 bills nothing: it waits, it stays owed
             capped = outcome != "final" and failures <= self.retries and billed and not self._may_retry(request, spent)

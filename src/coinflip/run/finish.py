@@ -6,6 +6,7 @@ import json
 import sys
 from array import array
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from .._files import NO_LIMIT, read_regular, replacing
@@ -100,20 +101,31 @@ class Truth:
 
 
 def _saved_data(saved: dict[str, Any]) -> Truth | None:
-    """A rescore holds the rows to the run's data where it is at hand without a hub (bundled, a local path) and
-    reads back with the hash the run saw; elsewhere (a hub, a file moved or changed) they are scored as saved."""
-    from ..data.load import load_dataset
+    """A rescore holds the rows to the run's data where it is at hand without a hub and cheap to read (bundled, a
+    local file of at most HELD_BYTES: a rescore of 20 rows read a 570 MB set twice) and reads back with the hash the
+    run saw; elsewhere (a hub, a large, moved or changed file) they are scored as saved."""
+    from ..data.load import HELD_BYTES, load_dataset
 
     config, seen = saved["config"], saved["fingerprint"].get("dataset")
-    if not (config.get("dataset_path") or config.get("dataset_hub", "bundled") == "bundled") or not isinstance(
-        seen, dict
-    ):
+    path = config.get("dataset_path")
+    bundled = config.get("dataset_hub", "bundled") == "bundled"
+    at_hand = _small(Path(str(path)).expanduser(), HELD_BYTES) if path else bundled
+    if not at_hand or not isinstance(seen, dict):
         return None
     try:
-        data = load_dataset(str(config.get("split") or "test"), config.get("dataset_path"))
+        data = load_dataset(str(config.get("split") or "test"), path)
     except (CoinflipError, OSError):
         return None
     return Truth(data) if data.source.get("sha256") == seen.get("sha256") else None
+
+
+def _small(path: Path, most: int) -> bool:
+    """A data file, or a folder of splits, of at most `most` bytes in all (whatever else it holds)."""
+    try:
+        files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file()]
+        return sum(p.stat().st_size for p in files) <= most
+    except OSError:
+        return False
 
 
 def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int, truth: Truth | None) -> Scorer:
@@ -137,7 +149,9 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int, tr
             continue
         if truth is not None and (fixed := truth.fixed(p)) is not p:
             p, scorer.corrected = fixed, scorer.corrected + 1
-        if scored(p):
+        if p.get("stopped") is True:  # what a request the run stopped was billed: paid for, not a sample
+            scorer.outside.add(p)
+        elif scored(p):
             scorer.add(p)
         else:  # its forced answer is pending: not scored yet, but its reply was paid for
             scorer.usage.add(p)

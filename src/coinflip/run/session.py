@@ -130,6 +130,10 @@ class Session:
                 rows = first_rows(job, request, reply, self.plan.build.choices, config.force_answer)
             for row in rows:
                 self.writer.write(row)
+                if row.get("stopped"):  # not a sample done: paid for, asked again on resume (finish.py too)
+                    if self.scorer is not None:
+                        self.scorer.outside.add(row)
+                    continue
                 if not forced.scored(row):
                     self.pending += 1
                     continue
@@ -263,6 +267,8 @@ def prediction_row(record: Any, repeat: int, request: Request, reply: Reply) -> 
         row["status"] = reply.status
     if reply.batch:
         row["batch"] = True
+    if reply.stopped:
+        row["stopped"] = True
     if source := _named(reply, request):
         row["source"] = source
     return row

@@ -256,7 +256,7 @@ class Scorer(Columns):
         self.compat = compat  # whose rule reviews each reply: coinflip's strict one or EvalScope's
         self.usage = Usage(choices)
         self.forced_usage = Usage()
-        self.outside = Usage()  # saved predictions outside the subset scored (a narrower --limit): cost only
+        self.outside = Usage()  # cost only: predictions outside the subset scored (a narrower --limit), stopped rows
         self.showcase = Showcase(showcase_cap)
         self.unreadable = 0  # saved lines left out: no prediction, or no YES or NO target (a hand-edited file)
         self.corrected = 0  # saved rows whose target, people or flips were not the data's: scored by the data's
