@@ -453,6 +453,7 @@ def test_what_failed_attempts_were_billed_stays_in_the_cost_of_a_run_that_patien
         rows = read_jsonl(only_run_dir(tmp_path) / "predictions" / "m" / "coin_flip.jsonl")
         rescored = run_cli("rescore", str(only_run_dir(tmp_path)))  # errors ignored, but no sample was done
         stopped_cost = _cost(tmp_path)
+        listed = run_cli("answers", str(only_run_dir(tmp_path)), "--out", str(tmp_path / "answers.csv"))
         broken[0] = False
         resumed = run_cli("eval", "--use-cache", str(only_run_dir(tmp_path)), "--api-url", srv.url)
         every = len(srv.seen)
@@ -462,6 +463,8 @@ def test_what_failed_attempts_were_billed_stays_in_the_cost_of_a_run_that_patien
     assert resumed.returncode == 0 and _answered(tmp_path) == 4 and _cost(tmp_path) == every * 1.0, resumed.stderr
     assert rescored.returncode == 1 and "4 sample(s) were never run" in rescored.stdout, rescored.stdout
     assert stopped_cost == billed * 1.0  # what the stopped attempts were billed: in the cost, in no sample
+    said = f"left out {len(rows)} requests a stop cut off between attempts (a resume asks them)"
+    assert said in listed.stderr and "without a review" not in listed.stderr, listed.stderr
 
 
 def test_a_resume_keeps_the_prices_its_pricing_file_gave(tmp_path: Path) -> None:

@@ -44,12 +44,14 @@ class Left:
     unscored: int = 0  # predictions of questions the run asks, without a review
     pending: int = 0  # replies whose forced answer is pending: no review until a resume asks it
     unreadable: int = 0  # saved lines that hold no prediction
+    stopped: int = 0  # requests the run stopped between attempts: rows of what they were billed, still owed
 
     def line(self, run: RunDir) -> str:
         rescore = f"`coinflip rescore {shlex.quote(str(run.root))}` scores them"
         counted = [
             (self.unscored, f"saved predictions without a review ({rescore})"),
             (self.pending, "replies whose forced answer is pending (a resume asks it)"),
+            (self.stopped, "requests a stop cut off between attempts (a resume asks them)"),
             (self.unreadable, "saved lines that hold no prediction"),
         ]
         kept = [f"{n} {what}" for n, what in counted if n]
@@ -77,8 +79,10 @@ def _joined(
         for key in index.where:
             review = reviews.get(key)
             if review is None:
-                left.pending += key in index.pending
-                left.unscored += key not in index.pending and asked(split_key(key)[0])
+                owed = key not in index.pending and asked(split_key(key)[0])
+                stopped = owed and index.row(handle, key).get("stopped") is True  # owed, not unscored
+                left.pending, left.stopped = left.pending + (key in index.pending), left.stopped + stopped
+                left.unscored += owed and not stopped
                 continue
             row = index.row(handle, key)
             forced = row["forced"] if isinstance(row.get("forced"), dict) else {}
