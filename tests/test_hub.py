@@ -190,3 +190,26 @@ def test_shards_named_the_older_way_with_a_fingerprint_are_one_split(tmp_path: P
         table = pa.Table.from_pylist([{"question": q, "answer": a} for q, a in rows[n * 10 : n * 10 + 10]])
         pq.write_table(table, tmp_path / "data" / f"test-0000{n}-of-00002-{tag}.parquet")
     assert [(r.question, r.answer) for r in load_dataset(path=tmp_path)] == rows
+
+
+def test_a_rescore_holds_rows_to_a_cached_hub_split_and_never_downloads(tmp_path: Path) -> None:
+    """A rescore read a run on hub data as saved: a hand-flipped target scored a wrong answer right. The hub's
+    complete cache is read (no network); without one the rows are scored as saved, nothing downloaded."""
+    target = tmp_path / "cache" / "huggingface" / "extraordinarylab___coin-flip"
+    _hub_files(target)
+    (target / hub.MARKER).touch()
+    env = {"COINFLIP_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+    work = tmp_path / "out"
+    args = ("eval", "--model", "oracle", "--dataset-hub", "huggingface", "--limit", "6", "--no-timestamp")
+    assert run_cli(*args, "--work-dir", str(work), env=env).returncode == 0
+    path = work / "predictions/oracle/coin_flip.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0]["target"] = "NO" if rows[0]["target"] == "YES" else "YES"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = work / "reports/oracle/coin_flip.json"
+    assert run_cli("rescore", str(work), env=env).returncode == 0
+    held = json.loads(report.read_text())
+    assert held["corrected_rows"] == 1 and held["metrics"]["accuracy"] == 1.0
+    (target / hub.MARKER).unlink()  # no complete cache: no download, the rows as saved
+    assert run_cli("rescore", str(work), env=env).returncode == 0 and not (target / hub.MARKER).exists()
+    assert "corrected_rows" not in json.loads(report.read_text())

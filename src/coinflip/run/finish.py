@@ -101,28 +101,30 @@ class Truth:
 
 
 def _saved_data(saved: dict[str, Any]) -> Truth | None:
-    """A rescore holds the rows to the run's data where it is at hand without a hub and cheap to read (bundled, a
-    local file of at most HELD_BYTES: a rescore of 20 rows read a 570 MB set twice) and reads back with the hash the
-    run saw; elsewhere (a hub, a large, moved or changed file) they are scored as saved."""
+    """A rescore holds the rows to the run's data where it is at hand and cheap to read (bundled, a local file or a
+    hub's complete cache of at most HELD_BYTES: a rescore of 20 rows read a 570 MB set twice; never a download) and
+    reads back with the hash the run saw; elsewhere (large, moved, changed, not cached) they are scored as saved."""
+    from ..data.hub import DATASET_ID, MARKER, cache_dir
     from ..data.load import HELD_BYTES, load_dataset
 
     config, seen = saved["config"], saved["fingerprint"].get("dataset")
-    path = config.get("dataset_path")
-    bundled = config.get("dataset_hub", "bundled") == "bundled"
-    at_hand = _small(Path(str(path)).expanduser(), HELD_BYTES) if path else bundled
-    if not at_hand or not isinstance(seen, dict):
-        return None
+    path, hub, hub_id, cached = (config.get(k) for k in ("dataset_path", "dataset_hub", "dataset_id", "dataset_dir"))
+    hub = hub or "bundled"
+    if path or hub != "bundled":
+        folder = Path(str(path)).expanduser() if path else cache_dir(hub, str(hub_id or DATASET_ID), cached)
+        if not (path or (folder / MARKER).exists()) or not _small(folder, HELD_BYTES):
+            return None
     try:
-        data = load_dataset(str(config.get("split") or "test"), path)
+        data = load_dataset(str(config.get("split") or "test"), path, hub, hub_id, cached)
     except (CoinflipError, OSError):
         return None
-    return Truth(data) if data.source.get("sha256") == seen.get("sha256") else None
+    return Truth(data) if isinstance(seen, dict) and data.source.get("sha256") == seen.get("sha256") else None
 
 
 def _small(path: Path, most: int) -> bool:
-    """A data file, or a folder of splits, of at most `most` bytes in all (whatever else it holds)."""
+    """A data file, or a folder (of splits, a hub's cache), of at most `most` bytes in all."""
     try:
-        files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file()]
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
         return sum(p.stat().st_size for p in files) <= most
     except OSError:
         return False
