@@ -674,3 +674,42 @@ def test_a_scheme_in_capitals_works_as_lowercase(tmp_path: Path) -> None:
         result = run_cli("eval", "--model", "m", "--limit", "2", "--api-url", url, "--work-dir", str(tmp_path))
         asked = sum(srv.state.requests.values())
     assert result.returncode == 0 and asked == 2, result.stderr
+
+
+def test_a_setting_s_note_is_told_once_whatever_stops_the_run(tmp_path: Path) -> None:
+    """The note of a wider resume shared its name with the settings' notes: a dry run, or a run stopped before its
+    directory, printed the last settings note again, without its prefix."""
+    args = (
+        "eval",
+        "--model",
+        "oracle",
+        "--api-url",
+        "http://127.0.0.1:1/v1",
+        "--limit",
+        "5",
+        "--work-dir",
+        str(tmp_path),
+    )
+    for extra, code in ((("--dry-run",), 0), (("--dataset-path", str(tmp_path / "none.jsonl")), 2)):
+        result = run_cli(*args, *extra)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == code and sum("api_url: not used" in line for line in lines) == 1, result.stderr
+
+
+def test_a_resume_whose_rows_landed_before_exit_2_keeps_its_wider_run_and_says_so(tmp_path: Path) -> None:
+    """A key revoked after a reply landed (exit 2): the wider subset stays (a row is in it), so its note is told."""
+    with FakeOpenAIServer("correct") as srv:
+        first = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "3", "--work-dir", str(tmp_path))
+    assert first.returncode == 0
+    run = only_run_dir(tmp_path)
+
+    def respond(seen: Seen) -> bytes:
+        return answer(chat("ANSWER: YES")) if seen.index == 0 else answer({"error": {"message": "revoked"}}, 401)
+
+    with AnswerServer(respond) as srv:
+        result = run_cli(
+            "eval", "--use-cache", str(run), "--limit", "6", "--eval-batch-size", "1", "--api-url", srv.url
+        )
+    assert result.returncode == 2 and "401" in result.stderr.splitlines()[-1], result.stderr
+    assert "note: the run now covers 6 questions (it covered 3)" in result.stderr
+    assert len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 4

@@ -49,7 +49,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
         stop.hint = ""  # a probe's runs share one StopRequest: no hint of the run before
         run: RunDir | None = None
         handler: logging.Handler = logging.NullHandler()
-        note = ""  # a resume's wider subset: told unless the resume is taken back
+        wider = ""  # a resume's wider subset: told unless the resume is taken back
         try:
             config = resume_settings(config)
             for note in config.notes():
@@ -63,7 +63,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 print(f"dry run: {plan.samples} samples ({where}) for {config.name}; nothing sent", file=sys.stderr)
                 return {}
             with stop.held():  # a run directory exists only with its settings in it, and then resumes
-                run, fresh, undo, note = open_run(plan)
+                run, fresh, undo, wider = open_run(plan)
                 again = handed_off(config)  # the flags that hand its requests elsewhere again, or the key
                 hint = run.resume_hint(bool(config.api_key) and not again, again)
                 stop.hint = f"; {hint}"
@@ -82,13 +82,12 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             if run is None:  # no run directory, no log of it
                 raise
             log.error("%s", exc)
-            if exc.exit_code == 2:
-                undo()
-                note = ""
+            if exc.exit_code == 2 and undo():
+                wider = ""
             raise
         finally:
-            if note:
-                print(note, file=sys.stderr)
+            if wider:
+                print(wider, file=sys.stderr)
             log.removeHandler(handler)
             handler.close()
 
@@ -114,9 +113,9 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
     return TaskConfig(**merged, given=config.given)
 
 
-def open_run(plan: Plan) -> tuple[RunDir, bool, Callable[[], None], str]:
+def open_run(plan: Plan) -> tuple[RunDir, bool, Callable[[], bool], str]:
     """The run directory, its settings on disk from the first moment; whether it is new; what undoes the opening
-    when the run stops on a setting or an endpoint before it asks anything (exit 2); and a note for the user."""
+    when the run stops on a setting or an endpoint before a reply lands (exit 2; True: undone); and a note."""
     config = plan.config
     own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
     if config.batch_write:
@@ -153,17 +152,19 @@ def open_run(plan: Plan) -> tuple[RunDir, bool, Callable[[], None], str]:
     return run, False, undo, f"note: the run now covers {plan.dataset.count} questions (it covered {before})"
 
 
-def _put_back(run: RunDir) -> Callable[[], None]:
+def _put_back(run: RunDir) -> Callable[[], bool]:
     """What puts a resumed run's settings back as they are now, if no reply lands before it stops: a server gone
     leaves neither a resumed date nor a larger --limit's subset, which its old report does not cover."""
     files = (run.config_file, run.root / SUBSET_FILE)
     kept, rows = {path: path.read_bytes() if path.is_file() else None for path in files}, _size(run.predictions)
 
-    def undo() -> None:
-        if _size(run.predictions) == rows:
-            for path, data in kept.items():
-                with contextlib.suppress(StorageError):  # the error that stopped the run is the one to tell
-                    run.put(path, data)
+    def undo() -> bool:
+        if _size(run.predictions) != rows:
+            return False
+        for path, data in kept.items():
+            with contextlib.suppress(StorageError):  # the error that stopped the run is the one to tell
+                run.put(path, data)
+        return True
 
     return undo
 
@@ -227,16 +228,16 @@ def _comparable(value: Any) -> Any:
     return (value.get("sha256"), value.get("split")) if isinstance(value, dict) and "sha256" in value else value
 
 
-def _discard(run: RunDir, config: TaskConfig) -> None:
+def _discard(run: RunDir, config: TaskConfig) -> bool:
     """A run that never got going (a wrong endpoint, a bad setting found late) leaves nothing behind."""
     if run.predictions.exists() and run.predictions.stat().st_size:
-        return
+        return False
     if not config.no_timestamp:
         shutil.rmtree(run.root, ignore_errors=True)
         with contextlib.suppress(OSError):  # and the work directory, if this run made it
             if run.root.parent.exists() and not any(run.root.parent.iterdir()) and run.made_work_dir:
                 run.root.parent.rmdir()
-        return
+        return True
     configs, predictions = run.root / "configs", run.predictions  # the lock and an empty file: not a foreign run
     for path in (run.config_file, configs / "subset.json", configs / "run.lock", run.log, run.server_log, predictions):
         with contextlib.suppress(OSError):
@@ -245,6 +246,7 @@ def _discard(run: RunDir, config: TaskConfig) -> None:
         with contextlib.suppress(OSError):
             for empty in sorted((run.root / folder).glob("**/"), reverse=True):
                 empty.rmdir()
+    return True
 
 
 def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None, hint: str = "") -> Session | None:
