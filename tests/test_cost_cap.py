@@ -483,3 +483,49 @@ def test_a_resume_keeps_the_prices_its_pricing_file_gave(tmp_path: Path) -> None
     tokens = sum(row["usage"]["prompt_tokens"] + row["usage"]["completion_tokens"] for row in rows)
     assert resumed.returncode == 0 and len(rows) == 8, resumed.stderr
     assert 0 < before < _cost(tmp_path / "w") == pytest.approx(tokens * 2 / 1e6)
+
+
+def test_a_forced_turn_stopped_between_billed_attempts_stays_to_ask(tmp_path: Path) -> None:
+    """A --force-answer follow-up cut off between billed failed attempts was saved as a failed forced answer: the
+    sample counted as done (invalid), a rescore said complete, and a resume then changed the forced score."""
+    usage = {"prompt_tokens": 0, "completion_tokens": 1000, "total_tokens": 1000}
+    forced_turns: list[int] = []
+
+    def respond(seen: Seen) -> bytes:
+        if len(seen.body["messages"]) == 1:  # the first turn: reasoning with no answer line
+            return answer(chat("The coin is probably up, I think.", usage={"prompt_tokens": 0, "completion_tokens": 0}))
+        forced_turns.append(1)
+        return answer({"choices": [], "usage": usage})
+
+    with AnswerServer(respond) as srv:
+        args = ("eval", "--model", "m", "--limit", "1", "--api-url", srv.url, "--force-answer", "--retries", "1000")
+        prices = ("--price-input", "0", "--price-output", "1000", "--work-dir", str(tmp_path))
+        stopped = run_cli(*args, "--patience", "1", "--ignore-errors", *prices)
+    (row,) = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")[-1:]
+    rescored = run_cli("rescore", str(only_run_dir(tmp_path)))
+    assert stopped.returncode == 1 and row["forced"]["pending"] is True, stopped.stderr
+    assert row["forced"]["usage"]["completion_tokens"] == 1000 * len(forced_turns) > 1000
+    assert rescored.returncode == 1 and _cost(tmp_path) == len(forced_turns) * 1.0, rescored.stdout
+
+
+def test_stopped_rows_are_owed_in_answers_and_never_corrected_or_scored(tmp_path: Path) -> None:
+    """A run whose error rows were reviewed, then resumed and stopped between billed attempts: answers wrote the
+    stopped rows as errors from the old reviews, and a rescore counted a hand-edited stopped row as corrected."""
+    usage = {"prompt_tokens": 0, "completion_tokens": 1000, "total_tokens": 1000}
+    with AnswerServer(lambda seen: answer({"choices": [], "usage": usage})) as srv:
+        args = ("eval", "--model", "m", "--limit", "2", "--api-url", srv.url, "--eval-batch-size", "1")  # 3 alike:
+        assert (
+            run_cli(*args, "--retries", "0", "--ignore-errors", "--work-dir", str(tmp_path)).returncode == 0
+        )  # broken
+        run = only_run_dir(tmp_path)
+        resumed = run_cli("eval", "--use-cache", str(run), "--retries", "1000", "--patience", "1")
+    path = run / "predictions/m/coin_flip.jsonl"
+    rows = read_jsonl(path)
+    assert resumed.returncode == 1 and rows[-1]["stopped"] is True, resumed.stderr
+    listed = run_cli("answers", str(run), "--out", str(tmp_path / "a.csv"))
+    assert listed.returncode == 0 and "left out 1 requests a stop cut off" in listed.stderr, listed.stderr
+    rows[-1]["target"] = "NO" if rows[-1]["target"] == "YES" else "YES"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert run_cli("rescore", str(run)).returncode == 1
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert "corrected_rows" not in report and report["counts"]["samples"] == 1

@@ -339,3 +339,21 @@ def test_a_rescore_reads_a_data_file_again_only_when_it_is_small(
     assert held is not None and sum(map(bool, held.answer)) == 40
     monkeypatch.setattr(load, "HELD_BYTES", data.stat().st_size - 1)
     assert finish._saved_data(saved) is None
+
+
+def test_a_rescore_finds_a_run_s_data_file_given_by_a_relative_path_from_anywhere(tmp_path: Path) -> None:
+    """A run made with --dataset-path data.jsonl was held to its data only when rescored from the folder it ran in."""
+    from .conftest import read_jsonl
+
+    assert run_cli("generate", "--count", "30", "--out", str(tmp_path / "data.jsonl")).returncode == 0
+    args = ("eval", "--model", "oracle", "--dataset-path", "data.jsonl", "--limit", "4", "--work-dir", "w")
+    assert run_cli(*args, "--no-timestamp", cwd=tmp_path).returncode == 0
+    path = tmp_path / "w/predictions/oracle/coin_flip.jsonl"
+    rows = read_jsonl(path)
+    rows[0]["target"] = "NO" if rows[0]["target"] == "YES" else "YES"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert run_cli("rescore", str(tmp_path / "w"), cwd=elsewhere).returncode == 0
+    report = json.loads((tmp_path / "w/reports/oracle/coin_flip.json").read_text())
+    assert report["corrected_rows"] == 1 and report["metrics"]["accuracy"] == 1.0

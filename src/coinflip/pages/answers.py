@@ -78,13 +78,14 @@ def _joined(
     with run.predictions.open("rb") as handle:
         for key in index.where:
             review = reviews.get(key)
-            if review is None:
-                owed = key not in index.pending and asked(split_key(key)[0])
-                stopped = owed and index.row(handle, key).get("stopped") is True  # owed, not unscored
-                left.pending, left.stopped = left.pending + (key in index.pending), left.stopped + stopped
-                left.unscored += owed and not stopped
+            if review is None and (key in index.pending or not asked(split_key(key)[0])):
+                left.pending += key in index.pending
                 continue
             row = index.row(handle, key)
+            if row.get("stopped") is True or review is None:  # stopped: owed, whatever an older review said
+                left.stopped += row.get("stopped") is True
+                left.unscored += row.get("stopped") is not True
+                continue
             forced = row["forced"] if isinstance(row.get("forced"), dict) else {}
             own: dict[str, Any] = {c: row.get(c) for c in ("error", "question", "reply")}
             own["repeat"] = row.get("repeat") or 0  # rows of versions before repeats have none

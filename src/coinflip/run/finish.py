@@ -109,6 +109,8 @@ def _saved_data(saved: dict[str, Any]) -> Truth | None:
 
     config, seen = saved["config"], saved["fingerprint"].get("dataset")
     path, hub, hub_id, cached = (config.get(k) for k in ("dataset_path", "dataset_hub", "dataset_id", "dataset_dir"))
+    if path and isinstance(seen, dict) and seen.get("source") == "file":  # as the run saw it: the typed path was
+        path = seen.get("path") or path  # relative to where it ran
     hub = hub or "bundled"
     if path or hub != "bundled":
         folder = Path(str(path)).expanduser() if path else cache_dir(hub, str(hub_id or DATASET_ID), cached)
@@ -149,12 +151,15 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int, tr
             continue
         if (p.get("repeat") or 0) >= answers:  # a repeat the run never asked (a hand edit, another run's line)
             continue
-        if truth is not None and (fixed := truth.fixed(p)) is not p:
-            p, scorer.corrected = fixed, scorer.corrected + 1
         if p.get("stopped") is True:  # what a request the run stopped was billed: paid for, not a sample
             scorer.outside.add(p)
-        elif scored(p):
+            continue
+        if truth is not None and (fixed := truth.fixed(p)) is not p:
+            p, scorer.corrected = fixed, scorer.corrected + 1
+        if scored(p):
             scorer.add(p)
-        else:  # its forced answer is pending: not scored yet, but its reply was paid for
+        else:  # its forced answer is pending: not scored yet, but its reply was paid for (and a stopped forced turn)
             scorer.usage.add(p)
+            if isinstance(forced := p.get("forced"), dict) and forced.get("usage"):
+                scorer.outside.add(forced)
     return scorer

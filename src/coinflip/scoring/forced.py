@@ -35,6 +35,8 @@ def answered(first: Prediction, reply: Reply) -> Prediction:
         forced["batch"] = True
     if reply.source:  # the last batch whose usage it holds: never read again
         forced["source"] = reply.source
+    if reply.stopped:  # the run stopped it between attempts: still to ask, what they were billed kept
+        forced["pending"] = True
     kept = {k: v for k, v in first.items() if k not in ("forced", "error")}
     return {**kept, "forced": forced, "error": first.get("error")}  # type: ignore[typeddict-item]
 
