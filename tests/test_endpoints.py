@@ -54,12 +54,8 @@ def test_a_resume_that_finds_no_server_leaves_the_run_as_it_was(tmp_path: Path) 
     """Its saved settings (their resumed date) and a larger --limit's subset, which its old report does not cover,
     change only once a reply could land."""
     with FakeOpenAIServer("correct") as srv:
-        assert (
-            run_cli(
-                "eval", "--model", "m", "--api-url", srv.url, "--limit", "4", "--work-dir", str(tmp_path)
-            ).returncode
-            == 0
-        )
+        first = run_cli("eval", "--model", "m", "--api-url", srv.url, "--limit", "4", "--work-dir", str(tmp_path))
+    assert first.returncode == 0
     run = only_run_dir(tmp_path)
     saved = {name: (run / "configs" / name).read_bytes() for name in ("task_config.yaml", "subset.json")}
     gone = f"http://127.0.0.1:{closed_port()}/v1"

@@ -149,6 +149,11 @@ def pending(row: Prediction) -> bool:
     return isinstance(forced, dict) and (bool(forced.get("pending")) or forced.get("error") is not None)
 
 
+def stopped(row: Prediction) -> bool:
+    """A request the run stopped between billed attempts: its row holds what they cost, it is no sample done (owed)."""
+    return row.get("stopped") is True
+
+
 def scored(row: Prediction) -> bool:
     """A row counts unless its forced answer is pending (a failed one counts, as invalid)."""
     forced = row.get("forced")

@@ -17,7 +17,7 @@ from .._files import ROWS_LIMIT, replacing, special
 from .._terminal import one_line, printable
 from ..errors import ConfigError, DataError, storage_error
 from ..jsonl import PredictionIndex, index_predictions, iter_reviews
-from ..records import Review, escape_line_breaks, key_of, split_key
+from ..records import Review, escape_line_breaks, key_of, split_key, stopped
 from ..rundir import RunDir, load_saved_config, run_holding
 from .catalog import RUN_PARTS
 
@@ -82,9 +82,9 @@ def _joined(
                 left.pending += key in index.pending
                 continue
             row = index.row(handle, key)
-            if row.get("stopped") is True or review is None:  # stopped: owed, whatever an older review said
-                left.stopped += row.get("stopped") is True
-                left.unscored += row.get("stopped") is not True
+            if stopped(row) or review is None:  # stopped: owed, whatever an older review said
+                left.stopped += stopped(row)
+                left.unscored += not stopped(row)
                 continue
             forced = row["forced"] if isinstance(row.get("forced"), dict) else {}
             own: dict[str, Any] = {c: row.get(c) for c in ("error", "question", "reply")}

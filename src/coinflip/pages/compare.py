@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from ..scoring.schema import ALTERED
+from ..scoring.schema import altered
 from .board import label, ranked, row, setup, size, write_whole
 from .catalog import Found, read_answers, read_run, scan
 from .html import fmt, shown, text
@@ -237,8 +237,8 @@ def warnings(runs: list[Run]) -> list[str]:
     for r in runs:
         if not r.row["complete"]:
             out.append(f"{r.label} is incomplete: {'; '.join(r.row['warnings']) or 'see its report'}")
-        elif altered := [w for w in r.row["warnings"] if w.startswith(ALTERED)]:
-            out.append(f"{r.label}: {altered[0]}")
+        elif said := altered(r.row):
+            out.append(f"{r.label}: {said}")
     return out
 
 

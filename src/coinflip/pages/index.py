@@ -15,7 +15,7 @@ from .._terminal import one_line
 from ..errors import ConfigError
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
-from ..scoring.schema import ALTERED
+from ..scoring.schema import altered
 from .board import EXTRAS, ranked, row, write_whole
 from .catalog import Found, read_answers, scan
 from .html import relative, render_template, text
@@ -162,8 +162,8 @@ def _problems(found: list[Found], rows: list[dict[str, Any]]) -> list[dict[str, 
             why = "; ".join(r["warnings"]) or "the report says it is not complete"
             why = f"running: being resumed now (its last report: {why})" if r["id"] in live else why
             out.append({"id": r["id"], "kind": "incomplete", "reason": why})
-        elif altered := [w for w in r["warnings"] if w.startswith(ALTERED)]:
-            out.append({"id": r["id"], "kind": "altered", "reason": altered[0]})
+        elif said := altered(r):
+            out.append({"id": r["id"], "kind": "altered", "reason": said})
     return sorted(out, key=lambda p: (p["kind"], p["id"]))
 
 

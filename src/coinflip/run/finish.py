@@ -13,7 +13,7 @@ from .._files import NO_LIMIT, read_regular, replacing
 from ..errors import CoinflipError, DataError
 from ..jsonl import compact_predictions, iter_predictions
 from ..models import offline_rest
-from ..records import Prediction, Requests, checked_requests, scored
+from ..records import Prediction, Requests, checked_requests, scored, stopped
 from ..rundir import RunDir, load_saved_config
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int, tr
             continue
         if (p.get("repeat") or 0) >= answers:  # a repeat the run never asked (a hand edit, another run's line)
             continue
-        if p.get("stopped") is True:  # what a request the run stopped was billed: paid for, not a sample
+        if stopped(p):  # what a request the run stopped was billed: paid for, not a sample
             scorer.outside.add(p)
             continue
         if truth is not None and (fixed := truth.fixed(p)) is not p:

@@ -17,7 +17,7 @@ from ..jsonl import PredictionIndex, PredictionWriter, index_predictions
 from ..models import Reply, Request, backend, limits
 from ..models._replies import added, saved_usage
 from ..models.predict import Gate, run_requests
-from ..records import Prediction, requests_line, sample_key, split_key
+from ..records import Prediction, requests_line, sample_key, split_key, stopped
 from ..rundir import RunDir
 from ..scoring import forced
 from ..scoring.calibration import answer_window
@@ -130,7 +130,7 @@ class Session:
                 rows = first_rows(job, request, reply, self.plan.build.choices, config.force_answer)
             for row in rows:
                 self.writer.write(row)
-                if row.get("stopped"):  # not a sample done: paid for, asked again on resume (finish.py too)
+                if stopped(row):  # paid for, asked again on resume
                     if self.scorer is not None:
                         self.scorer.outside.add(row)
                     continue

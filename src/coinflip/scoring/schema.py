@@ -237,6 +237,11 @@ def checked(report: Mapping[str, Any]) -> Report:
     return found  # type: ignore[return-value]
 
 
+def altered(report: Mapping[str, Any]) -> str | None:
+    """The warning in which `checked` named what it left out of a report (or a board row), if any."""
+    return next((w for w in report.get("warnings") or [] if isinstance(w, str) and w.startswith(ALTERED)), None)
+
+
 _LEFT_OUT = object()
 _hints = functools.cache(functools.partial(typing.get_type_hints, include_extras=True))  # Count's bound kept
 
