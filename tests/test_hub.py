@@ -213,3 +213,33 @@ def test_a_rescore_holds_rows_to_a_cached_hub_split_and_never_downloads(tmp_path
     (target / hub.MARKER).unlink()  # no complete cache: no download, the rows as saved
     assert run_cli("rescore", str(work), env=env).returncode == 0 and not (target / hub.MARKER).exists()
     assert "corrected_rows" not in json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("where", ["--dataset-dir", "--dataset-path"])
+def test_a_relative_data_folder_is_the_one_the_run_saw_when_resumed_or_rescored_elsewhere(
+    tmp_path: Path, where: str
+) -> None:
+    """A relative --dataset-dir (a hub's cache) or --dataset-path was read again from the folder a resume or a
+    rescore started in: offline, the resume failed ("cannot download"), and the rescore scored rows as saved."""
+    start, other = tmp_path / "start", tmp_path / "elsewhere"
+    other.mkdir()
+    target = start / "cache" / "huggingface" / "extraordinarylab___coin-flip"
+    _hub_files(target)
+    (target / hub.MARKER).touch()
+    data = ["--dataset-hub", "huggingface", "--dataset-dir", "cache"] if where == "--dataset-dir" else [
+        "--dataset-path", "cache/huggingface/extraordinarylab___coin-flip"]  # fmt: skip
+    env = {"COINFLIP_CACHE": str(tmp_path / "nowhere"), "HF_HUB_OFFLINE": "1"}
+    first = run_cli("eval", "--model", "oracle", *data, "--limit", "6", "--no-timestamp", "--work-dir", "out",
+                    cwd=start, env=env)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    work = start / "out"
+    resumed = run_cli("eval", "--use-cache", str(work), "--limit", "10", cwd=other, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    report = work / "reports/oracle/coin_flip.json"
+    assert json.loads(report.read_text())["counts"]["samples"] == 10
+    path = work / "predictions/oracle/coin_flip.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0]["target"] = "NO" if rows[0]["target"] == "YES" else "YES"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert run_cli("rescore", str(work), cwd=other, env=env).returncode == 0
+    assert json.loads(report.read_text())["corrected_rows"] == 1

@@ -22,6 +22,7 @@ API_KEY_ENV = ("COINFLIP_API_KEY", "OPENAI_API_KEY")
 MAX_REPLY_MB = 1_000_000  # a terabyte: the cap on --max-reply-mb (beyond it the byte count overflows)
 SETTINGS_VERSION = 2  # 1: no version field (before coinflip 1.0); 2: `version`, one --api-url
 UNUSED = "accepted, not used by coin_flip"
+RELATIVE_TO_START = ("model_path", "dataset_path", "dataset_dir")  # carried to a resume, read from disk
 
 
 @dataclass
@@ -294,6 +295,9 @@ class TaskConfig:
         self.generation_config = parse_generation_config(self.generation_config)
         check_values(self)  # again: JSON text was parsed into objects above
         check_declared(self, settings())
+        for name in RELATIVE_TO_START:  # as the run saw them: a resume or a rescore may start in another folder
+            if isinstance(value := getattr(self, name), str) and value:
+                setattr(self, name, os.path.abspath(os.path.expanduser(value)))
         check_across(self)
 
     def checked(self) -> TaskConfig:
