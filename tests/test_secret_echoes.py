@@ -335,3 +335,15 @@ def test_a_long_key_echoed_in_base64_wrapped_at_76_characters_is_masked() -> Non
         for shown in (wrapped, crlf := wrapped.replace("\n", "\r\n"), one_line(wrapped), one_line(crlf)):
             masked = Redactor([token])(f"you sent {shown} back")
             assert not [line for line in wrapped.splitlines()[1:-1] if line in masked], masked[:200]
+
+
+def test_evalscopes_unused_settings_given_as_text_keep_their_keys_out_of_the_saved_settings(tmp_path: Path) -> None:
+    """EvalScope's own CLI takes --judge-model-args as JSON text, and a YAML file may give `judge` a bare key or
+    `model_args` a list: only a dict was masked, so these were saved in task_config.yaml as given."""
+    config = tmp_path / "task.yaml"
+    config.write_text(f"judge: {KEY}\nmodel_args: [{{token: {KEY}}}]\n")
+    result = run_cli("eval", "--model", "oracle", "--limit", "2", "--work-dir", str(tmp_path / "w"), "--config",
+                     str(config), "--judge-model-args", json.dumps({"api_key": KEY}))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    saved = (only_run_dir(tmp_path / "w") / "configs/task_config.yaml").read_text()
+    assert "SECRET" not in saved and "judge_model_args" in saved and "model_args" in saved

@@ -318,7 +318,8 @@ class TaskConfig:
         data["api_key"] = REDACTED if self.api_key else self.api_key
         data["generation_config"] = redacted_generation(data["generation_config"])
         data["api_url"] = redacted_url(data["api_url"])
-        data.update({s.name: masked(v) for s in settings() if s.unused and isinstance(v := data[s.name], dict)})
+        unused = [s for s in settings() if s.unused and isinstance(data[s.name], (dict, list, str))]
+        data.update({s.name: masked(data[s.name]) for s in unused if data[s.name] != s.default})  # JSON text too
         return {"version": SETTINGS_VERSION, **data}
 
     def __repr__(self) -> str:  # as saved: a notebook, a traceback's locals or a log shows no secret
