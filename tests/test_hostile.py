@@ -32,6 +32,9 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
         (["--api-key", "sk-abc\x1bdef-1234"], {}, "control character"),  # aiohttp's ValueError: a traceback
         (["--generation-config", '{"extra_headers": {"X-A": "a\\u007fb"}}'], {}, "control character"),
         (["--generation-config", '{"extra_headers": {"X-A": "\u2603"}}'], {}, "cannot be sent in an HTTP header"),
+        (["--api-key", "sk-\u00fcnicodeKEY12345"], {}, "not ASCII"),  # a server echoed it as UTF-8 read as Latin-1
+        (["--generation-config", '{"extra_headers": {"X-A": "s\u00e9cret0002xyz"}}'], {}, "not ASCII"),
+        ([], {"OPENAI_API_KEY": "sk-abcdef\u00a01234"}, "not ASCII"),  # a no-break space, copied from a page
         (["--api-url", "http://127.0.0.1:9/v1/\u00fc"], {}, "percent-encode"),
         (["--prompt-template", "Q {question:d}"], {}, "cannot be filled in"),
         (["--prompt-template", "x {question!z}"], {}, "cannot be filled in"),

@@ -343,15 +343,16 @@ def safe_name(name: str) -> str:
 
 
 def check_header(name: str, value: str | None) -> None:
-    """One line of Latin-1: a key copied with a zero-width space or a line break would break the request."""
+    """One line of ASCII: a key copied with a zero-width space or a line break would break the request, and a
+    Latin-1 letter goes out as UTF-8, which a server echoes back (read as Latin-1) in a form no mask knows."""
     if value is None:
         return
     if not isinstance(value, str):  # a YAML `api_key: 12345`
         raise ConfigError(f"{name} must be a text, got {type(value).__name__}: quote it")
-    if any(ord(c) > 255 for c in value):  # not Latin-1
+    if not value.isascii():
         raise ConfigError(
-            f"{name} holds a character that cannot be sent in an HTTP header (a zero-width space, a typographic "
-            "dash or quote?): copy it again"
+            f"{name} holds a character that cannot be sent in an HTTP header (not ASCII: a zero-width or no-break "
+            "space, a typographic dash or quote, an accented letter?): copy it again"
         )
     if any(c in value for c in "\r\n\0"):
         raise ConfigError(f"{name} holds a line break: copy it again")
