@@ -347,3 +347,14 @@ def test_evalscopes_unused_settings_given_as_text_keep_their_keys_out_of_the_sav
     assert result.returncode == 0, result.stderr
     saved = (only_run_dir(tmp_path / "w") / "configs/task_config.yaml").read_text()
     assert "SECRET" not in saved and "judge_model_args" in saved and "model_args" in saved
+
+
+@pytest.mark.parametrize("where", ["api_url", "proxy"])
+def test_a_password_left_without_its_host_is_not_shown(tmp_path: Path, where: str) -> None:
+    """`http://user:PASSWORD` with `@host` forgotten reads as host `user` and port PASSWORD: the refusal
+    quoted the URL, and Python's own reason, with the password in it."""
+    url = f"http://user:{KEY.replace('-', '')}"
+    api_url, env = (url, {}) if where == "api_url" else ("http://api.example.com/v1", {"HTTP_PROXY": url})
+    result = run_cli("eval", "--model", "m", "--api-url", api_url, "--work-dir", str(tmp_path), env=env)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "SECRET" not in result.stderr + result.stdout and where in result.stderr

@@ -113,6 +113,10 @@ def shown_url(url: str) -> str:
     elif "@" in rest and not _host_and_port(_authority(rest)):
         after = [rest[i + 1 :] for i, c in enumerate(rest) if c == "@"]
         rest = next((a for a in after if "@" not in _authority(a) and _host_and_port(_authority(a))), after[-1])
+    authority = _authority(rest)
+    host, colon, port = authority.rpartition(":")
+    if colon and port and not port.isdigit() and not authority.endswith("]"):  # `user:PASSWORD` with no @host
+        rest = f"{host}:{REDACTED}{rest[len(authority) :]}"
     return str(redacted_url(f"{scheme}{sep}{rest}"))
 
 

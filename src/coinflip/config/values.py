@@ -44,7 +44,8 @@ def check_url(url: Any) -> None:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        reason = "its host or port is malformed" if "@" in url else str(exc)  # the text would quote a password
+        bad_port = "port" in str(exc).lower()  # never Python's text: it quotes the "port" of http://user:PASSWORD
+        reason = "its port is no number from 1 to 65535" if bad_port else "its host is malformed"
         raise ConfigError(f"api_url {_shown(url)!r} is not a valid URL ({reason}), {example}") from None
     if parts.username is not None or parts.password is not None:
         raise ConfigError(
