@@ -266,3 +266,23 @@ def test_a_fifo_in_place_of_a_run_file_is_named_not_called_missing(tmp_path: Pat
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         f"error: {path}: not a plain file (a FIFO, a device or a broken link); coinflip reads only those"
     ]
+
+
+@pytest.mark.parametrize("command", ["eval", "answers", "stats"])
+def test_a_reader_that_stops_reading_changes_no_exit_code(tmp_path: Path, command: str) -> None:
+    """`coinflip eval ... | head -c 1`: click's own handling of the closed pipe exited 1 ("incomplete") with nothing
+    said, after a complete run, and before its index.html; the work now goes on and its exit code is the work's."""
+    run = tmp_path / "w"
+    args = ["eval", "--model", "oracle", "--limit", "300", "--work-dir", str(run)]
+    if command != "eval":
+        assert run_cli(*args).returncode == 0
+        args = ["answers", str(only_run_dir(run)), "--out", "-"] if command == "answers" else ["stats"]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte
+    try:
+        done = subprocess.run([sys.executable, "-m", "coinflip", *args], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=300)  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (run / "index.html").exists() or command == "stats"

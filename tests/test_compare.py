@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -259,3 +263,33 @@ def test_a_run_whose_saved_settings_rescore_refuses_is_broken_in_view_and_skippe
     assert odd_key.returncode == 0 and "1 broken" in odd_key.stderr, odd_key.stderr
     compared = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "o"), env=WIDE)
     assert compared.returncode == 0 and f"skipped {runs[0]}" in compared.stdout + compared.stderr
+
+
+def _unprivileged(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`coinflip ARGS` as a user whom file modes bind (root reads a mode-000 folder): nobody, where this is root."""
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    return subprocess.run([*drop, sys.executable, "-m", "coinflip", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def test_a_run_whose_settings_cannot_be_read_is_bad_input_told_in_one_line() -> None:
+    """A run's configs/ folder its user may not read: compare and answers ended "error: Permission denied" with
+    exit 1, the code of an incomplete run, and view called the run another tool's folder."""
+    work = Path(tempfile.mkdtemp(prefix="coinflip-modes-"))
+    try:
+        work.chmod(0o777)  # the unprivileged user's work directory
+        assert run_cli("eval", "--model", "oracle", "--limit", "4", "--no-timestamp", "--work-dir", str(work / "a"))
+        assert run_cli("eval", "--model", "oracle", "--limit", "4", "--no-timestamp", "--work-dir", str(work / "b"))
+        for path in work.rglob("*"):
+            path.chmod(0o777 if path.is_dir() else 0o666)
+        (work / "a" / "configs").chmod(0)
+        for args in (["compare", "a", "b", "--out", "cmp"], ["answers", "a", "--out", "-"], ["view", "."]):
+            done = _unprivileged(args, work)
+            assert "Traceback" not in done.stderr, done.stderr
+            if args[0] != "view":  # view lists every run it found
+                assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+            assert "Permission denied" in done.stderr
+        assert "another tool" not in (work / "index.html").read_text()
+    finally:
+        (work / "a" / "configs").chmod(0o700)
+        shutil.rmtree(work)

@@ -3,7 +3,9 @@ surrogate pair from a server, a model or a run directory), defined once: each be
 
 from __future__ import annotations
 
+import os
 import re
+from typing import Any, TextIO
 
 # C0 controls but tab, newline and carriage return; DEL and C1; bidi embeddings, overrides, isolates; lone surrogates
 UNSHOWABLE = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
@@ -19,3 +21,36 @@ def one_line(text: object, limit: int = 2000) -> str:
     would read as coinflip's own line, and a server's 5 MB error page would flood the terminal."""
     shown = printable(text).replace("\n", "\ufffd")
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+class QuietPipe:
+    """The command's stdout, for a reader that may stop reading (`coinflip answers RUN | head`): once it has, what
+    is left to print goes nowhere and the work goes on, so the exit code says how the work ended, not how much of
+    its output was read (click exited 1, "incomplete", after a complete run whose summary filled the pipe)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        """The pipe's end becomes /dev/null, so the buffer still held, and Python's flush at exit, write nowhere."""
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, self.stream.fileno())
+        finally:
+            os.close(null)
+
+    def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno, buffer: the stream's own
+        return getattr(self.stream, name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 if __name__ == "__main__":  # `python -m coinflip.cli`: a stop while click loads ends in one line
@@ -11,11 +12,11 @@ if __name__ == "__main__":  # `python -m coinflip.cli`: a stop while click loads
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 import click
 
-from ._terminal import one_line
+from ._terminal import QuietPipe, one_line
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .config.declare import EVAL_ONLY
 from .errors import CoinflipError, ConfigError, RunIncomplete
@@ -336,12 +337,15 @@ def main(argv: list[str] | None = None) -> None:
     `argv` given: a call from Python, whose caller gets its signal handlers back."""
     from .run.stop import Interrupted, StopRequest, stopped_by
 
-    stop = StopRequest()
+    stop, stdout = StopRequest(), sys.stdout
     try:
         try:
             stop.install()
+            if stdout is not None and hasattr(stdout, "fileno"):
+                sys.stdout = cast(TextIO, QuietPipe(stdout))
             _dispatch(argv)
         finally:
+            sys.stdout = stdout
             stop.restore() if argv is not None else stop.settle()
     except (Interrupted, KeyboardInterrupt, RuntimeError) as exc:  # one line, whenever it came
         stopped = exc.__cause__ if isinstance(exc, RuntimeError) else exc  # a stop inside a class's __set_name__
@@ -381,7 +385,10 @@ def _dispatch(argv: list[str] | None) -> None:
     except OSError as exc:  # past the files coinflip names (each says so itself): its output, on a full disk
         where = f": {one_line(exc.filename)}" if exc.filename else " (writing the output)"
         click.echo(f"error: {exc.strerror or exc}{where}", err=True)
-        sys.exit(1)
+        sys.exit(2 if exc.errno in UNUSABLE_PATH else 1)  # a path given that cannot be used is bad input
+
+
+UNUSABLE_PATH = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
 
 
 def _utf8(text: str) -> bool:

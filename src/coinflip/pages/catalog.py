@@ -86,7 +86,7 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
         out.append(Found(folder, _rel(root, folder), "broken", f"cannot read the folder: {exc.strerror or exc}"))
         return True
     names = {e.name for e in entries}
-    is_run = "configs" in names and os.path.lexists(folder / CONFIG_FILE)  # whatever it is: read_run says
+    is_run = "configs" in names and holds_settings(folder)
     if is_run:
         out.append(read_run(root, folder))
     elif names & {"predictions", "reports", "reviews"}:  # another tool's run, or one that never started
@@ -113,6 +113,18 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
     if holds_runs or folder == root:  # the highest folder without runs is the one worth naming
         out += [Found(sub, _rel(root, sub), "foreign", _foreign_reason(sub)) for sub in empty]
     return holds_runs
+
+
+def holds_settings(folder: Path) -> bool:
+    """A run's folder: its settings file is there, whatever it is (read_run says what is wrong with it), or its
+    configs folder cannot be read (a run told as broken, "cannot read", not as another tool's folder)."""
+    try:
+        os.lstat(folder / CONFIG_FILE)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _is_dir(entry: os.DirEntry[str], root: Path) -> bool:

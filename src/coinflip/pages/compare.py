@@ -16,12 +16,11 @@ from typing import Any
 
 from .._terminal import one_line
 from ..errors import ConfigError
-from ..rundir import CONFIG_FILE
 from ..scoring.metrics import METRICS
 from ..scoring.paired import pair
 from ..scoring.schema import altered
 from .board import label, ranked, row, setup, size, write_whole
-from .catalog import Found, read_answers, read_run, scan
+from .catalog import Found, holds_settings, read_answers, read_run, scan
 from .html import fmt, shown, text
 
 
@@ -52,7 +51,7 @@ def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
         folder = Path(given).expanduser()
         if not folder.is_dir():
             raise ConfigError(f"{folder} is not a directory")
-        if (folder / CONFIG_FILE).is_file():
+        if holds_settings(folder):
             found = [read_run(folder.parent, folder)]
         else:
             found = scan(folder)
