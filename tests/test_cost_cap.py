@@ -146,6 +146,8 @@ BAD_PRICES: list[tuple[Any, str]] = [
     (lambda p: _pricing(p, "[1, 2]"), "m must map to {input: X, output: Y}, got [1, 2]"),
     (lambda p: _pricing(p, "{input: " + "9" * 5000 + ", output: 1}"), "not valid YAML (Exceeds the limit"),
     (lambda p: ("--price-input", "1e308", "--price-output", "1"), "price_input must be a number from 0 to 1e9"),
+    (lambda p: _pricing(p, "{input: 1, output: 2, batch_discont: 1.0}"), "unknown batch_discont; it takes input"),
+    (lambda p: _pricing(p, "{input: 1, output: 2, cached_input: 0.5}"), "unknown cached_input; it takes input"),
 ]
 
 
@@ -529,3 +531,14 @@ def test_stopped_rows_are_owed_in_answers_and_never_corrected_or_scored(tmp_path
     assert run_cli("rescore", str(run)).returncode == 1
     report = json.loads((run / "reports/m/coin_flip.json").read_text())
     assert "corrected_rows" not in report and report["counts"]["samples"] == 1
+
+
+@pytest.mark.parametrize("given", ["--price-input", "--price-output"])
+def test_one_price_alone_says_that_no_cost_is_reported(tmp_path: Path, given: str) -> None:
+    """--price-output alone was saved and dropped without a word: the run reported no cost, as if none was asked."""
+    result = run_cli("eval", "--model", "oracle", "--limit", "2", given, "0.6", "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    other = {"--price-input": "--price-output", "--price-output": "--price-input"}[given]
+    assert f"not used without {other}: a cost needs both prices, so none is reported" in result.stderr
+    report = json.loads((only_run_dir(tmp_path) / "reports/oracle/coin_flip.json").read_text())
+    assert report.get("cost") is None

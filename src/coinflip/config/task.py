@@ -332,6 +332,10 @@ class TaskConfig:
             out.append("api_url: not used, the --model-path file is served by llama.cpp here")
         elif self.model in BASELINES and self.api_url:  # models.backend: in-process
             out.append(f"api_url: not used, --model {self.model} is a baseline coinflip answers itself")
+        prices = {"price_input": self.price_input, "price_output": self.price_output}
+        if len(given := [k for k, v in prices.items() if v is not None]) == 1 and not self.pricing_file:
+            other = "--" + ({*prices} - {*given}).pop().replace("_", "-")
+            out.append(f"{given[0]}: not used without {other}: a cost needs both prices, so none is reported")
         for s in settings():
             if s.unused and getattr(self, s.name) not in (None, False, s.default, {}, []):
                 out.append(f"{s.name}: {s.unused}")

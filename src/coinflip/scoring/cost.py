@@ -61,7 +61,10 @@ def _apply_pricing_file(config: TaskConfig, path: Path) -> None:
     entry = table[name]
     if not isinstance(entry, dict):
         raise ConfigError(f"pricing file {path}: {name} must map to {{input: X, output: Y}}, got {short(entry)}")
-    for key, field in (("input", "price_input"), ("output", "price_output"), ("batch_discount", "batch_discount")):
+    fields = {"input": "price_input", "output": "price_output", "batch_discount": "batch_discount"}
+    if unknown := sorted(map(str, set(entry) - set(fields))):  # a typo (batch_discont) would price at the default
+        raise ConfigError(f"pricing file {path}: {name}: unknown {', '.join(unknown)}; it takes {', '.join(fields)}")
+    for key, field in fields.items():
         if (value := entry.get(key)) is None or field in config.given:
             continue
         if not _number(value):
