@@ -146,8 +146,13 @@ def test_a_result_file_of_another_model_is_refused_before_anything_is_recorded(t
     assert refused.returncode == 2 and len(line.splitlines()) == 1 and "Traceback" not in line, refused.stderr
     assert "Qwen/Qwen2.5-7B-Instruct" in line and "model m" in line and str(results) in line
     assert not read_jsonl(run / "predictions/m/coin_flip.jsonl") and not (run / "reports").exists()
-    # the run's model on one line (a provider's dated snapshot of it counts), or no model named at all: read
-    results.write_bytes(_named(ids[0], "m-2024-07-18") + _named(ids[1], "other") + _ok(ids[2], "ANSWER: NO"))
+    # one line naming the run's model vouches for no other: a file mixing models is refused whole
+    results.write_bytes(_named(ids[0], "m") + b"".join(_named(c, "other") for c in ids[1:]))
+    mixed = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
+    assert mixed.returncode == 2 and "'other'" in mixed.stderr, mixed.stderr
+    assert not read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    # the run's model (a provider's dated snapshot of it counts), or no model named at all: read
+    results.write_bytes(_named(ids[0], "m-2024-07-18") + _named(ids[1], "m") + _ok(ids[2], "ANSWER: NO"))
     read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(results))
     assert read.returncode == 1 and len(read_jsonl(run / "predictions/m/coin_flip.jsonl")) == 3, read.stderr
 
@@ -258,3 +263,54 @@ def test_a_result_file_that_answers_nothing_leaves_the_run_incomplete_in_one_lin
     last = read.stderr.splitlines()[-1]
     assert read.returncode == 1 and last.startswith("error: no answer came back"), read.stderr
     assert "--batch-write" in last and "Traceback" not in read.stderr
+
+
+def _billed(custom_id: str, choices: list[str], n: int = 1) -> bytes:
+    """A result line the model billed (usage) with `choices` answered: none, a malformed body that still costs."""
+    body = {
+        "model": "m", "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+        "choices": [{"index": i, "message": {"content": c}, "finish_reason": "stop"} for i, c in enumerate(choices)],
+    }  # fmt: skip
+    return json.dumps({"custom_id": custom_id, "response": {"status_code": 200, "body": body}}).encode() + b"\n"
+
+
+def _prompt_tokens(run: Path) -> int:
+    return sum(
+        (row.get("usage") or {}).get("prompt_tokens", 0) for row in read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    )
+
+
+def test_a_result_line_already_recorded_is_never_counted_again(tmp_path: Path) -> None:
+    """A billed line with no answer stays owed, its usage in a failed row; reading the file again (or it with the
+    next round's results put after it) added that line's usage once more each time, and the cost with it."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    first = b"".join(_billed(c, ["ANSWER: YES"]) for c in ids[:4]) + _billed(ids[4], [])
+    (tmp_path / "results.jsonl").write_bytes(first)
+    args = ("eval", "--use-cache", str(run), "--batch-results")
+    assert run_cli(*args, str(tmp_path / "results.jsonl")).returncode == 1
+    assert _prompt_tokens(run) == 500
+    again = run_cli(*args, str(tmp_path / "results.jsonl"))
+    assert again.returncode == 1 and "1 recorded before (read once only)" in again.stderr, again.stderr
+    assert _prompt_tokens(run) == 500
+    (tmp_path / "all.jsonl").write_bytes(first + _billed(ids[4], ["ANSWER: NO"]))  # the next round's, put after
+    done = run_cli(*args, str(tmp_path / "all.jsonl"))
+    assert done.returncode == 0 and _prompt_tokens(run) == 600, done.stderr  # six lines billed, each once
+    report = json.loads((run / "reports/m/coin_flip.json").read_text())
+    assert report["tokens"]["prompt"] == 600 and report["counts"]["samples"] == 5
+
+
+def test_a_draw_a_server_half_answered_is_not_filled_from_the_same_line_again(tmp_path: Path) -> None:
+    """n=2 and a server that gave one choice: reading the file again put that one answer in the second row too,
+    one billed answer scored as two samples."""
+    requests = tmp_path / "requests.jsonl"
+    args = ("eval", "--model", "m", "--limit", "3", "--generation-config", "n=2", "--work-dir", str(tmp_path / "o"))
+    assert run_cli(*args, "--batch-write", str(requests)).returncode == 0
+    run = only_run_dir(tmp_path / "o")
+    ids = [line["custom_id"] for line in read_jsonl(requests)]
+    (tmp_path / "results.jsonl").write_bytes(b"".join(_billed(c, ["ANSWER: YES"]) for c in ids))
+    for _ in range(2):
+        read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "results.jsonl"))
+        assert read.returncode == 1, read.stderr
+        rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
+        assert sum(row["error"] is None for row in rows) == 3 and _prompt_tokens(run) == 300

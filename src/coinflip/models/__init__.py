@@ -105,10 +105,9 @@ def check_result_file(path: Path, model: str, cap: int) -> None:
     lines = results = 0
     with contextlib.suppress(OSError, ValueError), open_regular(path) as handle:
         for raw in capped_lines(handle, cap):
-            found = _model_of(raw)
-            if found == model or (isinstance(found, str) and re.fullmatch(rf"{re.escape(model)}-[\d-]+", found)):
-                return
-            named |= {found[:80]} if isinstance(found, str) and len(named) < 3 else set()  # three are shown
+            found = _model_of(raw)  # every line: one naming the run's model vouches for no other
+            if isinstance(found, str) and found != model and not re.fullmatch(rf"{re.escape(model)}-[\d-]+", found):
+                named |= {found[:80]} if len(named) < 3 else set()  # three are shown
             lines, results = lines + bool(raw.strip()), results + (b'"response"' in raw or b'"error"' in raw)
     if lines and not results:
         raise ConfigError(

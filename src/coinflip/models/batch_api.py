@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import random
 import re
@@ -131,28 +132,46 @@ def read_answers(
     """The answers in result files (for `wanted` custom_ids, None: all), masked (two good ones: a conflict
     error), and counts of the conflicts and of the lines for other requests and the unreadable ones;
     `lines` counts the readable lines of each custom_id."""
-    replies: dict[str, Reply] = {}
+    found, counts = read_lines(paths, wanted, mode, cap, lines)
+    return {cid: redact.reply(joined(cid, [r for _, r in each], counts)) for cid, each in found.items()}, counts
+
+
+def read_lines(
+    paths: list[Path], wanted: set[str] | None, mode: str, cap: int, lines: Counter[str] | None = None
+) -> tuple[dict[str, list[tuple[str, Reply]]], Counter[str]]:
+    """Each custom_id's result lines, in file order, each with its key (a hash of the line: the same line read again,
+    from a file read again or two files put together, has the same key)."""
+    found: dict[str, list[tuple[str, Reply]]] = {}
     counts: Counter[str] = Counter()
     for path in paths:
         with open_regular(path) as handle:
             for raw in capped_lines(handle, cap):
-                found = read_result(raw, mode)
-                if found is not None and lines is not None:
-                    lines[found[0]] += 1
-                if found is None or (wanted is not None and found[0] not in wanted):
-                    counts["unreadable" if found is None else "other"] += bool(raw.strip())
+                result = read_result(raw, mode)
+                if result is not None and lines is not None:
+                    lines[result[0]] += 1
+                if result is None or (wanted is not None and result[0] not in wanted):
+                    counts["unreadable" if result is None else "other"] += bool(raw.strip())
                     continue
-                cid, reply = found
-                before = replies.get(cid)
-                if before is not None and before.error is None and reply.error is None:
-                    error = f"two answers for {cid} in the batch's results; {CONFLICT}"
-                    reply = Reply(None, error=error, usage=reply.usage, batch=True)
-                    counts["conflicts"] += 1
-                elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
-                    reply, before = before, reply  # the one kept
-                reply.usage = added(reply.usage, before.usage if before else None)  # each line billed counts
-                replies[cid] = reply
-    return {cid: redact.reply(reply) for cid, reply in replies.items()}, counts
+                key = "line:" + hashlib.sha256(raw.rstrip(b"\r\n")).hexdigest()[:16]
+                found.setdefault(result[0], []).append((key, result[1]))
+    return found, counts
+
+
+def joined(cid: str, replies: list[Reply], counts: Counter[str]) -> Reply:
+    """One answer of a custom_id's lines: each line billed counts; two good ones are a conflict (an error)."""
+    kept: Reply | None = None
+    for reply in replies:
+        before = kept
+        if before is not None and before.error is None and reply.error is None:
+            error = f"two answers for {cid} in the batch's results; {CONFLICT}"
+            reply = Reply(None, error=error, usage=reply.usage, batch=True)
+            counts["conflicts"] += 1
+        elif before is not None and (reply.error is not None or CONFLICT in (before.error or "")):
+            reply, before = before, reply  # the one kept
+        reply.usage = added(reply.usage, before.usage if before else None)
+        kept = reply
+    assert kept is not None, "a custom_id without lines"
+    return kept
 
 
 def capped_lines(handle: BinaryIO, cap: int) -> Iterator[bytes]:

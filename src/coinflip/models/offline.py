@@ -17,7 +17,7 @@ from ..secrets import secret_keys
 from ._redact import Redactor
 from ._request import request_body, split_generation
 from .base import Reply, Request, Unanswered
-from .batch_api import CONFLICT, read_answers, request_line
+from .batch_api import CONFLICT, joined, read_lines, request_line
 from .predict import custom_id
 
 
@@ -72,24 +72,29 @@ class ResultsFile:
 
     def __init__(self, path: Path, mode: str, cap: int, redact: Redactor) -> None:
         self.name, self.path, self.mode, self.cap, self.redact = str(path), path, mode, cap, redact
-        self.replies: dict[str, Reply] | None = None  # those not asked for yet
+        self.replies: dict[str, list[tuple[str, Reply]]] | None = None  # each custom_id's lines not asked for yet
         self.counts: Counter[str] = Counter()
         self.lines: Counter[str] = Counter()  # the file's lines for each custom_id
 
     async def complete(self, request: Request) -> Reply:
         if self.replies is None:
             try:  # a plain file only: /dev/zero, /dev/urandom or a FIFO is UnreadableFile (exit 2)
-                self.replies, read = read_answers([self.path], None, self.mode, self.cap, self.redact, self.lines)
+                self.replies, read = read_lines([self.path], None, self.mode, self.cap, self.lines)
                 self.counts["unreadable"] = read["unreadable"]  # conflicts: among the answers asked for only
             except OSError as exc:
                 raise ConfigError(f"--batch-results {self.path}: cannot read ({exc.strerror})") from None
-        reply = self.replies.pop(custom_id(request), None)
-        if reply is None:
+        recorded = {key for source in request.seen | request.filled for key in source.split()}
+        found = self.replies.pop(custom_id(request), [])
+        lines = [(key, r) for key, r in found if key not in recorded]
+        self.counts["again"] += len(found) - len(lines)
+        if not lines:  # none, or only lines a row holds already (their usage counted, their choices kept)
             self.counts["owed"] += 1
             raise Unanswered()
+        reply = self.redact.reply(joined(custom_id(request), [r for _, r in lines], Counter()))
         self.counts["read"] += 1
         for choice in (reply, *reply.more):
             choice.latency_s = None  # answered elsewhere, at a time the file does not say
+            choice.source = " ".join(key for key, _ in lines)  # never read again for its rows
         self.counts["failed"] += reply.error is not None
         self.counts["conflicts"] += CONFLICT in (reply.error or "")
         return reply
@@ -101,8 +106,9 @@ class ResultsFile:
         if self.replies is not None:  # it was read
             print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
                   f"two answers); {sum(self.lines[cid] for cid in self.replies)} lines for requests not owed now, "
-                  f"{c['unreadable']} unreadable; {c['owed'] + c['failed']} requests still owed{failed} (write them "
-                  "with --batch-write)", file=sys.stderr)  # fmt: skip
+                  f"{c['unreadable']} unreadable, {c['again']} recorded before (read once only); "
+                  f"{c['owed'] + c['failed']} requests still owed{failed} (write them with --batch-write)",
+                  file=sys.stderr)  # fmt: skip
 
     async def aclose(self) -> None:
         return None
