@@ -5,6 +5,7 @@ Nothing is lost: every sample ends with a reply, or the run stops resumably."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -367,3 +368,43 @@ def test_the_test_server_on_a_taken_port_says_so_in_one_line() -> None:
         )  # fmt: skip
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"--port {port}: " in result.stderr and "usage" not in result.stderr
+
+
+def test_requests_held_back_wait_in_line_and_each_reply_wakes_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """40 requests for a server with one slot: each reply woke every waiting request, which looked at the limiter
+    and went back to wait (40 x 40 looks, a run's CPU doubled where a limit held most requests back). Now each
+    reply wakes the first in line, and they go in the order they came."""
+    from coinflip.models.base import Request
+    from coinflip.models.limits import Limiter
+    from coinflip.models.openai_api import OpenAIClient
+
+    looks = [0]
+    delay = Limiter.delay
+
+    def counted(self: Limiter, now: float) -> float:
+        looks[0] += 1
+        return delay(self, now)
+
+    monkeypatch.setattr(Limiter, "delay", counted)
+    sent: list[int] = []
+
+    async def go(url: str) -> list[Any]:
+        chat = OpenAIClient("m", url, retries=0, timeout=30, concurrency=40)
+        send = chat._attempt
+
+        async def noted(url: str, body: bytes) -> Any:
+            sent.append(json.loads(body)["messages"][0]["content"])
+            return await send(url, body)
+
+        chat._attempt = noted  # type: ignore[method-assign]
+        try:
+            await chat.start()
+            asks = [Request(i, "p", "q", [{"role": "user", "content": str(i)}]) for i in range(40)]
+            return await asyncio.gather(*(chat.complete(r) for r in asks))
+        finally:
+            await chat.aclose()
+
+    with FakeOpenAIServer("correct", limits=Limits(slots=1)) as srv:
+        replies = asyncio.run(go(srv.url))
+    assert all(r.error is None for r in replies) and sent == [str(i) for i in range(40)]
+    assert looks[0] <= 6 * 40, looks[0]

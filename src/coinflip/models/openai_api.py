@@ -4,6 +4,7 @@ none of --retries; other failures are retried with backoff, FATAL_STATUS ones fa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -102,7 +103,7 @@ class OpenAIClient:
         self.last_word = ""  # the latest failure, as the server said it
         self.holding, self.held_since = 0, 0.0  # requests held back by a limit now (not by --eval-batch-size)
         self.waited_s = 0.0  # wall time during which some request was held back by a limit
-        self._freed: asyncio.Future[None] | None = None
+        self._line: deque[asyncio.Event] = deque()  # requests waiting for the limiter, first come first sent
         self.generation, self.extra_body = split_generation(generation)
         self.retries, self.backoff_base = retries, backoff_base
         self.early_stop = EarlyStop(min(max(concurrency, EARLY_STOP[0]), EARLY_STOP[1]))
@@ -211,23 +212,32 @@ class OpenAIClient:
             limiter.timed_out(now, sent, limiter.traffic.succeeded - done_before)
         else:
             limiter.failed()
-        if self._freed is not None and not self._freed.done():
-            self._freed.set_result(None)
-        self._freed = None
+        if self._line:
+            self._line[0].set()
 
     async def _slot(self) -> tuple[float, int]:
-        """Wait until the limiter lets a request go; when it goes, and how many had succeeded by then."""
+        """Wait in line until the limiter lets a request go; when it goes, and how many had succeeded by then.
+        First come, first sent: only the first in line watches the clock, a settled request wakes it, and each
+        that goes wakes the next (a wake-up for every waiter on every reply cost as much CPU as the requests)."""
         limiter, now = self.limiter, time.monotonic()
-        counted = False  # held by a limit, not by the setting (--eval-batch-size): counted in waited_s
+        if not self._line and limiter.delay(now) <= 0:
+            limiter.send(now)
+            return now, limiter.traffic.succeeded
+        me, counted = asyncio.Event(), False  # counted: held by a limit, not by --eval-batch-size (waited_s)
+        self._line.append(me)
         try:
-            while limiter.delay(now) > 0:
+            while self._line[0] is not me or limiter.delay(now) > 0:
                 counted = self._held(counted, limiter.limiting(now), now)
                 self._check_patience(now)
-                if self._freed is None:
-                    self._freed = asyncio.get_running_loop().create_future()
-                await asyncio.wait([self._freed], timeout=min(limiter.delay(now), 1.0))
+                me.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(limiter.delay(now), 1.0) if self._line[0] is me else None):
+                        await me.wait()
                 now = time.monotonic()
         finally:
+            self._line.remove(me)
+            if self._line:  # the next in line looks: it goes too where there is room, or watches the clock
+                self._line[0].set()
             self._held(counted, False, time.monotonic())
         limiter.send(now)
         return now, limiter.traffic.succeeded
