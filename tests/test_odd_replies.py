@@ -234,3 +234,25 @@ def test_the_other_choices_of_n_answers_leave_no_usage_out(tmp_path: Path) -> No
         args = ("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--generation-config", "n=2")
         quiet = run_cli(*args, "--price-input", "1", "--price-output", "1", "--work-dir", str(tmp_path / "s"))
     assert quiet.returncode == 0 and "leave out 3 answer(s)" in quiet.stdout, quiet.stdout
+
+
+@pytest.mark.parametrize(
+    ("usages", "requests", "per_prompt", "per_completion"),
+    [
+        ([{"prompt_tokens": 100}], 4, 100.0, None),  # said "0 completion over 0 requests", no prompt average
+        ([{"prompt_tokens": 100, "completion_tokens": 10}, {"completion_tokens": 10}], 4, 100.0, 10.0),  # said 50
+    ],
+)
+def test_each_token_average_is_over_the_answers_that_gave_its_count(
+    tmp_path: Path, usages: list[dict[str, Any]], requests: int, per_prompt: float, per_completion: float | None
+) -> None:
+    """The request count and every average were taken over the answers that reported completion tokens: a server
+    that reports prompt tokens alone had its 4 requests told as 0, and half its prompts made a prompt average of 50."""
+    replies = iter([answer(chat("ANSWER: YES", usage=usages[i % len(usages)])) for i in range(4)])
+    with AnswerServer(lambda seen: next(replies)) as srv:
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--eval-batch-size", "1")
+        result = run_cli(*args, "--work-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    tokens = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())["tokens"]
+    assert tokens["requests"] == requests and f"over {requests} requests" in result.stdout
+    assert tokens["per_request"]["prompt"] == per_prompt and tokens["per_request"]["completion"] == per_completion

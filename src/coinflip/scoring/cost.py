@@ -99,17 +99,18 @@ def price(prompt: float, completion: float, prices: dict[str, float], batch: boo
 def tokens(*usages: Usage, spends: bool = True) -> Tokens:
     """The tokens the saved answers reported; `unreported` counts those that left counts out (none at all: not
     a baseline's, which `spends` nothing)."""
-    requests = sum(len(u.completion) for u in usages)
     prompt = sum(u.prompt_tokens for u in usages)
     completion = int(sum(sum(u.completion) for u in usages))
     reasoning = int(sum(sum(u.reasoning) for u in usages))
+    answers = {"prompt": sum(u.prompt_answers for u in usages), "completion": sum(len(u.completion) for u in usages)}
+    answers["reasoning"] = answers["completion"]  # reasoning tokens are completion tokens: 0 where none were said
     totals = {"prompt": prompt, "completion": completion, "reasoning": reasoning}
     return {
-        "requests": requests,
+        "requests": sum(u.usage_answers for u in usages),
         "prompt": prompt,
         "completion": completion,
-        "reasoning": reasoning,
-        "per_request": {k: round(v / requests, 2) if requests else None for k, v in totals.items()},
+        "reasoning": reasoning,  # each average over the answers that gave its count (a retry's cost counts in them)
+        "per_request": {k: round(v / answers[k], 2) if answers[k] else None for k, v in totals.items()},
         "batch_prompt": sum(u.batch_tokens[0] for u in usages),
         "batch_completion": sum(u.batch_tokens[1] for u in usages),
         **({"unreported": unreported} if (unreported := sum(u.unreported + spends * u.silent for u in usages)) else {}),

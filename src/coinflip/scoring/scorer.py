@@ -153,6 +153,8 @@ class Usage:
         self.completion = array("d")
         self.reasoning = array("d")
         self.prompt_tokens = 0
+        self.prompt_answers = 0  # answers whose usage gave prompt tokens (`completion` has one entry per such answer)
+        self.usage_answers = 0  # answers whose usage gave either: the requests the token counts cover
         self.batch_tokens = [0, 0]  # prompt and completion tokens of the replies a Batch API gave
         self.batch_answers = 0  # replies a Batch API gave (or a result file read with --batch-results)
         self.unreported = 0  # answers whose usage gave some counts but not both prompt and completion tokens
@@ -175,6 +177,8 @@ class Usage:
         prompt, completion = token_count(usage, "prompt_tokens"), token_count(usage, "completion_tokens")
         self.unreported += bool(usage) and None in (prompt, completion)  # the cost leaves out what it did not say
         self.silent += not usage and error is None and (p.get("repeat") or 0) % self.choices == 0
+        self.prompt_answers += prompt is not None
+        self.usage_answers += prompt is not None or completion is not None
         prompt = prompt or 0
         self.prompt_tokens += prompt
         if completion is not None:
