@@ -314,3 +314,23 @@ def test_a_draw_a_server_half_answered_is_not_filled_from_the_same_line_again(tm
         assert read.returncode == 1, read.stderr
         rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
         assert sum(row["error"] is None for row in rows) == 3 and _prompt_tokens(run) == 300
+
+
+def test_another_run_s_answers_under_the_same_ids_are_not_recorded(tmp_path: Path) -> None:
+    """The custom_ids (q{id}-r{repeat}) are the same in every run of the questions: run A's results read into run B
+    (the same model, other prompts) were recorded as B's answers, exit 0. A request file's ids now carry a hash of
+    the body they ask, and an answer to another body is left out, said, and its request stays owed."""
+    args = ("eval", "--model", "m", "--limit", "4")
+    assert run_cli(*args, "--batch-write", str(tmp_path / "a.jsonl"), "--work-dir", str(tmp_path / "a")).returncode == 0
+    b = ("--few-shot-num", "2", "--prompt-template", "direct", "--work-dir", str(tmp_path / "b"))
+    assert run_cli(*args, *b, "--batch-write", str(tmp_path / "b.jsonl")).returncode == 0
+    run_b = only_run_dir(tmp_path / "b")
+    ids = {name: [line["custom_id"] for line in read_jsonl(tmp_path / f"{name}.jsonl")] for name in ("a", "b")}
+    assert [i.partition(".")[0] for i in ids["a"]] == [i.partition(".")[0] for i in ids["b"]]
+    (tmp_path / "a_results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids["a"]))
+    read = run_cli("eval", "--use-cache", str(run_b), "--batch-results", str(tmp_path / "a_results.jsonl"))
+    assert read.returncode == 1 and not read_jsonl(run_b / "predictions/m/coin_flip.jsonl"), read.stderr
+    assert "4 answering other prompts or settings under an owed request's id" in read.stderr
+    (tmp_path / "b_results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids["b"]))
+    done = run_cli("eval", "--use-cache", str(run_b), "--batch-results", str(tmp_path / "b_results.jsonl"))
+    assert done.returncode == 0 and len(read_jsonl(run_b / "predictions/m/coin_flip.jsonl")) == 4, done.stderr

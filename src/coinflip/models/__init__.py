@@ -195,10 +195,10 @@ async def open_model(
         model = RequestFile(config, generation, run.resume_hint().replace("resume with: ", ""), kept)
     elif config.batch_results:
         from ._redact import Redactor
-        from .offline import ResultsFile
+        from .offline import Bodies, ResultsFile
 
         check_result_file(path := Path(config.batch_results).expanduser(), str(config.model), cap)
-        model = ResultsFile(path, config.api_mode, cap, Redactor(secrets))
+        model = ResultsFile(path, Bodies(config, generation), cap, Redactor(secrets))
     elif urls is None:
         if config.batch:
             raise ConfigError(f"--batch needs a server: {config.model} answers in-process")

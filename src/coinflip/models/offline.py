@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import shlex
 import sys
 from collections import Counter
@@ -21,6 +23,23 @@ from .batch_api import CONFLICT, joined, read_lines, request_line
 from .predict import custom_id
 
 
+class Bodies:
+    """A request's body as a request file holds it, and its custom_id there: its key in the run and a hash of the
+    body, so an answer to another body (another run's of the same model, or this run's before its settings
+    changed) is never taken for this request's."""
+
+    def __init__(self, config: TaskConfig, generation: dict[str, Any]) -> None:
+        self.model, self.mode = str(config.model), config.api_mode
+        self.generation, self.extra_body = split_generation(generation)
+
+    def body(self, request: Request) -> dict[str, Any]:
+        return request_body(self.model, self.mode, self.generation, request, False, self.extra_body)
+
+    def key(self, request: Request, body: dict[str, Any]) -> str:
+        text = json.dumps(body, sort_keys=True, ensure_ascii=True).encode()
+        return f"{custom_id(request)}.{hashlib.sha256(text).hexdigest()[:12]}"
+
+
 class RequestFile:
     """--batch-write: each owed request, as it comes, a line of a file for `vllm run-batch` (`hint`: how to score
     the answers; `kept`: what a failure keeps); each stays owed, nothing sent, spent or reported (`outcome` instead)."""
@@ -30,8 +49,7 @@ class RequestFile:
             raise ConfigError(f"generation_config extra_body {secret} look like secrets (every text is, but under the "
                               "keys of config.PLAIN_KEYS), which a request file would carry")  # fmt: skip
         self.path, self.hint, self.kept = Path(str(config.batch_write)).expanduser(), hint, kept
-        self.model, self.mode = config.model, config.api_mode
-        self.generation, self.extra_body = split_generation(generation)
+        self.model, self.bodies = config.model, Bodies(config, generation)
         self.count, self.closed = 0, False
         self.outcome: dict[str, Any] | None = None
         try:
@@ -40,9 +58,9 @@ class RequestFile:
             raise storage_error(self.path, exc, self.kept) from None
 
     async def complete(self, request: Request) -> Reply:
-        body = request_body(str(self.model), self.mode, self.generation, request, False, self.extra_body)
+        body = self.bodies.body(request)
         try:
-            self.handle.write(request_line(custom_id(request), self.mode, body))
+            self.handle.write(request_line(self.bodies.key(request, body), self.bodies.mode, body))
         except OSError as exc:
             raise storage_error(self.path, exc, self.kept) from None
         self.count += 1
@@ -70,27 +88,34 @@ class RequestFile:
 class ResultsFile:
     """--batch-results: answers from `vllm run-batch -o FILE`, read at the first request; one it lacks stays owed."""
 
-    def __init__(self, path: Path, mode: str, cap: int, redact: Redactor) -> None:
-        self.name, self.path, self.mode, self.cap, self.redact = str(path), path, mode, cap, redact
+    def __init__(self, path: Path, bodies: Bodies, cap: int, redact: Redactor) -> None:
+        self.name, self.path, self.bodies, self.cap, self.redact = str(path), path, bodies, cap, redact
         self.replies: dict[str, list[tuple[str, Reply]]] | None = None  # each custom_id's lines not asked for yet
+        self.keys: dict[str, list[str]] = {}  # the custom_ids of each request's key (one per body answered)
         self.counts: Counter[str] = Counter()
         self.lines: Counter[str] = Counter()  # the file's lines for each custom_id
 
     async def complete(self, request: Request) -> Reply:
         if self.replies is None:
             try:  # a plain file only: /dev/zero, /dev/urandom or a FIFO is UnreadableFile (exit 2)
-                self.replies, read = read_lines([self.path], None, self.mode, self.cap, self.lines)
+                self.replies, read = read_lines([self.path], None, self.bodies.mode, self.cap, self.lines)
                 self.counts["unreadable"] = read["unreadable"]  # conflicts: among the answers asked for only
             except OSError as exc:
                 raise ConfigError(f"--batch-results {self.path}: cannot read ({exc.strerror})") from None
+            for cid in self.replies:
+                self.keys.setdefault(cid.partition(".")[0], []).append(cid)
         recorded = {key for source in request.seen | request.filled for key in source.split()}
-        found = self.replies.pop(custom_id(request), [])
+        mine = self.bodies.key(request, self.bodies.body(request))  # (files written before keys had bodies: the id)
+        cid = mine if mine in self.replies else custom_id(request)
+        found = self.replies.pop(cid, [])
+        for other in self.keys.get(custom_id(request), []):  # an answer to another body: another run's
+            self.counts["foreign"] += len(self.replies.pop(other, []))
         lines = [(key, r) for key, r in found if key not in recorded]
         self.counts["again"] += len(found) - len(lines)
         if not lines:  # none, or only lines a row holds already (their usage counted, their choices kept)
             self.counts["owed"] += 1
             raise Unanswered()
-        reply = self.redact.reply(joined(custom_id(request), [r for _, r in lines], Counter()))
+        reply = self.redact.reply(joined(cid, [r for _, r in lines], Counter()))
         self.counts["read"] += 1
         for choice in (reply, *reply.more):
             choice.latency_s = None  # answered elsewhere, at a time the file does not say
@@ -106,7 +131,8 @@ class ResultsFile:
         if self.replies is not None:  # it was read
             print(f"note: {c['read']} answers read from {self.path} ({c['failed']} failed, {c['conflicts']} with "
                   f"two answers); {sum(self.lines[cid] for cid in self.replies)} lines for requests not owed now, "
-                  f"{c['unreadable']} unreadable, {c['again']} recorded before (read once only); "
+                  f"{c['unreadable']} unreadable, {c['again']} recorded before (read once only), {c['foreign']} "
+                  "answering other prompts or settings under an owed request's id (another run's: not recorded); "
                   f"{c['owed'] + c['failed']} requests still owed{failed} (write them with --batch-write)",
                   file=sys.stderr)  # fmt: skip
 
