@@ -157,3 +157,13 @@ def test_generate_refuses_an_out_named_as_another_format(tmp_path: Path, name: s
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and ".jsonl" in result.stderr, result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("count", ["0", "-5", "9223372036854775808", "99999999999999999999999"])
+def test_a_count_past_what_an_id_holds_is_refused_before_a_line_is_written(tmp_path: Path, count: str) -> None:
+    """--count 99999999999999999999999 was taken, and wrote 1.3 GB in 30 s before it was killed: every other count
+    refuses a number that does not fit in 64 bits."""
+    out = tmp_path / "set.jsonl"
+    result = run_cli("generate", "--count", count, "--out", str(out))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "--count must be a whole number from 1" in result.stderr and not out.exists()

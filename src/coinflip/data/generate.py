@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .._files import replacing
-from ..errors import ConfigError
+from ..errors import ConfigError, short
 from .grammar import EN, FLIP, KEEP, Sequence, Style, apply, bundled_dir, script_names
 
 OPENING = EN.opening.format(side="heads")
@@ -109,8 +109,8 @@ def write_jsonl(rows: Iterable[tuple[str, str]], out: TextIO) -> int:
 def generate_file(
     path: Path, people: PeopleRange, count: int, seed: int, style: Style | None = None, whole: bool = False
 ) -> int:
-    if count < 1:
-        raise ConfigError(f"--count must be at least 1, got {count}")
+    if not 1 <= count < 2**63:  # a question's id is a whole number of 64 bits, as everywhere
+        raise ConfigError(f"--count must be a whole number from 1 to 2**63 - 1, got {short(count)}")
     if seed < 0:
         raise ConfigError(f"--seed must be a whole number >= 0, got {seed}")
     if path.suffix.lower() in (".json", ".csv", ".parquet"):  # --dataset-path reads a file by its name's format
