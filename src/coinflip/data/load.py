@@ -92,16 +92,17 @@ class Dataset:
 
 
 def _stratified(records: Iterable[Record], count: int, total: int, seed: int) -> tuple[int, ...]:
-    """By number of people: proportional quotas by largest remainder (ties to the larger stratum), each the first
-    rows of a seeded shuffle: a larger limit mostly holds the smaller one's questions, so a resume reuses them."""
+    """By number of people: quotas that grow one question at a time, the next to the stratum furthest below its
+    proportional share (ties to the larger), each the first rows of a seeded shuffle: a larger limit holds the
+    smaller one's questions, so a resume reuses them. (Largest remainder at each count gives the same quotas for two
+    strata, but with three a larger count could give a stratum fewer: the Alabama paradox.)"""
     strata: dict[int, list[int]] = {}
     for r in records:
         strata.setdefault(r.people, []).append(r.id)
     keys = sorted(strata)
-    quotas = {k: count * len(strata[k]) / total for k in keys}
-    taken = {k: int(quotas[k]) for k in keys}
-    short = count - sum(taken.values())
-    for k in sorted(keys, key=lambda k: (-(quotas[k] - taken[k]), -len(strata[k]), k))[:short]:
+    taken = dict.fromkeys(keys, 0)
+    for seat in range(1, count + 1):  # O(count x strata): a few ms for the official split
+        k = min(keys, key=lambda k: (taken[k] - seat * len(strata[k]) / total, -len(strata[k]), k))
         taken[k] += 1
     chosen: list[int] = []
     for k in keys:
