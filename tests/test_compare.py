@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -265,26 +264,25 @@ def test_a_run_whose_saved_settings_rescore_refuses_is_broken_in_view_and_skippe
     assert compared.returncode == 0 and f"skipped {runs[0]}" in compared.stdout + compared.stderr
 
 
-def _unprivileged(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`coinflip ARGS` as a user whom file modes bind (root reads a mode-000 folder): nobody, where this is root."""
-    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+def _bound_by_modes(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`coinflip ARGS` as a process that file modes bind: root reads a mode-000 folder, unless it gives up the
+    capabilities that let it (then it is bound as the files' owner)."""
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
     return subprocess.run([*drop, sys.executable, "-m", "coinflip", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
 
 
-def test_a_run_whose_settings_cannot_be_read_is_bad_input_told_in_one_line() -> None:
+def test_a_run_whose_settings_cannot_be_read_is_bad_input_told_in_one_line(tmp_path: Path) -> None:
     """A run's configs/ folder its user may not read: compare and answers ended "error: Permission denied" with
     exit 1, the code of an incomplete run, and view called the run another tool's folder."""
-    work = Path(tempfile.mkdtemp(prefix="coinflip-modes-"))
+    work = tmp_path
+    for name in ("a", "b"):
+        args = ("eval", "--model", "oracle", "--limit", "4", "--no-timestamp", "--work-dir", str(work / name))
+        assert run_cli(*args).returncode == 0
+    (work / "a" / "configs").chmod(0)
     try:
-        work.chmod(0o777)  # the unprivileged user's work directory
-        assert run_cli("eval", "--model", "oracle", "--limit", "4", "--no-timestamp", "--work-dir", str(work / "a"))
-        assert run_cli("eval", "--model", "oracle", "--limit", "4", "--no-timestamp", "--work-dir", str(work / "b"))
-        for path in work.rglob("*"):
-            path.chmod(0o777 if path.is_dir() else 0o666)
-        (work / "a" / "configs").chmod(0)
         for args in (["compare", "a", "b", "--out", "cmp"], ["answers", "a", "--out", "-"], ["view", "."]):
-            done = _unprivileged(args, work)
+            done = _bound_by_modes(args, work)
             assert "Traceback" not in done.stderr, done.stderr
             if args[0] != "view":  # view lists every run it found
                 assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -292,4 +290,3 @@ def test_a_run_whose_settings_cannot_be_read_is_bad_input_told_in_one_line() -> 
         assert "another tool" not in (work / "index.html").read_text()
     finally:
         (work / "a" / "configs").chmod(0o700)
-        shutil.rmtree(work)
