@@ -334,3 +334,17 @@ def test_another_run_s_answers_under_the_same_ids_are_not_recorded(tmp_path: Pat
     (tmp_path / "b_results.jsonl").write_bytes(b"".join(_ok(c, "ANSWER: YES") for c in ids["b"]))
     done = run_cli("eval", "--use-cache", str(run_b), "--batch-results", str(tmp_path / "b_results.jsonl"))
     assert done.returncode == 0 and len(read_jsonl(run_b / "predictions/m/coin_flip.jsonl")) == 4, done.stderr
+
+
+def test_a_result_file_put_in_twice_is_read_as_once(tmp_path: Path) -> None:
+    """`cat res.jsonl res.jsonl`: each answer twice, byte for byte, was a conflict (no answer kept, the usage
+    counted twice), and the rows then named the line twice, so the right file could no longer answer them."""
+    run = _written_offline(tmp_path)
+    ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
+    once = b"".join(_billed(c, ["ANSWER: YES"]) for c in ids)
+    (tmp_path / "twice.jsonl").write_bytes(once + once)
+    read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "twice.jsonl"))
+    assert read.returncode == 0 and "0 with two answers" in read.stderr, read.stderr
+    assert _prompt_tokens(run) == 500 and all(
+        r["error"] is None for r in read_jsonl(run / "predictions/m/coin_flip.jsonl")
+    )

@@ -153,7 +153,9 @@ def read_lines(
                     counts["unreadable" if result is None else "other"] += bool(raw.strip())
                     continue
                 key = "line:" + hashlib.sha256(raw.rstrip(b"\r\n")).hexdigest()[:16]
-                found.setdefault(result[0], []).append((key, result[1]))
+                each = found.setdefault(result[0], [])
+                if all(key != seen for seen, _ in each):  # a line given twice (a file put in twice) is one answer
+                    each.append((key, result[1]))
     return found, counts
 
 
