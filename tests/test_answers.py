@@ -286,3 +286,16 @@ def test_a_reader_that_stops_reading_changes_no_exit_code(tmp_path: Path, comman
         os.close(write)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert (run / "index.html").exists() or command == "stats"
+
+
+def test_a_reader_of_both_streams_that_stops_reading_changes_no_exit_code(tmp_path: Path) -> None:
+    """`coinflip eval ... 2>&1 | head -1`: a note on stderr met the closed pipe and the run ended there, exit 1."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        args = ["eval", "--model", "oracle", "--limit", "5", "--price-output", "1", "--work-dir", str(tmp_path)]
+        done = subprocess.run([sys.executable, "-m", "coinflip", *args], stdout=write, stderr=write, timeout=300)
+    finally:
+        os.close(write)
+    assert done.returncode == 0
+    assert json.loads((only_run_dir(tmp_path) / "reports/oracle/coin_flip.json").read_text())["complete"]

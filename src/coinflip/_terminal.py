@@ -24,9 +24,9 @@ def one_line(text: object, limit: int = 2000) -> str:
 
 
 class QuietPipe:
-    """The command's stdout, for a reader that may stop reading (`coinflip answers RUN | head`): once it has, what
-    is left to print goes nowhere and the work goes on, so the exit code says how the work ended, not how much of
-    its output was read (click exited 1, "incomplete", after a complete run whose summary filled the pipe)."""
+    """The command's stdout or stderr, for a reader that may stop reading (`coinflip answers RUN | head`): once it
+    has, what is left to print goes nowhere and the work goes on, so the exit code says how the work ended, not how
+    much of its output was read (click exited 1, "incomplete", after a complete run whose summary filled the pipe)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream

@@ -337,15 +337,17 @@ def main(argv: list[str] | None = None) -> None:
     `argv` given: a call from Python, whose caller gets its signal handlers back."""
     from .run.stop import Interrupted, StopRequest, stopped_by
 
-    stop, stdout = StopRequest(), sys.stdout
+    stop, stdout, stderr = StopRequest(), sys.stdout, sys.stderr
     try:
         try:
             stop.install()
             if stdout is not None and hasattr(stdout, "fileno"):
                 sys.stdout = cast(TextIO, QuietPipe(stdout))
+            if stderr is not None and hasattr(stderr, "fileno"):  # `2>&1 | head`
+                sys.stderr = cast(TextIO, QuietPipe(stderr))
             _dispatch(argv)
         finally:
-            sys.stdout = stdout
+            sys.stdout, sys.stderr = stdout, stderr
             stop.restore() if argv is not None else stop.settle()
     except (Interrupted, KeyboardInterrupt, RuntimeError) as exc:  # one line, whenever it came
         stopped = exc.__cause__ if isinstance(exc, RuntimeError) else exc  # a stop inside a class's __set_name__
