@@ -243,3 +243,20 @@ def test_a_relative_data_folder_is_the_one_the_run_saw_when_resumed_or_rescored_
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert run_cli("rescore", str(work), cwd=other, env=env).returncode == 0
     assert json.loads(report.read_text())["corrected_rows"] == 1
+
+
+def test_a_resume_after_the_run_s_folder_moved_says_which_path_to_give_again(tmp_path: Path) -> None:
+    """The data's path is saved as the run saw it (absolute): moved with its folder, a resume failed with "no such
+    file" about a path the user never typed; it now names the flag to give again, and resumes with it."""
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    first.mkdir()
+    (first / "d.jsonl").write_text("".join(json.dumps({"question": q, "answer": a}) + "\n"
+                                           for q, a in iter_questions(PeopleRange(3, 3), 12, 4)))  # fmt: skip
+    args = ("eval", "--model", "oracle", "--limit", "4", "--no-timestamp", "--work-dir", "out")
+    assert run_cli(*args, "--dataset-path", "d.jsonl", cwd=first).returncode == 0
+    first.rename(moved)
+    refused = run_cli("eval", "--use-cache", "out", "--limit", "8", cwd=moved)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "give --dataset-path again" in refused.stderr
+    resumed = run_cli("eval", "--use-cache", "out", "--limit", "8", "--dataset-path", "d.jsonl", cwd=moved)
+    assert resumed.returncode == 0, resumed.stderr

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .._files import ROWS_LIMIT, inside
 from .._terminal import printable
 from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
+from ..config.task import RELATIVE_TO_START
 from ..errors import CoinflipError, ConfigError, EndpointBroken, FatalAPIError, RunIncomplete, StorageError
 from ..jsonl import index_predictions
 from ..models import backend, check_resume, handed_off, offline_rest, open_model, serve_local
@@ -110,6 +111,10 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
             "the run's --api-url held query values, which are not saved (any may be a secret): "
             "give --api-url again to resume"
         )
+    for name in RELATIVE_TO_START:  # saved as the run saw them: a folder moved since leaves them behind
+        if name not in mine and isinstance(path := merged[name], str) and path and not os.path.lexists(path):
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"the run's {flag} {path} is not there (moved?): give {flag} again to resume")
     return TaskConfig(**merged, given=config.given)
 
 
