@@ -132,3 +132,21 @@ def test_the_probes_length_curve_draws_one_point_per_length(tmp_path: Path) -> N
     for k in range(2, 8):  # each set really has k people per question
         rows = read_jsonl(folder / f"data/people_{k:02d}/test.jsonl")
         assert all(r["question"].count(" the coin.") == k for r in rows)
+
+
+def test_a_report_says_which_few_shot_examples_its_prompts_showed(tmp_path: Path) -> None:
+    """Two runs that differed only in --few-shot-seed wrote reports alike but for their numbers: the report (and
+    the page) held few_shot_num alone. It now says how the examples were drawn and the hash of those shown."""
+    shown = {}
+    for name, flags in {"s1": ["--few-shot-seed", "1"], "s2": ["--few-shot-seed", "2"],
+                        "first": ["--no-few-shot-random"]}.items():  # fmt: skip
+        work = tmp_path / name
+        args = ("eval", "--model", "oracle", "--limit", "4", "--few-shot-num", "3", "--no-timestamp")
+        assert run_cli(*args, *flags, "--work-dir", str(work)).returncode == 0
+        assert run_cli("rescore", str(work)).returncode == 0  # kept by a rescore
+        shown[name] = json.loads((work / "reports/oracle/coin_flip.json").read_text())["few_shot"]
+        assert shown[name]["examples_sha256"] in (work / "reports/oracle/coin_flip.html").read_text()
+    assert shown["s1"]["seed"] == 1 and shown["s2"]["seed"] == 2 and shown["first"] == {**shown["first"], "seed": None}
+    assert len({s["examples_sha256"] for s in shown.values()}) == 3 and not shown["first"]["random"]
+    assert run_cli("eval", "--model", "oracle", "--limit", "2", "--work-dir", str(tmp_path / "zero")).returncode == 0
+    assert "few_shot" not in json.loads(next((tmp_path / "zero").glob("*/reports/oracle/coin_flip.json")).read_text())

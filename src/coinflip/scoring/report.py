@@ -64,6 +64,14 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "batch": bool(config.get("batch") or config.get("batch_results") or batched),
         "cost": cost_report(config, used),
     }
+    if (
+        whole(shots := config.get("few_shot_num"))
+        and shots > 0
+        and isinstance(fingerprint.get("few_shot_examples"), str)
+    ):
+        random_pick = config.get("few_shot_random") is not False  # which validation rows were shown: the same hash,
+        report["few_shot"] = {"seed": int(config.get("few_shot_seed") or 0) if random_pick else None,  # the same rows
+                              "random": random_pick, "examples_sha256": fingerprint["few_shot_examples"]}  # fmt: skip
     repeated = report["repeats"] > 1 or bool(len(outcomes) and int(outcomes.repeat.max()) > 0)
     if repeated:
         report["repeat_metrics"] = reduce(outcomes, compat)

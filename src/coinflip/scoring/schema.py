@@ -167,6 +167,12 @@ class Template(TypedDict, total=False):
     text: str
 
 
+class FewShot(TypedDict, total=False):
+    seed: int | None  # None: the first rows of the validation split
+    random: bool
+    examples_sha256: str  # of the validation rows shown, questions and answers
+
+
 class Report(TypedDict, total=False):
     benchmark: str
     model: str  # the name shown (model_id where given)
@@ -190,6 +196,7 @@ class Report(TypedDict, total=False):
     subset: Subset
     template: Template
     few_shot_num: Count
+    few_shot: FewShot
     repeats: Count
     api_mode: str
     generation_config: dict[str, Any]
