@@ -3,9 +3,12 @@ surrogate pair from a server, a model or a run directory), defined once: each be
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from typing import Any, TextIO
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO, cast
 
 # C0 controls but tab, newline and carriage return; DEL and C1; bidi embeddings, overrides, isolates; lone surrogates
 UNSHOWABLE = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
@@ -54,3 +57,15 @@ class QuietPipe:
 
     def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno, buffer: the stream's own
         return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def quiet_pipes() -> Iterator[None]:
+    """stdout and stderr as QuietPipes for a command's length (`| head`, `2>&1 | head`), then as they were."""
+    saved = sys.stdout, sys.stderr
+    quiet = [cast(TextIO, QuietPipe(s)) if s is not None and hasattr(s, "fileno") else s for s in saved]
+    sys.stdout, sys.stderr = quiet
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

@@ -12,11 +12,11 @@ if __name__ == "__main__":  # `python -m coinflip.cli`: a stop while click loads
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any
 
 import click
 
-from ._terminal import QuietPipe, one_line
+from ._terminal import one_line, quiet_pipes
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .config.declare import EVAL_ONLY
 from .errors import CoinflipError, ConfigError, RunIncomplete
@@ -337,17 +337,13 @@ def main(argv: list[str] | None = None) -> None:
     `argv` given: a call from Python, whose caller gets its signal handlers back."""
     from .run.stop import Interrupted, StopRequest, stopped_by
 
-    stop, stdout, stderr = StopRequest(), sys.stdout, sys.stderr
+    stop = StopRequest()
     try:
         try:
             stop.install()
-            if stdout is not None and hasattr(stdout, "fileno"):
-                sys.stdout = cast(TextIO, QuietPipe(stdout))
-            if stderr is not None and hasattr(stderr, "fileno"):  # `2>&1 | head`
-                sys.stderr = cast(TextIO, QuietPipe(stderr))
-            _dispatch(argv)
+            with quiet_pipes():
+                _dispatch(argv)
         finally:
-            sys.stdout, sys.stderr = stdout, stderr
             stop.restore() if argv is not None else stop.settle()
     except (Interrupted, KeyboardInterrupt, RuntimeError) as exc:  # one line, whenever it came
         stopped = exc.__cause__ if isinstance(exc, RuntimeError) else exc  # a stop inside a class's __set_name__

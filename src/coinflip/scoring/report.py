@@ -14,7 +14,7 @@ from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
 from .metrics import Outcomes, number, rates, summarize
 from .reducers import reduce
-from .schema import Calibration, Counts, Forced, Numbers, Report, Subset, Template
+from .schema import Calibration, Counts, FewShot, Forced, Numbers, Report, Subset, Template
 from .scorer import Scorer
 
 EXTRACTION = "coinflip.extract_answer/1"
@@ -64,14 +64,8 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         "batch": bool(config.get("batch") or config.get("batch_results") or batched),
         "cost": cost_report(config, used),
     }
-    if (
-        whole(shots := config.get("few_shot_num"))
-        and shots > 0
-        and isinstance(fingerprint.get("few_shot_examples"), str)
-    ):
-        random_pick = config.get("few_shot_random") is not False  # which validation rows were shown: the same hash,
-        report["few_shot"] = {"seed": int(config.get("few_shot_seed") or 0) if random_pick else None,  # the same rows
-                              "random": random_pick, "examples_sha256": fingerprint["few_shot_examples"]}  # fmt: skip
+    if (shown := _few_shot(config, fingerprint)) is not None:
+        report["few_shot"] = shown
     repeated = report["repeats"] > 1 or bool(len(outcomes) and int(outcomes.repeat.max()) > 0)
     if repeated:
         report["repeat_metrics"] = reduce(outcomes, compat)
@@ -141,6 +135,19 @@ def _forced(scorer: Scorer, strict: Outcomes, compat: str, seed: int, repeated: 
     if repeated:
         out["repeat_metrics"] = reduce(outcomes, compat)
     return out
+
+
+def _few_shot(config: dict[str, Any], fingerprint: dict[str, Any]) -> FewShot | None:
+    """Which validation rows the prompts showed: how they were drawn, and the hash of those shown."""
+    shots, examples = config.get("few_shot_num"), fingerprint.get("few_shot_examples")
+    if not (whole(shots) and shots > 0 and isinstance(examples, str)):
+        return None
+    drawn = config.get("few_shot_random") is not False  # else the first rows: no seed
+    return {
+        "seed": int(config.get("few_shot_seed") or 0) if drawn else None,
+        "random": drawn,
+        "examples_sha256": examples,
+    }
 
 
 def _no_probabilities(report: Report) -> str:
