@@ -115,7 +115,7 @@ def shown_url(url: str) -> str:
         rest = next((a for a in after if "@" not in _authority(a) and _host_and_port(_authority(a))), after[-1])
     authority = _authority(rest)
     host, colon, port = authority.rpartition(":")
-    a_port = port.isascii() and port.isdigit() and int(port[:6]) < 65536
+    a_port = port.isascii() and port.isdigit() and len(port) <= 5 and int(port) < 65536
     if colon and port and not a_port and not authority.endswith("]"):  # `user:PASSWORD` with no @host: masked
         rest = f"{host}:{REDACTED}{rest[len(authority) :]}"
     return str(redacted_url(f"{scheme}{sep}{rest}"))
