@@ -260,3 +260,11 @@ def test_a_resume_after_the_run_s_folder_moved_says_which_path_to_give_again(tmp
     assert "give --dataset-path again" in refused.stderr
     resumed = run_cli("eval", "--use-cache", "out", "--limit", "8", "--dataset-path", "d.jsonl", cwd=moved)
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_dataset_dir_the_run_never_read_does_not_stop_its_resume(tmp_path: Path) -> None:
+    """The bundled data reads no hub cache: a --dataset-dir never made refused the resume ("is not there")."""
+    args = ("eval", "--model", "oracle", "--limit", "4", "--no-timestamp", "--work-dir", "out")
+    assert run_cli(*args, "--dataset-dir", "never_made", cwd=tmp_path).returncode == 0
+    resumed = run_cli("eval", "--use-cache", "out", "--limit", "6", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr

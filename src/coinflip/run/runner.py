@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from .._files import ROWS_LIMIT, inside
 from .._terminal import printable
 from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
-from ..config.task import RELATIVE_TO_START
 from ..errors import CoinflipError, ConfigError, EndpointBroken, FatalAPIError, RunIncomplete, StorageError
 from ..jsonl import index_predictions
 from ..models import backend, check_resume, handed_off, offline_rest, open_model, serve_local
@@ -111,7 +110,8 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
             "the run's --api-url held query values, which are not saved (any may be a secret): "
             "give --api-url again to resume"
         )
-    for name in RELATIVE_TO_START:  # saved as the run saw them: a folder moved since leaves them behind
+    read = {"dataset_dir"} if merged["dataset_hub"] not in (None, "bundled") and not merged["dataset_path"] else set()
+    for name in {"model_path", "dataset_path"} | read:  # saved as the run saw them: a folder moved since leaves them
         if name not in mine and isinstance(path := merged[name], str) and path and not os.path.lexists(path):
             flag = "--" + name.replace("_", "-")
             raise ConfigError(f"the run's {flag} {path} is not there (moved?): give {flag} again to resume")
