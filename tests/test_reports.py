@@ -148,5 +148,9 @@ def test_a_report_says_which_few_shot_examples_its_prompts_showed(tmp_path: Path
         assert shown[name]["examples_sha256"] in (work / "reports/oracle/coin_flip.html").read_text()
     assert shown["s1"]["seed"] == 1 and shown["s2"]["seed"] == 2 and shown["first"] == {**shown["first"], "seed": None}
     assert len({s["examples_sha256"] for s in shown.values()}) == 3 and not shown["first"]["random"]
+    saved = tmp_path / "s1/configs/task_config.yaml"  # a settings file without the seed: its default, 42
+    saved.write_text("".join(line for line in saved.read_text().splitlines(True) if "few_shot_seed" not in line))
+    assert run_cli("rescore", str(tmp_path / "s1")).returncode == 0
+    assert json.loads((tmp_path / "s1/reports/oracle/coin_flip.json").read_text())["few_shot"]["seed"] == 42
     assert run_cli("eval", "--model", "oracle", "--limit", "2", "--work-dir", str(tmp_path / "zero")).returncode == 0
     assert "few_shot" not in json.loads(next((tmp_path / "zero").glob("*/reports/oracle/coin_flip.json")).read_text())

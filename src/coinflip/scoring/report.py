@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..config import BENCHMARK, in_process
+from ..config import BENCHMARK, TaskConfig, in_process
 from ..records import FORCED_ANSWERS, whole
 from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
@@ -142,12 +142,9 @@ def _few_shot(config: dict[str, Any], fingerprint: dict[str, Any]) -> FewShot | 
     shots, examples = config.get("few_shot_num"), fingerprint.get("few_shot_examples")
     if not (whole(shots) and shots > 0 and isinstance(examples, str)):
         return None
-    drawn = config.get("few_shot_random") is not False  # else the first rows: no seed
-    return {
-        "seed": int(config.get("few_shot_seed") or 0) if drawn else None,
-        "random": drawn,
-        "examples_sha256": examples,
-    }
+    drawn, seed = config.get("few_shot_random") is not False, config.get("few_shot_seed")  # not drawn: the first rows
+    seed = int(seed) if whole(seed) else TaskConfig.few_shot_seed  # left out of the settings: its default
+    return {"seed": seed if drawn else None, "random": drawn, "examples_sha256": examples}
 
 
 def _no_probabilities(report: Report) -> str:
