@@ -299,3 +299,16 @@ def test_a_reader_of_both_streams_that_stops_reading_changes_no_exit_code(tmp_pa
         os.close(write)
     assert done.returncode == 0
     assert json.loads((only_run_dir(tmp_path) / "reports/oracle/coin_flip.json").read_text())["complete"]
+
+
+def test_a_full_disk_under_stderr_changes_no_exit_code(tmp_path: Path) -> None:
+    """`2>/dev/full`: a note on stderr raised OSError out of a complete resume (exit 1, a traceback to a stream that
+    took none), and a bad setting's one line could not be written either, so it ended 1, not 2."""
+    args = ["eval", "--model", "oracle", "--limit", "5", "--no-timestamp", "--work-dir", str(tmp_path)]
+    with open("/dev/full", "w") as full:
+        assert subprocess.run([sys.executable, "-m", "coinflip", *args], stderr=full, timeout=300).returncode == 0
+        wider = [sys.executable, "-m", "coinflip", "eval", "--use-cache", str(tmp_path), "--limit", "8"]
+        assert subprocess.run(wider, stdout=subprocess.DEVNULL, stderr=full, timeout=300).returncode == 0
+        bad = [sys.executable, "-m", "coinflip", "eval", "--model", "oracle", "--limit", "-3"]
+        assert subprocess.run(bad, stderr=full, timeout=300).returncode == 2
+    assert json.loads((tmp_path / "reports/oracle/coin_flip.json").read_text())["counts"]["samples"] == 8

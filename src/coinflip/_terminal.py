@@ -31,24 +31,26 @@ class QuietPipe:
     has, what is left to print goes nowhere and the work goes on, so the exit code says how the work ended, not how
     much of its output was read (click exited 1, "incomplete", after a complete run whose summary filled the pipe)."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
+    def __init__(self, stream: TextIO, lost: type[OSError] = BrokenPipeError) -> None:
+        self.stream, self.lost = stream, lost  # stderr: any failure (a full disk too) leaves nowhere to say it
 
     def write(self, text: str) -> int:
         try:
             return self.stream.write(text)
-        except BrokenPipeError:
-            self._gone()
+        except self.lost as exc:
+            self._gone(exc)
             return len(text)
 
     def flush(self) -> None:
         try:
             self.stream.flush()
-        except BrokenPipeError:
-            self._gone()
+        except self.lost as exc:
+            self._gone(exc)
 
-    def _gone(self) -> None:
+    def _gone(self, exc: OSError) -> None:
         """The pipe's end becomes /dev/null, so the buffer still held, and Python's flush at exit, write nowhere."""
+        if isinstance(exc, BlockingIOError):  # a full pipe that was set not to block: it is still read
+            raise exc
         null = os.open(os.devnull, os.O_WRONLY)
         try:
             os.dup2(null, self.stream.fileno())
@@ -62,8 +64,9 @@ class QuietPipe:
 @contextlib.contextmanager
 def quiet_pipes() -> Iterator[None]:
     """stdout and stderr as QuietPipes for a command's length (`| head`, `2>&1 | head`), then as they were."""
-    saved = sys.stdout, sys.stderr
-    quiet = [cast(TextIO, QuietPipe(s)) if s is not None and hasattr(s, "fileno") else s for s in saved]
+    saved = sys.stdout, sys.stderr  # stdout's full disk is the command's error: its output is short
+    quiet = [cast(TextIO, QuietPipe(s, lost)) if s is not None and hasattr(s, "fileno") else s
+             for s, lost in zip(saved, (BrokenPipeError, OSError), strict=True)]  # fmt: skip
     sys.stdout, sys.stderr = quiet
     try:
         yield
