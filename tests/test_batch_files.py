@@ -342,9 +342,11 @@ def test_a_result_file_put_in_twice_is_read_as_once(tmp_path: Path) -> None:
     run = _written_offline(tmp_path)
     ids = [line["custom_id"] for line in read_jsonl(tmp_path / "requests.jsonl")]
     once = b"".join(_billed(c, ["ANSWER: YES"]) for c in ids)
+    (tmp_path / "first.jsonl").write_bytes(once.splitlines(keepends=True)[0])  # one answered before
+    assert run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "first.jsonl")).returncode == 1
     (tmp_path / "twice.jsonl").write_bytes(once + once)
     read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(tmp_path / "twice.jsonl"))
-    assert read.returncode == 0 and "0 with two answers" in read.stderr, read.stderr
+    assert read.returncode == 0 and "0 with two answers); 1 lines for requests not owed now" in read.stderr, read.stderr
     assert _prompt_tokens(run) == 500 and all(
         r["error"] is None for r in read_jsonl(run / "predictions/m/coin_flip.jsonl")
     )

@@ -147,8 +147,6 @@ def read_lines(
         with open_regular(path) as handle:
             for raw in capped_lines(handle, cap):
                 result = read_result(raw, mode)
-                if result is not None and lines is not None:
-                    lines[result[0]] += 1
                 if result is None or (wanted is not None and result[0] not in wanted):
                     counts["unreadable" if result is None else "other"] += bool(raw.strip())
                     continue
@@ -156,6 +154,8 @@ def read_lines(
                 each = found.setdefault(result[0], [])
                 if all(key != seen for seen, _ in each):  # a line given twice (a file put in twice) is one answer
                     each.append((key, result[1]))
+                    if lines is not None:
+                        lines[result[0]] += 1
     return found, counts
 
 
