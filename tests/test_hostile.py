@@ -318,3 +318,16 @@ def test_a_work_dir_longer_than_the_system_takes_is_one_line(tmp_path: Path) -> 
     result = run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(work))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-500:]
     assert "Traceback" not in result.stderr and "work_dir is a path of" in result.stderr
+
+
+def test_a_key_that_is_never_sent_stops_no_run(tmp_path: Path) -> None:
+    """A baseline answers in-process and --batch-write sends nothing: a $OPENAI_API_KEY with an accented letter,
+    which a request could not carry, refused them (exit 2); a run that sends it still is."""
+    env = {"OPENAI_API_KEY": "sk-abc\u00e9defgh1234"}
+    baseline = run_cli("eval", "--model", "oracle", "--limit", "2", "--work-dir", str(tmp_path / "a"), env=env)
+    assert baseline.returncode == 0, baseline.stderr
+    written = run_cli("eval", "--model", "m", "--limit", "2", "--batch-write", str(tmp_path / "r.jsonl"),
+                      "--work-dir", str(tmp_path / "b"), env=env)  # fmt: skip
+    assert written.returncode == 0, written.stderr
+    sent = run_cli("eval", "--model", "m", "--api-url", "http://127.0.0.1:9/v1", "--work-dir", str(tmp_path), env=env)
+    assert sent.returncode == 2 and "not ASCII" in sent.stderr, sent.stderr

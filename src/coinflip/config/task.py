@@ -290,7 +290,8 @@ class TaskConfig:
         self.api_url = one_url(self.api_url)
         if self.api_key is None or self.api_key == REDACTED:
             self.api_key = next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
-        check_header("api_key", self.api_key)
+        if self.model not in BASELINES and not (self.batch_write or self.batch_results):  # else never sent
+            check_header("api_key", self.api_key)
         self.limit = check_limit(self.limit)
         self.generation_config = parse_generation_config(self.generation_config)
         check_values(self)  # again: JSON text was parsed into objects above
