@@ -412,7 +412,8 @@ def test_a_redirect_loop_is_refused(tmp_path: Path) -> None:
     ):
         bad_port, _ = timed_eval(odd.url, tmp_path / "a")
         looping, elapsed = timed_eval(loop.url, tmp_path / "b")
-    assert bad_port.returncode == 2 and "redirects (308) to http://127.0.0.1:99999/x" in one_line(bad_port)
+    assert bad_port.returncode == 2 and "redirects (308) to http://127.0.0.1:***/x" in one_line(bad_port)  # no port:
+    # shown as a password with its @host forgotten would be
     assert looping.returncode == 2 and elapsed < FAST and "redirects (308)" in one_line(looping)
 
 

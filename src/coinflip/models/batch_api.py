@@ -140,7 +140,8 @@ def read_lines(
     paths: list[Path], wanted: set[str] | None, mode: str, cap: int, lines: Counter[str] | None = None
 ) -> tuple[dict[str, list[tuple[str, Reply]]], Counter[str]]:
     """Each custom_id's result lines, in file order, each with its key (a hash of the line: the same line read again,
-    from a file read again or two files put together, has the same key)."""
+    from a file read again or two files put together, has the same key). With `lines` (a user's result file, whose
+    lines it counts), a line given twice is one answer; a Batch API's output line twice was billed twice."""
     found: dict[str, list[tuple[str, Reply]]] = {}
     counts: Counter[str] = Counter()
     for path in paths:
@@ -152,7 +153,7 @@ def read_lines(
                     continue
                 key = "line:" + hashlib.sha256(raw.rstrip(b"\r\n")).hexdigest()[:16]
                 each = found.setdefault(result[0], [])
-                if all(key != seen for seen, _ in each):  # a line given twice (a file put in twice) is one answer
+                if lines is None or all(key != seen for seen, _ in each):  # a file put in twice: once
                     each.append((key, result[1]))
                     if lines is not None:
                         lines[result[0]] += 1
