@@ -290,3 +290,24 @@ def test_a_run_whose_settings_cannot_be_read_is_bad_input_told_in_one_line(tmp_p
         assert "another tool" not in (work / "index.html").read_text()
     finally:
         (work / "a" / "configs").chmod(0o700)
+
+
+def test_a_question_whose_target_differs_between_data_sets_is_not_paired(tmp_path: Path) -> None:
+    """compare --force paired on the question text alone: the same replies to the same questions, one data set with
+    the targets flipped, read as a significant difference (p 0.005). A question pairs with its target now."""
+    work = tmp_path / "w"
+    first = _eval(work, "--model", "always-yes", "--limit", "20")
+    asked = [json.loads(line) for line in (first / "predictions/always-yes/coin_flip.jsonl").read_text().splitlines()]
+    flipped = tmp_path / "flipped.jsonl"
+    other = {"YES": "NO", "NO": "YES"}
+    answers = [other[r["target"]] if i < 15 else r["target"] for i, r in enumerate(asked)]
+    flipped.write_text(
+        "".join(
+            json.dumps({"question": r["question"], "answer": a}) + "\n" for r, a in zip(asked, answers, strict=True)
+        )
+    )
+    _eval(work, "--model", "always-yes", "--dataset-path", str(flipped))
+    forced = run_cli("compare", str(work), "--force", "--out", str(tmp_path / "y"), env=WIDE)
+    assert forced.returncode == 0 and "15 question(s) have another target in another run's data" in forced.stdout
+    (tested,) = json.loads((tmp_path / "y/compare.json").read_text())["pairs"]
+    assert tested["shared"] == 5 and tested["only_a"] == tested["only_b"] == 0

@@ -27,7 +27,7 @@ from .html import fmt, shown, text
 @dataclass(frozen=True)
 class Run:
     path: Path
-    correct: dict[str, bool]  # by question text, so runs pair on the sample itself
+    correct: dict[str, bool]  # by question text and target, so runs pair on the sample itself
     row: dict[str, Any]  # the run as the index shows it: run id, samples, data, template, few-shot
 
     @property
@@ -41,7 +41,8 @@ def _usable(found: Found) -> tuple[Run | None, str]:
     answers = read_answers(found)
     if answers is None or not answers.correct:
         return None, found.reason or f"no readable reviews; run `coinflip rescore {found.path}`"
-    return Run(found.path, answers.correct, row(found) | setup(found.config)), ""
+    keyed = {f"{q}\0{answers.first[q][2]}": right for q, right in answers.correct.items()}  # a target flipped: other
+    return Run(found.path, keyed, row(found) | setup(found.config)), ""
 
 
 def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
@@ -217,6 +218,9 @@ def warnings(runs: list[Run]) -> list[str]:
     datasets = {_data(r.row) for r in runs}
     if len(datasets) > 1:
         out.append(f"runs used different data ({'; '.join(sorted(datasets))}): only shared questions were paired")
+    keys = {k for r in runs for k in r.correct}  # question and target: a question twice here has two targets
+    if flipped := len(keys) - len({k.rpartition("\0")[0] for k in keys}):
+        out.append(f"{flipped} question(s) have another target in another run's data: not paired there")
     for key, what in (("template", "prompt templates"), ("few_shot", "few-shot counts"), ("compat", "arithmetics")):
         values = {fmt(r.row[key], "d", "?") for r in runs}
         if len(values) > 1:
