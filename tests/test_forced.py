@@ -196,3 +196,16 @@ def test_max_cost_holds_for_the_forced_answers_too(tmp_path: Path, concurrency: 
     assert capped.returncode == 1 and "--max-cost" in capped.stderr, capped.stderr
     report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text(encoding="utf-8"))
     assert report["cost"]["total"] == pytest.approx(len(replies) * 440 / 1e6)  # pending samples' replies included
+
+
+def test_evalscope_s_arithmetic_beside_forced_answers_is_not_called_strict(tmp_path: Path) -> None:
+    """A run with forced answers rescored in EvalScope's arithmetic: its page and its summary called EvalScope's
+    lenient numbers "Strict (the specification's score)", beside the report that holds the strict ones."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--api-url", srv.url, "--limit", "40", "--force-answer", "--no-timestamp")
+        assert run_cli(*args, "--work-dir", str(tmp_path)).returncode == 0
+    lenient = run_cli("rescore", str(tmp_path), "--metric-compat", "evalscope")
+    assert lenient.returncode == 0 and "Accuracy EvalScope's" in lenient.stdout, lenient.stdout
+    page = (tmp_path / "reports/m/coin_flip.evalscope.html").read_text()
+    assert "EvalScope (its own reading and arithmetic)" in page and "Strict (the specification" not in page
+    assert "Strict (the specification&#39;s score)" in (tmp_path / "reports/m/coin_flip.html").read_text()

@@ -118,12 +118,13 @@ def lines(report: Report) -> list[str]:
     forced = report.get("forced")
     if forced:
         strict, again = report.get("metrics", {}).get("accuracy"), forced.get("metrics", {}).get("accuracy")
+        first = "EvalScope's" if report.get("metric_compat") == "evalscope" else "strict"  # its own reading
         gap = f"{again - strict:+.4f}" if strict is not None and again is not None else "undefined"
         out.append(
             f"forced answers for {forced.get('asked', '?')} of {forced.get('invalid_strict', '?')} invalid: "
             f"{forced.get('recovered_correct', '?')} right, {forced.get('recovered_wrong', '?')} wrong, "
-            f"{forced.get('still_invalid', '?')} still invalid. Accuracy strict {value(strict)}, forced {value(again)} ({gap}): the strict score "
-            "counts format and state tracking together, the forced one mostly state tracking"
+            f"{forced.get('still_invalid', '?')} still invalid. Accuracy {first} {value(strict)}, forced {value(again)} ({gap}): the "
+            f"{first} score counts format and state tracking together, the forced one mostly state tracking"
         )
     timing = timing_line(report)
     if timing:
