@@ -17,7 +17,7 @@ from .._terminal import one_line
 from ..records import Requests, checked_requests
 
 ALTERED = "the saved report was edited by hand or is of another version"  # how `checked` says what it left out
-Count = Annotated[int, msgspec.Meta(ge=0)]  # a hand-edited report's -5 samples is left out, as a text would be
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # a hand-edited -5 samples (or 10**30) is left out, as a text
 Rate = Annotated[float, msgspec.Meta(ge=0, le=1)]  # every metric is a share: an f1_score of 1.7 or NaN, left out
 Amount = Annotated[float, msgspec.Meta(ge=0)]  # seconds, tokens per request, money
 Interval = Annotated[list[Rate], msgspec.Meta(min_length=2, max_length=2)]  # [low, high]
