@@ -224,7 +224,8 @@ def test_runs_that_drew_other_examples_or_generate_otherwise_are_not_like_for_li
     result = run_cli("compare", *map(str, runs), "--out", str(tmp_path / "b"), env=WIDE)
     assert result.returncode == 0, result.stderr
     told = json.loads((tmp_path / "b/compare.json").read_text())["warnings"]
-    assert "runs drew different few-shot examples (seed 5, seed 6, the first rows): their prompts differ" in told
+    drew = next(w for w in told if w.startswith("runs drew different few-shot examples (seed 5 ["))
+    assert ", seed 6 [" in drew and ", the first rows [" in drew and drew.endswith("]): their prompts differ")
     assert "runs differ in generation settings (max_tokens, temperature)" in told
     assert "different few-shot examples" in result.stdout and "generation settings" in result.stdout
 
@@ -311,3 +312,18 @@ def test_a_question_whose_target_differs_between_data_sets_is_not_paired(tmp_pat
     assert forced.returncode == 0 and "15 question(s) have another target in another run's data" in forced.stdout
     (tested,) = json.loads((tmp_path / "y/compare.json").read_text())["pairs"]
     assert tested["shared"] == 5 and tested["only_a"] == tested["only_b"] == 0
+
+
+def test_the_same_seed_on_other_validation_rows_is_told_as_other_examples(tmp_path: Path) -> None:
+    """compare told few-shot draws apart by the saved seed alone: the same seed on another validation split showed
+    other examples, and no warning said so. The report's hash of the rows shown tells them apart."""
+    work = tmp_path / "w"
+    for name, seed in (("a", "1"), ("b", "2")):
+        folder = tmp_path / name
+        folder.mkdir()
+        assert run_cli("generate", "--count", "20", "--seed", "7", "--out", str(folder / "test.jsonl")).returncode == 0
+        made = run_cli("generate", "--count", "10", "--seed", seed, "--out", str(folder / "validation.jsonl"))
+        assert made.returncode == 0
+        _eval(work, "--model", "oracle", "--dataset-path", str(folder), "--few-shot-num", "2")
+    done = run_cli("compare", str(work), "--out", str(tmp_path / "y"), env=WIDE)
+    assert done.returncode == 0 and "runs drew different few-shot examples (seed 42 [" in done.stdout

@@ -195,13 +195,16 @@ def row(found: Found) -> dict[str, Any]:
     }
 
 
-def setup(config: dict[str, Any]) -> dict[str, Any]:
+def setup(config: dict[str, Any], report: Report) -> dict[str, Any]:
     """What else makes two runs' prompts or replies unlike (for `compare`): which few-shot examples were drawn
-    (the validation rows a seed picks, or the first ones), and the generation settings."""
+    (the validation rows a seed picks, or the first ones; the hash of those shown, where the report has it: the same
+    seed on other validation data), and the generation settings."""
     shots = None
     if number(config.get("few_shot_num")):
         random = config.get("few_shot_random") is not False
         shots = f"seed {text(config.get('few_shot_seed'), 30)}" if random else "the first rows"
+        if isinstance(shown := dig(report, "few_shot", "examples_sha256"), str):
+            shots += f" [{text(shown[:12], 12)}]"
     generation = config.get("generation_config")
     return {"shots": shots, "generation": generation if isinstance(generation, dict) else {}}
 

@@ -42,7 +42,7 @@ def _usable(found: Found) -> tuple[Run | None, str]:
     if answers is None or not answers.correct:
         return None, found.reason or f"no readable reviews; run `coinflip rescore {found.path}`"
     keyed = {f"{q}\0{answers.first[q][2]}": right for q, right in answers.correct.items()}  # a target flipped: other
-    return Run(found.path, keyed, row(found) | setup(found.config)), ""
+    return Run(found.path, keyed, row(found) | setup(found.config, found.report)), ""
 
 
 def gather(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
