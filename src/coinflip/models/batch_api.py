@@ -127,12 +127,11 @@ def turnaround(info: dict[str, Any]) -> float | None:
 
 
 def read_answers(
-    paths: list[Path], wanted: set[str] | None, mode: str, cap: int, redact: Redactor, lines: Counter[str] | None = None
+    paths: list[Path], wanted: set[str] | None, mode: str, cap: int, redact: Redactor
 ) -> tuple[dict[str, Reply], Counter[str]]:
-    """The answers in result files (for `wanted` custom_ids, None: all), masked (two good ones: a conflict
-    error), and counts of the conflicts and of the lines for other requests and the unreadable ones;
-    `lines` counts the readable lines of each custom_id."""
-    found, counts = read_lines(paths, wanted, mode, cap, lines)
+    """The answers in a batch's result files (for `wanted` custom_ids, None: all), masked (two good ones: a conflict
+    error), and counts of the conflicts and of the lines for other requests and the unreadable ones."""
+    found, counts = read_lines(paths, wanted, mode, cap)
     return {cid: redact.reply(joined(cid, [r for _, r in each], counts)) for cid, each in found.items()}, counts
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .._files import ROWS_LIMIT, inside
 from .._terminal import printable
 from ..config import METRIC_COMPATS, NOT_CARRIED, TaskConfig, check_choice
+from ..config.task import RELATIVE_TO_START
 from ..errors import CoinflipError, ConfigError, EndpointBroken, FatalAPIError, RunIncomplete, StorageError
 from ..jsonl import index_predictions
 from ..models import backend, check_resume, handed_off, offline_rest, open_model, serve_local
@@ -110,9 +111,10 @@ def resume_settings(config: TaskConfig) -> TaskConfig:
             "the run's --api-url held query values, which are not saved (any may be a secret): "
             "give --api-url again to resume"
         )
-    read = {"dataset_dir"} if merged["dataset_hub"] not in (None, "bundled") and not merged["dataset_path"] else set()
-    for name in {"model_path", "dataset_path"} | read:  # saved as the run saw them: a folder moved since leaves them
-        if name not in mine and isinstance(path := merged[name], str) and path and not os.path.lexists(path):
+    unread = {"dataset_dir"} if merged["dataset_hub"] in (None, "bundled") or merged["dataset_path"] else set()
+    for name in RELATIVE_TO_START:  # saved as the run saw them: a folder moved since leaves them behind
+        path = merged[name]
+        if name not in mine | unread and isinstance(path, str) and path and not os.path.lexists(path):
             flag = "--" + name.replace("_", "-")
             raise ConfigError(f"the run's {flag} {path} is not there (moved?): give {flag} again to resume")
     return TaskConfig(**merged, given=config.given)
