@@ -265,7 +265,7 @@ def test_a_result_file_that_answers_nothing_leaves_the_run_incomplete_in_one_lin
     assert "--batch-write" in last and "Traceback" not in read.stderr
 
 
-def _billed(custom_id: str, choices: list[str], n: int = 1) -> bytes:
+def _billed(custom_id: str, choices: list[str]) -> bytes:
     """A result line the model billed (usage) with `choices` answered: none, a malformed body that still costs."""
     body = {
         "model": "m", "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
