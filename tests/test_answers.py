@@ -196,6 +196,28 @@ def test_answers_out_to_a_folder_is_bad_input_as_for_every_other_out(tmp_path: P
     assert done.returncode == 2 and "is a directory" in done.stderr and len(done.stderr.splitlines()) == 1
 
 
+def test_an_output_path_that_cannot_be_used_is_bad_input_and_a_full_disk_an_unfinished_write(tmp_path: Path) -> None:
+    """answers --out exited 1 for a path that cannot exist (`FILE/x`), generate 2 for a full disk, compare said
+    "File exists" of a device given as its folder: the same rule for every output the user names."""
+    for model, work in (("oracle", "w"), ("always-no", "v")):
+        assert run_cli("eval", "--model", model, "--limit", "3", "--work-dir", str(tmp_path / work)).returncode == 0
+    run, other, plain = str(only_run_dir(tmp_path / "w")), str(only_run_dir(tmp_path / "v")), tmp_path / "plain"
+    plain.write_text("a file, not a folder\n")
+    cases = {
+        ("answers", run, "--out", str(plain / "x.csv")): 2,
+        ("generate", "--count", "5", "--out", str(plain / "x.jsonl")): 2,
+        ("compare", run, other, "--out", "/dev/null"): 2,
+        ("eval", "--model", "oracle", "--limit", "3", "--work-dir", "/dev/null"): 2,
+        ("answers", run, "--out", "/dev/full"): 1,
+        ("generate", "--count", "5", "--out", "/dev/full"): 1,
+    }
+    for args, code in cases.items():
+        done = run_cli(*args)
+        assert done.returncode == code and len(done.stderr.splitlines()) == 1, (args, done.stderr)
+        assert done.stderr.startswith("error: ") and "File exists" not in done.stderr, (args, done.stderr)
+    assert "/dev/null: not a folder" in run_cli("compare", run, other, "--out", "/dev/null").stderr
+
+
 def test_answers_to_a_closed_standard_output_is_one_line(tmp_path: Path) -> None:
     """`coinflip answers RUN --out - >&-`: Python gives a closed stdout as None, which ended in an AttributeError."""
     assert run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(tmp_path)).returncode == 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import sys
 
 if __name__ == "__main__":  # `python -m coinflip.cli`: a stop while click loads ends in one line
@@ -19,7 +18,7 @@ import click
 from ._terminal import one_line, quiet_pipes
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .config.declare import EVAL_ONLY
-from .errors import CoinflipError, ConfigError, RunIncomplete
+from .errors import UNUSABLE_PATH, CoinflipError, ConfigError, RunIncomplete, named_output
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -164,7 +163,8 @@ def generate(people: str, count: int, seed: int, out: Path, start: str, ask: str
         raise ConfigError(f"--idle must be a chance between 0 and 1, got {words['idle']}")
     surface = Surface(start, ask or start, words["phrasing"], words["language"])
     style = Style(surface, words["idle"], words["names"])
-    written = generate_file(out, PeopleRange.parse(people), count, seed, style)
+    with named_output():
+        written = generate_file(out, PeopleRange.parse(people), count, seed, style)
     click.echo(f"wrote {written} questions ({people} people, seed {seed}) to {out}", err=True)
 
 
@@ -242,7 +242,9 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
         write(answers(run, left), sys.stdout, form, terminal=sys.stdout.isatty())
     else:
         path = Path(out) if out else default_path(run, form)
-        click.echo(f"wrote {save(run, path, form, out is not None, left)} answers to {path}", err=True)
+        with named_output():
+            written = save(run, path, form, out is not None, left)
+        click.echo(f"wrote {written} answers to {path}", err=True)
     if said := left.line(run):
         click.echo(said, err=True)
 
@@ -267,7 +269,9 @@ def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path | None) ->
     from .pages.compare import compare, default_out, print_result, write_files
 
     result = compare(list(run_dirs), force)
-    print_result(result, write_files(result, out or default_out(result)))
+    with named_output():
+        written = write_files(result, out or default_out(result))
+    print_result(result, written)
 
 
 @app.command("view")
@@ -283,7 +287,8 @@ def view_command(work_dir: Path, open_page: bool) -> None:
     """
     from .pages.index import view
 
-    view(work_dir, open_page)
+    with named_output():
+        view(work_dir, open_page)
 
 
 @app.command("probe")
@@ -384,9 +389,6 @@ def _dispatch(argv: list[str] | None) -> None:
         where = f": {one_line(exc.filename)}" if exc.filename else " (writing the output)"
         click.echo(f"error: {exc.strerror or exc}{where}", err=True)
         sys.exit(2 if exc.errno in UNUSABLE_PATH else 1)  # a path given that cannot be used is bad input
-
-
-UNUSABLE_PATH = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
 
 
 def _utf8(text: str) -> bool:

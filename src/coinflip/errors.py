@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+from collections.abc import Iterator
+
+# a path that cannot take what is written there, whatever is retried: one given is bad input (exit 2)
+UNUSABLE_PATH = frozenset(
+    {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
+    | {errno.EEXIST, errno.EROFS}
+)
+
 
 class CoinflipError(Exception):
     """A problem the user can fix; the CLI prints it on one line and exits with `exit_code`."""
@@ -39,6 +49,7 @@ class StorageError(CoinflipError):
     """The run directory cannot be written (disk full, read-only); what finished is kept."""
 
     exit_code = 1
+    errno: int | None = None  # why, for a caller that tells a path it was given from a full disk
 
 
 class EndpointBroken(RunIncomplete):
@@ -56,7 +67,25 @@ def short(value: object) -> str:
 KEPT = "predictions finished so far are kept"
 
 
+def reason(exc: OSError) -> str:
+    """Why, in words: EEXIST where a folder was made means a file is in its place (mkdir /dev/full)."""
+    return "not a folder" if exc.errno == errno.EEXIST else exc.strerror or type(exc).__name__
+
+
 def storage_error(path: object, exc: OSError, hint: str = KEPT) -> StorageError:
     """A one-line message naming the path, for disk full, read-only and permission problems."""
-    reason = exc.strerror or type(exc).__name__
-    return StorageError(f"cannot write {exc.filename or path}: {reason}; {hint}")
+    error = StorageError(f"cannot write {exc.filename or path}: {reason(exc)}; {hint}")
+    error.errno = exc.errno
+    return error
+
+
+@contextlib.contextmanager
+def named_output() -> Iterator[None]:
+    """Writing where the user said (--out, a work directory's page): a path that cannot be used is bad input
+    (exit 2), as everywhere else; a full disk or a failing device leaves the output unfinished (exit 1)."""
+    try:
+        yield
+    except StorageError as exc:
+        if exc.errno in UNUSABLE_PATH:
+            raise ConfigError(str(exc)) from None
+        raise

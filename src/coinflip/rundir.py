@@ -30,7 +30,7 @@ from ._files import (
 )
 from ._terminal import one_line
 from .config import BENCHMARK, KEY_AGAIN, TaskConfig, safe_name, saved_settings
-from .errors import ConfigError, storage_error
+from .errors import ConfigError, reason, storage_error
 from .records import REPEATS_MAX, loads, whole
 
 CONFIG_FILE = "configs/task_config.yaml"
@@ -89,7 +89,7 @@ class RunDir:
             held = _lock_draft(draft)
         except OSError as exc:
             where = work_dir if no_timestamp else f"in {work_dir}"
-            raise ConfigError(f"cannot create run directory {where}: {exc.strerror}") from None
+            raise ConfigError(f"cannot create run directory {where}: {reason(exc)}") from None
         return cls(draft, model, made, draft=True, held=held)
 
     def publish(self) -> RunDir:

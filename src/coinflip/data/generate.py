@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .._files import replacing
-from ..errors import ConfigError, short
+from ..errors import ConfigError, short, storage_error
 from .grammar import EN, FLIP, KEEP, Sequence, Style, apply, bundled_dir, script_names
 
 OPENING = EN.opening.format(side="heads")
@@ -131,7 +131,7 @@ def write_rows(path: Path, rows: Iterable[tuple[str, str]], whole: bool = False)
         with path.open("w", encoding="utf-8") as out:
             return write_jsonl(rows, out)
     except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+        raise storage_error(path, exc, "give --out another path") from None
 
 
 BUNDLED_SEED = 20240501
