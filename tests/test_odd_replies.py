@@ -199,7 +199,7 @@ def test_a_cost_that_leaves_out_unreported_tokens_says_so(tmp_path: Path, usage:
         args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--work-dir", str(tmp_path))
         result = run_cli(*args, "--price-input", "1", "--price-output", "1")
     report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
-    said = "leave out 4 answer(s) whose usage the server did not report in full"
+    said = "did not report the usage of 4 answer(s) in full: these sums leave it out"
     assert result.returncode == 0 and report["tokens"]["unreported"] == 4, result.stderr
     assert said in result.stdout and any(said in note for note in report["notes"]), result.stdout
 
@@ -210,7 +210,7 @@ def test_a_baseline_s_answers_spend_nothing_so_leave_nothing_out(tmp_path: Path)
                      "--work-dir", str(tmp_path))  # fmt: skip
     report = json.loads((only_run_dir(tmp_path) / "reports/oracle/coin_flip.json").read_text())
     assert result.returncode == 0 and "unreported" not in report["tokens"], result.stderr
-    assert report["cost"]["total"] == 0 and "leave out" not in result.stdout
+    assert report["cost"]["total"] == 0 and "leave it out" not in result.stdout
 
 
 def test_the_other_choices_of_n_answers_leave_no_usage_out(tmp_path: Path) -> None:

@@ -148,7 +148,7 @@ def cost_line(report: Report) -> str | None:
         how = how if cost.get("batch") else ""
         line += f"; cost {cost['total']:.4f} at {money(cost['input'])}/{money(cost['output'])} per million in/out{how}"
     if unreported := t.get("unreported"):
-        line += f"; these leave out {unreported:,} answer(s) whose usage the server did not report in full"
+        line += f"; the server did not report the usage of {unreported:,} answer(s) in full: these sums leave it out"
     return line
 
 
