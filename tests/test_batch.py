@@ -90,6 +90,17 @@ def _saved_batch_id(work: Path) -> bool:
     return False
 
 
+def test_a_batch_run_s_own_batch_folder_is_part_of_the_run_not_a_foreign_folder(tmp_path: Path) -> None:
+    """`coinflip view` listed a complete --batch run's batch/ (its request and result files) as "foreign: not a
+    coinflip run", under "Needs attention" on the index page."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ("eval", "--model", "m", "--limit", "4", "--api-url", srv.url, "--batch", *FAST)
+        assert run_cli(*args, "--work-dir", str(tmp_path)).returncode == 0
+    assert (only_run_dir(tmp_path) / "batch").is_dir()
+    seen = run_cli("view", str(tmp_path))
+    assert seen.returncode == 0 and "1 run" in seen.stderr and "0 foreign" in seen.stderr, seen.stderr
+
+
 @pytest.mark.parametrize(
     "extra",
     [

@@ -140,7 +140,7 @@ def save(run: RunDir, path: Path, form: str, given: bool = False, left: Left | N
     """Into a new file that takes `path`'s place; a device, FIFO or link the user `given` (--out /dev/stdout, a
     pipe) is written into, as the shell would: replaced, a file took the place of /dev/null (as root) or a pipe."""
     held = run_holding(path) if given else None
-    if held is not None and path.resolve().relative_to(held).parts[0] in {*RUN_PARTS, "batch"}:
+    if held is not None and path.resolve().relative_to(held).parts[0] in RUN_PARTS:
         raise ConfigError(
             f"--out {path}: a file of the run {held}, among its answers, settings and reports: write it elsewhere"
         )

@@ -22,7 +22,7 @@ from ..rundir import CONFIG_FILE, in_use, load_saved_config
 from ..scoring.schema import Report, read_report
 from .html import text
 
-RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs"})
+RUN_PARTS = frozenset({"configs", "predictions", "reviews", "reports", "logs", "batch"})  # a run's own folders
 NOT_RUNS = frozenset({"__pycache__"})  # a folder named __proto__ may hold runs; only these never do
 MAX_DEPTH = 8
 LINE_LIMIT = 64 << 20  # bytes of one line read at a time (a longer one is not a row)
