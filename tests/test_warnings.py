@@ -87,6 +87,11 @@ def test_a_limit_asked_for_is_a_note_and_a_tiny_models_expectations_reach_the_pa
     assert "WARNING" not in terminal and covered in terminal and "expected of SmolLM2" in terminal
     other = _report(rows, subset=subset)
     assert not any(n.startswith("expected of") for n in other["notes"])  # another model: no such line
+    for elsewhere in ({"api_url": "http://127.0.0.1:9/v1"}, {"model_path": "/m/other.gguf"}, {"batch_results": "r"}):
+        served = _report(
+            rows, subset=subset, config={"model": "smollm2", "seed": 0, "generation_config": {}, **elsewhere}
+        )
+        assert not any(n.startswith("expected of") for n in served["notes"]), elsewhere  # not the bundled file's
     unfinished = _report(rows, subset=subset, samples=6)
     assert unfinished["warnings"] == ["2 sample(s) were never run; resume to run them"]
     assert '<div class="warn">' in run_page.render(unfinished, [], [], [])

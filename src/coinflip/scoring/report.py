@@ -84,6 +84,10 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
         report["corrected_rows"] = scorer.corrected
     report["warnings"] = warnings(report, expected, len(outcomes))
     report["notes"] = notes(report)
+    if config["model"] in EXPECTED and not any(
+        config.get(k) for k in ("api_url", "model_path", "batch_write", "batch_results")
+    ):
+        report["notes"].append(EXPECTED[config["model"]])  # the bundled file answered, not a server of that name
     return report
 
 
@@ -269,8 +273,6 @@ def notes(report: Report) -> list[str]:
         how = subset.get("mode", "first")
         seed = f", seed {subset['seed']}" if how != "first" else ""
         out.append(f"covered {subset['count']} of {subset['of']} questions ({how}{seed})")
-    if report["served_model"] in EXPECTED:
-        out.append(EXPECTED[report["served_model"]])
     if report.get("batch"):
         timed = "latency is each batch's turnaround (creation to end), not a request's"
         if not report.get("usage", {}).get("latency_s"):
