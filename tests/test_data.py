@@ -203,8 +203,11 @@ def test_a_resume_after_the_validation_split_changed_is_refused(tmp_path: Path) 
     settings = {"model": "oracle", "dataset_path": str(data), "few_shot_num": 2, "work_dir": str(run)}
     run_task({**settings, "no_timestamp": True, "quiet": True})
     generate_file(data / "validation.jsonl", PeopleRange(2, 2), 5, 3)
-    with pytest.raises(ConfigError, match="was a different run; few_shot_examples: saved"):
+    with pytest.raises(ConfigError, match=r"was a different run; few_shot_examples \(the validation rows shown\): "
+                       r"saved '[0-9a-f]{12}\.\.\.', now '[0-9a-f]{12}\.\.\.'$"):  # fmt: skip
         run_task({"use_cache": str(run), "quiet": True})
+    with pytest.raises(ConfigError, match=r"few_shot_num: saved 2, now 3$"):  # its examples differ: said by that
+        run_task({"use_cache": str(run), "quiet": True, "few_shot_num": 3})
 
 
 def test_a_file_rewritten_in_place_during_the_run_stops_it(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -220,14 +221,23 @@ def _in_run(path: Path, root: Path | None) -> Path | None:
 def same_run(plan: Plan, root: Path) -> dict[str, Any]:
     """The saved settings of the run at `root`, which `plan` resumes; a ConfigError when it was a different run."""
     saved = load_saved_config(root)
-    differences = [
-        f"{key}: saved {saved['fingerprint'].get(key)!r}, now {plan.fingerprint.get(key)!r}"
-        for key in plan.fingerprint
-        if key in saved["fingerprint"] and _comparable(saved["fingerprint"][key]) != _comparable(plan.fingerprint[key])
-    ]
-    if differences:
-        raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(differences))
+    was, now = saved["fingerprint"], plan.fingerprint
+    differ = [key for key in now if key in was and _comparable(was[key]) != _comparable(now[key])]
+    if {"few_shot_num", "few_shot_seed", "few_shot_random"} & {*differ}:  # the rows drawn follow: said already
+        differ = [key for key in differ if key != "few_shot_examples"]
+    if differ:
+        said = (f"{_named(key)}: saved {_shown(was[key])}, now {_shown(now[key])}" for key in differ)
+        raise ConfigError(f"--use-cache {root} was a different run; " + "; ".join(said))
     return saved
+
+
+def _named(key: str) -> str:
+    return "few_shot_examples (the validation rows shown)" if key == "few_shot_examples" else key
+
+
+def _shown(value: Any) -> str:
+    """A hash as its first 12 digits: a resume's refusal stays a line a person reads."""
+    return repr(f"{value[:12]}...") if isinstance(value, str) and re.fullmatch("[0-9a-f]{64}", value) else repr(value)
 
 
 def _comparable(value: Any) -> Any:
