@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -293,3 +295,26 @@ def test_a_csv_holding_a_question_longer_than_csvs_default_field_limit_loads(tmp
     [record] = load_file(path)
     assert record.question == question and record.people == 6000 and record.flips == 3000
     assert csv.field_size_limit() == before  # the process's own limit, given back
+
+
+@pytest.mark.parametrize(
+    ("hidden", "args", "hint"),
+    [
+        ("pyarrow", ("--dataset-path", "{tmp}/rows.parquet"), "pip install pyarrow (the parquet extra)"),
+        (
+            "huggingface_hub",
+            ("--dataset-hub", "huggingface", "--dataset-dir", "{tmp}/cache"),
+            "pip install huggingface_hub",
+        ),
+    ],
+)
+def test_a_missing_optional_package_is_named_as_pip_knows_it(tmp_path: Path, hidden: str, args: tuple[str, ...],
+                                                             hint: str) -> None:  # fmt: skip
+    """The hints said pip install 'coinflip[parquet]': on PyPI `coinflip` is another project, which that installs."""
+    (tmp_path / "rows.parquet").write_bytes(b"PAR1")
+    script = f"import sys; sys.modules[{hidden!r}] = None; from coinflip.cli import main; main()"
+    given = [a.format(tmp=tmp_path) for a in args]
+    done = subprocess.run([sys.executable, "-c", script, "eval", "--model", "oracle", *given], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2 and hint in done.stderr and "coinflip[" not in done.stderr, done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr

@@ -60,13 +60,17 @@ def _download(hub: str, dataset_id: str, into: Path) -> None:
         try:
             from huggingface_hub import snapshot_download
         except ImportError:
-            raise DataError("--dataset-hub huggingface needs huggingface_hub: pip install 'coinflip[hub]'") from None
+            raise DataError(
+                "--dataset-hub huggingface needs huggingface_hub: pip install huggingface_hub (the hub extra)"
+            ) from None
         snapshot_download(repo_id=dataset_id, repo_type="dataset", local_dir=into, allow_patterns=PATTERNS)
     elif hub == "modelscope":
         try:
             from modelscope import dataset_snapshot_download
         except ImportError:
-            raise DataError("--dataset-hub modelscope needs modelscope: pip install 'coinflip[modelscope]'") from None
+            raise DataError(
+                "--dataset-hub modelscope needs modelscope: pip install modelscope (the modelscope extra)"
+            ) from None
         dataset_snapshot_download(dataset_id, local_dir=str(into), allow_patterns=PATTERNS)
     else:
         raise DataError(f"unknown dataset hub {hub!r}: use huggingface or modelscope")

@@ -191,7 +191,7 @@ def _read_parquet(path: Path) -> list[Any]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise DataError(f"{path}: reading Parquet needs pyarrow: pip install 'coinflip[parquet]'") from None
+        raise DataError(f"{path}: reading Parquet needs pyarrow: pip install pyarrow (the parquet extra)") from None
     try:
         return list(pq.read_table(path).to_pylist())
     except Exception as exc:  # pyarrow raises several unrelated types for corrupt files

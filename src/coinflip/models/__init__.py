@@ -62,7 +62,9 @@ def check_model(config: TaskConfig) -> None:
     answered_by = backend(config)
     if answered_by == "local":
         if importlib.util.find_spec("llama_cpp") is None:
-            raise ConfigError("a local GGUF model needs llama.cpp: pip install 'coinflip[local]'")
+            raise ConfigError(
+                "a local GGUF model needs llama.cpp: pip install 'llama-cpp-python[server]' (the local extra)"
+            )
         from .llama_local import llama_threads
 
         llama_threads()  # $COINFLIP_LLAMA_THREADS checked before any run directory exists

