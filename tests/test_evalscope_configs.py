@@ -174,8 +174,10 @@ def test_what_coinflip_cannot_do_is_one_line_that_says_what_to_do() -> None:
         TaskConfig(model="real-model", eval_type="mock_llm")
     with pytest.raises(TypeError, match=r"field\(s\) \['judge_modle'\]: did you mean 'judge_model_args'\?$"):
         TaskConfig.of(model="m", judge_modle="x")
-    with pytest.raises(TypeError, match=r"unknown TaskConfig field\(s\) \['xyzzy'\]; known: model"):
-        TaskConfig.of(model="m", xyzzy="x")
+    with pytest.raises(TypeError, match=r"unknown TaskConfig field\(s\) \['xyzzy'\]; docs/settings.md lists them"):
+        TaskConfig.of(model="m", xyzzy="x")  # not all 80 names in one line
+    with pytest.raises(TypeError, match=r"\['limt', 'xyzzy'\] \(did you mean 'limit' for 'limt'\?\); docs/"):
+        TaskConfig.of(model="m", limt=3, xyzzy="x")
     notes = TaskConfig(model="m", judge_strategy="llm", analysis_report=True).notes()
     assert notes == [
         "judge_strategy: accepted, not used by coin_flip",

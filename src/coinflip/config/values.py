@@ -362,11 +362,12 @@ def check_header(name: str, value: str | None) -> None:
 
 
 def unknown_message(unknown: list[str], names: list[str]) -> str:
-    """'did you mean' for each typo (as the CLI does for options); the full list only without one."""
+    """'did you mean' for each typo (as the CLI does for options); where none is close, where the settings are
+    listed (all 80 names made a line no one reads)."""
     import difflib
 
-    guesses = {name: difflib.get_close_matches(name, names, n=1) for name in unknown}
-    if all(guesses.values()):
-        meant = ", ".join(repr(v[0]) for v in guesses.values())
-        return f"unknown TaskConfig field(s) {unknown}: did you mean {meant}?"
-    return f"unknown TaskConfig field(s) {unknown}; known: {', '.join(names)}"
+    close = {name: found[0] for name in unknown if (found := difflib.get_close_matches(name, names, n=1))}
+    if len(close) == len(unknown):
+        return f"unknown TaskConfig field(s) {unknown}: did you mean {', '.join(map(repr, close.values()))}?"
+    meant = f" (did you mean {', '.join(f'{v!r} for {k!r}' for k, v in close.items())}?)" if close else ""
+    return f"unknown TaskConfig field(s) {unknown}{meant}; docs/settings.md lists them, as coinflip eval --help does"
