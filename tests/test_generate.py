@@ -167,3 +167,13 @@ def test_a_count_past_what_an_id_holds_is_refused_before_a_line_is_written(tmp_p
     result = run_cli("generate", "--count", count, "--out", str(out))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "--count must be a whole number from 1" in result.stderr and not out.exists()
+
+
+def test_what_generate_says_reads_as_a_sentence_and_names_the_flags(tmp_path: Path) -> None:
+    """It said "wrote 1 questions (1 people, seed 0)"; two data sources were refused by their Python names."""
+    done = run_cli("generate", "--count", "1", "--people", "1", "--out", str(tmp_path / "one.jsonl"))
+    assert done.returncode == 0 and done.stderr.startswith("wrote 1 question (people 1, seed 0) to "), done.stderr
+    both = run_cli(
+        "eval", "--model", "oracle", "--dataset-path", str(tmp_path / "one.jsonl"), "--dataset-hub", "huggingface"
+    )
+    assert both.returncode == 2 and "either --dataset-path (dataset_path) or --dataset-hub" in both.stderr, both.stderr

@@ -165,7 +165,7 @@ def generate(people: str, count: int, seed: int, out: Path, start: str, ask: str
     style = Style(surface, words["idle"], words["names"])
     with named_output():
         written = generate_file(out, PeopleRange.parse(people), count, seed, style)
-    click.echo(f"wrote {written} questions ({people} people, seed {seed}) to {out}", err=True)
+    click.echo(f"wrote {written} question{'s' * (written != 1)} (people {people}, seed {seed}) to {out}", err=True)
 
 
 @app.command()

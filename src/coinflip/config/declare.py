@@ -136,7 +136,7 @@ def check_across(config: Any) -> None:
     if config.model is None and not config.use_cache:
         raise ConfigError("give --model (or --use-cache RUN_DIR to resume a run with its saved settings)")
     if config.dataset_path and config.dataset_hub not in ("bundled", "local"):
-        raise ConfigError("give either dataset_path or dataset_hub, not both")
+        raise ConfigError("give either --dataset-path (dataset_path) or --dataset-hub (dataset_hub), not both")
     if config.dataset_hub == "bundled" and not config.dataset_path and config.dataset_id != type(config).dataset_id:
         raise ConfigError(f"dataset_id {config.dataset_id!r} is a hub's: add --dataset-hub huggingface (or modelscope)")
     if config.dataset_hub == "local" and not config.dataset_path:

@@ -150,7 +150,7 @@ def _foreign_reason(folder: Path) -> str:
         count = sum(1 for _ in os.scandir(folder))
     except OSError:
         return "not a coinflip run (unreadable)"
-    return "an empty folder" if count == 0 else f"not a coinflip run: no {CONFIG_FILE} inside ({count} entries)"
+    return "an empty folder" if count == 0 else f"not a coinflip run: no {CONFIG_FILE} inside ({count} entr{'ies' if count != 1 else 'y'})"
 
 
 def read_run(root: Path, folder: Path) -> Found:
