@@ -208,3 +208,8 @@ def test_the_terminal_accounts_for_every_error_beyond_the_commonest_three() -> N
     one.add({"id": 0, "target": "YES", "people": 2, "reply": None, "finish_reason": None, "error": "HTTP 500: a"})
     alone = lines(build_report({**base, "samples": 1}, "r", one, "coinflip"))
     assert not any("other messages" in line for line in alone)
+    four = Scorer()  # one message beyond the three: itself, in the line "1 x other messages" took
+    for i, message in enumerate(messages[:-1]):
+        four.add({"id": i, "target": "YES", "people": 2, "reply": None, "finish_reason": None, "error": message})
+    shown = lines(build_report({**base, "samples": len(messages) - 1}, "r", four, "coinflip"))
+    assert [line for line in shown if line.startswith("  ") and " x " in line][3:] == ["  1 x HTTP 503: d"]

@@ -150,7 +150,8 @@ def _foreign_reason(folder: Path) -> str:
         count = sum(1 for _ in os.scandir(folder))
     except OSError:
         return "not a coinflip run (unreadable)"
-    return "an empty folder" if count == 0 else f"not a coinflip run: no {CONFIG_FILE} inside ({count} entr{'ies' if count != 1 else 'y'})"
+    entries = "1 entry" if count == 1 else f"{count} entries"
+    return "an empty folder" if count == 0 else f"not a coinflip run: no {CONFIG_FILE} inside ({entries})"
 
 
 def read_run(root: Path, folder: Path) -> Found:

@@ -97,11 +97,14 @@ def lines(report: Report) -> list[str]:
         f"  errors {c.get('errors', '?')}  "
         + "  ".join(f"{k} {v}" for k, v in report.get("invalid_reasons", {}).items())
     ]
-    top = report.get("errors_top", [])[:3]
-    out += [f"  {error['count']} x {error['message']}" for error in top]
+    listed = report.get("errors_top", [])
+    top = listed[:3]  # the commonest three: the count above is all of them
     rest = c.get("errors", 0) - sum(error["count"] for error in top) if isinstance(c.get("errors"), int) else 0
-    if top and rest > 0:  # the list is the commonest three: the count above is all of them
-        out.append(f"  {rest} x other messages (each sample's: coinflip answers)")
+    if len(listed) == 4 and listed[3]["count"] == rest:  # one message left: shown in the line "other" would take
+        top, rest = listed, 0
+    out += [f"  {error['count']} x {error['message']}" for error in top]
+    if top and rest > 0:
+        out.append(f"  {rest} x other messages (coinflip answers shows each sample's)")
 
     requests = checked_requests(report.get("requests"))
     if requests:
