@@ -230,7 +230,8 @@ def test_the_length_verdict_says_the_interval_reaches_the_baseline_not_that_accu
     assert point["accuracy"] == 1.0 and point["interval"][0] <= point["always_yes"] < 1.0 and length["falls_at"] == 2
     low, high = point["interval"]
     assert length["verdict"] == (
-        f"reaches the always-yes baseline at 2 people (accuracy 1.000, 95% interval {low:.3f} to {high:.3f}; "
+        f"its 95% interval reaches the always-yes baseline at 2 people (accuracy 1.000, interval {low:.3f} to "
+        f"{high:.3f}; "
         f"always-yes {point['always_yes']:.3f})"
     )
 

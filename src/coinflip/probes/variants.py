@@ -192,8 +192,8 @@ def verdict(
 ) -> str:
     """What the variant's paired difference says. `memorised`: the variant against a contaminated fresh
     twin (a drop no larger than the twin's is the memorised base set's); `floor`: `at_floor`'s line."""
-    if floor:
-        return f"{variant.title}: {floor}"
+    if floor:  # the headline says it in full: each variant says it in short
+        return f"{variant.title}: nothing to tell, the base set is not above a trivial baseline"
     if not stats["shared"]:
         return f"{variant.title}: no questions answered in both runs, nothing to compare"
     points, p = _points(stats["difference"]), _p(stats["p_exact"])
@@ -262,8 +262,8 @@ def length_verdict(points: Sequence[Mapping[str, Any]]) -> tuple[int | None, str
         low, high = p["interval"] or (0.0, 1.0)  # no interval (nothing scored): it reaches any baseline
         if low <= p["always_yes"]:  # the interval, not the accuracy: few questions reach it from far above
             return p["people"], (
-                f"reaches the always-yes baseline at {p['people']} people (accuracy {p['accuracy']:.3f}, "
-                f"95% interval {low:.3f} to {high:.3f}; always-yes {p['always_yes']:.3f})"
+                f"its 95% interval reaches the always-yes baseline at {p['people']} people (accuracy "
+                f"{p['accuracy']:.3f}, interval {low:.3f} to {high:.3f}; always-yes {p['always_yes']:.3f})"
             )
     last = points[-1]
     return None, f"stays above the always-yes baseline up to {last['people']} people (accuracy {last['accuracy']:.3f})"
