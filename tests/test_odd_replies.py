@@ -225,15 +225,15 @@ def test_the_other_choices_of_n_answers_leave_no_usage_out(tmp_path: Path) -> No
     rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
     report = json.loads((only_run_dir(tmp_path) / "reports/m/coin_flip.json").read_text())
     assert result.returncode == 0 and len(rows) == 20 and sum(row["usage"] is None for row in rows) == 10
-    assert "unreported" not in report["tokens"] and "leave out" not in result.stdout, result.stdout
+    assert "unreported" not in report["tokens"] and "leave it out" not in result.stdout, result.stdout
     rescored = run_cli("rescore", str(only_run_dir(tmp_path)))
-    assert rescored.returncode == 0 and "leave out" not in rescored.stdout
+    assert rescored.returncode == 0 and "leave it out" not in rescored.stdout
     choice = {"message": {"role": "assistant", "content": "ANSWER: YES"}, "finish_reason": "stop"}
     silent = answer({"choices": [{"index": i, **choice} for i in range(2)]})  # two answers, no usage
     with AnswerServer(lambda seen: silent) as srv:
         args = ("eval", "--model", "m", "--limit", "3", "--api-url", srv.url, "--generation-config", "n=2")
         quiet = run_cli(*args, "--price-input", "1", "--price-output", "1", "--work-dir", str(tmp_path / "s"))
-    assert quiet.returncode == 0 and "leave out 3 answer(s)" in quiet.stdout, quiet.stdout
+    assert quiet.returncode == 0 and "the usage of 3 answer(s) in full" in quiet.stdout, quiet.stdout
 
 
 @pytest.mark.parametrize(
