@@ -186,3 +186,35 @@ def test_a_stop_as_the_index_is_refreshed_leaves_the_exit_code_the_run_s(tmp_pat
     assert done.returncode == 0, done
     assert "note: stopped by SIGTERM before the work directory's index.html was refreshed" in done.stderr, done
     assert "Traceback" not in done.stderr and not (tmp_path / "index.html").exists()
+
+
+AS_THE_REPORT_IS_WRITTEN = """
+import os, signal, sys
+from coinflip.cli import main
+from coinflip.run import runner
+
+real = runner.finish
+
+def finish(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # every reply is in: the stop lands as the report is written
+    return real(*args, **kwargs)
+
+runner.finish = finish
+sys.argv = ["coinflip", *sys.argv[2:], "--work-dir", sys.argv[1]]
+main()
+"""
+
+
+def test_a_stop_as_the_report_is_written_leaves_the_exit_code_the_run_s(tmp_path: Path) -> None:
+    """A SIGTERM while the report was written: the report whole ('complete': true), its summary printed, then
+    'stopped by SIGTERM; resume with ...' and exit 1, so a scheduler ran a finished run again. The report is what
+    the run was; the stop ends what follows (the index refresh), as a stop during that refresh does."""
+    with FakeOpenAIServer("mixed") as srv:
+        args = ["eval", "--model", "m", "--api-url", srv.url, "--limit", "4"]
+        done = subprocess.run([sys.executable, "-c", AS_THE_REPORT_IS_WRITTEN, str(tmp_path), *args],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert json.loads((run / "reports/m/coin_flip.json").read_text())["complete"]
+    assert done.returncode == 0 and "resume with" not in done.stderr, done
+    assert "note: stopped by SIGTERM before the work directory's index.html was refreshed" in done.stderr, done
+    assert "Traceback" not in done.stderr and not (tmp_path / "index.html").exists()

@@ -95,16 +95,19 @@ def eval_command(config_file: str | None, **opts: Any) -> None:
 def _settle(report: Mapping[str, Any], root: Path) -> None:
     """After a run or a rescore: its work directory's index.html (never raises), and exit 1 if incomplete."""
     from .pages import index
-    from .run.stop import Interrupted, stopped_by
+    from .run.stop import Interrupted, pending, stopped_by
     from .rundir import load_saved_config
 
     config = load_saved_config(root, check=False)["config"]
+    late = pending()  # a signal while the report was written: the refresh is what it stops
     try:
-        if config.get("html_report", True):
+        if config.get("html_report", True) and late is None:
             index.refresh(index.work_dir_of(root, config))
     except Interrupted as exc:  # the run is reported: a stop ends the refresh, not what the run was
-        print(f"note: {stopped_by(exc)} before the work directory's index.html was refreshed (`coinflip view` does it)",
-              file=sys.stderr)  # fmt: skip
+        late = exc.args[0] if exc.args else "SIGINT"
+    if late is not None and config.get("html_report", True):
+        refresh = "the work directory's index.html was refreshed (`coinflip view` does it)"
+        print(f"note: {stopped_by(late)} before {refresh}", file=sys.stderr)
     if not report["complete"] and not report.get("errors_ignored"):
         sys.exit(1)
 

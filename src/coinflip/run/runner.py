@@ -75,7 +75,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 session = ask(plan, run, fresh, stop, hint)
                 if session is not None and session.outcome is not None:  # its requests went elsewhere: no report
                     return {**session.outcome, "run": str(run.root)}
-                with stop.held():  # the report is written whole; a signal during it ends the run after
+                with stop.held(then=False):  # the report is written whole; a signal during it stops what follows
                     truth = lambda: Truth(plan.dataset)  # noqa: E731 (built only if saved rows are scored)
                     return finish(run, config.metric_compat, show=not config.quiet, session=session, truth=truth)
         except Interrupted as exc:  # outside the requests: nothing was lost, the run (if it began) resumes

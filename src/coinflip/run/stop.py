@@ -64,14 +64,15 @@ class StopRequest:
         (self.hook or sys.__unraisablehook__)(unraisable)
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """A step that must finish once begun: a signal during it is raised right after."""
+    def held(self, then: bool = True) -> Iterator[None]:
+        """A step that must finish once begun: a signal during it is raised right after (`then`), or left to the
+        next step (`pending`): a run whose report is written whole is what the report says."""
         self.holds += 1
         try:
             yield
         finally:
             self.holds -= 1
-        if not self.holds and self.signal is not None:
+        if then and not self.holds and self.signal is not None:
             raise Interrupted(self.signal)
 
     def run(self, main: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
@@ -124,6 +125,12 @@ class StopRequest:
         self.holds += 1
         for sig in NAMES:
             signal.signal(sig, signal.SIG_IGN)
+
+
+def pending() -> str | None:
+    """The signal a held step left for what follows, on the command line's StopRequest."""
+    existing = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return existing.signal if isinstance(existing, StopRequest) else None
 
 
 @contextlib.contextmanager
