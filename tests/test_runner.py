@@ -18,7 +18,7 @@ from coinflip.rundir import load_saved_config
 from coinflip.testing.server import FakeOpenAIServer
 
 from .answer_server import AnswerServer, Seen, answer, chat
-from .conftest import PATIENCE_S, only_run_dir, run_cli, wait_for
+from .conftest import PATIENCE_S, only_run_dir, wait_for
 
 
 @pytest.mark.parametrize("model", ["oracle", "served"])
@@ -101,15 +101,3 @@ def test_runs_in_threads_of_one_process_each_log_their_own_lines(tmp_path: Path)
         worker.join()
     saved = (only_run_dir(tmp_path) / "logs" / "eval_log.log").read_text()
     assert "finished 1 samples" in saved and "another run" not in saved
-
-
-def test_a_resume_says_what_it_reuses_before_it_asks(tmp_path: Path) -> None:
-    """A resume said nothing of the samples it kept: only 'requests 4 sent' at the end hinted at them."""
-    assert run_cli("eval", "--model", "oracle", "--limit", "6", "--work-dir", str(tmp_path)).returncode == 0
-    run = only_run_dir(tmp_path)
-    saved = run / "predictions/oracle/coin_flip.jsonl"
-    saved.write_text("".join(saved.read_text().splitlines(keepends=True)[:2]))
-    resumed = run_cli("eval", "--use-cache", str(run))
-    assert resumed.returncode == 0 and "resuming: 2 of 6 samples saved; 4 to finish\n" in resumed.stderr, resumed.stderr
-    again = run_cli("eval", "--use-cache", str(run))  # nothing left: nothing to say
-    assert again.returncode == 0 and "resuming" not in again.stderr, again.stderr

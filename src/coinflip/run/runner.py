@@ -274,8 +274,6 @@ def ask(plan: Plan, run: RunDir, fresh: bool, stop: StopRequest | None = None, h
     handed = backend(config) == "elsewhere"  # its requests go to another tool: nothing lands, is spent or shown here
     if not (todo or handed):
         return None
-    if todo < plan.samples and not config.quiet:  # a resume: what it reuses, before its requests go
-        print(f"resuming: {plan.samples - todo} of {plan.samples} samples saved; {todo} to finish", file=sys.stderr)
     session = Session(plan, run, todo, live=fresh and index.lines == 0, lands=not handed)
     wanted = concurrency_for(config)
     budget = budget_for(config, plan.generation, run.predictions)
