@@ -584,6 +584,21 @@ def test_a_port_that_hangs_up_on_every_connection_fails_in_seconds(
     )
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["online", "batch"])
+def test_a_server_that_takes_connections_and_never_answers_fails_in_seconds(tmp_path: Path, batch: bool) -> None:
+    """A hung server, or a dead backend behind a port-forward: its silent GET was taken as a slow server's, and
+    each request then waited --timeout (120 s) through its retries, minutes with nothing said."""
+    with listening(_silent) as port:
+        extra = ("--batch", "--batch-poll-s", "0.05") if batch else ()
+        result, elapsed = timed_eval(f"http://127.0.0.1:{port}/v1", tmp_path, "--timeout", "1", "--limit", "4", *extra)
+    assert result.returncode == 2 and elapsed < FAST, result.stderr
+    assert one_line(result) == (
+        f"error: http://127.0.0.1:{port} takes connections but answers no HTTP request, a GET included (a hung "
+        "server, or a dead one behind a load balancer or port-forward?) - check --api-url"
+    )
+    assert not list(tmp_path.iterdir())  # no run directory: nothing was asked
+
+
 def _not_http(conn: socket.socket) -> None:
     """What a port that speaks another protocol says first (here SSH's banner)."""
     with conn, contextlib.suppress(OSError):

@@ -126,7 +126,8 @@ class ConnectionPool:
 
     async def answers(self, url: str) -> None:
         """EndpointError when a server never heard from closes or resets a GET of `url` twice with no HTTP
-        head, or answers something that is not HTTP; any status or coding will do, slow is --timeout's."""
+        head, sends none within 10 s (a hung one: each request would wait --timeout), or answers something that is
+        not HTTP; any status or coding will do."""
         target = self.target(url)
         failure: BaseException | None = None
         for _ in (1, 2):  # the second on a fresh connection: the first may be one the server had closed
@@ -134,8 +135,9 @@ class ConnectionPool:
                 return
             try:
                 await self._head(target)
-            except TimeoutError:
-                return
+            except TimeoutError as exc:  # nor did the probes, before it (a slow model is slow to reply, not to greet)
+                failure = exc
+                break
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc.os_error, ConnectionResetError):
                     raise connect_failure(exc, target, 0) from None
