@@ -303,7 +303,9 @@ def test_a_wrong_path_answered_by_a_web_servers_404_page_fails_in_seconds(tmp_pa
                          "check --model and --api-url")  # fmt: skip
 
 
-@pytest.mark.parametrize("body", [{"status": "ok", "version": "1.2"}, ["ok"]])
+@pytest.mark.parametrize(
+    "body", [{"status": "ok", "version": "1.2"}, ["ok"], None]
+)  # None: `null`, retried as malformed
 def test_a_server_answering_json_that_is_no_completion_is_a_wrong_endpoint(body: Any, tmp_path: Path) -> None:
     """--api-url at another JSON API (a health check, a catch-all stub) that answers 200 to any POST: each
     request was retried as a malformed body, and the run ended 'broken' (exit 1, resume once the server is

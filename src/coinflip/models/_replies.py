@@ -193,6 +193,15 @@ def loaded(raw: bytes | str) -> Any:
     return None
 
 
+def foreign_json(raw: bytes) -> bool:
+    """JSON with no choices, error or API object (another JSON API's answer: a health check, a stub, `null`)."""
+    try:
+        data = load_json(raw)
+    except BadReply:  # no JSON at all: a malformed reply, retried
+        return False
+    return not (isinstance(data, dict) and data.keys() & {"choices", "error", "object"})
+
+
 def usage_of(raw: bytes) -> dict[str, int] | None:
     """The usage a body that is no answer still reports (a retry's cost), or None."""
     data = loaded(raw)

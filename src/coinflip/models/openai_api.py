@@ -24,7 +24,7 @@ from ..errors import EndpointBroken, EndpointError, FatalAPIError
 from ..secrets import run_secrets, shown_url
 from ._http import DEFAULT_MAX_BODY, ConnectionPool, Response, merge_headers
 from ._redact import Redactor
-from ._replies import BadReply, StreamReply, added, loaded, parse_body, server_message, usage_of
+from ._replies import BadReply, StreamReply, added, foreign_json, parse_body, server_message, usage_of
 from ._request import endpoint_url, published_slots, redirect, request_body, split_generation, web_page
 from ._wire import ReplyTooLarge, UnknownCoding
 from .base import Reply, Request
@@ -300,8 +300,7 @@ class OpenAIClient:
                 return parse_body(response.body, self.mode)
             except BadReply as exc:  # an error object may name a refusal: then it is one, as its status would be
                 first = not (self.answered or self.answered_before)  # the run holds no reply of this endpoint
-                data = loaded(response.body) if response.events is None and first else None
-                if data is not None and not (isinstance(data, dict) and data.keys() & {"choices", "error", "object"}):
+                if first and response.events is None and foreign_json(response.body):
                     raise EndpointError(  # another JSON API (a health check, a stub) where the first answer was due
                         f"{shown_url(url)} answered with JSON that is no completion: {server_message(response.body)}"
                         "; check --api-url (it usually ends in /v1, e.g. http://127.0.0.1:8000/v1)"
