@@ -639,6 +639,8 @@ def test_a_server_that_answered_then_hangs_up_on_every_request_ends_incomplete_a
     run = only_run_dir(tmp_path)
     rows = read_jsonl(run / "predictions/m/coin_flip.jsonl")
     assert sum(r["error"] is None for r in rows) == 5 and all(r["error"] for r in rows[5:])
+    same = int(line.split("the last ")[1].split(" requests")[0])  # one at a time: each of them has its row
+    assert len(rows) == 5 + same, (len(rows), line)  # the one that told was not left out
     with FakeOpenAIServer("correct") as good:
         again = run_cli("eval", "--model", "m", "--api-url", good.url, "--limit", "40", "--use-cache", str(run))
     assert again.returncode == 0, again.stderr

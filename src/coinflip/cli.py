@@ -150,6 +150,7 @@ def _word(flag: str, choices: list[str], default: str | None, help_text: str) ->
 )
 @_word("--names", ["pool", "scripts"], "pool", "pool: the shipped names; scripts: names in other scripts.")
 @_word("--language", ["en", "zh"], "en", "en, or zh: in Chinese.")
+@named_output()
 def generate(people: str, count: int, seed: int, out: Path, start: str, ask: str | None, **words: Any) -> None:
     """Generate a fresh CoinFlip set, streamed to disk.
 
@@ -166,8 +167,7 @@ def generate(people: str, count: int, seed: int, out: Path, start: str, ask: str
         raise ConfigError(f"--idle must be a chance between 0 and 1, got {words['idle']}")
     surface = Surface(start, ask or start, words["phrasing"], words["language"])
     style = Style(surface, words["idle"], words["names"])
-    with named_output():
-        written = generate_file(out, PeopleRange.parse(people), count, seed, style)
+    written = generate_file(out, PeopleRange.parse(people), count, seed, style)
     click.echo(f"wrote {written} question{'s' * (written != 1)} (people {people}, seed {seed}) to {out}", err=True)
 
 
@@ -229,6 +229,7 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
     type=click.Path(dir_okay=False, allow_dash=True),
     help="File to write  [default: RUN_DIR/answers.csv or .jsonl]; - for stdout.",
 )
+@named_output()
 def answers_command(run_dir: str, form: str, out: str | None) -> None:
     """Every sample on one line: question, reply, extracted verdict, target and result (right,
     wrong, invalid, error), with the forced answer and P(YES) where the run has them.
@@ -245,9 +246,7 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
         write(answers(run, left), sys.stdout, form, terminal=sys.stdout.isatty())
     else:
         path = Path(out) if out else default_path(run, form)
-        with named_output():
-            written = save(run, path, form, out is not None, left)
-        click.echo(f"wrote {written} answers to {path}", err=True)
+        click.echo(f"wrote {save(run, path, form, out is not None, left)} answers to {path}", err=True)
     if said := left.line(run):
         click.echo(said, err=True)
 
@@ -262,6 +261,7 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
     help="Folder for compare.md and compare.json  [default: compare/ in the work directory "
     "the runs share, else ./outputs/compare]",
 )
+@named_output()
 def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path | None) -> None:
     """Leaderboard of runs on the same data, with paired McNemar tests between runs that share questions.
 
@@ -272,14 +272,13 @@ def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path | None) ->
     from .pages.compare import compare, default_out, print_result, write_files
 
     result = compare(list(run_dirs), force)
-    with named_output():
-        written = write_files(result, out or default_out(result))
-    print_result(result, written)
+    print_result(result, write_files(result, out or default_out(result)))
 
 
 @app.command("view")
 @click.argument("work_dir", required=False, default="./outputs", type=click.Path(path_type=Path))
 @click.option("--open", "open_page", is_flag=True, help="Open the page in a browser.")
+@named_output()
 def view_command(work_dir: Path, open_page: bool) -> None:
     """Write WORK_DIR/index.html: every run under WORK_DIR (default ./outputs) in one page.
 
@@ -290,8 +289,7 @@ def view_command(work_dir: Path, open_page: bool) -> None:
     """
     from .pages.index import view
 
-    with named_output():
-        view(work_dir, open_page)
+    view(work_dir, open_page)
 
 
 @app.command("probe")

@@ -82,7 +82,8 @@ def storage_error(path: object, exc: OSError, hint: str = KEPT) -> StorageError:
 @contextlib.contextmanager
 def named_output() -> Iterator[None]:
     """Writing where the user said (--out, a work directory's page): a path that cannot be used is bad input
-    (exit 2), as everywhere else; a full disk or a failing device leaves the output unfinished (exit 1)."""
+    (exit 2), as everywhere else; a full disk or a failing device leaves the output unfinished (exit 1).
+    A decorator too, of a command that writes one."""
     try:
         yield
     except StorageError as exc:

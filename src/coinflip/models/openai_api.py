@@ -185,6 +185,12 @@ class OpenAIClient:
                 message += "; not retried: --max-cost leaves no room for another attempt" if capped else ""
                 failed = dataclasses.replace(self._failed(message, status, sent, attempts), usage=wasted)
                 self.unsaved.pop(id(request), None)
+                if self.early_stop.failure(failed.error or ""):
+                    self.unsaved[id(request)] = failed  # its row, as those that failed so before got theirs
+                    raise EndpointBroken(
+                        f"the last {self.early_stop.needed} requests all failed the same way after "
+                        f"{self.retries} retries, so the endpoint, not a sample, is broken: {failed.error}"
+                    )
                 return failed
             if outcome == "rejected":
                 self._check_patience(time.monotonic())
@@ -264,11 +270,6 @@ class OpenAIClient:
 
     def _failed(self, message: str, status: int | None, sent: float, attempts: int) -> Reply:
         message = self.redact(one_line(message))
-        if self.early_stop.failure(message):
-            raise EndpointBroken(
-                f"the last {self.early_stop.needed} requests all failed the same way after "
-                f"{self.retries} retries, so the endpoint, not a sample, is broken: {message}"
-            )
         return Reply(text=None, latency_s=time.monotonic() - sent, attempts=attempts, error=message, status=status)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 from .._terminal import one_line
 from ..records import checked_requests, requests_line
 from ..scoring.metrics import METRICS
-from ..scoring.schema import Report, checked
+from ..scoring.schema import ErrorCount, Report, checked
 from .html import fmt, span, warning_label
 
 
@@ -88,6 +88,16 @@ def print_summary(
         console.print(Text(one_line(line)), soft_wrap=True)
 
 
+def _errors(listed: list[ErrorCount], errors: Any) -> list[str]:
+    """The commonest three messages, and a count of the rest: the count above is all of them."""
+    top = listed[:3]
+    rest = errors - sum(error["count"] for error in top) if isinstance(errors, int) else 0
+    if len(listed) == 4 and listed[3]["count"] == rest:  # one message left: shown in the line "other" would take
+        top, rest = listed, 0
+    said = [f"  {error['count']} x {error['message']}" for error in top]
+    return said + ([f"  {rest} x other messages (coinflip answers shows each sample's)"] if top and rest > 0 else [])
+
+
 def lines(report: Report) -> list[str]:
     c, primary = report.get("counts", {}), report.get("primary", "accuracy")
     scored = report.get("evalscope", {}).get("scored_samples")  # EvalScope's arithmetic leaves errors out
@@ -97,14 +107,7 @@ def lines(report: Report) -> list[str]:
         f"  errors {c.get('errors', '?')}  "
         + "  ".join(f"{k} {v}" for k, v in report.get("invalid_reasons", {}).items())
     ]
-    listed = report.get("errors_top", [])
-    top = listed[:3]  # the commonest three: the count above is all of them
-    rest = c.get("errors", 0) - sum(error["count"] for error in top) if isinstance(c.get("errors"), int) else 0
-    if len(listed) == 4 and listed[3]["count"] == rest:  # one message left: shown in the line "other" would take
-        top, rest = listed, 0
-    out += [f"  {error['count']} x {error['message']}" for error in top]
-    if top and rest > 0:
-        out.append(f"  {rest} x other messages (coinflip answers shows each sample's)")
+    out += _errors(report.get("errors_top", []), c.get("errors"))
 
     requests = checked_requests(report.get("requests"))
     if requests:

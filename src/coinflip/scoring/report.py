@@ -83,11 +83,7 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
     if scorer.corrected:  # held to the run's data (run/finish.py Truth)
         report["corrected_rows"] = scorer.corrected
     report["warnings"] = warnings(report, expected, len(outcomes))
-    report["notes"] = notes(report)
-    if config["model"] in EXPECTED and not any(
-        config.get(k) for k in ("api_url", "model_path", "batch_write", "batch_results")
-    ):
-        report["notes"].append(EXPECTED[config["model"]])  # the bundled file answered, not a server of that name
+    report["notes"] = notes(report, config)
     return report
 
 
@@ -251,6 +247,7 @@ def _below_baselines(report: Report) -> list[str]:
     return found
 
 
+ELSEWHERE = ("batch_write", "batch_results")  # the requests went to another tool
 # What a bundled local model is expected to do, said under its results (benchmarks/smollm2.py measures it)
 EXPECTED = {
     "smollm2": "expected of SmolLM2-135M, a tiny model: without worked examples it almost never writes the "
@@ -260,7 +257,7 @@ EXPECTED = {
 }
 
 
-def notes(report: Report) -> list[str]:
+def notes(report: Report, config: dict[str, Any]) -> list[str]:
     """What a reader should know but need not act on, such as a subset the user asked for (--limit)."""
     out = []
     if report["dataset"].get("source") == "bundled":
@@ -273,6 +270,8 @@ def notes(report: Report) -> list[str]:
         how = subset.get("mode", "first")
         seed = f", seed {subset['seed']}" if how != "first" else ""
         out.append(f"covered {subset['count']} of {subset['of']} questions ({how}{seed})")
+    if config["model"] in EXPECTED and not any(config.get(k) for k in ("api_url", "model_path", *ELSEWHERE)):
+        out.append(EXPECTED[config["model"]])  # the bundled file answered, not a server of that name
     if report.get("batch"):
         timed = "latency is each batch's turnaround (creation to end), not a request's"
         if not report.get("usage", {}).get("latency_s"):
