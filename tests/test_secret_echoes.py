@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -79,6 +80,28 @@ def test_a_key_given_with_spaces_around_it_is_masked_where_the_server_echoes_it_
     assert [r["error"] for r in rows] == ["HTTP 500: upstream refused ***."] * 2
     for path in [p for p in tmp_path.rglob("*") if p.is_file()]:
         assert b"SECRET" not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize(
+    "turn",
+    [str.upper, str.lower, lambda k: k[::-1], lambda k: k.encode().hex(), lambda k: k.encode().hex().upper()],
+    ids=["upper", "lower", "reversed", "hex", "HEX"],
+)
+def test_a_key_the_server_echoes_turned_reaches_no_file_and_no_terminal(tmp_path: Path, turn: Any) -> None:
+    """An echo of the key upper-cased, reversed or as hex (a debugging server's) was saved and shown as it came."""
+
+    def refuse(seen: Seen) -> bytes:
+        return answer({"error": {"message": f"key {turn(seen.headers['authorization'].split()[-1])} refused"}}, 500)
+
+    with AnswerServer(refuse) as srv:
+        args = ("--api-key", KEY, "--limit", "2", "--retries", "0", "--work-dir", str(tmp_path))
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, *args)
+    assert result.returncode == 1, result.stderr
+    rows = read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")
+    assert [r["error"] for r in rows] == ["HTTP 500: key *** refused"] * 2
+    shown = (result.stdout + result.stderr).encode()
+    for text in [shown, *(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())]:
+        assert turn(KEY).encode() not in text and KEY.encode() not in text
 
 
 @pytest.mark.parametrize("how", ["extra_headers", "api_key"])
