@@ -19,8 +19,8 @@ import pytest
 
 from coinflip.testing.server import FakeOpenAIServer
 
-from .answer_server import AnswerServer, QuietHandler, Seen, answer, chat, serving
-from .conftest import only_run_dir, read_jsonl, run_cli
+from .answer_server import AnswerServer, QuietHandler, Seen, answer, chat, content_length, read_head, serving
+from .conftest import PATIENCE_S, only_run_dir, read_jsonl, run_cli
 
 FAST = 15.0  # seconds: a Python start, a config check and a refused connection, on a loaded machine
 
@@ -595,10 +595,39 @@ def test_a_server_that_takes_connections_and_never_answers_fails_in_seconds(tmp_
         result, elapsed = timed_eval(f"http://127.0.0.1:{port}/v1", tmp_path, "--timeout", "1", "--limit", "4", *extra)
     assert result.returncode == 2 and elapsed < FAST, result.stderr
     assert one_line(result) == (
-        f"error: http://127.0.0.1:{port} takes connections but answers no HTTP request, a GET included (a hung "
-        "server, or a dead one behind a load balancer or port-forward?) - check --api-url"
+        f"error: http://127.0.0.1:{port} takes connections but answers no HTTP request within --timeout, a GET "
+        "included (a hung server, or a dead one behind a load balancer or port-forward?) - check --api-url"
     )
     assert not list(tmp_path.iterdir())  # no run directory: nothing was asked
+
+
+def test_a_server_still_starting_up_is_waited_for_up_to_the_timeout(tmp_path: Path) -> None:
+    """A scale-to-zero endpoint holds its first connections while it boots: a GET with no answer in 10 s (or
+    --timeout), the capacity probes' too, was refused as a hung server, where a request would have been answered."""
+    booted, lock, gets = threading.Event(), threading.Lock(), [0]
+
+    def handle(conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as reader, contextlib.suppress(OSError):
+            while (head := read_head(reader)) is not None:
+                reader.read(content_length(head))
+                if head.startswith(b"POST"):
+                    conn.sendall(answer(chat("ANSWER: YES")))
+                    continue
+                with lock:
+                    gets[0] += 1
+                    booting = gets[0] <= 3  # the two probes and the first GET of the endpoint
+                if booting:
+                    booted.wait(PATIENCE_S)
+                    return
+                conn.sendall(answer({"error": "method not allowed"}, 405))
+
+    try:
+        with listening(handle) as port:
+            result, _ = timed_eval(f"http://127.0.0.1:{port}/v1", tmp_path, "--timeout", "3")
+    finally:
+        booted.set()
+    assert result.returncode == 0 and gets[0] == 4, (gets, result.stderr)
+    assert len(read_jsonl(only_run_dir(tmp_path) / "predictions/m/coin_flip.jsonl")) == 3
 
 
 def _not_http(conn: socket.socket) -> None:

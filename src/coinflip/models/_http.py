@@ -126,18 +126,18 @@ class ConnectionPool:
 
     async def answers(self, url: str) -> None:
         """EndpointError when a server never heard from closes or resets a GET of `url` twice with no HTTP
-        head, sends none within 10 s (a hung one: each request would wait --timeout), or answers something that is
-        not HTTP; any status or coding will do."""
+        head, sends none within --timeout (a hung one: each request would wait that long, retried), or answers
+        something that is not HTTP; any status or coding will do."""
         target = self.target(url)
         failure: BaseException | None = None
-        for _ in (1, 2):  # the second on a fresh connection: the first may be one the server had closed
-            if target.authority in self._heard:
+        for wait in (min(self.timeout, CONNECT_S), self.timeout):  # the second on a fresh connection: the first may
+            if target.authority in self._heard:  # be one the server had closed, or a server still starting up
                 return
             try:
-                await self._head(target)
+                return await self._head(target, wait)  # heard: any status will do
             except TimeoutError as exc:  # nor did the probes, before it (a slow model is slow to reply, not to greet)
                 failure = exc
-                break
+                continue
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(exc.os_error, ConnectionResetError):
                     raise connect_failure(exc, target, 0) from None
@@ -153,9 +153,9 @@ class ConnectionPool:
         assert failure is not None
         raise await self.wrong_scheme(target) or EndpointError(no_http(failure, target)) from None
 
-    async def _head(self, target: Target) -> None:
+    async def _head(self, target: Target, wait: float) -> None:
         """A GET of the target (its body read up to PROBE_BYTES, so that the connection is kept)."""
-        limit = aiohttp.ClientTimeout(total=min(self.timeout, CONNECT_S))
+        limit = aiohttp.ClientTimeout(total=wait)
         async with self.session.get(target.url, allow_redirects=False, timeout=limit, **target.options) as answer:
             self.heard(target)
             with contextlib.suppress(OSError, asyncio.TimeoutError, aiohttp.ClientError):

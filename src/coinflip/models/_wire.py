@@ -288,7 +288,9 @@ def no_http(exc: BaseException, target: Target) -> str:
         return f"{where} takes connections but {how} each one with no HTTP answer: is it an HTTP server? - {hint}"
     if isinstance(exc, TimeoutError):
         why = "a hung server, or a dead one behind a load balancer or port-forward?"
-        return f"{where} takes connections but answers no HTTP request, a GET included ({why}) - {hint}"
+        return (
+            f"{where} takes connections but answers no HTTP request within --timeout, a GET included ({why}) - {hint}"
+        )
     return f"{where} answers with something that is not HTTP ({_detail(exc.__cause__ or exc)}) - {hint}"
 
 
