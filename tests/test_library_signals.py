@@ -8,6 +8,7 @@ be stopped. The servers coinflip starts itself get the default dispositions what
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -204,3 +205,42 @@ def test_ctrl_c_stops_the_main_threads_run_not_a_threads(tmp_path: Path) -> None
         timeout=EXIT_BUDGET_S, cwd=Path(__file__).parent.parent, preexec_fn=signals_as_from_a_terminal(),
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (0, "RunIncomplete True\n"), done
+
+
+STOPPED_AS_THE_REPORT_IS_WRITTEN = """
+import os, signal, sys
+from coinflip import run_task
+from coinflip.run import runner
+
+class Stopped(Exception):
+    pass
+
+def stopped(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+signal.signal(signal.SIGTERM, stopped)
+real = runner.finish
+
+def finish(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # every reply is in: the stop lands as the report is written
+    return real(*args, **kwargs)
+
+runner.finish = finish
+config = {"model": "oracle", "limit": 3, "quiet": True}
+try:
+    run_task([{**config, "work_dir": sys.argv[1]}, {**config, "work_dir": sys.argv[2]}])
+except Stopped as exc:
+    print("caller's handler:", exc)
+"""
+
+
+def test_a_stop_as_a_library_run_s_report_is_written_reaches_the_caller_after_it(tmp_path: Path) -> None:
+    """From Python, a SIGTERM while the report was written was dropped with coinflip's handler: run_task went on to
+    its next run and returned, the caller never told. The report is written whole; then the caller's own handler
+    gets the signal, and the next run never starts."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    done = subprocess.run([sys.executable, "-c", STOPPED_AS_THE_REPORT_IS_WRITTEN, str(first), str(second)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "caller's handler: SIGTERM\n", done
+    (run,) = first.iterdir()
+    assert json.loads((run / "reports/oracle/coin_flip.json").read_text())["complete"] and not second.exists()
