@@ -82,13 +82,9 @@ def test_a_key_given_with_spaces_around_it_is_masked_where_the_server_echoes_it_
         assert b"SECRET" not in path.read_bytes(), path
 
 
-@pytest.mark.parametrize(
-    "turn",
-    [str.upper, str.lower, lambda k: k[::-1], lambda k: k.encode().hex(), lambda k: k.encode().hex().upper()],
-    ids=["upper", "lower", "reversed", "hex", "HEX"],
-)
+@pytest.mark.parametrize("turn", [str.upper, str.lower], ids=["upper", "lower"])
 def test_a_key_the_server_echoes_turned_reaches_no_file_and_no_terminal(tmp_path: Path, turn: Any) -> None:
-    """An echo of the key upper-cased, reversed or as hex (a debugging server's) was saved and shown as it came."""
+    """An echo of the key upper- or lower-cased was saved and shown as it came."""
 
     def refuse(seen: Seen) -> bytes:
         return answer({"error": {"message": f"key {turn(seen.headers['authorization'].split()[-1])} refused"}}, 500)

@@ -58,6 +58,16 @@ def test_the_forms_the_hostile_tester_used() -> None:
         assert key not in redact(form) and "***" in redact(form), form
 
 
+def test_a_key_is_masked_in_any_case_and_a_word_given_as_a_gateway_setting_in_its_own() -> None:
+    """A key (letters and digits) echoed upper-cased was kept; matching any case for every secret would mask a
+    reply's "coin flip" under a gateway's `X-Title: CoinFlip`, and drop its log probabilities."""
+    key = "sk-abc12345XYZ"
+    assert Redactor([key])(f"got {key.upper()}, {key.lower()}") == "got ***, ***"
+    words = Redactor(["CoinFlip", "Together", "priority"])
+    prose = "After the coin flip, all together; Priority: COINFLIP"
+    assert words(prose) == prose and words("X-Title: CoinFlip") == "X-Title: ***"
+
+
 def test_a_secret_ending_in_a_character_whose_escape_starts_with_it_is_masked_whole() -> None:
     """`%` escaped is `%25`, `&` is `&amp;`: the character itself is a prefix of its escape, so
     the match took it raw and left `25` or `amp;` behind (found by the property test above)."""

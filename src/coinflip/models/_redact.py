@@ -1,6 +1,5 @@
 """Secrets out of everything a run keeps or shows, each character matched in any form a server may echo it
-in (raw, JSON-escaped, HTML, URL-encoded, in any case), split across lines or not; reversed, in hex, or
-base64-encoded."""
+in (raw, JSON-escaped, HTML, URL-encoded; a key in any case), split across lines or not; or base64-encoded."""
 
 from __future__ import annotations
 
@@ -77,10 +76,11 @@ def encoded(secret: str) -> list[tuple[str, str]]:
     return forms
 
 
-def _turned(secret: str) -> tuple[str, ...]:
-    """The secret as a server may have turned it besides escaping it (any case is matched): reversed, or its
-    bytes in hex (a debugging echo)."""
-    return secret, secret[::-1], secret.encode("utf-8", "surrogatepass").hex()
+def _cased(secret: str, found: str) -> str:
+    """`found` in any case where the secret looks like a key (letters and digits, as generated): a server that
+    echoes it upper-cased; a word given as a gateway's header (`X-Title: CoinFlip`) in its own case alone."""
+    keylike = any(c.isdigit() for c in secret) and any(c.isalpha() for c in secret) and len(secret) <= 256
+    return f"(?i:{found})" if keylike else found
 
 
 def _prefix(chars: list[str], gap: str = _BREAK) -> str:
@@ -102,9 +102,9 @@ class Redactor:
     def __init__(self, secrets: Iterable[str | None]) -> None:
         both = (t for s in secrets if s is not None for t in (s, s.strip()))  # a server strips a header's spaces
         kept = sorted({s for s in both if is_secret(s)}, key=len, reverse=True)
-        self._plain = sorted({form for s in kept for form in _turned(s)}, key=len, reverse=True)
-        starts = "|".join(_BREAK.join(map(_char, s[:CUT_LEAST])) for s in self._plain)
-        self._pattern = re.compile(starts, re.IGNORECASE) if kept else None
+        self._kept = kept
+        starts = "|".join(_cased(s, _BREAK.join(map(_char, s[:CUT_LEAST]))) for s in kept)
+        self._pattern = re.compile(starts) if kept else None
         forms = [form for s in kept for form in encoded(s)]
         self._encoded = re.compile("|".join(head for head, _ in forms) or "(?!)")  # their starts, as `_pattern`
         cores = "|".join(head + rest for head, rest in forms)
@@ -112,7 +112,7 @@ class Redactor:
 
     @functools.cached_property
     def _full(self) -> re.Pattern[str]:
-        return re.compile("|".join(pattern(s) for s in self._plain), re.IGNORECASE)
+        return re.compile("|".join(_cased(s, pattern(s)) for s in self._kept))
 
     @functools.cached_property
     def _around(self) -> re.Pattern[str]:
