@@ -203,8 +203,11 @@ def test_an_output_path_that_cannot_be_used_is_bad_input_and_a_full_disk_an_unfi
         assert run_cli("eval", "--model", model, "--limit", "3", "--work-dir", str(tmp_path / work)).returncode == 0
     run, other, plain = str(only_run_dir(tmp_path / "w")), str(only_run_dir(tmp_path / "v")), tmp_path / "plain"
     plain.write_text("a file, not a folder\n")
+    (tmp_path / "loop").symlink_to(tmp_path / "pool")
+    (tmp_path / "pool").symlink_to(tmp_path / "loop")  # a loop of links: Path.resolve raised RuntimeError
     cases = {
         ("answers", run, "--out", str(plain / "x.csv")): 2,
+        ("answers", run, "--out", str(tmp_path / "loop")): 2,
         ("generate", "--count", "5", "--out", str(plain / "x.jsonl")): 2,
         ("compare", run, other, "--out", "/dev/null"): 2,
         ("eval", "--model", "oracle", "--limit", "3", "--work-dir", "/dev/null"): 2,

@@ -220,8 +220,13 @@ class RunDir:
 
 
 def run_holding(path: Path) -> Path | None:
-    """The run directory `path` lies in, through any links (its files, under any name, are the run's)."""
-    return next((run for run in path.resolve().parents if (run / CONFIG_FILE).is_file()), None)
+    """The run directory `path` lies in, through any links (its files, under any name, are the run's); a loop of
+    links lies in none (writing there fails, in one line)."""
+    try:
+        real = path.resolve()
+    except (RuntimeError, OSError):  # Python 3.11 says a loop with RuntimeError, later ones with OSError
+        return None
+    return next((run for run in real.parents if (run / CONFIG_FILE).is_file()), None)
 
 
 def busy(folder: Path) -> ConfigError:
