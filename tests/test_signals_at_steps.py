@@ -218,3 +218,22 @@ def test_a_stop_as_the_report_is_written_leaves_the_exit_code_the_run_s(tmp_path
     assert done.returncode == 0 and "resume with" not in done.stderr, done
     assert "note: stopped by SIGTERM before the work directory's index.html was refreshed" in done.stderr, done
     assert "Traceback" not in done.stderr and not (tmp_path / "index.html").exists()
+
+
+AS_A_RESCORE_S_REPORT_IS_WRITTEN = AS_THE_REPORT_IS_WRITTEN.replace(
+    'sys.argv = ["coinflip", *sys.argv[2:], "--work-dir", sys.argv[1]]', 'sys.argv = ["coinflip", *sys.argv[1:]]'
+)
+
+
+def test_a_stop_as_a_rescore_s_report_is_written_leaves_both_files_whole(tmp_path: Path) -> None:
+    """A SIGTERM during `rescore --metric-compat evalscope` ended it at once (exit 1): EvalScope's reviews written,
+    no report beside them. A rescore's report step is held as a run's: written whole, the exit code its own."""
+    assert run_task({"model": "oracle", "limit": 4, "work_dir": str(tmp_path), "quiet": True})["complete"]
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    args = ["rescore", str(run), "--metric-compat", "evalscope"]
+    done = subprocess.run([sys.executable, "-c", AS_A_RESCORE_S_REPORT_IS_WRITTEN, *args],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "resume with" not in done.stderr, done
+    assert json.loads((run / "reports/oracle/coin_flip.evalscope.json").read_text())["complete"]
+    assert (run / "reviews/oracle/coin_flip.evalscope.jsonl").is_file()
+    assert "note: stopped by SIGTERM before the work directory's index.html was refreshed" in done.stderr, done

@@ -106,8 +106,7 @@ def _settle(report: Mapping[str, Any], root: Path) -> None:
     except Interrupted as exc:  # the run is reported: a stop ends the refresh, not what the run was
         late = exc.args[0] if exc.args else "SIGINT"
     if late is not None and config.get("html_report", True):
-        refresh = "the work directory's index.html was refreshed (`coinflip view` does it)"
-        print(f"note: {stopped_by(late)} before {refresh}", file=sys.stderr)
+        print(f"note: {stopped_by(late)} before {index.REFRESH_LEFT}", file=sys.stderr)
     if not report["complete"] and not report.get("errors_ignored"):
         sys.exit(1)
 
@@ -207,6 +206,7 @@ def stats(path: str | None, split: str | None, as_json: bool) -> None:
 @click.option(
     "--metric-compat", default=None, type=click.Choice(METRIC_COMPATS), help="Arithmetic to use (default: the run's)."
 )
+@named_output()
 def rescore(run_dir: str, metric_compat: str | None) -> None:
     """Recompute reviews and reports from a run's saved predictions; calls no model.
 

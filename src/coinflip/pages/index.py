@@ -21,6 +21,7 @@ from .catalog import Found, read_answers, scan
 from .html import relative, render_template, text
 
 INDEX = "index.html"
+REFRESH_LEFT = "the work directory's index.html was refreshed (`coinflip view` does it)"  # what a late stop says
 PAIR_RUNS = 20  # per data set, the best runs (by F1) whose pairs are precomputed: 190 pairs at most
 PAIR_ROWS = 100  # disagreeing questions listed per pair
 ROW_BUDGET = 20_000  # disagreeing questions listed on the whole page

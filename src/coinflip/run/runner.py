@@ -314,7 +314,7 @@ def rescore(run_dir: str | Path, metric_compat: str | None = None, show: bool = 
     check_choice("metric_compat", compat, METRIC_COMPATS)
     if compat != own:
         run = dataclasses.replace(run, arithmetic=compat)
-    with run.locked():
+    with run.locked(), stopping() as stop, stop.held(then=False):  # reviews and report whole, as a run's
         return finish(run, compat, show, limit=ROWS_LIMIT, rescoring=True)  # ROWS_LIMIT: what a rescore reads
 
 
