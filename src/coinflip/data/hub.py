@@ -61,7 +61,7 @@ def _download(hub: str, dataset_id: str, into: Path) -> None:
             from huggingface_hub import snapshot_download
         except ImportError:
             raise DataError(
-                "--dataset-hub huggingface needs huggingface_hub: pip install huggingface_hub (the hub extra)"
+                "--dataset-hub huggingface needs huggingface_hub: pip install huggingface_hub pyarrow (the hub extra)"
             ) from None
         snapshot_download(repo_id=dataset_id, repo_type="dataset", local_dir=into, allow_patterns=PATTERNS)
     elif hub == "modelscope":
@@ -69,7 +69,7 @@ def _download(hub: str, dataset_id: str, into: Path) -> None:
             from modelscope import dataset_snapshot_download
         except ImportError:
             raise DataError(
-                "--dataset-hub modelscope needs modelscope: pip install modelscope (the modelscope extra)"
+                "--dataset-hub modelscope needs modelscope: pip install modelscope pyarrow (the modelscope extra)"
             ) from None
         dataset_snapshot_download(dataset_id, local_dir=str(into), allow_patterns=PATTERNS)
     else:
