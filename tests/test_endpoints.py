@@ -595,10 +595,29 @@ def test_a_server_that_takes_connections_and_never_answers_fails_in_seconds(tmp_
         result, elapsed = timed_eval(f"http://127.0.0.1:{port}/v1", tmp_path, "--timeout", "1", "--limit", "4", *extra)
     assert result.returncode == 2 and elapsed < FAST, result.stderr
     assert one_line(result) == (
-        f"error: http://127.0.0.1:{port} takes connections but answers no HTTP request within --timeout, a GET "
-        "included (a hung server, or a dead one behind a load balancer or port-forward?) - check --api-url"
+        f"error: http://127.0.0.1:{port} takes connections but answered no HTTP request, a GET included, in 2 s (a "
+        "hung server, or a dead one behind a load balancer or port-forward?) - check --api-url"  # --timeout 1, twice
     )
     assert not list(tmp_path.iterdir())  # no run directory: nothing was asked
+
+
+def test_a_hung_server_is_waited_for_at_most_the_start_up_bound_whatever_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait for a first GET followed --timeout, which reasoning runs set to 1,800 s: half an hour of silence
+    before a hung endpoint was named. The bounds are shortened here; the rule is the same."""
+    from coinflip import run_task
+    from coinflip.errors import EndpointError
+    from coinflip.models import _http
+
+    monkeypatch.setattr(_http, "CONNECT_S", 1.0)
+    monkeypatch.setattr(_http, "STARTUP_S", 1.0)
+    with (
+        listening(_silent) as port,
+        pytest.raises(EndpointError, match=r"answered no HTTP request, a GET included, in 2 s"),
+    ):
+        config = {"model": "m", "api_url": f"http://127.0.0.1:{port}/v1", "timeout": 1800, "limit": 2}
+        run_task({**config, "work_dir": str(tmp_path), "quiet": True})
 
 
 def test_a_server_still_starting_up_is_waited_for_up_to_the_timeout(tmp_path: Path) -> None:

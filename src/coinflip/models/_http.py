@@ -33,6 +33,7 @@ from ._wire import (
 )
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
+STARTUP_S = 120.0  # the longest a server still starting up may take to answer a GET (a reply may take longer)
 CONNECT_S = 10.0  # the longest the first connection before a run may take (TCP, proxy, TLS): real ones take <1 s
 PROBE_BYTES = 1 << 20  # the most of an answer to a probe before the run read (llama.cpp's /props is KBs)
 DONE_GRACE = 0.5  # seconds to let a stream end its HTTP message after [DONE] and keep the connection
@@ -126,12 +127,13 @@ class ConnectionPool:
 
     async def answers(self, url: str) -> None:
         """EndpointError when a server never heard from closes or resets a GET of `url` twice with no HTTP
-        head, sends none within --timeout (a hung one: each request would wait that long, retried), or answers
+        head, sends none within --timeout or STARTUP_S (a hung one: each request would wait, retried), or answers
         something that is not HTTP; any status or coding will do."""
         target = self.target(url)
         failure: BaseException | None = None
-        for wait in (min(self.timeout, CONNECT_S), self.timeout):  # the second on a fresh connection: the first may
-            if target.authority in self._heard:  # be one the server had closed, or a server still starting up
+        waits = (min(self.timeout, CONNECT_S), min(self.timeout, STARTUP_S))
+        for wait in waits:  # the second on a fresh connection: the first may be one the server had closed, or a
+            if target.authority in self._heard:  # server still starting up (a scale-to-zero endpoint)
                 return
             try:
                 return await self._head(target, wait)  # heard: any status will do
@@ -151,7 +153,7 @@ class ConnectionPool:
                 failure = exc
                 break
         assert failure is not None
-        raise await self.wrong_scheme(target) or EndpointError(no_http(failure, target)) from None
+        raise await self.wrong_scheme(target) or EndpointError(no_http(failure, target, sum(waits))) from None
 
     async def _head(self, target: Target, wait: float) -> None:
         """A GET of the target (its body read up to PROBE_BYTES, so that the connection is kept)."""

@@ -281,7 +281,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def no_http(exc: BaseException, target: Target) -> str:
+def no_http(exc: BaseException, target: Target, waited: float = 0.0) -> str:
     where, hint = _where(target)
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
         how = "resets" if isinstance(exc, aiohttp.ClientOSError) else "closes"  # RST, or FIN
@@ -289,7 +289,7 @@ def no_http(exc: BaseException, target: Target) -> str:
     if isinstance(exc, TimeoutError):
         why = "a hung server, or a dead one behind a load balancer or port-forward?"
         return (
-            f"{where} takes connections but answers no HTTP request within --timeout, a GET included ({why}) - {hint}"
+            f"{where} takes connections but answered no HTTP request, a GET included, in {waited:g} s ({why}) - {hint}"
         )
     return f"{where} answers with something that is not HTTP ({_detail(exc.__cause__ or exc)}) - {hint}"
 
