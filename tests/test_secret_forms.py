@@ -63,6 +63,7 @@ def test_a_key_is_masked_in_any_case_and_a_word_given_as_a_gateway_setting_in_it
     reply's "coin flip" under a gateway's `X-Title: CoinFlip`, and drop its log probabilities."""
     key = "sk-abc12345XYZ"
     assert Redactor([key])(f"got {key.upper()}, {key.lower()}") == "got ***, ***"
+    assert Redactor([], keys=["mysecretkey"])("x MYSECRETKEY y") == "x *** y"  # the API key, whatever it looks like
     words = Redactor(["CoinFlip", "Together", "priority"])
     prose = "After the coin flip, all together; Priority: COINFLIP"
     assert words(prose) == prose and words("X-Title: CoinFlip") == "X-Title: ***"

@@ -200,7 +200,7 @@ async def open_model(
         from .offline import Bodies, ResultsFile
 
         check_result_file(path := Path(config.batch_results).expanduser(), str(config.model), cap)
-        model = ResultsFile(path, Bodies(config, generation), cap, Redactor(secrets))
+        model = ResultsFile(path, Bodies(config, generation), cap, Redactor(secrets, keys=[config.api_key]))
     elif urls is None:
         if config.batch:
             raise ConfigError(f"--batch needs a server: {config.model} answers in-process")

@@ -76,13 +76,6 @@ def encoded(secret: str) -> list[tuple[str, str]]:
     return forms
 
 
-def _cased(secret: str, found: str) -> str:
-    """`found` in any case where the secret looks like a key (letters and digits, as generated): a server that
-    echoes it upper-cased; a word given as a gateway's header (`X-Title: CoinFlip`) in its own case alone."""
-    keylike = any(c.isdigit() for c in secret) and any(c.isalpha() for c in secret) and len(secret) <= 256
-    return f"(?i:{found})" if keylike else found
-
-
 def _prefix(chars: list[str], gap: str = _BREAK) -> str:
     """Any start of `chars`, none too: optional per character within chunks of about sqrt(n), per chunk
     across them, so a 2,000-character token nests some 90 deep, not 2,000 (re's parser recurses)."""
@@ -99,11 +92,13 @@ class Redactor:
     """Each secret's start (in any form, base64 too) is searched for first: the whole pattern (5 ms to compile for a
     40-character key, 1.3 s for a 2,000-character token) is compiled only where one is found, in most runs never."""
 
-    def __init__(self, secrets: Iterable[str | None]) -> None:
-        both = (t for s in secrets if s is not None for t in (s, s.strip()))  # a server strips a header's spaces
+    def __init__(self, secrets: Iterable[str | None], keys: Iterable[str | None] = ()) -> None:
+        """`keys` (the API key, a proxy's password) are matched in any case whatever they look like."""
+        given = [k for k in keys if k is not None]
+        both = (t for s in [*secrets, *given] if s is not None for t in (s, s.strip()))  # a server strips spaces
         kept = sorted({s for s in both if is_secret(s)}, key=len, reverse=True)
-        self._kept = kept
-        starts = "|".join(_cased(s, _BREAK.join(map(_char, s[:CUT_LEAST]))) for s in kept)
+        self._kept, self._keys = kept, {t for k in given for t in (k, k.strip())}
+        starts = "|".join(self._cased(s, _BREAK.join(map(_char, s[:CUT_LEAST]))) for s in kept)
         self._pattern = re.compile(starts) if kept else None
         forms = [form for s in kept for form in encoded(s)]
         self._encoded = re.compile("|".join(head for head, _ in forms) or "(?!)")  # their starts, as `_pattern`
@@ -112,7 +107,13 @@ class Redactor:
 
     @functools.cached_property
     def _full(self) -> re.Pattern[str]:
-        return re.compile("|".join(_cased(s, pattern(s)) for s in self._kept))
+        return re.compile("|".join(self._cased(s, pattern(s)) for s in self._kept))
+
+    def _cased(self, secret: str, found: str) -> str:
+        """`found` in any case for a key, or a secret that looks like one (letters and digits, as generated): a
+        server may echo it upper-cased; a word given as a gateway's header (`X-Title: CoinFlip`) in its own case."""
+        keylike = any(c.isdigit() for c in secret) and any(c.isalpha() for c in secret) and len(secret) <= 256
+        return f"(?i:{found})" if keylike or secret in self._keys else found
 
     @functools.cached_property
     def _around(self) -> re.Pattern[str]:

@@ -204,7 +204,8 @@ class BatchAPI:
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout, self.retries = timeout, retries
         self.pool = ConnectionPool(merge_headers({"User-Agent": "coinflip"}, auth, extra), timeout, max_body=max_body)
-        self.redact = Redactor([*secrets, *self.pool.proxy_secrets(url)])
+        proxy = self.pool.proxy_secrets(url)
+        self.redact = Redactor([*secrets, *proxy], keys=[api_key, *proxy])
 
     async def __aenter__(self) -> BatchAPI:
         """A wrong endpoint fails here, in one line."""

@@ -119,7 +119,8 @@ class OpenAIClient:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self._pool = ConnectionPool(merge_headers(headers, extra_headers), timeout, max_body=max_reply_bytes)
-        self.redact = Redactor([*run_secrets(api_key, generation, url), *self._pool.proxy_secrets(self.url)])
+        proxy = self._pool.proxy_secrets(self.url)
+        self.redact = Redactor([*run_secrets(api_key, generation, url), *proxy], keys=[api_key, *proxy])
 
     async def start(self) -> None:
         """Open the first connection now: a wrong endpoint fails here, in seconds, with EndpointError."""
