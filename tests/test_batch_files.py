@@ -350,3 +350,22 @@ def test_a_result_file_put_in_twice_is_read_as_once(tmp_path: Path) -> None:
     assert _prompt_tokens(run) == 500 and all(
         r["error"] is None for r in read_jsonl(run / "predictions/m/coin_flip.jsonl")
     )
+
+
+def test_a_file_to_write_or_read_that_cannot_be_is_refused_before_the_run(tmp_path: Path) -> None:
+    """--batch-write into a loop of links made the run directory and ended exit 1 ("the run holds no answers
+    yet"); --batch-results naming no file on a complete run exited 0 and saved that path, the report then saying
+    "batch mode" of an oracle run."""
+    (tmp_path / "loop").symlink_to(tmp_path / "pool")
+    (tmp_path / "pool").symlink_to(tmp_path / "loop")
+    work = tmp_path / "work"
+    wrote = run_cli(
+        "eval", "--model", "m", "--limit", "3", "--batch-write", str(tmp_path / "loop"), "--work-dir", str(work)
+    )
+    assert wrote.returncode == 2 and "a loop of links" in wrote.stderr and not work.exists(), wrote.stderr
+    assert run_cli("eval", "--model", "oracle", "--limit", "3", "--work-dir", str(work)).returncode == 0
+    run, missing = only_run_dir(work), tmp_path / "results.jsonl"
+    before = (run / "configs/task_config.yaml").read_bytes()
+    read = run_cli("eval", "--use-cache", str(run), "--batch-results", str(missing))
+    assert read.returncode == 2 and f"--batch-results {missing}: no such file" in read.stderr, read.stderr
+    assert (run / "configs/task_config.yaml").read_bytes() == before and len(read.stderr.splitlines()) == 1

@@ -128,6 +128,8 @@ def open_run(plan: Plan) -> tuple[RunDir, bool, Callable[[], bool], str]:
     own = Path(config.use_cache or config.work_dir).expanduser() if config.use_cache or config.no_timestamp else None
     if config.batch_write:
         _check_request_file(Path(config.batch_write).expanduser(), own)
+    if config.batch_results and not os.path.lexists(results := Path(config.batch_results).expanduser()):
+        raise ConfigError(f"--batch-results {results}: no such file (the file vllm run-batch wrote, its -o)")
     content: dict[str, Any] = {
         "config": config.redacted(),
         "fingerprint": plan.fingerprint,
@@ -199,8 +201,12 @@ def _check_request_file(path: Path, own: Path | None) -> None:
     if holder := _in_run(path, own):
         raise ConfigError(f"--batch-write {path}: in the run directory {holder} (or a link to a file there), "
                           "whose files hold its answers, settings and reports: write it elsewhere")  # fmt: skip
-    if path.is_dir() or not path.parent.is_dir():
-        where = "a folder, not a file" if path.is_dir() else f"no folder {path.parent}"
+    try:
+        real = path.resolve()  # through a link: where the file would be written
+    except (RuntimeError, OSError):  # a loop of links (Python 3.11 says RuntimeError)
+        raise ConfigError(f"--batch-write {path}: a loop of links; name a file in a folder that exists") from None
+    if real.is_dir() or not real.parent.is_dir():
+        where = "a folder, not a file" if real.is_dir() else f"no folder {real.parent}"
         raise ConfigError(f"--batch-write {path}: {where}; name a file in a folder that exists")
 
 
