@@ -174,20 +174,6 @@ main()
 """
 
 
-def test_a_stop_as_the_index_is_refreshed_leaves_the_exit_code_the_run_s(tmp_path: Path) -> None:
-    """A SIGTERM after the report was written, during the work directory's index refresh, exited 1 ('stopped by
-    SIGTERM') though the run was complete: the exit code said incomplete, the report complete."""
-    with FakeOpenAIServer("mixed") as srv:
-        args = ["eval", "--model", "m", "--api-url", srv.url, "--limit", "4"]
-        done = subprocess.run([sys.executable, "-c", AS_THE_INDEX_IS_REFRESHED, str(tmp_path), *args],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
-    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert json.loads((run / "reports/m/coin_flip.json").read_text())["complete"]
-    assert done.returncode == 0, done
-    assert "note: stopped by SIGTERM before the work directory's index.html was refreshed" in done.stderr, done
-    assert "Traceback" not in done.stderr and not (tmp_path / "index.html").exists()
-
-
 AS_THE_REPORT_IS_WRITTEN = """
 import os, signal, sys
 from coinflip.cli import main
@@ -205,13 +191,14 @@ main()
 """
 
 
-def test_a_stop_as_the_report_is_written_leaves_the_exit_code_the_run_s(tmp_path: Path) -> None:
-    """A SIGTERM while the report was written: the report whole ('complete': true), its summary printed, then
-    'stopped by SIGTERM; resume with ...' and exit 1, so a scheduler ran a finished run again. The report is what
-    the run was; the stop ends what follows (the index refresh), as a stop during that refresh does."""
+@pytest.mark.parametrize("script", [AS_THE_REPORT_IS_WRITTEN, AS_THE_INDEX_IS_REFRESHED], ids=["report", "index"])
+def test_a_stop_after_the_last_reply_leaves_the_exit_code_the_run_s(tmp_path: Path, script: str) -> None:
+    """A SIGTERM while the report was written, or during the work directory's index refresh after it, exited 1
+    ('stopped by SIGTERM; resume with ...' under a finished run's summary), so a scheduler ran a finished run
+    again. The report is what the run was: it is written whole, and the stop ends what follows, the refresh."""
     with FakeOpenAIServer("mixed") as srv:
         args = ["eval", "--model", "m", "--api-url", srv.url, "--limit", "4"]
-        done = subprocess.run([sys.executable, "-c", AS_THE_REPORT_IS_WRITTEN, str(tmp_path), *args],
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path), *args],
                               capture_output=True, text=True, timeout=120)  # fmt: skip
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert json.loads((run / "reports/m/coin_flip.json").read_text())["complete"]
