@@ -127,17 +127,23 @@ class StopRequest:
             signal.signal(sig, signal.SIG_IGN)
 
 
+def _installed() -> StopRequest | None:
+    """The StopRequest whose handler holds SIGTERM now (the command line's), if any."""
+    existing = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return existing if isinstance(existing, StopRequest) else None
+
+
 def pending() -> str | None:
     """The signal a held step left for what follows, on the command line's StopRequest."""
-    existing = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
-    return existing.signal if isinstance(existing, StopRequest) else None
+    existing = _installed()
+    return existing.signal if existing is not None else None
 
 
 @contextlib.contextmanager
 def stopping() -> Iterator[StopRequest]:
     """The command line's StopRequest, or one installed for a library call (off the main thread, an idle one)."""
-    existing = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
-    if isinstance(existing, StopRequest) and threading.current_thread() is threading.main_thread():  # not another's
+    existing = _installed()
+    if existing is not None and threading.current_thread() is threading.main_thread():  # not another's
         yield existing
         return
     stop = StopRequest().install()
