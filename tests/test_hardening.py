@@ -97,6 +97,7 @@ def test_read_only_run_directory_on_rescore_and_resume(tmp_path: Path) -> None:
         for result, code in ((rescored, 2), (resumed, 1)):  # a folder given that cannot be written; a run left
             assert result.returncode == code  # incomplete (its new samples could not be kept)
             assert "Read-only file system" in _one_line(result) and str(run) in _one_line(result)
+            assert _one_line(result).endswith("the saved predictions are kept")  # a rescore finished none "so far"
         assert (run / "predictions/oracle/coin_flip.jsonl").read_bytes() == before
 
 

@@ -64,7 +64,7 @@ def short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-KEPT = "predictions finished so far are kept"
+KEPT = "the saved predictions are kept"  # true of a run stopped by its disk and of a rescore (which changes none)
 
 
 def reason(exc: OSError) -> str:
