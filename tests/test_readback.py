@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from coinflip.config import SETTINGS_VERSION, TaskConfig
 from coinflip.errors import ConfigError
-from coinflip.jsonl import PredictionIndex, index_predictions
+from coinflip.jsonl import PredictionIndex, compact_predictions, index_predictions
 from coinflip.run.runner import run_task
 from coinflip.rundir import RunDir, load_saved_config
 from coinflip.testing.server import FakeOpenAIServer
@@ -126,6 +126,11 @@ def test_lines_that_are_not_rows_are_counted_and_skipped(tmp_path: Path, inserte
     index = index_predictions(path)
     assert sorted(index.where) == [i * 4096 for i in range(5)]
     assert index.unreadable == len(inserted) and isinstance(index, PredictionIndex)
+    before = path.read_bytes().splitlines(keepends=True)
+    compacted = compact_predictions(path)  # the rows in order, then every other line as it was: none erased
+    after = path.read_bytes().splitlines(keepends=True)
+    assert after[:5] == [f"{_row(i)}\n".encode() for i in range(5)] and sorted(after) == sorted(before)
+    assert compacted == index_predictions(path) and compacted.bad == index_predictions(path).bad
 
 
 def test_a_row_with_an_impossible_id_is_skipped_reported_and_asked_again(tmp_path: Path) -> None:
@@ -137,14 +142,20 @@ def test_a_row_with_an_impossible_id_is_skipped_reported_and_asked_again(tmp_pat
     first = text.splitlines()[0]
     assert json.loads(first)["id"] == 0
     predictions.write_text(text.replace(first, re.sub(r'^\{"id":\s*0,', '{"id": 1e400,', first), 1))
-    rescored = run_cli("rescore", str(run))
-    assert rescored.returncode == 1 and "Traceback" not in rescored.stderr, rescored.stderr  # incomplete: resume it
-    report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
-    assert report["unreadable_rows"] == 1 and any("could not be read" in w for w in report["warnings"])
+    edited = predictions.read_text().splitlines()[0]
+    for _ in range(2):  # a rescore erases nothing it cannot read, and the next one still counts it
+        rescored = run_cli("rescore", str(run))
+        assert rescored.returncode == 1 and "Traceback" not in rescored.stderr, rescored.stderr  # incomplete
+        report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
+        assert report["unreadable_rows"] == 1 and any("could not be read" in w for w in report["warnings"])
+        assert predictions.read_text().splitlines()[-1] == edited  # kept, after the rows
     resumed = run_cli("eval", "--use-cache", str(run))
     assert resumed.returncode == 0, resumed.stderr
-    assert sorted(r["id"] for r in read_jsonl(predictions)) == list(range(6))  # the sample was asked again
-    assert json.loads((run / "reports/oracle/coin_flip.json").read_text())["complete"]
+    rows = [json.loads(line) for line in predictions.read_text().splitlines()[:-1]]
+    assert [r["id"] for r in rows] == list(range(6))  # the sample was asked again, in order
+    assert predictions.read_text().splitlines()[-1] == edited
+    report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
+    assert report["complete"] and report["unreadable_rows"] == 1
 
 
 # --- hand-edited saved values ---------------------------------------------------------------

@@ -18,12 +18,18 @@ from .records import DONE, ERROR, STARTED, Prediction, Review, dumps, key_of, pr
 @dataclass
 class PredictionIndex:
     """Where the line that counts for each sample key starts: `offset` for a reply, `~offset` for an
-    error; `pending`: replies whose forced answer is pending. Plain ints: a million samples, tens of MB."""
+    error; `pending`: replies whose forced answer is pending; `bad`: where the whole lines that hold no
+    prediction start (skipped, never erased: a hand edit may hold a reply). Plain ints: a million samples,
+    tens of MB."""
 
     where: dict[int, int]
     lines: int
     pending: set[int] = field(default_factory=set)
-    unreadable: int = field(default=0, compare=False)  # whole lines that hold no prediction (skipped)
+    bad: list[int] = field(default_factory=list, compare=False)
+
+    @property
+    def unreadable(self) -> int:
+        return len(self.bad)
 
     def replied(self, key: int) -> bool:
         return self.where.get(key, -1) >= 0
@@ -70,7 +76,7 @@ def index_predictions(path: Path, repair: bool = False, limit: int = NO_LIMIT) -
 def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
     row = read_prediction(line)
     if row is None:
-        index.unreadable += 1
+        index.bad.append(offset)
         return
     key, state = key_of(row), progress(row)
     old = index.where.get(key)
@@ -85,20 +91,26 @@ def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
 
 
 def compact_predictions(path: Path, limit: int = NO_LIMIT) -> PredictionIndex:
-    """One line per sample in key order, through a temporary file (a full disk leaves the original)."""
+    """One line per sample in key order, then the lines that hold no prediction as they were (a rescore or resume
+    erases nothing it cannot read), through a temporary file (a full disk leaves the original)."""
     index = index_predictions(path, limit=limit)
     keys = sorted(index.where)
-    if index.lines == len(keys) and all(index.start(a) < index.start(b) for a, b in pairwise(keys)):
+    starts = [index.start(k) for k in keys] + index.bad
+    if index.lines == len(starts) and all(a < b for a, b in pairwise(starts)):
         return index
     where: dict[int, int] = {}
+    bad: list[int] = []
     try:
         with path.open("rb") as src, replacing(path) as dst:
             for key in keys:
                 where[key] = dst.tell() if index.replied(key) else ~dst.tell()
                 dst.write(_line_at(src, index.start(key)))
+            for offset in index.bad:
+                bad.append(dst.tell())
+                dst.write(_line_at(src, offset))
     except OSError as exc:  # opening or reading the original (the copy's own fail in `replacing`)
         raise storage_error(path, exc) from None
-    return PredictionIndex(where, len(where), index.pending, index.unreadable)
+    return PredictionIndex(where, len(where) + len(bad), index.pending, bad)
 
 
 def _line_at(src: BinaryIO, offset: int) -> bytes:

@@ -231,8 +231,8 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
         )
     if unread := report.get("unreadable_rows"):
         out.append(
-            f"{unread} saved row(s) could not be read (not a row, or no YES or NO target) and were left "
-            "out; a resume (--use-cache) asks their questions again"
+            f"{unread} saved row(s) could not be read (not a row, or no YES or NO target): left out of the "
+            "scores and kept in the file; a resume (--use-cache) asks the questions no other row answers"
         )
     return out
 
