@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from coinflip.config import SETTINGS_VERSION, TaskConfig
 from coinflip.errors import ConfigError
-from coinflip.jsonl import PredictionIndex, compact_predictions, index_predictions
+from coinflip.jsonl import PredictionIndex, compact_predictions, index_predictions, set_aside, set_aside_lines
 from coinflip.run.runner import run_task
 from coinflip.rundir import RunDir, load_saved_config
 from coinflip.testing.server import FakeOpenAIServer
@@ -127,10 +127,12 @@ def test_lines_that_are_not_rows_are_counted_and_skipped(tmp_path: Path, inserte
     assert sorted(index.where) == [i * 4096 for i in range(5)]
     assert index.unreadable == len(inserted) and isinstance(index, PredictionIndex)
     before = path.read_bytes().splitlines(keepends=True)
-    compacted = compact_predictions(path)  # the rows in order, then every other line as it was: none erased
+    compacted = compact_predictions(path)  # the rows in order; every other line moved aside as it was
     after = path.read_bytes().splitlines(keepends=True)
-    assert after[:5] == [f"{_row(i)}\n".encode() for i in range(5)] and sorted(after) == sorted(before)
-    assert compacted == index_predictions(path) and compacted.bad == index_predictions(path).bad
+    aside = set_aside(path).read_bytes().splitlines(keepends=True) if inserted else []
+    assert after == [f"{_row(i)}\n".encode() for i in range(5)] and sorted(after + aside) == sorted(before)
+    assert compacted == index_predictions(path) and set_aside_lines(path) == len(inserted)
+    set_aside(path).unlink(missing_ok=True)
 
 
 def test_a_row_with_an_impossible_id_is_skipped_reported_and_asked_again(tmp_path: Path) -> None:
@@ -148,12 +150,13 @@ def test_a_row_with_an_impossible_id_is_skipped_reported_and_asked_again(tmp_pat
         assert rescored.returncode == 1 and "Traceback" not in rescored.stderr, rescored.stderr  # incomplete
         report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
         assert report["unreadable_rows"] == 1 and any("could not be read" in w for w in report["warnings"])
-        assert predictions.read_text().splitlines()[-1] == edited  # kept, after the rows
+        assert set_aside(predictions).read_text().splitlines() == [edited]  # moved aside, as it was
+        assert edited not in predictions.read_text()
     resumed = run_cli("eval", "--use-cache", str(run))
     assert resumed.returncode == 0, resumed.stderr
-    rows = [json.loads(line) for line in predictions.read_text().splitlines()[:-1]]
+    rows = [json.loads(line) for line in predictions.read_text().splitlines()]
     assert [r["id"] for r in rows] == list(range(6))  # the sample was asked again, in order
-    assert predictions.read_text().splitlines()[-1] == edited
+    assert set_aside(predictions).read_text().splitlines() == [edited]
     report = json.loads((run / "reports/oracle/coin_flip.json").read_text())
     assert report["complete"] and report["unreadable_rows"] == 1
 

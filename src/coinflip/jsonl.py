@@ -4,6 +4,7 @@ A half-written last line is cut on reopen; a later line wins unless it got less 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -19,7 +20,7 @@ from .records import DONE, ERROR, STARTED, Prediction, Review, dumps, key_of, pr
 class PredictionIndex:
     """Where the line that counts for each sample key starts: `offset` for a reply, `~offset` for an
     error; `pending`: replies whose forced answer is pending; `bad`: where the whole lines that hold no
-    prediction start (skipped, never erased: a hand edit may hold a reply). Plain ints: a million samples,
+    prediction start (skipped; compaction moves them aside). Plain ints: a million samples,
     tens of MB."""
 
     where: dict[int, int]
@@ -91,26 +92,43 @@ def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
 
 
 def compact_predictions(path: Path, limit: int = NO_LIMIT) -> PredictionIndex:
-    """One line per sample in key order, then the lines that hold no prediction as they were (a rescore or resume
-    erases nothing it cannot read), through a temporary file (a full disk leaves the original)."""
+    """One line per sample in key order, through a temporary file (a full disk leaves the original). The lines
+    that hold no prediction move to `set_aside(path)` first: the file stays JSON Lines, and nothing a hand edit
+    put there is erased."""
     index = index_predictions(path, limit=limit)
     keys = sorted(index.where)
-    starts = [index.start(k) for k in keys] + index.bad
-    if index.lines == len(starts) and all(a < b for a, b in pairwise(starts)):
+    if index.lines == len(keys) and all(index.start(a) < index.start(b) for a, b in pairwise(keys)):
         return index
     where: dict[int, int] = {}
-    bad: list[int] = []
     try:
-        with path.open("rb") as src, replacing(path) as dst:
-            for key in keys:
-                where[key] = dst.tell() if index.replied(key) else ~dst.tell()
-                dst.write(_line_at(src, index.start(key)))
-            for offset in index.bad:
-                bad.append(dst.tell())
-                dst.write(_line_at(src, offset))
+        with path.open("rb") as src:
+            if index.bad:
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                with os.fdopen(os.open(set_aside(path), flags, 0o644), "ab") as aside:  # never through a link
+                    aside.writelines(_line_at(src, offset).rstrip(b"\n") + b"\n" for offset in index.bad)
+            with replacing(path) as dst:
+                for key in keys:
+                    where[key] = dst.tell() if index.replied(key) else ~dst.tell()
+                    dst.write(_line_at(src, index.start(key)))
     except OSError as exc:  # opening or reading the original (the copy's own fail in `replacing`)
         raise storage_error(path, exc) from None
-    return PredictionIndex(where, len(where) + len(bad), index.pending, bad)
+    return PredictionIndex(where, len(where), index.pending)
+
+
+def set_aside(path: Path) -> Path:
+    """Where putting a predictions file in order moves its lines that hold no prediction, as they were."""
+    return path.with_name(f"{path.stem}.unreadable.txt")
+
+
+def set_aside_lines(path: Path) -> int:
+    """How many lines putting `path` in order has moved aside so far (a report keeps counting them)."""
+    try:
+        with open_regular(set_aside(path)) as aside:
+            return sum(1 for _ in aside)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise storage_error(set_aside(path), exc) from None
 
 
 def _line_at(src: BinaryIO, offset: int) -> bytes:

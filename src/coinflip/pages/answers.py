@@ -16,7 +16,7 @@ from typing import IO, Any
 from .._files import ROWS_LIMIT, replacing, special
 from .._terminal import one_line, printable
 from ..errors import ConfigError, DataError, storage_error
-from ..jsonl import PredictionIndex, index_predictions, iter_reviews
+from ..jsonl import PredictionIndex, index_predictions, iter_reviews, set_aside_lines
 from ..records import Review, escape_line_breaks, key_of, split_key, stopped
 from ..rundir import RunDir, load_saved_config, run_holding
 from .catalog import RUN_PARTS
@@ -68,7 +68,7 @@ def answers(run: RunDir, left: Left | None = None) -> Iterator[dict[str, Any]]:
     left = Left() if left is None else left
     reviews = {key_of(review): review for review in iter_reviews(run.reviews, run.root, ROWS_LIMIT)}
     index, asked = index_predictions(run.predictions, limit=ROWS_LIMIT), _asked(run)  # a sparse terabyte: refused
-    left.unreadable = index.unreadable
+    left.unreadable = index.unreadable + set_aside_lines(run.predictions)
     return _joined(run, reviews, index, asked, left)  # read whole before a line is written: a refusal is all
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._files import NO_LIMIT, read_regular, replacing
 from ..errors import CoinflipError, DataError
-from ..jsonl import compact_predictions, iter_predictions
+from ..jsonl import compact_predictions, iter_predictions, set_aside_lines
 from ..models import offline_rest
 from ..records import Prediction, Requests, checked_requests, scored, stopped
 from ..rundir import RunDir, load_saved_config
@@ -142,7 +142,7 @@ def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int, tr
     asked = run.asks(saved)
     answers = answers_per_question(saved["fingerprint"])  # as the report counts repeats
     scorer = Scorer(compat=compat, choices=choices(saved["fingerprint"]))
-    scorer.unreadable += index.unreadable  # lines that hold no prediction: counted, and asked again on resume
+    scorer.unreadable += set_aside_lines(run.predictions)  # lines that hold no prediction, moved out of the rows
     for p in iter_predictions(run.predictions):
         if not asked(p["id"]):
             scorer.outside.add(p)  # not scored, but paid for: the cost covers it

@@ -91,7 +91,7 @@ def left(plan: Plan, run: RunDir) -> tuple[PredictionIndex, int]:
     """The predictions file's index (a half-written last line cut) and the samples still to finish."""
     index = index_predictions(run.predictions, repair=True)
     if index.unreadable:
-        log.warning("%d saved line(s) hold no prediction: skipped, kept in the file", index.unreadable)
+        log.warning("%d saved line(s) hold no prediction: skipped, and moved aside when the run ends", index.unreadable)
     todo = plan.samples  # nothing saved: no pass over the data, which costs 8 ms per thousand questions
     if index.where or index.pending:
         todo = sum(len(pending) or plan.build.choices for _, _, pending in _unfinished(plan, index))

@@ -232,7 +232,8 @@ def warnings(report: Report, expected: int, scored: int) -> list[str]:
     if unread := report.get("unreadable_rows"):
         out.append(
             f"{unread} saved row(s) could not be read (not a row, or no YES or NO target): left out of the "
-            "scores and kept in the file; a resume (--use-cache) asks the questions no other row answers"
+            "scores and moved aside (predictions/*/*.unreadable.txt); a resume (--use-cache) asks the questions "
+            "no other row answers"
         )
     return out
 
