@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import enum
 import shutil
 from pathlib import Path
 
@@ -11,6 +13,8 @@ from coinflip import TaskConfig
 from coinflip.data.grammar import bundled_dir
 from coinflip.errors import ConfigError
 from coinflip.run.runner import run_task
+
+from .conftest import run_cli
 
 
 @pytest.mark.parametrize(
@@ -104,3 +108,43 @@ def test_a_long_model_name_with_half_a_surrogate_pair_is_a_path_component() -> N
 
     first, second = safe_name("m" * 120 + "\ud800"), safe_name("m" * 120 + "\udc00")
     assert len(first) <= 100 and first != second and first.encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "odd", [datetime.date(2026, 1, 2), b"\x00bytes", {"a", "b"}, 1j, Ellipsis, Path("/x"), object()]
+)
+def test_a_value_json_cannot_hold_is_refused_before_anything_is_sent(tmp_path: Path, odd: object) -> None:
+    """A YAML date or a Python set inside generation_config passed every check and crashed as the first request
+    was encoded, after the run folder was made; the value itself is never echoed (it may be a secret)."""
+    for config in ({"generation_config": {"stop": [odd]}}, {"model_args": {"x": odd}}):
+        with pytest.raises(ConfigError, match="settings are texts, numbers") as raised:
+            TaskConfig(model="oracle", work_dir=str(tmp_path), **config)
+        assert "bytes'" not in str(raised.value) and "/x" not in str(raised.value)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_yaml_date_in_a_config_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "task.yaml"
+    config.write_text("model: oracle\nlimit: 2\ngeneration_config:\n  stop: [2026-01-02]\n")
+    result = run_cli("eval", "--config", str(config), "--work-dir", str(tmp_path / "w"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "generation_config holds a date" in result.stderr and not (tmp_path / "w").exists()
+
+
+class Name(enum.StrEnum):
+    ORACLE = "oracle"
+
+
+class Seconds(float):
+    pass
+
+
+def test_subclasses_of_texts_and_numbers_are_saved_as_plain_values(tmp_path: Path) -> None:
+    """A StrEnum model name (or numpy's str_) could not be written to the run's YAML settings (a traceback
+    after the run); a tuple of datasets is a list."""
+    config = TaskConfig(model=Name.ORACLE, timeout=Seconds(30), datasets=("coin_flip",), limit=2, work_dir=tmp_path)
+    assert type(config.model) is str and type(config.timeout) is float and config.datasets == ["coin_flip"]
+    assert config.work_dir == str(tmp_path)  # a Path is its text
+    run_task(config)
+    settings = next(tmp_path.glob("*/configs/task_config.yaml")).read_text()
+    assert "model: oracle" in settings and "!!python" not in settings

@@ -378,3 +378,14 @@ def test_a_password_left_without_its_host_is_not_shown(tmp_path: Path, where: st
     result = run_cli("eval", "--model", "m", "--api-url", api_url, "--work-dir", str(tmp_path), env=env)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert password not in result.stderr + result.stdout and where in result.stderr
+
+
+@pytest.mark.parametrize("slip", [f"temperature=0,Authorization: Bearer {KEY}", f"{KEY}", f"stop=x,{KEY} "])
+def test_a_secret_pasted_as_a_generation_config_item_is_never_echoed(tmp_path: Path, slip: str) -> None:
+    """An item without '=' was quoted whole in the error: a key pasted there reached the terminal."""
+    result = run_cli("eval", "--model", "oracle", "--generation-config", slip, "--work-dir", str(tmp_path))
+    assert result.returncode == 2 and "is not key=value" in result.stderr, result.stderr
+    assert "SECRET" not in result.stdout + result.stderr
+    with pytest.raises(ValueError, match="is not key=value") as raised:
+        TaskConfig(model="oracle", generation_config=slip)
+    assert "SECRET" not in str(raised.value)

@@ -103,7 +103,7 @@ def check_limit(value: Any) -> int | float | None:
 def check_values(config: Any) -> None:
     """Every value can be sent, saved and read back (see `odd_value`)."""
     for f in fields(config):
-        problem = odd_value(getattr(config, f.name))
+        problem = odd_value(getattr(config, f.name)) if f.metadata else None  # not `given`, the names set
         if problem:
             raise ConfigError(f"{f.name} {problem}")
 
@@ -142,7 +142,27 @@ def odd_value(value: Any) -> str | None:
                     return f"has a key {short(bad[0])} that is not a text: quote it"
                 item = [*item, *item.values()]  # its keys are texts to check too
             stack += [(v, depth + 1) for v in item]
+        elif depth == 0 and isinstance(item, os.PathLike):  # run_task(work_dir=tmp_path): its text
+            stack.append((os.fspath(item), 1))
+        elif item is not None:  # never its value: it may be a secret
+            kind = type(item).__name__
+            return f"holds a {kind}: settings are texts, numbers, true/false, lists and objects (quote it)"
     return None
+
+
+def plain(value: Any) -> Any:
+    """The value with each text and number of its base type and each list a list (a StrEnum, numpy's str_, a float
+    subclass, a tuple; a Path its text): what is saved and sent. After `odd_value`: no depth to fear."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    for kind in (bool, str, int, float):  # bool first: a bool is an int
+        if isinstance(value, kind):
+            return value if type(value) is kind else kind.__str__(value) if kind is str else kind(value)
+    return value
 
 
 def check_path(name: str, value: Any) -> None:
@@ -184,8 +204,9 @@ def parse_pairs(value: Any) -> dict[str, Any]:
         if text.startswith("{"):
             value = parse_json("generation_config", text)
         else:
+            parts = _split_pairs(text)
             try:
-                value = unique_keys([_parse_pair(part) for part in _split_pairs(text)])
+                value = unique_keys([_parse_pair(part, n, len(parts)) for n, part in enumerate(parts, 1)])
             except KeyTwice as exc:  # temperature=0,temperature=1: which one was meant?
                 raise ConfigError(f"generation_config: {exc}") from None
     if not isinstance(value, dict):
@@ -274,12 +295,13 @@ def _closing(text: str, start: int) -> int:
     return len(text)
 
 
-def _parse_pair(part: str) -> tuple[str, Any]:
-    """Backslash escapes are read as in JSON strings (`stop=\\nQ:` is a newline); 'quoted' is a text."""
+def _parse_pair(part: str, n: int, of: int) -> tuple[str, Any]:
+    """Item `n` of `of`. Backslash escapes are read as in JSON strings (`stop=\\nQ:` is a newline); 'quoted'
+    is a text."""
     key, sep, raw = part.partition("=")
     key, raw = key.strip(), raw.strip()
-    if not sep or not key:
-        raise ConfigError(f"generation_config item {part.strip()!r} is not key=value")
+    if not sep or not key:  # the item never shown: it may be a gateway's secret (`api-key: sk-…`)
+        raise ConfigError(f'generation_config item {n} of {of} is not key=value (text=1,key=["a"])')
     try:
         return key, _value(key, raw)
     except KeyTwice as exc:  # extra_headers={"X-Key": "a", "X-Key": "b"}, as JSON or as Python
@@ -298,7 +320,7 @@ def _value(key: str, raw: str) -> Any:
         except KeyTwice:  # a ValueError, named by _parse_pair
             raise
         except (RecursionError, ValueError):  # nested too deep, or a whole number of thousands of digits
-            raise ConfigError(f"generation_config {key!r}: {short(raw)} is too deep or too long") from None
+            raise ConfigError(f"generation_config {key!r}: its value is nested too deep or too long") from None
         if (literal := _python_literal(raw)) is not _TEXT:  # EvalScope eval()s its values: False, ['a']
             return literal
     try:
