@@ -389,3 +389,11 @@ def test_a_secret_pasted_as_a_generation_config_item_is_never_echoed(tmp_path: P
     with pytest.raises(ValueError, match="is not key=value") as raised:
         TaskConfig(model="oracle", generation_config=slip)
     assert "SECRET" not in str(raised.value)
+
+
+@pytest.mark.parametrize("text", [f"model: m\napi_key: {KEY}\n", KEY, f"{{'api_key': '{KEY}'}}"])
+def test_settings_given_to_run_task_as_text_are_never_echoed(text: str) -> None:
+    """YAML text passed where a file's path goes was quoted whole, key and all, in the error."""
+    with pytest.raises(ValueError, match="no path of a .yaml") as raised:
+        run_task(text)
+    assert "SECRET" not in str(raised.value) and "\n" not in str(raised.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from .task import TaskConfig, settings
 from .values import parse_json, parse_pairs
 
 SNAPSHOT_ONLY = ("resolved_benchmarks", "evaluation_identity")  # what EvalScope 1.14.1 writes in a saved config
+SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def as_configs(task_cfg: Any, kwargs: dict[str, Any]) -> list[TaskConfig]:
@@ -27,6 +29,11 @@ def as_config(item: Any, kwargs: dict[str, Any]) -> TaskConfig:
         if kwargs:
             raise ConfigError("give either a TaskConfig or keyword settings, not both")
         return item.checked()
+    if isinstance(item, str) and (any(c in item for c in "\r\n") or not _named(item)):
+        raise ConfigError(  # the text is not shown: YAML pasted here may hold an api_key
+            "run_task got a text that is no path of a .yaml, .yml or .json file: give such a path, a dict or "
+            "a TaskConfig"
+        )
     if isinstance(item, (str, Path)):
         item = read_file(Path(item))
     if item is not None and not isinstance(item, dict):
@@ -61,8 +68,13 @@ def without_flagged(item: dict[str, Any], flags: dict[str, Any]) -> dict[str, An
     return out
 
 
+def _named(text: str) -> bool:
+    """A text that reads as a config file's path: named so, or something on disk."""
+    return text.lower().endswith(SUFFIXES) or os.path.lexists(text)
+
+
 def read_file(path: Path) -> dict[str, Any]:
-    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+    if path.suffix.lower() not in SUFFIXES:
         raise ConfigError(f"{path}: a task config file ends in .yaml, .yml or .json")
     try:
         data = read_settings(path)
