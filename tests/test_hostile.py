@@ -36,8 +36,11 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
         (["--generation-config", '{"extra_headers": {"X-A": "s\u00e9cret0002xyz"}}'], {}, "not ASCII"),
         ([], {"OPENAI_API_KEY": "sk-abcdef\u00a01234"}, "not ASCII"),  # a no-break space, copied from a page
         (["--api-url", "http://127.0.0.1:9/v1/\u00fc"], {}, "percent-encode"),
-        (["--prompt-template", "Q {question:d}"], {}, "cannot be filled in"),
-        (["--prompt-template", "x {question!z}"], {}, "cannot be filled in"),
+        (["--prompt-template", "Q {question:d}"], {}, "no format spec or conversion"),
+        (["--prompt-template", "x {question!z}"], {}, "no format spec or conversion"),
+        (["--prompt-template", "{question:>99999999999}"], {}, "no format spec"),  # was a MemoryError
+        (["--prompt-template", "{question:>{fewshot}}", "--few-shot-num", "1"], {}, "no format spec"),  # mid-run
+        (["--prompt-template", "{question!s:^9}"], {}, "no format spec"),  # once filled, then not any more
         (["--repeats", "4097"], {}, "at most 4096"),
         (["--generation-config", '{"extra_body": {"stream": true}}'], {}, "coinflip sets these itself"),
     ],

@@ -87,12 +87,13 @@ def template(value: str) -> Template:
     if value in BUILT_IN:
         return BUILT_IN[value]
     braces = "write a literal brace as {{ or }}"
-    try:  # a format spec or conversion ({question:d}, {question!z}) fails only when formatted
-        names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
-        if "question" in names and names <= {"question", "fewshot"}:  # else named below: {}, {0}, {question.x}
-            value.format(question="Q", fewshot="")
-    except (ValueError, IndexError, KeyError, AttributeError) as exc:
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(value) if name is not None]
+    except ValueError as exc:  # a lone brace
         raise ConfigError(f"prompt_template cannot be filled in ({exc}); {braces}") from None
+    if any(spec or conv for _, spec, conv in fields):  # {question:>99999999999} fills gigabytes; {question!z} fails
+        raise ConfigError(f"prompt_template placeholders take no format spec or conversion (':' or '!'); {braces}")
+    names = {name for name, _, _ in fields}
     unknown = sorted(names - {"question", "fewshot"})
     if "question" not in names or unknown:
         extra = f" (unknown placeholder(s) {unknown}; {braces})" if unknown else ""
