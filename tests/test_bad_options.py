@@ -184,3 +184,39 @@ def test_a_saved_config_given_a_key_twice_is_refused_on_rescore(tmp_path: Path) 
     config = run / CONFIG_FILE
     config.write_text(config.read_text(encoding="utf-8") + "config: {model: oracle}\n", encoding="utf-8")
     assert "the key 'config' is given twice" in _one_line(run_cli("rescore", str(run), cwd=tmp_path))
+
+
+EMPTY_OR_TWICE = [
+    *(["eval", "--model", "oracle", flag, ""] for flag in ("--batch-write", "--batch-results", "--use-cache")),
+    *(["eval", "--model", "oracle", flag, " "] for flag in ("--pricing-file", "--model-path", "--dataset-dir")),
+    *(["eval", "--model", "oracle", flag, ""] for flag in ("--config", "--dataset-path", "--work-dir")),
+    *([command, ""] for command in ("rescore", "answers", "view", "stats")),
+    ["compare", ".", ""],
+    ["generate", "--out", ""],
+    ["eval", "--model", "oracle", "--generation-config", "temperature=0", "--generation-config", "max_tokens=9"],
+    ["eval", "--model", "oracle", "--limit", "5", "--few-shot-num", "1", "--limit=10"],
+    ["eval", "--config", "a.yaml", "--model", "oracle", "--config", "b.yaml"],
+    ["eval", "--model", "oracle", "--stream", "--stream"],
+    ["probe", "--model", "oracle", "--lengths", "2-4", "--lengths", "0"],
+]
+
+
+@pytest.mark.parametrize("argv", EMPTY_OR_TWICE, ids=" ".join)
+def test_an_empty_path_or_an_option_given_twice_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """An empty path (an unset shell variable) was the same as no flag, or the current folder; an option given
+    twice kept its last value, silently: either way the run was not the one asked for."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    said = capsys.readouterr().err.strip()
+    assert ended.value.code == 2 and len(said.splitlines()) == 1, said
+    assert ("empty path" in said) != ("given twice: give it once" in said), said
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_options_that_take_many_values_may_be_repeated(tmp_path: Path) -> None:
+    args = ("--datasets", "coin_flip", "--datasets", "coin_flip", "--limit", "1", "--no-html")
+    assert run_cli("eval", "--model", "oracle", *args, "--work-dir", str(tmp_path)).returncode == 0
+    assert run_cli("eval", "--help", "--help").returncode == 0

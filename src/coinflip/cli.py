@@ -15,13 +15,14 @@ from typing import Any
 
 import click
 
+from ._args import OnceGroup, PathText
 from ._terminal import one_line, quiet_pipes
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .config.declare import EVAL_ONLY
 from .errors import UNUSABLE_PATH, CoinflipError, ConfigError, RunIncomplete, named_output
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=OnceGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="coinflip")
 def app() -> None:
     """Evaluate how well language models track a coin's state (the CoinFlip benchmark).
@@ -113,10 +114,8 @@ def _settle(report: Mapping[str, Any], root: Path) -> None:
 
 def _word(flag: str, choices: list[str], default: str | None, help_text: str) -> Callable[[Any], Any]:
     """An option taking one of a few words; the error names them, the help shows TEXT and the default."""
-    kind = click.Choice(choices)
-    return click.option(
-        flag, default=default, show_default=default is not None, type=kind, metavar="TEXT", help=help_text
-    )
+    kind, shown = click.Choice(choices), default is not None
+    return click.option(flag, default=default, show_default=shown, type=kind, metavar="TEXT", help=help_text)
 
 
 @app.command()
@@ -128,7 +127,7 @@ def _word(flag: str, choices: list[str], default: str | None, help_text: str) ->
 @click.option(
     "--out",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=PathText(dir_okay=False, path_type=Path),
     help="JSONL file to write (question, answer).",
 )
 @_word("--start", ["heads", "tails"], "heads", "Side the coin starts on: heads or tails.")
@@ -171,7 +170,7 @@ def generate(people: str, count: int, seed: int, out: Path, start: str, ask: str
 
 
 @app.command()
-@click.argument("path", required=False)
+@click.argument("path", required=False, type=PathText())
 @click.option("--split", default=None, type=click.Choice(SPLITS), help="Only this split.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def stats(path: str | None, split: str | None, as_json: bool) -> None:
@@ -202,7 +201,7 @@ def stats(path: str | None, split: str | None, as_json: bool) -> None:
 
 
 @app.command()
-@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.argument("run_dir", type=PathText(file_okay=False))
 @click.option(
     "--metric-compat", default=None, type=click.Choice(METRIC_COMPATS), help="Arithmetic to use (default: the run's)."
 )
@@ -221,12 +220,12 @@ def rescore(run_dir: str, metric_compat: str | None) -> None:
 
 
 @app.command("answers")
-@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.argument("run_dir", type=PathText(file_okay=False))
 @click.option("--format", "form", default="csv", show_default=True, type=click.Choice(["csv", "jsonl"]))
 @click.option(
     "--out",
     default=None,
-    type=click.Path(dir_okay=False, allow_dash=True),
+    type=PathText(dir_okay=False, allow_dash=True),
     help="File to write  [default: RUN_DIR/answers.csv or .jsonl]; - for stdout.",
 )
 @named_output()
@@ -252,12 +251,12 @@ def answers_command(run_dir: str, form: str, out: str | None) -> None:
 
 
 @app.command("compare")
-@click.argument("run_dirs", nargs=-1, required=True)
+@click.argument("run_dirs", nargs=-1, required=True, type=PathText())
 @click.option("--force", is_flag=True, help="Compare runs on different data, pairing only the samples they share.")
 @click.option(
     "--out",
     default=None,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathText(file_okay=False, path_type=Path),
     help="Folder for compare.md and compare.json  [default: compare/ in the work directory "
     "the runs share, else ./outputs/compare]",
 )
@@ -276,7 +275,7 @@ def compare_command(run_dirs: tuple[str, ...], force: bool, out: Path | None) ->
 
 
 @app.command("view")
-@click.argument("work_dir", required=False, default="./outputs", type=click.Path(path_type=Path))
+@click.argument("work_dir", required=False, default="./outputs", type=PathText(path_type=Path))
 @click.option("--open", "open_page", is_flag=True, help="Open the page in a browser.")
 @named_output()
 def view_command(work_dir: Path, open_page: bool) -> None:

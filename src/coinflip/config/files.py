@@ -29,6 +29,8 @@ def as_config(item: Any, kwargs: dict[str, Any]) -> TaskConfig:
         if kwargs:
             raise ConfigError("give either a TaskConfig or keyword settings, not both")
         return item.checked()
+    if isinstance(item, str) and not item.strip():
+        raise ConfigError("the task config is an empty path: give a .yaml, .yml or .json file")
     if isinstance(item, str) and (any(c in item for c in "\r\n") or not _named(item)):
         raise ConfigError(  # the text is not shown: YAML pasted here may hold an api_key
             "run_task got a text that is no path of a .yaml, .yml or .json file: give such a path, a dict or "

@@ -169,6 +169,8 @@ def check_path(name: str, value: Any) -> None:
     """A path the file system can take: no NUL, no component longer than it allows, not longer as a whole."""
     if not isinstance(value, str):
         return
+    if not value.strip():  # `--batch-write ''` from an unset shell variable: was the same as no flag
+        raise ConfigError(f"{name} is an empty path: give one, or leave it out")
     if "\0" in value:
         raise ConfigError(f"{name} holds a NUL character")
     longest = max((len(part.encode("utf-8")) for part in re.split(r"[/\\]", value)), default=0)
