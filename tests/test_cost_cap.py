@@ -542,3 +542,11 @@ def test_one_price_alone_says_that_no_cost_is_reported(tmp_path: Path, given: st
     assert f"not used without {other}: a cost needs both prices, so none is reported" in result.stderr
     report = json.loads((only_run_dir(tmp_path) / "reports/oracle/coin_flip.json").read_text())
     assert report.get("cost") is None
+
+
+def test_a_baseline_which_spends_nothing_is_never_stopped_by_a_cap(tmp_path: Path) -> None:
+    """The oracle's prompts were held at their price, so a cap below one prompt stopped it at cost 0.0000."""
+    args = ("--limit", "5", "--price-input", "1", "--price-output", "1", "--max-cost", "0.0000001")
+    result = run_cli("eval", "--model", "oracle", *args, "--work-dir", str(tmp_path))
+    assert result.returncode == 0 and "stopped" not in result.stderr, result.stderr
+    assert len(read_jsonl(only_run_dir(tmp_path) / "predictions/oracle/coin_flip.jsonl")) == 5

@@ -200,3 +200,13 @@ def test_accuracy_by_people_has_the_headline_interval_when_one_kind_of_question_
     assert people["accuracy"] == report["metrics"]["accuracy"] == 0.5
     assert people["interval"] == pytest.approx(report["intervals"]["accuracy"], abs=1e-6)
     assert people["interval"][1] - people["interval"][0] > 0.4  # 10 questions, not 80
+
+
+def test_a_repeat_s_seed_stays_within_64_bits(tmp_path: Path) -> None:
+    """seed=2**63-1 with repeats sent 2**63, which no 64-bit server field holds: it wraps round."""
+    with FakeOpenAIServer("mixed", record=True) as srv:
+        args = ("--limit", "2", "--repeats", "3", "--generation-config", f"seed={2**63 - 1}")
+        result = run_cli("eval", "--model", "m", "--api-url", srv.url, *args, "--work-dir", str(tmp_path))
+        seeds = sorted({body["seed"] for _, _, body in srv.state.seen})
+    assert result.returncode == 0, result.stderr
+    assert seeds == [-(2**63), -(2**63) + 1, 2**63 - 1]  # repeats 1 and 2 past the largest, wrapped round

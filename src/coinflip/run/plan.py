@@ -43,6 +43,11 @@ def effective_generation(config: TaskConfig) -> dict[str, Any]:
     return generation
 
 
+def wrapped(seed: int) -> int:
+    """A repeat's seed, past the 64 bits a server takes, wrapped round (seed=2**63-1 with repeats was refused)."""
+    return (seed + 2**63) % 2**64 - 2**63
+
+
 class RequestBuilder:
     """Turns records into requests: few-shot candidates are drawn once, so every question sees the same ones."""
 
@@ -68,7 +73,7 @@ class RequestBuilder:
         messages = prompts.build_messages(record.question, examples, self.style, self.system_prompt)
         prompt = messages[-1]["content"]
         first = draw * self.choices
-        params = {"seed": self.seed + first} if isinstance(self.seed, int) and draw else {}
+        params = {"seed": wrapped(self.seed + first)} if isinstance(self.seed, int) and draw else {}
         return Request(record.id, prompt, record.question, messages, first, params)
 
     def forced(self, request: Request, reply: str, repeat: int) -> Request:

@@ -173,9 +173,7 @@ class Budget:
     """--max-cost: a request goes when the cost so far, the holds of those in flight and its own fit, held at its
     worst case where max_tokens bounds it, else at the answers' mean; else it waits, or with none in flight stops."""
 
-    def __init__(
-        self, limit: float, prices: dict[str, float], batch: bool, generation: dict[str, Any], spends: bool = True
-    ) -> None:
+    def __init__(self, limit: float, prices: dict[str, float], batch: bool, generation: dict[str, Any]) -> None:
         self.limit = limit
         self.prices = prices
         self.batch = batch
@@ -190,7 +188,6 @@ class Budget:
         self.settled = asyncio.Event()
         self.stopped = False
         self.blind = 0  # answers whose usage left out their prompt or completion tokens: the cap cannot count them
-        self.blind_stops = spends  # such an answer stops the run (not a baseline's: it spends nothing)
         self.over = 0  # answers that reported more tokens than their max_tokens allows: they stop the run too
         self.extra = 0.0  # the most prompt tokens an answer reported past its bytes (a provider's own system prompt)
         self.heard = False  # a reply came back: until then one request goes online (what its prompt costs is unknown)
@@ -244,7 +241,7 @@ class Budget:
         if reply is None:
             return
         usage, self.heard = reply.usage or {}, True
-        if self.blind_stops and reply.error is None and not {"prompt_tokens", "completion_tokens"} <= set(usage):
+        if reply.error is None and not {"prompt_tokens", "completion_tokens"} <= set(usage):
             self.blind += 1
             self.stopped = True  # what the rest would cost is unknown: none of them goes
         prepaid = self.prepaid.pop(id(request), 0.0)  # the reply's usage counts its failed attempts too
@@ -317,14 +314,15 @@ class Budget:
 
 def budget_for(config: TaskConfig, generation: dict[str, Any], predictions: Path) -> Budget | None:
     """--max-cost's, a batch's at its price; None without one, or where nothing is spent here (a file of the
-    requests, or of answers made and paid elsewhere, which the next session's cap counts as saved)."""
+    requests, or of answers made and paid elsewhere, which the next session's cap counts as saved; a baseline's,
+    which costs nothing: held to its prompts' price, it stopped at 0.0000)."""
     from ..jsonl import read_predictions
     from ..models import backend
 
-    if config.max_cost is None or config.batch_results or backend(config) == "elsewhere":
+    if config.max_cost is None or config.batch_results or backend(config) in ("elsewhere", "baseline"):
         return None
     prices = prices_of(vars(config))
     assert prices is not None  # checked when the run was planned (check_costs)
-    budget = Budget(config.max_cost, prices, bool(config.batch), generation, backend(config) != "baseline")
+    budget = Budget(config.max_cost, prices, bool(config.batch), generation)
     budget.add_saved(read_predictions(predictions).values())
     return budget
