@@ -357,3 +357,17 @@ def test_a_rescore_finds_a_run_s_data_file_given_by_a_relative_path_from_anywher
     assert run_cli("rescore", str(tmp_path / "w"), cwd=elsewhere).returncode == 0
     report = json.loads((tmp_path / "w/reports/oracle/coin_flip.json").read_text())
     assert report["corrected_rows"] == 1 and report["metrics"]["accuracy"] == 1.0
+
+
+def test_runs_deeper_than_the_walk_goes_are_said_not_read_never_not_a_run(tmp_path: Path) -> None:
+    """Past MAX_DEPTH a folder of runs was listed as 'not a coinflip run'."""
+    from coinflip.pages.catalog import MAX_DEPTH, scan
+
+    work = tmp_path / "w"
+    last = work.joinpath(*"abcdefghijklmnop"[: MAX_DEPTH - 1])  # its runs are MAX_DEPTH down: walked
+    for where in (last, last / "deeper"):
+        assert _run("eval", "--model", "oracle", "--limit", "2", "--no-html", "--work-dir", str(where)).returncode == 0
+    found = {f.rel: f for f in scan(work)}
+    assert [f.kind for f in found.values()].count("run") == 1
+    beyond = found[(last / "deeper").relative_to(work).as_posix()]
+    assert beyond.kind == "foreign" and "not read" in beyond.reason and "not a coinflip run" not in beyond.reason

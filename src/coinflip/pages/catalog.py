@@ -31,6 +31,7 @@ SCAN_BUDGET_S = 60.0  # seconds the walk over a work directory may take before i
 LINKED_OUT = (
     "a link to a folder outside the work directory, not followed: name that folder itself to view or compare it"
 )
+TOO_DEEP = f"not read: what it holds lies more than {MAX_DEPTH} folders down; name this folder itself to view it"
 _STAMP = re.compile(r"^(\d{4})(\d{2})(\d{2})_(\d{2})(\d{2})(\d{2})")
 
 
@@ -95,10 +96,15 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
         return True
     # a sweep's or probe's data/ holds the sets it generated
     skip = (RUN_PARTS if is_run else NOT_RUNS) | ({"data"} if names & {"sweep.json", "probe.json"} else set())
+    if depth >= MAX_DEPTH:  # deeper is not walked, but said: not "not a coinflip run"
+        deeper = any(not e.name.startswith(".") and e.name not in skip and _is_dir(e, root) for e in entries)
+        if deeper:
+            out.append(Found(folder, _rel(root, folder), "foreign", TOO_DEEP))
+        return is_run or deeper
     holds_runs = is_run
     empty: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):
-        if depth >= MAX_DEPTH or entry.name.startswith(".") or entry.name in skip:
+        if entry.name.startswith(".") or entry.name in skip:
             continue
         sub = Path(entry.path)
         if _links_out(entry, root):  # not walked, but said: a run linked in from elsewhere is named by its own path
