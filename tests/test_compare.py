@@ -327,3 +327,19 @@ def test_the_same_seed_on_other_validation_rows_is_told_as_other_examples(tmp_pa
         _eval(work, "--model", "oracle", "--dataset-path", str(folder), "--few-shot-num", "2")
     done = run_cli("compare", str(work), "--out", str(tmp_path / "y"), env=WIDE)
     assert done.returncode == 0 and "runs drew different few-shot examples (seed 42 [" in done.stdout
+
+
+def test_a_review_line_given_again_is_one_vote_as_answers_and_a_resume_read_it(tmp_path: Path) -> None:
+    """compare counted every line of the reviews: a sample's line written three times was three votes, so its
+    question lost a majority that `answers` (a sample's last line) and the report gave it."""
+    from coinflip.pages.catalog import read_answers, scan
+
+    args = ("--model", "oracle", "--limit", "2", "--repeats", "3", "--no-html", "--work-dir", str(tmp_path))
+    assert run_cli("eval", *args).returncode == 0
+    found = next(f for f in scan(tmp_path) if f.kind == "run")
+    reviews = found.file("reviews")
+    lines = reviews.read_text().splitlines(keepends=True)
+    wrong = json.loads(lines[0]) | {"extracted": "NO" if json.loads(lines[0])["target"] == "YES" else "YES"}
+    reviews.write_text("".join(lines) + (json.dumps(wrong | {"correct": False}) + "\n") * 3)
+    answers = read_answers(found)
+    assert answers is not None and all(answers.correct.values()), answers.correct  # 2 of its 3 samples right

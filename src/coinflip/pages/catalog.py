@@ -17,7 +17,7 @@ from typing import Any
 
 from .._files import ROWS_LIMIT, UnreadableFile, inside, open_regular, read_regular
 from ..config import BENCHMARK, safe_name
-from ..records import Review, read_prediction, read_review, whole
+from ..records import Review, key_of, read_prediction, read_review, whole
 from ..rundir import CONFIG_FILE, in_use, load_saved_config
 from ..scoring.schema import Report, read_report
 from .html import text
@@ -298,11 +298,12 @@ def read_answers(run: Found) -> Answers | None:
         votes = Votes(str(run.report.get("metric_compat", "coinflip")))  # the arithmetic the reviews are in
         first: dict[str, tuple[int, str, str, int]] = {}
         asked: Counter[str] = Counter()  # reviews of each question
+        latest: dict[int, Review] = {}  # a sample's last line, as `answers` and a resume read it: one vote each
         for line in _lines(run.file("reviews"), run.path):
-            review = read_review(line)
-            question = questions.get(review["id"]) if review is not None else None
-            if review is None or question is None:
-                continue
+            if (review := read_review(line)) is not None and review["id"] in questions:
+                latest[key_of(review)] = review
+        for review in latest.values():
+            question = questions[review["id"]]
             votes.add(question, review)
             asked[question] += 1
             if question not in first:
