@@ -25,6 +25,7 @@ from .conftest import run_cli
         ({"limit": -3}, "a count (10) or a fraction (0.1)"),
         ({"limit": 1.5}, "fractional limit must be in (0, 1]"),
         ({"limit": "ten"}, "a count (10) or a fraction (0.1)"),
+        ({"limit": "1e-400"}, "too small a fraction to hold"),  # read as 0: every question
         ({"eval_batch_size": 0}, "eval_batch_size must be a whole number >= 1"),
         ({"generation_config": "temperature=hot"}, "temperature must be a number"),
         ({"generation_config": {"temprature": 0}}, "unknown generation_config key(s) ['temprature']"),

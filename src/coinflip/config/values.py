@@ -86,9 +86,11 @@ def check_limit(value: Any) -> int | float | None:
     message = f"limit must be a count (10) or a fraction (0.1), got {value!r}"
     if isinstance(value, str):
         try:
-            value = float(value) if any(c in value for c in ".eE") else int(value)
+            value, text = float(value) if any(c in value for c in ".eE") else int(value), value
         except ValueError:
             raise ConfigError(message) from None
+        if value == 0 and re.search(r"[1-9]", text.lower().partition("e")[0]):  # 1e-400: no float holds it
+            raise ConfigError(f"limit {text} is too small a fraction to hold; give at least 1e-300, or a count")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
