@@ -171,6 +171,7 @@ WRONG = {
     "html_report": st.one_of(TEXT, st.integers()),
     "generation_config": st.one_of(st.integers(), st.just({"temperature": "hot"}), st.just({"bogus": 1})),
     "model_id": st.one_of(st.integers(), st.lists(TEXT, max_size=2)),
+    "version": st.one_of(TEXT, st.integers(min_value=SETTINGS_VERSION + 1), st.integers(max_value=0), st.floats()),
 }
 
 

@@ -29,7 +29,7 @@ from ._files import (
     special,
 )
 from ._terminal import one_line
-from .config import BENCHMARK, KEY_AGAIN, TaskConfig, safe_name, saved_settings
+from .config import BENCHMARK, KEY_AGAIN, SETTINGS_VERSION, TaskConfig, safe_name, saved_settings
 from .errors import ConfigError, reason, storage_error
 from .records import REPEATS_MAX, loads, whole
 
@@ -326,6 +326,10 @@ def load_saved_config(root: Path, check: bool = True) -> dict[str, Any]:
         or not data["config"].get("model")
     ):
         raise ConfigError(f"{path}: not a coinflip task config")
+    if check and not (whole(version := data["config"].get("version", 1)) and 1 <= version <= SETTINGS_VERSION):
+        raise ConfigError(  # read as today's, a newer layout's settings would be misread, not refused
+            f"{path}: settings version {version!r}; this coinflip reads 1 to {SETTINGS_VERSION} (a newer one wrote it?)"
+        )
     data["config"] = saved_settings(data["config"])  # as this version reads them, whatever wrote them
     if "subset" not in data["fingerprint"]:  # saved before subsets were drawn: --limit took the first N
         data["config"].setdefault("limit_mode", "first")
