@@ -111,3 +111,21 @@ def test_a_gateways_secret_header_and_query_never_reach_a_file(tmp_path: Path) -
         data = path.read_bytes()
         assert secret.encode() not in data and sig.encode() not in data, path
     assert b"2024" in next(tmp_path.rglob("task_config.yaml")).read_bytes()  # what is not secret stays
+
+
+def test_the_resume_hint_names_the_options_whose_secrets_were_not_saved(tmp_path: Path) -> None:
+    """The hint said `coinflip eval --use-cache RUN` alone, which then refused: the gateway's header and the
+    URL's query value are not saved, so the options holding them are given again."""
+    generation = json.dumps({"extra_headers": {"api-key": "azure-SECRET-4242"}})
+    with FakeOpenAIServer("correct") as srv:
+        url = f"{srv.url}?sig=sig-SECRET-9191"
+        given = ("--api-url", url, "--generation-config", generation)
+        costs = ("--price-input", "0", "--price-output", "0")
+        capped = run_cli("eval", "--model", "m", *given, *costs, "--max-cost", "0", "--work-dir", str(tmp_path))
+        hint = capped.stderr.strip().splitlines()[-1]
+        run = next(tmp_path.glob("2*"))
+        alone = run_cli("eval", "--use-cache", str(run))
+        resumed = run_cli("eval", "--use-cache", str(run), *given, "--max-cost", "1")
+    assert capped.returncode == 1 and "resume with: coinflip eval --use-cache" in hint, capped.stderr
+    assert "give --generation-config and --api-url again" in hint and "SECRET" not in hint
+    assert alone.returncode == 2 and resumed.returncode == 0, resumed.stderr

@@ -118,11 +118,15 @@ class RunDir:
         if folder and self.draft:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def resume_hint(self, keyed: bool = False, flags: tuple[str, ...] = ()) -> str:
+    def resume_hint(self, keyed: bool = False, flags: tuple[str, ...] = (), unsaved: tuple[str, ...] = ()) -> str:
         """The resume command, shell-quoted, a folder name's escapes shown as U+FFFD; `keyed`: give the API key
-        again; `flags`: to give again (what a run does not save)."""
+        again; `flags`: to give again (what a run does not save); `unsaved`: options whose texts were masked."""
         given = "".join(f" {shlex.quote(flag)}" for flag in flags)
         again = f", and {KEY_AGAIN}" if keyed else ""
+        if unsaved:
+            again += (
+                f", and give {' and '.join(unsaved)} again (the texts they held are not saved: any may be a secret)"
+            )
         return one_line(f"resume with: coinflip eval --use-cache {shlex.quote(str(self.root))}{given}{again}")
 
     def own_folders(self, *files: Path) -> None:
