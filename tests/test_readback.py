@@ -46,7 +46,7 @@ def _saved_and_read(tmp_path: Path, config: TaskConfig) -> dict[str, Any]:
     system_prompt=TEXT,
     prompt_template=TEXT,
     dataset_id=TEXT,
-    work_dir=TEXT.filter(lambda t: "\0" not in t),
+    work_dir=TEXT.filter(lambda t: "\0" not in t and t.strip()),  # an empty path is refused
     stop=st.lists(TEXT.filter(bool), min_size=1, max_size=3),
     kwargs=st.dictionaries(TEXT, TEXT, max_size=3),
 )

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from ._args import OnceGroup, PathText
+from ._args import OnceGroup, PathText, WholeOption
 from ._terminal import one_line, quiet_pipes
 from .config import METRIC_COMPATS, SPLITS, Setting, TaskConfig, settings
 from .config.declare import EVAL_ONLY
@@ -63,7 +63,7 @@ def _option(s: Setting) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         kwargs["metavar"] = None
         if "/" not in (s.flag or ""):
             kwargs["is_flag"] = True
-    return click.option(s.flag or "", s.name, **kwargs)
+    return click.option(s.flag or "", s.name, cls=WholeOption if s.kind == "json" else click.Option, **kwargs)
 
 
 def given(opts: dict[str, Any]) -> dict[str, Any]:
@@ -71,8 +71,8 @@ def given(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 @app.command("eval")
-@click.option("--config", "config_file", metavar="FILE", help="A YAML or JSON task config, as run_task takes it "
-              "(EvalScope's included); the flags given override it.")  # fmt: skip
+@click.option("--config", "config_file", cls=WholeOption, metavar="FILE", help="A YAML or JSON task config, as "
+              "run_task takes it (EvalScope's included); the flags given override it.")  # fmt: skip
 @setting_options
 def eval_command(config_file: str | None, **opts: Any) -> None:
     """Run the benchmark and write a run directory with predictions, reviews and reports.
