@@ -4,12 +4,15 @@ counted and skipped, never fatal; a run folder appears whole; config files are r
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from coinflip import jsonl
+from coinflip._files import ROWS_LIMIT, UnreadableFile
 from coinflip.config import SETTINGS_VERSION, TaskConfig
-from coinflip.errors import ConfigError
+from coinflip.errors import ConfigError, StorageError
 from coinflip.jsonl import PredictionIndex, compact_predictions, index_predictions, set_aside, set_aside_lines
 from coinflip.run.runner import run_task
 from coinflip.rundir import RunDir, load_saved_config
@@ -103,7 +108,11 @@ GARBAGE = st.one_of(
     NOT_IDS.filter(lambda r: r != "null").map(  # a null repeat is repeat 0
         lambda r: f'{{"id": 1, "repeat": {r}, "target": "YES", "reply": "x", "error": null}}'
     ),
-    st.binary(max_size=40).map(lambda b: b.replace(b"\n", b" ").decode("latin-1")),
+    st.binary(max_size=40)
+    .map(lambda b: b.replace(b"\n", b" ").decode("latin-1"))
+    .filter(
+        lambda t: t.encode().strip()  # a blank line is no line to keep
+    ),
     st.just("[" * 5000 + "]" * 5000),
     st.just('{"id": NaN}'),
     st.just("[1, 2]"),
@@ -423,3 +432,52 @@ def test_hand_edited_counts_beyond_any_run_are_one_line(tmp_path: Path, edit: tu
         done = run_cli(*command)
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and str(config) in lines[0], done.stderr
+
+
+def test_a_rewrite_that_fails_takes_back_the_lines_it_moved_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lines were moved aside before the rewrite: each failed try (a full disk, a read-only folder) moved them
+    again, and the report counted them once per try."""
+    path = tmp_path / "p.jsonl"
+    path.write_text(f"{_row(1)}\nnot a row\n{_row(0)}\n")
+    real = jsonl.replacing
+
+    @contextlib.contextmanager
+    def full(target: Path) -> Iterator[Any]:
+        raise jsonl.storage_error(target, OSError(errno.ENOSPC, "No space left on device"))
+        yield
+
+    monkeypatch.setattr(jsonl, "replacing", full)
+    for _ in range(3):
+        with pytest.raises(StorageError):
+            compact_predictions(path)
+    assert set_aside_lines(path) == 0 and "not a row" in path.read_text()
+    monkeypatch.setattr(jsonl, "replacing", real)
+    compact_predictions(path)
+    assert set_aside_lines(path) == 1 and path.read_text() == f"{_row(0)}\n{_row(1)}\n"
+
+
+def test_the_lines_moved_aside_are_read_as_the_predictions_are(tmp_path: Path) -> None:
+    """The count followed a link out of the run (it counted /etc/passwd's lines) and read a line whole, of any
+    size; a FIFO there was a full disk's exit 1."""
+    path = tmp_path / "run" / "p.jsonl"
+    path.parent.mkdir()
+    path.write_text(f"{_row(1)}\nnot a row\n{_row(0)}\n")
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("a\nb\nc\n")
+    set_aside(path).symlink_to(outside)
+    with pytest.raises(UnreadableFile):
+        set_aside_lines(path)
+    with pytest.raises(UnreadableFile):
+        compact_predictions(path)  # nothing written through the link
+    assert outside.read_text() == "a\nb\nc\n" and "not a row" in path.read_text()
+    set_aside(path).unlink()
+    os.mkfifo(set_aside(path))
+    with pytest.raises(UnreadableFile):
+        compact_predictions(path)
+    set_aside(path).unlink()
+    with set_aside(path).open("wb") as sparse:
+        sparse.truncate(ROWS_LIMIT + 1)
+    with pytest.raises(UnreadableFile):
+        set_aside_lines(path)

@@ -4,14 +4,16 @@ A half-written last line is cut on reopen; a later line wins unless it got less 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import BinaryIO
 
-from ._files import NO_LIMIT, UnreadableFile, open_regular, replacing
+from ._files import NO_LIMIT, ROWS_LIMIT, UnreadableFile, open_regular, replacing
 from .errors import ConfigError, storage_error
 from .records import DONE, ERROR, STARTED, Prediction, Review, dumps, key_of, progress, read_prediction, read_review
 
@@ -77,7 +79,8 @@ def index_predictions(path: Path, repair: bool = False, limit: int = NO_LIMIT) -
 def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
     row = read_prediction(line)
     if row is None:
-        index.bad.append(offset)
+        if line.strip():  # a blank line holds nothing to keep: compaction drops it
+            index.bad.append(offset)
         return
     key, state = key_of(row), progress(row)
     old = index.where.get(key)
@@ -93,8 +96,8 @@ def _note(index: PredictionIndex, line: bytes, offset: int) -> None:
 
 def compact_predictions(path: Path, limit: int = NO_LIMIT) -> PredictionIndex:
     """One line per sample in key order, through a temporary file (a full disk leaves the original). The lines
-    that hold no prediction move to `set_aside(path)` first: the file stays JSON Lines, and nothing a hand edit
-    put there is erased."""
+    that hold no prediction move to `set_aside(path)`, as they were: the file stays JSON Lines, and a hand edit is
+    kept. (A last line without its newline is a write a crash cut short, which a resume cuts too.)"""
     index = index_predictions(path, limit=limit)
     keys = sorted(index.where)
     if index.lines == len(keys) and all(index.start(a) < index.start(b) for a, b in pairwise(keys)):
@@ -102,17 +105,43 @@ def compact_predictions(path: Path, limit: int = NO_LIMIT) -> PredictionIndex:
     where: dict[int, int] = {}
     try:
         with path.open("rb") as src:
-            if index.bad:
-                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                with os.fdopen(os.open(set_aside(path), flags, 0o644), "ab") as aside:  # never through a link
-                    aside.writelines(_line_at(src, offset).rstrip(b"\n") + b"\n" for offset in index.bad)
-            with replacing(path) as dst:
-                for key in keys:
-                    where[key] = dst.tell() if index.replied(key) else ~dst.tell()
-                    dst.write(_line_at(src, index.start(key)))
+            undo = _move_aside(src, index.bad, set_aside(path))
+            try:
+                with replacing(path) as dst:
+                    for key in keys:
+                        where[key] = dst.tell() if index.replied(key) else ~dst.tell()
+                        dst.write(_line_at(src, index.start(key)))
+            except BaseException:
+                undo()  # else the next try would move them aside again, and count them twice
+                raise
     except OSError as exc:  # opening or reading the original (the copy's own fail in `replacing`)
         raise storage_error(path, exc) from None
     return PredictionIndex(where, len(where), index.pending)
+
+
+def _move_aside(src: BinaryIO, offsets: list[int], aside: Path) -> Callable[[], None]:
+    """The lines of `src` at `offsets` appended to `aside`, a plain file (never through a link); what takes them
+    back off."""
+    if not offsets:
+        return lambda: None
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        out = os.fdopen(os.open(aside, flags, 0o644), "ab")
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.ELOOP):  # a FIFO nobody reads, a link
+            raise UnreadableFile(f"{aside}: not a plain file; coinflip writes only those") from None
+        raise
+    with out:
+        if not stat.S_ISREG(os.fstat(out.fileno()).st_mode):
+            raise UnreadableFile(f"{aside}: not a plain file; coinflip writes only those")
+        before = out.seek(0, os.SEEK_END)
+        out.writelines(_line_at(src, offset).rstrip(b"\n") + b"\n" for offset in offsets)
+
+    def undo() -> None:
+        with contextlib.suppress(OSError):
+            os.truncate(aside, before)
+
+    return undo
 
 
 def set_aside(path: Path) -> Path:
@@ -121,10 +150,11 @@ def set_aside(path: Path) -> Path:
 
 
 def set_aside_lines(path: Path) -> int:
-    """How many lines putting `path` in order has moved aside so far (a report keeps counting them)."""
+    """How many lines putting `path` in order has moved aside so far (a report keeps counting them), read as the
+    predictions are: a plain file inside their folder, of at most ROWS_LIMIT bytes, a megabyte at a time."""
     try:
-        with open_regular(set_aside(path)) as aside:
-            return sum(1 for _ in aside)
+        with open_regular(set_aside(path), ROWS_LIMIT, within=path.parent) as aside:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: aside.read(1 << 20), b""))
     except FileNotFoundError:
         return 0
     except OSError as exc:
