@@ -330,8 +330,9 @@ def test_the_same_seed_on_other_validation_rows_is_told_as_other_examples(tmp_pa
 
 
 def test_a_review_line_given_again_is_one_vote_as_answers_and_a_resume_read_it(tmp_path: Path) -> None:
-    """compare counted every line of the reviews: a sample's line written three times was three votes, so its
-    question lost a majority that `answers` (a sample's last line) and the report gave it."""
+    """compare counted every line of the reviews: a sample's line written three times was three votes, and a
+    repeat the run never asked one more, so its question lost a majority that `answers` (a sample's last line)
+    and the report gave it."""
     from coinflip.pages.catalog import read_answers, scan
 
     args = ("--model", "oracle", "--limit", "2", "--repeats", "3", "--no-html", "--work-dir", str(tmp_path))
@@ -340,6 +341,7 @@ def test_a_review_line_given_again_is_one_vote_as_answers_and_a_resume_read_it(t
     reviews = found.file("reviews")
     lines = reviews.read_text().splitlines(keepends=True)
     wrong = json.loads(lines[0]) | {"extracted": "NO" if json.loads(lines[0])["target"] == "YES" else "YES"}
-    reviews.write_text("".join(lines) + (json.dumps(wrong | {"correct": False}) + "\n") * 3)
+    never = [json.dumps(wrong | {"correct": False, "repeat": r}) + "\n" for r in (3, 4, 5)]  # never asked
+    reviews.write_text("".join(lines) + (json.dumps(wrong | {"correct": False}) + "\n") * 3 + "".join(never))
     answers = read_answers(found)
     assert answers is not None and all(answers.correct.values()), answers.correct  # 2 of its 3 samples right

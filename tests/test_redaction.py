@@ -128,4 +128,8 @@ def test_the_resume_hint_names_the_options_whose_secrets_were_not_saved(tmp_path
         resumed = run_cli("eval", "--use-cache", str(run), *given, "--max-cost", "1")
     assert capped.returncode == 1 and "resume with: coinflip eval --use-cache" in hint, capped.stderr
     assert "give --generation-config and --api-url again" in hint and "SECRET" not in hint
+    predictions = run / "predictions/m/coin_flip.jsonl"
+    predictions.write_text("".join(predictions.read_text().splitlines(keepends=True)[:-1]))  # a sample owed
+    rescored = run_cli("rescore", str(run))  # an incomplete run's report: the hint finish prints
+    assert rescored.returncode == 1 and "give --generation-config and --api-url again" in rescored.stderr
     assert alone.returncode == 2 and resumed.returncode == 0, resumed.stderr

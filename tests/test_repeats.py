@@ -181,7 +181,7 @@ def test_one_majority_vote_for_the_report_compare_and_the_index(tmp_path: Path) 
     (folder / "reviews" / "m").mkdir(parents=True)
     with (folder / "reviews" / "m" / "coin_flip.jsonl").open("wb") as out:
         scorer.write_reviews(out)
-    verdicts = read_answers(Found(folder, "run", "run", model_dir="m"))
+    verdicts = read_answers(Found(folder, "run", "run", model_dir="m", config={"repeats": 3}))  # as saved
     assert verdicts is not None and verdicts.correct == {"q0": True, "q1": False, "q2": False}
 
 

@@ -397,3 +397,13 @@ def test_settings_given_to_run_task_as_text_are_never_echoed(text: str) -> None:
     with pytest.raises(ValueError, match="no path of a .yaml") as raised:
         run_task(text)
     assert "SECRET" not in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("given", [[KEY], {"key": KEY}, 4242424242424242])
+def test_an_api_key_of_the_wrong_type_is_never_echoed(tmp_path: Path, given: object) -> None:
+    """`api_key: [sk-...]` in a YAML file said "must be a text, got list ['sk-...']"."""
+    config = tmp_path / "task.yaml"
+    config.write_text(json.dumps({"model": "oracle", "api_key": given}))
+    result = run_cli("eval", "--config", str(config), "--dry-run")
+    assert result.returncode == 2 and "api_key must be a text" in result.stderr, result.stderr
+    assert "SECRET" not in result.stderr and "4242" not in result.stderr

@@ -146,3 +146,10 @@ def run_secrets(api_key: str | None, generation: dict[str, Any], url: str | None
 def url_masked(url: Any) -> bool:
     """Whether a saved --api-url had query values masked (a resume must be given it again)."""
     return isinstance(url, str) and REDACTED in url.partition("?")[2]
+
+
+def unsaved(saved: dict[str, Any]) -> tuple[str, ...]:
+    """The options a resume of these saved settings is given again: the texts they held were masked."""
+    held = {"--generation-config": masked_somewhere(saved.get("generation_config"))}
+    held["--api-url"] = url_masked(saved.get("api_url"))
+    return tuple(flag for flag, masked in held.items() if masked)

@@ -89,7 +89,7 @@ def check_declared(config: Any, declared: tuple[Setting, ...]) -> None:
             continue
         types = _TYPES.get(s.kind)
         if types and (not isinstance(value, types) or (isinstance(value, bool) and s.kind != "bool")):
-            got = f"{type(value).__name__} {short(value)}"
+            got = f"{type(value).__name__}" + ("" if s.name == "api_key" else f" {short(value)}")  # a key misplaced
             got = f"null: leave {s.name} out for its default ({s.default!r})" if value is None else got
             raise ConfigError(f"{s.name} must be {_WHAT[s.kind]}, got {got}")
         if s.choices:

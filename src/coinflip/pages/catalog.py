@@ -287,7 +287,7 @@ class Answers:
 
 def read_answers(run: Found) -> Answers | None:
     """None when its reviews or predictions (then named in its `reason`) cannot be read: left out of pairs."""
-    from ..scoring.reducers import Votes
+    from ..scoring.reducers import Votes, answers_per_question
 
     try:
         questions, offsets = _questions(run.file("predictions"), run.path)
@@ -299,8 +299,10 @@ def read_answers(run: Found) -> Answers | None:
         first: dict[str, tuple[int, str, str, int]] = {}
         asked: Counter[str] = Counter()  # reviews of each question
         latest: dict[int, Review] = {}  # a sample's last line, as `answers` and a resume read it: one vote each
+        asked_of_each = answers_per_question(run.config)  # a repeat the run never asked is no vote (a hand edit)
         for line in _lines(run.file("reviews"), run.path):
-            if (review := read_review(line)) is not None and review["id"] in questions:
+            review = read_review(line)
+            if review is not None and review["id"] in questions and (review.get("repeat") or 0) < asked_of_each:
                 latest[key_of(review)] = review
         for review in latest.values():
             question = questions[review["id"]]

@@ -15,6 +15,7 @@ from ..jsonl import compact_predictions, iter_predictions, set_aside_lines
 from ..models import offline_rest
 from ..records import Prediction, Requests, checked_requests, scored, stopped
 from ..rundir import RunDir, load_saved_config
+from ..secrets import unsaved
 
 if TYPE_CHECKING:
     from ..data.load import Record
@@ -59,7 +60,8 @@ def finish(
         print_summary(report, run.root, page=run.report_html)
         if not report["complete"] and not report.get("errors_ignored"):
             rest = offline_rest(saved["config"], run.root)  # for another tool: no request is sent, no key needed
-            print(run.resume_hint(bool(saved["config"].get("api_key")) and not rest, rest), file=sys.stderr)
+            keyed = bool(saved["config"].get("api_key")) and not rest
+            print(run.resume_hint(keyed, rest, unsaved(saved["config"])), file=sys.stderr)
     return report
 
 
@@ -133,7 +135,7 @@ def _small(path: Path, most: int) -> bool:
 
 
 def _score_saved(run: RunDir, saved: dict[str, Any], compat: str, limit: int, truth: Truth | None) -> Scorer:
-    from ..scoring.report import answers_per_question, choices
+    from ..scoring.reducers import answers_per_question, choices
     from ..scoring.scorer import Scorer
 
     index = compact_predictions(run.predictions, limit)

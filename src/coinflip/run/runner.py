@@ -24,7 +24,7 @@ from ..jsonl import index_predictions
 from ..models import backend, check_resume, handed_off, offline_rest, open_model, serve_local
 from ..rundir import SUBSET_FILE, RunDir, load_saved_config, run_holding
 from ..scoring.cost import budget_for
-from ..secrets import masked_somewhere, url_masked
+from ..secrets import masked_somewhere, unsaved, url_masked
 from .finish import Truth, finish
 from .plan import Plan, prepare, provenance
 from .session import Session, concurrency_for, left, requests_left, room_for
@@ -67,7 +67,7 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
             with stop.held():  # a run directory exists only with its settings in it, and then resumes
                 run, fresh, undo, wider = open_run(plan)
                 again = handed_off(config)  # the flags that hand its requests elsewhere again, or the key
-                hint = run.resume_hint(bool(config.api_key) and not again, again, unsaved(config))
+                hint = run.resume_hint(bool(config.api_key) and not again, again, unsaved(config.redacted()))
                 stop.hint = f"; {hint}"
                 handler = _attach_log(run)
             with run.locked():
@@ -92,16 +92,6 @@ def run_one(config: TaskConfig) -> Report | dict[str, Any]:
                 print(wider, file=sys.stderr)
             log.removeHandler(handler)
             handler.close()
-
-
-def unsaved(config: TaskConfig) -> tuple[str, ...]:
-    """The options a resume is given again: what they hold is masked when saved (resume_settings asks for them)."""
-    saved = config.redacted()
-    held = {
-        "--generation-config": masked_somewhere(saved["generation_config"]),
-        "--api-url": url_masked(saved["api_url"]),
-    }
-    return tuple(flag for flag, masked in held.items() if masked)
 
 
 def resume_settings(config: TaskConfig) -> TaskConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..records import FORCED_ANSWERS, make_review
+from ..records import FORCED_ANSWERS, make_review, whole
 from .metrics import CELLS, METRICS, Outcomes, number, per_question, rates, scored
 from .schema import Repeats, Spread
 
@@ -80,3 +80,16 @@ class Votes:
 
     def answers(self) -> dict[str, str | None]:
         return {question: CELLS[cell][1] for question, cell in self._cells().items()}
+
+
+def answers_per_question(fingerprint: dict[str, Any]) -> int:
+    """Answers asked per question: --repeats times `n`, as plan.per_question counts them (odd values count 1)."""
+    repeats = fingerprint.get("repeats")
+    return (repeats if whole(repeats) and repeats else 1) * choices(fingerprint)
+
+
+def choices(fingerprint: dict[str, Any]) -> int:
+    """Answers per request (`n`; odd values count 1): the request's usage is in its first answer's row alone."""
+    generation = fingerprint.get("generation_config")
+    n = generation.get("n") if isinstance(generation, dict) else None
+    return n if whole(n) and n else 1

@@ -13,7 +13,7 @@ from .calibration import calibration
 from .cost import cost_line, cost_report, tokens
 from .evalscope import EXTRACTION as EVALSCOPE_EXTRACTION
 from .metrics import Outcomes, number, rates, summarize
-from .reducers import reduce
+from .reducers import answers_per_question, reduce
 from .schema import Calibration, Counts, FewShot, Forced, Numbers, Report, Subset, Template
 from .scorer import Scorer
 
@@ -90,18 +90,6 @@ def build_report(saved: dict[str, Any], run_name: str, scorer: Scorer, compat: s
 def _section(value: Any) -> Any:
     """A mapping of the saved fingerprint; anything else a hand edit left there is unknown (empty)."""
     return value if isinstance(value, dict) else {}
-
-
-def answers_per_question(fingerprint: dict[str, Any]) -> int:
-    """Answers asked per question: --repeats times `n`, as plan.per_question counts them (odd values count 1)."""
-    repeats = fingerprint.get("repeats")
-    return (repeats if whole(repeats) and repeats else 1) * choices(fingerprint)
-
-
-def choices(fingerprint: dict[str, Any]) -> int:
-    """Answers per request (`n`; odd values count 1): the request's usage is in its first answer's row alone."""
-    n = _section(fingerprint.get("generation_config")).get("n")
-    return n if whole(n) and n else 1
 
 
 def baselines(counts: Counts, compat: str) -> dict[str, Numbers]:
