@@ -367,7 +367,11 @@ def test_runs_deeper_than_the_walk_goes_are_said_not_read_never_not_a_run(tmp_pa
     last = work.joinpath(*"abcdefghijklmnop"[: MAX_DEPTH - 1])  # its runs are MAX_DEPTH down: walked
     for where in (last, last / "deeper"):
         assert _run("eval", "--model", "oracle", "--limit", "2", "--no-html", "--work-dir", str(where)).returncode == 0
-    found = {f.rel: f for f in scan(work)}
-    assert [f.kind for f in found.values()].count("run") == 1
+    shallow = next(p for p in last.iterdir() if p.name != "deeper")
+    (shallow / "notes").mkdir()  # a folder of the user's inside the deepest run walked: the run is listed alone
+    listed = scan(work)
+    found = {f.rel: f for f in listed}
+    assert [f.kind for f in listed].count("run") == 1 and found[shallow.relative_to(work).as_posix()].kind == "run"
+    assert len(listed) == len(found)  # no folder listed twice
     beyond = found[(last / "deeper").relative_to(work).as_posix()]
     assert beyond.kind == "foreign" and "not read" in beyond.reason and "not a coinflip run" not in beyond.reason

@@ -97,7 +97,9 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
     # a sweep's or probe's data/ holds the sets it generated
     skip = (RUN_PARTS if is_run else NOT_RUNS) | ({"data"} if names & {"sweep.json", "probe.json"} else set())
     if depth >= MAX_DEPTH:  # deeper is not walked, but said: not "not a coinflip run"
-        deeper = any(not e.name.startswith(".") and e.name not in skip and _is_dir(e, root) for e in entries)
+        deeper = not is_run and any(
+            not e.name.startswith(".") and e.name not in skip and _is_dir(e, root) for e in entries
+        )
         if deeper:
             out.append(Found(folder, _rel(root, folder), "foreign", TOO_DEEP))
         return is_run or deeper
