@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from coinflip import TaskConfig
+from coinflip._files import read_settings
 from coinflip.data.grammar import bundled_dir
 from coinflip.errors import ConfigError
 from coinflip.run.runner import run_task
@@ -149,3 +150,16 @@ def test_subclasses_of_texts_and_numbers_are_saved_as_plain_values(tmp_path: Pat
     run_task(config)
     settings = next(tmp_path.glob("*/configs/task_config.yaml")).read_text()
     assert "model: oracle" in settings and "!!python" not in settings
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("t.json", '{"model": "oracle", "limit": 1e-400}'), ("t.yaml", "model: oracle\nlimit: 1.0e-400\n")],
+)
+def test_a_number_no_float_holds_in_a_config_file_is_refused(tmp_path: Path, name: str, text: str) -> None:
+    """Read as 0.0 before any check saw it: a limit of 0, every question."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match="too small a number for a float"):
+        run_task(str(tmp_path / name))
+    (tmp_path / name).write_text(text.replace("1e-400", "0.0").replace("1.0e-400", "0.0"))
+    assert TaskConfig.of(**read_settings(tmp_path / name)).limit is None  # a zero written as one is fine

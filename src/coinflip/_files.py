@@ -7,6 +7,7 @@ import contextlib
 import errno
 import functools
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,13 +125,25 @@ def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None =
     loader = _unique_loader()
     try:  # no YAML aliases: a kilobyte of them can stand for billions of nodes
         if kind == "JSON":
-            return json.loads(text, object_pairs_hook=unique_keys)
+            return json.loads(text, object_pairs_hook=unique_keys, parse_float=exact_float)
         if "*" in text and any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, loader)):
             raise yaml.YAMLError("it uses YAML aliases (*name), which settings may not")
         return yaml.load(text, Loader=loader)
     except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         first = (str(exc) or type(exc).__name__).splitlines()[0]
         raise ConfigError(f"{path}: not valid {kind} ({first})") from None
+
+
+class Underflow(ValueError):
+    """A number too small for a float, which would read it as 0."""
+
+
+def exact_float(text: str) -> float:
+    """A number written as text, refused where no float holds it: `limit: 1e-400` read as 0 is every question."""
+    value = float(text)
+    if value == 0 and re.search(r"[1-9]", text.lower().replace("_", "").partition("e")[0]):
+        raise Underflow(f"{text} is too small a number for a float, which would read it as 0")
+    return value
 
 
 class KeyTwice(ValueError):
@@ -176,6 +189,16 @@ def _unique_loader() -> Any:
                     raise yaml.constructor.ConstructorError(None, None, f"{exc}, again on line {line}") from None
             return mapping
 
+    def construct_float(loader: Any, node: Any) -> float:
+        value = base.construct_yaml_float(loader, node)
+        if value == 0 and node.value.strip().lstrip("+-").lower() not in ("0", ".0", "0.0"):
+            try:
+                exact_float(str(node.value))
+            except ValueError as exc:
+                raise yaml.constructor.ConstructorError(None, None, str(exc), node.start_mark) from None
+        return float(value)
+
+    Loader.add_constructor("tag:yaml.org,2002:float", construct_float)
     return Loader
 
 

@@ -12,7 +12,7 @@ from dataclasses import fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._files import KeyTwice, unique_keys
+from .._files import KeyTwice, Underflow, exact_float, unique_keys
 from .._terminal import one_line
 from ..errors import ConfigError, short
 from ..secrets import GATEWAY_KEYS, masked, shown_url
@@ -86,11 +86,13 @@ def check_limit(value: Any) -> int | float | None:
     message = f"limit must be a count (10) or a fraction (0.1), got {value!r}"
     if isinstance(value, str):
         try:
-            value, text = float(value) if any(c in value for c in ".eE") else int(value), value
+            value = exact_float(value) if any(c in value for c in ".eE") else int(value)
+        except Underflow:  # 1e-400, read as 0: every question
+            raise ConfigError(
+                f"limit {value} is too small a fraction to hold; give a count, or 1e-300 or more"
+            ) from None
         except ValueError:
             raise ConfigError(message) from None
-        if value == 0 and re.search(r"[1-9]", text.lower().partition("e")[0]):  # 1e-400: no float holds it
-            raise ConfigError(f"limit {text} is too small a fraction to hold; give at least 1e-300, or a count")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
