@@ -481,3 +481,28 @@ def test_the_lines_moved_aside_are_read_as_the_predictions_are(tmp_path: Path) -
         sparse.truncate(ROWS_LIMIT + 1)
     with pytest.raises(UnreadableFile):
         set_aside_lines(path)
+
+
+def test_a_move_aside_that_fails_leaves_the_file_aside_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while the lines were moved left half a line aside, which the next try moved again after it; a
+    hand note without its newline had the first line moved glued to it."""
+    path = tmp_path / "p.jsonl"
+    path.write_text(f"{_row(1)}\nnot a row\nnor this\n{_row(0)}\n")
+    set_aside(path).write_text("a note of mine")
+    real, calls = jsonl._line_at, []
+
+    def failing(src: Any, offset: int) -> bytes:
+        calls.append(offset)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(src, offset)
+
+    monkeypatch.setattr(jsonl, "_line_at", failing)
+    with pytest.raises(StorageError, match="unreadable.txt"):
+        compact_predictions(path)
+    assert set_aside(path).read_text() == "a note of mine" and "nor this" in path.read_text()
+    monkeypatch.setattr(jsonl, "_line_at", real)
+    compact_predictions(path)
+    assert set_aside(path).read_text() == "a note of mine\nnot a row\nnor this\n" and set_aside_lines(path) == 3

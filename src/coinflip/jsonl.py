@@ -124,23 +124,32 @@ def _move_aside(src: BinaryIO, offsets: list[int], aside: Path) -> Callable[[], 
     back off."""
     if not offsets:
         return lambda: None
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    refused = UnreadableFile(f"{aside}: not a plain file; coinflip writes only those")
     try:
-        out = os.fdopen(os.open(aside, flags, 0o644), "ab")
+        fd = os.open(aside, flags, 0o644)
     except OSError as exc:
         if exc.errno in (errno.ENXIO, errno.ELOOP):  # a FIFO nobody reads, a link
-            raise UnreadableFile(f"{aside}: not a plain file; coinflip writes only those") from None
-        raise
-    with out:
-        if not stat.S_ISREG(os.fstat(out.fileno()).st_mode):
-            raise UnreadableFile(f"{aside}: not a plain file; coinflip writes only those")
+            raise refused from None
+        raise storage_error(aside, exc) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise refused
+    with os.fdopen(fd, "r+b", buffering=0) as out:  # unbuffered: what `undo` cuts is all that was written
         before = out.seek(0, os.SEEK_END)
-        out.writelines(_line_at(src, offset).rstrip(b"\n") + b"\n" for offset in offsets)
 
-    def undo() -> None:
-        with contextlib.suppress(OSError):
-            os.truncate(aside, before)
+        def undo() -> None:
+            with contextlib.suppress(OSError):
+                os.truncate(aside, before)
 
+        try:
+            if before and os.pread(out.fileno(), 1, before - 1) != b"\n":  # a hand edit's last line: its own
+                out.write(b"\n")
+            out.writelines(_line_at(src, offset).rstrip(b"\n") + b"\n" for offset in offsets)
+            out.flush()
+        except OSError as exc:  # a full disk: nothing half-moved stays for the next try to move again
+            undo()
+            raise storage_error(aside, exc) from None
     return undo
 
 
