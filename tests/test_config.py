@@ -27,6 +27,10 @@ from .conftest import run_cli
         ({"limit": 1.5}, "fractional limit must be in (0, 1]"),
         ({"limit": "ten"}, "a count (10) or a fraction (0.1)"),
         ({"limit": "1e-400"}, "too small a fraction to hold"),  # read as 0: every question
+        ({"limit": "\uff11e-400"}, "too small a fraction to hold"),  # a full-width 1, which float() reads
+        ({"limit": "\u0661.0e-400"}, "too small a fraction to hold"),  # an Arabic-Indic 1
+        ({"generation_config": '{"temperature": 1e-400}'}, "too small a number for a float"),
+        ({"generation_config": "top_p=1e-400"}, "too small a number for a float"),
         ({"eval_batch_size": 0}, "eval_batch_size must be a whole number >= 1"),
         ({"generation_config": "temperature=hot"}, "temperature must be a number"),
         ({"generation_config": {"temprature": 0}}, "unknown generation_config key(s) ['temprature']"),
@@ -163,3 +167,5 @@ def test_a_number_no_float_holds_in_a_config_file_is_refused(tmp_path: Path, nam
         run_task(str(tmp_path / name))
     (tmp_path / name).write_text(text.replace("1e-400", "0.0").replace("1.0e-400", "0.0"))
     assert TaskConfig.of(**read_settings(tmp_path / name)).limit is None  # a zero written as one is fine
+    (tmp_path / "zeros.yaml").write_text("a: 0_.0\nb: 0:0.0\nc: -0.0e-400\nd: .0\n")  # YAML 1.1 spells zero so too
+    assert read_settings(tmp_path / "zeros.yaml") == {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.0}

@@ -369,9 +369,17 @@ def test_runs_deeper_than_the_walk_goes_are_said_not_read_never_not_a_run(tmp_pa
         assert _run("eval", "--model", "oracle", "--limit", "2", "--no-html", "--work-dir", str(where)).returncode == 0
     shallow = next(p for p in last.iterdir() if p.name != "deeper")
     (shallow / "notes").mkdir()  # a folder of the user's inside the deepest run walked: the run is listed alone
+    inner = shallow / "inner"  # a run inside that run: not walked, but said
+    assert _run("eval", "--model", "oracle", "--limit", "2", "--no-html", "--work-dir", str(inner)).returncode == 0
+    nested = next(inner.iterdir())
+    (nested / "configs").rename(inner / "configs")  # the run folder itself, one level down from the run
+    for part in ("predictions", "reviews", "reports", "logs"):
+        if (nested / part).exists():
+            (nested / part).rename(inner / part)
     listed = scan(work)
     found = {f.rel: f for f in listed}
     assert [f.kind for f in listed].count("run") == 1 and found[shallow.relative_to(work).as_posix()].kind == "run"
     assert len(listed) == len(found)  # no folder listed twice
+    assert found[inner.relative_to(work).as_posix()].reason.startswith("not read")
     beyond = found[(last / "deeper").relative_to(work).as_posix()]
     assert beyond.kind == "foreign" and "not read" in beyond.reason and "not a coinflip run" not in beyond.reason

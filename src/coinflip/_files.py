@@ -7,7 +7,6 @@ import contextlib
 import errno
 import functools
 import os
-import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,9 +140,14 @@ class Underflow(ValueError):
 def exact_float(text: str) -> float:
     """A number written as text, refused where no float holds it: `limit: 1e-400` read as 0 is every question."""
     value = float(text)
-    if value == 0 and re.search(r"[1-9]", text.lower().replace("_", "").partition("e")[0]):
+    if value == 0 and not_zero(text):
         raise Underflow(f"{text} is too small a number for a float, which would read it as 0")
     return value
+
+
+def not_zero(text: str) -> bool:
+    """Whether a number's text has a digit other than 0 before its exponent (any script's: float takes them)."""
+    return any(c.isdecimal() and int(c) for c in text.lower().partition("e")[0])
 
 
 class KeyTwice(ValueError):
@@ -191,11 +195,9 @@ def _unique_loader() -> Any:
 
     def construct_float(loader: Any, node: Any) -> float:
         value = base.construct_yaml_float(loader, node)
-        if value == 0 and node.value.strip().lstrip("+-").lower() not in ("0", ".0", "0.0"):
-            try:
-                exact_float(str(node.value))
-            except ValueError as exc:
-                raise yaml.constructor.ConstructorError(None, None, str(exc), node.start_mark) from None
+        if value == 0 and not_zero(str(node.value)):  # YAML's own spellings (0_.0, 0:0.0) are zeros
+            why = f"{node.value} is too small a number for a float, which would read it as 0"
+            raise yaml.constructor.ConstructorError(None, None, why, node.start_mark)
         return float(value)
 
     Loader.add_constructor("tag:yaml.org,2002:float", construct_float)

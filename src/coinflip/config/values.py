@@ -187,7 +187,7 @@ def check_path(name: str, value: Any) -> None:
 
 def parse_json(name: str, text: str) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=unique_keys)
+        return json.loads(text, object_pairs_hook=unique_keys, parse_float=exact_float)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{name} is not valid JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
@@ -320,11 +320,13 @@ def _value(key: str, raw: str) -> Any:
         raw = raw[1:-1]
     else:
         try:
-            return json.loads(raw, object_pairs_hook=unique_keys)
+            return json.loads(raw, object_pairs_hook=unique_keys, parse_float=exact_float)
         except json.JSONDecodeError:
             pass
         except KeyTwice:  # a ValueError, named by _parse_pair
             raise
+        except Underflow as exc:
+            raise ConfigError(f"generation_config {key!r}: {exc}") from None
         except (RecursionError, ValueError):  # nested too deep, or a whole number of thousands of digits
             raise ConfigError(f"generation_config {key!r}: its value is nested too deep or too long") from None
         if (literal := _python_literal(raw)) is not _TEXT:  # EvalScope eval()s its values: False, ['a']

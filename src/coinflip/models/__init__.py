@@ -15,7 +15,7 @@ from .._files import inside, open_regular
 from ..config import BASELINES, LOCAL_MODELS, TaskConfig, in_process
 from ..errors import KEPT, ConfigError
 from ..rundir import RunDir
-from ..secrets import run_secrets
+from ..secrets import run_secrets, unsaved
 from .base import Model, Reply, Request
 
 __all__ = ["BASELINES", "Endpoint", "backend", "Model", "Reply", "Request", "check_model", "open_model", "serve_local"]
@@ -194,7 +194,9 @@ async def open_model(
         from .offline import RequestFile
 
         kept = KEPT if answered else "the run holds no answers yet"  # a request file sends nothing: none were made
-        model = RequestFile(config, generation, run.resume_hint().replace("resume with: ", ""), kept)
+        scored = ("--batch-results", "results.jsonl")  # the file `vllm run-batch -o` is told to write
+        hint = run.resume_hint(False, scored, unsaved(config.redacted())).replace("resume with: ", "")
+        model = RequestFile(config, generation, hint, kept)
     elif config.batch_results:
         from ._redact import Redactor
         from .offline import Bodies, ResultsFile

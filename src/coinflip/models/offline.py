@@ -72,7 +72,7 @@ class RequestFile:
         await asyncio.sleep(0)  # a stop that came as it was written ends the run here: its line the only one
         path, model = shlex.quote(str(self.path)), shlex.quote(str(self.model))  # commands to paste: quoted
         said = f"wrote {self.count} requests to {path}; run them, e.g. vllm run-batch -i {path} -o results.jsonl"
-        said += f" --model {model}, then score them with: {self.hint} --batch-results results.jsonl"
+        said += f" --model {model}, then score them with: {self.hint}"
         print(one_line(said if self.count else f"wrote no requests to {path}: the run owes none"), file=sys.stderr)
         self.outcome = {"complete": self.count == 0, "batch_written": {"path": str(self.path), "requests": self.count}}
 

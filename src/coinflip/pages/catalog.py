@@ -97,12 +97,12 @@ def _walk(root: Path, folder: Path, depth: int, seen: _Seen, out: list[Found]) -
     # a sweep's or probe's data/ holds the sets it generated
     skip = (RUN_PARTS if is_run else NOT_RUNS) | ({"data"} if names & {"sweep.json", "probe.json"} else set())
     if depth >= MAX_DEPTH:  # deeper is not walked, but said: not "not a coinflip run"
-        deeper = not is_run and any(
-            not e.name.startswith(".") and e.name not in skip and _is_dir(e, root) for e in entries
-        )
-        if deeper:
+        subs = [Path(e.path) for e in entries if not e.name.startswith(".") and e.name not in skip and _is_dir(e, root)]
+        if is_run:  # only the runs it holds are named; a folder of the user's in a run is the run's
+            out += [Found(sub, _rel(root, sub), "foreign", TOO_DEEP) for sub in subs if holds_settings(sub)]
+        elif subs:
             out.append(Found(folder, _rel(root, folder), "foreign", TOO_DEEP))
-        return is_run or deeper
+        return is_run or bool(subs)
     holds_runs = is_run
     empty: list[Path] = []
     for entry in sorted(entries, key=lambda e: e.name):
