@@ -26,9 +26,9 @@ from .conftest import run_cli
         ({"limit": -3}, "a count (10) or a fraction (0.1)"),
         ({"limit": 1.5}, "fractional limit must be in (0, 1]"),
         ({"limit": "ten"}, "a count (10) or a fraction (0.1)"),
-        ({"limit": "1e-400"}, "too small a fraction to hold"),  # read as 0: every question
-        ({"limit": "\uff11e-400"}, "too small a fraction to hold"),  # a full-width 1, which float() reads
-        ({"limit": "\u0661.0e-400"}, "too small a fraction to hold"),  # an Arabic-Indic 1
+        ({"limit": "1e-400"}, "too small a fraction for a float"),  # read as 0: every question
+        ({"limit": "\uff11e-400"}, "too small a fraction for a float"),  # a full-width 1, which float() reads
+        ({"limit": "\u0661.0e-400"}, "too small a fraction for a float"),  # an Arabic-Indic 1
         ({"generation_config": '{"temperature": 1e-400}'}, "too small a number for a float"),
         ({"generation_config": "top_p=1e-400"}, "too small a number for a float"),
         ({"eval_batch_size": 0}, "eval_batch_size must be a whole number >= 1"),

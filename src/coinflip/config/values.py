@@ -88,9 +88,7 @@ def check_limit(value: Any) -> int | float | None:
         try:
             value = exact_float(value) if any(c in value for c in ".eE") else int(value)
         except Underflow:  # 1e-400, read as 0: every question
-            raise ConfigError(
-                f"limit {value} is too small a fraction to hold; give a count, or 1e-300 or more"
-            ) from None
+            raise ConfigError(f"limit {value} is too small a fraction for a float: it reads as 0") from None
         except ValueError:
             raise ConfigError(message) from None
     if value is None:
@@ -149,8 +147,7 @@ def odd_value(value: Any) -> str | None:
         elif depth == 0 and isinstance(item, os.PathLike):  # run_task(work_dir=tmp_path): its text
             stack.append((os.fspath(item), 1))
         elif item is not None:  # never its value: it may be a secret
-            kind = type(item).__name__
-            return f"holds a {kind}: settings are texts, numbers, true/false, lists and objects (quote it)"
+            return f"holds a {type(item).__name__}: settings are texts, numbers, true/false, lists, objects"
     return None
 
 
