@@ -407,3 +407,11 @@ def test_an_api_key_of_the_wrong_type_is_never_echoed(tmp_path: Path, given: obj
     result = run_cli("eval", "--config", str(config), "--dry-run")
     assert result.returncode == 2 and "api_key must be a text" in result.stderr, result.stderr
     assert "SECRET" not in result.stderr and "4242" not in result.stderr
+
+
+@pytest.mark.parametrize("slip", [f"temperature=0 {KEY}", f"max_tokens=9;{KEY}", f"top_p=1\t{KEY}"])
+def test_a_key_typed_into_a_number_s_value_is_never_echoed(slip: str) -> None:
+    """A space or a semicolon for a comma made the key part of a number's value, quoted in 'must be a number'."""
+    result = run_cli("eval", "--model", "oracle", "--generation-config", slip, "--dry-run")
+    assert result.returncode == 2 and "must be" in result.stderr and "not shown" in result.stderr, result.stderr
+    assert "SECRET" not in result.stderr

@@ -153,3 +153,11 @@ def unsaved(saved: dict[str, Any]) -> tuple[str, ...]:
     held = {"--generation-config": masked_somewhere(saved.get("generation_config"))}
     held["--api-url"] = url_masked(saved.get("api_url"))
     return tuple(flag for flag, masked in held.items() if masked)
+
+
+def slip(value: Any) -> str:
+    """A wrong setting as an error shows it: itself, but a text that may hold a key (`temperature=0 sk-...`, a
+    space typed for a comma) by its length alone; a short word such as `hot` is shown."""
+    if isinstance(value, str) and (len(value) > 16 or any(c.isspace() for c in value)):
+        return f"a text of {len(value)} characters (not shown: it may hold a key)"
+    return repr(value)

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from .._files import KeyTwice, Underflow, exact_float, unique_keys
 from .._terminal import one_line
 from ..errors import ConfigError, short
-from ..secrets import GATEWAY_KEYS, masked, shown_url
+from ..secrets import GATEWAY_KEYS, masked, shown_url, slip
 
 GENERATION_KEYS = (  # sent with every request as given (extra_body, extra_headers, extra_query: to a gateway)
     "temperature", "max_tokens", "max_completion_tokens", "top_p", "top_k", "seed", "stop", "n", "presence_penalty",
@@ -225,7 +225,7 @@ def parse_generation_config(raw: Any) -> dict[str, Any]:
     for kind, what, keys in TYPED:
         for key in keys:
             if key in value and (isinstance(value[key], bool) or not isinstance(value[key], kind)):
-                got = f"a {type(value[key]).__name__}" if key in GATEWAY_KEYS else repr(value[key])  # may be a secret
+                got = f"a {type(value[key]).__name__}" if key in GATEWAY_KEYS else slip(value[key])  # may be a secret
                 raise ConfigError(f"generation_config {key} must be {what}, got {got}")
     for key in ("max_tokens", "max_completion_tokens", "n"):
         if key in value and value[key] < 1:
