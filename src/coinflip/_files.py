@@ -136,12 +136,15 @@ def read_settings(path: Path, limit: int = SETTINGS_LIMIT, within: Path | None =
 class Underflow(ValueError):
     """A number too small for a float, which would read it as 0."""
 
+    def __init__(self, text: str) -> None:
+        super().__init__(f"{text} is too small a number for a float, which would read it as 0")
+
 
 def exact_float(text: str) -> float:
     """A number written as text, refused where no float holds it: `limit: 1e-400` read as 0 is every question."""
     value = float(text)
     if value == 0 and not_zero(text):
-        raise Underflow(f"{text} is too small a number for a float, which would read it as 0")
+        raise Underflow(text)
     return value
 
 
@@ -196,8 +199,7 @@ def _unique_loader() -> Any:
     def construct_float(loader: Any, node: Any) -> float:
         value = base.construct_yaml_float(loader, node)
         if value == 0 and not_zero(str(node.value)):  # YAML's own spellings (0_.0, 0:0.0) are zeros
-            why = f"{node.value} is too small a number for a float, which would read it as 0"
-            raise yaml.constructor.ConstructorError(None, None, why, node.start_mark)
+            raise yaml.constructor.ConstructorError(None, None, str(Underflow(node.value)), node.start_mark)
         return float(value)
 
     Loader.add_constructor("tag:yaml.org,2002:float", construct_float)

@@ -12,7 +12,7 @@ from ..errors import UnknownSettingError
 from ..secrets import REDACTED, masked, redacted_generation, redacted_url
 from .declare import BASELINES, BENCHMARK, Setting, check_across, check_declared, dataset_names, declarations, setting
 from .evalscope import fold_evalscope
-from .values import check_header, check_limit, check_values, one_url, parse_generation_config, plain, unknown_message
+from .values import check_header, check_limit, check_values, one_url, parse_generation_config, unknown_message
 
 DEFAULT_BATCH = 32
 LOCAL_MODELS = ("smollm2",)  # names that start llama.cpp with a GGUF file a package ships (models/llama_local.py)
@@ -283,9 +283,6 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         check_values(self)  # first: nothing below walks a value that is too deep, shared or not UTF-8
-        for f in fields(self):
-            if f.metadata:  # a setting, not `given`
-                setattr(self, f.name, plain(getattr(self, f.name)))  # a StrEnum model is saved as its text
         if not self.given:
             self.given = frozenset(s.name for s in settings() if getattr(self, s.name) != s.default)
         self._notes = fold_evalscope(self, settings())

@@ -103,11 +103,11 @@ def check_limit(value: Any) -> int | float | None:
 
 
 def check_values(config: Any) -> None:
-    """Every value can be sent, saved and read back (see `odd_value`)."""
-    for f in fields(config):
-        problem = odd_value(getattr(config, f.name)) if f.metadata else None  # not `given`, the names set
-        if problem:
+    """Every value can be sent, saved and read back (see `odd_value`), and is held as a plain one (`plain`)."""
+    for f in (f for f in fields(config) if f.metadata):  # not `given`, the names set
+        if problem := odd_value(getattr(config, f.name)):
             raise ConfigError(f"{f.name} {problem}")
+        setattr(config, f.name, plain(getattr(config, f.name)))  # a StrEnum model is saved as its text
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
